@@ -1,0 +1,217 @@
+/*
+ * decode.c - turns a block's stored bytes back into CHW uint8 records:
+ * checksum first, then zstd (raw codec) or TurboJPEG (jpeg codec). Also the
+ * JPEG helpers that pack uses to encode. One rt_decoder per thread; nothing
+ * here is shared between threads.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+#include <zstd.h>
+
+#include "common/common.h"
+#include "loader/codec.h"
+#include "loader/format.h"
+
+struct rt_decoder {
+    ZSTD_DCtx *zstd;
+    tjhandle tj;
+    uint8_t *scratch; /* decompressed JPEG payloads and HWC pixels */
+    size_t scratch_len;
+};
+
+int rt_decoder_create(struct rt_decoder **out)
+{
+    struct rt_decoder *d = rt_calloc(1, sizeof(*d), "decoder");
+    if (!d)
+        return -ENOMEM;
+    d->zstd = ZSTD_createDCtx();
+    d->tj = tjInitDecompress();
+    if (!d->zstd || !d->tj) {
+        rt_decoder_destroy(d);
+        return rt_errf(-ENOMEM, "cannot create zstd/TurboJPEG decoder contexts");
+    }
+    *out = d;
+    return 0;
+}
+
+void rt_decoder_destroy(struct rt_decoder *d)
+{
+    if (!d)
+        return;
+    ZSTD_freeDCtx(d->zstd);
+    if (d->tj)
+        tjDestroy(d->tj);
+    free(d->scratch);
+    free(d);
+}
+
+static int scratch_reserve(struct rt_decoder *d, size_t n)
+{
+    if (d->scratch_len >= n)
+        return 0;
+    uint8_t *p = rt_realloc(d->scratch, n, "decoder scratch");
+    if (!p)
+        return -ENOMEM;
+    d->scratch = p;
+    d->scratch_len = n;
+    return 0;
+}
+
+int rt_jpeg_probe(tjhandle tj, const uint8_t *jpeg, size_t len, const char *name, uint32_t *width,
+                  uint32_t *height, int *gray)
+{
+    int w, h, subsamp, colorspace;
+
+    if (len > (size_t)0x7fffffff ||
+        tjDecompressHeader3(tj, jpeg, (unsigned long)len, &w, &h, &subsamp, &colorspace) < 0)
+        return rt_errf(-EBADMSG, "%s: not a readable JPEG: %s", name, tjGetErrorStr2(tj));
+    if (w <= 0 || h <= 0 || w > (int)RT_MAX_DIM || h > (int)RT_MAX_DIM)
+        return rt_errf(-EBADMSG, "%s: JPEG size %dx%d out of range", name, w, h);
+    *width = (uint32_t)w;
+    *height = (uint32_t)h;
+    *gray = colorspace == TJCS_GRAY;
+    return 0;
+}
+
+int rt_jpeg_decode_chw(tjhandle tj, const uint8_t *jpeg, size_t len, uint32_t c, uint32_t h,
+                       uint32_t w, uint8_t *out, uint8_t *hwc, const char *name)
+{
+    uint32_t jw, jh;
+    int gray, rc;
+    const size_t plane = (size_t)h * w;
+
+    rc = rt_jpeg_probe(tj, jpeg, len, name, &jw, &jh, &gray);
+    if (rc < 0)
+        return rc;
+    if (jw != w || jh != h)
+        return rt_errf(-EBADMSG, "%s: JPEG is %" PRIu32 "x%" PRIu32 ", expected %" PRIu32 "x%" PRIu32,
+                       name, jw, jh, w, h);
+    if (c == 1) {
+        /* Gray output from any JPEG: TurboJPEG converts colour to luma. */
+        if (tjDecompress2(tj, jpeg, (unsigned long)len, out, (int)w, 0, (int)h, TJPF_GRAY,
+                          TJFLAG_STOPONWARNING) < 0)
+            return rt_errf(-EBADMSG, "%s: JPEG decode failed: %s", name, tjGetErrorStr2(tj));
+        return 0;
+    }
+    if (tjDecompress2(tj, jpeg, (unsigned long)len, hwc, (int)w, 0, (int)h, TJPF_RGB,
+                      TJFLAG_STOPONWARNING) < 0)
+        return rt_errf(-EBADMSG, "%s: JPEG decode failed: %s", name, tjGetErrorStr2(tj));
+    for (size_t i = 0; i < plane; i++) {
+        out[i] = hwc[3 * i];
+        out[plane + i] = hwc[3 * i + 1];
+        out[2 * plane + i] = hwc[3 * i + 2];
+    }
+    return 0;
+}
+
+int rt_jpeg_encode_chw(tjhandle tj, const uint8_t *chw, uint32_t c, uint32_t h, uint32_t w,
+                       int quality, uint8_t *hwc, uint8_t **jpeg, size_t *len)
+{
+    const size_t plane = (size_t)h * w;
+    unsigned long size = 0;
+    const uint8_t *src = chw;
+    int pf = TJPF_GRAY, samp = TJSAMP_GRAY;
+
+    *jpeg = NULL;
+    if (c == 3) {
+        for (size_t i = 0; i < plane; i++) {
+            hwc[3 * i] = chw[i];
+            hwc[3 * i + 1] = chw[plane + i];
+            hwc[3 * i + 2] = chw[2 * plane + i];
+        }
+        src = hwc;
+        pf = TJPF_RGB;
+        samp = TJSAMP_444;
+    } else if (c != 1) {
+        return rt_errf(-EINVAL, "JPEG encoding needs 1 or 3 channels, not %" PRIu32, c);
+    }
+    if (tjCompress2(tj, src, (int)w, 0, (int)h, pf, jpeg, &size, samp, quality, 0) < 0) {
+        int rc = rt_errf(-EIO, "JPEG encode failed: %s", tjGetErrorStr2(tj));
+        if (*jpeg)
+            tjFree(*jpeg);
+        *jpeg = NULL;
+        return rc;
+    }
+    *len = size;
+    return 0;
+}
+
+/* Splits a JPEG block payload into records and decodes each into `out`. */
+static int decode_jpeg_payload(struct rt_decoder *d, const struct rt_shard_header *h,
+                               const struct rt_block_entry *e, uint32_t block, const uint8_t *payload,
+                               uint8_t *out, uint8_t *hwc, const char *name)
+{
+    const uint64_t rec_bytes = rt_record_bytes(h);
+    const uint64_t table = 4 * ((uint64_t)e->record_count + 1);
+    const uint8_t *data = payload + table;
+    const uint64_t data_len = e->raw_size - table;
+    char where[512];
+
+    if (rt_le32(payload) != 0)
+        return rt_errf(-EBADMSG, "%s: block %" PRIu32 ": JPEG offset table must start at 0", name, block);
+    for (uint32_t r = 0; r < e->record_count; r++) {
+        uint32_t lo = rt_le32(payload + 4 * (uint64_t)r), hi = rt_le32(payload + 4 * ((uint64_t)r + 1));
+        snprintf(where, sizeof(where), "%s: block %" PRIu32 ": record %" PRIu64, name, block,
+                 h->first_record + e->first_record + r);
+        if (hi < lo || hi > data_len)
+            return rt_errf(-EBADMSG, "%s: JPEG bytes [%" PRIu32 ", %" PRIu32 ") outside the %" PRIu64
+                           "-byte payload",
+                           where, lo, hi, data_len);
+        if (r + 1 == e->record_count && hi != data_len)
+            return rt_errf(-EBADMSG, "%s: payload has %" PRIu64 " trailing bytes", where, data_len - hi);
+        int rc = rt_jpeg_decode_chw(d->tj, data + lo, hi - lo, h->channels, h->height, h->width,
+                                    out + rec_bytes * r, hwc, where);
+        if (rc < 0)
+            return rc;
+    }
+    return 0;
+}
+
+int rt_block_decode(struct rt_decoder *d, const struct rt_shard_header *h,
+                    const struct rt_block_entry *e, uint32_t block, const void *stored, uint8_t *out,
+                    const char *name)
+{
+    const uint64_t rec_bytes = rt_record_bytes(h);
+    const uint8_t *payload = stored;
+    uint8_t *hwc;
+    size_t need;
+    int rc;
+
+    if (XXH64(stored, e->stored_size, 0) != e->xxh64)
+        return rt_errf(-EBADMSG, "%s: block %" PRIu32 " (offset %" PRIu64 ", %" PRIu32
+                       " bytes): checksum mismatch, the block is corrupt",
+                       name, block, e->offset, e->stored_size);
+    if (h->codec == RT_CODEC_RAW) {
+        unsigned long long content = ZSTD_getFrameContentSize(stored, e->stored_size);
+        if (content != e->raw_size)
+            return rt_errf(-EBADMSG, "%s: block %" PRIu32 ": zstd frame declares %llu bytes, index says %"
+                           PRIu32, name, block, content, e->raw_size);
+        size_t n = ZSTD_decompressDCtx(d->zstd, out, e->raw_size, stored, e->stored_size);
+        if (ZSTD_isError(n))
+            return rt_errf(-EBADMSG, "%s: block %" PRIu32 ": zstd: %s", name, block, ZSTD_getErrorName(n));
+        if (n != e->raw_size)
+            return rt_errf(-EBADMSG, "%s: block %" PRIu32 ": decompressed to %zu bytes, expected %" PRIu32,
+                           name, block, n, e->raw_size);
+        return 0;
+    }
+
+    /* JPEG: scratch holds the decompressed payload (if zstd) then HWC pixels. */
+    need = (size_t)rec_bytes + (h->compression == RT_COMPRESSION_ZSTD ? e->raw_size : 0);
+    rc = scratch_reserve(d, need);
+    if (rc < 0)
+        return rc;
+    hwc = d->scratch;
+    if (h->compression == RT_COMPRESSION_ZSTD) {
+        uint8_t *buf = d->scratch + rec_bytes;
+        size_t n = ZSTD_decompressDCtx(d->zstd, buf, e->raw_size, stored, e->stored_size);
+        if (ZSTD_isError(n) || n != e->raw_size)
+            return rt_errf(-EBADMSG, "%s: block %" PRIu32 ": zstd: %s", name, block,
+                           ZSTD_isError(n) ? ZSTD_getErrorName(n) : "wrong decompressed size");
+        payload = buf;
+    }
+    return decode_jpeg_payload(d, h, e, block, payload, out, hwc, name);
+}

@@ -1,0 +1,264 @@
+/*
+ * loader.h - ringtrain's data side, up to the batch slot: the dataset format
+ * (shards + manifest), `pack` from the usual source formats, the synthetic
+ * dataset generator, and the readers that verify and decode shards.
+ *
+ * This module knows nothing about CUDA, models or collectives. See
+ * docs/FORMAT.md for the on-disk layout that the functions below read and
+ * write. All functions return 0 (or a count) on success and -errno on
+ * failure, with the reason -- naming file, shard, block, record or offset --
+ * in rt_errmsg(). None of them abort on bad input.
+ */
+#ifndef RT_LOADER_H
+#define RT_LOADER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* ---- vocabulary ------------------------------------------------------------ */
+
+enum rt_codec { RT_CODEC_RAW = 0, RT_CODEC_JPEG = 1 };
+
+enum rt_split { RT_SPLIT_TRAIN = 0, RT_SPLIT_VAL = 1, RT_SPLIT_TEST = 2, RT_SPLIT_COUNT = 3 };
+
+/* "raw" / "jpeg"; NULL for an unknown value. */
+const char *rt_codec_name(enum rt_codec codec);
+/* "train" / "val" / "test"; NULL for an unknown value. */
+const char *rt_split_name(enum rt_split split);
+
+/* ---- synthetic data (`ringtrain synth`) ----------------------------------- */
+
+enum rt_synth_format { RT_SYNTH_CIFAR10, RT_SYNTH_CIFAR100, RT_SYNTH_MNIST };
+
+struct rt_synth_opts {
+    enum rt_synth_format format;
+    uint64_t train;  /* training records (default 50000) */
+    uint64_t test;   /* test records (default 10000) */
+    uint64_t seed;   /* same seed -> byte-identical files */
+    int threads;     /* 0 = the CPUs this process may use */
+};
+
+/*
+ * Writes a learnable synthetic dataset under `outdir` in the exact layout the
+ * original distribution unpacks to:
+ *   CIFAR-10:  outdir/cifar-10-batches-bin/data_batch_{1..5}.bin, test_batch.bin,
+ *              batches.meta.txt (records: 1 label byte + 3072 bytes R,G,B planes)
+ *   CIFAR-100: outdir/cifar-100-binary/train.bin, test.bin, fine_label_names.txt,
+ *              coarse_label_names.txt (records: coarse byte, fine byte, 3072 bytes)
+ *   MNIST:     outdir/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz
+ * Each class is a distinct procedural pattern drawn with random translation,
+ * colour and noise. Files are written atomically. Returns 0 or -errno.
+ */
+int rt_synth_write(const char *outdir, const struct rt_synth_opts *opts);
+
+/*
+ * Renders record `index` of `split` (RT_SPLIT_TRAIN or RT_SPLIT_TEST) exactly
+ * as rt_synth_write() stores it: `out` receives C*H*W bytes in CHW order
+ * (3x32x32 for CIFAR, 1x28x28 for MNIST) and *label the (fine) class.
+ * Pure function of its arguments; thread-safe.
+ */
+void rt_synth_record(enum rt_synth_format format, uint64_t seed, enum rt_split split,
+                     uint64_t index, uint8_t *out, int32_t *label);
+
+/* ---- packing (`ringtrain pack`) ------------------------------------------- */
+
+enum rt_label_kind { RT_LABEL_FINE = 0, RT_LABEL_COARSE = 1 };
+
+struct rt_pack_progress {
+    uint64_t records_done, records_total;
+    uint64_t bytes_in, bytes_out;
+    double seconds;
+};
+
+struct rt_pack_opts {
+    enum rt_codec codec;        /* RT_CODEC_RAW (default) or RT_CODEC_JPEG */
+    int quality;                /* JPEG quality 1..100; 0 = 90, or pass-through of JPEG input */
+    int level;                  /* zstd level for raw blocks; 0 = 3 */
+    uint64_t shard_bytes;       /* target stored bytes per shard; 0 = 64 MiB */
+    uint32_t block_records;     /* records per block; 0 = about 128 KiB of pixels */
+    double val_split;           /* fraction of train moved to val, [0, 1) */
+    uint64_t split_seed;        /* seed of the val selection */
+    enum rt_label_kind label;   /* CIFAR-100: fine (default) or coarse labels */
+    int threads;                /* 0 = the CPUs this process may use */
+    int force;                  /* replace an existing dataset at outdir */
+    /* Called from the packing thread after each group of blocks; may be NULL. */
+    void (*progress)(void *ctx, const struct rt_pack_progress *p);
+    void *progress_ctx;
+};
+
+struct rt_pack_stats {
+    char source[48];            /* detected input kind, e.g. "cifar10-bin" */
+    uint64_t records;           /* records written, all splits */
+    uint64_t split_records[RT_SPLIT_COUNT];
+    uint64_t bytes_in;          /* decoded pixel bytes read (C*H*W per record) */
+    uint64_t bytes_out;         /* shard bytes written */
+    uint32_t shards;
+    double seconds;             /* wall time of the whole pack */
+};
+
+/*
+ * Packs `input` -- a CIFAR-10/100 binary directory or its .tar.gz, the CIFAR
+ * python tarball, an MNIST IDX directory (plain or .gz), or an image folder
+ * ROOT/<class>/<file>.jpg -- into shards and a manifest under `outdir`.
+ * Output is built in a temporary sibling directory and renamed into place only
+ * when complete, so a failed pack leaves nothing that looks like a dataset.
+ * Same input and options give byte-identical output whatever the thread count.
+ * Returns 0 or -errno; `stats` (may be NULL) is filled on success.
+ */
+int rt_pack(const char *input, const char *outdir, const struct rt_pack_opts *opts,
+            struct rt_pack_stats *stats);
+
+/* ---- reading a dataset ------------------------------------------------------ */
+
+struct rt_dataset;
+
+struct rt_shard_ref {
+    const char *file;        /* name relative to the dataset directory */
+    uint64_t records;
+    uint64_t bytes;          /* file size */
+    uint64_t xxh64;          /* XXH64 (seed 0) of the whole file */
+    uint64_t first_record;   /* index of the shard's first record within its split */
+};
+
+struct rt_split_info {
+    uint64_t records;
+    uint32_t nshards;
+    const struct rt_shard_ref *shards;
+    const uint64_t *class_counts;    /* num_classes entries */
+};
+
+struct rt_dataset_info {
+    const char *dir;
+    const char *source;              /* input kind recorded by pack */
+    enum rt_codec codec;
+    uint32_t channels, height, width;
+    uint32_t num_classes;
+    const char *const *class_names;  /* num_classes entries */
+    uint64_t stored_bytes;           /* sum of shard sizes */
+    struct rt_split_info split[RT_SPLIT_COUNT];
+};
+
+/*
+ * Opens the dataset at `dir` by reading and validating `dir`/manifest.json.
+ * Shards are not opened. The handle owns all strings and arrays reachable from
+ * rt_dataset_info(). Returns 0 or -errno.
+ */
+int rt_dataset_open(const char *dir, struct rt_dataset **out);
+
+/* Same, from manifest text already in memory (`name` is used in messages). */
+int rt_dataset_parse_manifest(const char *dir, const char *text, size_t len, const char *name,
+                              struct rt_dataset **out);
+
+/* Frees the handle; NULL is fine. */
+void rt_dataset_close(struct rt_dataset *ds);
+
+/* Borrowed view, valid until rt_dataset_close(). */
+const struct rt_dataset_info *rt_dataset_info(const struct rt_dataset *ds);
+
+/*
+ * Checks every shard named by the manifest: size, whole-file XXH64, header,
+ * labels (checksum and range), block index, every block checksum, and that
+ * every block decodes to the right number of bytes. Calls `report` once per
+ * problem with a line naming the file, block and what was expected.
+ * Returns the number of problems (0 = all well) or -errno when it could not
+ * run at all.
+ */
+int rt_dataset_verify(const struct rt_dataset *ds, void (*report)(void *ctx, const char *line),
+                      void *ctx);
+
+/* ---- reading a shard ---------------------------------------------------------- */
+
+/* Parsed, validated shard header (docs/FORMAT.md, "Shard header"). */
+struct rt_shard_header {
+    uint32_t version;
+    enum rt_codec codec;
+    uint32_t compression;    /* 0 = stored, 1 = zstd */
+    enum rt_split split;
+    uint32_t channels, height, width;
+    uint32_t num_classes;
+    uint64_t record_count;
+    uint64_t first_record;
+    uint32_t block_count;
+    uint64_t labels_offset, index_offset, data_offset, file_size;
+    uint64_t labels_xxh64, index_xxh64;
+};
+
+/* One entry of the block index. */
+struct rt_block_entry {
+    uint64_t offset;         /* absolute file offset of the stored bytes */
+    uint32_t stored_size;
+    uint32_t raw_size;       /* payload bytes after decompression */
+    uint32_t first_record;   /* within the shard */
+    uint32_t record_count;
+    uint64_t xxh64;          /* of the stored bytes */
+};
+
+/* Bytes of the fixed shard header; read at least this much to parse it. */
+#define RT_SHARD_HEADER_SIZE 128
+
+/*
+ * Parses the first RT_SHARD_HEADER_SIZE bytes of a shard and checks magic,
+ * version, header checksum and that all offsets and counts are consistent
+ * with each other. `name` is used in messages. Returns 0 or -EBADMSG /
+ * -EPROTONOSUPPORT (newer version).
+ */
+int rt_shard_parse_header(const void *buf, size_t len, const char *name, struct rt_shard_header *h);
+
+/*
+ * Checks the label section (record_count little-endian int32 at
+ * labels_offset; `buf` holds exactly those bytes) against its checksum and
+ * the class range, and copies them to `labels`. Returns 0 or -EBADMSG.
+ */
+int rt_shard_parse_labels(const struct rt_shard_header *h, const void *buf, size_t len,
+                          const char *name, int32_t *labels);
+
+/*
+ * Checks and decodes the block index (`buf` holds block_count * 32 bytes at
+ * index_offset) into `blocks`: checksum, blocks in order, contiguous record
+ * ranges covering the shard, stored ranges inside the data section.
+ * Returns 0 or -EBADMSG.
+ */
+int rt_shard_parse_index(const struct rt_shard_header *h, const void *buf, size_t len,
+                         const char *name, struct rt_block_entry *blocks);
+
+/* Per-thread decoding state (zstd context, TurboJPEG handle). */
+struct rt_decoder;
+
+int rt_decoder_create(struct rt_decoder **out);
+void rt_decoder_destroy(struct rt_decoder *d);
+
+/*
+ * Checks the stored bytes of block `block` (stored_size bytes) against the
+ * index checksum and decodes its records into `out`, which must hold
+ * record_count * C*H*W bytes (CHW per record, uint8). Returns 0 or
+ * -EBADMSG with a message naming `name`, the block and the record.
+ */
+int rt_block_decode(struct rt_decoder *d, const struct rt_shard_header *h,
+                    const struct rt_block_entry *e, uint32_t block, const void *stored,
+                    uint8_t *out, const char *name);
+
+/* An open shard file with its header, labels and block index loaded. */
+struct rt_shard;
+
+/* Opens and validates a shard (header, labels, index; not the blocks). */
+int rt_shard_open(const char *path, struct rt_shard **out);
+void rt_shard_close(struct rt_shard *s);
+const struct rt_shard_header *rt_shard_header(const struct rt_shard *s);
+const int32_t *rt_shard_labels(const struct rt_shard *s);
+const struct rt_block_entry *rt_shard_blocks(const struct rt_shard *s);
+
+/*
+ * Reads block `block`'s stored bytes into `buf` (at least stored_size bytes)
+ * with pread. Returns 0 or -errno.
+ */
+int rt_shard_read_block(const struct rt_shard *s, uint32_t block, void *buf);
+
+/* ---- images ------------------------------------------------------------------- */
+
+/*
+ * Writes a CHW uint8 image (C = 1 or 3) as PNG, or as binary PPM/PGM, chosen
+ * by the extension of `path` (.png, .ppm, .pgm). Returns 0 or -errno.
+ */
+int rt_image_write(const char *path, const uint8_t *chw, uint32_t c, uint32_t h, uint32_t w);
+
+#endif /* RT_LOADER_H */

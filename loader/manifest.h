@@ -1,0 +1,20 @@
+/*
+ * manifest.h (private to loader/) - writing manifest.json. Reading is the
+ * public rt_dataset_open() in loader.h.
+ */
+#ifndef RT_LOADER_MANIFEST_H
+#define RT_LOADER_MANIFEST_H
+
+#include <jansson.h>
+
+#include "loader/loader.h"
+
+/*
+ * Serialises `info` (everything but `dir` and `stored_bytes`) plus the
+ * packing parameters `pack` (borrowed, may be NULL) as manifest.json text, keys
+ * in a fixed order so equal inputs give equal bytes. Returns a malloc'd,
+ * NUL-terminated string or NULL (-ENOMEM in rt_errmsg()).
+ */
+char *rt_manifest_dump(const struct rt_dataset_info *info, json_t *pack);
+
+#endif

@@ -1,0 +1,171 @@
+/* cmd_inspect.c - `ringtrain inspect DIR [--record N [--split S] [--out FILE]]`. */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "loader/loader.h"
+#include "tools/cli.h"
+
+static void inspect_help(void)
+{
+    printf("usage: ringtrain inspect DIR [--record N] [--split train|val|test] [--out FILE.png|.ppm|.pgm]\n\n"
+           "Without --record: the dataset summary (classes, counts per split and per class, shape, codec,\n"
+           "stored size). With --record N: that record's label, class name and location (shard, block);\n"
+           "--out writes its image to look at.\n");
+}
+
+static void print_summary(const struct rt_dataset_info *info)
+{
+    char stored[32], raw[32];
+    uint64_t total = 0;
+    uint32_t shards = 0;
+
+    for (int sp = 0; sp < RT_SPLIT_COUNT; sp++) {
+        total += info->split[sp].records;
+        shards += info->split[sp].nshards;
+    }
+    uint64_t raw_bytes = total * info->channels * info->height * info->width;
+    rt_format_bytes((double)info->stored_bytes, stored, sizeof(stored));
+    rt_format_bytes((double)raw_bytes, raw, sizeof(raw));
+    printf("dataset  %s\n", info->dir);
+    printf("source   %s\n", info->source);
+    printf("shape    %" PRIu32 "x%" PRIu32 "x%" PRIu32 " (CxHxW) uint8\n", info->channels, info->height, info->width);
+    printf("codec    %s\n", rt_codec_name(info->codec));
+    printf("classes  %" PRIu32 "\n", info->num_classes);
+    printf("stored   %s in %" PRIu32 " shards (%s of pixels, ratio %.2f)\n", stored, shards, raw,
+           info->stored_bytes ? (double)raw_bytes / (double)info->stored_bytes : 0.0);
+    printf("\n%-8s %10s %7s\n", "split", "records", "shards");
+    for (int sp = 0; sp < RT_SPLIT_COUNT; sp++)
+        if (info->split[sp].records)
+            printf("%-8s %10" PRIu64 " %7" PRIu32 "\n", rt_split_name((enum rt_split)sp), info->split[sp].records,
+                   info->split[sp].nshards);
+    printf("\n%5s  %-24s", "class", "name");
+    for (int sp = 0; sp < RT_SPLIT_COUNT; sp++)
+        if (info->split[sp].records)
+            printf(" %8s", rt_split_name((enum rt_split)sp));
+    printf("\n");
+    for (uint32_t c = 0; c < info->num_classes; c++) {
+        printf("%5" PRIu32 "  %-24.24s", c, info->class_names[c]);
+        for (int sp = 0; sp < RT_SPLIT_COUNT; sp++)
+            if (info->split[sp].records)
+                printf(" %8" PRIu64, info->split[sp].class_counts[c]);
+        printf("\n");
+    }
+}
+
+static int show_record(const struct rt_dataset_info *info, enum rt_split sp, uint64_t n, const char *out)
+{
+    const struct rt_split_info *si = &info->split[sp];
+    const struct rt_shard_ref *ref = NULL;
+    struct rt_shard *sh = NULL;
+    struct rt_decoder *dec = NULL;
+    uint8_t *stored = NULL, *pixels = NULL;
+    char path[4200];
+    int rc;
+
+    if (n >= si->records) {
+        fprintf(stderr, "error: record %" PRIu64 " out of range: split %s has %" PRIu64 " records\n", n,
+                rt_split_name(sp), si->records);
+        return RT_EXIT_FAIL;
+    }
+    for (uint32_t i = 0; i < si->nshards && !ref; i++)
+        if (n < si->shards[i].first_record + si->shards[i].records)
+            ref = &si->shards[i];
+    snprintf(path, sizeof(path), "%s/%s", info->dir, ref->file);
+    if ((rc = rt_shard_open(path, &sh)) < 0 || (rc = rt_decoder_create(&dec)) < 0)
+        goto out;
+    const struct rt_shard_header *h = rt_shard_header(sh);
+    const struct rt_block_entry *blocks = rt_shard_blocks(sh);
+    uint64_t local = n - h->first_record;
+    uint32_t b = 0;
+    if (n < h->first_record || local >= h->record_count) {
+        rc = rt_errf(-EBADMSG, "%s: holds records [%" PRIu64 ", +%" PRIu64 "), manifest disagrees (run verify)", path,
+                     h->first_record, h->record_count);
+        goto out;
+    }
+    while (local >= (uint64_t)blocks[b].first_record + blocks[b].record_count)
+        b++;
+    const uint64_t rec = (uint64_t)h->channels * h->height * h->width;
+    stored = rt_malloc(blocks[b].stored_size, "block");
+    pixels = rt_malloc(rec * blocks[b].record_count, "pixels");
+    if (!stored || !pixels) {
+        rc = -1;
+        goto out;
+    }
+    if ((rc = rt_shard_read_block(sh, b, stored)) < 0 ||
+        (rc = rt_block_decode(dec, h, &blocks[b], b, stored, pixels, path)) < 0)
+        goto out;
+    int32_t label = rt_shard_labels(sh)[local];
+    printf("record %" PRIu64 " of %s: label %" PRId32 " (%s), shard %s, block %" PRIu32 ", record %" PRIu64
+           " of the block\n",
+           n, rt_split_name(sp), label, info->class_names[label], ref->file, b, local - blocks[b].first_record);
+    if (out) {
+        rc = rt_image_write(out, pixels + rec * (local - blocks[b].first_record), h->channels, h->height, h->width);
+        if (rc == 0)
+            printf("wrote %s (%" PRIu32 "x%" PRIu32 ", %" PRIu32 " channel%s)\n", out, h->width, h->height,
+                   h->channels, h->channels == 1 ? "" : "s");
+    }
+out:
+    free(stored);
+    free(pixels);
+    rt_decoder_destroy(dec);
+    rt_shard_close(sh);
+    return rc < 0 ? cli_fail() : RT_EXIT_OK;
+}
+
+int cmd_inspect(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"record", required_argument, NULL, 'r'}, {"split", required_argument, NULL, 's'},
+        {"out", required_argument, NULL, 'o'},    {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    struct rt_dataset *ds;
+    const char *out = NULL;
+    uint64_t record = 0;
+    int have_record = 0, c, rc;
+    enum rt_split split = RT_SPLIT_TRAIN;
+
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "r:s:o:h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'r':
+            if (cli_parse_u64("inspect", "--record", optarg, &record))
+                return RT_EXIT_USAGE;
+            have_record = 1;
+            break;
+        case 's': {
+            int found = 0;
+            for (int sp = 0; sp < RT_SPLIT_COUNT; sp++)
+                if (!strcmp(optarg, rt_split_name((enum rt_split)sp))) {
+                    split = (enum rt_split)sp;
+                    found = 1;
+                }
+            if (!found)
+                return cli_usage_error("inspect", "--split must be train, val or test");
+            break;
+        }
+        case 'o': out = optarg; break;
+        case 'h': inspect_help(); return RT_EXIT_OK;
+        default: return cli_usage_error("inspect", "unknown option");
+        }
+    }
+    if (optind != argc - 1)
+        return cli_usage_error("inspect", "exactly one dataset directory, please");
+    if (out && !have_record)
+        return cli_usage_error("inspect", "--out needs --record N");
+    if (rt_dataset_open(argv[optind], &ds) < 0)
+        return cli_fail();
+    if (have_record) {
+        rc = show_record(rt_dataset_info(ds), split, record, out);
+    } else {
+        print_summary(rt_dataset_info(ds));
+        rc = RT_EXIT_OK;
+    }
+    rt_dataset_close(ds);
+    return rc;
+}

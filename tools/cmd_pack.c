@@ -1,0 +1,158 @@
+/* cmd_pack.c - `ringtrain pack`: options -> rt_pack(), progress and summary. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/common.h"
+#include "loader/loader.h"
+#include "tools/cli.h"
+
+static void pack_help(void)
+{
+    printf("usage: ringtrain pack INPUT --out DIR [--codec raw|jpeg] [--quality Q] [--level L]\n"
+           "                      [--shard-size BYTES] [--block-records N] [--val-split F] [--split-seed S]\n"
+           "                      [--label fine|coarse] [--threads T] [--force]\n\n"
+           "INPUT is any of:\n"
+           "  a CIFAR-10/100 binary directory (cifar-10-batches-bin/, cifar-100-binary/) or its .tar.gz\n"
+           "  the CIFAR python tarball torchvision downloads (cifar-10-python.tar.gz, cifar-100-python.tar.gz)\n"
+           "    or its unpacked directory\n"
+           "  a directory holding the four MNIST IDX files (plain or .gz)\n"
+           "  an image folder ROOT/<class>/<file>.jpg (class index = sorted folder order), optionally with\n"
+           "    ROOT/train/, ROOT/val/ and ROOT/test/ above the class folders\n"
+           "A directory that holds one of these one level down (as `ringtrain synth` writes) works too.\n\n"
+           "  --out DIR            dataset directory to create (built as DIR.partial, renamed when complete)\n"
+           "  --codec C            raw (zstd-compressed uint8 CHW, lossless; default) or jpeg\n"
+           "  --quality Q          JPEG quality 1-100 (default 90; JPEG image folders are kept as they are\n"
+           "                       unless --quality is given)\n"
+           "  --level L            zstd level for raw blocks (default 3)\n"
+           "  --shard-size BYTES   target shard size, e.g. 64M (default 64M)\n"
+           "  --block-records N    records per independently decodable block (default: ~128 KiB of pixels)\n"
+           "  --val-split F        move this fraction of train to a seeded validation split (default 0)\n"
+           "  --split-seed S       seed of that selection (default 0)\n"
+           "  --label fine|coarse  CIFAR-100 label set (default fine)\n"
+           "  --threads T          encoder threads (default: the CPUs this process may use)\n"
+           "  --force              replace an existing dataset at DIR\n");
+}
+
+struct progress_state {
+    int tty;
+};
+
+static void on_progress(void *ctx, const struct rt_pack_progress *p)
+{
+    struct progress_state *st = ctx;
+    if (!st->tty || p->records_total == 0)
+        return;
+    double mbs = p->seconds > 0 ? (double)p->bytes_in / p->seconds / 1e6 : 0;
+    fprintf(stderr, "\rpack: %llu/%llu records %3.0f%% | %.1f MB/s ", (unsigned long long)p->records_done,
+            (unsigned long long)p->records_total, 100.0 * (double)p->records_done / (double)p->records_total, mbs);
+}
+
+int cmd_pack(int argc, char **argv)
+{
+    static const struct option longopts[] = {
+        {"out", required_argument, NULL, 'o'},           {"codec", required_argument, NULL, 'c'},
+        {"quality", required_argument, NULL, 'q'},       {"level", required_argument, NULL, 'l'},
+        {"shard-size", required_argument, NULL, 'S'},    {"block-records", required_argument, NULL, 'b'},
+        {"val-split", required_argument, NULL, 'v'},     {"split-seed", required_argument, NULL, 's'},
+        {"label", required_argument, NULL, 'L'},         {"threads", required_argument, NULL, 'j'},
+        {"force", no_argument, NULL, 'f'},               {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0},
+    };
+    struct rt_pack_opts o = {0};
+    struct rt_pack_stats st;
+    struct progress_state ps = {isatty(STDERR_FILENO)};
+    const char *out = NULL;
+    uint64_t v;
+    char *end;
+    int c;
+
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "o:c:q:l:S:b:v:s:L:j:fh", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'o': out = optarg; break;
+        case 'c':
+            if (!strcmp(optarg, "raw"))
+                o.codec = RT_CODEC_RAW;
+            else if (!strcmp(optarg, "jpeg"))
+                o.codec = RT_CODEC_JPEG;
+            else
+                return cli_usage_error("pack", "--codec must be raw or jpeg, not '%s'", optarg);
+            break;
+        case 'q':
+            if (cli_parse_u64("pack", "--quality", optarg, &v))
+                return RT_EXIT_USAGE;
+            if (v < 1 || v > 100)
+                return cli_usage_error("pack", "--quality must be in 1..100");
+            o.quality = (int)v;
+            break;
+        case 'l':
+            if (cli_parse_u64("pack", "--level", optarg, &v))
+                return RT_EXIT_USAGE;
+            if (v < 1 || v > 22)
+                return cli_usage_error("pack", "--level must be in 1..22");
+            o.level = (int)v;
+            break;
+        case 'S':
+            if (rt_parse_size(optarg, &o.shard_bytes) < 0 || o.shard_bytes == 0)
+                return cli_usage_error("pack", "--shard-size: %s", o.shard_bytes ? rt_errmsg() : "must be > 0");
+            break;
+        case 'b':
+            if (cli_parse_u64("pack", "--block-records", optarg, &v))
+                return RT_EXIT_USAGE;
+            if (v < 1 || v > 1u << 20)
+                return cli_usage_error("pack", "--block-records must be in 1..1048576");
+            o.block_records = (uint32_t)v;
+            break;
+        case 'v':
+            o.val_split = strtod(optarg, &end);
+            if (*end || end == optarg || !(o.val_split >= 0 && o.val_split < 1))
+                return cli_usage_error("pack", "--val-split must be a fraction in [0, 1), got '%s'", optarg);
+            break;
+        case 's':
+            if (cli_parse_u64("pack", "--split-seed", optarg, &o.split_seed))
+                return RT_EXIT_USAGE;
+            break;
+        case 'L':
+            if (!strcmp(optarg, "fine"))
+                o.label = RT_LABEL_FINE;
+            else if (!strcmp(optarg, "coarse"))
+                o.label = RT_LABEL_COARSE;
+            else
+                return cli_usage_error("pack", "--label must be fine or coarse");
+            break;
+        case 'j':
+            if (cli_parse_u64("pack", "--threads", optarg, &v))
+                return RT_EXIT_USAGE;
+            o.threads = (int)RT_MIN(v, 1024);
+            break;
+        case 'f': o.force = 1; break;
+        case 'h': pack_help(); return RT_EXIT_OK;
+        default: return cli_usage_error("pack", "unknown option");
+        }
+    }
+    if (optind != argc - 1)
+        return cli_usage_error("pack", optind == argc ? "INPUT is required" : "exactly one INPUT, please");
+    if (!out)
+        return cli_usage_error("pack", "--out DIR is required");
+    o.progress = on_progress;
+    o.progress_ctx = &ps;
+    int rc = rt_pack(argv[optind], out, &o, &st);
+    if (ps.tty)
+        fprintf(stderr, "\r\033[K");
+    if (rc < 0)
+        return cli_fail();
+
+    char in_s[32], out_s[32];
+    rt_format_bytes((double)st.bytes_in, in_s, sizeof(in_s));
+    rt_format_bytes((double)st.bytes_out, out_s, sizeof(out_s));
+    printf("pack: %llu records (train %llu, val %llu, test %llu) from %s -> %s: %u shards, %s of pixels in, "
+           "%s out, ratio %.2f, %.2f s, %.1f MB/s\n",
+           (unsigned long long)st.records, (unsigned long long)st.split_records[RT_SPLIT_TRAIN],
+           (unsigned long long)st.split_records[RT_SPLIT_VAL], (unsigned long long)st.split_records[RT_SPLIT_TEST],
+           st.source, out, st.shards, in_s, out_s, st.bytes_out ? (double)st.bytes_in / (double)st.bytes_out : 0.0,
+           st.seconds, st.seconds > 0 ? (double)st.bytes_in / st.seconds / 1e6 : 0.0);
+    return RT_EXIT_OK;
+}

@@ -1,0 +1,47 @@
+/*
+ * cmd_version.c - `ringtrain --version`: this build's version, the compute
+ * backends compiled in with what they see, and the library versions (as
+ * compiled against, and as loaded where the library can say).
+ */
+#include <archive.h>
+#include <jansson.h>
+#include <png.h>
+#include <stdio.h>
+#include <xxhash.h>
+#include <zlib.h>
+#include <zstd.h>
+
+#include "compute/compute.h"
+#include "rt_buildinfo.h"
+#include "tools/cli.h"
+
+int cmd_version(int argc, char **argv)
+{
+    struct rt_backend_probe cpu, cuda;
+
+    (void)argc;
+    (void)argv;
+    printf("ringtrain %s (%s build, %s)\n", RT_VERSION, RT_BUILD_TYPE, RT_C_COMPILER);
+    printf("compute backends:\n");
+    rt_backend_probe(RT_BACKEND_CPU, &cpu);
+    printf("  cpu   %s\n", cpu.detail);
+    if (rt_backend_probe(RT_BACKEND_CUDA, &cuda) == 0) {
+        printf("  cuda  built with CUDA %s, cuDNN %s, NCCL %s; runtime %d.%d, driver %s; %s\n", RT_CUDA_VERSION,
+               *RT_CUDNN_VERSION ? RT_CUDNN_VERSION : "not found", *RT_NCCL_VERSION ? RT_NCCL_VERSION : "not found",
+               cuda.runtime_version / 1000, cuda.runtime_version % 1000 / 10,
+               cuda.driver_version ? "present" : "none", cuda.detail);
+    } else {
+        printf("  cuda  %s\n", cuda.detail);
+    }
+    printf("libraries (built against / loaded):\n");
+    printf("  liburing     %s\n", RT_LIBURING_VERSION);
+    printf("  zstd         %s / %s\n", RT_LIBZSTD_VERSION, ZSTD_versionString());
+    printf("  turbojpeg    %s\n", RT_TURBOJPEG_VERSION);
+    printf("  libarchive   %s / %s\n", RT_LIBARCHIVE_VERSION, archive_version_string());
+    unsigned xxv = XXH_versionNumber();
+    printf("  xxhash       %s / %u.%u.%u\n", RT_XXHASH_VERSION, xxv / 10000, xxv / 100 % 100, xxv % 100);
+    printf("  jansson      %s / %s\n", RT_JANSSON_VERSION, jansson_version_str());
+    printf("  zlib         %s / %s\n", RT_ZLIB_VERSION, zlibVersion());
+    printf("  libpng       %s / %s\n", RT_LIBPNG_VERSION, png_get_libpng_ver(NULL));
+    return RT_EXIT_OK;
+}
