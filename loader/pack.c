@@ -9,6 +9,7 @@
  * written in record order whatever thread encoded them. Everything is written
  * under "<outdir>.partial" and renamed to <outdir> only when complete.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -574,6 +575,20 @@ static int make_plan(struct packer *p)
     return 0;
 }
 
+static int dir_is_empty(const char *path)
+{
+    DIR *d = opendir(path);
+    struct dirent *e;
+    int empty = 1;
+
+    if (!d)
+        return 0;
+    while (empty && (e = readdir(d)) != NULL)
+        empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+    closedir(d);
+    return empty;
+}
+
 /* Refuses to clobber anything that is not an earlier dataset (and that only with force). */
 static int check_outdir(const char *outdir, int force)
 {
@@ -587,10 +602,10 @@ static int check_outdir(const char *outdir, int force)
     snprintf(manifest, sizeof(manifest), "%s/%s", outdir, RT_MANIFEST_NAME);
     if (stat(manifest, &st) == 0)
         return force ? 0 : rt_errf(-EEXIST, "%s: already holds a packed dataset; pass --force to replace it", outdir);
-    if (rmdir(outdir) == 0 || errno == ENOENT)
-        return 0;
-    return rt_errf(-EEXIST, "%s: exists and is not empty (and is not a packed dataset); choose another --out",
-                   outdir);
+    if (!dir_is_empty(outdir))
+        return rt_errf(-EEXIST, "%s: exists and is not empty (and is not a packed dataset); choose another --out",
+                       outdir);
+    return 0;
 }
 
 static int install(const char *tmpdir, const char *outdir)
@@ -599,6 +614,9 @@ static int install(const char *tmpdir, const char *outdir)
     struct stat st;
     int rc;
 
+    /* An empty directory the user made for us is simply replaced. */
+    if (stat(outdir, &st) == 0 && dir_is_empty(outdir) && rmdir(outdir) < 0)
+        return rt_errf(-errno, "%s: cannot replace the empty directory: %s", outdir, strerror(errno));
     if (stat(outdir, &st) == 0) {
         snprintf(old, sizeof(old), "%s.replaced", outdir);
         rt_remove_tree(old);

@@ -86,7 +86,7 @@ static int list_dir(const char *dir, int want_dirs, struct strlist *out, size_t 
         }
     }
     closedir(d);
-    if (rc == 0)
+    if (rc == 0 && out->n > 1)
         qsort(out->v, out->n, sizeof(char *), cmp_str);
     return rc;
 }
