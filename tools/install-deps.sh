@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# install-deps.sh - installs the Debian 12 packages ringtrain needs that are
+# missing, and nothing else. Runs apt-get as root, or through sudo when not
+# root (it says so first). Usage: tools/install-deps.sh [--test]
+#   --test  also the test tools: clang + libFuzzer runtime for the fuzz targets.
+set -eu
+
+build_pkgs=(gcc make cmake ninja-build pkg-config liburing-dev libzstd-dev libturbojpeg0-dev
+    libarchive-dev libxxhash-dev libjansson-dev zlib1g-dev libpng-dev)
+test_pkgs=(clang libclang-rt-14-dev)
+
+want=("${build_pkgs[@]}")
+[ "${1:-}" = "--test" ] && want+=("${test_pkgs[@]}")
+
+missing=()
+for p in "${want[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+if [ "$(id -u)" -eq 0 ]; then
+    sudo=()
+elif command -v sudo >/dev/null; then
+    echo "install-deps: installing ${missing[*]} through sudo (apt-get needs root)" >&2
+    sudo=(sudo)
+else
+    echo "install-deps: missing Debian packages: ${missing[*]}" >&2
+    echo "install-deps: run as root: apt-get install -y ${missing[*]}" >&2
+    exit 1
+fi
+echo "install-deps: apt-get install ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+"${sudo[@]}" apt-get update -qq
+"${sudo[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null

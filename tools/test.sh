@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# test.sh - builds and runs every test on a fresh Debian 12 machine: installs
+# what is missing, then
+#   1. the normal build and its ctest suite,
+#   2. an ASan+UBSan build (-DRT_SANITIZE=ON) and the same suite,
+#   3. the libFuzzer targets (clang, -DRT_FUZZ=ON), each for a bounded time
+#      (RT_FUZZ_SECONDS, default 30) from the seed corpus.
+# Exits non-zero if anything fails. `.ci/run` calls exactly this.
+set -eu
+top=$(cd "$(dirname "$0")/.." && pwd)
+cd "$top"
+tools/install-deps.sh --test
+jobs=$(nproc)
+
+echo "== build (RelWithDebInfo)"
+cmake -S . -B build -G Ninja >/dev/null
+cmake --build build -j "$jobs"
+ctest --test-dir build --output-on-failure -j "$jobs"
+
+echo "== build (ASan + UBSan)"
+cmake -S . -B build-asan -G Ninja -DRT_SANITIZE=ON -DRT_CUDA=OFF >/dev/null
+cmake --build build-asan -j "$jobs"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build-asan --output-on-failure -j "$jobs"
+
+echo "== fuzz (libFuzzer, ${RT_FUZZ_SECONDS:-30} s per target)"
+cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DRT_FUZZ=ON -DRT_CUDA=OFF >/dev/null
+cmake --build build-fuzz -j "$jobs" --target fuzz_shard fuzz_pickle fuzz_idx
+for t in shard pickle idx; do
+    work=$(mktemp -d)
+    build-fuzz/tests/fuzz/fuzz_$t -max_total_time="${RT_FUZZ_SECONDS:-30}" -rss_limit_mb=2048 \
+        -print_final_stats=1 "$work" "tests/fuzz/corpus/$t" 2>"$work.log" ||
+        { tail -40 "$work.log"; echo "fuzz_$t found a crash (reproducer in $PWD)"; exit 1; }
+    grep -E "stat::number_of_executed_units" "$work.log" | sed "s/^/fuzz_$t: /"
+    rm -rf "$work" "$work.log"
+done
+echo "all tests passed"
