@@ -32,7 +32,7 @@ enum rt_synth_format { RT_SYNTH_CIFAR10, RT_SYNTH_CIFAR100, RT_SYNTH_MNIST };
 
 struct rt_synth_opts {
     enum rt_synth_format format;
-    uint64_t train;  /* training records (default 50000) */
+    uint64_t train;  /* training records (the CLI defaults to 50000; 60000 for MNIST) */
     uint64_t test;   /* test records (default 10000) */
     uint64_t seed;   /* same seed -> byte-identical files */
     int threads;     /* 0 = the CPUs this process may use */

@@ -14,8 +14,10 @@
  * draw the variant at random per image. Every image is drawn with a random
  * translation, scale and phase, a small rotation jitter (any rotation where
  * the family does not depend on it), random foreground and background colours
- * that are independent of the class (MNIST: bright on dark grey levels), a
- * linear illumination gradient and additive noise.
+ * that are independent of the class, a linear illumination gradient, additive
+ * noise and, in 40% of the CIFAR images, a solid rectangle of a third colour
+ * hiding part of the pattern. MNIST images are grey strokes on an exactly
+ * black ground, with light and noise on the strokes only.
  *
  * Labels. Records are grouped in blocks of K (the number of classes); block
  * b holds each class exactly once, in the order of a Fisher-Yates shuffle
@@ -483,13 +485,14 @@ static void syn_scene_draw(struct syn_scene *sc, enum rt_synth_format format, in
     }
 
     if (format == RT_SYNTH_MNIST) {
-        /* Bright strokes on a dark ground, as the digits are. */
-        sc->bg[0] = 0.1f * rt_rng_uniform(r);
+        /* Bright strokes on a black ground, as the digits are; the light
+         * gradient and the noise touch only the strokes (syn_render()). */
+        sc->bg[0] = 0.0f;
         sc->fg[0] = 0.7f + 0.3f * rt_rng_uniform(r);
-        float amp = 0.05f * rt_rng_uniform(r), dir = rt_rng_uniform(r);
+        float amp = 0.15f * rt_rng_uniform(r), dir = rt_rng_uniform(r);
         sc->gx = amp * syn_tcos(dir) / (float)size;
         sc->gy = amp * syn_tsin(dir) / (float)size;
-        sc->noise = 0.01f + 0.04f * rt_rng_uniform(r);
+        sc->noise = 0.02f + 0.06f * rt_rng_uniform(r);
     } else {
         /* Colours are independent of the class; demand some luminance contrast
          * so that the pattern is visible. Either may be the brighter. */
@@ -519,8 +522,8 @@ static void syn_scene_draw(struct syn_scene *sc, enum rt_synth_format format, in
     sc->noise_seed = rt_rng_u64(r);
 }
 
-/* splitmix64: the per-pixel noise needs ~1500 words per image, more than is
- * worth drawing from Philox; it is seeded from the record's Philox stream. */
+/* splitmix64: the per-pixel noise needs 384 words per CIFAR image, more than
+ * is worth drawing from Philox; it is seeded from the record's Philox stream. */
 static inline uint64_t syn_mix_next(uint64_t *s)
 {
     uint64_t z = (*s += UINT64_C(0x9E3779B97F4A7C15));
@@ -585,6 +588,9 @@ syn_render(const struct syn_scene *sc, uint8_t *out, const int size, const int c
 
     /* Scales the noise's std of 73.9 to sc->noise (intensity 0..1). */
     const float namp = sc->noise * (1.0f / 73.9f);
+    /* Grey (MNIST) images keep an exactly black ground: light and noise are
+     * weighted by the pattern's coverage. The test folds at compile time. */
+    const int masked = channels == 1;
     for (int c = 0; c < channels; c++) {
         const float bg = sc->bg[c], diff = sc->fg[c] - sc->bg[c], oc = sc->occ_col[c];
         const uint8_t *nz = noise + (size_t)c * plane;
@@ -592,7 +598,8 @@ syn_render(const struct syn_scene *sc, uint8_t *out, const int size, const int c
         for (size_t p = 0; p < plane; p++) {
             float val = bg + cov[p] * diff;
             val += occ[p] * (oc - val);
-            val = (val + light[p] + namp * ((float)nz[p] - 127.5f)) * 255.0f + 0.5f;
+            float extra = light[p] + namp * ((float)nz[p] - 127.5f);
+            val = (val + (masked ? cov[p] * extra : extra)) * 255.0f + 0.5f;
             val = val > 0.0f ? val : 0.0f;
             val = val < 255.0f ? val : 255.0f;
             o[p] = (uint8_t)(int)val;
@@ -817,6 +824,8 @@ static void syn_put_be32(uint8_t *p, uint32_t v)
 /*
  * gzips `len` bytes and writes them atomically to `path`. The gzip header is
  * zlib's default one (mtime 0, no name), so equal input gives equal bytes.
+ * Run-length matching only: on noisy pixels it compresses as well as the
+ * default strategy at about twice the speed.
  */
 static int syn_write_gz(const char *path, const uint8_t *data, size_t len)
 {
@@ -826,7 +835,7 @@ static int syn_write_gz(const char *path, const uint8_t *data, size_t len)
     int rc, zrc;
 
     memset(&zs, 0, sizeof(zs));
-    zrc = deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_DEFAULT_STRATEGY);
+    zrc = deflateInit2(&zs, 6, Z_DEFLATED, 15 + 16, 8, Z_RLE);
     if (zrc != Z_OK)
         return rt_errf(zrc == Z_MEM_ERROR ? -ENOMEM : -EINVAL, "%s: deflateInit2 failed: %s", path,
                        zs.msg ? zs.msg : zError(zrc));

@@ -8,7 +8,7 @@
  * classifier on translation-invariant spectrum features must beat twice
  * chance, one on the mean colour must not.
  *
- * Writes only under a fresh directory in /tmp, removed at the end.
+ * Writes only under a fresh directory in $TMPDIR or /tmp, removed at the end.
  */
 #include <errno.h>
 #include <math.h>
@@ -22,6 +22,7 @@
 #include "check.h"
 #include "common/common.h"
 #include "loader/loader.h"
+#include "test_util.h"
 
 #define SEED 7
 #define CIFAR_PIXELS 3072
@@ -571,8 +572,11 @@ static void test_learnable(enum rt_synth_format format, const char *name, int nt
         double cacc = nearest_mean_accuracy(col, label, ntrain, ntest, 3, classes);
         printf("%s: nearest class mean on channel means: test accuracy %.3f (chance %.3f)\n", name,
                cacc, chance);
-        CHECKF(cacc < 2 * chance, "%s: colour alone gives %.3f, the class leaks into colour",
-               name, cacc);
+        /* 1.5x chance for 10 classes is 5 standard errors of 1000 test
+         * records above chance; 100 classes need the looser 2x. */
+        double limit = (classes == 10 ? 1.5 : 2.0) * chance;
+        CHECKF(cacc < limit, "%s: colour alone gives %.3f, the class leaks into colour", name,
+               cacc);
     }
     free(spec);
     free(col);
@@ -582,13 +586,10 @@ static void test_learnable(enum rt_synth_format format, const char *name, int nt
 
 int main(void)
 {
-    char root[] = "/tmp/test_synth.XXXXXX";
+    char root[512];
 
     printf("seed %d\n", SEED);
-    if (!mkdtemp(root)) {
-        perror("mkdtemp");
-        return 77;
-    }
+    tu_tempdir(root, sizeof(root), "synth");
     test_record();
     test_cifar10(root);
     test_cifar100(root);
