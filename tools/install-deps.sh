@@ -5,7 +5,7 @@
 #   --test  also the test tools: clang + libFuzzer runtime for the fuzz targets.
 set -eu
 
-build_pkgs=(gcc make cmake ninja-build pkg-config liburing-dev libzstd-dev libturbojpeg0-dev
+build_pkgs=(gcc libc6-dev make cmake ninja-build pkg-config liburing-dev libzstd-dev libturbojpeg0-dev
     libarchive-dev libxxhash-dev libjansson-dev zlib1g-dev libpng-dev)
 test_pkgs=(clang libclang-rt-14-dev)
 
