@@ -80,7 +80,7 @@ int rt_jpeg_probe(tjhandle tj, const uint8_t *jpeg, size_t len, const char *name
 int rt_jpeg_decode_chw(tjhandle tj, const uint8_t *jpeg, size_t len, uint32_t c, uint32_t h,
                        uint32_t w, uint8_t *out, uint8_t *hwc, const char *name)
 {
-    uint32_t jw, jh;
+    uint32_t jw = 0, jh = 0;
     int gray, rc;
     const size_t plane = (size_t)h * w;
 

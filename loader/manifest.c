@@ -72,7 +72,7 @@ static int parse_split(struct rt_dataset *ds, enum rt_split sp, json_t *js, cons
     struct rt_split_info *si = &ds->info.split[sp];
     const char *sname = rt_split_name(sp);
     char what[64];
-    uint64_t sum = 0, total;
+    uint64_t sum = 0, total = 0;
     json_t *shards, *counts;
     int rc;
 
@@ -153,7 +153,7 @@ int rt_dataset_parse_manifest(const char *dir, const char *text, size_t len, con
     json_error_t jerr;
     json_t *root, *shape, *classes, *splits, *v;
     const char *s;
-    uint64_t version, nc;
+    uint64_t version = 0, nc = 0;
     int rc = -EBADMSG;
 
     ds = rt_calloc(1, sizeof(*ds), "dataset");

@@ -73,10 +73,13 @@ static int list_dir(const char *dir, int want_dirs, struct strlist *out, size_t 
     if (!d)
         return rt_errf(-errno, "%s: cannot read directory: %s", dir, strerror(errno));
     while ((e = readdir(d)) != NULL) {
-        char path[4096];
+        char path[4096 + 256];
         if (e->d_name[0] == '.')
             continue;
-        snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+        if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= sizeof(path)) {
+            rc = rt_errf(-ENAMETOOLONG, "%s/%s: path too long", dir, e->d_name);
+            break;
+        }
         int d_is_dir = is_dir(path);
         if (want_dirs ? d_is_dir : (!d_is_dir && is_jpeg_name(e->d_name))) {
             if ((rc = strlist_push(out, e->d_name)) < 0)

@@ -102,9 +102,9 @@ static int load_split(const char *dir, const struct rt_blobs *b, const char *ste
                       uint32_t *max_label)
 {
     uint8_t *img_owned = NULL, *lab_owned = NULL;
-    const uint8_t *img_buf, *lab_buf, *img, *lab;
-    size_t img_len, lab_len;
-    uint32_t idims[3], ldims[1];
+    const uint8_t *img_buf = NULL, *lab_buf = NULL, *img = NULL, *lab = NULL;
+    size_t img_len = 0, lab_len = 0;
+    uint32_t idims[3] = {0}, ldims[1] = {0};
     char img_name[4200], lab_name[4200];
     int rc;
 

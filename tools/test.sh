@@ -12,8 +12,8 @@ cd "$top"
 tools/install-deps.sh --test
 jobs=$(nproc)
 
-echo "== build (RelWithDebInfo)"
-cmake -S . -B build -G Ninja >/dev/null
+echo "== build (Release, as tools/quickstart.sh builds)"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs"
 
