@@ -38,6 +38,7 @@ static void pack_help(void)
 
 struct progress_state {
     int tty;
+    double last; /* seconds at the last redraw */
 };
 
 static void on_progress(void *ctx, const struct rt_pack_progress *p)
@@ -45,6 +46,10 @@ static void on_progress(void *ctx, const struct rt_pack_progress *p)
     struct progress_state *st = ctx;
     if (!st->tty || p->records_total == 0)
         return;
+    /* Redraw at most ten times a second, and always at the end. */
+    if (p->seconds - st->last < 0.1 && p->records_done < p->records_total)
+        return;
+    st->last = p->seconds;
     double mbs = p->seconds > 0 ? (double)p->bytes_in / p->seconds / 1e6 : 0;
     fprintf(stderr, "\rpack: %llu/%llu records %3.0f%% | %.1f MB/s ", (unsigned long long)p->records_done,
             (unsigned long long)p->records_total, 100.0 * (double)p->records_done / (double)p->records_total, mbs);
@@ -63,7 +68,7 @@ int cmd_pack(int argc, char **argv)
     };
     struct rt_pack_opts o = {0};
     struct rt_pack_stats st;
-    struct progress_state ps = {isatty(STDERR_FILENO)};
+    struct progress_state ps = {isatty(STDERR_FILENO), 0};
     const char *out = NULL;
     uint64_t v;
     char *end;
