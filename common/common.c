@@ -360,6 +360,14 @@ int rt_file_write_atomic(const char *path, const void *data, size_t len)
     return rt_fsync_dir(dir);
 }
 
+int rt_path_join(char *out, size_t len, const char *dir, const char *name)
+{
+    int n = snprintf(out, len, "%s/%s", dir, name);
+    if (n < 0 || (size_t)n >= len)
+        return rt_errf(-ENAMETOOLONG, "%s/%s: path too long", dir, name);
+    return 0;
+}
+
 int rt_mkdirs(const char *path, unsigned mode)
 {
     char buf[4096];

@@ -142,6 +142,12 @@ int rt_file_write_atomic(const char *path, const void *data, size_t len);
 /* fsyncs the directory holding `path` (or `path` itself if a directory). */
 int rt_fsync_dir(const char *dir);
 
+/*
+ * Writes "dir/name" into out[len]. Returns 0, or -ENAMETOOLONG (with a
+ * message naming both parts) when it does not fit.
+ */
+int rt_path_join(char *out, size_t len, const char *dir, const char *name);
+
 /* `mkdir -p`. Returns 0 or -errno with a message naming the path. */
 int rt_mkdirs(const char *path, unsigned mode);
 

@@ -76,10 +76,8 @@ static int list_dir(const char *dir, int want_dirs, struct strlist *out, size_t 
         char path[4096 + 256];
         if (e->d_name[0] == '.')
             continue;
-        if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) >= sizeof(path)) {
-            rc = rt_errf(-ENAMETOOLONG, "%s/%s: path too long", dir, e->d_name);
+        if ((rc = rt_path_join(path, sizeof(path), dir, e->d_name)) < 0)
             break;
-        }
         int d_is_dir = is_dir(path);
         if (want_dirs ? d_is_dir : (!d_is_dir && is_jpeg_name(e->d_name))) {
             if ((rc = strlist_push(out, e->d_name)) < 0)
@@ -112,8 +110,9 @@ static int list_split(const char *dir, const struct strlist *classes, int define
         }
         char cdir[4096];
         struct strlist files = {0};
-        snprintf(cdir, sizeof(cdir), "%s/%s", dir, sub.v[i]);
-        rc = list_dir(cdir, 0, &files, skipped);
+        rc = rt_path_join(cdir, sizeof(cdir), dir, sub.v[i]);
+        if (rc == 0)
+            rc = list_dir(cdir, 0, &files, skipped);
         if (rc == 0 && files.n == 0 && define_classes)
             rt_warn("%s: class folder holds no .jpg/.jpeg files", cdir);
         int32_t *nl = rc == 0 ? rt_realloc(*labels, (nlab + files.n + 1) * sizeof(int32_t), "labels") : NULL;
@@ -123,9 +122,11 @@ static int list_split(const char *dir, const struct strlist *classes, int define
             *labels = nl;
         for (size_t f = 0; rc == 0 && f < files.n; f++) {
             char path[8300];
-            snprintf(path, sizeof(path), "%s/%s", cdir, files.v[f]);
-            rc = strlist_push(paths, path);
-            (*labels)[nlab++] = (int32_t)cls;
+            rc = rt_path_join(path, sizeof(path), cdir, files.v[f]);
+            if (rc == 0)
+                rc = strlist_push(paths, path);
+            if (rc == 0)
+                (*labels)[nlab++] = (int32_t)cls;
         }
         strlist_free(&files);
     }
