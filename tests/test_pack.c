@@ -533,6 +533,40 @@ static void test_disk_full(void)
     CHECK(!exists("full") && !exists("full.partial"));
 }
 
+/*
+ * An unreadable class folder is named in the error. Permissions do not stop
+ * root, so as root the pack runs in a child that has become `nobody`.
+ */
+static void test_unreadable(void)
+{
+    char dir[300], cls[400];
+    const char *base = getenv("TMPDIR");
+
+    snprintf(dir, sizeof(dir), "%s/rt-unread-XXXXXX", base && *base ? base : "/tmp");
+    CHECK(mkdtemp(dir) != NULL);
+    chmod(dir, 0755);
+    snprintf(cls, sizeof(cls), "%s/in/locked", dir);
+    CHECK_OK(rt_mkdirs(cls, 0755));
+    chmod(cls, 0);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (geteuid() == 0 && (setgid(65534) < 0 || setuid(65534) < 0))
+            _exit(2);
+        char in[400], out[400];
+        struct rt_pack_opts po = {.threads = 1};
+        snprintf(in, sizeof(in), "%s/in", dir);
+        snprintf(out, sizeof(out), "%s/out", dir);
+        int rc = rt_pack(in, out, &po, NULL);
+        fprintf(stderr, "pack of an unreadable folder: rc %d: %s\n", rc, rt_errmsg());
+        _exit(rc == -EACCES && strstr(rt_errmsg(), "locked: cannot read directory") ? 0 : 1);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    chmod(cls, 0755);
+    rt_remove_tree(dir);
+}
+
 int main(void)
 {
     tu_tempdir(root, sizeof(root), "pack");
@@ -546,6 +580,7 @@ int main(void)
     test_bad_cifar();
     test_clobber();
     test_disk_full();
+    test_unreadable();
     int rc = check_result();
     if (rc == 0)
         rt_remove_tree(root);
