@@ -540,10 +540,8 @@ static void test_disk_full(void)
 static void test_unreadable(void)
 {
     char dir[300], cls[400];
-    const char *base = getenv("TMPDIR");
 
-    snprintf(dir, sizeof(dir), "%s/rt-unread-XXXXXX", base && *base ? base : "/tmp");
-    CHECK(mkdtemp(dir) != NULL);
+    tu_tempdir(dir, sizeof(dir), "unread");
     chmod(dir, 0755);
     snprintf(cls, sizeof(cls), "%s/in/locked", dir);
     CHECK_OK(rt_mkdirs(cls, 0755));
