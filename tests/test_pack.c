@@ -104,28 +104,22 @@ static void test_cifar_bin(void)
     CHECK_ERR(pack_rel("c10", "c10-coarse", &po), "CIFAR-100 only");
 }
 
-/* Writes a tar.gz of `dir` (relative) whose members sit under `prefix/`. */
-static void make_targz(const char *dir, const char *prefix, const char *out, size_t cut)
+/* Writes a tar.gz at `out` (relative) of members[i] <- files[i] (absolute paths). */
+static void write_targz(const char *out, const char *const *members, const char *const *files, size_t n)
 {
-    char src[600], dst[600];
-    const char *names[] = {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin",
-                           "data_batch_5.bin", "test_batch.bin", "batches.meta.txt"};
-    path_of(src, sizeof(src), dir);
+    char dst[600];
     path_of(dst, sizeof(dst), out);
     struct archive *a = archive_write_new();
     archive_write_add_filter_gzip(a);
     archive_write_set_format_pax_restricted(a);
     archive_write_open_filename(a, dst);
-    for (size_t i = 0; i < RT_ARRAY_LEN(names); i++) {
-        char fp[700], member[300];
+    for (size_t i = 0; i < n; i++) {
         uint8_t *data;
         size_t len;
-        snprintf(fp, sizeof(fp), "%s/%s", src, names[i]);
-        if (rt_file_read(fp, &data, &len) < 0)
+        if (rt_file_read(files[i], &data, &len) < 0)
             continue;
-        snprintf(member, sizeof(member), "%s/%s", prefix, names[i]);
         struct archive_entry *e = archive_entry_new();
-        archive_entry_set_pathname(e, member);
+        archive_entry_set_pathname(e, members[i]);
         archive_entry_set_size(e, (la_int64_t)len);
         archive_entry_set_filetype(e, AE_IFREG);
         archive_entry_set_perm(e, 0644);
@@ -136,11 +130,107 @@ static void make_targz(const char *dir, const char *prefix, const char *out, siz
     }
     archive_write_close(a);
     archive_write_free(a);
+}
+
+/* A tar.gz of `dir` (relative) with its CIFAR-10 binary files under `prefix/`, `cut` bytes short. */
+static void make_targz(const char *dir, const char *prefix, const char *out, size_t cut)
+{
+    const char *names[] = {"data_batch_1.bin", "data_batch_2.bin", "data_batch_3.bin", "data_batch_4.bin",
+                           "data_batch_5.bin", "test_batch.bin", "batches.meta.txt"};
+    char members[7][300], files[7][700];
+    const char *mp[7], *fp[7];
+    for (size_t i = 0; i < 7; i++) {
+        snprintf(members[i], sizeof(members[i]), "%s/%s", prefix, names[i]);
+        snprintf(files[i], sizeof(files[i]), "%s/%s/%s", root, dir, names[i]);
+        mp[i] = members[i];
+        fp[i] = files[i];
+    }
+    write_targz(out, mp, fp, 7);
     if (cut) {
+        char dst[600];
         struct stat st;
+        path_of(dst, sizeof(dst), out);
         stat(dst, &st);
         CHECK(truncate(dst, st.st_size - (off_t)cut) == 0);
     }
+}
+
+/*
+ * The CIFAR python tarballs as torchvision downloads them, built from the
+ * pickle fixtures (tests/fixtures/make_pickle_fixtures.py: data[i][j] =
+ * (31 i + 7 j) mod 256, CIFAR-10 labels i mod 10, CIFAR-100 fine (37 i) mod 100).
+ */
+static void test_python_tarballs(void)
+{
+    const char *fx = getenv("RT_FIXTURES");
+    struct rt_pack_opts po = {.threads = 2};
+    char f[8][700], p[600];
+    const char *fp[8];
+    uint8_t *px;
+    int32_t *lab;
+
+    if (!fx) {
+        printf("RT_FIXTURES unset: skipping the python tarball cases\n");
+        return;
+    }
+    /* CIFAR-10: five batches from the Python 2 fixture, test from protocol 4, meta from Python 2. */
+    const char *m10[] = {"cifar-10-batches-py/data_batch_1", "cifar-10-batches-py/data_batch_2",
+                         "cifar-10-batches-py/data_batch_3", "cifar-10-batches-py/data_batch_4",
+                         "cifar-10-batches-py/data_batch_5", "cifar-10-batches-py/test_batch",
+                         "cifar-10-batches-py/batches.meta"};
+    for (int i = 0; i < 7; i++) {
+        snprintf(f[i], sizeof(f[i]), "%s/pickle/%s", fx,
+                 i < 5 ? "c10_batch_py2.pkl" : i == 5 ? "c10_batch_p4.pkl" : "c10_meta_py2.pkl");
+        fp[i] = f[i];
+    }
+    write_targz("cifar-10-python.tar.gz", m10, fp, 7);
+    CHECK_OK(pack_rel("cifar-10-python.tar.gz", "c10py", &po));
+    path_of(p, sizeof(p), "c10py");
+    long n = tu_read_split(p, RT_SPLIT_TRAIN, &px, &lab);
+    CHECK(n == 60);
+    long bad = 0;
+    for (long r = 0; r < n; r++) {
+        long i = r % 12;
+        for (int j = 0; j < 3072; j++)
+            bad += px[3072 * r + j] != (uint8_t)((i * 31 + j * 7) % 256);
+        bad += lab[r] != i % 10;
+    }
+    CHECKF(bad == 0, "cifar-10-python: %ld wrong bytes or labels", bad);
+    free(px);
+    free(lab);
+
+    /* CIFAR-100: train and test from the protocol-4 fixture (data shaped (n, 3, 32, 32)), coarse labels. */
+    const char *m100[] = {"cifar-100-python/train", "cifar-100-python/test", "cifar-100-python/meta"};
+    snprintf(f[0], sizeof(f[0]), "%s/pickle/c100_train_p4.pkl", fx);
+    snprintf(f[1], sizeof(f[1]), "%s/pickle/c100_train_p4.pkl", fx);
+    snprintf(f[2], sizeof(f[2]), "%s/pickle/c100_meta_p4.pkl", fx);
+    write_targz("cifar-100-python.tar.gz", m100, fp, 3);
+    po.label = RT_LABEL_COARSE;
+    CHECK_OK(pack_rel("cifar-100-python.tar.gz", "c100py", &po));
+    path_of(p, sizeof(p), "c100py");
+    n = tu_read_split(p, RT_SPLIT_TEST, &px, &lab);
+    CHECK(n == 6);
+    bad = 0;
+    for (long i = 0; i < n; i++) {
+        for (int j = 0; j < 3072; j++)
+            bad += px[3072 * i + j] != (uint8_t)((i * 31 + j * 7) % 256);
+        bad += lab[i] != (i * 37) % 100 / 5;
+    }
+    CHECKF(bad == 0, "cifar-100-python: %ld wrong bytes or labels", bad);
+    free(px);
+    free(lab);
+
+    /* A pickle that asks to run os.system is refused, named, and nothing is written. */
+    snprintf(f[5], sizeof(f[5]), "%s/pickle/bad_os_system.pkl", fx);
+    snprintf(f[0], sizeof(f[0]), "%s/pickle/c10_batch_py2.pkl", fx);
+    for (int i = 1; i < 5; i++)
+        snprintf(f[i], sizeof(f[i]), "%s", f[0]);
+    for (int i = 0; i < 7; i++)
+        fp[i] = f[i];
+    write_targz("evil.tar.gz", m10, fp, 7);
+    po.label = RT_LABEL_FINE;
+    CHECK_ERR(pack_rel("evil.tar.gz", "evil", &po), "test_batch");
+    CHECK(!exists("evil") && !exists("evil.partial"));
 }
 
 static void test_archive(void)
@@ -571,6 +661,7 @@ int main(void)
     printf("test_pack: synth seed %d in %s\n", SEED, root);
     test_cifar_bin();
     test_archive();
+    test_python_tarballs();
     test_mnist();
     test_folder_and_jpeg();
     test_determinism_and_shards();
