@@ -52,12 +52,24 @@ static int is_known_name(const char *name)
 
 /* ---- the source object ------------------------------------------------------ */
 
-static void info_free(struct rt_source_info *info)
+void rt_source_parts_free(struct rt_source_info *info, uint8_t *pixels[RT_SPLIT_COUNT],
+                          int32_t *labels[RT_SPLIT_COUNT])
 {
     if (info->class_names)
         for (uint32_t c = 0; c < info->num_classes; c++)
             free(info->class_names[c]);
     free(info->class_names);
+    info->class_names = NULL;
+    for (int sp = 0; sp < RT_SPLIT_COUNT; sp++) {
+        if (pixels) {
+            free(pixels[sp]);
+            pixels[sp] = NULL;
+        }
+        if (labels) {
+            free(labels[sp]);
+            labels[sp] = NULL;
+        }
+    }
 }
 
 void rt_source_close(struct rt_source *s)
@@ -72,7 +84,7 @@ void rt_source_close(struct rt_source *s)
         free(s->paths[sp]);
         free(s->labels[sp]);
     }
-    info_free(&s->info);
+    rt_source_parts_free(&s->info, NULL, NULL);
     free(s);
 }
 

@@ -87,6 +87,13 @@ struct rt_blobs {
 
 const struct rt_blob *rt_blobs_find(const struct rt_blobs *b, const char *name);
 
+/*
+ * Frees what a constructor gathered before it failed: the class names in
+ * `info` (NULL entries are fine) and, when given, the per-split arrays.
+ */
+void rt_source_parts_free(struct rt_source_info *info, uint8_t *pixels[RT_SPLIT_COUNT],
+                          int32_t *labels[RT_SPLIT_COUNT]);
+
 /* A source whose records are all in memory (CIFAR, MNIST). Takes `pixels` and `labels`. */
 int rt_source_from_memory(struct rt_source **out, const struct rt_source_info *info,
                           uint8_t *pixels[RT_SPLIT_COUNT], int32_t *labels[RT_SPLIT_COUNT]);

@@ -46,12 +46,6 @@ static void free_names(char **names, size_t n)
     free(names);
 }
 
-static void free_info_names(struct rt_source_info *info)
-{
-    free_names(info->class_names, info->num_classes);
-    info->class_names = NULL;
-}
-
 /* Splits a names file into non-empty trimmed lines; needs at least `want`. */
 static int read_names(const struct rt_blobs *b, const char *file, size_t want, char ***out)
 {
@@ -186,11 +180,7 @@ int rt_cifar_bin_open(const struct rt_blobs *b, enum rt_label_kind label, struct
         goto err;
     return rt_source_from_memory(out, &info, pixels, labels);
 err:
-    free_info_names(&info);
-    for (int sp = 0; sp < RT_SPLIT_COUNT; sp++) {
-        free(pixels[sp]);
-        free(labels[sp]);
-    }
+    rt_source_parts_free(&info, pixels, labels);
     return rc;
 }
 
@@ -300,10 +290,6 @@ int rt_cifar_py_open(const struct rt_blobs *b, enum rt_label_kind label, struct 
     return rt_source_from_memory(out, &info, pixels, labels);
 err:
     rt_pickle_cifar_meta_free(&meta);
-    free_info_names(&info);
-    for (int sp = 0; sp < RT_SPLIT_COUNT; sp++) {
-        free(pixels[sp]);
-        free(labels[sp]);
-    }
+    rt_source_parts_free(&info, pixels, labels);
     return rc;
 }

@@ -218,13 +218,8 @@ out:
                 free(pathv[sp][i]);
         free(pathv[sp]);
         strlist_free(&paths[sp]);
-        free(labels[sp]);
     }
-    if (info.class_names) {
-        for (uint32_t c = 0; c < info.num_classes; c++)
-            free(info.class_names[c]);
-        free(info.class_names);
-    }
+    rt_source_parts_free(&info, NULL, labels);
     strlist_free(&classes);
     return rc;
 }

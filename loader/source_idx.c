@@ -183,13 +183,6 @@ int rt_mnist_open(const char *dir, const struct rt_blobs *b, struct rt_source **
     }
     return rt_source_from_memory(out, &info, pixels, labels);
 err:
-    if (info.class_names)
-        for (uint32_t c = 0; c < info.num_classes; c++)
-            free(info.class_names[c]);
-    free(info.class_names);
-    for (int sp = 0; sp < RT_SPLIT_COUNT; sp++) {
-        free(pixels[sp]);
-        free(labels[sp]);
-    }
+    rt_source_parts_free(&info, pixels, labels);
     return rc;
 }
