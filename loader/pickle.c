@@ -1515,11 +1515,15 @@ static const struct pk_val *dict_get(const struct pk_val *d, const char *key)
     return NULL;
 }
 
-static int top_dict(const char *name, const struct pk_val *top)
+/* Runs the stream and checks that it pickled a dict; on error *vm still needs vm_free(). */
+static int run_to_dict(struct pk_vm *vm, const void *buf, size_t len, const char *name, struct pk_val **top)
 {
-    if (top->kind != PK_DICT)
-        return bad(name, "the pickled object (byte %zu) is a %s, not a dict", top->off,
-                   kind_names[top->kind]);
+    int rc = vm_run(vm, buf, len, name, top);
+    if (rc)
+        return rc;
+    if ((*top)->kind != PK_DICT)
+        return bad(name, "the pickled object (byte %zu) is a %s, not a dict", (*top)->off,
+                   kind_names[(*top)->kind]);
     return 0;
 }
 
@@ -1696,10 +1700,7 @@ int rt_pickle_cifar_batch(const void *buf, size_t len, const char *name,
     if (!out || (!buf && len))
         return rt_errf(-EINVAL, "%s: rt_pickle_cifar_batch: NULL argument", name);
     memset(out, 0, sizeof(*out));
-    rc = vm_run(&vm, buf, len, name, &top);
-    if (rc)
-        goto err;
-    rc = top_dict(name, top);
+    rc = run_to_dict(&vm, buf, len, name, &top);
     if (rc)
         goto err;
     data = dict_get(top, "data");
@@ -1817,10 +1818,7 @@ int rt_pickle_cifar_meta(const void *buf, size_t len, const char *name,
     if (!out || (!buf && len))
         return rt_errf(-EINVAL, "%s: rt_pickle_cifar_meta: NULL argument", name);
     memset(out, 0, sizeof(*out));
-    rc = vm_run(&vm, buf, len, name, &top);
-    if (rc)
-        goto err;
-    rc = top_dict(name, top);
+    rc = run_to_dict(&vm, buf, len, name, &top);
     if (rc)
         goto err;
     names = dict_get(top, key);
