@@ -48,6 +48,7 @@ struct block_job {
     uint32_t count;
     uint8_t *stored;        /* malloc'd encoded bytes */
     uint32_t stored_len, raw_size;
+    uint64_t xxh64;         /* of the stored bytes, computed by the worker */
     int32_t *labels;        /* count */
     int rc;
     char err[1024];
@@ -227,6 +228,8 @@ static void run_jobs(struct packer *p, struct worker *w)
         job->rc = p->codec == RT_CODEC_RAW ? encode_raw(p, w, job, pl) : encode_jpeg(p, w, job, pl);
         if (job->rc < 0)
             snprintf(job->err, sizeof(job->err), "%s", rt_errmsg());
+        else
+            job->xxh64 = XXH64(job->stored, job->stored_len, 0);
     }
 }
 
@@ -457,7 +460,7 @@ static int shard_add_block(struct packer *p, struct shard_writer *sw, struct blo
     sw->blocks[sw->nblocks++] = (struct rt_block_entry){
         .offset = sw->data_len, .stored_size = j->stored_len, .raw_size = j->raw_size,
         .first_record = (uint32_t)sw->nrec, .record_count = j->count,
-        .xxh64 = XXH64(j->stored, j->stored_len, 0)};
+        .xxh64 = j->xxh64};
     memcpy(sw->data + sw->data_len, j->stored, j->stored_len);
     sw->data_len += j->stored_len;
     for (uint32_t r = 0; r < j->count; r++)
