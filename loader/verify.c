@@ -39,26 +39,26 @@ static void problem(struct verify_ctx *v, const char *fmt, ...)
         v->report(v->rctx, line);
 }
 
-/* Whole-file XXH64, streamed. Returns 0 or -errno. */
-static int hash_file(const char *path, uint64_t *out)
+/*
+ * Feeds the first `limit` bytes of `path` (the whole file when it is shorter)
+ * into `st`. Returns 0 or -errno.
+ */
+static int hash_prefix(const char *path, uint64_t limit, XXH64_state_t *st)
 {
     enum { CHUNK = 1 << 20 };
-    XXH64_state_t *st = XXH64_createState();
     uint8_t *buf = rt_malloc(CHUNK, "hash buffer");
+    uint64_t done = 0;
     int fd = -1, rc = 0;
 
-    if (!st || !buf) {
-        rc = -ENOMEM;
-        goto out;
-    }
+    if (!buf)
+        return -ENOMEM;
     fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) {
         rc = rt_errf(-errno, "%s: cannot open: %s", path, strerror(errno));
         goto out;
     }
-    XXH64_reset(st, 0);
-    for (;;) {
-        ssize_t n = read(fd, buf, CHUNK);
+    while (done < limit) {
+        ssize_t n = read(fd, buf, (size_t)RT_MIN((uint64_t)CHUNK, limit - done));
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0) {
@@ -68,19 +68,32 @@ static int hash_file(const char *path, uint64_t *out)
         if (n == 0)
             break;
         XXH64_update(st, buf, (size_t)n);
+        done += (uint64_t)n;
     }
-    *out = XXH64_digest(st);
 out:
     if (fd >= 0)
         close(fd);
     free(buf);
-    XXH64_freeState(st);
     return rc;
 }
 
-static void verify_blocks(struct verify_ctx *v, struct rt_decoder *dec, const struct rt_shard *sh,
-                          const char *path)
+static void check_digest(struct verify_ctx *v, const char *path, XXH64_state_t *st, uint64_t want)
 {
+    uint64_t digest = XXH64_digest(st);
+    if (digest != want)
+        problem(v, "%s: file checksum %016" PRIx64 ", manifest says %016" PRIx64, path, digest, want);
+}
+
+/*
+ * Reads, checks and decodes every block, feeding the stored bytes to `st` in
+ * file order (blocks are contiguous up to the end of the file). Returns 1 when
+ * every block was read, so `st` covers the whole file.
+ */
+static int verify_blocks(struct verify_ctx *v, struct rt_decoder *dec, const struct rt_shard *sh,
+                         const char *path, XXH64_state_t *st)
+{
+    int complete = 1;
+
     const struct rt_shard_header *h = rt_shard_header(sh);
     const struct rt_block_entry *blocks = rt_shard_blocks(sh);
     uint8_t *stored = NULL, *pixels = NULL;
@@ -101,14 +114,21 @@ static void verify_blocks(struct verify_ctx *v, struct rt_decoder *dec, const st
         }
         if (!stored || !pixels) {
             problem(v, "%s: block %" PRIu32 ": %s", path, b, rt_errmsg());
+            complete = 0;
             break;
         }
-        if (rt_shard_read_block(sh, b, stored) < 0 ||
-            rt_block_decode(dec, h, e, b, stored, pixels, path) < 0)
+        if (rt_shard_read_block(sh, b, stored) < 0) {
+            problem(v, "%s", rt_errmsg());
+            complete = 0;
+            continue;
+        }
+        XXH64_update(st, stored, e->stored_size);
+        if (rt_block_decode(dec, h, e, b, stored, pixels, path) < 0)
             problem(v, "%s", rt_errmsg());
     }
     free(stored);
     free(pixels);
+    return complete;
 }
 
 static void verify_shard(struct verify_ctx *v, struct rt_decoder *dec, const struct rt_dataset_info *info,
@@ -117,7 +137,7 @@ static void verify_shard(struct verify_ctx *v, struct rt_decoder *dec, const str
     char path[4096];
     struct stat st;
     struct rt_shard *sh = NULL;
-    uint64_t digest = 0;
+    XXH64_state_t *hs;
 
     snprintf(path, sizeof(path), "%s/%s", info->dir, ref->file);
     if (stat(path, &st) < 0) {
@@ -127,12 +147,20 @@ static void verify_shard(struct verify_ctx *v, struct rt_decoder *dec, const str
     }
     if ((uint64_t)st.st_size != ref->bytes)
         problem(v, "%s: size %lld bytes, manifest says %" PRIu64, path, (long long)st.st_size, ref->bytes);
-    if (hash_file(path, &digest) < 0)
-        problem(v, "%s", rt_errmsg());
-    else if (digest != ref->xxh64)
-        problem(v, "%s: file checksum %016" PRIx64 ", manifest says %016" PRIx64, path, digest, ref->xxh64);
+    hs = XXH64_createState();
+    if (!hs) {
+        problem(v, "%s: out of memory", path);
+        return;
+    }
+    XXH64_reset(hs, 0);
     if (rt_shard_open(path, &sh) < 0) {
+        /* No usable index: the file checksum has to read the file on its own. */
         problem(v, "%s", rt_errmsg());
+        if (hash_prefix(path, UINT64_MAX, hs) < 0)
+            problem(v, "%s", rt_errmsg());
+        else
+            check_digest(v, path, hs, ref->xxh64);
+        XXH64_freeState(hs);
         return;
     }
     const struct rt_shard_header *h = rt_shard_header(sh);
@@ -153,7 +181,12 @@ static void verify_shard(struct verify_ctx *v, struct rt_decoder *dec, const str
         for (uint64_t i = 0; i < h->record_count; i++)
             class_seen[labels[i]]++;
     }
-    verify_blocks(v, dec, sh, path);
+    /* One pass over the file: header, labels and index here, the blocks as they are checked. */
+    if (hash_prefix(path, h->data_offset, hs) < 0)
+        problem(v, "%s", rt_errmsg());
+    else if (verify_blocks(v, dec, sh, path, hs))
+        check_digest(v, path, hs, ref->xxh64);
+    XXH64_freeState(hs);
     rt_shard_close(sh);
 }
 
