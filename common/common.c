@@ -252,6 +252,21 @@ int rt_cpus_available(void)
     return n;
 }
 
+uint64_t rt_mem_available(void)
+{
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    unsigned long long kib = 0;
+
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "MemAvailable: %llu kB", &kib) == 1)
+            break;
+    fclose(f);
+    return (uint64_t)kib * 1024;
+}
+
 /* ---- files ----------------------------------------------------------------- */
 
 int rt_file_read(const char *path, uint8_t **buf, size_t *len)

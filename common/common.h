@@ -117,6 +117,9 @@ void rt_format_bytes(double bytes, char *buf, size_t len);
  */
 int rt_cpus_available(void);
 
+/* MemAvailable from /proc/meminfo, in bytes; 0 when unknown. */
+uint64_t rt_mem_available(void);
+
 /* ---- files ----------------------------------------------------------------- */
 
 /*

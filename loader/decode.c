@@ -21,7 +21,10 @@ struct rt_decoder {
     tjhandle tj;
     uint8_t *scratch; /* decompressed JPEG payloads and HWC pixels */
     size_t scratch_len;
+    struct rt_decode_times t;
 };
+
+void rt_decoder_times(const struct rt_decoder *d, struct rt_decode_times *t) { *t = d->t; }
 
 int rt_decoder_create(struct rt_decoder **out)
 {
@@ -179,12 +182,16 @@ int rt_block_decode(struct rt_decoder *d, const struct rt_shard_header *h,
     const uint8_t *payload = stored;
     uint8_t *hwc;
     size_t need;
+    uint64_t t0 = rt_now_ns(), t1;
     int rc;
 
     if (XXH64(stored, e->stored_size, 0) != e->xxh64)
         return rt_errf(-EBADMSG, "%s: block %" PRIu32 " (offset %" PRIu64 ", %" PRIu32
-                       " bytes): checksum mismatch, the block is corrupt",
-                       name, block, e->offset, e->stored_size);
+                       " bytes, records %" PRIu64 "..%" PRIu64 "): checksum mismatch, the block is corrupt",
+                       name, block, e->offset, e->stored_size, h->first_record + e->first_record,
+                       h->first_record + e->first_record + e->record_count - 1);
+    t1 = rt_now_ns();
+    d->t.checksum_ns += t1 - t0;
     if (h->codec == RT_CODEC_RAW) {
         unsigned long long content = ZSTD_getFrameContentSize(stored, e->stored_size);
         if (content != e->raw_size)
@@ -196,6 +203,9 @@ int rt_block_decode(struct rt_decoder *d, const struct rt_shard_header *h,
         if (n != e->raw_size)
             return rt_errf(-EBADMSG, "%s: block %" PRIu32 ": decompressed to %zu bytes, expected %" PRIu32,
                            name, block, n, e->raw_size);
+        d->t.decompress_ns += rt_now_ns() - t1;
+        d->t.raw_bytes += e->raw_size;
+        d->t.records += e->record_count;
         return 0;
     }
 
@@ -213,5 +223,13 @@ int rt_block_decode(struct rt_decoder *d, const struct rt_shard_header *h,
                            ZSTD_isError(n) ? ZSTD_getErrorName(n) : "wrong decompressed size");
         payload = buf;
     }
-    return decode_jpeg_payload(d, h, e, block, payload, out, hwc, name);
+    t0 = rt_now_ns();
+    d->t.decompress_ns += t0 - t1;
+    rc = decode_jpeg_payload(d, h, e, block, payload, out, hwc, name);
+    d->t.decode_ns += rt_now_ns() - t0;
+    if (rc == 0) {
+        d->t.raw_bytes += e->raw_size;
+        d->t.records += e->record_count;
+    }
+    return rc;
 }

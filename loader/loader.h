@@ -227,6 +227,13 @@ struct rt_decoder;
 int rt_decoder_create(struct rt_decoder **out);
 void rt_decoder_destroy(struct rt_decoder *d);
 
+/* Time a decoder has spent in each part of rt_block_decode() since creation. */
+struct rt_decode_times {
+    uint64_t checksum_ns, decompress_ns, decode_ns;
+    uint64_t raw_bytes, records;
+};
+void rt_decoder_times(const struct rt_decoder *d, struct rt_decode_times *t);
+
 /*
  * Checks the stored bytes of block `block` (stored_size bytes) against the
  * index checksum and decodes its records into `out`, which must hold
@@ -252,6 +259,186 @@ const struct rt_block_entry *rt_shard_blocks(const struct rt_shard *s);
  * with pread. Returns 0 or -errno.
  */
 int rt_shard_read_block(const struct rt_shard *s, uint32_t block, void *buf);
+
+/* ---- sampler ------------------------------------------------------------------ */
+
+/*
+ * Which records a rank sees, in which order, epoch after epoch. The order is
+ * a pure function of (seed, epoch, world, rank) and the dataset's block
+ * layout: thread counts and timing never change it.
+ *
+ *  EXACT   a uniform permutation of the whole split per epoch; each rank
+ *          takes a contiguous chunk of it. The loader keeps the decoded split
+ *          in RAM after the first read (right for CIFAR-sized data).
+ *  WINDOW  for data larger than RAM: the split's blocks are permuted per
+ *          epoch and dealt round-robin to ranks; each rank reads its blocks
+ *          in windows of `window_blocks` and shuffles the records within a
+ *          window. Memory: a few windows, not the split.
+ *  NONE    record order, contiguous chunk per rank (evaluation).
+ *
+ * Every rank gets the same number of steps by construction. Last-batch
+ * policy DROP (training default) drops the tail so every batch is full; PAD
+ * (evaluation) covers every record exactly once across ranks and fills the
+ * remaining positions with RT_PAD_ID, always at the end of the rank's order.
+ */
+enum rt_shuffle { RT_SHUFFLE_EXACT = 0, RT_SHUFFLE_WINDOW, RT_SHUFFLE_NONE };
+enum rt_last_batch { RT_LAST_DROP = 0, RT_LAST_PAD };
+
+/* Sample id of a padding position in an order; the ring's RT_PAD_ID. */
+#define RT_SAMPLE_PAD UINT64_MAX
+
+struct rt_sampler_opts {
+    uint64_t records;               /* N, records in the split */
+    uint32_t nblocks;               /* WINDOW: blocks of the split, in split order */
+    const uint32_t *block_records;  /* WINDOW: records per block (borrowed during create) */
+    uint32_t world, rank;           /* rank < world */
+    uint32_t batch;                 /* per rank */
+    enum rt_shuffle shuffle;
+    uint32_t window_blocks;         /* WINDOW: 0 = 64 */
+    enum rt_last_batch last;
+    uint64_t seed;
+};
+
+/*
+ * One epoch's plan for one rank. order[steps * batch] lists split-local
+ * record ids batch after batch (RT_SAMPLE_PAD for padding). For WINDOW,
+ * window w reads blocks[win_block[w] .. win_block[w+1]) (split-wide block
+ * numbers) and its records fill order positions [win_pos[w], win_pos[w+1])
+ * (positions at or past steps * batch are dropped); win_pos[nwindows] may
+ * be below steps * batch, the rest being padding.
+ */
+struct rt_epoch_plan {
+    uint64_t epoch, steps;
+    uint32_t batch;
+    uint64_t *order;
+    uint32_t nwindows;
+    uint32_t *blocks;
+    uint32_t *win_block;            /* nwindows + 1 entries */
+    uint64_t *win_pos;              /* nwindows + 1 entries */
+};
+
+struct rt_sampler;
+
+/*
+ * Validates the options and fixes the steps per epoch. Fails with -EINVAL
+ * and a message when the split is too small to give every rank one batch
+ * under DROP (never an empty epoch), or for inconsistent options.
+ */
+int rt_sampler_create(const struct rt_sampler_opts *o, struct rt_sampler **out);
+void rt_sampler_destroy(struct rt_sampler *s);
+/* Steps per epoch; the same on every rank. */
+uint64_t rt_sampler_steps(const struct rt_sampler *s);
+/* Builds `epoch`'s plan for this rank. Caller frees it with rt_epoch_plan_free(). */
+int rt_sampler_plan(const struct rt_sampler *s, uint64_t epoch, struct rt_epoch_plan **out);
+void rt_epoch_plan_free(struct rt_epoch_plan *p);
+
+/* ---- augmentation ---------------------------------------------------------------- */
+
+enum rt_pad_mode { RT_PAD_ZERO = 0, RT_PAD_REFLECT };
+enum rt_flip { RT_FLIP_NONE = 0, RT_FLIP_RANDOM, RT_FLIP_ALTERNATE };
+
+/*
+ * uint8 augmentation, as the CIFAR recipes do it: random crop of the
+ * original size out of the image padded by `pad` pixels (zero or reflect),
+ * and a horizontal flip: RANDOM (probability 1/2 each epoch) or ALTERNATE
+ * (a random first-epoch choice per sample, inverted every other epoch).
+ * pad = 0 and flip = NONE is a plain copy (evaluation).
+ */
+struct rt_aug {
+    uint32_t pad;
+    enum rt_pad_mode pad_mode;
+    enum rt_flip flip;
+};
+
+/*
+ * Writes the augmented CHW image of sample `id` in `epoch` to `dst` (same
+ * shape as `src`). The crop offsets and flip depend only on (seed, epoch,
+ * id) through the counter-based RNG. pad must be <= min(h, w) - 1 for REFLECT.
+ */
+void rt_augment(const struct rt_aug *a, uint64_t seed, uint64_t epoch, uint64_t id, uint32_t c, uint32_t h,
+                uint32_t w, const uint8_t *src, uint8_t *dst);
+
+/* ---- the loader: shards -> decode -> augment -> ring ------------------------------ */
+
+enum rt_io_kind { RT_IO_AUTO = 0, RT_IO_URING, RT_IO_PREAD };
+
+/* Where a loader starts, or how far a consumer got; restores to the exact next batch. */
+struct rt_loader_state {
+    uint64_t epoch, step;    /* the next batch to hand out */
+    uint64_t seed;
+    uint32_t world, rank, batch;
+    enum rt_shuffle shuffle;
+};
+
+struct rt_loader_opts {
+    enum rt_split split;
+    uint32_t batch;              /* per rank */
+    uint32_t world, rank;        /* 0/0 = 1/0 */
+    uint64_t seed;
+    enum rt_shuffle shuffle;
+    uint32_t window_blocks;      /* WINDOW: 0 = 64 */
+    enum rt_last_batch last;
+    struct rt_aug aug;
+    int workers;                 /* decode/augment threads; 0 = the CPUs this process may use */
+    enum rt_io_kind io;          /* AUTO: io_uring, or a pread pool with a notice if unavailable */
+    uint32_t queue_depth;        /* reads in flight; 0 = 32 */
+    int direct;                  /* O_DIRECT reads (falls back with a notice where unsupported) */
+    uint64_t epochs;             /* stop after this epoch count (0 = run until destroyed) */
+    uint64_t start_epoch, start_step; /* resume point (see rt_loader_state) */
+};
+
+/* Where the time went, summed over the loader's threads. */
+struct rt_loader_stats {
+    const char *io_kind;         /* "io_uring" or "pread" */
+    int direct, fixed_buffers, fixed_files;
+    int workers;
+    uint32_t queue_depth;
+    uint64_t batches, images;    /* handed to the consumer */
+    uint64_t io_reads, io_bytes;
+    uint64_t io_busy_ns;         /* wall time with at least one read in flight */
+    uint64_t raw_bytes;          /* bytes after decompression */
+    uint64_t decoded_images;     /* records decoded from blocks */
+    uint64_t checksum_ns, decompress_ns, decode_ns, augment_ns; /* worker time, summed */
+    uint64_t worker_idle_ns;
+    uint64_t load_ns;            /* EXACT/NONE: wall time of the first full read */
+    uint64_t resident_bytes;     /* decoded records held in RAM */
+};
+
+struct rt_loader;
+struct rt_ring;
+
+/*
+ * Opens split `o->split` of the dataset at `dir` (borrowed `ds`, which must
+ * outlive the loader) and starts the loader's threads: one planner, one I/O
+ * thread (or the pread pool) and o->workers decode/augment workers, which
+ * fill `ring` (borrowed; its shape must match the dataset and o->batch) in
+ * batch order from o->start_epoch/o->start_step on. Batches are bit-identical
+ * for any worker count, queue depth, I/O engine or completion order.
+ * Returns 0 or -errno.
+ */
+int rt_loader_create(const struct rt_dataset *ds, const struct rt_loader_opts *o, struct rt_ring *ring,
+                     struct rt_loader **out);
+
+/*
+ * The next batch in order (IN_FLIGHT, until rt_loader_release()), or NULL at
+ * the end of the last epoch (rt_errmsg() empty) or on an error such as a
+ * corrupt block (rt_errmsg() names shard, block and records). One consumer
+ * thread.
+ */
+struct rt_batch *rt_loader_next(struct rt_loader *L);
+void rt_loader_release(struct rt_loader *L, struct rt_batch *b);
+
+/* Stops the threads and frees the loader (closing the ring); NULL is fine. */
+void rt_loader_destroy(struct rt_loader *L);
+
+uint64_t rt_loader_steps_per_epoch(const struct rt_loader *L);
+void rt_loader_stats(struct rt_loader *L, struct rt_loader_stats *s);
+
+/* The position after the last batch rt_loader_next() returned. */
+void rt_loader_state(const struct rt_loader *L, struct rt_loader_state *st);
+/* As one line of JSON (`len` >= 256), and back; parse returns 0 or -EINVAL. */
+int rt_loader_state_format(const struct rt_loader_state *st, char *buf, size_t len);
+int rt_loader_state_parse(const char *text, struct rt_loader_state *st);
 
 /* ---- images ------------------------------------------------------------------- */
 

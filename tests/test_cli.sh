@@ -104,5 +104,34 @@ expect_rc 0 "$RT" verify "$T/mnds"
 expect_rc 0 "$RT" inspect "$T/mnds" --record 0 --out "$T/m0.pgm"
 [ "$(head -c 2 "$T/m0.pgm")" = P5 ] || fail "m0.pgm is not a PGM"
 
+# loadbench: same digest from io_uring and the pread pool, and across worker counts;
+# the JSON line carries the figures; the JPEG path decodes; bad options are usage errors.
+expect_rc 0 "$RT" loadbench "$T/ds" --batch-size 32 --epochs 2 --workers 1,2 --io uring --digest --json
+expect_out 'digest: [0-9a-f]{16} \(identical for every worker count\)'
+expect_out '^\{"images_per_s":[0-9.]+,.*"workers":2,"batch_size":32,.*"stages":\{"io":'
+expect_out 'verdict: '
+d1=$(grep -o 'digest: [0-9a-f]*' "$T/out" | head -1)
+expect_rc 0 "$RT" loadbench "$T/ds" --batch-size 32 --epochs 2 --workers 3 --io pread --queue-depth 1 --digest
+d2=$(grep -o 'digest: [0-9a-f]*' "$T/out" | head -1)
+[ -n "$d1" ] && [ "$d1" = "$d2" ] || fail "io_uring digest '$d1' != pread digest '$d2'"
+RINGTRAIN_NO_IO_URING=1 expect_rc 0 "$RT" loadbench "$T/ds" --batch-size 32 --epochs 2 --workers 2 --digest
+expect_out 'io_uring unavailable .*pread threads instead'
+d3=$(grep -o 'digest: [0-9a-f]*' "$T/out" | head -1)
+[ "$d1" = "$d3" ] || fail "fallback digest '$d3' != '$d1'"
+expect_rc 0 "$RT" loadbench "$T/ds" --split val --batch-size 64 --epochs 1 --world 3 --rank 2
+expect_out 'last batch pad, aug none, rank 2/3'
+expect_rc 0 "$RT" loadbench "$T/mnds" --batch-size 16 --epochs 1 --shuffle window --window-blocks 2
+expect_out 'decode +[0-9.]+ +[0-9.]+% +[0-9]+ img/s/core'
+expect_rc 2 "$RT" loadbench "$T/ds" --workers 0
+expect_rc 2 "$RT" loadbench "$T/ds" --aug crop,wobble
+expect_rc 1 "$RT" loadbench "$T/ds" --batch-size 100000
+expect_out 'too few for 1 rank\(s\) x batch 100000'
+# Page-locked slots beyond `ulimit -l` stop with the numbers and the fix (needs setpriv to drop CAP_IPC_LOCK).
+if command -v setpriv >/dev/null && setpriv --bounding-set=-ipc_lock true 2>/dev/null; then
+    (ulimit -l 64 && exec setpriv --inh-caps=-all --bounding-set=-ipc_lock "$RT" loadbench "$T/ds" --epochs 1) >"$T/out" 2>&1
+    grep -qE 'page-locked memory but `ulimit -l` allows .*--no-pin' "$T/out" || fail "memlock refusal: $(tail -1 "$T/out")"
+    checks=$((checks + 1))
+fi
+
 echo "$((checks - fails)) passed, $fails failed"
 [ "$fails" -eq 0 ]

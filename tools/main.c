@@ -21,6 +21,7 @@ static const struct subcommand subcommands[] = {
     {"pack", cmd_pack, "pack CIFAR, MNIST or an image folder into zstd/JPEG shards + manifest"},
     {"verify", cmd_verify, "check every shard of a packed dataset against its manifest and checksums"},
     {"inspect", cmd_inspect, "print a packed dataset's summary, or one record (and write it as an image)"},
+    {"loadbench", cmd_loadbench, "run the loader and ring with no compute: images/s, stage shares, verdict"},
     {"version", cmd_version, "print the version, backends and library versions"},
 };
 
@@ -28,7 +29,7 @@ static void print_help(FILE *f)
 {
     fprintf(f, "usage: ringtrain <command> [options]\n\ncommands:\n");
     for (size_t i = 0; i < RT_ARRAY_LEN(subcommands); i++)
-        fprintf(f, "  %-9s %s\n", subcommands[i].name, subcommands[i].summary);
+        fprintf(f, "  %-10s %s\n", subcommands[i].name, subcommands[i].summary);
     fprintf(f, "\n`ringtrain <command> --help` describes each command's options.\n"
                "Quick start: ringtrain synth --out data/src && ringtrain pack data/src --out data/cifar10 &&\n"
                "             ringtrain verify data/cifar10 && ringtrain inspect data/cifar10\n");

@@ -4,7 +4,8 @@
 # (a generated CIFAR-10-like dataset) or on the CIFAR/MNIST input you name:
 #   tools/quickstart.sh                       # synthetic CIFAR-10
 #   tools/quickstart.sh ~/cifar-10-binary.tar.gz
-# Steps: synth (default only) -> pack -> verify -> inspect. Output under data/.
+# Steps: synth (default only) -> pack -> verify -> inspect -> loadbench (the
+# loader and batch ring feeding no compute, 2 epochs). Output under data/.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
@@ -20,3 +21,4 @@ fi
 build/ringtrain pack "$input" --out data/dataset --force
 build/ringtrain verify data/dataset
 build/ringtrain inspect data/dataset
+build/ringtrain loadbench data/dataset --epochs 2 --digest

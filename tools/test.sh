@@ -26,8 +26,9 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 
 echo "== build (ThreadSanitizer) for the threaded stages"
 cmake -S . -B build-tsan -G Ninja -DRT_TSAN=ON -DRT_CUDA=OFF >/dev/null
-cmake --build build-tsan -j "$jobs" --target test_pack test_synth
-TSAN_OPTIONS=halt_on_error=1 ctest --test-dir build-tsan -R '^test_(pack|synth)$' --output-on-failure
+cmake --build build-tsan -j "$jobs" --target test_pack test_synth test_ring test_loader
+RT_TEST_SMALL=1 TSAN_OPTIONS=halt_on_error=1 \
+    ctest --test-dir build-tsan -R '^test_(pack|synth|ring|loader)$' --output-on-failure
 
 echo "== fuzz (libFuzzer, ${RT_FUZZ_SECONDS:-30} s per target)"
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DRT_FUZZ=ON -DRT_CUDA=OFF >/dev/null

@@ -1,0 +1,140 @@
+/*
+ * augment.c - uint8 augmentation written straight into the batch slot:
+ * random crop out of a zero- or reflect-padded image, and horizontal flip
+ * (random, or alternating every other epoch per sample).
+ *
+ * The padded image is never built: each output row maps to one source row
+ * (or to zeros); that row is padded into a small buffer and the crop is one
+ * contiguous (or reversed) copy out of it, which compiles to vector moves.
+ */
+#include <string.h>
+
+#include "common/common.h"
+#include "loader/loader.h"
+
+/* RNG stream namespaces of the augmentation (the sampler uses 1..3 << 56). */
+#define STREAM_AUG  (UINT64_C(8) << 56)
+#define STREAM_FLIP (UINT64_C(9) << 56)
+
+/* Source index for padded coordinate i (0 <= i+pad < n + 2 pad), or -1 for a zero. */
+static inline long resolve(long i, long n, enum rt_pad_mode mode)
+{
+    if (i >= 0 && i < n)
+        return i;
+    if (mode == RT_PAD_ZERO)
+        return -1;
+    return i < 0 ? -i : 2 * (n - 1) - i;
+}
+
+/* Reversed copy; written plainly so the vectoriser turns it into byte shuffles. */
+static inline void copy_reversed(uint8_t *restrict d, const uint8_t *restrict s, long n)
+{
+    for (long x = 0; x < n; x++)
+        d[x] = s[n - 1 - x];
+}
+
+/*
+ * One output row: out[x] = padded[x + pad + shift] (flipped: padded[w-1-x +
+ * pad + shift]). For the small rows of CIFAR the padded row is built in
+ * `tmp` (a row copy plus `pad` edge bytes each side) so the crop itself is
+ * one contiguous copy.
+ */
+static inline void crop_row(const uint8_t *restrict srow, uint8_t *restrict drow, uint8_t *restrict tmp, long w,
+                            long pad, long shift, int flip, enum rt_pad_mode mode)
+{
+    if (!shift) {
+        if (flip)
+            copy_reversed(drow, srow, w);
+        else
+            memcpy(drow, srow, (size_t)w);
+        return;
+    }
+    memcpy(tmp + pad, srow, (size_t)w);
+    for (long i = 0; i < pad; i++) {
+        long l = resolve(i - pad, w, mode), r = resolve(w + i, w, mode);
+        tmp[i] = l < 0 ? 0 : srow[l];
+        tmp[pad + w + i] = r < 0 ? 0 : srow[r];
+    }
+    if (flip)
+        copy_reversed(drow, tmp + pad + shift, w);
+    else
+        memcpy(drow, tmp + pad + shift, (size_t)w);
+}
+
+/* Rows up to this wide are padded in a stack buffer; wider ones go pixel by pixel. */
+#define STACK_ROW 1024
+
+/* Any width: each pixel resolved on its own (images too wide for the row buffer). */
+static void crop_row_generic(const uint8_t *srow, uint8_t *drow, long w, long shift, int flip, enum rt_pad_mode mode)
+{
+    for (long x = 0; x < w; x++) {
+        long sx = resolve((flip ? w - 1 - x : x) + shift, w, mode);
+        drow[x] = sx < 0 ? 0 : srow[sx];
+    }
+}
+
+/*
+ * All planes. Inlined into rt_augment twice -- once with the CIFAR shape as
+ * constants, so each row copy becomes a single vector move, and once generic.
+ */
+static inline __attribute__((always_inline)) void crop_planes(const uint8_t *src, uint8_t *dst, uint32_t c, long h,
+                                                              long w, long pad, long dy, long dx, int flip,
+                                                              enum rt_pad_mode mode)
+{
+    const size_t plane = (size_t)h * w;
+    uint8_t tmp[STACK_ROW];
+    const int narrow = w + 2 * pad <= STACK_ROW;
+
+    for (uint32_t ch = 0; ch < c; ch++) {
+        const uint8_t *sp = src + plane * ch;
+        uint8_t *dp = dst + plane * ch;
+        for (long y = 0; y < h; y++) {
+            long sy = resolve(y + dy, h, mode);
+            if (sy < 0)
+                memset(dp + (size_t)y * w, 0, (size_t)w);
+            else if (narrow)
+                crop_row(sp + (size_t)sy * w, dp + (size_t)y * w, tmp, w, pad, dx, flip, mode);
+            else
+                crop_row_generic(sp + (size_t)sy * w, dp + (size_t)y * w, w, dx, flip, mode);
+        }
+    }
+}
+
+/* Cloned per ISA so the row copies use the widest shuffles the CPU has (not in sanitizer builds). */
+#ifdef RT_NO_IFUNC
+#define RT_CLONES
+#else
+#define RT_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+RT_CLONES void rt_augment(const struct rt_aug *a, uint64_t seed,
+                                                                  uint64_t epoch, uint64_t id, uint32_t c,
+                                                                  uint32_t h, uint32_t w, const uint8_t *src,
+                                                                  uint8_t *dst)
+{
+    long dy = 0, dx = 0; /* crop offset relative to the unpadded image */
+    int flip = 0;
+
+    if (a->pad || a->flip == RT_FLIP_RANDOM) {
+        struct rt_rng r;
+        rt_rng_init(&r, seed, STREAM_AUG | (epoch << 40) | (id & ((UINT64_C(1) << 40) - 1)));
+        if (a->pad) {
+            dy = (long)rt_rng_below(&r, 2 * a->pad + 1) - (long)a->pad;
+            dx = (long)rt_rng_below(&r, 2 * a->pad + 1) - (long)a->pad;
+        }
+        if (a->flip == RT_FLIP_RANDOM)
+            flip = rt_rng_u32(&r) & 1;
+    }
+    if (a->flip == RT_FLIP_ALTERNATE) {
+        struct rt_rng r;
+        rt_rng_init(&r, seed, STREAM_FLIP | (id & ((UINT64_C(1) << 40) - 1)));
+        flip = (int)((rt_rng_u32(&r) ^ epoch) & 1);
+    }
+    if (!dy && !dx && !flip) {
+        memcpy(dst, src, (size_t)c * h * w);
+        return;
+    }
+    if (h == 32 && w == 32 && a->pad <= 32)
+        crop_planes(src, dst, c, 32, 32, a->pad, dy, dx, flip, a->pad_mode);
+    else
+        crop_planes(src, dst, c, h, w, a->pad, dy, dx, flip, a->pad_mode);
+}

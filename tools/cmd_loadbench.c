@@ -1,0 +1,523 @@
+/*
+ * cmd_loadbench.c - `ringtrain loadbench DATA`: runs the loader and the
+ * batch ring with no compute behind them and reports what the input
+ * pipeline can deliver: images/s, each stage's throughput and share of
+ * time, batch-wait percentiles, scaling over worker counts, a one-line
+ * verdict, an optional digest of every batch, and an optional JSON line.
+ * Option parsing and printing only; the pipeline lives in loader/ and
+ * staging/.
+ */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "common/common.h"
+#include "loader/loader.h"
+#include "staging/staging.h"
+#include "tools/cli.h"
+
+#define MAX_WORKER_RUNS 32
+
+struct lb_config {
+    const char *data;
+    struct rt_loader_opts lo;
+    int worker_list[MAX_WORKER_RUNS];
+    int nruns;
+    uint32_t ring_slots;       /* 0 = workers + 2, at least 4 */
+    enum rt_pin pin;
+    double target;
+    int digest, json;
+};
+
+struct lb_result {
+    int workers;
+    double wall_s, steady_s, images_per_s, steady_images_per_s;
+    uint64_t images, batches;
+    struct rt_loader_stats st;
+    struct rt_wait_stats prod, cons;
+    size_t ring_bytes;
+    int ring_locked;
+    uint32_t ring_slots;
+    char digest[17];
+};
+
+static void loadbench_help(void)
+{
+    printf("usage: ringtrain loadbench DATA [options]\n\n"
+           "Runs the loader (reads, decompression, decode, augmentation) into the batch ring with no\n"
+           "compute behind it, and reports images/s, each stage's throughput and share of time, the\n"
+           "batch-wait percentiles, scaling over worker counts, and a verdict naming the limiting stage.\n\n"
+           "options:\n"
+           "  --batch-size B        samples per batch (default 256)\n"
+           "  --workers N|LIST      decode/augment threads, or a comma list to measure scaling, e.g. 1,2,4\n"
+           "                        (default: the CPUs this process may use)\n"
+           "  --epochs E            epochs to run (default 3)\n"
+           "  --split S             train (default), val or test\n"
+           "  --aug SPEC            crop,flip (default for train), none (default for val/test), or a comma list\n"
+           "                        of crop[=PAD], reflect, flip, alternate-flip\n"
+           "  --shuffle MODE        exact (default: uniform, split held in RAM after the first read),\n"
+           "                        window (stream blocks, shuffle within windows) or none\n"
+           "  --window-blocks K     blocks per window with --shuffle window (default 64)\n"
+           "  --last drop|pad       last-batch policy (default drop for train, pad otherwise)\n"
+           "  --world W --rank R    act as rank R of W (the sampler's share of the data)\n"
+           "  --seed S              shuffle and augmentation seed (default 0)\n"
+           "  --io auto|uring|pread I/O engine (default auto: io_uring, else a pread pool)\n"
+           "  --queue-depth Q       reads in flight (default 32)\n"
+           "  --direct              O_DIRECT reads (bypass the page cache)\n"
+           "  --ring-slots N        batch slots in the ring (default workers + 2, at least 4)\n"
+           "  --no-pin              pageable ring memory instead of page-locked\n"
+           "  --target IMG_PER_S    say whether the pipeline can feed this rate\n"
+           "  --digest              print one hex digest over every batch (images, labels, ids) in order\n"
+           "  --json                end with one line holding a JSON summary\n\n"
+           "example: ringtrain loadbench data/cifar10 --workers 1,2 --epochs 3 --target 50000 --digest\n");
+}
+
+static int parse_workers(const char *s, struct lb_config *c)
+{
+    char buf[256], *save = NULL;
+    snprintf(buf, sizeof(buf), "%s", s);
+    c->nruns = 0;
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        char *end;
+        long v = strtol(tok, &end, 10);
+        if (*end || v < 1 || v > 1024 || c->nruns == MAX_WORKER_RUNS)
+            return cli_usage_error("loadbench", "--workers takes N or a list like 1,2,4 (1..1024), not '%s'", s);
+        c->worker_list[c->nruns++] = (int)v;
+    }
+    return c->nruns ? 0 : cli_usage_error("loadbench", "--workers needs a value");
+}
+
+static int parse_aug(const char *s, struct rt_aug *a)
+{
+    char buf[256], *save = NULL;
+    memset(a, 0, sizeof(*a));
+    if (!strcmp(s, "none"))
+        return 0;
+    snprintf(buf, sizeof(buf), "%s", s);
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (!strncmp(tok, "crop", 4) && (tok[4] == 0 || tok[4] == '=')) {
+            a->pad = 4;
+            if (tok[4] == '=') {
+                char *end;
+                long v = strtol(tok + 5, &end, 10);
+                if (*end || v < 0 || v > 4096)
+                    return cli_usage_error("loadbench", "crop=PAD needs a padding in pixels, not '%s'", tok + 5);
+                a->pad = (uint32_t)v;
+            }
+        } else if (!strcmp(tok, "reflect")) {
+            a->pad_mode = RT_PAD_REFLECT;
+        } else if (!strcmp(tok, "flip")) {
+            a->flip = RT_FLIP_RANDOM;
+        } else if (!strcmp(tok, "alternate-flip")) {
+            a->flip = RT_FLIP_ALTERNATE;
+        } else {
+            return cli_usage_error("loadbench", "--aug: unknown '%s' (crop[=PAD], reflect, flip, alternate-flip, none)",
+                                   tok);
+        }
+    }
+    return 0;
+}
+
+static const char *shuffle_name(enum rt_shuffle s)
+{
+    return s == RT_SHUFFLE_WINDOW ? "window" : s == RT_SHUFFLE_NONE ? "none" : "exact";
+}
+
+static void aug_describe(const struct rt_aug *a, char *buf, size_t len)
+{
+    const char *flip = a->flip == RT_FLIP_RANDOM ? "flip" : a->flip == RT_FLIP_ALTERNATE ? "alternating flip" : NULL;
+    if (a->pad)
+        snprintf(buf, len, "crop %" PRIu32 " %s-pad%s%s", a->pad, a->pad_mode == RT_PAD_REFLECT ? "reflect" : "zero",
+                 flip ? " + " : "", flip ? flip : "");
+    else
+        snprintf(buf, len, "%s", flip ? flip : "none");
+}
+
+/* One loader run at a given worker count. Returns 0 or a CLI exit code. */
+static int run_once(const struct lb_config *c, const struct rt_dataset *ds, int workers, struct lb_result *r)
+{
+    const struct rt_dataset_info *info = rt_dataset_info(ds);
+    struct rt_loader_opts lo = c->lo;
+    struct rt_ring *ring = NULL;
+    struct rt_loader *L = NULL;
+    XXH3_state_t *xs = NULL;
+    struct rt_batch *b;
+    uint64_t t_first = 0, first_images = 0;
+    int rc = RT_EXIT_OK;
+
+    memset(r, 0, sizeof(*r));
+    r->workers = workers;
+    lo.workers = workers;
+    struct rt_ring_opts ro = {.slots = c->ring_slots ? c->ring_slots : (uint32_t)RT_MAX(workers + 2, 4),
+                              .batch = lo.batch, .channels = info->channels, .height = info->height,
+                              .width = info->width, .pin = c->pin};
+    if (c->digest) {
+        xs = XXH3_createState();
+        if (!xs || XXH3_64bits_reset(xs) == XXH_ERROR) {
+            XXH3_freeState(xs);
+            fprintf(stderr, "error: cannot create the digest state\n");
+            return RT_EXIT_FAIL;
+        }
+    }
+    uint64_t t0 = rt_now_ns();
+    if (rt_ring_create(&ro, &ring) < 0 || rt_loader_create(ds, &lo, ring, &L) < 0) {
+        rc = cli_fail();
+        goto out;
+    }
+    const size_t img_bytes = (size_t)lo.batch * info->channels * info->height * info->width;
+    while ((b = rt_loader_next(L))) {
+        if (!t_first) {
+            t_first = rt_now_ns();
+            first_images = b->valid;
+        }
+        if (xs) {
+            XXH3_64bits_update(xs, b->images, img_bytes);
+            XXH3_64bits_update(xs, b->labels, sizeof(int32_t) * b->batch);
+            XXH3_64bits_update(xs, b->ids, sizeof(uint64_t) * b->batch);
+        }
+        rt_loader_release(L, b);
+    }
+    if (rt_errmsg()[0]) {
+        rc = cli_fail();
+        goto out;
+    }
+    uint64_t t1 = rt_now_ns();
+    rt_loader_stats(L, &r->st);
+    rt_ring_wait_stats(ring, &r->prod, &r->cons);
+    r->ring_bytes = rt_ring_bytes(ring);
+    r->ring_locked = rt_ring_locked(ring);
+    r->ring_slots = ro.slots;
+    r->images = r->st.images;
+    r->batches = r->st.batches;
+    r->wall_s = (double)(t1 - t0) * 1e-9;
+    r->steady_s = t_first ? (double)(t1 - t_first) * 1e-9 : 0;
+    r->images_per_s = r->wall_s > 0 ? (double)r->images / r->wall_s : 0;
+    r->steady_images_per_s = r->steady_s > 0 ? (double)(r->images - first_images) / r->steady_s : 0;
+    if (xs)
+        snprintf(r->digest, sizeof(r->digest), "%016llx", (unsigned long long)XXH3_64bits_digest(xs));
+out:
+    rt_loader_destroy(L);
+    rt_ring_destroy(ring);
+    XXH3_freeState(xs);
+    return rc;
+}
+
+struct stage_line {
+    const char *name;
+    double busy_s;     /* thread-seconds spent */
+    double share;      /* of the run's worker (or wall) time */
+    double rate;       /* per-core rate in the stage's unit */
+    const char *unit;
+};
+
+static double per_s(double amount, uint64_t ns) { return ns ? amount / ((double)ns * 1e-9) : 0; }
+
+static void stage_lines(const struct lb_result *r, struct stage_line *lines, int *nlines)
+{
+    const struct rt_loader_stats *s = &r->st;
+    const double pool = r->wall_s * r->workers, wall = r->wall_s;
+    int n = 0;
+
+#define SHARE(ns, of) ((of) > 0 ? (double)(ns) * 1e-9 / (of) : 0)
+    lines[n++] = (struct stage_line){"io", (double)s->io_busy_ns * 1e-9, SHARE(s->io_busy_ns, wall),
+                                     per_s((double)s->io_bytes / 1e6, s->io_busy_ns), "MB/s"};
+    lines[n++] = (struct stage_line){"checksum", (double)s->checksum_ns * 1e-9, SHARE(s->checksum_ns, pool),
+                                     per_s((double)s->io_bytes / 1e6, s->checksum_ns), "MB/s/core"};
+    lines[n++] = (struct stage_line){"decompress", (double)s->decompress_ns * 1e-9, SHARE(s->decompress_ns, pool),
+                                     per_s((double)s->raw_bytes / 1e6, s->decompress_ns), "MB/s/core"};
+    lines[n++] = (struct stage_line){"decode", (double)s->decode_ns * 1e-9, SHARE(s->decode_ns, pool),
+                                     per_s((double)s->decoded_images, s->decode_ns), "img/s/core"};
+    lines[n++] = (struct stage_line){"augment", (double)s->augment_ns * 1e-9, SHARE(s->augment_ns, pool),
+                                     per_s((double)s->images, s->augment_ns), "img/s/core"};
+    lines[n++] = (struct stage_line){"slot wait", (double)r->prod.total_ns * 1e-9, SHARE(r->prod.total_ns, wall), 0, ""};
+    lines[n++] = (struct stage_line){"ring wait", (double)r->cons.total_ns * 1e-9, SHARE(r->cons.total_ns, wall), 0, ""};
+    lines[n++] = (struct stage_line){"idle", (double)s->worker_idle_ns * 1e-9, SHARE(s->worker_idle_ns, pool), 0, ""};
+#undef SHARE
+    *nlines = n;
+}
+
+static void verdict(const struct lb_config *c, const struct lb_result *r, const struct stage_line *lines, int n,
+                    char *buf, size_t len)
+{
+    /* The limiting stage is where the workers spend most time, unless reads keep the wall clock busy longer. */
+    int top = -1;
+    double best = -1;
+    for (int i = 0; i < n; i++) {
+        if (!strcmp(lines[i].name, "idle") || strstr(lines[i].name, "wait"))
+            continue;
+        if (lines[i].share > best) {
+            best = lines[i].share;
+            top = i;
+        }
+    }
+    const double idle = lines[n - 1].share, consumer_wait = lines[n - 2].share;
+    char what[256];
+    if (consumer_wait < 0.1)
+        snprintf(what, sizeof(what), "limited by the consumer: it waited for batches only %.0f%% of the time",
+                 100 * consumer_wait);
+    else if (idle > 0.5 && top > 0)
+        snprintf(what, sizeof(what), "workers idle %.0f%% of the time; limited by reads or planning (io busy %.0f%%)",
+                 100 * idle, 100 * lines[0].share);
+    else
+        snprintf(what, sizeof(what), "limited by %s (%.0f%% of %s time)", top >= 0 ? lines[top].name : "?", 100 * best,
+                 top == 0 ? "wall" : "worker");
+    if (c->target > 0) {
+        const double have = r->steady_images_per_s;
+        snprintf(buf, len, "%s; %s --target %.0f img/s (steady %.0f img/s, %.2fx)", what,
+                 have >= c->target ? "can feed" : "CANNOT feed", c->target, have, have / c->target);
+    } else {
+        snprintf(buf, len, "%s", what);
+    }
+}
+
+static double ms(uint64_t ns) { return (double)ns * 1e-6; }
+
+static void print_json(const struct lb_config *c, const struct lb_result *res, int nruns,
+                       const struct stage_line *lines, int nl)
+{
+    const struct lb_result *r = &res[nruns - 1];
+    printf("{\"images_per_s\":%.1f,\"end_to_end_images_per_s\":%.1f,\"workers\":%d,\"batch_size\":%" PRIu32
+           ",\"epochs\":%" PRIu64 ",\"images\":%" PRIu64 ",\"batches\":%" PRIu64 ",\"wall_s\":%.4f"
+           ",\"shuffle\":\"%s\",\"io\":\"%s\",\"queue_depth\":%" PRIu32 ",\"cpus\":%d,\"load_s\":%.4f"
+           ",\"batch_wait_ms\":{\"p50\":%.4f,\"p99\":%.4f,\"max\":%.4f},\"stages\":{",
+           r->steady_images_per_s, r->images_per_s, r->workers, c->lo.batch, c->lo.epochs, r->images, r->batches,
+           r->wall_s, shuffle_name(c->lo.shuffle), r->st.io_kind, r->st.queue_depth, rt_cpus_available(),
+           (double)r->st.load_ns * 1e-9, ms(r->cons.p50_ns), ms(r->cons.p99_ns), ms(r->cons.max_ns));
+    for (int i = 0; i < nl; i++) {
+        char key[32];
+        snprintf(key, sizeof(key), "%s", lines[i].name);
+        for (char *p = key; *p; p++)
+            if (*p == ' ')
+                *p = '_';
+        printf("%s\"%s\":{\"busy_s\":%.4f,\"share\":%.4f,\"rate\":%.1f,\"unit\":\"%s\"}", i ? "," : "", key,
+               lines[i].busy_s, lines[i].share, lines[i].rate, lines[i].unit);
+    }
+    printf("},\"scaling\":[");
+    for (int i = 0; i < nruns; i++)
+        printf("%s{\"workers\":%d,\"images_per_s\":%.1f}", i ? "," : "", res[i].workers, res[i].steady_images_per_s);
+    printf("]");
+    if (c->digest)
+        printf(",\"digest\":\"%s\"", r->digest);
+    printf("}\n");
+}
+
+int cmd_loadbench(int argc, char **argv)
+{
+    static const struct option opts[] = {
+        {"batch-size", required_argument, NULL, 'b'}, {"workers", required_argument, NULL, 'w'},
+        {"epochs", required_argument, NULL, 'e'},     {"split", required_argument, NULL, 'S'},
+        {"aug", required_argument, NULL, 'a'},        {"shuffle", required_argument, NULL, 'x'},
+        {"window-blocks", required_argument, NULL, 'K'}, {"last", required_argument, NULL, 'l'},
+        {"world", required_argument, NULL, 'W'},      {"rank", required_argument, NULL, 'R'},
+        {"seed", required_argument, NULL, 's'},       {"io", required_argument, NULL, 'i'},
+        {"queue-depth", required_argument, NULL, 'q'}, {"direct", no_argument, NULL, 'd'},
+        {"ring-slots", required_argument, NULL, 'r'}, {"no-pin", no_argument, NULL, 'P'},
+        {"target", required_argument, NULL, 't'},     {"digest", no_argument, NULL, 'D'},
+        {"json", no_argument, NULL, 'j'},             {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    struct lb_config c = {0};
+    const char *aug = NULL, *last = NULL;
+    uint64_t v;
+    int ch;
+
+    c.lo.batch = 256;
+    c.lo.epochs = 3;
+    c.lo.split = RT_SPLIT_TRAIN;
+    c.lo.world = 1;
+    c.pin = RT_PIN_ON;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        switch (ch) {
+        case 'b':
+            if (cli_parse_u64("loadbench", "--batch-size", optarg, &v))
+                return RT_EXIT_USAGE;
+            if (v < 1 || v > 1u << 20)
+                return cli_usage_error("loadbench", "--batch-size must be in 1..1048576");
+            c.lo.batch = (uint32_t)v;
+            break;
+        case 'w':
+            if (parse_workers(optarg, &c))
+                return RT_EXIT_USAGE;
+            break;
+        case 'e':
+            if (cli_parse_u64("loadbench", "--epochs", optarg, &c.lo.epochs))
+                return RT_EXIT_USAGE;
+            if (c.lo.epochs < 1 || c.lo.epochs > 1000000)
+                return cli_usage_error("loadbench", "--epochs must be in 1..1000000");
+            break;
+        case 'S':
+            if (!strcmp(optarg, "train"))
+                c.lo.split = RT_SPLIT_TRAIN;
+            else if (!strcmp(optarg, "val"))
+                c.lo.split = RT_SPLIT_VAL;
+            else if (!strcmp(optarg, "test"))
+                c.lo.split = RT_SPLIT_TEST;
+            else
+                return cli_usage_error("loadbench", "--split must be train, val or test");
+            break;
+        case 'a': aug = optarg; break;
+        case 'x':
+            if (!strcmp(optarg, "exact"))
+                c.lo.shuffle = RT_SHUFFLE_EXACT;
+            else if (!strcmp(optarg, "window"))
+                c.lo.shuffle = RT_SHUFFLE_WINDOW;
+            else if (!strcmp(optarg, "none"))
+                c.lo.shuffle = RT_SHUFFLE_NONE;
+            else
+                return cli_usage_error("loadbench", "--shuffle must be exact, window or none");
+            break;
+        case 'K':
+            if (cli_parse_u64("loadbench", "--window-blocks", optarg, &v))
+                return RT_EXIT_USAGE;
+            if (v < 1 || v > 1u << 20)
+                return cli_usage_error("loadbench", "--window-blocks must be in 1..1048576");
+            c.lo.window_blocks = (uint32_t)v;
+            break;
+        case 'l': last = optarg; break;
+        case 'W':
+            if (cli_parse_u64("loadbench", "--world", optarg, &v))
+                return RT_EXIT_USAGE;
+            if (v < 1 || v > 1u << 20)
+                return cli_usage_error("loadbench", "--world must be in 1..1048576");
+            c.lo.world = (uint32_t)v;
+            break;
+        case 'R':
+            if (cli_parse_u64("loadbench", "--rank", optarg, &v))
+                return RT_EXIT_USAGE;
+            c.lo.rank = (uint32_t)RT_MIN(v, UINT32_MAX);
+            break;
+        case 's':
+            if (cli_parse_u64("loadbench", "--seed", optarg, &c.lo.seed))
+                return RT_EXIT_USAGE;
+            break;
+        case 'i':
+            if (!strcmp(optarg, "auto"))
+                c.lo.io = RT_IO_AUTO;
+            else if (!strcmp(optarg, "uring") || !strcmp(optarg, "io_uring"))
+                c.lo.io = RT_IO_URING;
+            else if (!strcmp(optarg, "pread"))
+                c.lo.io = RT_IO_PREAD;
+            else
+                return cli_usage_error("loadbench", "--io must be auto, uring or pread");
+            break;
+        case 'q':
+            if (cli_parse_u64("loadbench", "--queue-depth", optarg, &v))
+                return RT_EXIT_USAGE;
+            if (v < 1 || v > 4096)
+                return cli_usage_error("loadbench", "--queue-depth must be in 1..4096");
+            c.lo.queue_depth = (uint32_t)v;
+            break;
+        case 'd': c.lo.direct = 1; break;
+        case 'r':
+            if (cli_parse_u64("loadbench", "--ring-slots", optarg, &v))
+                return RT_EXIT_USAGE;
+            if (v < 2 || v > 1024)
+                return cli_usage_error("loadbench", "--ring-slots must be in 2..1024");
+            c.ring_slots = (uint32_t)v;
+            break;
+        case 'P': c.pin = RT_PIN_OFF; break;
+        case 't': {
+            char *end;
+            c.target = strtod(optarg, &end);
+            if (*end || !(c.target > 0))
+                return cli_usage_error("loadbench", "--target needs images per second, not '%s'", optarg);
+            break;
+        }
+        case 'D': c.digest = 1; break;
+        case 'j': c.json = 1; break;
+        case 'h': loadbench_help(); return RT_EXIT_OK;
+        default: return cli_usage_error("loadbench", "unknown option");
+        }
+    }
+    if (optind != argc - 1)
+        return cli_usage_error("loadbench", optind == argc ? "DATA is required" : "exactly one DATA directory, please");
+    if (c.lo.rank >= c.lo.world)
+        return cli_usage_error("loadbench", "--rank must be below --world");
+    c.data = argv[optind];
+    const int train = c.lo.split == RT_SPLIT_TRAIN;
+    if (parse_aug(aug ? aug : train ? "crop,flip" : "none", &c.lo.aug))
+        return RT_EXIT_USAGE;
+    if (last && strcmp(last, "drop") && strcmp(last, "pad"))
+        return cli_usage_error("loadbench", "--last must be drop or pad");
+    c.lo.last = last ? (!strcmp(last, "pad") ? RT_LAST_PAD : RT_LAST_DROP) : train ? RT_LAST_DROP : RT_LAST_PAD;
+    if (!c.nruns) {
+        c.worker_list[0] = rt_cpus_available();
+        c.nruns = 1;
+    }
+
+    struct rt_dataset *ds;
+    if (rt_dataset_open(c.data, &ds) < 0)
+        return cli_fail();
+    const struct rt_dataset_info *info = rt_dataset_info(ds);
+    char augs[128];
+    aug_describe(&c.lo.aug, augs, sizeof(augs));
+    printf("loadbench: %s (%s split, %" PRIu64 " records, %" PRIu32 "x%" PRIu32 "x%" PRIu32 ", %s codec), batch %" PRIu32
+           ", %" PRIu64 " epoch%s, shuffle %s, last batch %s, aug %s, rank %" PRIu32 "/%" PRIu32 ", %d CPUs\n",
+           c.data, rt_split_name(c.lo.split), info->split[c.lo.split].records, info->channels, info->height,
+           info->width, rt_codec_name(info->codec), c.lo.batch, c.lo.epochs, c.lo.epochs == 1 ? "" : "s",
+           shuffle_name(c.lo.shuffle), c.lo.last == RT_LAST_PAD ? "pad" : "drop", augs, c.lo.rank, c.lo.world,
+           rt_cpus_available());
+
+    fflush(stdout);
+    struct lb_result res[MAX_WORKER_RUNS];
+    for (int i = 0; i < c.nruns; i++) {
+        int rc = run_once(&c, ds, c.worker_list[i], &res[i]);
+        if (rc) {
+            rt_dataset_close(ds);
+            return rc;
+        }
+    }
+    const struct lb_result *r = &res[c.nruns - 1];
+    printf("io: %s, queue depth %" PRIu32 "%s%s%s; ring %" PRIu32 " slots, %.1f MiB %s\n", r->st.io_kind,
+           r->st.queue_depth, r->st.fixed_files ? ", registered files" : "",
+           r->st.fixed_buffers ? ", registered buffers" : "", r->st.direct ? ", O_DIRECT" : "", r->ring_slots,
+           (double)r->ring_bytes / (1 << 20), r->ring_locked ? "page-locked" : "pageable");
+    if (r->st.load_ns)
+        printf("first read: %.3f s for the whole split (%.0f img/s, %.0f MB/s stored), then served from RAM\n",
+               (double)r->st.load_ns * 1e-9, per_s((double)r->st.decoded_images, r->st.load_ns),
+               per_s((double)r->st.io_bytes / 1e6, r->st.load_ns));
+    printf("\n%7s %12s %12s %12s %8s   %s\n", "workers", "img/s", "steady img/s", "per worker", "speedup",
+           "batch wait p50 / p99 / max (ms)");
+    for (int i = 0; i < c.nruns; i++) {
+        const struct lb_result *x = &res[i];
+        printf("%7d %12.0f %12.0f %12.0f %7.2fx   %.3f / %.3f / %.3f\n", x->workers, x->images_per_s,
+               x->steady_images_per_s, x->steady_images_per_s / x->workers,
+               res[0].steady_images_per_s > 0 ? x->steady_images_per_s / res[0].steady_images_per_s : 0,
+               ms(x->cons.p50_ns), ms(x->cons.p99_ns), ms(x->cons.max_ns));
+    }
+
+    struct stage_line lines[8];
+    int nl;
+    stage_lines(r, lines, &nl);
+    printf("\nstages (%d workers, %.2f s wall, %" PRIu64 " batches, %" PRIu64 " images):\n", r->workers, r->wall_s,
+           r->batches, r->images);
+    printf("  %-11s %10s %8s %16s\n", "stage", "busy s", "share", "rate");
+    for (int i = 0; i < nl; i++) {
+        char rate[48] = "";
+        if (lines[i].rate > 0)
+            snprintf(rate, sizeof(rate), "%.0f %s", lines[i].rate, lines[i].unit);
+        printf("  %-11s %10.3f %7.1f%% %16s\n", lines[i].name, lines[i].busy_s, 100 * lines[i].share, rate);
+    }
+    printf("  (io, slot wait -- the loader waiting for a free ring slot -- and ring wait -- the consumer waiting\n"
+           "   for a batch -- are shares of wall time; the others of worker time = wall x workers)\n");
+    char vbuf[512];
+    verdict(&c, r, lines, nl, vbuf, sizeof(vbuf));
+    printf("verdict: %s\n", vbuf);
+    int rc = RT_EXIT_OK;
+    if (c.digest) {
+        int same = 1;
+        for (int i = 1; i < c.nruns; i++)
+            same &= !strcmp(res[i].digest, res[0].digest);
+        printf("digest: %s%s\n", r->digest,
+               c.nruns > 1 ? (same ? " (identical for every worker count)" : " (DIFFERS between worker counts)") : "");
+        if (!same)
+            rc = RT_EXIT_FAIL;
+    }
+    if (c.json)
+        print_json(&c, res, c.nruns, lines, nl);
+    rt_dataset_close(ds);
+    return rc;
+}
