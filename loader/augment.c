@@ -42,6 +42,7 @@ static inline void copy_reversed(uint8_t *restrict d, const uint8_t *restrict s,
 static inline void crop_row(const uint8_t *restrict srow, uint8_t *restrict drow, uint8_t *restrict tmp, long w,
                             long pad, long shift, int flip, enum rt_pad_mode mode)
 {
+    const long lo = shift < 0 ? -shift : 0, hi = shift > 0 ? shift : 0; /* edge bytes the crop reads */
     if (!shift) {
         if (flip)
             copy_reversed(drow, srow, w);
@@ -50,10 +51,12 @@ static inline void crop_row(const uint8_t *restrict srow, uint8_t *restrict drow
         return;
     }
     memcpy(tmp + pad, srow, (size_t)w);
-    for (long i = 0; i < pad; i++) {
-        long l = resolve(i - pad, w, mode), r = resolve(w + i, w, mode);
-        tmp[i] = l < 0 ? 0 : srow[l];
-        tmp[pad + w + i] = r < 0 ? 0 : srow[r];
+    /* Zero edges were written once per image; reflected ones depend on the row. */
+    if (mode == RT_PAD_REFLECT) {
+        for (long i = pad - lo; i < pad; i++)
+            tmp[i] = srow[resolve(i - pad, w, mode)];
+        for (long i = 0; i < hi; i++)
+            tmp[pad + w + i] = srow[resolve(w + i, w, mode)];
     }
     if (flip)
         copy_reversed(drow, tmp + pad + shift, w);
@@ -84,6 +87,9 @@ static inline __attribute__((always_inline)) void crop_planes(const uint8_t *src
     const size_t plane = (size_t)h * w;
     uint8_t tmp[STACK_ROW];
     const int narrow = w + 2 * pad <= STACK_ROW;
+
+    if (narrow && mode == RT_PAD_ZERO)
+        memset(tmp, 0, (size_t)(w + 2 * pad));
 
     for (uint32_t ch = 0; ch < c; ch++) {
         const uint8_t *sp = src + plane * ch;

@@ -4,9 +4,9 @@
  *   - batches are bit-identical (digest of images, labels, ids) for worker
  *     counts 1/2/4, queue depths 1..32, io_uring and pread, O_DIRECT or not;
  *   - without augmentation every sample equals its decoded record and label;
- *   - with crop+flip every sample is one of the 162 crops/flips of its record
- *     (checked against a naive padded-image implementation), and several
- *     different crops occur;
+ *   - with crop+flip (zero or reflect padding) every sample is one of the 162
+ *     crops/flips of its record (checked against a naive padded-image
+ *     implementation), many different crops occur, and about half flip;
  *   - evaluation padding across 3 ranks covers the split exactly once;
  *   - the serialised loader state resumes at exactly the next batch;
  *   - a corrupt block stops the run with shard, block and records named, and a
@@ -119,17 +119,22 @@ static void test_determinism(const struct rt_dataset *ds)
     }
 }
 
-/* The naive reference: pad the whole image, then crop, then flip. */
-static void naive_aug(const uint8_t *src, uint8_t *dst, int pad, int oy, int ox, int flip)
+/* Reflect index into [0, n) as numpy's "reflect" (edge not repeated). */
+static int reflect(int i, int n) { return i < 0 ? -i : i >= n ? 2 * (n - 1) - i : i; }
+
+/* The naive reference: pad the whole image (zero or reflect), then crop, then flip. */
+static void naive_aug(const uint8_t *src, uint8_t *dst, int pad, int oy, int ox, int flip, int refl)
 {
-    const int H = 32, W = 32, P = 32 + 2 * pad;
+    const int H = 32, W = 32;
     static uint8_t padded[3][48][48];
     memset(padded, 0, sizeof(padded));
     for (int c = 0; c < 3; c++)
-        for (int y = 0; y < H; y++)
-            for (int x = 0; x < W; x++)
-                padded[c][y + pad][x + pad] = src[c * 1024 + y * 32 + x];
-    (void)P;
+        for (int y = -pad; y < H + pad; y++)
+            for (int x = -pad; x < W + pad; x++) {
+                int inside = y >= 0 && y < H && x >= 0 && x < W;
+                if (inside || refl)
+                    padded[c][y + pad][x + pad] = src[c * 1024 + reflect(y, H) * 32 + reflect(x, W)];
+            }
     for (int c = 0; c < 3; c++)
         for (int y = 0; y < H; y++)
             for (int x = 0; x < W; x++) {
@@ -140,7 +145,7 @@ static void naive_aug(const uint8_t *src, uint8_t *dst, int pad, int oy, int ox,
 
 static void test_contents(const struct rt_dataset *ds)
 {
-    for (int aug = 0; aug < 2; aug++) {
+    for (int aug = 0; aug < 3; aug++) {
         struct rt_loader_opts o = base_opts(RT_SHUFFLE_EXACT);
         struct rt_ring_opts ro = {.slots = 3, .batch = 32, .channels = 3, .height = 32, .width = 32, .pin = RT_PIN_OFF};
         struct rt_ring *ring;
@@ -151,6 +156,8 @@ static void test_contents(const struct rt_dataset *ds)
 
         if (!aug)
             memset(&o.aug, 0, sizeof(o.aug));
+        if (aug == 2)
+            o.aug.pad_mode = RT_PAD_REFLECT;
         o.epochs = 1;
         if (rt_ring_create(&ro, &ring) < 0 || rt_loader_create(ds, &o, ring, &L) < 0) {
             CHECKF(0, "%s", rt_errmsg());
@@ -169,7 +176,7 @@ static void test_contents(const struct rt_dataset *ds)
                 for (int oy = 0; oy <= 8 && !match; oy++)
                     for (int ox = 0; ox <= 8 && !match; ox++)
                         for (int f = 0; f < 2 && !match; f++) {
-                            naive_aug(rec, want, 4, oy, ox, f);
+                            naive_aug(rec, want, 4, oy, ox, f, aug == 2);
                             if (!memcmp(got, want, 3072)) {
                                 match = 1;
                                 offsets_seen[oy][ox]++;
