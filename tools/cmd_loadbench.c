@@ -41,6 +41,7 @@ struct lb_result {
     size_t ring_bytes;
     int ring_locked;
     uint32_t ring_slots;
+    uint64_t boundary_wait_max_ns;  /* worst wait for the first batch of epochs after the first */
     char digest[17];
 };
 
@@ -168,7 +169,14 @@ static int run_once(const struct lb_config *c, const struct rt_dataset *ds, int 
         goto out;
     }
     const size_t img_bytes = (size_t)lo.batch * info->channels * info->height * info->width;
-    while ((b = rt_loader_next(L))) {
+    for (;;) {
+        uint64_t tw = rt_now_ns();
+        b = rt_loader_next(L);
+        if (!b)
+            break;
+        tw = rt_now_ns() - tw;
+        if (b->step == 0 && b->epoch > lo.start_epoch && tw > r->boundary_wait_max_ns)
+            r->boundary_wait_max_ns = tw;
         if (!t_first) {
             t_first = rt_now_ns();
             first_images = b->valid;
@@ -282,10 +290,11 @@ static void print_json(const struct lb_config *c, const struct lb_result *res, i
     printf("{\"images_per_s\":%.1f,\"end_to_end_images_per_s\":%.1f,\"workers\":%d,\"batch_size\":%" PRIu32
            ",\"epochs\":%" PRIu64 ",\"images\":%" PRIu64 ",\"batches\":%" PRIu64 ",\"wall_s\":%.4f"
            ",\"shuffle\":\"%s\",\"io\":\"%s\",\"queue_depth\":%" PRIu32 ",\"cpus\":%d,\"load_s\":%.4f"
-           ",\"batch_wait_ms\":{\"p50\":%.4f,\"p99\":%.4f,\"max\":%.4f},\"stages\":{",
+           ",\"batch_wait_ms\":{\"p50\":%.4f,\"p99\":%.4f,\"max\":%.4f,\"epoch_start_max\":%.4f},\"stages\":{",
            r->steady_images_per_s, r->images_per_s, r->workers, c->lo.batch, c->lo.epochs, r->images, r->batches,
            r->wall_s, shuffle_name(c->lo.shuffle), r->st.io_kind, r->st.queue_depth, rt_cpus_available(),
-           (double)r->st.load_ns * 1e-9, ms(r->cons.p50_ns), ms(r->cons.p99_ns), ms(r->cons.max_ns));
+           (double)r->st.load_ns * 1e-9, ms(r->cons.p50_ns), ms(r->cons.p99_ns), ms(r->cons.max_ns),
+           ms(r->boundary_wait_max_ns));
     for (int i = 0; i < nl; i++) {
         char key[32];
         snprintf(key, sizeof(key), "%s", lines[i].name);
@@ -489,6 +498,9 @@ int cmd_loadbench(int argc, char **argv)
                ms(x->cons.p50_ns), ms(x->cons.p99_ns), ms(x->cons.max_ns));
     }
 
+    if (c.lo.epochs > 1)
+        printf("epoch boundaries: first batch of epochs 2..%" PRIu64 " waited at most %.3f ms (steady p99 %.3f ms)\n",
+               c.lo.epochs, ms(r->boundary_wait_max_ns), ms(r->cons.p99_ns));
     struct stage_line lines[8];
     int nl;
     stage_lines(r, lines, &nl);
