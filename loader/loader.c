@@ -486,7 +486,21 @@ static void window_retire(struct rt_loader *L, int slot)
     pthread_mutex_unlock(&L->mu);
 }
 
-static int run_window_epoch(struct rt_loader *L, const struct rt_epoch_plan *p, uint64_t step0, uint64_t *seq)
+/* Windows of the next epoch started before it begins (its first ones, in order). */
+#define PRELOAD 2
+struct preload {
+    int n;
+    int slot[PRELOAD];
+};
+
+/*
+ * Queues the batches of epoch p from step0 on. `pre` holds the windows of p
+ * that the previous epoch already started; on return it holds those of `pn`
+ * (the next epoch's plan, NULL for none) started here once all of p's windows
+ * were under way -- so an epoch's first batches do not wait for a cold read.
+ */
+static int run_window_epoch(struct rt_loader *L, const struct rt_epoch_plan *p, uint64_t step0, uint64_t *seq,
+                            struct preload *pre, const struct rt_epoch_plan *pn)
 {
     const uint32_t B = L->o.batch;
     const uint64_t real_end = p->win_pos[p->nwindows]; /* positions past this are padding */
@@ -501,6 +515,18 @@ static int run_window_epoch(struct rt_loader *L, const struct rt_epoch_plan *p, 
         next_load = w_lo = window_of(p, step0 * B, 0);
     else
         next_load = w_lo = p->nwindows;
+    if (pre->n && step0 == 0) {
+        for (int i = 0; i < pre->n; i++) {
+            loaded[i] = pre->slot[i];
+            loaded_w[i] = (uint32_t)i;
+        }
+        nloaded = pre->n;
+        next_load = (uint32_t)pre->n;
+    } else {
+        for (int i = 0; i < pre->n; i++)
+            window_retire(L, pre->slot[i]);
+    }
+    pre->n = 0;
 
     for (uint64_t s = step0; s < p->steps; s++) {
         const uint64_t k0 = s * B, k1 = k0 + B;
@@ -524,15 +550,27 @@ static int run_window_epoch(struct rt_loader *L, const struct rt_epoch_plan *p, 
             w_lo = wa;
         /* Start loads ahead while buffers are free, then wait for the ones this batch reads. */
         for (;;) {
-            while (next_load < p->nwindows && nloaded < NWIN) {
+            while (nloaded + pre->n < NWIN) {
                 int slot;
-                rc = window_start(L, p, next_load, &slot);
-                if (rc == -1)
+                if (next_load < p->nwindows) {
+                    rc = window_start(L, p, next_load, &slot);
+                    if (rc == -1)
+                        break;
+                    if (rc < 0)
+                        return rc;
+                    loaded[nloaded] = slot;
+                    loaded_w[nloaded++] = next_load++;
+                } else if (pn && pre->n < PRELOAD && (uint32_t)pre->n < pn->nwindows) {
+                    /* This epoch's reads are all under way: start the next epoch's first windows. */
+                    rc = window_start(L, pn, (uint32_t)pre->n, &slot);
+                    if (rc == -1)
+                        break;
+                    if (rc < 0)
+                        return rc;
+                    pre->slot[pre->n++] = slot;
+                } else {
                     break;
-                if (rc < 0)
-                    return rc;
-                loaded[nloaded] = slot;
-                loaded_w[nloaded++] = next_load++;
+                }
             }
             if (wb == UINT32_MAX || next_load > wb)
                 break;
@@ -597,17 +635,23 @@ static void *planner_main(void *arg)
         if (rc)
             goto out;
     }
-    for (uint64_t e = L->o.start_epoch; !L->o.epochs || e < L->o.epochs; e++) {
-        struct rt_epoch_plan *p;
+    /* Plans are made one epoch ahead so window mode can start the next epoch's reads early. */
+    struct rt_epoch_plan *p = NULL, *pn = NULL;
+    struct preload pre = {0};
+    rc = rt_sampler_plan(L->sampler, L->o.start_epoch, &p);
+    for (uint64_t e = L->o.start_epoch; rc == 0 && (!L->o.epochs || e < L->o.epochs); e++) {
         uint64_t step0 = e == L->o.start_epoch ? L->o.start_step : 0;
-        rc = rt_sampler_plan(L->sampler, e, &p);
-        if (rc < 0)
-            goto out;
-        rc = L->streaming ? run_window_epoch(L, p, step0, &seq) : run_resident_epoch(L, p, step0, &seq);
+        pn = NULL;
+        if (!L->o.epochs || e + 1 < L->o.epochs)
+            rc = rt_sampler_plan(L->sampler, e + 1, &pn);
+        if (rc == 0)
+            rc = L->streaming ? run_window_epoch(L, p, step0, &seq, &pre, pn) : run_resident_epoch(L, p, step0, &seq);
         rt_epoch_plan_free(p);
-        if (rc)
-            goto out;
+        p = pn;
     }
+    rt_epoch_plan_free(p);
+    if (rc)
+        goto out;
     /* A clean end: close the ring only when every queued batch is READY. */
     pthread_mutex_lock(&L->mu);
     while (!L->stop && !L->failed && L->jobs_done < L->jobs_queued)
