@@ -22,6 +22,7 @@ static const struct subcommand subcommands[] = {
     {"verify", cmd_verify, "check every shard of a packed dataset against its manifest and checksums"},
     {"inspect", cmd_inspect, "print a packed dataset's summary, or one record (and write it as an image)"},
     {"loadbench", cmd_loadbench, "run the loader and ring with no compute: images/s, stage shares, verdict"},
+    {"stage", cmd_stage, "copy a packed dataset to node-local storage, checksummed and resumable"},
     {"version", cmd_version, "print the version, backends and library versions"},
 };
 
