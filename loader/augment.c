@@ -76,13 +76,57 @@ static void crop_row_generic(const uint8_t *srow, uint8_t *drow, long w, long sh
     }
 }
 
+/* Padded images up to this size are built whole in a per-thread buffer. */
+#define PADDED_MAX (64 * 1024)
+
 /*
- * All planes. Inlined into rt_augment twice -- once with the CIFAR shape as
- * constants, so each row copy becomes a single vector move, and once generic.
+ * The small-image path: copy the image into the middle of a padded buffer
+ * (borders zero, or reflected per image), then cut the crop out row by row.
+ * Building the whole padded image before reading any of it matters: reading
+ * a row back right after writing it in pieces stalls on store forwarding.
+ * Inlined into rt_augment twice -- with the CIFAR shape as constants, so each
+ * row copy is a single vector move, and generic.
  */
-static inline __attribute__((always_inline)) void crop_planes(const uint8_t *src, uint8_t *dst, uint32_t c, long h,
+static inline __attribute__((always_inline)) void crop_padded(const uint8_t *src, uint8_t *dst, uint32_t c, long h,
                                                               long w, long pad, long dy, long dx, int flip,
-                                                              enum rt_pad_mode mode)
+                                                              enum rt_pad_mode mode, uint8_t *buf)
+{
+    const long pw = w + 2 * pad, ph = h + 2 * pad;
+    const size_t plane = (size_t)h * w, pplane = (size_t)ph * pw;
+
+    for (uint32_t ch = 0; ch < c; ch++) {
+        uint8_t *pp = buf + pplane * ch;
+        const uint8_t *sp = src + plane * ch;
+        for (long y = 0; y < h; y++) {
+            uint8_t *row = pp + (size_t)(y + pad) * pw + pad;
+            memcpy(row, sp + (size_t)y * w, (size_t)w);
+            if (mode == RT_PAD_REFLECT)
+                for (long i = 1; i <= pad; i++) {
+                    row[-i] = row[i];
+                    row[w - 1 + i] = row[w - 1 - i];
+                }
+        }
+        if (mode == RT_PAD_REFLECT)
+            for (long i = 1; i <= pad; i++) {
+                memcpy(pp + (size_t)(pad - i) * pw, pp + (size_t)(pad + i) * pw, (size_t)pw);
+                memcpy(pp + (size_t)(pad + h - 1 + i) * pw, pp + (size_t)(pad + h - 1 - i) * pw, (size_t)pw);
+            }
+    }
+    for (uint32_t ch = 0; ch < c; ch++) {
+        const uint8_t *pp = buf + pplane * ch + (size_t)(pad + dy) * pw + pad + dx;
+        uint8_t *dp = dst + plane * ch;
+        for (long y = 0; y < h; y++) {
+            if (flip)
+                copy_reversed(dp + (size_t)y * w, pp + (size_t)y * pw, w);
+            else
+                memcpy(dp + (size_t)y * w, pp + (size_t)y * pw, (size_t)w);
+        }
+    }
+}
+
+/* Larger images: one row at a time (see crop_row), or pixel by pixel when very wide. */
+static void crop_rows(const uint8_t *src, uint8_t *dst, uint32_t c, long h, long w, long pad, long dy, long dx,
+                      int flip, enum rt_pad_mode mode)
 {
     const size_t plane = (size_t)h * w;
     uint8_t tmp[STACK_ROW];
@@ -90,7 +134,6 @@ static inline __attribute__((always_inline)) void crop_planes(const uint8_t *src
 
     if (narrow && mode == RT_PAD_ZERO)
         memset(tmp, 0, (size_t)(w + 2 * pad));
-
     for (uint32_t ch = 0; ch < c; ch++) {
         const uint8_t *sp = src + plane * ch;
         uint8_t *dp = dst + plane * ch;
@@ -105,6 +148,10 @@ static inline __attribute__((always_inline)) void crop_planes(const uint8_t *src
         }
     }
 }
+
+/* Per thread: the padded-image buffer and the geometry its zero borders were laid out for. */
+static _Thread_local uint8_t padded_buf[PADDED_MAX];
+static _Thread_local uint64_t padded_geom;
 
 /* Cloned per ISA so the row copies use the widest shuffles the CPU has (not in sanitizer builds). */
 #ifdef RT_NO_IFUNC
@@ -139,8 +186,20 @@ RT_CLONES void rt_augment(const struct rt_aug *a, uint64_t seed,
         memcpy(dst, src, (size_t)c * h * w);
         return;
     }
-    if (h == 32 && w == 32 && a->pad <= 32)
-        crop_planes(src, dst, c, 32, 32, a->pad, dy, dx, flip, a->pad_mode);
+    const size_t padded = (size_t)c * (h + 2 * a->pad) * (w + 2 * a->pad);
+    if (padded > PADDED_MAX) {
+        crop_rows(src, dst, c, h, w, a->pad, dy, dx, flip, a->pad_mode);
+        return;
+    }
+    /* Zero borders are written once per thread and geometry; the image part is rewritten every call. */
+    const uint64_t geom = (uint64_t)c << 48 | (uint64_t)h << 32 | (uint64_t)w << 16 | (uint64_t)a->pad << 2 |
+                          (uint64_t)a->pad_mode << 1 | 1;
+    if (padded_geom != geom) {
+        memset(padded_buf, 0, padded);
+        padded_geom = geom;
+    }
+    if (h == 32 && w == 32 && a->pad == 4)
+        crop_padded(src, dst, c, 32, 32, 4, dy, dx, flip, a->pad_mode, padded_buf);
     else
-        crop_planes(src, dst, c, h, w, a->pad, dy, dx, flip, a->pad_mode);
+        crop_padded(src, dst, c, h, w, a->pad, dy, dx, flip, a->pad_mode, padded_buf);
 }

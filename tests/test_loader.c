@@ -202,6 +202,57 @@ static void test_contents(const struct rt_dataset *ds)
     }
 }
 
+/* Any shape: out[c][y][x] = padded[c][y + oy][(flip ? w-1-x : x) + ox], padding zero or reflected. */
+static void naive_aug_any(const uint8_t *src, uint8_t *dst, int c, int h, int w, int pad, int oy, int ox, int flip,
+                          int refl)
+{
+    for (int ch = 0; ch < c; ch++)
+        for (int y = 0; y < h; y++)
+            for (int x = 0; x < w; x++) {
+                int py = y + oy - pad, px = (flip ? w - 1 - x : x) + ox - pad;
+                int inside = py >= 0 && py < h && px >= 0 && px < w;
+                dst[((size_t)ch * h + y) * w + x] =
+                    inside || refl ? src[((size_t)ch * h + reflect(py, h)) * w + reflect(px, w)] : 0;
+            }
+}
+
+/* rt_augment on shapes other than CIFAR's: small (padded buffer) and large (row by row) paths. */
+static void test_augment_shapes(void)
+{
+    static const int shapes[][3] = {{1, 28, 28}, {3, 200, 120}, {3, 7, 300}};
+    for (size_t si = 0; si < RT_ARRAY_LEN(shapes); si++) {
+        const int c = shapes[si][0], h = shapes[si][1], w = shapes[si][2], pad = 4;
+        const size_t n = (size_t)c * h * w;
+        uint8_t *src = malloc(n), *got = malloc(n), *want = malloc(n);
+        struct rt_rng r;
+        rt_rng_init(&r, 99, si);
+        for (size_t i = 0; i < n; i++)
+            src[i] = (uint8_t)rt_rng_u32(&r);
+        int right = 0, left = 0;
+        for (int refl = 0; refl < 2; refl++)
+            for (uint64_t id = 0; id < 12; id++) {
+                struct rt_aug a = {.pad = pad, .pad_mode = refl ? RT_PAD_REFLECT : RT_PAD_ZERO, .flip = RT_FLIP_RANDOM};
+                int match = 0;
+                rt_augment(&a, 3, 1, id, (uint32_t)c, (uint32_t)h, (uint32_t)w, src, got);
+                for (int oy = 0; oy <= 2 * pad && !match; oy++)
+                    for (int ox = 0; ox <= 2 * pad && !match; ox++)
+                        for (int f = 0; f < 2 && !match; f++) {
+                            naive_aug_any(src, want, c, h, w, pad, oy, ox, f, refl);
+                            match = !memcmp(got, want, n);
+                            right += match && ox > pad;
+                            left += match && ox < pad;
+                        }
+                CHECKF(match, "%dx%dx%d %s id %" PRIu64 ": no crop/flip matches", c, h, w, refl ? "reflect" : "zero",
+                       id);
+            }
+        /* Both edges must have been exercised, or the comparison proved little. */
+        CHECKF(right && left, "%dx%dx%d: crops shifted right %d, left %d times", c, h, w, right, left);
+        free(src);
+        free(got);
+        free(want);
+    }
+}
+
 static void test_eval_pad(const struct rt_dataset *ds)
 {
     const struct rt_split_info *si = &rt_dataset_info(ds)->split[RT_SPLIT_TEST];
@@ -382,6 +433,8 @@ int main(void)
 
     test_determinism(ds);
     test_contents(ds);
+    if (!small) /* single-threaded arithmetic: nothing for the ThreadSanitizer run to see */
+        test_augment_shapes();
     test_eval_pad(ds);
     test_resume(ds);
     test_faults(ds);
