@@ -228,7 +228,8 @@ int rt_block_decode(struct rt_decoder *d, const struct rt_shard_header *h,
     rc = decode_jpeg_payload(d, h, e, block, payload, out, hwc, name);
     d->t.decode_ns += rt_now_ns() - t0;
     if (rc == 0) {
-        d->t.raw_bytes += e->raw_size;
+        if (h->compression == RT_COMPRESSION_ZSTD)
+            d->t.raw_bytes += e->raw_size;
         d->t.records += e->record_count;
     }
     return rc;

@@ -230,7 +230,8 @@ void rt_decoder_destroy(struct rt_decoder *d);
 /* Time a decoder has spent in each part of rt_block_decode() since creation. */
 struct rt_decode_times {
     uint64_t checksum_ns, decompress_ns, decode_ns;
-    uint64_t raw_bytes, records;
+    uint64_t raw_bytes;      /* bytes zstd produced (0 for stored blocks) */
+    uint64_t records;
 };
 void rt_decoder_times(const struct rt_decoder *d, struct rt_decode_times *t);
 
@@ -396,7 +397,7 @@ struct rt_loader_stats {
     uint64_t batches, images;    /* handed to the consumer */
     uint64_t io_reads, io_bytes;
     uint64_t io_busy_ns;         /* wall time with at least one read in flight */
-    uint64_t raw_bytes;          /* bytes after decompression */
+    uint64_t raw_bytes;          /* bytes zstd produced (stored JPEG blocks add none) */
     uint64_t decoded_images;     /* records decoded from blocks */
     uint64_t checksum_ns, decompress_ns, decode_ns, augment_ns; /* worker time, summed */
     uint64_t worker_idle_ns;
