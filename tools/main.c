@@ -33,7 +33,7 @@ static void print_help(FILE *f)
         fprintf(f, "  %-10s %s\n", subcommands[i].name, subcommands[i].summary);
     fprintf(f, "\n`ringtrain <command> --help` describes each command's options.\n"
                "Quick start: ringtrain synth --out data/src && ringtrain pack data/src --out data/cifar10 &&\n"
-               "             ringtrain verify data/cifar10 && ringtrain inspect data/cifar10\n");
+               "             ringtrain verify data/cifar10 && ringtrain loadbench data/cifar10\n");
 }
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)
