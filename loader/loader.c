@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 
 #include "common/common.h"
 #include "loader/format.h"
@@ -669,12 +670,35 @@ out:
 
 /* ---- set-up ---------------------------------------------------------------------- */
 
+/*
+ * Each shard is open twice (its metadata reader and the I/O engine): raise the
+ * soft open-file limit toward the hard one when a big split needs it.
+ */
+static int ensure_fd_limit(uint32_t nshards)
+{
+    const rlim_t need = (rlim_t)nshards * 2 + 64;
+    struct rlimit rl;
+
+    if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY || rl.rlim_cur >= need)
+        return 0;
+    rlim_t want = rl.rlim_max == RLIM_INFINITY || rl.rlim_max >= need ? need : rl.rlim_max;
+    rl.rlim_cur = want;
+    if (setrlimit(RLIMIT_NOFILE, &rl) == 0 && want >= need)
+        return 0;
+    return rt_errf(-EMFILE, "the split has %" PRIu32 " shards, which needs about %llu open files, but `ulimit -n` "
+                   "allows %llu: raise it, or pack with a larger --shard-size",
+                   nshards, (unsigned long long)need, (unsigned long long)want);
+}
+
 static int open_split(struct rt_loader *L, const struct rt_dataset_info *info)
 {
     const struct rt_split_info *si = &info->split[L->o.split];
     char path[4096];
     int rc;
 
+    rc = ensure_fd_limit(si->nshards);
+    if (rc < 0)
+        return rc;
     L->nshards = si->nshards;
     L->records = si->records;
     L->shards = rt_calloc(si->nshards, sizeof(*L->shards), "loader shards");
