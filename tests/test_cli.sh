@@ -126,6 +126,13 @@ expect_rc 2 "$RT" loadbench "$T/ds" --workers 0
 expect_rc 2 "$RT" loadbench "$T/ds" --aug crop,wobble
 expect_rc 1 "$RT" loadbench "$T/ds" --batch-size 100000
 expect_out 'too few for 1 rank\(s\) x batch 100000'
+# Many shards: the soft open-file limit is raised as needed; a hard limit too low is explained.
+expect_rc 0 "$RT" synth --out "$T/src2" --train 400 --test 50
+expect_rc 0 "$RT" pack "$T/src2" --out "$T/many" --shard-size 20K
+expect_rc 0 bash -c "ulimit -Sn 40 && exec '$RT' loadbench '$T/many' --batch-size 16 --epochs 1 --digest"
+expect_out 'digest: [0-9a-f]{16}'
+expect_rc 1 bash -c "ulimit -n 40 && exec '$RT' loadbench '$T/many' --batch-size 16 --epochs 1"
+expect_out 'open files, but `ulimit -n` allows 40'
 # Page-locked slots beyond `ulimit -l` stop with the numbers and the fix (needs setpriv to drop CAP_IPC_LOCK).
 if command -v setpriv >/dev/null && setpriv --bounding-set=-ipc_lock true 2>/dev/null; then
     (ulimit -l 64 && exec setpriv --inh-caps=-all --bounding-set=-ipc_lock "$RT" loadbench "$T/ds" --epochs 1) >"$T/out" 2>&1
