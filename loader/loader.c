@@ -58,8 +58,6 @@ struct window {
     uint32_t pending;     /* blocks still to decode */
     uint64_t refs;        /* queued batch jobs reading it */
     int retired;          /* the planner will queue no more jobs reading it */
-    uint64_t epoch;
-    uint32_t w;           /* window number within the epoch's plan */
     uint32_t nblocks, nblocks_cap;
     uint32_t *blocks;     /* split-wide block numbers, in load order */
     size_t *offset;       /* byte offset of each block's records in mem */
@@ -89,7 +87,6 @@ struct worker {
 
 struct rt_loader {
     struct rt_loader_opts o;
-    const struct rt_dataset_info *info;
     struct rt_ring *ring;
     struct rt_sampler *sampler;
     struct rt_io *io;
@@ -462,8 +459,6 @@ static int window_start(struct rt_loader *L, const struct rt_epoch_plan *p, uint
         bytes += (size_t)L->blocks[b].records * L->rec;
     }
     win->nblocks = n;
-    win->epoch = p->epoch;
-    win->w = w;
     win->refs = 0;
     win->retired = 0;
     pthread_mutex_lock(&L->mu);
@@ -789,7 +784,6 @@ int rt_loader_create(const struct rt_dataset *ds, const struct rt_loader_opts *o
     if (!L->o.queue_depth)
         L->o.queue_depth = 32;
     L->nworkers = L->o.workers > 0 ? L->o.workers : rt_cpus_available();
-    L->info = info;
     L->ring = ring;
     L->c = info->channels;
     L->h = info->height;
@@ -1031,11 +1025,6 @@ void rt_loader_stats(struct rt_loader *L, struct rt_loader_stats *s)
 
 /* ---- resumable state ----------------------------------------------------------------- */
 
-static const char *shuffle_name(enum rt_shuffle s)
-{
-    return s == RT_SHUFFLE_WINDOW ? "window" : s == RT_SHUFFLE_NONE ? "none" : "exact";
-}
-
 void rt_loader_state(const struct rt_loader *L, struct rt_loader_state *st)
 {
     st->epoch = L->next_epoch;
@@ -1053,7 +1042,7 @@ int rt_loader_state_format(const struct rt_loader_state *st, char *buf, size_t l
                      "{\"format\":\"ringtrain-loader-state\",\"version\":1,\"epoch\":%" PRIu64 ",\"step\":%" PRIu64
                      ",\"seed\":\"0x%016" PRIx64 "\",\"world\":%" PRIu32 ",\"rank\":%" PRIu32 ",\"batch\":%" PRIu32
                      ",\"shuffle\":\"%s\"}",
-                     st->epoch, st->step, st->seed, st->world, st->rank, st->batch, shuffle_name(st->shuffle));
+                     st->epoch, st->step, st->seed, st->world, st->rank, st->batch, rt_shuffle_name(st->shuffle));
     if (n < 0 || (size_t)n >= len)
         return rt_errf(-ENOSPC, "loader state needs %d bytes", n + 1);
     return 0;
@@ -1093,13 +1082,7 @@ int rt_loader_state_parse(const char *text, struct rt_loader_state *st)
     st->world = (uint32_t)world;
     st->rank = (uint32_t)rank;
     st->batch = (uint32_t)batch;
-    if (!strcmp(shuffle, "exact"))
-        st->shuffle = RT_SHUFFLE_EXACT;
-    else if (!strcmp(shuffle, "window"))
-        st->shuffle = RT_SHUFFLE_WINDOW;
-    else if (!strcmp(shuffle, "none"))
-        st->shuffle = RT_SHUFFLE_NONE;
-    else
+    if (rt_shuffle_parse(shuffle, &st->shuffle) < 0)
         rc = rt_errf(-EINVAL, "loader state: unknown shuffle '%s'", shuffle);
 out:
     json_decref(root);

@@ -285,6 +285,11 @@ int rt_shard_read_block(const struct rt_shard *s, uint32_t block, void *buf);
 enum rt_shuffle { RT_SHUFFLE_EXACT = 0, RT_SHUFFLE_WINDOW, RT_SHUFFLE_NONE };
 enum rt_last_batch { RT_LAST_DROP = 0, RT_LAST_PAD };
 
+/* "exact" / "window" / "none"; NULL for an unknown value. */
+const char *rt_shuffle_name(enum rt_shuffle shuffle);
+/* The inverse: 0 and *out set, or -EINVAL (no message) for an unknown name. */
+int rt_shuffle_parse(const char *name, enum rt_shuffle *out);
+
 /* Sample id of a padding position in an order; the ring's RT_PAD_ID. */
 #define RT_SAMPLE_PAD UINT64_MAX
 

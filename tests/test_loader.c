@@ -45,29 +45,44 @@ static struct rt_loader_opts base_opts(enum rt_shuffle sh)
     return o;
 }
 
+/*
+ * A ring of `slots` CIFAR-shaped slots and a loader feeding it; 0, or -1
+ * with nothing left allocated (message in rt_errmsg).
+ */
+static int start_loader(const struct rt_dataset *ds, const struct rt_loader_opts *lo, uint32_t slots,
+                        struct rt_ring **ring, struct rt_loader **L)
+{
+    struct rt_ring_opts ro = {.slots = slots, .batch = lo->batch, .channels = 3, .height = 32, .width = 32,
+                              .pin = RT_PIN_OFF};
+    if (rt_ring_create(&ro, ring) < 0)
+        return -1;
+    if (rt_loader_create(ds, lo, *ring, L) < 0) {
+        rt_ring_destroy(*ring);
+        return -1;
+    }
+    return 0;
+}
+
+static void stop_loader(struct rt_ring *ring, struct rt_loader *L)
+{
+    rt_loader_destroy(L);
+    rt_ring_destroy(ring);
+}
+
 /* Digest of every batch the loader hands out; -1 on error (message in rt_errmsg). */
 static int digest_run(const struct rt_dataset *ds, const struct rt_loader_opts *lo, uint64_t *digest,
                       uint64_t *batches)
 {
-    struct rt_ring_opts ro = {.slots = 4, .batch = lo->batch, .channels = 3, .height = 32, .width = 32,
-                              .pin = RT_PIN_OFF};
     struct rt_ring *ring;
     struct rt_loader *L;
-    XXH64_state_t *xs = XXH64_createState();
     struct rt_batch *b;
     int rc = 0;
 
-    XXH64_reset(xs, 0);
     *batches = 0;
-    if (rt_ring_create(&ro, &ring) < 0) {
-        XXH64_freeState(xs);
+    if (start_loader(ds, lo, 4, &ring, &L) < 0)
         return -1;
-    }
-    if (rt_loader_create(ds, lo, ring, &L) < 0) {
-        rt_ring_destroy(ring);
-        XXH64_freeState(xs);
-        return -1;
-    }
+    XXH64_state_t *xs = XXH64_createState();
+    XXH64_reset(xs, 0);
     while ((b = rt_loader_next(L))) {
         XXH64_update(xs, b->images, (size_t)b->batch * 3072);
         XXH64_update(xs, b->labels, 4 * (size_t)b->batch);
@@ -78,9 +93,8 @@ static int digest_run(const struct rt_dataset *ds, const struct rt_loader_opts *
     if (rt_errmsg()[0])
         rc = -1;
     *digest = XXH64_digest(xs);
-    rt_loader_destroy(L);
-    rt_ring_destroy(ring);
     XXH64_freeState(xs);
+    stop_loader(ring, L);
     return rc;
 }
 
@@ -122,24 +136,17 @@ static void test_determinism(const struct rt_dataset *ds)
 /* Reflect index into [0, n) as numpy's "reflect" (edge not repeated). */
 static int reflect(int i, int n) { return i < 0 ? -i : i >= n ? 2 * (n - 1) - i : i; }
 
-/* The naive reference: pad the whole image (zero or reflect), then crop, then flip. */
-static void naive_aug(const uint8_t *src, uint8_t *dst, int pad, int oy, int ox, int flip, int refl)
+/* Any shape: out[c][y][x] = padded[c][y + oy][(flip ? w-1-x : x) + ox], padding zero or reflected. */
+static void naive_aug(const uint8_t *src, uint8_t *dst, int c, int h, int w, int pad, int oy, int ox, int flip,
+                          int refl)
 {
-    const int H = 32, W = 32;
-    static uint8_t padded[3][48][48];
-    memset(padded, 0, sizeof(padded));
-    for (int c = 0; c < 3; c++)
-        for (int y = -pad; y < H + pad; y++)
-            for (int x = -pad; x < W + pad; x++) {
-                int inside = y >= 0 && y < H && x >= 0 && x < W;
-                if (inside || refl)
-                    padded[c][y + pad][x + pad] = src[c * 1024 + reflect(y, H) * 32 + reflect(x, W)];
-            }
-    for (int c = 0; c < 3; c++)
-        for (int y = 0; y < H; y++)
-            for (int x = 0; x < W; x++) {
-                int sx = flip ? W - 1 - x : x;
-                dst[c * 1024 + y * 32 + x] = padded[c][y + oy][sx + ox];
+    for (int ch = 0; ch < c; ch++)
+        for (int y = 0; y < h; y++)
+            for (int x = 0; x < w; x++) {
+                int py = y + oy - pad, px = (flip ? w - 1 - x : x) + ox - pad;
+                int inside = py >= 0 && py < h && px >= 0 && px < w;
+                dst[((size_t)ch * h + y) * w + x] =
+                    inside || refl ? src[((size_t)ch * h + reflect(py, h)) * w + reflect(px, w)] : 0;
             }
 }
 
@@ -147,7 +154,6 @@ static void test_contents(const struct rt_dataset *ds)
 {
     for (int aug = 0; aug < 3; aug++) {
         struct rt_loader_opts o = base_opts(RT_SHUFFLE_EXACT);
-        struct rt_ring_opts ro = {.slots = 3, .batch = 32, .channels = 3, .height = 32, .width = 32, .pin = RT_PIN_OFF};
         struct rt_ring *ring;
         struct rt_loader *L;
         struct rt_batch *b;
@@ -159,7 +165,7 @@ static void test_contents(const struct rt_dataset *ds)
         if (aug == 2)
             o.aug.pad_mode = RT_PAD_REFLECT;
         o.epochs = 1;
-        if (rt_ring_create(&ro, &ring) < 0 || rt_loader_create(ds, &o, ring, &L) < 0) {
+        if (start_loader(ds, &o, 3, &ring, &L) < 0) {
             CHECKF(0, "%s", rt_errmsg());
             return;
         }
@@ -176,7 +182,7 @@ static void test_contents(const struct rt_dataset *ds)
                 for (int oy = 0; oy <= 8 && !match; oy++)
                     for (int ox = 0; ox <= 8 && !match; ox++)
                         for (int f = 0; f < 2 && !match; f++) {
-                            naive_aug(rec, want, 4, oy, ox, f, aug == 2);
+                            naive_aug(rec, want, 3, 32, 32, 4, oy, ox, f, aug == 2);
                             if (!memcmp(got, want, 3072)) {
                                 match = 1;
                                 offsets_seen[oy][ox]++;
@@ -197,23 +203,8 @@ static void test_contents(const struct rt_dataset *ds)
             CHECKF(distinct > 40, "only %d distinct crop offsets", distinct);
             CHECKF(flips > checked / 4 && flips < checked * 3 / 4, "%d flips of %d", flips, checked);
         }
-        rt_loader_destroy(L);
-        rt_ring_destroy(ring);
+        stop_loader(ring, L);
     }
-}
-
-/* Any shape: out[c][y][x] = padded[c][y + oy][(flip ? w-1-x : x) + ox], padding zero or reflected. */
-static void naive_aug_any(const uint8_t *src, uint8_t *dst, int c, int h, int w, int pad, int oy, int ox, int flip,
-                          int refl)
-{
-    for (int ch = 0; ch < c; ch++)
-        for (int y = 0; y < h; y++)
-            for (int x = 0; x < w; x++) {
-                int py = y + oy - pad, px = (flip ? w - 1 - x : x) + ox - pad;
-                int inside = py >= 0 && py < h && px >= 0 && px < w;
-                dst[((size_t)ch * h + y) * w + x] =
-                    inside || refl ? src[((size_t)ch * h + reflect(py, h)) * w + reflect(px, w)] : 0;
-            }
 }
 
 /* rt_augment on shapes other than CIFAR's: small (padded buffer) and large (row by row) paths. */
@@ -237,7 +228,7 @@ static void test_augment_shapes(void)
                 for (int oy = 0; oy <= 2 * pad && !match; oy++)
                     for (int ox = 0; ox <= 2 * pad && !match; ox++)
                         for (int f = 0; f < 2 && !match; f++) {
-                            naive_aug_any(src, want, c, h, w, pad, oy, ox, f, refl);
+                            naive_aug(src, want, c, h, w, pad, oy, ox, f, refl);
                             match = !memcmp(got, want, n);
                             right += match && ox > pad;
                             left += match && ox < pad;
@@ -262,14 +253,13 @@ static void test_eval_pad(const struct rt_dataset *ds)
     for (uint32_t rank = 0; rank < 3; rank++) {
         struct rt_loader_opts o = {.split = RT_SPLIT_TEST, .batch = 48, .world = 3, .rank = rank,
                                    .shuffle = RT_SHUFFLE_NONE, .last = RT_LAST_PAD, .workers = 2, .epochs = 1};
-        struct rt_ring_opts ro = {.slots = 4, .batch = 48, .channels = 3, .height = 32, .width = 32, .pin = RT_PIN_OFF};
         struct rt_ring *ring;
         struct rt_loader *L;
         struct rt_batch *b;
         uint64_t steps = 0;
         static const uint8_t zero[3072];
 
-        if (rt_ring_create(&ro, &ring) < 0 || rt_loader_create(ds, &o, ring, &L) < 0) {
+        if (start_loader(ds, &o, 4, &ring, &L) < 0) {
             CHECKF(0, "%s", rt_errmsg());
             break;
         }
@@ -290,8 +280,7 @@ static void test_eval_pad(const struct rt_dataset *ds)
         if (rank == 0)
             steps0 = steps;
         CHECKF(steps == steps0, "rank %u: %" PRIu64 " steps, rank 0 %" PRIu64, rank, steps, steps0);
-        rt_loader_destroy(L);
-        rt_ring_destroy(ring);
+        stop_loader(ring, L);
     }
     uint64_t wrong = 0;
     for (uint64_t i = 0; i < si->records; i++)
@@ -304,13 +293,12 @@ static void test_eval_pad(const struct rt_dataset *ds)
 static uint64_t batches_digest(const struct rt_dataset *ds, struct rt_loader_opts o, uint64_t skip, uint64_t count,
                                struct rt_loader_state *state_after_skip)
 {
-    struct rt_ring_opts ro = {.slots = 4, .batch = o.batch, .channels = 3, .height = 32, .width = 32, .pin = RT_PIN_OFF};
     struct rt_ring *ring;
     struct rt_loader *L;
     struct rt_batch *b;
     uint64_t h = 0, n = 0;
 
-    if (rt_ring_create(&ro, &ring) < 0 || rt_loader_create(ds, &o, ring, &L) < 0) {
+    if (start_loader(ds, &o, 4, &ring, &L) < 0) {
         CHECKF(0, "%s", rt_errmsg());
         return 0;
     }
@@ -323,8 +311,7 @@ static uint64_t batches_digest(const struct rt_dataset *ds, struct rt_loader_opt
             rt_loader_state(L, state_after_skip);
     }
     CHECKF(n == skip + count, "got %" PRIu64 " batches", n);
-    rt_loader_destroy(L);
-    rt_ring_destroy(ring);
+    stop_loader(ring, L);
     return h;
 }
 

@@ -122,11 +122,6 @@ static int parse_aug(const char *s, struct rt_aug *a)
     return 0;
 }
 
-static const char *shuffle_name(enum rt_shuffle s)
-{
-    return s == RT_SHUFFLE_WINDOW ? "window" : s == RT_SHUFFLE_NONE ? "none" : "exact";
-}
-
 static void aug_describe(const struct rt_aug *a, char *buf, size_t len)
 {
     const char *flip = a->flip == RT_FLIP_RANDOM ? "flip" : a->flip == RT_FLIP_ALTERNATE ? "alternating flip" : NULL;
@@ -292,7 +287,7 @@ static void print_json(const struct lb_config *c, const struct lb_result *res, i
            ",\"shuffle\":\"%s\",\"io\":\"%s\",\"queue_depth\":%" PRIu32 ",\"cpus\":%d,\"load_s\":%.4f"
            ",\"batch_wait_ms\":{\"p50\":%.4f,\"p99\":%.4f,\"max\":%.4f,\"epoch_start_max\":%.4f},\"stages\":{",
            r->steady_images_per_s, r->images_per_s, r->workers, c->lo.batch, c->lo.epochs, r->images, r->batches,
-           r->wall_s, shuffle_name(c->lo.shuffle), r->st.io_kind, r->st.queue_depth, rt_cpus_available(),
+           r->wall_s, rt_shuffle_name(c->lo.shuffle), r->st.io_kind, r->st.queue_depth, rt_cpus_available(),
            (double)r->st.load_ns * 1e-9, ms(r->cons.p50_ns), ms(r->cons.p99_ns), ms(r->cons.max_ns),
            ms(r->boundary_wait_max_ns));
     for (int i = 0; i < nl; i++) {
@@ -369,13 +364,7 @@ int cmd_loadbench(int argc, char **argv)
             break;
         case 'a': aug = optarg; break;
         case 'x':
-            if (!strcmp(optarg, "exact"))
-                c.lo.shuffle = RT_SHUFFLE_EXACT;
-            else if (!strcmp(optarg, "window"))
-                c.lo.shuffle = RT_SHUFFLE_WINDOW;
-            else if (!strcmp(optarg, "none"))
-                c.lo.shuffle = RT_SHUFFLE_NONE;
-            else
+            if (rt_shuffle_parse(optarg, &c.lo.shuffle) < 0)
                 return cli_usage_error("loadbench", "--shuffle must be exact, window or none");
             break;
         case 'K':
@@ -467,7 +456,7 @@ int cmd_loadbench(int argc, char **argv)
            ", %" PRIu64 " epoch%s, shuffle %s, last batch %s, aug %s, rank %" PRIu32 "/%" PRIu32 ", %d CPUs\n",
            c.data, rt_split_name(c.lo.split), info->split[c.lo.split].records, info->channels, info->height,
            info->width, rt_codec_name(info->codec), c.lo.batch, c.lo.epochs, c.lo.epochs == 1 ? "" : "s",
-           shuffle_name(c.lo.shuffle), c.lo.last == RT_LAST_PAD ? "pad" : "drop", augs, c.lo.rank, c.lo.world,
+           rt_shuffle_name(c.lo.shuffle), c.lo.last == RT_LAST_PAD ? "pad" : "drop", augs, c.lo.rank, c.lo.world,
            rt_cpus_available());
 
     fflush(stdout);
