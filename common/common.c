@@ -88,7 +88,7 @@ uint64_t rt_now_ns(void)
 
 /* ---- Philox4x32-10 ------------------------------------------------------- */
 
-static void philox_block(const uint32_t key_in[2], const uint32_t ctr_in[4], uint32_t out[4])
+void rt_philox4x32(const uint32_t key_in[2], const uint32_t ctr_in[4], uint32_t out[4])
 {
     uint32_t k0 = key_in[0], k1 = key_in[1];
     uint32_t c0 = ctr_in[0], c1 = ctr_in[1], c2 = ctr_in[2], c3 = ctr_in[3];
@@ -125,7 +125,7 @@ void rt_rng_init(struct rt_rng *r, uint64_t seed, uint64_t stream)
 uint32_t rt_rng_u32(struct rt_rng *r)
 {
     if (r->used == 4) {
-        philox_block(r->key, r->ctr, r->buf);
+        rt_philox4x32(r->key, r->ctr, r->buf);
         if (++r->ctr[0] == 0)
             r->ctr[1]++;
         r->used = 0;

@@ -77,6 +77,14 @@ struct rt_rng {
     unsigned used; /* words of buf already handed out */
 };
 
+/*
+ * One Philox4x32-10 block: the four words for (key, ctr), a pure function.
+ * For code that needs random access into a stream (each thread computing the
+ * draws for its own range of counters) rather than rt_rng's sequential
+ * stream; rt_rng below is built on it, so both give the same words.
+ */
+void rt_philox4x32(const uint32_t key[2], const uint32_t ctr[4], uint32_t out[4]);
+
 /* Starts a stream for (seed, stream id); counter at 0. */
 void rt_rng_init(struct rt_rng *r, uint64_t seed, uint64_t stream);
 uint32_t rt_rng_u32(struct rt_rng *r);
