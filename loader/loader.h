@@ -136,6 +136,17 @@ struct rt_dataset_info {
     const char *const *class_names;  /* num_classes entries */
     uint64_t stored_bytes;           /* sum of shard sizes */
     struct rt_split_info split[RT_SPLIT_COUNT];
+    /*
+     * Per-channel normalisation statistics of the training split (manifest
+     * "mean" and "std"), in 0..1 units (pixel / 255): the mean and the
+     * population standard deviation over every pixel of every training
+     * record as the loader decodes it -- what torchvision's
+     * Normalize(mean, std) takes. The first `channels` entries are used.
+     * have_norm = 0 (and the arrays zero) when the manifest predates these
+     * fields or the dataset has no training records.
+     */
+    int have_norm;
+    float mean[4], std[4];
 };
 
 /*

@@ -1,8 +1,9 @@
 /*
  * manifest.c - manifest.json: reading and validating it into an rt_dataset,
  * and writing it for pack. The manifest lists the dataset's shape, codec,
- * classes and, per split, the shards with their sizes and XXH64 checksums
- * (docs/FORMAT.md, "Manifest"). Reading treats the text as hostile.
+ * classes, the training split's per-channel mean and std and, per split,
+ * the shards with their sizes and XXH64 checksums (docs/FORMAT.md,
+ * "manifest.json"). Reading treats the text as hostile.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -65,6 +66,42 @@ static int safe_file_name(const char *s)
     if (!s || !*s || strcmp(s, ".") == 0 || strcmp(s, "..") == 0 || strlen(s) > 255)
         return 0;
     return strchr(s, '/') == NULL;
+}
+
+/*
+ * Reads the optional "mean" and "std": both or neither, each an array of
+ * `channels` numbers, mean in [0, 1] and std in [0, 0.5] (the largest
+ * standard deviation values in [0, 1] can have).
+ */
+static int parse_norm(struct rt_dataset *ds, json_t *root, const char *name)
+{
+    static const struct {
+        const char *key;
+        double max;
+    } fields[2] = {{"mean", 1.0}, {"std", 0.5}};
+    json_t *arr[2] = {json_object_get(root, "mean"), json_object_get(root, "std")};
+    float *dst[2] = {ds->info.mean, ds->info.std};
+
+    if (!arr[0] && !arr[1])
+        return 0;
+    if (!arr[0] || !arr[1])
+        return rt_errf(-EBADMSG, "%s: \"%s\" without \"%s\": the two go together", name, fields[!arr[0]].key,
+                       fields[!arr[1]].key);
+    for (int f = 0; f < 2; f++) {
+        if (!json_is_array(arr[f]) || json_array_size(arr[f]) != ds->info.channels)
+            return rt_errf(-EBADMSG, "%s: \"%s\" must be an array of %" PRIu32 " numbers, one per channel", name,
+                           fields[f].key, ds->info.channels);
+        for (size_t c = 0; c < ds->info.channels; c++) {
+            json_t *v = json_array_get(arr[f], c);
+            double x = json_number_value(v);
+            if (!json_is_number(v) || !(x >= 0 && x <= fields[f].max))
+                return rt_errf(-EBADMSG, "%s: \"%s\"[%zu] is not a number in [0, %g]", name, fields[f].key, c,
+                               fields[f].max);
+            dst[f][c] = (float)x;
+        }
+    }
+    ds->info.have_norm = 1;
+    return 0;
 }
 
 static int parse_split(struct rt_dataset *ds, enum rt_split sp, json_t *js, const char *name)
@@ -218,6 +255,8 @@ int rt_dataset_parse_manifest(const char *dir, const char *text, size_t len, con
         uint32_t *dst[3] = {&ds->info.channels, &ds->info.height, &ds->info.width};
         *dst[i] = (uint32_t)d;
     }
+    if ((rc = parse_norm(ds, root, name)) < 0)
+        goto err;
     if ((rc = get_uint(root, "num_classes", RT_MAX_CLASSES, name, "manifest", &nc)) < 0)
         goto err;
     rc = -EBADMSG;
@@ -299,12 +338,13 @@ int rt_dataset_open(const char *dir, struct rt_dataset **out)
     return rc;
 }
 
-char *rt_manifest_dump(const struct rt_dataset_info *info, json_t *pack)
+char *rt_manifest_dump(const struct rt_dataset_info *info, const double *mean, const double *std, json_t *pack)
 {
     json_t *root = json_object(), *shape = json_array(), *classes = json_array(), *splits = json_object();
+    json_t *jmean = json_array(), *jstd = json_array();
     char *text = NULL;
 
-    if (!root || !shape || !classes || !splits)
+    if (!root || !shape || !classes || !splits || !jmean || !jstd)
         goto out;
     json_object_set_new(root, "format", json_string(RT_MANIFEST_FORMAT));
     json_object_set_new(root, "version", json_integer(RT_MANIFEST_VERSION));
@@ -314,6 +354,14 @@ char *rt_manifest_dump(const struct rt_dataset_info *info, json_t *pack)
     json_array_append_new(shape, json_integer(info->height));
     json_array_append_new(shape, json_integer(info->width));
     json_object_set(root, "shape", shape);
+    if (mean && std) {
+        for (uint32_t c = 0; c < info->channels; c++) {
+            json_array_append_new(jmean, json_real(mean[c]));
+            json_array_append_new(jstd, json_real(std[c]));
+        }
+        json_object_set(root, "mean", jmean);
+        json_object_set(root, "std", jstd);
+    }
     json_object_set_new(root, "num_classes", json_integer(info->num_classes));
     for (uint32_t c = 0; c < info->num_classes; c++)
         json_array_append_new(classes, json_string(info->class_names[c]));
@@ -352,6 +400,8 @@ out:
     if (!text)
         rt_errf(-ENOMEM, "out of memory writing the manifest");
     json_decref(shape);
+    json_decref(jmean);
+    json_decref(jstd);
     json_decref(classes);
     json_decref(splits);
     json_decref(root);

@@ -10,11 +10,14 @@
 #include "loader/loader.h"
 
 /*
- * Serialises `info` (everything but `dir` and `stored_bytes`) plus the
- * packing parameters `pack` (borrowed, may be NULL) as manifest.json text, keys
- * in a fixed order so equal inputs give equal bytes. Returns a malloc'd,
- * NUL-terminated string or NULL (-ENOMEM in rt_errmsg()).
+ * Serialises `info` (everything but `dir`, `stored_bytes` and the float
+ * have_norm/mean/std) plus the packing parameters `pack` (borrowed, may be
+ * NULL) as manifest.json text, keys in a fixed order so equal inputs give
+ * equal bytes. `mean` and `std` (info->channels doubles each, 0..1 units)
+ * become "mean" and "std" at full double precision; pass NULL for both to
+ * leave them out. Returns a malloc'd, NUL-terminated string or NULL (-ENOMEM
+ * in rt_errmsg()).
  */
-char *rt_manifest_dump(const struct rt_dataset_info *info, json_t *pack);
+char *rt_manifest_dump(const struct rt_dataset_info *info, const double *mean, const double *std, json_t *pack);
 
 #endif

@@ -8,6 +8,11 @@
  * boundaries depend only on record counts and encoded sizes, and blocks are
  * written in record order whatever thread encoded them. Everything is written
  * under "<outdir>.partial" and renamed to <outdir> only when complete.
+ *
+ * The manifest's per-channel mean and std of the training split come from
+ * integer sums of v and v^2 that each worker takes over the pixels of its
+ * block as the loader will decode them (the decoded JPEG for the jpeg
+ * codec), so they are exact and the same for any thread count.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -50,6 +55,8 @@ struct block_job {
     uint32_t stored_len, raw_size;
     uint64_t xxh64;         /* of the stored bytes, computed by the worker */
     int32_t *labels;        /* count */
+    /* Training split only: per-channel sums of v and v^2 over the decoded pixels. */
+    uint64_t px_sum[RT_MAX_CHANNELS], px_sq[RT_MAX_CHANNELS];
     int rc;
     char err[1024];
 };
@@ -59,6 +66,7 @@ struct worker {
     tjhandle tjc, tjd;
     uint8_t *raw;           /* block_records * record bytes */
     uint8_t *hwc;           /* one record, interleaved */
+    uint8_t *dec;           /* one record decoded back from its JPEG (statistics) */
     pthread_t thread;
     int started;
     uint64_t seen_gen;
@@ -104,6 +112,8 @@ struct packer {
     atomic_uint next_job;
 
     struct rt_pack_stats stats;
+    /* Sums of the training split's pixel values and their squares, per channel. */
+    uint64_t px_sum[RT_MAX_CHANNELS], px_sq[RT_MAX_CHANNELS];
     uint64_t total_records;
     uint64_t t0;
 };
@@ -130,6 +140,25 @@ static int record_pixels(struct packer *p, struct worker *w, const struct rt_ite
     return rc;
 }
 
+/* Adds one CHW record's per-channel sums of v and v^2 to the job's (training split only). */
+static void norm_add(const struct packer *p, struct block_job *j, const uint8_t *chw)
+{
+    const size_t plane = (size_t)p->info->height * p->info->width;
+
+    if (j->split != RT_SPLIT_TRAIN)
+        return;
+    for (uint32_t c = 0; c < p->info->channels; c++) {
+        const uint8_t *px = chw + c * plane;
+        uint64_t sum = 0, sq = 0;
+        for (size_t i = 0; i < plane; i++) {
+            sum += px[i];
+            sq += (uint32_t)px[i] * px[i];
+        }
+        j->px_sum[c] += sum;
+        j->px_sq[c] += sq;
+    }
+}
+
 static int encode_raw(struct packer *p, struct worker *w, struct block_job *j, const struct split_plan *pl)
 {
     size_t raw = (size_t)p->rec_bytes * j->count;
@@ -143,6 +172,7 @@ static int encode_raw(struct packer *p, struct worker *w, struct block_job *j, c
         j->labels[r] = it.label;
         if ((rc = record_pixels(p, w, &it, w->raw + p->rec_bytes * r)) < 0)
             return rc;
+        norm_add(p, j, w->raw + p->rec_bytes * r);
     }
     j->stored = rt_malloc(bound, "compressed block");
     if (!j->stored)
@@ -194,14 +224,23 @@ static int encode_jpeg(struct packer *p, struct worker *w, struct block_job *j, 
             if (rc == 0)
                 rc = rt_jpeg_decode_chw(w->tjd, file, flen, p->info->channels, p->info->height, p->info->width,
                                         w->raw, w->hwc, it.path);
-            if (rc == 0)
+            if (rc == 0) {
+                norm_add(p, j, w->raw);
                 rc = payload_put(&j->stored, &len, &cap, file, flen);
+            }
             free(file);
         } else {
             rc = record_pixels(p, w, &it, w->raw);
             if (rc == 0)
                 rc = rt_jpeg_encode_chw(w->tjc, w->raw, p->info->channels, p->info->height, p->info->width,
                                         p->quality, w->hwc, &jpeg, &jlen);
+            /* The statistics describe what training sees: the JPEG decoded, not the pixels before encoding. */
+            if (rc == 0 && j->split == RT_SPLIT_TRAIN) {
+                rc = rt_jpeg_decode_chw(w->tjd, jpeg, jlen, p->info->channels, p->info->height, p->info->width,
+                                        w->dec, w->hwc, it.path ? it.path : "encoded record");
+                if (rc == 0)
+                    norm_add(p, j, w->dec);
+            }
             if (rc == 0)
                 rc = payload_put(&j->stored, &len, &cap, jpeg, jlen);
             if (jpeg)
@@ -285,7 +324,8 @@ static int workers_start(struct packer *p)
         w->tjd = tjInitDecompress();
         w->raw = rt_malloc(p->rec_bytes * p->block_records, "block buffer");
         w->hwc = rt_malloc(p->rec_bytes, "pixel buffer");
-        if (!w->zc || !w->tjc || !w->tjd || !w->raw || !w->hwc)
+        w->dec = rt_malloc(p->rec_bytes, "pixel buffer");
+        if (!w->zc || !w->tjc || !w->tjd || !w->raw || !w->hwc || !w->dec)
             return rt_errf(-ENOMEM, "out of memory starting pack workers");
         if (i > 0) {
             int e = pthread_create(&w->thread, NULL, worker_main, w);
@@ -316,6 +356,7 @@ static void workers_stop(struct packer *p)
             tjDestroy(w->tjd);
         free(w->raw);
         free(w->hwc);
+        free(w->dec);
     }
     free(p->workers);
     p->workers = NULL;
@@ -503,6 +544,11 @@ static int pack_split(struct packer *p, struct shard_writer *sw)
                 rc = rt_errf(j->rc, "%s", j->err);
             if (rc == 0)
                 rc = shard_add_block(p, sw, j);
+            /* Integer sums: the order blocks finish in cannot change the result. */
+            for (uint32_t c = 0; rc == 0 && c < p->info->channels; c++) {
+                p->px_sum[c] += j->px_sum[c];
+                p->px_sq[c] += j->px_sq[c];
+            }
             free(j->stored);
             j->stored = NULL;
             p->stats.records += rc == 0 ? j->count : 0;
@@ -657,9 +703,28 @@ static json_t *pack_params(const struct packer *p)
     return o;
 }
 
+/*
+ * Mean and population standard deviation in 0..1 units from the exact sums
+ * over n = records * H * W values per channel. n * sum(v^2) - sum(v)^2 is
+ * formed in 128 bits, exactly, so only the final divisions and the square
+ * root round.
+ */
+static void norm_stats(const struct packer *p, double *mean, double *std)
+{
+    const uint64_t n = p->plan[RT_SPLIT_TRAIN].count * (uint64_t)p->info->height * p->info->width;
+
+    for (uint32_t c = 0; c < p->info->channels; c++) {
+        unsigned __int128 var_n2 = (unsigned __int128)n * p->px_sq[c] - (unsigned __int128)p->px_sum[c] * p->px_sum[c];
+        mean[c] = (double)p->px_sum[c] / ((double)n * 255.0);
+        std[c] = sqrt((double)var_n2) / ((double)n * 255.0);
+    }
+}
+
 static int write_manifest(struct packer *p, struct shard_writer *sw)
 {
     struct rt_dataset_info info = {0};
+    double mean[RT_MAX_CHANNELS], std[RT_MAX_CHANNELS];
+    const int have_norm = p->plan[RT_SPLIT_TRAIN].count > 0;
     char path[4200];
     int rc;
 
@@ -672,8 +737,10 @@ static int write_manifest(struct packer *p, struct shard_writer *sw)
     info.class_names = (const char *const *)p->info->class_names;
     for (int sp = 0; sp < RT_SPLIT_COUNT; sp++)
         info.split[sp] = (struct rt_split_info){p->plan[sp].count, sw[sp].nrefs, sw[sp].refs, sw[sp].class_counts};
+    if (have_norm)
+        norm_stats(p, mean, std);
     json_t *params = pack_params(p);
-    char *text = rt_manifest_dump(&info, params);
+    char *text = rt_manifest_dump(&info, have_norm ? mean : NULL, have_norm ? std : NULL, params);
     json_decref(params);
     if (!text)
         return -ENOMEM;

@@ -51,9 +51,19 @@ expect_out '^train +400 +[0-9]+'
 expect_out '^val +100 +1'
 expect_out '^test +100 +1'
 expect_out 'shape +3x32x32'
+# The training split's per-channel normalisation statistics, from the manifest.
+expect_out '^mean +0\.[0-9]{4} 0\.[0-9]{4} 0\.[0-9]{4}  \(training split'
+expect_out '^std +0\.[0-9]{4} 0\.[0-9]{4} 0\.[0-9]{4}$'
 # Per-class counts in the summary add up to the split sizes.
 awk '/^ +[0-9]+  /{t+=$(NF-2); v+=$(NF-1); s+=$NF} END{exit !(t==400 && v==100 && s==100)}' "$T/out" ||
     fail "class counts in inspect do not add up to 400/100/100"
+
+# A manifest written before "mean"/"std" existed still loads; inspect says they are missing.
+cp -r "$T/ds" "$T/old"
+sed -i '/"mean": \[/,/\],/d; /"std": \[/,/\],/d' "$T/old/manifest.json"
+expect_rc 0 "$RT" inspect "$T/old"
+expect_out '^mean +not recorded'
+expect_out '^train +400 '
 
 expect_rc 0 "$RT" inspect "$T/ds" --record 17 --split test --out "$T/r17.png"
 expect_out '^record 17 of test: label [0-9] \('
@@ -101,6 +111,8 @@ expect_rc 0 "$RT" synth --format mnist --out "$T/mn" --train 300 --test 50
 expect_rc 0 "$RT" pack "$T/mn" --out "$T/mnds" --codec jpeg --quality 95
 expect_out 'from mnist-idx'
 expect_rc 0 "$RT" verify "$T/mnds"
+expect_rc 0 "$RT" inspect "$T/mnds"
+expect_out '^mean +0\.[0-9]{4}  \(training split'
 expect_rc 0 "$RT" inspect "$T/mnds" --record 0 --out "$T/m0.pgm"
 [ "$(head -c 2 "$T/m0.pgm")" = P5 ] || fail "m0.pgm is not a PGM"
 

@@ -1,7 +1,8 @@
 /*
  * test_pack.c - `pack` from every input kind, read back record by record:
  * raw is bit-exact, jpeg is within a stated PSNR; determinism across thread
- * counts; the seeded validation split; shard sizing; and each class of bad
+ * counts; the seeded validation split; shard sizing; the manifest's
+ * per-channel mean/std of the training split; and each class of bad
  * input (truncated, wrong sizes, labels out of range, missing files, corrupt
  * gzip/tar/JPEG, clobbering, disk full) failing with a message that names
  * the file and leaving no dataset behind. Seeds are fixed and printed.
@@ -528,6 +529,163 @@ static void test_val_split(void)
     CHECK_ERR(pack_rel("c10", "split-d", &po), "leaves no training records");
 }
 
+/* The norm statistics of one dataset, as its manifest gives them. */
+struct norm {
+    int have;
+    uint32_t channels;
+    float mean[4], std[4];
+};
+
+static struct norm norm_of(const char *rel)
+{
+    struct norm n = {0};
+    struct rt_dataset *ds;
+    char p[600];
+    path_of(p, sizeof(p), rel);
+    if (rt_dataset_open(p, &ds) == 0) {
+        const struct rt_dataset_info *info = rt_dataset_info(ds);
+        n.have = info->have_norm;
+        n.channels = info->channels;
+        memcpy(n.mean, info->mean, sizeof(n.mean));
+        memcpy(n.std, info->std, sizeof(n.std));
+        rt_dataset_close(ds);
+    }
+    return n;
+}
+
+/*
+ * The manifest's mean/std of `rel` against the training records read back
+ * and decoded: exactly the values of the exact integer sums (as pack forms
+ * them, docs/FORMAT.md), and within 1e-9 of a plain two-pass computation.
+ */
+static void check_norm(const char *rel)
+{
+    char p[600];
+    uint8_t *px = NULL;
+    int32_t *lab = NULL;
+    struct norm got = norm_of(rel);
+
+    path_of(p, sizeof(p), rel);
+    long n = tu_read_split(p, RT_SPLIT_TRAIN, &px, &lab);
+    CHECKF(n > 0 && got.have, "%s: %ld training records, have_norm %d", rel, n, got.have);
+    if (n <= 0 || !got.have) {
+        free(px);
+        free(lab);
+        return;
+    }
+    const size_t plane = got.channels == 1 ? 784 : 1024, rec = plane * got.channels;
+    const double cnt = (double)n * (double)plane;
+    for (uint32_t c = 0; c < got.channels; c++) {
+        uint64_t sum = 0, sq = 0;
+        for (long r = 0; r < n; r++)
+            for (size_t i = 0; i < plane; i++) {
+                uint64_t v = px[rec * (size_t)r + c * plane + i];
+                sum += v;
+                sq += v * v;
+            }
+        unsigned __int128 var = (unsigned __int128)(uint64_t)cnt * sq - (unsigned __int128)sum * sum;
+        double mean = (double)sum / (cnt * 255.0), std = sqrt((double)var) / (cnt * 255.0);
+        double dev = 0;
+        for (long r = 0; r < n; r++)
+            for (size_t i = 0; i < plane; i++) {
+                double d = px[rec * (size_t)r + c * plane + i] / 255.0 - mean;
+                dev += d * d;
+            }
+        CHECKF(got.mean[c] == (float)mean && got.std[c] == (float)std,
+               "%s: channel %u: mean %.9g std %.9g, want %.9g %.9g", rel, c, (double)got.mean[c],
+               (double)got.std[c], mean, std);
+        CHECKF(fabs(sqrt(dev / cnt) - std) < 1e-9, "%s: channel %u: std %.12g, two-pass %.12g", rel, c, std,
+               sqrt(dev / cnt));
+        printf("%s: channel %u: mean %.4f std %.4f over %ld training records\n", rel, c, mean, std, n);
+    }
+    for (uint32_t c = got.channels; c < 4; c++)
+        CHECK(got.mean[c] == 0 && got.std[c] == 0);
+    free(px);
+    free(lab);
+}
+
+/* Replaces the first `from` in `text` with `to`; the result is malloc'd. */
+static char *replace(const char *text, const char *from, const char *to)
+{
+    const char *at = strstr(text, from);
+    if (!at)
+        return NULL;
+    size_t pre = (size_t)(at - text), fl = strlen(from), tl = strlen(to), len = strlen(text);
+    char *m = malloc(len - fl + tl + 1);
+    memcpy(m, text, pre);
+    memcpy(m + pre, to, tl);
+    memcpy(m + pre + tl, at + fl, len - pre - fl + 1);
+    return m;
+}
+
+/* Per-channel mean/std of the training split in the manifest (packed by the earlier tests). */
+static void test_norm_stats(void)
+{
+    /* Raw and jpeg, CIFAR-10 (3 channels) and MNIST (1), pass-through JPEG files, a val split. */
+    const char *sets[] = {"det-1", "detj-1", "mnist-a", "folder-raw", "folder-jpeg", "split-a", "c100-coarse"};
+    for (size_t i = 0; i < RT_ARRAY_LEN(sets); i++)
+        check_norm(sets[i]);
+
+    /* Thread count changes nothing; the same pixels give the same statistics whatever the codec. */
+    struct norm one = norm_of("det-1"), four = norm_of("det-4"), j1 = norm_of("detj-1"), j4 = norm_of("detj-4");
+    CHECK(one.have && four.have && !memcmp(&one, &four, sizeof(one)));
+    CHECK(j1.have && j4.have && !memcmp(&j1, &j4, sizeof(j1)));
+    struct norm fr = norm_of("folder-raw"), fj = norm_of("folder-jpeg");
+    CHECK(fr.have && !memcmp(&fr, &fj, sizeof(fr)));
+    /* Only training records count: carving out val changes the values. */
+    struct norm sa = norm_of("split-a");
+    CHECK(memcmp(sa.mean, one.mean, sizeof(sa.mean)) != 0);
+    /* JPEG's loss shifts the statistics a little, not a lot. */
+    for (int c = 0; c < 3; c++)
+        CHECKF(fabsf(j1.mean[c] - one.mean[c]) < 0.01f && fabsf(j1.std[c] - one.std[c]) < 0.01f,
+               "channel %d: jpeg %g/%g, raw %g/%g", c, (double)j1.mean[c], (double)j1.std[c], (double)one.mean[c],
+               (double)one.std[c]);
+
+    /* Older manifests without the fields load with have_norm = 0; bad values are refused by name. */
+    char p[600];
+    uint8_t *text;
+    size_t len;
+    struct rt_dataset *ds = NULL;
+    path_of(p, sizeof(p), "det-1/manifest.json");
+    CHECK_OK(rt_file_read(p, &text, &len));
+    const char *t = (const char *)text;
+    const char *ms = strstr(t, "  \"mean\""), *me = ms ? strstr(ms, "\"num_classes\"") : NULL;
+    CHECK(ms && me);
+    if (!ms || !me) {
+        free(text);
+        return;
+    }
+    char *old = malloc(len + 1);
+    memcpy(old, t, (size_t)(ms - t));
+    strcpy(old + (ms - t), me - 2);
+    CHECK_OK(rt_dataset_parse_manifest("d", old, strlen(old), "old.json", &ds));
+    CHECK(ds && !rt_dataset_info(ds)->have_norm && rt_dataset_info(ds)->mean[0] == 0);
+    rt_dataset_close(ds);
+    free(old);
+    struct {
+        const char *from, *to, *needle;
+    } muts[] = {
+        {"\"mean\": [\n    0.", "\"mean\": [\n    -0.", "\"mean\"[0] is not a number in [0, 1]"},
+        {"\"mean\": [\n    0.", "\"mean\": [\n    \"0\", 0.", "\"mean\" must be an array of 3 numbers"},
+        {"\"mean\": [\n    0.", "\"mean\": [\n    \"x\", 0.", "\"mean\" must be an array of 3 numbers"},
+        {"\"std\": [\n    0.", "\"std\": [\n    0.7, 0.", "\"std\" must be an array of 3 numbers"},
+        {"\"std\": [\n    0.", "\"std\": [\n    7", "\"std\"[0] is not a number in [0, 0.5]"},
+        {"\"std\": [", "\"sd\": [", "\"mean\" without \"std\""},
+        {"\"mean\": [", "\"man\": [", "\"std\" without \"mean\""},
+        {"\"mean\": [", "\"std\": 1, \"mean\": [", "duplicate"},
+    };
+    for (size_t i = 0; i < RT_ARRAY_LEN(muts); i++) {
+        char *m = replace(t, muts[i].from, muts[i].to);
+        CHECKF(m != NULL, "mutation %zu: '%s' not in the manifest", i, muts[i].from);
+        if (!m)
+            continue;
+        CHECK_ERR(rt_dataset_parse_manifest("d", m, strlen(m), "m.json", &ds), muts[i].needle);
+        CHECK(strstr(rt_errmsg(), "m.json") != NULL);
+        free(m);
+    }
+    free(text);
+}
+
 static void test_bad_cifar(void)
 {
     struct rt_pack_opts po = {.threads = 2};
@@ -666,6 +824,7 @@ int main(void)
     test_folder_and_jpeg();
     test_determinism_and_shards();
     test_val_split();
+    test_norm_stats();
     test_bad_cifar();
     test_clobber();
     test_disk_full();

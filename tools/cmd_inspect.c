@@ -14,8 +14,8 @@ static void inspect_help(void)
 {
     printf("usage: ringtrain inspect DIR [--record N] [--split train|val|test] [--out FILE.png|.ppm|.pgm]\n\n"
            "Without --record: the dataset summary (classes, counts per split and per class, shape, codec,\n"
-           "stored size). With --record N: that record's label, class name and location (shard, block);\n"
-           "--out writes its image to look at.\n");
+           "the training split's per-channel mean and std, stored size). With --record N: that record's\n"
+           "label, class name and location (shard, block); --out writes its image to look at.\n");
 }
 
 static void print_summary(const struct rt_dataset_info *info)
@@ -36,6 +36,18 @@ static void print_summary(const struct rt_dataset_info *info)
     printf("shape    %" PRIu32 "x%" PRIu32 "x%" PRIu32 " (CxHxW) uint8\n", info->channels, info->height, info->width);
     printf("codec    %s\n", rt_codec_name(info->codec));
     printf("classes  %" PRIu32 "\n", info->num_classes);
+    if (info->have_norm) {
+        /* As torchvision's Normalize(mean, std) takes them: the training split, pixel / 255. */
+        printf("mean    ");
+        for (uint32_t c = 0; c < info->channels; c++)
+            printf(" %.4f", (double)info->mean[c]);
+        printf("  (training split, per channel, 0..1 units)\nstd     ");
+        for (uint32_t c = 0; c < info->channels; c++)
+            printf(" %.4f", (double)info->std[c]);
+        printf("\n");
+    } else {
+        printf("mean     not recorded (packed by an older ringtrain or no training split)\n");
+    }
     printf("stored   %s in %" PRIu32 " shards (%s of pixels, ratio %.2f)\n", stored, shards, raw,
            info->stored_bytes ? (double)raw_bytes / (double)info->stored_bytes : 0.0);
     printf("\n%-8s %10s %7s\n", "split", "records", "shards");
