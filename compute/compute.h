@@ -1,14 +1,41 @@
 /*
- * compute.h - ringtrain's compute stage. So far: which backends this build
- * has and what hardware they see. The op table, layers and models build on
- * this (docs/ARCHITECTURE.md).
+ * compute.h - ringtrain's compute stage: backends behind one op table,
+ * models built from those ops, optimizers, learning-rate schedules and the
+ * safetensors weight format.
+ *
+ * Layers of this module, bottom up:
+ *
+ *   backend   struct rt_backend owns a device (the CPU's cores, or one GPU),
+ *             all tensor memory and its streams; struct rt_ops is the op table
+ *             every backend implements the same way. Ops are issued on a
+ *             stream: the CPU backend runs them in order before returning, the
+ *             CUDA backend enqueues them.
+ *   model     struct rt_model builds a network (mnist-net, resnet18, resnet9,
+ *             wrn-D-K) from ops, keeps parameters and gradients in one flat
+ *             buffer each, laid out as backward finishes them, and runs
+ *             forward, loss and backward on a uint8 batch.
+ *   optim     SGD / Adam / AdamW over the flat buffers, global-norm clipping,
+ *             and the learning-rate schedules.
+ *   format    safetensors reading and writing (PyTorch state_dict names).
+ *
+ * Tensor layout. Parameters are always in PyTorch's layout (conv weights
+ * (Cout, Cin, kh, kw), linear weights (out, in)). Activations -- the
+ * "spatial" tensors of logical shape (N, C, H, W) -- are in the backend's own
+ * layout: the CPU backend keeps them channel-major with the batch folded in,
+ * (C, N, H, W), so that a convolution over the whole batch is one GEMM and a
+ * batchnorm channel is one contiguous run. "Feature" tensors, (N, F) row-major,
+ * are the same on every backend; flatten and global pooling convert.
+ *
+ * This module never calls MPI or NCCL; it knows nothing of the loader beyond
+ * the uint8 batch it is handed.
  */
 #ifndef RT_COMPUTE_H
 #define RT_COMPUTE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
-enum rt_backend { RT_BACKEND_CPU = 0, RT_BACKEND_CUDA = 1 };
+enum rt_backend_kind { RT_BACKEND_CPU = 0, RT_BACKEND_CUDA = 1 };
 
 struct rt_backend_probe {
     int compiled;          /* 1 if this build has the backend */
@@ -23,6 +50,401 @@ struct rt_backend_probe {
  * kept). Safe on machines with no GPU or no driver. Returns 0, or -ENOTSUP
  * when the backend is not compiled in (`p->compiled` = 0 then).
  */
-int rt_backend_probe(enum rt_backend b, struct rt_backend_probe *p);
+int rt_backend_probe(enum rt_backend_kind b, struct rt_backend_probe *p);
+
+/* ==== backend and op table ============================================== */
+
+struct rt_backend_opts {
+    enum rt_backend_kind kind;
+    int threads;           /* CPU: worker threads (0 = the CPUs this process may use) */
+    int device;            /* CUDA: device ordinal */
+};
+
+struct rt_backend;         /* opaque: a device, its memory and its streams */
+struct rt_stream;          /* opaque: an in-order queue of ops */
+
+/*
+ * Opens a backend. Returns 0 and stores it in *out, or -errno with
+ * rt_errmsg() saying why (no such device, library missing). Not thread-safe:
+ * one thread creates, uses and destroys a backend.
+ */
+int rt_backend_create(const struct rt_backend_opts *o, struct rt_backend **out);
+void rt_backend_destroy(struct rt_backend *be); /* NULL is fine */
+
+/* The op table and the default stream of `be` (both owned by `be`). */
+const struct rt_ops *rt_backend_ops(const struct rt_backend *be);
+struct rt_stream *rt_backend_stream(struct rt_backend *be);
+/* One line for the banner, e.g. "cpu: 2 threads, OpenBLAS 0.3.21 (SkylakeX)". */
+const char *rt_backend_describe(const struct rt_backend *be);
+
+/* Logical shape of a spatial tensor; its bytes are n*c*h*w floats in the backend's layout. */
+struct rt_shape4 {
+    int n, c, h, w;
+};
+
+/* A 2-D convolution, PyTorch semantics (dilation 1, groups 1). */
+struct rt_conv_desc {
+    struct rt_shape4 in;   /* x: (N, Cin, H, W) */
+    int cout, kh, kw, stride, pad;
+    int oh, ow;            /* filled by rt_conv_desc_init() */
+};
+
+/* Fills d->oh/d->ow; -EINVAL with a message if the kernel does not fit the input. */
+int rt_conv_desc_init(struct rt_conv_desc *d);
+
+/* Max or average pooling over windows, PyTorch semantics (floor mode). */
+struct rt_pool_desc {
+    struct rt_shape4 in;
+    int kh, kw, stride, pad;
+    int oh, ow;            /* filled by rt_pool_desc_init() */
+};
+int rt_pool_desc_init(struct rt_pool_desc *d);
+
+struct rt_bn_desc {
+    struct rt_shape4 in;
+    float eps;             /* 1e-5 */
+    float momentum;        /* running = (1 - momentum) * running + momentum * batch; 0.1 */
+};
+
+/* Outputs of the loss, left in device memory (read back after the step). */
+struct rt_loss_stats {
+    float loss_sum;        /* sum over valid samples of the smoothed cross-entropy */
+    float correct;         /* valid samples whose argmax equals the label */
+    float count;           /* valid samples */
+};
+
+/*
+ * The op table. Every pointer argument is device memory from ops->alloc
+ * unless it says "host". Sizes are element counts. Conventions:
+ *
+ *  - `beta` on a backward op: the op stores beta * out + result, with beta 0
+ *    (overwrite) or 1 (add: a tensor feeding two consumers sums its
+ *    gradients). Parameter gradients (dw, db, dgamma, dbeta) are always
+ *    added to, so that micro-batches accumulate; the caller zeroes the flat
+ *    gradient buffer before the first micro-batch of a step.
+ *  - Spatial tensors are in the backend's layout (see top of file); feature
+ *    tensors are (N, F) row-major.
+ *  - Ops return nothing; a CPU op cannot fail once its arguments have passed
+ *    the model's shape checks, and CUDA failures abort through the check
+ *    macros. Allocation returns NULL with rt_errmsg() set.
+ */
+struct rt_ops {
+    /* -- memory -- */
+    void *(*alloc)(struct rt_backend *be, size_t bytes);   /* 256-byte aligned, zeroed */
+    void (*free)(struct rt_backend *be, void *p);          /* NULL is fine */
+    void (*upload)(struct rt_stream *s, void *dst, const void *host_src, size_t bytes);
+    void (*download)(struct rt_stream *s, void *host_dst, const void *src, size_t bytes);
+    void (*copy)(struct rt_stream *s, void *dst, const void *src, size_t bytes);
+    void (*zero)(struct rt_stream *s, void *dst, size_t bytes);
+    void (*sync)(struct rt_stream *s);                     /* wait for everything issued */
+
+    /* -- layout: host NCHW float <-> backend spatial layout (tests, debugging) -- */
+    void (*to_nchw)(struct rt_stream *s, struct rt_shape4 sh, const float *x, float *host_nchw);
+    void (*from_nchw)(struct rt_stream *s, struct rt_shape4 sh, const float *host_nchw, float *x);
+
+    /*
+     * Input: a host uint8 batch (N, C, H, W) as the ring slot holds it, turned
+     * into y = (x / 255 - mean[c]) / std[c] in the backend layout. mean and
+     * std are host arrays of C values in 0..1 units.
+     */
+    void (*input_u8)(struct rt_stream *s, struct rt_shape4 sh, const uint8_t *host_images,
+                     const float *mean, const float *std, float *y);
+
+    /* -- convolution; w (Cout, Cin, kh, kw), bias (Cout) or NULL -- */
+    void (*conv2d_fwd)(struct rt_stream *s, const struct rt_conv_desc *d, const float *x, const float *w,
+                       const float *bias, float *y);
+    void (*conv2d_bwd_data)(struct rt_stream *s, const struct rt_conv_desc *d, const float *dy, const float *w,
+                            float beta, float *dx);
+    void (*conv2d_bwd_filter)(struct rt_stream *s, const struct rt_conv_desc *d, const float *x, const float *dy,
+                              float *dw, float *dbias /* NULL: no bias */);
+
+    /* -- batchnorm (per channel over N, H, W); gamma/beta/running_* (C) -- */
+    void (*bn_train_fwd)(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *gamma,
+                         const float *beta, float *running_mean, float *running_var, float *save_mean,
+                         float *save_invstd, float *y);
+    void (*bn_infer_fwd)(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *gamma,
+                         const float *beta, const float *running_mean, const float *running_var, float *y);
+    void (*bn_bwd)(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *dy,
+                   const float *gamma, const float *save_mean, const float *save_invstd, float beta_dx, float *dx,
+                   float *dgamma, float *dbeta);
+
+    /* -- pooling: y (N, C, oh, ow); backward recomputes the max positions from x -- */
+    void (*maxpool_fwd)(struct rt_stream *s, const struct rt_pool_desc *d, const float *x, float *y);
+    void (*maxpool_bwd)(struct rt_stream *s, const struct rt_pool_desc *d, const float *x, const float *y,
+                        const float *dy, float beta, float *dx);
+    /* Average pooling counts padding in the divisor (PyTorch's count_include_pad=True). */
+    void (*avgpool_fwd)(struct rt_stream *s, const struct rt_pool_desc *d, const float *x, float *y);
+    void (*avgpool_bwd)(struct rt_stream *s, const struct rt_pool_desc *d, const float *dy, float beta, float *dx);
+    /* Global average pooling: spatial (N, C, H, W) -> features (N, C). */
+    void (*gap_fwd)(struct rt_stream *s, struct rt_shape4 sh, const float *x, float *y);
+    void (*gap_bwd)(struct rt_stream *s, struct rt_shape4 sh, const float *dy, float beta, float *dx);
+    /* Flatten: spatial (N, C, H, W) -> features (N, C*H*W) in PyTorch's order (c, h, w). */
+    void (*flatten_fwd)(struct rt_stream *s, struct rt_shape4 sh, const float *x, float *y);
+    void (*flatten_bwd)(struct rt_stream *s, struct rt_shape4 sh, const float *dy, float beta, float *dx);
+
+    /* -- linear on features: x (N, in), w (out, in), b (out) or NULL, y (N, out) -- */
+    void (*linear_fwd)(struct rt_stream *s, int n, int in, int out, const float *x, const float *w,
+                       const float *b, float *y);
+    void (*linear_bwd_data)(struct rt_stream *s, int n, int in, int out, const float *dy, const float *w,
+                            float beta, float *dx);
+    void (*linear_bwd_filter)(struct rt_stream *s, int n, int in, int out, const float *x, const float *dy,
+                              float *dw, float *db);
+
+    /* -- element-wise over `n` floats (any layout) -- */
+    void (*relu_fwd)(struct rt_stream *s, size_t n, const float *x, float *y);       /* y may be x */
+    void (*relu_bwd)(struct rt_stream *s, size_t n, const float *y, const float *dy, float beta, float *dx);
+    /* GELU, exact (erf) form as torch.nn.GELU() */
+    void (*gelu_fwd)(struct rt_stream *s, size_t n, const float *x, float *y);
+    void (*gelu_bwd)(struct rt_stream *s, size_t n, const float *x, const float *dy, float beta, float *dx);
+    /*
+     * Inverted dropout with probability p: element i is kept iff the Philox
+     * draw for (seed, offset + i) is >= p, and scaled by 1/(1-p). Backward
+     * regenerates the mask from (seed, offset): no mask is stored.
+     */
+    void (*dropout_fwd)(struct rt_stream *s, size_t n, float p, uint64_t seed, uint64_t offset, const float *x,
+                        float *y);
+    void (*dropout_bwd)(struct rt_stream *s, size_t n, float p, uint64_t seed, uint64_t offset, const float *dy,
+                        float beta, float *dx);
+    void (*add)(struct rt_stream *s, size_t n, const float *a, const float *b, float *y); /* y = a + b */
+    void (*scale)(struct rt_stream *s, size_t n, float alpha, float *x);                 /* x *= alpha */
+    void (*axpy)(struct rt_stream *s, size_t n, float alpha, const float *x, float *y);  /* y += alpha x */
+
+    /*
+     * Softmax cross-entropy with label smoothing eps (PyTorch's
+     * CrossEntropyLoss(label_smoothing=eps)): logits (N, K) features, labels
+     * device int32 (N), label < 0 marks a padding sample that adds nothing.
+     * Adds this batch's sums into *stats (device memory). If
+     * dlogits is not NULL it receives grad_scale * d(loss_sum)/d(logits)
+     * (zero rows for padding); pass grad_scale = 1 / (samples in the step).
+     */
+    void (*xent_fwd_bwd)(struct rt_stream *s, int n, int k, const float *logits, const int32_t *labels,
+                         float label_smoothing, float grad_scale, struct rt_loss_stats *stats, float *dlogits);
+
+    /* -- reductions and checks over flat buffers -- */
+    /* *out (device float) = sum of x[i]^2 in double precision, stored as float */
+    void (*sumsq)(struct rt_stream *s, size_t n, const float *x, float *out);
+    /* *out (device float) = number of NaN/Inf entries */
+    void (*count_nonfinite)(struct rt_stream *s, size_t n, const float *x, float *out);
+
+    /* -- casts (mixed precision); half/bf16 as raw uint16 bits, round to nearest even -- */
+    void (*cast_f32_f16)(struct rt_stream *s, size_t n, const float *x, uint16_t *y);
+    void (*cast_f16_f32)(struct rt_stream *s, size_t n, const uint16_t *x, float *y);
+    void (*cast_f32_bf16)(struct rt_stream *s, size_t n, const float *x, uint16_t *y);
+    void (*cast_bf16_f32)(struct rt_stream *s, size_t n, const uint16_t *x, float *y);
+
+    /*
+     * Optimizer updates over n parameters, PyTorch's torch.optim semantics
+     * exactly (same order of operations). `step` counts from 1.
+     * SGD: g' = g + wd p; buf = first ? g' : momentum buf + (1 - dampening) g';
+     *      d = nesterov ? g' + momentum buf : buf (momentum 0: d = g', no buf);
+     *      p -= lr d.
+     * Adam (decoupled = 0): g' = g + wd p; AdamW (decoupled = 1): p *= 1 - lr wd, g' = g;
+     *      m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
+     *      p -= lr / (1 - b1^step) * m / (sqrt(v) / sqrt(1 - b2^step) + eps).
+     */
+    void (*sgd_update)(struct rt_stream *s, size_t n, float *p, const float *g, float *buf, float lr,
+                       float momentum, float dampening, float weight_decay, int nesterov, int first);
+    void (*adam_update)(struct rt_stream *s, size_t n, float *p, const float *g, float *m, float *v, float lr,
+                        float beta1, float beta2, float eps, float weight_decay, int decoupled, int64_t step);
+};
+
+/* ==== models ============================================================== */
+
+enum rt_param_kind {
+    RT_PARAM = 0,          /* trained: in the parameter and gradient buffers */
+    RT_BUFFER = 1,         /* state (batchnorm running mean/var): in the buffer buffer, fp32 */
+    RT_BUFFER_I64 = 2,     /* num_batches_tracked: host int64 kept by the model */
+};
+
+/* One row of the tensor table shared by checkpoints, tests, the optimizer and the bucketer. */
+struct rt_tensor_info {
+    char name[96];         /* PyTorch state_dict name, e.g. "layer1.0.bn1.running_mean" */
+    enum rt_param_kind kind;
+    size_t offset;         /* in floats, into the parameter/gradient buffer (PARAM) or buffer buffer */
+    size_t count;
+    int ndim;
+    int64_t shape[4];
+};
+
+struct rt_model_opts {
+    const char *name;      /* "mnist-net", "resnet18", "resnet9", "wrn-D-K" */
+    int c, h, w;           /* input image shape */
+    int classes;
+    int batch;             /* largest batch forward will see */
+    uint64_t seed;         /* initial weights and dropout stream */
+};
+
+struct rt_model;
+
+/*
+ * Builds model o->name for inputs (batch, c, h, w) on backend `be` (borrowed,
+ * must outlive the model), with PyTorch's default initialisation drawn from
+ * o->seed. Returns 0, -EINVAL (unknown name: the message lists the models;
+ * input too small for the architecture: the message says which layer), or
+ * -ENOMEM.
+ */
+int rt_model_create(struct rt_backend *be, const struct rt_model_opts *o, struct rt_model **out);
+void rt_model_destroy(struct rt_model *m); /* NULL is fine */
+
+/* Comma-separated model names for help text. */
+const char *rt_model_names(void);
+
+/* The tensor table in state_dict order of the PyTorch module; owned by m. */
+const struct rt_tensor_info *rt_model_tensors(const struct rt_model *m, int *count);
+size_t rt_model_param_count(const struct rt_model *m);   /* floats in the parameter buffer */
+size_t rt_model_buffer_count(const struct rt_model *m);  /* floats in the buffer buffer */
+float *rt_model_params(struct rt_model *m);              /* device */
+float *rt_model_grads(struct rt_model *m);               /* device */
+float *rt_model_buffers(struct rt_model *m);             /* device */
+int64_t rt_model_batches_tracked(const struct rt_model *m);
+void rt_model_set_batches_tracked(struct rt_model *m, int64_t v);
+const char *rt_model_name(const struct rt_model *m);
+struct rt_backend *rt_model_backend(const struct rt_model *m);
+
+enum rt_mode { RT_EVAL = 0, RT_TRAIN = 1 };
+
+struct rt_step_opts {
+    enum rt_mode mode;
+    float label_smoothing;
+    float grad_scale;      /* 1 / (samples in the optimizer step); 0 = skip backward */
+    uint64_t dropout_offset; /* Philox counter base for this micro-batch's dropout masks */
+    int no_dropout;        /* RT_TRAIN without dropout (parity tests against PyTorch) */
+    const float *mean, *std; /* host, C values each (0..1 units) */
+};
+
+/*
+ * Runs one micro-batch: normalise the host uint8 images (n, c, h, w), forward,
+ * loss against host labels (n; label < 0 = padding) and, in RT_TRAIN with
+ * grad_scale > 0, backward, adding into the gradient buffer. Adds the loss
+ * sums into *stats (host). n <= the batch the model was built for. In
+ * RT_TRAIN batchnorm uses batch statistics and updates running statistics
+ * (and batches_tracked); RT_EVAL uses the running statistics and no dropout.
+ * Returns 0 or -EINVAL (shape mismatch).
+ */
+int rt_model_step(struct rt_model *m, const struct rt_step_opts *o, int n, const uint8_t *images,
+                  const int32_t *labels, struct rt_loss_stats *stats);
+
+/* Logits of the last rt_model_step, (n, classes) copied to host. */
+void rt_model_logits(struct rt_model *m, float *host, int n);
+
+/*
+ * After a non-finite loss: names the first tensor of the last step, in
+ * forward order then backward order, holding a NaN or Inf ("layer3.0.bn1
+ * output", "fc.weight grad"). Writes "" if none is found.
+ */
+void rt_model_find_nonfinite(struct rt_model *m, char *buf, size_t len);
+
+/* ==== optimizers and schedules ============================================ */
+
+enum rt_optim_kind { RT_OPT_SGD = 0, RT_OPT_ADAM = 1, RT_OPT_ADAMW = 2 };
+
+struct rt_optim_opts {
+    enum rt_optim_kind kind;
+    float momentum, dampening; /* SGD */
+    int nesterov;              /* SGD */
+    float weight_decay;
+    float beta1, beta2, eps;   /* Adam/AdamW: 0.9, 0.999, 1e-8 */
+};
+
+struct rt_optim;
+
+int rt_optim_create(struct rt_backend *be, const struct rt_optim_opts *o, size_t n, struct rt_optim **out);
+void rt_optim_destroy(struct rt_optim *opt);
+/* Applies one update with learning rate lr to params from grads (both n floats, device). */
+void rt_optim_step(struct rt_optim *opt, float *params, const float *grads, float lr);
+int64_t rt_optim_steps(const struct rt_optim *opt);
+/* State buffers for checkpoints: SGD momentum (NULL before the first step or with
+ * momentum 0); Adam exp_avg and exp_avg_sq. Device, n floats each. */
+float *rt_optim_state(struct rt_optim *opt, int which, const char **name);
+int rt_optim_state_count(const struct rt_optim *opt);
+void rt_optim_set_steps(struct rt_optim *opt, int64_t steps);
+const char *rt_optim_kind_name(enum rt_optim_kind k);
+int rt_optim_kind_parse(const char *s, enum rt_optim_kind *k);
+
+/*
+ * Scales grads (n, device) so their global L2 norm is at most max_norm
+ * (PyTorch's clip_grad_norm_: factor max_norm / (norm + 1e-6) when norm >
+ * max_norm). Returns the norm before clipping (NaN/Inf when non-finite).
+ */
+float rt_clip_grad_norm(struct rt_backend *be, float *grads, size_t n, float max_norm);
+
+enum rt_sched_kind { RT_SCHED_CONSTANT = 0, RT_SCHED_STEP, RT_SCHED_COSINE, RT_SCHED_ONECYCLE };
+
+struct rt_sched {
+    enum rt_sched_kind kind;
+    float base_lr;
+    uint64_t total_steps;     /* optimizer steps in the whole run */
+    uint64_t warmup_steps;    /* linear warm-up from 0 (all kinds) */
+    uint64_t step_size;       /* STEP: decay every step_size steps */
+    float gamma;              /* STEP: factor (0.1) */
+};
+
+/* Learning rate for optimizer step `step` (0-based). Pure function. */
+float rt_sched_lr(const struct rt_sched *s, uint64_t step);
+const char *rt_sched_kind_name(enum rt_sched_kind k);
+int rt_sched_kind_parse(const char *s, enum rt_sched_kind *k);
+
+/* ==== safetensors ========================================================= */
+
+enum rt_st_dtype { RT_ST_F32 = 0, RT_ST_F16, RT_ST_BF16, RT_ST_I64, RT_ST_I32, RT_ST_U8, RT_ST_F64 };
+
+struct rt_st_tensor {
+    char name[128];
+    enum rt_st_dtype dtype;
+    int ndim;
+    int64_t shape[8];
+    const void *data;      /* host; in a read file it points into the file's memory */
+    size_t bytes;
+};
+
+struct rt_st_file;         /* a file read into memory */
+
+/*
+ * Writes a safetensors file atomically (temp file, fsync, rename, fsync of
+ * the directory): the 8-byte little-endian header length, the JSON header
+ * ({name: {dtype, shape, data_offsets}} plus "__metadata__" with the
+ * string pairs meta_kv[0..2*n_meta)), then the tensors' bytes in the given
+ * order, 8-byte aligned as the format recommends. Returns 0 or -errno; on
+ * failure the old file, if any, is untouched.
+ */
+int rt_st_write(const char *path, const struct rt_st_tensor *t, int n, const char *const *meta_kv, int n_meta);
+
+/*
+ * Reads and validates a safetensors file: header length, JSON, dtypes,
+ * shapes against byte counts, offsets inside the file and not overlapping.
+ * Returns 0 or -errno (-EINVAL/-EBADMSG with the file and what is wrong).
+ */
+int rt_st_read(const char *path, struct rt_st_file **out);
+void rt_st_close(struct rt_st_file *f); /* NULL is fine */
+int rt_st_count(const struct rt_st_file *f);
+const struct rt_st_tensor *rt_st_get(const struct rt_st_file *f, int i);
+const struct rt_st_tensor *rt_st_find(const struct rt_st_file *f, const char *name); /* NULL if absent */
+const char *rt_st_meta(const struct rt_st_file *f, const char *key);                 /* NULL if absent */
+size_t rt_st_dtype_size(enum rt_st_dtype d);
+const char *rt_st_dtype_name(enum rt_st_dtype d); /* "F32", "I64", ... as the format spells them */
+
+/* ==== checkpoints ========================================================== */
+
+/*
+ * Writes the model's state_dict (parameters, batchnorm running statistics,
+ * num_batches_tracked as I64 scalars) to `path` as safetensors, atomically,
+ * with the string pairs meta_kv[0..2*n_meta) as "__metadata__". Returns 0
+ * or -errno.
+ */
+int rt_model_save(struct rt_model *m, const char *path, const char *const *meta_kv, int n_meta);
+
+/*
+ * Loads the model's state_dict from an open safetensors file (`path` names
+ * it in messages): every tensor of the table must be there with its shape
+ * (F32; num_batches_tracked I64), and nothing else. On error (-EINVAL naming
+ * the tensor) the model may be partly overwritten.
+ */
+int rt_model_load(struct rt_model *m, const struct rt_st_file *f, const char *path);
+
+/* The optimizer's state as "<parameter>.<state>" tensors (PyTorch's names:
+ * momentum_buffer, exp_avg, exp_avg_sq) plus metadata "step"; and back. */
+int rt_optim_save(struct rt_optim *opt, const struct rt_model *m, const char *path, const char *const *meta_kv,
+                  int n_meta);
+int rt_optim_load(struct rt_optim *opt, const struct rt_model *m, const struct rt_st_file *f, const char *path);
 
 #endif

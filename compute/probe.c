@@ -14,7 +14,7 @@
 
 int rt_cuda_probe(struct rt_backend_probe *p);
 
-int rt_backend_probe(enum rt_backend b, struct rt_backend_probe *p)
+int rt_backend_probe(enum rt_backend_kind b, struct rt_backend_probe *p)
 {
     memset(p, 0, sizeof(*p));
     switch (b) {

@@ -1,0 +1,212 @@
+/*
+ * checkpoint.c - model weights and optimizer state to and from safetensors
+ * files through the shared tensor table, so the names are PyTorch's
+ * state_dict names and `load_state_dict(strict=True)` accepts the file.
+ * Buffers are copied between device and host here; the file format is
+ * safetensors.c's business.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "compute/compute.h"
+
+static void set_shape(struct rt_st_tensor *t, const struct rt_tensor_info *e, const char *suffix)
+{
+    snprintf(t->name, sizeof(t->name), "%s%s", e->name, suffix);
+    t->ndim = e->ndim;
+    for (int d = 0; d < e->ndim; d++)
+        t->shape[d] = e->shape[d];
+}
+
+/* Copies `count` floats of device memory to a new host array. */
+static float *download(struct rt_backend *be, const float *dev, size_t count)
+{
+    float *h = rt_malloc(RT_MAX(count, 1) * sizeof(float), "checkpoint copy");
+    if (h && count)
+        rt_backend_ops(be)->download(rt_backend_stream(be), h, dev, count * sizeof(float));
+    return h;
+}
+
+int rt_model_save(struct rt_model *m, const char *path, const char *const *meta_kv, int n_meta)
+{
+    struct rt_backend *be = rt_model_backend(m);
+    int count;
+    const struct rt_tensor_info *tab = rt_model_tensors(m, &count);
+    struct rt_st_tensor *t = rt_calloc((size_t)count, sizeof(*t), "checkpoint table");
+    float *params = download(be, rt_model_params(m), rt_model_param_count(m));
+    float *bufs = download(be, rt_model_buffers(m), rt_model_buffer_count(m));
+    int64_t tracked = rt_model_batches_tracked(m);
+    int rc = -ENOMEM;
+    if (t && params && bufs) {
+        for (int i = 0; i < count; i++) {
+            const struct rt_tensor_info *e = &tab[i];
+            set_shape(&t[i], e, "");
+            if (e->kind == RT_BUFFER_I64) {
+                t[i].dtype = RT_ST_I64;
+                t[i].data = &tracked;
+                t[i].bytes = sizeof(tracked);
+            } else {
+                t[i].dtype = RT_ST_F32;
+                t[i].data = (e->kind == RT_PARAM ? params : bufs) + e->offset;
+                t[i].bytes = e->count * sizeof(float);
+            }
+        }
+        rc = rt_st_write(path, t, count, meta_kv, n_meta);
+    }
+    free(t);
+    free(params);
+    free(bufs);
+    return rc;
+}
+
+/* Checks that tensor `name` of file f has dtype d and the table row's shape. */
+static const struct rt_st_tensor *expect(const struct rt_st_file *f, const char *path, const char *name,
+                                         const struct rt_tensor_info *e, enum rt_st_dtype d)
+{
+    const struct rt_st_tensor *t = rt_st_find(f, name);
+    if (!t) {
+        rt_errf(-EINVAL, "%s: tensor '%s' is missing (a checkpoint of another model?)", path, name);
+        return NULL;
+    }
+    int same = t->dtype == d && t->ndim == e->ndim;
+    for (int i = 0; same && i < e->ndim; i++)
+        same = t->shape[i] == e->shape[i];
+    if (!same) {
+        char want[64] = "", got[64] = "";
+        for (int i = 0; i < e->ndim; i++)
+            snprintf(want + strlen(want), sizeof(want) - strlen(want), "%s%" PRId64, i ? "," : "", e->shape[i]);
+        for (int i = 0; i < t->ndim; i++)
+            snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%" PRId64, i ? "," : "", t->shape[i]);
+        rt_errf(-EINVAL, "%s: tensor '%s' is %s [%s], this model needs %s [%s]", path, name,
+                rt_st_dtype_name(t->dtype), got, rt_st_dtype_name(d), want);
+        return NULL;
+    }
+    return t;
+}
+
+int rt_model_load(struct rt_model *m, const struct rt_st_file *f, const char *path)
+{
+    struct rt_backend *be = rt_model_backend(m);
+    const struct rt_ops *ops = rt_backend_ops(be);
+    struct rt_stream *s = rt_backend_stream(be);
+    int count;
+    const struct rt_tensor_info *tab = rt_model_tensors(m, &count);
+    if (rt_st_count(f) != count) {
+        /* Name the first stranger so the user sees what kind of file this is. */
+        for (int i = 0; i < rt_st_count(f); i++) {
+            const char *nm = rt_st_get(f, i)->name;
+            int known = 0;
+            for (int j = 0; j < count && !known; j++)
+                known = !strcmp(tab[j].name, nm);
+            if (!known)
+                return rt_errf(-EINVAL, "%s: unexpected tensor '%s' for %s (a checkpoint of another model?)", path,
+                               nm, rt_model_name(m));
+        }
+    }
+    for (int i = 0; i < count; i++) {
+        const struct rt_tensor_info *e = &tab[i];
+        enum rt_st_dtype d = e->kind == RT_BUFFER_I64 ? RT_ST_I64 : RT_ST_F32;
+        const struct rt_st_tensor *t = expect(f, path, e->name, e, d);
+        if (!t)
+            return -EINVAL;
+        if (e->kind == RT_BUFFER_I64) {
+            int64_t v;
+            memcpy(&v, t->data, sizeof(v));
+            rt_model_set_batches_tracked(m, v);
+            continue;
+        }
+        float *dst = (e->kind == RT_PARAM ? rt_model_params(m) : rt_model_buffers(m)) + e->offset;
+        /* Tensor data in a file need not be aligned; upload copies bytes. */
+        ops->upload(s, dst, t->data, e->count * sizeof(float));
+    }
+    return 0;
+}
+
+int rt_optim_save(struct rt_optim *opt, const struct rt_model *m, const char *path, const char *const *meta_kv,
+                  int n_meta)
+{
+    struct rt_backend *be = rt_model_backend(m);
+    int count, ns = rt_optim_state_count(opt);
+    const struct rt_tensor_info *tab = rt_model_tensors(m, &count);
+    size_t np = rt_model_param_count(m);
+    struct rt_st_tensor *t = rt_calloc((size_t)count * 2 + 1, sizeof(*t), "optimizer table");
+    float *host[2] = {NULL, NULL};
+    int rc = t ? 0 : -ENOMEM;
+    for (int k = 0; k < ns && !rc; k++)
+        if (!(host[k] = download(be, rt_optim_state(opt, k, NULL), np)))
+            rc = -ENOMEM;
+    int n = 0;
+    for (int k = 0; k < ns && !rc; k++) {
+        const char *sname;
+        rt_optim_state(opt, k, &sname);
+        char suffix[40];
+        snprintf(suffix, sizeof(suffix), ".%s", sname);
+        for (int i = 0; i < count; i++) {
+            if (tab[i].kind != RT_PARAM)
+                continue;
+            set_shape(&t[n], &tab[i], suffix);
+            t[n].dtype = RT_ST_F32;
+            t[n].data = host[k] + tab[i].offset;
+            t[n].bytes = tab[i].count * sizeof(float);
+            n++;
+        }
+    }
+    if (!rc) {
+        char step[32];
+        snprintf(step, sizeof(step), "%" PRId64, rt_optim_steps(opt));
+        const char **kv = rt_calloc((size_t)n_meta * 2 + 2, sizeof(char *), "optimizer metadata");
+        if (!kv) {
+            rc = -ENOMEM;
+        } else {
+            for (int i = 0; i < 2 * n_meta; i++)
+                kv[i] = meta_kv[i];
+            kv[2 * n_meta] = "step";
+            kv[2 * n_meta + 1] = step;
+            rc = rt_st_write(path, t, n, kv, n_meta + 1);
+            free(kv);
+        }
+    }
+    free(t);
+    free(host[0]);
+    free(host[1]);
+    return rc;
+}
+
+int rt_optim_load(struct rt_optim *opt, const struct rt_model *m, const struct rt_st_file *f, const char *path)
+{
+    struct rt_backend *be = rt_model_backend(m);
+    const struct rt_ops *ops = rt_backend_ops(be);
+    struct rt_stream *s = rt_backend_stream(be);
+    int count, ns = rt_optim_state_count(opt), params = 0;
+    const struct rt_tensor_info *tab = rt_model_tensors(m, &count);
+    const char *step = rt_st_meta(f, "step");
+    char *end = NULL;
+    long long v = step ? strtoll(step, &end, 10) : -1;
+    if (!step || *end || v < 0)
+        return rt_errf(-EINVAL, "%s: no valid \"step\" in the metadata", path);
+    for (int i = 0; i < count; i++)
+        params += tab[i].kind == RT_PARAM;
+    if (rt_st_count(f) != params * ns)
+        return rt_errf(-EINVAL, "%s: %d tensors, expected %d for %s with this optimizer (another optimizer?)", path,
+                       rt_st_count(f), params * ns, rt_model_name(m));
+    for (int k = 0; k < ns; k++) {
+        const char *sname;
+        float *dst = rt_optim_state(opt, k, &sname);
+        for (int i = 0; i < count; i++) {
+            if (tab[i].kind != RT_PARAM)
+                continue;
+            char name[160];
+            snprintf(name, sizeof(name), "%s.%s", tab[i].name, sname);
+            const struct rt_st_tensor *t = expect(f, path, name, &tab[i], RT_ST_F32);
+            if (!t)
+                return -EINVAL;
+            ops->upload(s, dst + tab[i].offset, t->data, tab[i].count * sizeof(float));
+        }
+    }
+    rt_optim_set_steps(opt, v);
+    return 0;
+}

@@ -1,0 +1,225 @@
+/*
+ * backend.c - the CPU backend: memory, the in-order "stream" (ops run before
+ * they return), thread set-up for OpenMP and OpenBLAS, and the op table that
+ * points at the kernels in conv.c, pool.c and elem.c.
+ */
+#include <errno.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "compute/cpu/cpu.h"
+
+void *rt_cpu_alloc(struct rt_backend *be, size_t bytes)
+{
+    (void)be;
+    void *p = NULL;
+    size_t n = (bytes + 255) & ~(size_t)255;
+    if (n == 0)
+        n = 256;
+    if (posix_memalign(&p, 256, n) != 0) {
+        char b[32];
+        rt_format_bytes((double)n, b, sizeof(b));
+        rt_errf(-ENOMEM, "out of memory allocating a %s tensor", b);
+        return NULL;
+    }
+    memset(p, 0, n);
+    return p;
+}
+
+void rt_cpu_free(struct rt_backend *be, void *p)
+{
+    (void)be;
+    free(p);
+}
+
+void rt_cpu_upload(struct rt_stream *s, void *dst, const void *host_src, size_t bytes)
+{
+    (void)s;
+    memcpy(dst, host_src, bytes);
+}
+
+void rt_cpu_download(struct rt_stream *s, void *host_dst, const void *src, size_t bytes)
+{
+    (void)s;
+    memcpy(host_dst, src, bytes);
+}
+
+void rt_cpu_copy(struct rt_stream *s, void *dst, const void *src, size_t bytes)
+{
+    (void)s;
+    memmove(dst, src, bytes);
+}
+
+void rt_cpu_zero(struct rt_stream *s, void *dst, size_t bytes)
+{
+    (void)s;
+    memset(dst, 0, bytes);
+}
+
+void rt_cpu_sync(struct rt_stream *s)
+{
+    (void)s;
+}
+
+float *rt_cpu_scratch(struct rt_stream *s, size_t bytes)
+{
+    struct rt_backend *be = s->be;
+    if (bytes <= be->scratch_bytes)
+        return be->scratch;
+    free(be->scratch);
+    be->scratch = NULL;
+    be->scratch_bytes = 0;
+    /* Grow by half again so a run of slightly larger layers does not reallocate each time. */
+    size_t n = ((bytes + bytes / 2) + 4095) & ~(size_t)4095;
+    void *p = NULL;
+    if (posix_memalign(&p, 4096, n) != 0) {
+        char b[32];
+        rt_format_bytes((double)n, b, sizeof(b));
+        fprintf(stderr, "ringtrain: out of memory for %s of convolution scratch\n", b);
+        abort();
+    }
+    be->scratch = p;
+    be->scratch_bytes = n;
+    return p;
+}
+
+static const struct rt_ops cpu_ops = {
+    .alloc = rt_cpu_alloc,
+    .free = rt_cpu_free,
+    .upload = rt_cpu_upload,
+    .download = rt_cpu_download,
+    .copy = rt_cpu_copy,
+    .zero = rt_cpu_zero,
+    .sync = rt_cpu_sync,
+    .to_nchw = rt_cpu_to_nchw,
+    .from_nchw = rt_cpu_from_nchw,
+    .input_u8 = rt_cpu_input_u8,
+    .conv2d_fwd = rt_cpu_conv2d_fwd,
+    .conv2d_bwd_data = rt_cpu_conv2d_bwd_data,
+    .conv2d_bwd_filter = rt_cpu_conv2d_bwd_filter,
+    .bn_train_fwd = rt_cpu_bn_train_fwd,
+    .bn_infer_fwd = rt_cpu_bn_infer_fwd,
+    .bn_bwd = rt_cpu_bn_bwd,
+    .maxpool_fwd = rt_cpu_maxpool_fwd,
+    .maxpool_bwd = rt_cpu_maxpool_bwd,
+    .avgpool_fwd = rt_cpu_avgpool_fwd,
+    .avgpool_bwd = rt_cpu_avgpool_bwd,
+    .gap_fwd = rt_cpu_gap_fwd,
+    .gap_bwd = rt_cpu_gap_bwd,
+    .flatten_fwd = rt_cpu_flatten_fwd,
+    .flatten_bwd = rt_cpu_flatten_bwd,
+    .linear_fwd = rt_cpu_linear_fwd,
+    .linear_bwd_data = rt_cpu_linear_bwd_data,
+    .linear_bwd_filter = rt_cpu_linear_bwd_filter,
+    .relu_fwd = rt_cpu_relu_fwd,
+    .relu_bwd = rt_cpu_relu_bwd,
+    .gelu_fwd = rt_cpu_gelu_fwd,
+    .gelu_bwd = rt_cpu_gelu_bwd,
+    .dropout_fwd = rt_cpu_dropout_fwd,
+    .dropout_bwd = rt_cpu_dropout_bwd,
+    .add = rt_cpu_add,
+    .scale = rt_cpu_scale,
+    .axpy = rt_cpu_axpy,
+    .xent_fwd_bwd = rt_cpu_xent_fwd_bwd,
+    .sumsq = rt_cpu_sumsq,
+    .count_nonfinite = rt_cpu_count_nonfinite,
+    .cast_f32_f16 = rt_cpu_cast_f32_f16,
+    .cast_f16_f32 = rt_cpu_cast_f16_f32,
+    .cast_f32_bf16 = rt_cpu_cast_f32_bf16,
+    .cast_bf16_f32 = rt_cpu_cast_bf16_f32,
+    .sgd_update = rt_cpu_sgd_update,
+    .adam_update = rt_cpu_adam_update,
+};
+
+static int cpu_create(const struct rt_backend_opts *o, struct rt_backend **out)
+{
+    struct rt_backend *be = rt_calloc(1, sizeof(*be), "cpu backend");
+    if (!be)
+        return -ENOMEM;
+    be->kind = RT_BACKEND_CPU;
+    be->threads = o->threads > 0 ? o->threads : rt_cpus_available();
+    be->stream.be = be;
+    be->ops = &cpu_ops;
+    /* One pool for everything: our kernels' OpenMP regions and OpenBLAS
+     * (built for OpenMP) share it, so they never oversubscribe the cores. */
+    omp_set_num_threads(be->threads);
+    char blas[128];
+    int rc = rt_cpu_blas_init(be->threads, blas, sizeof(blas));
+    if (rc < 0) {
+        free(be);
+        return rc;
+    }
+    snprintf(be->describe, sizeof(be->describe), "cpu: %d thread%s, %s", be->threads, be->threads == 1 ? "" : "s",
+             blas);
+    *out = be;
+    return 0;
+}
+
+int rt_backend_create(const struct rt_backend_opts *o, struct rt_backend **out)
+{
+    *out = NULL;
+    switch (o->kind) {
+    case RT_BACKEND_CPU:
+        return cpu_create(o, out);
+    case RT_BACKEND_CUDA:
+        return rt_errf(-ENOTSUP, "the CUDA backend is not built yet: use the CPU backend");
+    }
+    return rt_errf(-EINVAL, "unknown backend %d", (int)o->kind);
+}
+
+void rt_backend_destroy(struct rt_backend *be)
+{
+    if (!be)
+        return;
+    free(be->scratch);
+    free(be);
+}
+
+const struct rt_ops *rt_backend_ops(const struct rt_backend *be)
+{
+    return be->ops;
+}
+
+struct rt_stream *rt_backend_stream(struct rt_backend *be)
+{
+    return &be->stream;
+}
+
+const char *rt_backend_describe(const struct rt_backend *be)
+{
+    return be->describe;
+}
+
+int rt_conv_desc_init(struct rt_conv_desc *d)
+{
+    const struct rt_shape4 *x = &d->in;
+    if (x->n <= 0 || x->c <= 0 || x->h <= 0 || x->w <= 0 || d->cout <= 0 || d->kh <= 0 || d->kw <= 0 ||
+        d->stride <= 0 || d->pad < 0)
+        return rt_errf(-EINVAL, "convolution: bad shape (%d,%d,%d,%d) kernel %dx%d stride %d pad %d", x->n, x->c,
+                       x->h, x->w, d->kh, d->kw, d->stride, d->pad);
+    int hp = x->h + 2 * d->pad, wp = x->w + 2 * d->pad;
+    if (hp < d->kh || wp < d->kw)
+        return rt_errf(-EINVAL, "convolution: a %dx%d kernel does not fit a %dx%d input (padding %d)", d->kh, d->kw,
+                       x->h, x->w, d->pad);
+    d->oh = (hp - d->kh) / d->stride + 1;
+    d->ow = (wp - d->kw) / d->stride + 1;
+    return 0;
+}
+
+int rt_pool_desc_init(struct rt_pool_desc *d)
+{
+    const struct rt_shape4 *x = &d->in;
+    if (x->n <= 0 || x->c <= 0 || x->h <= 0 || x->w <= 0 || d->kh <= 0 || d->kw <= 0 || d->stride <= 0 ||
+        d->pad < 0 || 2 * d->pad > d->kh || 2 * d->pad > d->kw)
+        return rt_errf(-EINVAL, "pooling: bad shape (%d,%d,%d,%d) window %dx%d stride %d pad %d", x->n, x->c, x->h,
+                       x->w, d->kh, d->kw, d->stride, d->pad);
+    int hp = x->h + 2 * d->pad, wp = x->w + 2 * d->pad;
+    if (hp < d->kh || wp < d->kw)
+        return rt_errf(-EINVAL, "pooling: a %dx%d window does not fit a %dx%d input", d->kh, d->kw, x->h, x->w);
+    d->oh = (hp - d->kh) / d->stride + 1;
+    d->ow = (wp - d->kw) / d->stride + 1;
+    return 0;
+}

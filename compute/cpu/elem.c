@@ -1,0 +1,837 @@
+/*
+ * elem.c - the CPU backend's per-element and per-channel kernels: the uint8
+ * input transform, batchnorm, ReLU/GELU, dropout, add/scale/axpy, the
+ * softmax cross-entropy loss, the flat-buffer reductions (sum of squares,
+ * non-finite count), the f16/bf16 casts and the SGD/Adam updates. compute.h
+ * (struct rt_ops) says what each computes; cpu.h lists them.
+ *
+ * It does not do convolution, pooling, linear layers or layout conversion
+ * (conv.c, pool.c), and it never allocates: the input lookup table and the
+ * per-call partial sums live in the backend's scratch buffer.
+ *
+ * Threading. Every parallel loop is `omp parallel for schedule(static)` over
+ * fixed-size chunks (element ops) or channels (batchnorm), with the
+ * backend's thread count. Reductions never use float atomics: one thread
+ * sums a channel's statistics in double in a fixed order, and flat-buffer
+ * sums are per-chunk doubles added in chunk order, so results do not even
+ * depend on the thread count.
+ *
+ * Dropout's mask. Element i of a call with (seed, offset) is kept iff
+ * u >= p, where u = (w >> 8) * 2^-24 and w is word (e % 4) of the
+ * Philox4x32-10 block with key (seed lo, seed hi) and counter
+ * (e/4 lo, e/4 hi, 0, 0x64726f70), e = offset + i. Any thread can compute
+ * any element's draw, so chunks need no shared state, backward regenerates
+ * the same mask, and another backend can reproduce it bit for bit. The
+ * constant "drop" in the last counter word keeps these draws apart from the
+ * rt_rng streams (common.h) of the same seed.
+ *
+ * Optimizers follow PyTorch 1.13's single-tensor torch.optim code operation
+ * by operation, with fused multiply-adds where ATen's AVX2 kernels fuse,
+ * and the Python-side scalars (1 - beta1, lr / (1 - beta1^step), ...)
+ * computed in double as Python does before ATen rounds them to float.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "compute/cpu/cpu.h"
+
+/* Clang would otherwise fuse a * b + c where FMA exists (GCC does not under
+ * -std=c17), and the result would depend on the machine's clone. */
+#ifdef __clang__
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+/*
+ * The batchnorm normalising loops and the optimizer loops get an AVX2+FMA
+ * clone picked at load time (the portable build is SSE2 only, where fmaf is
+ * a library call). The clones compute the same bits: a * b + c is not
+ * contracted (above), and fmaf is exact in both. Sanitizer builds define
+ * RT_NO_IFUNC: their runtimes crash in ifunc resolvers.
+ */
+#if defined(__x86_64__) && !defined(RT_NO_IFUNC)
+#define ELEM_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
+#else
+#define ELEM_CLONES
+#endif
+
+/* Elements per parallel chunk: big enough to amortise the loop overhead, small
+ * enough to balance threads on the smallest activation tensors. */
+#define CHUNK ((size_t)16384)
+/* Below this many elements an op runs on the calling thread: waking the team
+ * costs more than the work. */
+#define PAR_MIN ((size_t)32768)
+/* "drop": the last Philox counter word of dropout draws (see the top of file). */
+#define DROPOUT_CTR3 0x64726f70u
+
+static inline int nthreads(const struct rt_stream *s)
+{
+    return s->be->threads > 0 ? s->be->threads : 1;
+}
+
+static inline size_t nchunks(size_t n)
+{
+    return (n + CHUNK - 1) / CHUNK;
+}
+
+static inline uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    return u;
+}
+
+static inline float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+/*
+ * The double a Python script holds for a hyperparameter that reached us as a
+ * float: the shortest decimal that reads back as `f` (what the user typed,
+ * for any value written with up to 9 significant digits), read as a double.
+ * PyTorch computes 1 - beta1, lr * wd, momentum * mean ... from that double,
+ * and (double)f differs from it in the ninth digit, enough to move the float
+ * result by an ulp.
+ */
+static double host_double(float f)
+{
+    if (!isfinite(f) || f == 0.0f)
+        return (double)f;
+    char buf[32];
+    for (int prec = 1; prec <= 9; prec++) {
+        snprintf(buf, sizeof(buf), "%.*g", prec, (double)f);
+        if (strtof(buf, NULL) == f)
+            return strtod(buf, NULL);
+    }
+    return (double)f;
+}
+
+/* Scratch for per-call partial results; aborts as rt_cpu_scratch() says when memory is exhausted. */
+static void *scratch(struct rt_stream *s, size_t bytes)
+{
+    void *p = rt_cpu_scratch(s, bytes);
+    if (!p) {
+        fprintf(stderr, "ringtrain: out of memory for %zu bytes of kernel scratch\n", bytes);
+        abort();
+    }
+    return p;
+}
+
+/* ==== input ================================================================ */
+
+void rt_cpu_input_u8(struct rt_stream *s, struct rt_shape4 sh, const uint8_t *host_images, const float *mean,
+                     const float *std, float *y)
+{
+    const size_t n = (size_t)sh.n, c = (size_t)sh.c, hw = (size_t)sh.h * sh.w;
+    /* A 256-entry table per channel evaluates the exact expression once per
+     * byte value, so every pixel gets the bit-identical result without a
+     * division per pixel. */
+    float *lut = scratch(s, c * 256 * sizeof(float));
+    for (size_t ch = 0; ch < c; ch++)
+        for (int v = 0; v < 256; v++)
+            lut[ch * 256 + (size_t)v] = ((float)v / 255.0f - mean[ch]) / std[ch];
+
+    const size_t rows = n * c;
+#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (rows * hw >= PAR_MIN)
+    for (size_t r = 0; r < rows; r++) {
+        const size_t ch = r / n, img = r % n; /* rows in output order: (c, n) */
+        const uint8_t *src = host_images + (img * c + ch) * hw;
+        const float *t = lut + ch * 256;
+        float *dst = y + r * hw;
+        for (size_t i = 0; i < hw; i++)
+            dst[i] = t[src[i]];
+    }
+}
+
+/* ==== batchnorm ============================================================ */
+
+/*
+ * Double-precision sums over a row keep eight partial sums (four vectors of
+ * two) per quantity, added in a fixed order at the end: a single accumulator
+ * would make the loop wait on the adder's latency rather than on memory.
+ * Two-double vectors are native to every x86-64 (SSE2), so the partials stay
+ * in registers without a per-ISA clone; the four are spelled out because -O2
+ * does not unroll a loop over them. The order of additions is fixed, so the
+ * sums are the same on every machine.
+ */
+typedef double v2d __attribute__((vector_size(16)));
+
+static inline v2d pair(const float *p)
+{
+    return (v2d){p[0], p[1]};
+}
+
+static inline double hsum4(v2d a, v2d b, v2d c, v2d d)
+{
+    const v2d s = (a + b) + (c + d);
+    return s[0] + s[1];
+}
+
+/*
+ * Sums of (x - k) and (x - k)^2 over one channel, in double, with k = x[0]:
+ * shifting by a sample of the channel keeps E[x^2] - E[x]^2 from cancelling
+ * when the mean is large against the spread, at no extra pass.
+ */
+static void bn_row_sums(const float *x, size_t m, double *s1, double *s2)
+{
+    const double k = x[0];
+    const v2d kv = {k, k};
+    v2d a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
+    size_t i = 0;
+    for (; i + 8 <= m; i += 8) {
+        const v2d d0 = pair(x + i) - kv, d1 = pair(x + i + 2) - kv;
+        const v2d d2 = pair(x + i + 4) - kv, d3 = pair(x + i + 6) - kv;
+        a0 += d0;
+        a1 += d1;
+        a2 += d2;
+        a3 += d3;
+        b0 += d0 * d0;
+        b1 += d1 * d1;
+        b2 += d2 * d2;
+        b3 += d3 * d3;
+    }
+    double a = hsum4(a0, a1, a2, a3), b = hsum4(b0, b1, b2, b3);
+    for (; i < m; i++) {
+        const double d = (double)x[i] - k;
+        a += d;
+        b += d * d;
+    }
+    *s1 = a;
+    *s2 = b;
+}
+
+/* y = (x - mean) * a + b: subtracting the mean first keeps the result accurate when |mean| >> std. */
+ELEM_CLONES static void bn_row_affine(const float *x, size_t m, float mean, float a, float b, float *y)
+{
+#pragma omp simd
+    for (size_t i = 0; i < m; i++)
+        y[i] = (x[i] - mean) * a + b;
+}
+
+/* sum(dy) and sum(dy * (x - mean)) over one channel, in double. */
+static void bn_row_bwd_sums(const float *x, const float *dy, size_t m, float mean, double *sdy,
+                            double *sdyx)
+{
+    const double mu = mean;
+    const v2d mv = {mu, mu};
+    v2d a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0}, b0 = {0}, b1 = {0}, b2 = {0}, b3 = {0};
+    size_t i = 0;
+    for (; i + 8 <= m; i += 8) {
+        const v2d g0 = pair(dy + i), g1 = pair(dy + i + 2), g2 = pair(dy + i + 4), g3 = pair(dy + i + 6);
+        a0 += g0;
+        a1 += g1;
+        a2 += g2;
+        a3 += g3;
+        b0 += g0 * (pair(x + i) - mv);
+        b1 += g1 * (pair(x + i + 2) - mv);
+        b2 += g2 * (pair(x + i + 4) - mv);
+        b3 += g3 * (pair(x + i + 6) - mv);
+    }
+    double a = hsum4(a0, a1, a2, a3), b = hsum4(b0, b1, b2, b3);
+    for (; i < m; i++) {
+        const double g = dy[i];
+        a += g;
+        b += g * ((double)x[i] - mu);
+    }
+    *sdy = a;
+    *sdyx = b;
+}
+
+/* dx = beta_dx dx + (dy - grad_mean - (x - mean) proj) scale; beta_dx 0 never reads dx. */
+ELEM_CLONES static void bn_row_bwd_dx(const float *x, const float *dy, size_t m, float mean, float grad_mean,
+                                      float proj, float scale, float beta_dx, float *dx)
+{
+    if (beta_dx == 0.0f) {
+#pragma omp simd
+        for (size_t i = 0; i < m; i++)
+            dx[i] = (dy[i] - grad_mean - (x[i] - mean) * proj) * scale;
+    } else {
+#pragma omp simd
+        for (size_t i = 0; i < m; i++)
+            dx[i] = beta_dx * dx[i] + (dy[i] - grad_mean - (x[i] - mean) * proj) * scale;
+    }
+}
+
+void rt_cpu_bn_train_fwd(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *gamma,
+                         const float *beta, float *running_mean, float *running_var, float *save_mean,
+                         float *save_invstd, float *y)
+{
+    const size_t c = (size_t)d->in.c, m = (size_t)d->in.n * d->in.h * d->in.w;
+    const double eps = host_double(d->eps), mom = host_double(d->momentum);
+    /* PyTorch refuses one value per channel in training; the unbiased
+     * variance is then undefined and we keep the biased one (0). */
+    const double unbias = m > 1 ? (double)m / (double)(m - 1) : 1.0;
+#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (c * m >= PAR_MIN)
+    for (size_t ch = 0; ch < c; ch++) {
+        const float *xr = x + ch * m;
+        double s1, s2;
+        bn_row_sums(xr, m, &s1, &s2);
+        const double dm = s1 / (double)m;
+        double var = s2 / (double)m - dm * dm;
+        if (var < 0.0)
+            var = 0.0;
+        const double mean = (double)xr[0] + dm;
+        const float mean_f = (float)mean, invstd_f = (float)(1.0 / sqrt(var + eps));
+        save_mean[ch] = mean_f;
+        save_invstd[ch] = invstd_f;
+        running_mean[ch] = (float)(mom * mean + (1.0 - mom) * running_mean[ch]);
+        running_var[ch] = (float)(mom * var * unbias + (1.0 - mom) * running_var[ch]);
+        bn_row_affine(xr, m, mean_f, invstd_f * gamma[ch], beta[ch], y + ch * m);
+    }
+}
+
+void rt_cpu_bn_infer_fwd(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *gamma,
+                         const float *beta, const float *running_mean, const float *running_var, float *y)
+{
+    const size_t c = (size_t)d->in.c, m = (size_t)d->in.n * d->in.h * d->in.w;
+    const double eps = host_double(d->eps);
+#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (c * m >= PAR_MIN)
+    for (size_t ch = 0; ch < c; ch++) {
+        const float invstd = (float)(1.0 / sqrt((double)running_var[ch] + eps));
+        bn_row_affine(x + ch * m, m, running_mean[ch], invstd * gamma[ch], beta[ch], y + ch * m);
+    }
+}
+
+void rt_cpu_bn_bwd(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *dy,
+                   const float *gamma, const float *save_mean, const float *save_invstd, float beta_dx, float *dx,
+                   float *dgamma, float *dbeta)
+{
+    const size_t c = (size_t)d->in.c, m = (size_t)d->in.n * d->in.h * d->in.w;
+#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (c * m >= PAR_MIN)
+    for (size_t ch = 0; ch < c; ch++) {
+        const float *xr = x + ch * m, *gr = dy + ch * m;
+        const float mean = save_mean[ch];
+        const double invstd = save_invstd[ch];
+        double sdy, sdyx;
+        bn_row_bwd_sums(xr, gr, m, mean, &sdy, &sdyx);
+        dbeta[ch] += (float)sdy;
+        dgamma[ch] += (float)(sdyx * invstd);
+        /* PyTorch's form: dx = (dy - mean(dy) - (x - mean) invstd^2 mean(dy (x - mean))) invstd gamma. */
+        const float grad_mean = (float)(sdy / (double)m);
+        const float proj = (float)(sdyx * invstd * invstd / (double)m);
+        const float scale = (float)(invstd * gamma[ch]);
+        bn_row_bwd_dx(xr, gr, m, mean, grad_mean, proj, scale, beta_dx, dx + ch * m);
+    }
+}
+
+/* ==== activations ========================================================== */
+
+void rt_cpu_relu_fwd(struct rt_stream *s, size_t n, const float *x, float *y)
+{
+    const size_t nb = nchunks(n);
+#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (n >= PAR_MIN)
+    for (size_t b = 0; b < nb; b++) {
+        const size_t lo = b * CHUNK, hi = RT_MIN(n, lo + CHUNK);
+        /* `x < 0 ? 0 : x` lets NaN through, as torch.relu does, so a
+         * non-finite activation stays visible downstream. */
+#pragma omp simd
+        for (size_t i = lo; i < hi; i++)
+            y[i] = x[i] < 0.0f ? 0.0f : x[i];
+    }
+}
+
+void rt_cpu_relu_bwd(struct rt_stream *s, size_t n, const float *y, const float *dy, float beta, float *dx)
+{
+    const size_t nb = nchunks(n);
+#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (n >= PAR_MIN)
+    for (size_t b = 0; b < nb; b++) {
+        const size_t lo = b * CHUNK, hi = RT_MIN(n, lo + CHUNK);
+        if (beta == 0.0f) {
+#pragma omp simd
+            for (size_t i = lo; i < hi; i++)
+                dx[i] = y[i] > 0.0f ? dy[i] : 0.0f;
+        } else {
+#pragma omp simd
+            for (size_t i = lo; i < hi; i++)
+                dx[i] = beta * dx[i] + (y[i] > 0.0f ? dy[i] : 0.0f);
+        }
+    }
+}
+
+/* torch.nn.GELU(): x/2 (1 + erf(x/sqrt 2)); the derivative adds x times the normal density. */
+#define GELU_ALPHA 0.70710678118654752440f /* 1/sqrt(2) */
+#define GELU_BETA 0.39894228040143267794f  /* 1/sqrt(2 pi) */
+
+void rt_cpu_gelu_fwd(struct rt_stream *s, size_t n, const float *x, float *y)
+{
+    const size_t nb = nchunks(n);
+#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (n >= PAR_MIN / 8)
+    for (size_t b = 0; b < nb; b++) {
+        const size_t lo = b * CHUNK, hi = RT_MIN(n, lo + CHUNK);
+        for (size_t i = lo; i < hi; i++)
+            y[i] = x[i] * 0.5f * (1.0f + erff(x[i] * GELU_ALPHA));
+    }
+}
+
+void rt_cpu_gelu_bwd(struct rt_stream *s, size_t n, const float *x, const float *dy, float beta, float *dx)
+{
+    const size_t nb = nchunks(n);
+#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (n >= PAR_MIN / 8)
+    for (size_t b = 0; b < nb; b++) {
+        const size_t lo = b * CHUNK, hi = RT_MIN(n, lo + CHUNK);
+        for (size_t i = lo; i < hi; i++) {
+            const float v = x[i];
+            const float cdf = 0.5f * (1.0f + erff(v * GELU_ALPHA));
+            const float pdf = GELU_BETA * expf(v * v * -0.5f);
+            const float g = dy[i] * (cdf + v * pdf);
+            dx[i] = beta == 0.0f ? g : beta * dx[i] + g;
+        }
+    }
+}
+
+/* ==== dropout ============================================================== */
+
+/* Elements per mask tile: one stack array of multipliers, a multiple of the 4 words per Philox block. */
+#define DROP_TILE 1024
+
+/*
+ * Multipliers for elements e0 .. e0+len-1 of the stream (seed): `scale` where
+ * kept, 0 where dropped (the mask of the top of file).
+ */
+static void dropout_mask(uint64_t seed, uint64_t e0, size_t len, float p, float scale, float *mul)
+{
+    const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    size_t j = 0;
+    while (j < len) {
+        const uint64_t e = e0 + j, blk = e >> 2;
+        const uint32_t ctr[4] = {(uint32_t)blk, (uint32_t)(blk >> 32), 0, DROPOUT_CTR3};
+        uint32_t w[4];
+        rt_philox4x32(key, ctr, w);
+        for (unsigned lane = (unsigned)(e & 3); lane < 4 && j < len; lane++, j++) {
+            const float u = (float)(w[lane] >> 8) * (1.0f / 16777216.0f);
+            mul[j] = u >= p ? scale : 0.0f;
+        }
+    }
+}
+
+/*
+ * y = mask(x) (fwd, beta 0) or dx = beta dx + mask(dy): the same routine both
+ * ways, so backward's mask is forward's by construction. Multiplying (rather
+ * than selecting) gives NaN for a dropped Inf, as torch's x * mask does.
+ */
+static void dropout_apply(struct rt_stream *s, size_t n, float p, uint64_t seed, uint64_t offset, const float *x,
+                          float beta, float *y)
+{
+    /* p >= 1 drops everything (torch returns zeros); 1/(1-p) would be Inf. */
+    const float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+    const size_t nt = (n + DROP_TILE - 1) / DROP_TILE;
+#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (n >= PAR_MIN / 8)
+    for (size_t t = 0; t < nt; t++) {
+        const size_t lo = t * DROP_TILE, len = RT_MIN(n - lo, (size_t)DROP_TILE);
+        float mul[DROP_TILE];
+        dropout_mask(seed, offset + lo, len, p, scale, mul);
+        const float *xt = x + lo;
+        float *yt = y + lo;
+        if (beta == 0.0f) {
+#pragma omp simd
+            for (size_t i = 0; i < len; i++)
+                yt[i] = xt[i] * mul[i];
+        } else {
+#pragma omp simd
+            for (size_t i = 0; i < len; i++)
+                yt[i] = beta * yt[i] + xt[i] * mul[i];
+        }
+    }
+}
+
+void rt_cpu_dropout_fwd(struct rt_stream *s, size_t n, float p, uint64_t seed, uint64_t offset, const float *x,
+                        float *y)
+{
+    dropout_apply(s, n, p, seed, offset, x, 0.0f, y);
+}
+
+void rt_cpu_dropout_bwd(struct rt_stream *s, size_t n, float p, uint64_t seed, uint64_t offset, const float *dy,
+                        float beta, float *dx)
+{
+    dropout_apply(s, n, p, seed, offset, dy, beta, dx);
+}
+
+/* ==== add, scale, axpy ===================================================== */
+
+void rt_cpu_add(struct rt_stream *s, size_t n, const float *a, const float *b, float *y)
+{
+    const size_t nb = nchunks(n);
+#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (n >= PAR_MIN)
+    for (size_t k = 0; k < nb; k++) {
+        const size_t lo = k * CHUNK, hi = RT_MIN(n, lo + CHUNK);
+#pragma omp simd
+        for (size_t i = lo; i < hi; i++)
+            y[i] = a[i] + b[i];
+    }
+}
+
+void rt_cpu_scale(struct rt_stream *s, size_t n, float alpha, float *x)
+{
+    const size_t nb = nchunks(n);
+#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (n >= PAR_MIN)
+    for (size_t k = 0; k < nb; k++) {
+        const size_t lo = k * CHUNK, hi = RT_MIN(n, lo + CHUNK);
+#pragma omp simd
+        for (size_t i = lo; i < hi; i++)
+            x[i] *= alpha;
+    }
+}
+
+void rt_cpu_axpy(struct rt_stream *s, size_t n, float alpha, const float *x, float *y)
+{
+    const size_t nb = nchunks(n);
+#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (n >= PAR_MIN)
+    for (size_t k = 0; k < nb; k++) {
+        const size_t lo = k * CHUNK, hi = RT_MIN(n, lo + CHUNK);
+#pragma omp simd
+        for (size_t i = lo; i < hi; i++)
+            y[i] += alpha * x[i];
+    }
+}
+
+/* ==== loss ================================================================= */
+
+/* Per-sample results, summed in sample order after the parallel loop. */
+struct xent_row {
+    double loss;
+    double correct;
+    double valid;
+};
+
+void rt_cpu_xent_fwd_bwd(struct rt_stream *s, int n, int k, const float *logits, const int32_t *labels,
+                         float label_smoothing, float grad_scale, struct rt_loss_stats *stats, float *dlogits)
+{
+    if (n <= 0 || k <= 0)
+        return;
+    struct xent_row *rows = scratch(s, (size_t)n * sizeof(*rows));
+    const double eps = host_double(label_smoothing);
+    const double on = 1.0 - eps, off = eps / k;
+    const size_t kk = (size_t)k;
+#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if ((size_t)n * kk >= PAR_MIN / 8)
+    for (int r = 0; r < n; r++) {
+        const float *z = logits + (size_t)r * kk;
+        float *dz = dlogits ? dlogits + (size_t)r * kk : NULL;
+        const int32_t y = labels[r];
+        /* label < 0 is padding; a label >= k is the caller's bug and is
+         * treated the same rather than read out of bounds. */
+        if (y < 0 || y >= k) {
+            rows[r] = (struct xent_row){0.0, 0.0, 0.0};
+            if (dz)
+                memset(dz, 0, kk * sizeof(*dz));
+            continue;
+        }
+        float zmax = z[0];
+        int arg = 0;
+        for (int j = 1; j < k; j++)
+            if (z[j] > zmax) { /* strict: the first maximum wins, as torch.argmax */
+                zmax = z[j];
+                arg = j;
+            }
+        /* exp in float as torch's log_softmax, sums in double; the
+         * exponentials wait in dz for the gradient (each logit is read
+         * before its dz is written, so dlogits may be logits). */
+        const float zy = z[y];
+        double sum = 0.0, zsum = 0.0;
+        for (int j = 0; j < k; j++) {
+            const float zj = z[j], e = expf(zj - zmax);
+            sum += e;
+            zsum += zj;
+            if (dz)
+                dz[j] = e;
+        }
+        const double lse = zmax + log(sum);
+        /* -log p_y and the mean over classes of -log p_j */
+        rows[r].loss = on * (lse - zy) + eps * (lse - zsum / k);
+        rows[r].correct = arg == y ? 1.0 : 0.0;
+        rows[r].valid = 1.0;
+        if (dz) {
+            const double inv = 1.0 / sum;
+            for (int j = 0; j < k; j++) {
+                const double t = (j == y ? on : 0.0) + off;
+                dz[j] = (float)(grad_scale * (dz[j] * inv - t));
+            }
+        }
+    }
+    double loss = 0.0, correct = 0.0, count = 0.0;
+    for (int r = 0; r < n; r++) {
+        loss += rows[r].loss;
+        correct += rows[r].correct;
+        count += rows[r].valid;
+    }
+    stats->loss_sum += (float)loss;
+    stats->correct += (float)correct;
+    stats->count += (float)count;
+}
+
+/* ==== reductions =========================================================== */
+
+static double chunk_sumsq(const float *x, size_t len)
+{
+    v2d a0 = {0}, a1 = {0}, a2 = {0}, a3 = {0};
+    size_t i = 0;
+    for (; i + 8 <= len; i += 8) {
+        const v2d d0 = pair(x + i), d1 = pair(x + i + 2), d2 = pair(x + i + 4), d3 = pair(x + i + 6);
+        a0 += d0 * d0;
+        a1 += d1 * d1;
+        a2 += d2 * d2;
+        a3 += d3 * d3;
+    }
+    double a = hsum4(a0, a1, a2, a3);
+    for (; i < len; i++)
+        a += (double)x[i] * x[i];
+    return a;
+}
+
+void rt_cpu_sumsq(struct rt_stream *s, size_t n, const float *x, float *out)
+{
+    const size_t nb = nchunks(n);
+    double *part = scratch(s, (nb + 1) * sizeof(double));
+#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (n >= PAR_MIN)
+    for (size_t b = 0; b < nb; b++) {
+        const size_t lo = b * CHUNK;
+        part[b] = chunk_sumsq(x + lo, RT_MIN(n - lo, CHUNK));
+    }
+    double total = 0.0;
+    for (size_t b = 0; b < nb; b++)
+        total += part[b];
+    *out = (float)total;
+}
+
+void rt_cpu_count_nonfinite(struct rt_stream *s, size_t n, const float *x, float *out)
+{
+    const size_t nb = nchunks(n);
+    size_t *part = scratch(s, (nb + 1) * sizeof(size_t));
+#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (n >= PAR_MIN)
+    for (size_t b = 0; b < nb; b++) {
+        const size_t lo = b * CHUNK, hi = RT_MIN(n, lo + CHUNK);
+        uint32_t c = 0;
+        /* An all-ones exponent is Inf or NaN; the bit test has no branch to
+         * mispredict and is not folded away by -ffinite-math-only. */
+#pragma omp simd reduction(+ : c)
+        for (size_t i = lo; i < hi; i++)
+            c += (f32_bits(x[i]) & 0x7f800000u) == 0x7f800000u;
+        part[b] = c;
+    }
+    size_t total = 0;
+    for (size_t b = 0; b < nb; b++)
+        total += part[b];
+    *out = (float)total;
+}
+
+/* ==== casts ================================================================ */
+
+/*
+ * float -> IEEE half, round to nearest even. Normal results round in the
+ * integer domain (adding 0xfff plus the kept lowest bit carries into the
+ * exponent when the mantissa overflows); results below 2^-14 come from one
+ * float addition that puts the half's subnormal units in the low bits, so
+ * the FPU does the rounding.
+ */
+static inline uint16_t f32_to_f16(float f)
+{
+    const uint32_t u = f32_bits(f);
+    const uint32_t sign = (u >> 16) & 0x8000u;
+    const uint32_t a = u & 0x7fffffffu;
+    if (a > 0x7f800000u) /* NaN: stays NaN (quiet), keeping the top payload bits */
+        return (uint16_t)(sign | 0x7e00u | ((a >> 13) & 0x3ffu));
+    if (a >= 0x477ff000u) /* >= 65520 rounds to Inf (65504 is the largest half) */
+        return (uint16_t)(sign | 0x7c00u);
+    if (a < 0x38800000u) { /* below 2^-14: subnormal half or zero */
+        /* 0.5 has ulp 2^-24, the half subnormal unit: the sum's low bits are the result. */
+        const float t = bits_f32(a) + 0.5f;
+        return (uint16_t)(sign | (f32_bits(t) - 0x3f000000u));
+    }
+    const uint32_t odd = (a >> 13) & 1u;
+    /* rebias the exponent (127 -> 15) and round to nearest even */
+    return (uint16_t)(sign | ((a + 0xc8000fffu + odd) >> 13));
+}
+
+static inline float f16_to_f32(uint16_t h)
+{
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    const uint32_t em = h & 0x7fffu;
+    if (em >= 0x7c00u) /* Inf, NaN (payload kept) */
+        return bits_f32(sign | 0x7f800000u | ((em & 0x3ffu) << 13));
+    if (em >= 0x0400u) /* normal: rebias 15 -> 127 */
+        return bits_f32(sign | ((em << 13) + 0x38000000u));
+    /* zero or subnormal: em units of 2^-24, exact in float */
+    return bits_f32(sign | f32_bits((float)em * (1.0f / 16777216.0f)));
+}
+
+static inline uint16_t f32_to_bf16(float f)
+{
+    const uint32_t u = f32_bits(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: truncation could clear the payload to Inf; force quiet */
+        return (uint16_t)((u >> 16) | 0x0040u);
+    /* round to nearest even; the carry rounds the largest floats up to Inf as it should */
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+void rt_cpu_cast_f32_f16(struct rt_stream *s, size_t n, const float *x, uint16_t *y)
+{
+    const size_t nb = nchunks(n);
+#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (n >= PAR_MIN)
+    for (size_t b = 0; b < nb; b++) {
+        const size_t lo = b * CHUNK, hi = RT_MIN(n, lo + CHUNK);
+        for (size_t i = lo; i < hi; i++)
+            y[i] = f32_to_f16(x[i]);
+    }
+}
+
+void rt_cpu_cast_f16_f32(struct rt_stream *s, size_t n, const uint16_t *x, float *y)
+{
+    const size_t nb = nchunks(n);
+#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (n >= PAR_MIN)
+    for (size_t b = 0; b < nb; b++) {
+        const size_t lo = b * CHUNK, hi = RT_MIN(n, lo + CHUNK);
+        for (size_t i = lo; i < hi; i++)
+            y[i] = f16_to_f32(x[i]);
+    }
+}
+
+void rt_cpu_cast_f32_bf16(struct rt_stream *s, size_t n, const float *x, uint16_t *y)
+{
+    const size_t nb = nchunks(n);
+#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (n >= PAR_MIN)
+    for (size_t b = 0; b < nb; b++) {
+        const size_t lo = b * CHUNK, hi = RT_MIN(n, lo + CHUNK);
+        for (size_t i = lo; i < hi; i++)
+            y[i] = f32_to_bf16(x[i]);
+    }
+}
+
+void rt_cpu_cast_bf16_f32(struct rt_stream *s, size_t n, const uint16_t *x, float *y)
+{
+    const size_t nb = nchunks(n);
+#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (n >= PAR_MIN)
+    for (size_t b = 0; b < nb; b++) {
+        const size_t lo = b * CHUNK, hi = RT_MIN(n, lo + CHUNK);
+#pragma omp simd
+        for (size_t i = lo; i < hi; i++)
+            y[i] = bits_f32((uint32_t)x[i] << 16);
+    }
+}
+
+/* ==== optimizers =========================================================== */
+
+/* The float scalars ATen receives from torch.optim.SGD's Python code. */
+struct sgd_k {
+    float neg_lr, momentum, alpha_g /* 1 - dampening */, wd;
+    int nesterov, first;
+};
+
+/*
+ * One chunk of _single_tensor_sgd: grad.add(param, alpha=wd), buf.mul_(m)
+ * .add_(grad, alpha=1-dampening), grad.add(buf, alpha=m), param.add_(grad,
+ * alpha=-lr); ATen's add with alpha is a fused multiply-add.
+ */
+ELEM_CLONES static void sgd_chunk(size_t len, float *p, const float *g, float *buf, const struct sgd_k *k)
+{
+    const float neg_lr = k->neg_lr, mom = k->momentum, ag = k->alpha_g, wd = k->wd;
+    const int has_wd = wd != 0.0f, nesterov = k->nesterov;
+    /* One loop per case, so no lane loads a buffer its case does not have (buf is NULL without momentum). */
+    if (mom == 0.0f) {
+#pragma omp simd
+        for (size_t i = 0; i < len; i++) {
+            const float gi = has_wd ? fmaf(p[i], wd, g[i]) : g[i];
+            p[i] = fmaf(gi, neg_lr, p[i]);
+        }
+    } else if (k->first) {
+#pragma omp simd
+        for (size_t i = 0; i < len; i++) {
+            const float gi = has_wd ? fmaf(p[i], wd, g[i]) : g[i];
+            buf[i] = gi;
+            p[i] = fmaf(nesterov ? fmaf(gi, mom, gi) : gi, neg_lr, p[i]);
+        }
+    } else {
+#pragma omp simd
+        for (size_t i = 0; i < len; i++) {
+            const float gi = has_wd ? fmaf(p[i], wd, g[i]) : g[i];
+            const float b = fmaf(gi, ag, buf[i] * mom);
+            buf[i] = b;
+            p[i] = fmaf(nesterov ? fmaf(b, mom, gi) : b, neg_lr, p[i]);
+        }
+    }
+}
+
+void rt_cpu_sgd_update(struct rt_stream *s, size_t n, float *p, const float *g, float *buf, float lr, float momentum,
+                       float dampening, float weight_decay, int nesterov, int first)
+{
+    const struct sgd_k k = {
+        .neg_lr = -lr,
+        .momentum = momentum,
+        .alpha_g = (float)(1.0 - host_double(dampening)),
+        .wd = weight_decay,
+        .nesterov = nesterov,
+        .first = first,
+    };
+    const size_t nb = nchunks(n);
+#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (n >= PAR_MIN)
+    for (size_t b = 0; b < nb; b++) {
+        const size_t lo = b * CHUNK;
+        sgd_chunk(RT_MIN(n - lo, CHUNK), p + lo, g + lo, buf ? buf + lo : NULL, &k);
+    }
+}
+
+/* The float scalars ATen receives from torch.optim.Adam/AdamW's Python code. */
+struct adam_k {
+    float decay;     /* AdamW: param.mul_(1 - lr wd); 1 when not decoupled */
+    float wd;        /* Adam: grad.add(param, alpha=wd); 0 when decoupled */
+    float beta1, w1; /* exp_avg.mul_(beta1).add_(grad, alpha=1 - beta1) */
+    float beta2, w2; /* exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2) */
+    float bc2_sqrt;  /* sqrt(1 - beta2^step) */
+    float eps;
+    float neg_step;  /* -lr / (1 - beta1^step) */
+};
+
+/*
+ * One chunk of _single_tensor_adam / _single_tensor_adamw as PyTorch 1.13
+ * (Debian 12's, which makes our fixtures) writes them: add with alpha is
+ * fma(other, alpha, self); addcmul is self + (value * t1) * t2, which GCC
+ * contracts to fma(value * t1, t2, self) in ATen's AVX2 kernels; addcdiv is
+ * self + (value * t1) / t2. (PyTorch 2 updates exp_avg with lerp_ instead,
+ * which can differ in the last bit.)
+ */
+ELEM_CLONES static void adam_chunk(size_t len, float *p, const float *g, float *m, float *v, const struct adam_k *k)
+{
+    const float decay = k->decay, wd = k->wd, b1 = k->beta1, w1 = k->w1, b2 = k->beta2, w2 = k->w2,
+                bc2 = k->bc2_sqrt, eps = k->eps, neg_step = k->neg_step;
+    const int has_wd = wd != 0.0f, has_decay = decay != 1.0f;
+    /* Not `omp simd`: sqrtf's errno path keeps this loop scalar anyway. */
+    for (size_t i = 0; i < len; i++) {
+        const float pi = has_decay ? p[i] * decay : p[i];
+        const float gi = has_wd ? fmaf(pi, wd, g[i]) : g[i];
+        const float mi = fmaf(gi, w1, m[i] * b1);
+        const float vi = fmaf(w2 * gi, gi, v[i] * b2);
+        const float denom = sqrtf(vi) / bc2 + eps;
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = pi + neg_step * mi / denom;
+    }
+}
+
+void rt_cpu_adam_update(struct rt_stream *s, size_t n, float *p, const float *g, float *m, float *v, float lr,
+                        float beta1, float beta2, float eps, float weight_decay, int decoupled, int64_t step)
+{
+    const double lr_d = host_double(lr), b1 = host_double(beta1), b2 = host_double(beta2);
+    const double wd = host_double(weight_decay), st = (double)step;
+    /* torch's Python: bias_correction1 = 1 - beta1 ** step, step_size = lr / bias_correction1, ... */
+    const double bc1 = 1.0 - pow(b1, st), bc2 = 1.0 - pow(b2, st);
+    const struct adam_k k = {
+        .decay = decoupled && weight_decay != 0.0f ? (float)(1.0 - lr_d * wd) : 1.0f,
+        .wd = decoupled ? 0.0f : weight_decay,
+        .beta1 = beta1,
+        .w1 = (float)(1.0 - b1),
+        .beta2 = beta2,
+        .w2 = (float)(1.0 - b2),
+        .bc2_sqrt = (float)sqrt(bc2),
+        .eps = eps,
+        .neg_step = (float)-(lr_d / bc1),
+    };
+    const size_t nb = nchunks(n);
+#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (n >= PAR_MIN)
+    for (size_t b = 0; b < nb; b++) {
+        const size_t lo = b * CHUNK;
+        adam_chunk(RT_MIN(n - lo, CHUNK), p + lo, g + lo, m + lo, v + lo, &k);
+    }
+}

@@ -1,0 +1,300 @@
+/*
+ * models.c - the architectures ringtrain trains, built from net.c's layers
+ * with the state_dict names of the PyTorch module of the same architecture
+ * (tools/reference_models.py holds those modules; the parity tests compare
+ * logits, loss and every gradient against them):
+ *
+ *   mnist-net  the PyTorch examples MNIST network, sized to the input
+ *   resnet18   torchvision.models.resnet18(num_classes=K), ImageNet stem
+ *   resnet9    the DAWNBench ResNet-9 of the fastest CIFAR-10 recipes
+ *   wrn-D-K    WideResNet-D-K (Zagoruyko & Komodakis), pre-activation blocks
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "compute/net.h"
+
+struct rt_model {
+    struct net *net;
+    char name[32];
+};
+
+static int conv_bn_relu(struct net *n, int x, const char *prefix, int cout)
+{
+    char a[80], b[80];
+    snprintf(a, sizeof(a), "%s.0", prefix);
+    snprintf(b, sizeof(b), "%s.1", prefix);
+    x = net_conv(n, x, a, cout, 3, 1, 1, 0);
+    x = net_bn(n, x, b);
+    return net_relu(n, x);
+}
+
+/* conv1 32, conv2 64, max-pool 2, dropout 0.25, fc1 128, dropout 0.5, fc2. */
+static int build_mnist(struct net *n, int classes)
+{
+    int x = net_conv(n, 0, "conv1", 32, 3, 1, 0, 1);
+    x = net_relu(n, x);
+    x = net_conv(n, x, "conv2", 64, 3, 1, 0, 1);
+    x = net_relu(n, x);
+    x = net_maxpool(n, x, "max_pool2d", 2, 2, 0);
+    x = net_dropout(n, x, "dropout1", 0.25f);
+    x = net_flatten(n, x, "flatten");
+    x = net_linear(n, x, "fc1", 128, 1);
+    x = net_relu(n, x);
+    x = net_dropout(n, x, "dropout2", 0.5f);
+    return net_linear(n, x, "fc2", classes, 1);
+}
+
+static int resnet_basic_block(struct net *n, int x, const char *p, int cout, int stride)
+{
+    char nm[80];
+    snprintf(nm, sizeof(nm), "%s.conv1", p);
+    int y = net_conv(n, x, nm, cout, 3, stride, 1, 0);
+    snprintf(nm, sizeof(nm), "%s.bn1", p);
+    y = net_relu(n, net_bn(n, y, nm));
+    snprintf(nm, sizeof(nm), "%s.conv2", p);
+    y = net_conv(n, y, nm, cout, 3, 1, 1, 0);
+    snprintf(nm, sizeof(nm), "%s.bn2", p);
+    y = net_bn(n, y, nm);
+    return y;
+}
+
+static int build_resnet18(struct net *n, int classes)
+{
+    int x = net_conv(n, 0, "conv1", 64, 7, 2, 3, 0);
+    x = net_relu(n, net_bn(n, x, "bn1"));
+    x = net_maxpool(n, x, "maxpool", 3, 2, 1);
+    static const int widths[4] = {64, 128, 256, 512};
+    int cin = 64;
+    for (int l = 0; l < 4; l++) {
+        for (int b = 0; b < 2; b++) {
+            char p[32], nm[80];
+            snprintf(p, sizeof(p), "layer%d.%d", l + 1, b);
+            int stride = (l > 0 && b == 0) ? 2 : 1;
+            int y = resnet_basic_block(n, x, p, widths[l], stride);
+            int shortcut = x;
+            if (stride != 1 || cin != widths[l]) {
+                snprintf(nm, sizeof(nm), "%s.downsample.0", p);
+                shortcut = net_conv(n, x, nm, widths[l], 1, stride, 0, 0);
+                snprintf(nm, sizeof(nm), "%s.downsample.1", p);
+                shortcut = net_bn(n, shortcut, nm);
+            }
+            snprintf(nm, sizeof(nm), "%s (residual)", p);
+            x = net_relu(n, net_add(n, y, shortcut, nm));
+            cin = widths[l];
+        }
+    }
+    x = net_gap(n, x, "avgpool");
+    return net_linear(n, x, "fc", classes, 1);
+}
+
+/* prep 64; layer1 128 + pool + residual of two; layer2 256 + pool; layer3 512 +
+ * pool + residual; global max-pool; fc without bias; output scaled by 1/8. */
+static int build_resnet9(struct net *n, int classes)
+{
+    int x = conv_bn_relu(n, 0, "prep", 64);
+    x = conv_bn_relu(n, x, "layer1.0", 128);
+    x = net_maxpool(n, x, "layer1.1", 2, 2, 0);
+    int r = conv_bn_relu(n, x, "res1.0", 128);
+    r = conv_bn_relu(n, r, "res1.1", 128);
+    x = net_add(n, x, r, "res1 (residual)");
+    x = conv_bn_relu(n, x, "layer2.0", 256);
+    x = net_maxpool(n, x, "layer2.1", 2, 2, 0);
+    x = conv_bn_relu(n, x, "layer3.0", 512);
+    x = net_maxpool(n, x, "layer3.1", 2, 2, 0);
+    r = conv_bn_relu(n, x, "res3.0", 512);
+    r = conv_bn_relu(n, r, "res3.1", 512);
+    x = net_add(n, x, r, "res3 (residual)");
+    x = net_global_maxpool(n, x, "pool");
+    x = net_flatten(n, x, "flatten");
+    x = net_linear(n, x, "fc", classes, 0);
+    return net_scale(n, x, "scale 0.125", 0.125f);
+}
+
+/* WideResNet pre-activation block: when the width changes, bn1/relu1 feed
+ * both paths and the shortcut is a 1x1 convolution of the activated input. */
+static int wrn_block(struct net *n, int x, const char *p, int cin, int cout, int stride)
+{
+    char nm[80];
+    int equal = cin == cout;
+    snprintf(nm, sizeof(nm), "%s.bn1", p);
+    int a = net_relu(n, net_bn(n, x, nm));
+    snprintf(nm, sizeof(nm), "%s.conv1", p);
+    int y = net_conv(n, a, nm, cout, 3, stride, 1, 0);
+    snprintf(nm, sizeof(nm), "%s.bn2", p);
+    y = net_relu(n, net_bn(n, y, nm));
+    snprintf(nm, sizeof(nm), "%s.conv2", p);
+    y = net_conv(n, y, nm, cout, 3, 1, 1, 0);
+    int shortcut = x;
+    if (!equal) {
+        snprintf(nm, sizeof(nm), "%s.convShortcut", p);
+        shortcut = net_conv(n, a, nm, cout, 1, stride, 0, 0);
+    }
+    snprintf(nm, sizeof(nm), "%s (residual)", p);
+    return net_add(n, shortcut, y, nm);
+}
+
+static int parse_wrn(const char *name, int *depth, int *widen)
+{
+    char tail;
+    if (sscanf(name, "wrn-%d-%d%c", depth, widen, &tail) != 2)
+        return -EINVAL;
+    if (*depth < 10 || (*depth - 4) % 6 != 0 || *widen < 1 || *widen > 64)
+        return rt_errf(-EINVAL, "%s: WideResNet depth must be 6n+4 with n >= 1 (10, 16, 22, 28, 40) and the "
+                                "widen factor 1..64",
+                       name);
+    return 0;
+}
+
+static int build_wrn(struct net *n, int classes, int depth, int widen)
+{
+    int per = (depth - 4) / 6;
+    int widths[4] = {16, 16 * widen, 32 * widen, 64 * widen};
+    int x = net_conv(n, 0, "conv1", 16, 3, 1, 1, 0);
+    int cin = 16;
+    for (int g = 0; g < 3; g++) {
+        for (int b = 0; b < per; b++) {
+            char p[48];
+            snprintf(p, sizeof(p), "block%d.layer.%d", g + 1, b);
+            int stride = (g > 0 && b == 0) ? 2 : 1;
+            x = wrn_block(n, x, p, cin, widths[g + 1], stride);
+            cin = widths[g + 1];
+        }
+    }
+    x = net_relu(n, net_bn(n, x, "bn1"));
+    x = net_gap(n, x, "avgpool");
+    return net_linear(n, x, "fc", classes, 1);
+}
+
+const char *rt_model_names(void)
+{
+    return "mnist-net, resnet18, resnet9, wrn-D-K (e.g. wrn-16-4, wrn-28-10)";
+}
+
+int rt_model_create(struct rt_backend *be, const struct rt_model_opts *o, struct rt_model **out)
+{
+    *out = NULL;
+    const char *name = o->name ? o->name : "";
+    int depth = 0, widen = 0, wrn = 0;
+    if (strncmp(name, "wrn-", 4) == 0) {
+        int rc = parse_wrn(name, &depth, &widen);
+        if (rc == -EINVAL && !rt_errmsg()[0])
+            return rt_errf(-EINVAL, "unknown model '%s': WideResNet is wrn-DEPTH-WIDEN, e.g. wrn-16-4", name);
+        if (rc)
+            return rc;
+        wrn = 1;
+    } else if (strcmp(name, "mnist-net") != 0 && strcmp(name, "resnet18") != 0 && strcmp(name, "resnet9") != 0) {
+        return rt_errf(-EINVAL, "unknown model '%s' (models: %s)", name, rt_model_names());
+    }
+    if (o->classes < 2 || o->batch < 1 || o->c < 1 || o->h < 1 || o->w < 1)
+        return rt_errf(-EINVAL, "%s: bad configuration: %d classes, batch %d, input %dx%dx%d", name, o->classes,
+                       o->batch, o->c, o->h, o->w);
+
+    struct rt_model *m = rt_calloc(1, sizeof(*m), "model");
+    if (!m)
+        return -ENOMEM;
+    snprintf(m->name, sizeof(m->name), "%s", name);
+    int fan_out = !strcmp(name, "resnet18") || wrn;
+    struct rt_shape4 in = {o->batch, o->c, o->h, o->w};
+    m->net = net_create(be, in, o->classes, fan_out ? NET_INIT_FAN_OUT : NET_INIT_DEFAULT);
+    if (!m->net) {
+        free(m);
+        return -ENOMEM;
+    }
+    rt_errclear();
+    int logits;
+    if (!strcmp(name, "mnist-net"))
+        logits = build_mnist(m->net, o->classes);
+    else if (!strcmp(name, "resnet18"))
+        logits = build_resnet18(m->net, o->classes);
+    else if (!strcmp(name, "resnet9"))
+        logits = build_resnet9(m->net, o->classes);
+    else
+        logits = build_wrn(m->net, o->classes, depth, widen);
+    int rc = logits < 0 ? -EINVAL : net_finish(m->net, logits, o->seed);
+    if (rc) {
+        char msg[512];
+        snprintf(msg, sizeof(msg), "%s", rt_errmsg());
+        rt_model_destroy(m);
+        return rt_errf(rc, "%s on %dx%dx%d input: %s", name, o->c, o->h, o->w, msg);
+    }
+    *out = m;
+    return 0;
+}
+
+void rt_model_destroy(struct rt_model *m)
+{
+    if (!m)
+        return;
+    net_destroy(m->net);
+    free(m);
+}
+
+const struct rt_tensor_info *rt_model_tensors(const struct rt_model *m, int *count)
+{
+    return net_tensors(m->net, count);
+}
+
+size_t rt_model_param_count(const struct rt_model *m)
+{
+    return net_param_count(m->net);
+}
+
+size_t rt_model_buffer_count(const struct rt_model *m)
+{
+    return net_buffer_count(m->net);
+}
+
+float *rt_model_params(struct rt_model *m)
+{
+    return net_params(m->net);
+}
+
+float *rt_model_grads(struct rt_model *m)
+{
+    return net_grads(m->net);
+}
+
+float *rt_model_buffers(struct rt_model *m)
+{
+    return net_buffers(m->net);
+}
+
+int64_t rt_model_batches_tracked(const struct rt_model *m)
+{
+    return net_batches_tracked(m->net);
+}
+
+void rt_model_set_batches_tracked(struct rt_model *m, int64_t v)
+{
+    net_set_batches_tracked(m->net, v);
+}
+
+struct rt_backend *rt_model_backend(const struct rt_model *m)
+{
+    return net_backend(m->net);
+}
+
+const char *rt_model_name(const struct rt_model *m)
+{
+    return m->name;
+}
+
+int rt_model_step(struct rt_model *m, const struct rt_step_opts *o, int n, const uint8_t *images,
+                  const int32_t *labels, struct rt_loss_stats *stats)
+{
+    return net_step(m->net, o, n, images, labels, stats);
+}
+
+void rt_model_logits(struct rt_model *m, float *host, int n)
+{
+    net_logits(m->net, host, n);
+}
+
+void rt_model_find_nonfinite(struct rt_model *m, char *buf, size_t len)
+{
+    net_find_nonfinite(m->net, buf, len);
+}

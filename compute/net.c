@@ -1,0 +1,923 @@
+/*
+ * net.c - the network graph: layer builders, the build-time plan (tensor
+ * table, flat parameter/gradient layout, gradient-buffer reuse, in-place
+ * ReLU), PyTorch-default initialisation, and the forward/loss/backward step
+ * issued through the backend's op table.
+ *
+ * It does not know any architecture (models.c builds those) nor any
+ * optimizer: it fills the gradient buffer and stops.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "compute/net.h"
+
+enum node_kind { K_CONV, K_BN, K_RELU, K_MAXPOOL, K_GAP, K_FLATTEN, K_LINEAR, K_DROPOUT, K_ADD, K_SCALE };
+
+/* How a table entry is initialised (PyTorch's reset_parameters()). */
+enum init_kind { I_WEIGHT, I_BIAS, I_BN_WEIGHT, I_BN_BIAS, I_RUNNING_MEAN, I_RUNNING_VAR, I_COUNT };
+
+struct tensor {
+    int spatial;            /* 1: (N, C, H, W) in the backend layout; 0: features (N, F) */
+    struct rt_shape4 sh;    /* n = the batch the net was built for; features: c = F, h = w = 1 */
+    size_t per_sample;      /* floats per sample */
+    float *data;
+    float *grad;            /* NULL for the input image */
+    int consumers;
+    int producer;           /* node index; -1 for the input */
+    int alias;              /* shares data with this tensor (in-place ReLU), or -1 */
+    int grad_slot;          /* index into the gradient buffer pool; -1 none */
+    int grad_written;       /* during backward: the first consumer overwrites, later ones add */
+};
+
+struct node {
+    enum node_kind kind;
+    int in[2], out;
+    char name[80];          /* state_dict prefix ("layer1.0.conv1") or a description */
+    struct rt_conv_desc conv;
+    struct rt_pool_desc pool;
+    struct rt_bn_desc bn;
+    int lin_in, lin_out;
+    int w, b;               /* tensor-table rows: weight/gamma, bias/beta; -1 none */
+    int rm, rv;             /* batchnorm running statistics rows */
+    float *save_mean, *save_invstd;
+    float p, alpha;         /* dropout probability; scale factor */
+};
+
+/* A tensor-table row with what its initialisation needs. */
+struct entry {
+    struct rt_tensor_info info;
+    enum init_kind init;
+    int fan_in, fan_out;
+};
+
+struct net {
+    struct rt_backend *be;
+    const struct rt_ops *ops;
+    struct rt_stream *s;
+    enum net_init init;
+    int classes;
+    int failed;
+
+    struct tensor *t;
+    int nt, capt;
+    struct node *nd;
+    int nn, capn;
+    struct entry *ent;
+    int nent, capent;
+    struct rt_tensor_info *tab; /* the rows of ent, contiguous, made by net_finish() */
+
+    size_t param_count, buffer_count;
+    float *params, *grads, *buffers;
+    int64_t batches_tracked;
+    uint64_t seed;          /* initial weights and dropout masks */
+    int last_batch;         /* batch of the last step (for the non-finite search) */
+    int last_mode;
+    float **grad_pool;
+    size_t *grad_pool_size;
+    int ngrad_pool;
+    int logits;
+    int32_t *labels;        /* device, batch */
+    struct rt_loss_stats *stats; /* device */
+};
+
+/* ---- building ------------------------------------------------------------ */
+
+static int grow(void **p, int *cap, int need, size_t elem, const char *what)
+{
+    if (need <= *cap)
+        return 0;
+    int nc = *cap ? *cap * 2 : 32;
+    while (nc < need)
+        nc *= 2;
+    void *q = rt_realloc(*p, (size_t)nc * elem, what);
+    if (!q)
+        return -ENOMEM;
+    memset((char *)q + (size_t)*cap * elem, 0, (size_t)(nc - *cap) * elem);
+    *p = q;
+    *cap = nc;
+    return 0;
+}
+
+static int new_tensor(struct net *n, int spatial, struct rt_shape4 sh)
+{
+    if (grow((void **)&n->t, &n->capt, n->nt + 1, sizeof(*n->t), "net tensors"))
+        return -1;
+    struct tensor *t = &n->t[n->nt];
+    memset(t, 0, sizeof(*t));
+    t->spatial = spatial;
+    t->sh = sh;
+    t->per_sample = (size_t)sh.c * (size_t)sh.h * (size_t)sh.w;
+    t->producer = n->nn - 1;
+    t->alias = -1;
+    t->grad_slot = -1;
+    return n->nt++;
+}
+
+static struct node *new_node(struct net *n, enum node_kind k, int in0, int in1, const char *name)
+{
+    if (n->failed)
+        return NULL;
+    if (grow((void **)&n->nd, &n->capn, n->nn + 1, sizeof(*n->nd), "net nodes")) {
+        n->failed = 1;
+        return NULL;
+    }
+    struct node *d = &n->nd[n->nn++];
+    memset(d, 0, sizeof(*d));
+    d->kind = k;
+    d->in[0] = in0;
+    d->in[1] = in1;
+    d->w = d->b = d->rm = d->rv = -1;
+    snprintf(d->name, sizeof(d->name), "%s", name ? name : "");
+    n->t[in0].consumers++;
+    if (in1 >= 0)
+        n->t[in1].consumers++;
+    return d;
+}
+
+
+static int add_entry(struct net *n, const char *prefix, const char *suffix, enum rt_param_kind kind,
+                     enum init_kind init, int ndim, const int64_t *shape, int fan_in, int fan_out)
+{
+    if (grow((void **)&n->ent, &n->capent, n->nent + 1, sizeof(*n->ent), "tensor table")) {
+        n->failed = 1;
+        return -1;
+    }
+    struct entry *e = &n->ent[n->nent];
+    memset(e, 0, sizeof(*e));
+    snprintf(e->info.name, sizeof(e->info.name), "%s.%s", prefix, suffix);
+    e->info.kind = kind;
+    e->info.ndim = ndim;
+    e->info.count = 1;
+    for (int i = 0; i < ndim; i++) {
+        e->info.shape[i] = shape[i];
+        e->info.count *= (size_t)shape[i];
+    }
+    e->init = init;
+    e->fan_in = fan_in;
+    e->fan_out = fan_out;
+    return n->nent++;
+}
+
+/* Marks the net failed with a message naming the layer. */
+static int fail(struct net *n, const char *layer)
+{
+    n->failed = 1;
+    rt_errf(-EINVAL, "%s: %s", layer, rt_errmsg());
+    return -1;
+}
+
+static int need(struct net *n, int x, int spatial, const char *layer)
+{
+    if (n->failed)
+        return -1;
+    if (x < 0 || x >= n->nt)
+        return fail(n, layer);
+    if (n->t[x].spatial != spatial) {
+        rt_errf(-EINVAL, "expects a %s input", spatial ? "spatial (N,C,H,W)" : "flat (N,F)");
+        return fail(n, layer);
+    }
+    return 0;
+}
+
+struct net *net_create(struct rt_backend *be, struct rt_shape4 input, int classes, enum net_init init)
+{
+    struct net *n = rt_calloc(1, sizeof(*n), "net");
+    if (!n)
+        return NULL;
+    n->be = be;
+    n->ops = rt_backend_ops(be);
+    n->s = rt_backend_stream(be);
+    n->init = init;
+    n->classes = classes;
+    n->logits = -1;
+    if (new_tensor(n, 1, input) != 0) {
+        free(n);
+        return NULL;
+    }
+    return n;
+}
+
+int net_conv(struct net *n, int x, const char *name, int cout, int k, int stride, int pad, int bias)
+{
+    if (need(n, x, 1, name))
+        return -1;
+    struct rt_conv_desc d = {.in = n->t[x].sh, .cout = cout, .kh = k, .kw = k, .stride = stride, .pad = pad};
+    if (rt_conv_desc_init(&d))
+        return fail(n, name);
+    struct node *nd = new_node(n, K_CONV, x, -1, name);
+    if (!nd)
+        return -1;
+    nd->conv = d;
+    int cin = d.in.c;
+    int64_t ws[4] = {cout, cin, k, k};
+    nd->w = add_entry(n, name, "weight", RT_PARAM, I_WEIGHT, 4, ws, cin * k * k, cout * k * k);
+    if (bias) {
+        int64_t bs[1] = {cout};
+        nd->b = add_entry(n, name, "bias", RT_PARAM, I_BIAS, 1, bs, cin * k * k, cout);
+    }
+    nd->out = new_tensor(n, 1, (struct rt_shape4){d.in.n, cout, d.oh, d.ow});
+    return n->failed ? -1 : nd->out;
+}
+
+int net_bn(struct net *n, int x, const char *name)
+{
+    if (need(n, x, 1, name))
+        return -1;
+    struct node *nd = new_node(n, K_BN, x, -1, name);
+    if (!nd)
+        return -1;
+    nd->bn = (struct rt_bn_desc){.in = n->t[x].sh, .eps = 1e-5f, .momentum = 0.1f};
+    int64_t cs[1] = {n->t[x].sh.c};
+    nd->w = add_entry(n, name, "weight", RT_PARAM, I_BN_WEIGHT, 1, cs, 0, 0);
+    nd->b = add_entry(n, name, "bias", RT_PARAM, I_BN_BIAS, 1, cs, 0, 0);
+    nd->rm = add_entry(n, name, "running_mean", RT_BUFFER, I_RUNNING_MEAN, 1, cs, 0, 0);
+    nd->rv = add_entry(n, name, "running_var", RT_BUFFER, I_RUNNING_VAR, 1, cs, 0, 0);
+    add_entry(n, name, "num_batches_tracked", RT_BUFFER_I64, I_COUNT, 0, NULL, 0, 0);
+    nd->out = new_tensor(n, 1, n->t[x].sh);
+    return n->failed ? -1 : nd->out;
+}
+
+int net_relu(struct net *n, int x)
+{
+    if (n->failed)
+        return -1;
+    struct node *nd = new_node(n, K_RELU, x, -1, "relu");
+    if (!nd)
+        return -1;
+    nd->out = new_tensor(n, n->t[x].spatial, n->t[x].sh);
+    return n->failed ? -1 : nd->out;
+}
+
+static int pool_node(struct net *n, int x, const char *what, int kh, int kw, int stride, int pad)
+{
+    if (need(n, x, 1, what))
+        return -1;
+    struct rt_pool_desc d = {.in = n->t[x].sh, .kh = kh, .kw = kw, .stride = stride, .pad = pad};
+    if (rt_pool_desc_init(&d))
+        return fail(n, what);
+    struct node *nd = new_node(n, K_MAXPOOL, x, -1, what);
+    if (!nd)
+        return -1;
+    nd->pool = d;
+    nd->out = new_tensor(n, 1, (struct rt_shape4){d.in.n, d.in.c, d.oh, d.ow});
+    return n->failed ? -1 : nd->out;
+}
+
+int net_maxpool(struct net *n, int x, const char *what, int k, int stride, int pad)
+{
+    return pool_node(n, x, what, k, k, stride, pad);
+}
+
+int net_global_maxpool(struct net *n, int x, const char *what)
+{
+    if (need(n, x, 1, what))
+        return -1;
+    const struct rt_shape4 *sh = &n->t[x].sh;
+    return pool_node(n, x, what, sh->h, sh->w, RT_MAX(sh->h, sh->w), 0);
+}
+
+static int to_features(struct net *n, int x, const char *what, enum node_kind k)
+{
+    if (need(n, x, 1, what))
+        return -1;
+    struct node *nd = new_node(n, k, x, -1, what);
+    if (!nd)
+        return -1;
+    struct rt_shape4 sh = n->t[x].sh;
+    int f = k == K_GAP ? sh.c : sh.c * sh.h * sh.w;
+    nd->out = new_tensor(n, 0, (struct rt_shape4){sh.n, f, 1, 1});
+    return n->failed ? -1 : nd->out;
+}
+
+int net_gap(struct net *n, int x, const char *what)
+{
+    return to_features(n, x, what, K_GAP);
+}
+
+int net_flatten(struct net *n, int x, const char *what)
+{
+    return to_features(n, x, what, K_FLATTEN);
+}
+
+int net_linear(struct net *n, int x, const char *name, int out, int bias)
+{
+    if (need(n, x, 0, name))
+        return -1;
+    struct node *nd = new_node(n, K_LINEAR, x, -1, name);
+    if (!nd)
+        return -1;
+    nd->lin_in = n->t[x].sh.c;
+    nd->lin_out = out;
+    int64_t ws[2] = {out, nd->lin_in};
+    nd->w = add_entry(n, name, "weight", RT_PARAM, I_WEIGHT, 2, ws, nd->lin_in, out);
+    if (bias) {
+        int64_t bs[1] = {out};
+        nd->b = add_entry(n, name, "bias", RT_PARAM, I_BIAS, 1, bs, nd->lin_in, out);
+    }
+    nd->out = new_tensor(n, 0, (struct rt_shape4){n->t[x].sh.n, out, 1, 1});
+    return n->failed ? -1 : nd->out;
+}
+
+int net_dropout(struct net *n, int x, const char *what, float p)
+{
+    if (n->failed)
+        return -1;
+    if (!(p >= 0.0f && p < 1.0f)) {
+        rt_errf(-EINVAL, "dropout probability %g is not in [0, 1)", (double)p);
+        return fail(n, what);
+    }
+    struct node *nd = new_node(n, K_DROPOUT, x, -1, what);
+    if (!nd)
+        return -1;
+    nd->p = p;
+    nd->out = new_tensor(n, n->t[x].spatial, n->t[x].sh);
+    return n->failed ? -1 : nd->out;
+}
+
+int net_add(struct net *n, int a, int b, const char *what)
+{
+    if (n->failed)
+        return -1;
+    const struct tensor *ta = &n->t[a], *tb = &n->t[b];
+    if (ta->spatial != tb->spatial || memcmp(&ta->sh, &tb->sh, sizeof(ta->sh)) != 0) {
+        rt_errf(-EINVAL, "residual shapes differ: (%d,%d,%d,%d) + (%d,%d,%d,%d)", ta->sh.n, ta->sh.c, ta->sh.h,
+                ta->sh.w, tb->sh.n, tb->sh.c, tb->sh.h, tb->sh.w);
+        return fail(n, what);
+    }
+    struct node *nd = new_node(n, K_ADD, a, b, what);
+    if (!nd)
+        return -1;
+    nd->out = new_tensor(n, ta->spatial, ta->sh);
+    return n->failed ? -1 : nd->out;
+}
+
+int net_scale(struct net *n, int x, const char *what, float alpha)
+{
+    if (n->failed)
+        return -1;
+    struct node *nd = new_node(n, K_SCALE, x, -1, what);
+    if (!nd)
+        return -1;
+    nd->alpha = alpha;
+    nd->out = new_tensor(n, n->t[x].spatial, n->t[x].sh);
+    return n->failed ? -1 : nd->out;
+}
+
+/* ---- planning and allocation ----------------------------------------------- */
+
+static size_t align64(size_t v)
+{
+    return (v + 63) & ~(size_t)63; /* 64 floats = 256 bytes */
+}
+
+/* PyTorch's initialisation, drawn from Philox keyed by (seed, table row). */
+static void init_entry(const struct net *n, const struct entry *e, int row, uint64_t seed, float *v)
+{
+    struct rt_rng r;
+    rt_rng_init(&r, seed, 0x1000u + (uint64_t)row);
+    size_t c = e->info.count;
+    switch (e->init) {
+    case I_WEIGHT:
+        if (n->init == NET_INIT_FAN_OUT && e->info.ndim == 4) {
+            float sd = (float)sqrt(2.0 / (double)e->fan_out);
+            for (size_t i = 0; i < c; i++)
+                v[i] = sd * rt_rng_normal(&r);
+        } else {
+            /* kaiming_uniform_(a=sqrt(5)): bound = sqrt(6 / ((1 + 5) fan_in)) */
+            float bound = (float)(1.0 / sqrt((double)e->fan_in));
+            for (size_t i = 0; i < c; i++)
+                v[i] = (2.0f * rt_rng_uniform(&r) - 1.0f) * bound;
+        }
+        break;
+    case I_BIAS: {
+        float bound = (float)(1.0 / sqrt((double)e->fan_in));
+        for (size_t i = 0; i < c; i++)
+            v[i] = (2.0f * rt_rng_uniform(&r) - 1.0f) * bound;
+        break;
+    }
+    case I_BN_WEIGHT:
+    case I_RUNNING_VAR:
+        for (size_t i = 0; i < c; i++)
+            v[i] = 1.0f;
+        break;
+    case I_BN_BIAS:
+    case I_RUNNING_MEAN:
+    case I_COUNT:
+        memset(v, 0, c * sizeof(float));
+        break;
+    }
+}
+
+static void *dev_alloc(struct net *n, size_t floats, int *err)
+{
+    if (*err)
+        return NULL;
+    void *p = n->ops->alloc(n->be, floats * sizeof(float));
+    if (!p)
+        *err = 1;
+    return p;
+}
+
+/* Gives tensor tx's gradient a pool slot: the smallest free one that is big
+ * enough, else the biggest free one (grown), else a new one. */
+static void take_slot(struct net *n, int *busy, int *np, int tx)
+{
+    size_t want = n->t[tx].per_sample * (size_t)n->t[tx].sh.n;
+    int best = -1, big = -1;
+    for (int q = 0; q < *np; q++) {
+        if (busy[q])
+            continue;
+        if (n->grad_pool_size[q] >= want && (best < 0 || n->grad_pool_size[q] < n->grad_pool_size[best]))
+            best = q;
+        if (big < 0 || n->grad_pool_size[q] > n->grad_pool_size[big])
+            big = q;
+    }
+    if (best < 0)
+        best = big >= 0 ? big : (*np)++;
+    if (n->grad_pool_size[best] < want)
+        n->grad_pool_size[best] = want;
+    busy[best] = 1;
+    n->t[tx].grad_slot = best;
+}
+
+/* Assigns every gradient a buffer from a pool, reusing one as soon as the
+ * tensor's producer has run its backward. Sizes are settled before anything
+ * is allocated, so a reused buffer grows to its largest user. */
+static int plan_grads(struct net *n)
+{
+    int cap = n->nt + 1;
+    n->grad_pool_size = rt_calloc((size_t)cap, sizeof(size_t), "gradient plan");
+    int *busy = rt_calloc((size_t)cap, sizeof(int), "gradient plan");
+    n->grad_pool = rt_calloc((size_t)cap, sizeof(float *), "gradient plan");
+    if (!n->grad_pool_size || !busy || !n->grad_pool) {
+        free(busy);
+        return -ENOMEM;
+    }
+    int np = 0;
+    take_slot(n, busy, &np, n->logits);
+    for (int i = n->nn - 1; i >= 0; i--) {
+        const struct node *d = &n->nd[i];
+        for (int k = 0; k < 2; k++) {
+            int x = d->in[k];
+            if (x > 0 && n->t[x].grad_slot < 0)
+                take_slot(n, busy, &np, x);
+        }
+        busy[n->t[d->out].grad_slot] = 0;
+    }
+    free(busy);
+    n->ngrad_pool = np;
+    return 0;
+}
+
+int net_finish(struct net *n, int logits, uint64_t seed)
+{
+    if (n->failed)
+        return -EINVAL;
+    const struct tensor *lt = &n->t[logits];
+    if (lt->spatial || lt->sh.c != n->classes)
+        return rt_errf(-EINVAL, "the last layer gives %d outputs, not %d classes", lt->sh.c, n->classes);
+    n->logits = logits;
+    n->seed = seed;
+
+    /* Parameters in the order backward finishes them: last node first. */
+    size_t off = 0;
+    for (int i = n->nn - 1; i >= 0; i--) {
+        int rows[2] = {n->nd[i].w, n->nd[i].b};
+        for (int k = 0; k < 2; k++) {
+            if (rows[k] < 0)
+                continue;
+            n->ent[rows[k]].info.offset = off;
+            off = align64(off + n->ent[rows[k]].info.count);
+        }
+    }
+    n->param_count = off;
+    off = 0;
+    for (int i = 0; i < n->nent; i++) {
+        if (n->ent[i].info.kind != RT_BUFFER)
+            continue;
+        n->ent[i].info.offset = off;
+        off = align64(off + n->ent[i].info.count);
+    }
+    n->buffer_count = off;
+
+    n->tab = rt_calloc((size_t)n->nent + 1, sizeof(*n->tab), "tensor table");
+    if (!n->tab)
+        return -ENOMEM;
+    for (int i = 0; i < n->nent; i++)
+        n->tab[i] = n->ent[i].info;
+
+    int err = 0;
+    n->params = dev_alloc(n, n->param_count, &err);
+    n->grads = dev_alloc(n, n->param_count, &err);
+    n->buffers = dev_alloc(n, RT_MAX(n->buffer_count, 1), &err);
+    n->labels = dev_alloc(n, (size_t)n->t[0].sh.n, &err);
+    n->stats = dev_alloc(n, sizeof(struct rt_loss_stats) / sizeof(float), &err);
+    if (err)
+        return -ENOMEM;
+
+    size_t maxc = 1;
+    for (int i = 0; i < n->nent; i++)
+        maxc = RT_MAX(maxc, n->ent[i].info.count);
+    float *host = rt_malloc(maxc * sizeof(float), "initial weights");
+    if (!host)
+        return -ENOMEM;
+    for (int i = 0; i < n->nent; i++) {
+        const struct entry *e = &n->ent[i];
+        if (e->info.kind == RT_BUFFER_I64)
+            continue;
+        init_entry(n, e, i, seed, host);
+        float *base = e->info.kind == RT_PARAM ? n->params : n->buffers;
+        n->ops->upload(n->s, base + e->info.offset, host, e->info.count * sizeof(float));
+    }
+    free(host);
+
+    /* ReLU runs in place when nothing else reads its input and the input's
+     * producer does not need its own output for backward. */
+    for (int i = 0; i < n->nn; i++) {
+        const struct node *d = &n->nd[i];
+        if (d->kind != K_RELU)
+            continue;
+        int x = d->in[0];
+        int prod = n->t[x].producer;
+        if (x > 0 && n->t[x].consumers == 1 && prod >= 0 && n->nd[prod].kind != K_MAXPOOL &&
+            n->nd[prod].kind != K_RELU)
+            n->t[d->out].alias = x;
+    }
+    for (int i = 0; i < n->nt; i++) {
+        struct tensor *t = &n->t[i];
+        t->data = t->alias >= 0 ? n->t[t->alias].data : dev_alloc(n, t->per_sample * (size_t)t->sh.n, &err);
+    }
+    for (int i = 0; i < n->nn; i++) {
+        struct node *d = &n->nd[i];
+        if (d->kind == K_BN) {
+            d->save_mean = dev_alloc(n, (size_t)d->bn.in.c, &err);
+            d->save_invstd = dev_alloc(n, (size_t)d->bn.in.c, &err);
+        }
+    }
+    if (err || plan_grads(n))
+        return -ENOMEM;
+    for (int q = 0; q < n->ngrad_pool; q++)
+        n->grad_pool[q] = dev_alloc(n, n->grad_pool_size[q], &err);
+    if (err)
+        return -ENOMEM;
+    for (int i = 1; i < n->nt; i++)
+        n->t[i].grad = n->t[i].grad_slot >= 0 ? n->grad_pool[n->t[i].grad_slot] : NULL;
+    return 0;
+}
+
+void net_destroy(struct net *n)
+{
+    if (!n)
+        return;
+    const struct rt_ops *o = n->ops;
+    for (int i = 0; i < n->nt; i++)
+        if (n->t[i].alias < 0)
+            o->free(n->be, n->t[i].data);
+    for (int i = 0; i < n->nn; i++) {
+        o->free(n->be, n->nd[i].save_mean);
+        o->free(n->be, n->nd[i].save_invstd);
+    }
+    for (int q = 0; q < n->ngrad_pool; q++)
+        o->free(n->be, n->grad_pool[q]);
+    o->free(n->be, n->params);
+    o->free(n->be, n->grads);
+    o->free(n->be, n->buffers);
+    o->free(n->be, n->labels);
+    o->free(n->be, n->stats);
+    free(n->grad_pool);
+    free(n->grad_pool_size);
+    free(n->tab);
+    free(n->ent);
+    free(n->nd);
+    free(n->t);
+    free(n);
+}
+
+/* ---- the step ---------------------------------------------------------------- */
+
+static float *P(struct net *n, int row)
+{
+    return row < 0 ? NULL : n->params + n->ent[row].info.offset;
+}
+
+static float *G(struct net *n, int row)
+{
+    return row < 0 ? NULL : n->grads + n->ent[row].info.offset;
+}
+
+static float *B(struct net *n, int row)
+{
+    return n->buffers + n->ent[row].info.offset;
+}
+
+static size_t count_at(const struct tensor *t, int batch)
+{
+    return t->per_sample * (size_t)batch;
+}
+
+/* Dropout masks: each node draws from its own range of Philox counters. */
+static uint64_t dropout_counter(const struct rt_step_opts *o, int node)
+{
+    return o->dropout_offset + ((uint64_t)node << 56);
+}
+
+static void node_fwd(struct net *n, int i, int batch, const struct rt_step_opts *o)
+{
+    const struct rt_ops *op = n->ops;
+    struct rt_stream *s = n->s;
+    struct node *d = &n->nd[i];
+    const struct tensor *x = &n->t[d->in[0]];
+    struct tensor *y = &n->t[d->out];
+    int train = o->mode == RT_TRAIN;
+    switch (d->kind) {
+    case K_CONV: {
+        struct rt_conv_desc c = d->conv;
+        c.in.n = batch;
+        op->conv2d_fwd(s, &c, x->data, P(n, d->w), P(n, d->b), y->data);
+        break;
+    }
+    case K_BN: {
+        struct rt_bn_desc b = d->bn;
+        b.in.n = batch;
+        if (train)
+            op->bn_train_fwd(s, &b, x->data, P(n, d->w), P(n, d->b), B(n, d->rm), B(n, d->rv), d->save_mean,
+                             d->save_invstd, y->data);
+        else
+            op->bn_infer_fwd(s, &b, x->data, P(n, d->w), P(n, d->b), B(n, d->rm), B(n, d->rv), y->data);
+        break;
+    }
+    case K_RELU:
+        op->relu_fwd(s, count_at(x, batch), x->data, y->data);
+        break;
+    case K_MAXPOOL: {
+        struct rt_pool_desc p = d->pool;
+        p.in.n = batch;
+        op->maxpool_fwd(s, &p, x->data, y->data);
+        break;
+    }
+    case K_GAP:
+    case K_FLATTEN: {
+        struct rt_shape4 sh = x->sh;
+        sh.n = batch;
+        (d->kind == K_GAP ? op->gap_fwd : op->flatten_fwd)(s, sh, x->data, y->data);
+        break;
+    }
+    case K_LINEAR:
+        op->linear_fwd(s, batch, d->lin_in, d->lin_out, x->data, P(n, d->w), P(n, d->b), y->data);
+        break;
+    case K_DROPOUT:
+        if (train && !o->no_dropout && d->p > 0.0f)
+            op->dropout_fwd(s, count_at(x, batch), d->p, n->seed, dropout_counter(o, i), x->data, y->data);
+        else
+            op->copy(s, y->data, x->data, count_at(x, batch) * sizeof(float));
+        break;
+    case K_ADD:
+        op->add(s, count_at(x, batch), x->data, n->t[d->in[1]].data, y->data);
+        break;
+    case K_SCALE:
+        op->copy(s, y->data, x->data, count_at(x, batch) * sizeof(float));
+        op->scale(s, count_at(x, batch), d->alpha, y->data);
+        break;
+    }
+}
+
+/* dx of input k of node d: NULL for the image; beta 0 for the first writer. */
+static float *dx_of(struct net *n, const struct node *d, int k, float *beta)
+{
+    struct tensor *x = &n->t[d->in[k]];
+    if (d->in[k] == 0)
+        return NULL;
+    *beta = x->grad_written ? 1.0f : 0.0f;
+    x->grad_written = 1;
+    return x->grad;
+}
+
+/* dx = beta dx + alpha dy, for the ops whose backward is a copy. */
+static void pass_grad(struct net *n, size_t count, float alpha, const float *dy, float beta, float *dx)
+{
+    if (beta != 0.0f) {
+        n->ops->axpy(n->s, count, alpha, dy, dx);
+        return;
+    }
+    n->ops->copy(n->s, dx, dy, count * sizeof(float));
+    if (alpha != 1.0f)
+        n->ops->scale(n->s, count, alpha, dx);
+}
+
+static void node_bwd(struct net *n, int i, int batch, const struct rt_step_opts *o)
+{
+    const struct rt_ops *op = n->ops;
+    struct rt_stream *s = n->s;
+    struct node *d = &n->nd[i];
+    const struct tensor *x = &n->t[d->in[0]];
+    const struct tensor *y = &n->t[d->out];
+    const float *dy = y->grad;
+    float beta = 0.0f;
+    float *dx;
+    switch (d->kind) {
+    case K_CONV: {
+        struct rt_conv_desc c = d->conv;
+        c.in.n = batch;
+        op->conv2d_bwd_filter(s, &c, x->data, dy, G(n, d->w), G(n, d->b));
+        if ((dx = dx_of(n, d, 0, &beta)))
+            op->conv2d_bwd_data(s, &c, dy, P(n, d->w), beta, dx);
+        break;
+    }
+    case K_BN: {
+        struct rt_bn_desc b = d->bn;
+        b.in.n = batch;
+        dx = dx_of(n, d, 0, &beta);
+        op->bn_bwd(s, &b, x->data, dy, P(n, d->w), d->save_mean, d->save_invstd, beta, dx, G(n, d->w), G(n, d->b));
+        break;
+    }
+    case K_RELU:
+        if ((dx = dx_of(n, d, 0, &beta)))
+            op->relu_bwd(s, count_at(x, batch), y->data, dy, beta, dx);
+        break;
+    case K_MAXPOOL: {
+        struct rt_pool_desc p = d->pool;
+        p.in.n = batch;
+        if ((dx = dx_of(n, d, 0, &beta)))
+            op->maxpool_bwd(s, &p, x->data, y->data, dy, beta, dx);
+        break;
+    }
+    case K_GAP:
+    case K_FLATTEN: {
+        struct rt_shape4 sh = x->sh;
+        sh.n = batch;
+        if ((dx = dx_of(n, d, 0, &beta)))
+            (d->kind == K_GAP ? op->gap_bwd : op->flatten_bwd)(s, sh, dy, beta, dx);
+        break;
+    }
+    case K_LINEAR:
+        op->linear_bwd_filter(s, batch, d->lin_in, d->lin_out, x->data, dy, G(n, d->w), G(n, d->b));
+        if ((dx = dx_of(n, d, 0, &beta)))
+            op->linear_bwd_data(s, batch, d->lin_in, d->lin_out, dy, P(n, d->w), beta, dx);
+        break;
+    case K_DROPOUT:
+        if (!(dx = dx_of(n, d, 0, &beta)))
+            break;
+        if (!o->no_dropout && d->p > 0.0f)
+            op->dropout_bwd(s, count_at(x, batch), d->p, n->seed, dropout_counter(o, i), dy, beta, dx);
+        else
+            pass_grad(n, count_at(x, batch), 1.0f, dy, beta, dx);
+        break;
+    case K_ADD:
+        for (int k = 0; k < 2; k++)
+            if ((dx = dx_of(n, d, k, &beta)))
+                pass_grad(n, count_at(x, batch), 1.0f, dy, beta, dx);
+        break;
+    case K_SCALE:
+        if ((dx = dx_of(n, d, 0, &beta)))
+            pass_grad(n, count_at(x, batch), d->alpha, dy, beta, dx);
+        break;
+    }
+}
+
+int net_step(struct net *n, const struct rt_step_opts *o, int batch, const uint8_t *images, const int32_t *labels,
+             struct rt_loss_stats *stats)
+{
+    const struct rt_ops *op = n->ops;
+    struct rt_stream *s = n->s;
+    if (batch <= 0 || batch > n->t[0].sh.n)
+        return rt_errf(-EINVAL, "batch of %d samples: the model was built for at most %d", batch, n->t[0].sh.n);
+    struct rt_shape4 in = n->t[0].sh;
+    in.n = batch;
+    op->input_u8(s, in, images, o->mean, o->std, n->t[0].data);
+    for (int i = 0; i < n->nn; i++)
+        node_fwd(n, i, batch, o);
+    n->last_batch = batch;
+    n->last_mode = o->mode;
+
+    int backward = o->mode == RT_TRAIN && o->grad_scale > 0.0f;
+    struct tensor *lt = &n->t[n->logits];
+    op->upload(s, n->labels, labels, (size_t)batch * sizeof(int32_t));
+    op->zero(s, n->stats, sizeof(struct rt_loss_stats));
+    op->xent_fwd_bwd(s, batch, n->classes, lt->data, n->labels, o->label_smoothing, o->grad_scale, n->stats,
+                     backward ? lt->grad : NULL);
+    if (backward) {
+        for (int i = 0; i < n->nt; i++)
+            n->t[i].grad_written = 0;
+        lt->grad_written = 1;
+        for (int i = n->nn - 1; i >= 0; i--)
+            node_bwd(n, i, batch, o);
+    }
+    if (o->mode == RT_TRAIN)
+        n->batches_tracked++;
+    struct rt_loss_stats st;
+    op->download(s, &st, n->stats, sizeof(st));
+    stats->loss_sum += st.loss_sum;
+    stats->correct += st.correct;
+    stats->count += st.count;
+    return 0;
+}
+
+void net_logits(struct net *n, float *host, int batch)
+{
+    n->ops->download(n->s, host, n->t[n->logits].data, (size_t)batch * (size_t)n->classes * sizeof(float));
+}
+
+static int nonfinite(struct net *n, const float *x, size_t count)
+{
+    float bad = 0.0f;
+    float *dev = &n->stats->loss_sum; /* scratch: the loss sums were read already */
+    n->ops->count_nonfinite(n->s, count, x, dev);
+    n->ops->download(n->s, &bad, dev, sizeof(float));
+    return bad != 0.0f;
+}
+
+void net_find_nonfinite(struct net *n, char *buf, size_t len)
+{
+    buf[0] = 0;
+    for (int i = 0; i < n->nent; i++) {
+        const struct rt_tensor_info *e = &n->ent[i].info;
+        if (e->kind == RT_PARAM && nonfinite(n, n->params + e->offset, e->count)) {
+            snprintf(buf, len, "%s (parameter)", e->name);
+            return;
+        }
+    }
+    if (n->last_batch <= 0)
+        return;
+    /* Run the last batch's forward again, checking each output as it is made;
+     * the running statistics are restored so the search changes nothing. */
+    size_t bytes = n->buffer_count * sizeof(float);
+    float *saved = bytes ? malloc(bytes) : NULL;
+    if (saved)
+        n->ops->download(n->s, saved, n->buffers, bytes);
+    struct rt_step_opts o = {.mode = n->last_mode, .no_dropout = 1};
+    if (nonfinite(n, n->t[0].data, count_at(&n->t[0], n->last_batch))) {
+        snprintf(buf, len, "the normalised input");
+    } else {
+        for (int i = 0; i < n->nn; i++) {
+            node_fwd(n, i, n->last_batch, &o);
+            if (nonfinite(n, n->t[n->nd[i].out].data, count_at(&n->t[n->nd[i].out], n->last_batch))) {
+                snprintf(buf, len, "%s output", n->nd[i].name);
+                break;
+            }
+        }
+    }
+    if (saved) {
+        n->ops->upload(n->s, n->buffers, saved, bytes);
+        free(saved);
+    }
+    if (buf[0])
+        return;
+    for (int i = 0; i < n->nent; i++) {
+        const struct rt_tensor_info *e = &n->ent[i].info;
+        if (e->kind == RT_PARAM && nonfinite(n, n->grads + e->offset, e->count)) {
+            snprintf(buf, len, "%s gradient", e->name);
+            return;
+        }
+    }
+}
+
+const struct rt_tensor_info *net_tensors(const struct net *n, int *count)
+{
+    *count = n->nent;
+    return n->tab;
+}
+
+struct rt_backend *net_backend(const struct net *n)
+{
+    return n->be;
+}
+
+size_t net_param_count(const struct net *n)
+{
+    return n->param_count;
+}
+
+size_t net_buffer_count(const struct net *n)
+{
+    return n->buffer_count;
+}
+
+float *net_params(struct net *n)
+{
+    return n->params;
+}
+
+float *net_grads(struct net *n)
+{
+    return n->grads;
+}
+
+float *net_buffers(struct net *n)
+{
+    return n->buffers;
+}
+
+int64_t net_batches_tracked(const struct net *n)
+{
+    return n->batches_tracked;
+}
+
+void net_set_batches_tracked(struct net *n, int64_t v)
+{
+    n->batches_tracked = v;
+}

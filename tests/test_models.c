@@ -1,0 +1,349 @@
+/*
+ * test_models.c - each model against PyTorch: the tensor table (names,
+ * shapes, order) against the module's state_dict, then one training-mode
+ * forward + backward on fixed weights and inputs, comparing logits, loss,
+ * every parameter gradient (its L2 norm and 64 sampled elements) and the
+ * batchnorm running statistics with tests/fixtures/compute/model_*.safetensors
+ * (written by tools/gen_fixtures.py from tools/reference_models.py).
+ *
+ * The weights are not stored in the fixtures: both sides compute them from
+ * a hash of (tensor name, element index), see weight_value().
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "common/common.h"
+#include "compute/compute.h"
+
+static int failures;
+
+#define CHECK(cond, ...)                                                                                           \
+    do {                                                                                                           \
+        if (!(cond)) {                                                                                             \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                   \
+            fprintf(stderr, __VA_ARGS__);                                                                          \
+            fprintf(stderr, "\n");                                                                                 \
+            failures++;                                                                                            \
+        }                                                                                                          \
+    } while (0)
+
+static uint32_t fnv1a32(const char *s)
+{
+    uint32_t h = 2166136261u;
+    for (; *s; s++) {
+        h ^= (uint8_t)*s;
+        h *= 16777619u;
+    }
+    return h;
+}
+
+static uint32_t fmix32(uint32_t h)
+{
+    h ^= h >> 16;
+    h *= 0x85EBCA6Bu;
+    h ^= h >> 13;
+    h *= 0xC2B2AE35u;
+    h ^= h >> 16;
+    return h;
+}
+
+static double hash_u(const char *name, size_t i)
+{
+    uint32_t h = fmix32(fnv1a32(name) + (uint32_t)i * 0x9E3779B1u);
+    return (double)h / 4294967296.0;
+}
+
+static int ends_with(const char *s, const char *suffix)
+{
+    size_t a = strlen(s), b = strlen(suffix);
+    return a >= b && !strcmp(s + a - b, suffix);
+}
+
+static const struct rt_tensor_info *find_row(const struct rt_tensor_info *tab, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(tab[i].name, name))
+            return &tab[i];
+    return NULL;
+}
+
+/* The fixture's weight formula (tools/gen_fixtures.py). */
+static void weight_values(const struct rt_tensor_info *tab, int n, const struct rt_tensor_info *e, float *out)
+{
+    char prefix[96];
+    snprintf(prefix, sizeof(prefix), "%s", e->name);
+    char *dot = strrchr(prefix, '.');
+    if (dot)
+        *dot = 0;
+    char probe[128];
+    snprintf(probe, sizeof(probe), "%s.running_mean", prefix);
+    int is_bn = find_row(tab, n, probe) != NULL;
+    for (size_t i = 0; i < e->count; i++) {
+        double u = hash_u(e->name, i), v;
+        if (ends_with(e->name, "running_mean")) {
+            v = 0.1 * (2 * u - 1);
+        } else if (ends_with(e->name, "running_var")) {
+            v = 1 + 0.5 * u;
+        } else if (is_bn && ends_with(e->name, "weight")) {
+            v = 1 + 0.2 * (2 * u - 1);
+        } else if (is_bn && ends_with(e->name, "bias")) {
+            v = 0.2 * (2 * u - 1);
+        } else if (ends_with(e->name, "weight")) {
+            double fan_in = 1;
+            for (int d = 1; d < e->ndim; d++)
+                fan_in *= (double)e->shape[d];
+            v = (2 * u - 1) * sqrt(6.0 / fan_in);
+        } else {
+            snprintf(probe, sizeof(probe), "%s.weight", prefix);
+            const struct rt_tensor_info *w = find_row(tab, n, probe);
+            double fan_in = 1;
+            for (int d = 1; w && d < w->ndim; d++)
+                fan_in *= (double)w->shape[d];
+            v = (2 * u - 1) / sqrt(fan_in);
+        }
+        out[i] = (float)v;
+    }
+}
+
+static const void *tensor(const struct rt_st_file *f, const char *name, enum rt_st_dtype dt, size_t count)
+{
+    const struct rt_st_tensor *t = rt_st_find(f, name);
+    if (!t || t->dtype != dt || t->bytes != count * rt_st_dtype_size(dt)) {
+        CHECK(0, "fixture tensor %s missing or of the wrong size", name);
+        return NULL;
+    }
+    return t->data;
+}
+
+/* Copies a fixture tensor (the data may be unaligned). */
+static void *fetch(const struct rt_st_file *f, const char *name, enum rt_st_dtype dt, size_t count)
+{
+    const void *p = tensor(f, name, dt, count);
+    if (!p)
+        return NULL;
+    void *q = malloc(count * rt_st_dtype_size(dt) + 1);
+    memcpy(q, p, count * rt_st_dtype_size(dt));
+    return q;
+}
+
+struct worst {
+    double logits, loss, grad, norm, running;
+    char grad_name[96];
+};
+
+static void check_table(const struct rt_st_file *f, const struct rt_tensor_info *tab, int n, const char *model)
+{
+    const char *sd = rt_st_meta(f, "state_dict");
+    json_error_t je;
+    json_t *a = sd ? json_loads(sd, 0, &je) : NULL;
+    CHECK(a && json_is_array(a), "%s: fixture has no state_dict list", model);
+    if (!a)
+        return;
+    CHECK((int)json_array_size(a) == n, "%s: %d tensors, PyTorch's state_dict has %zu", model, n, json_array_size(a));
+    for (int i = 0; i < n && i < (int)json_array_size(a); i++) {
+        json_t *row = json_array_get(a, (size_t)i);
+        const char *name = json_string_value(json_array_get(row, 0));
+        json_t *shape = json_array_get(row, 1);
+        int same = name && !strcmp(name, tab[i].name) && (int)json_array_size(shape) == tab[i].ndim;
+        for (int d = 0; same && d < tab[i].ndim; d++)
+            same = json_integer_value(json_array_get(shape, (size_t)d)) == tab[i].shape[d];
+        CHECK(same, "%s: state_dict row %d is %s, ours is %s", model, i, name ? name : "?", tab[i].name);
+    }
+    json_decref(a);
+}
+
+static void run_fixture(struct rt_backend *be, const char *path)
+{
+    struct rt_st_file *f = NULL;
+    if (rt_st_read(path, &f) < 0) {
+        CHECK(0, "%s", rt_errmsg());
+        return;
+    }
+    const char *model = rt_st_meta(f, "model");
+    int N = atoi(rt_st_meta(f, "n")), C = atoi(rt_st_meta(f, "c")), H = atoi(rt_st_meta(f, "h")),
+        W = atoi(rt_st_meta(f, "w")), K = atoi(rt_st_meta(f, "classes"));
+    float ls = (float)atof(rt_st_meta(f, "label_smoothing"));
+    struct rt_model *m = NULL;
+    struct rt_model_opts mo = {.name = model, .c = C, .h = H, .w = W, .classes = K, .batch = N, .seed = 1};
+    if (rt_model_create(be, &mo, &m) < 0) {
+        CHECK(0, "%s: %s", model, rt_errmsg());
+        rt_st_close(f);
+        return;
+    }
+    const struct rt_ops *ops = rt_backend_ops(be);
+    struct rt_stream *s = rt_backend_stream(be);
+    int n;
+    const struct rt_tensor_info *tab = rt_model_tensors(m, &n);
+    check_table(f, tab, n, model);
+
+    size_t maxc = 1;
+    for (int i = 0; i < n; i++)
+        maxc = RT_MAX(maxc, tab[i].count);
+    float *host = malloc(maxc * sizeof(float));
+    for (int i = 0; i < n; i++) {
+        if (tab[i].kind == RT_BUFFER_I64)
+            continue;
+        weight_values(tab, n, &tab[i], host);
+        float *base = tab[i].kind == RT_PARAM ? rt_model_params(m) : rt_model_buffers(m);
+        ops->upload(s, base + tab[i].offset, host, tab[i].count * sizeof(float));
+    }
+    ops->zero(s, rt_model_grads(m), rt_model_param_count(m) * sizeof(float));
+
+    uint8_t *images = fetch(f, "input", RT_ST_U8, (size_t)N * C * H * W);
+    int32_t *labels = fetch(f, "labels", RT_ST_I32, (size_t)N);
+    float *mean = fetch(f, "mean", RT_ST_F32, (size_t)C), *std = fetch(f, "std", RT_ST_F32, (size_t)C);
+    float *ref_logits = fetch(f, "logits", RT_ST_F32, (size_t)N * K);
+    float *ref_loss = fetch(f, "loss", RT_ST_F32, 1);
+    struct worst w = {0};
+    if (images && labels && mean && std && ref_logits && ref_loss) {
+        struct rt_step_opts so = {.mode = RT_TRAIN, .label_smoothing = ls, .grad_scale = 1.0f / (float)N,
+                                  .no_dropout = 1, .mean = mean, .std = std};
+        struct rt_loss_stats st = {0};
+        CHECK(rt_model_step(m, &so, N, images, labels, &st) == 0, "%s: step: %s", model, rt_errmsg());
+        float *logits = malloc((size_t)N * K * sizeof(float));
+        rt_model_logits(m, logits, N);
+        double lmax = 0;
+        for (int i = 0; i < N * K; i++)
+            lmax = fmax(lmax, fabs(ref_logits[i]));
+        for (int i = 0; i < N * K; i++) {
+            double e = fabs((double)logits[i] - ref_logits[i]);
+            w.logits = fmax(w.logits, e / (lmax + 1e-12));
+            CHECK(e <= 1e-5 + 1e-4 * lmax, "%s: logit %d: %.7g vs PyTorch %.7g", model, i, logits[i], ref_logits[i]);
+        }
+        free(logits);
+        double loss = st.loss_sum / st.count;
+        w.loss = fabs(loss - ref_loss[0]) / fabs(ref_loss[0]);
+        CHECK(w.loss <= 1e-5, "%s: loss %.8g vs PyTorch %.8g", model, loss, ref_loss[0]);
+        CHECK(st.count == (float)N, "%s: loss over %g samples, not %d", model, (double)st.count, N);
+
+        float *grads = malloc(rt_model_param_count(m) * sizeof(float));
+        float *bufs = malloc((rt_model_buffer_count(m) + 1) * sizeof(float));
+        ops->download(s, grads, rt_model_grads(m), rt_model_param_count(m) * sizeof(float));
+        ops->download(s, bufs, rt_model_buffers(m), rt_model_buffer_count(m) * sizeof(float));
+        for (int i = 0; i < n; i++) {
+            const struct rt_tensor_info *e = &tab[i];
+            char nm[160];
+            if (e->kind == RT_BUFFER) {
+                snprintf(nm, sizeof(nm), "after.%s", e->name);
+                float *ref = fetch(f, nm, RT_ST_F32, e->count);
+                for (size_t j = 0; ref && j < e->count; j++) {
+                    double d = fabs((double)bufs[e->offset + j] - ref[j]);
+                    w.running = fmax(w.running, d / (fabs(ref[j]) + 1e-3));
+                    CHECK(d <= 1e-5 + 1e-4 * fabs(ref[j]), "%s: %s[%zu] = %.7g vs PyTorch %.7g", model, e->name, j,
+                          bufs[e->offset + j], ref[j]);
+                }
+                free(ref);
+                continue;
+            }
+            if (e->kind != RT_PARAM)
+                continue;
+            const float *g = grads + e->offset;
+            snprintf(nm, sizeof(nm), "grad.%s.norm", e->name);
+            float *rnorm = fetch(f, nm, RT_ST_F32, 1);
+            double norm = 0;
+            for (size_t j = 0; j < e->count; j++)
+                norm += (double)g[j] * g[j];
+            norm = sqrt(norm);
+            if (rnorm) {
+                double rel = fabs(norm - rnorm[0]) / (rnorm[0] + 1e-12);
+                w.norm = fmax(w.norm, rel);
+                CHECK(rel <= 1e-3 || fabs(norm - rnorm[0]) < 1e-7, "%s: |grad %s| = %.7g vs PyTorch %.7g", model,
+                      e->name, norm, rnorm[0]);
+            }
+            free(rnorm);
+            const struct rt_st_tensor *ti;
+            snprintf(nm, sizeof(nm), "grad.%s.idx", e->name);
+            ti = rt_st_find(f, nm);
+            size_t m_ = ti ? ti->bytes / 8 : 0;
+            int64_t *idx = m_ ? fetch(f, nm, RT_ST_I64, m_) : NULL;
+            snprintf(nm, sizeof(nm), "grad.%s.val", e->name);
+            float *val = m_ ? fetch(f, nm, RT_ST_F32, m_) : NULL;
+            CHECK(idx && val, "%s: no sampled gradient for %s", model, e->name);
+            double vmax = 0;
+            for (size_t j = 0; val && j < m_; j++)
+                vmax = fmax(vmax, fabs(val[j]));
+            for (size_t j = 0; idx && val && j < m_; j++) {
+                CHECK(idx[j] >= 0 && (size_t)idx[j] < e->count, "%s: bad fixture index", model);
+                if (idx[j] < 0 || (size_t)idx[j] >= e->count)
+                    break;
+                double d = fabs((double)g[idx[j]] - val[j]);
+                double rel = d / (vmax + 1e-12);
+                if (rel > w.grad) {
+                    w.grad = rel;
+                    snprintf(w.grad_name, sizeof(w.grad_name), "%s", e->name);
+                }
+                CHECK(d <= 1e-6 + 2e-3 * vmax, "%s: grad %s[%lld] = %.7g vs PyTorch %.7g", model, e->name,
+                      (long long)idx[j], g[idx[j]], val[j]);
+            }
+            free(idx);
+            free(val);
+        }
+        free(grads);
+        free(bufs);
+        CHECK(rt_model_batches_tracked(m) == 1, "%s: num_batches_tracked %lld after one step", model,
+              (long long)rt_model_batches_tracked(m));
+    }
+    printf("%-10s %3d tensors  max error: logits %.1e, loss %.1e, grad %.1e (%s), grad norm %.1e, running stats "
+           "%.1e (relative)\n",
+           model, n, w.logits, w.loss, w.grad, w.grad_name, w.norm, w.running);
+    free(images);
+    free(labels);
+    free(mean);
+    free(std);
+    free(ref_logits);
+    free(ref_loss);
+    free(host);
+    rt_model_destroy(m);
+    rt_st_close(f);
+}
+
+/* Unknown names and inputs too small for an architecture are clear errors. */
+static void check_errors(struct rt_backend *be)
+{
+    struct rt_model *m = NULL;
+    struct rt_model_opts o = {.name = "resnet50", .c = 3, .h = 32, .w = 32, .classes = 10, .batch = 2};
+    CHECK(rt_model_create(be, &o, &m) == -EINVAL && strstr(rt_errmsg(), "unknown model 'resnet50'"),
+          "unknown model: %s", rt_errmsg());
+    o.name = "wrn-17-4";
+    CHECK(rt_model_create(be, &o, &m) == -EINVAL && strstr(rt_errmsg(), "6n+4"), "bad wrn depth: %s", rt_errmsg());
+    o.name = "resnet9";
+    o.h = o.w = 4;
+    CHECK(rt_model_create(be, &o, &m) == -EINVAL && strstr(rt_errmsg(), "layer3.1"), "resnet9 on 4x4: %s",
+          rt_errmsg());
+    o.name = "mnist-net";
+    o.h = o.w = 3;
+    CHECK(rt_model_create(be, &o, &m) == -EINVAL && strstr(rt_errmsg(), "conv"), "mnist-net on 3x3: %s",
+          rt_errmsg());
+    CHECK(m == NULL, "no model on failure");
+}
+
+int main(void)
+{
+    const char *dir = getenv("RT_FIXTURES");
+    if (!dir) {
+        fprintf(stderr, "RT_FIXTURES is not set (run through ctest)\n");
+        return 1;
+    }
+    struct rt_backend *be = NULL;
+    struct rt_backend_opts bo = {.kind = RT_BACKEND_CPU, .threads = 2};
+    if (rt_backend_create(&bo, &be) < 0) {
+        fprintf(stderr, "backend: %s\n", rt_errmsg());
+        return 1;
+    }
+    static const char *const models[] = {"mnist-net", "resnet18", "resnet9", "wrn-16-2"};
+    for (size_t i = 0; i < RT_ARRAY_LEN(models); i++) {
+        char path[4096];
+        snprintf(path, sizeof(path), "%s/compute/model_%s.safetensors", dir, models[i]);
+        run_fixture(be, path);
+    }
+    check_errors(be);
+    rt_backend_destroy(be);
+    if (failures)
+        fprintf(stderr, "%d check(s) failed\n", failures);
+    return failures ? 1 : 0;
+}

@@ -1,0 +1,1243 @@
+/*
+ * test_ops_elem.c - the CPU backend's element-wise and per-channel ops
+ * (compute/cpu/elem.c) through the public op table: the uint8 input
+ * transform, batchnorm, ReLU/GELU, dropout, add/scale/axpy, the softmax
+ * cross-entropy, sumsq / count_nonfinite, the f16/bf16 casts, and the SGD /
+ * Adam / AdamW updates.
+ *
+ * Forwards are compared with naive double-precision references written
+ * here, backwards with central finite differences of loss = sum(y * r) (and
+ * with double references where a tighter bound is possible), optimizers with
+ * the torch.optim formulas in double. Each comparison prints its worst error
+ * next to its tolerance; failures print op, index and values. PyTorch
+ * fixtures are compared elsewhere (the model and optimizer tests).
+ */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "common/common.h"
+#include "compute/compute.h"
+
+#define SEED UINT64_C(20240611)
+
+static struct rt_backend *be;
+static const struct rt_ops *ops;
+static struct rt_stream *st;
+static struct rt_rng rng;
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+static void *dev_alloc(size_t bytes)
+{
+    void *p = ops->alloc(be, bytes);
+    if (!p) {
+        fprintf(stderr, "alloc %zu bytes: %s\n", bytes, rt_errmsg());
+        exit(1);
+    }
+    return p;
+}
+
+static float *dev_floats(size_t n)
+{
+    return dev_alloc(n * sizeof(float));
+}
+
+static float *host_floats(size_t n)
+{
+    float *p = malloc((n ? n : 1) * sizeof(float));
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+static double *host_doubles(size_t n)
+{
+    double *p = malloc((n ? n : 1) * sizeof(double));
+    if (!p) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+static void up(float *dev, const float *host, size_t n)
+{
+    ops->upload(st, dev, host, n * sizeof(float));
+}
+
+static void down(float *host, const float *dev, size_t n)
+{
+    ops->download(st, host, dev, n * sizeof(float));
+    ops->sync(st);
+}
+
+static void fill_normal(float *x, size_t n, float mean, float sd)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = mean + sd * rt_rng_normal(&rng);
+}
+
+static void fill_nan(float *dev, size_t n)
+{
+    float *h = host_floats(n);
+    for (size_t i = 0; i < n; i++)
+        h[i] = NAN;
+    up(dev, h, n);
+    free(h);
+}
+
+/*
+ * Compares got[i] with want[i] under |got - want| <= atol + rtol |want|.
+ * Prints the first few mismatches (op, index, values) and one summary line
+ * with the worst error against its tolerance. Counts as one check.
+ */
+static void expect_close(const char *op, const float *got, const double *want, size_t n, double atol, double rtol)
+{
+    size_t bad = 0, worst_i = 0;
+    double worst = 0.0; /* error as a fraction of the allowed error */
+    double worst_abs = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        const double err = fabs((double)got[i] - want[i]);
+        const double tol = atol + rtol * fabs(want[i]);
+        const double r = tol > 0.0 ? err / tol : (err > 0.0 ? INFINITY : 0.0);
+        if (!(err <= tol)) {
+            if (bad < 5)
+                fprintf(stderr, "  %s[%zu]: got %.9g want %.9g (err %.3g, tol %.3g)\n", op, i, (double)got[i],
+                        want[i], err, tol);
+            bad++;
+        }
+        if (r > worst || isnan(r)) {
+            worst = r;
+            worst_i = i;
+            worst_abs = err;
+        }
+    }
+    printf("  %-34s n=%-7zu worst err %.3g at %zu (%.2f of atol %.1g + rtol %.1g)\n", op, n, worst_abs, worst_i,
+           worst, atol, rtol);
+    CHECKF(bad == 0, "%s: %zu of %zu values outside atol %g + rtol %g", op, bad, n, atol, rtol);
+}
+
+static double dot_fr(const float *y, const float *r, size_t n)
+{
+    double s = 0.0;
+    for (size_t i = 0; i < n; i++)
+        s += (double)y[i] * r[i];
+    return s;
+}
+
+/* ---- input ---------------------------------------------------------------------- */
+
+static void test_input_u8(void)
+{
+    printf("input_u8\n");
+    const struct rt_shape4 sh = {.n = 3, .c = 3, .h = 4, .w = 5};
+    const size_t hw = 20, total = 3 * 3 * hw;
+    uint8_t img[3 * 3 * 20];
+    for (size_t i = 0; i < total; i++)
+        img[i] = (uint8_t)rt_rng_below(&rng, 256);
+    img[0] = 0;
+    img[1] = 255;
+    const float mean[3] = {0.4914f, 0.4822f, 0.4465f}, sd[3] = {0.2470f, 0.2435f, 0.2616f};
+    float *y = dev_floats(total), *h = host_floats(total);
+    ops->input_u8(st, sh, img, mean, sd, y);
+    down(h, y, total);
+    size_t bad = 0;
+    for (size_t n = 0; n < 3; n++)
+        for (size_t c = 0; c < 3; c++)
+            for (size_t i = 0; i < hw; i++) {
+                const uint8_t v = img[(n * 3 + c) * hw + i];   /* host NCHW */
+                const float want = ((float)v / 255.0f - mean[c]) / sd[c];
+                const float got = h[(c * 3 + n) * hw + i];     /* backend (C, N, H, W) */
+                if (memcmp(&got, &want, sizeof(got)) != 0 && bad++ < 5)
+                    fprintf(stderr, "  input_u8 n=%zu c=%zu i=%zu: got %.9g want %.9g\n", n, c, i, (double)got,
+                            (double)want);
+            }
+    CHECKF(bad == 0, "input_u8: %zu values differ from ((float)v / 255 - mean) / std in (C,N,H,W)", bad);
+    ops->free(be, y);
+    free(h);
+}
+
+/* ---- batchnorm ---------------------------------------------------------------------- */
+
+/* x (C, M) with a distinct mean and spread per channel, so a wrong channel stride shows. */
+static void fill_bn_input(float *x, size_t c, size_t m)
+{
+    static const float mu[] = {0.0f, 5.0f, -20.0f, 1.5f}, sd[] = {1.0f, 3.0f, 0.5f, 2.0f};
+    for (size_t ch = 0; ch < c; ch++)
+        fill_normal(x + ch * m, m, mu[ch % 4], sd[ch % 4]);
+}
+
+static void test_bn_forward(void)
+{
+    printf("batchnorm forward\n");
+    /* M = 105 per channel: not a multiple of the kernels' 8-wide loop, so the tail is covered */
+    const struct rt_bn_desc d = {.in = {.n = 3, .c = 5, .h = 5, .w = 7}, .eps = 1e-5f, .momentum = 0.1f};
+    const size_t c = 5, m = 3 * 5 * 7, total = c * m;
+    float *hx = host_floats(total), *hy = host_floats(total), g[5], b[5], rm[5], rv[5];
+    fill_bn_input(hx, c, m);
+    for (size_t ch = 0; ch < c; ch++) {
+        g[ch] = 0.5f + 0.25f * (float)ch;
+        b[ch] = 0.1f * (float)ch - 0.2f;
+        rm[ch] = 0.3f * (float)ch;
+        rv[ch] = 1.0f + 0.5f * (float)ch;
+    }
+    float *x = dev_floats(total), *y = dev_floats(total), *dg = dev_floats(c), *db = dev_floats(c),
+          *drm = dev_floats(c), *drv = dev_floats(c), *smean = dev_floats(c), *sinv = dev_floats(c);
+    up(x, hx, total);
+    up(dg, g, c);
+    up(db, b, c);
+    up(drm, rm, c);
+    up(drv, rv, c);
+    ops->bn_train_fwd(st, &d, x, dg, db, drm, drv, smean, sinv, y);
+
+    double *wy = host_doubles(total), wmean[5], winv[5], wrm[5], wrv[5];
+    for (size_t ch = 0; ch < c; ch++) {
+        double s = 0.0, q = 0.0;
+        for (size_t i = 0; i < m; i++)
+            s += hx[ch * m + i];
+        const double mu = s / (double)m;
+        for (size_t i = 0; i < m; i++)
+            q += (hx[ch * m + i] - mu) * (hx[ch * m + i] - mu);
+        const double var = q / (double)m;
+        wmean[ch] = mu;
+        winv[ch] = 1.0 / sqrt(var + 1e-5);
+        wrm[ch] = 0.9 * rm[ch] + 0.1 * mu;
+        wrv[ch] = 0.9 * rv[ch] + 0.1 * q / (double)(m - 1); /* unbiased */
+        for (size_t i = 0; i < m; i++)
+            wy[ch * m + i] = (hx[ch * m + i] - mu) * winv[ch] * g[ch] + b[ch];
+    }
+    float got[5];
+    down(hy, y, total);
+    /* the floor is the float rounding of the saved mean: ulp(20) / std 0.5 ~ 4e-6 on channel 2 */
+    expect_close("bn_train_fwd y", hy, wy, total, 6e-6, 2e-6);
+    down(got, smean, c);
+    expect_close("bn_train_fwd save_mean", got, wmean, c, 1e-6, 1e-6);
+    down(got, sinv, c);
+    expect_close("bn_train_fwd save_invstd", got, winv, c, 0, 1e-6);
+    down(got, drm, c);
+    expect_close("bn_train_fwd running_mean", got, wrm, c, 1e-6, 1e-6);
+    down(got, drv, c);
+    expect_close("bn_train_fwd running_var (unbiased)", got, wrv, c, 0, 1e-6);
+
+    /* inference with the updated running statistics */
+    float hrm[5], hrv[5];
+    down(hrm, drm, c);
+    down(hrv, drv, c);
+    ops->bn_infer_fwd(st, &d, x, dg, db, drm, drv, y);
+    for (size_t ch = 0; ch < c; ch++)
+        for (size_t i = 0; i < m; i++)
+            wy[ch * m + i] = (hx[ch * m + i] - (double)hrm[ch]) / sqrt((double)hrv[ch] + 1e-5) * g[ch] + b[ch];
+    down(hy, y, total);
+    expect_close("bn_infer_fwd y", hy, wy, total, 2e-6, 2e-6);
+
+    ops->free(be, x);
+    ops->free(be, y);
+    ops->free(be, dg);
+    ops->free(be, db);
+    ops->free(be, drm);
+    ops->free(be, drv);
+    ops->free(be, smean);
+    ops->free(be, sinv);
+    free(hx);
+    free(hy);
+    free(wy);
+}
+
+/* loss = sum(bn_train_fwd(x; gamma, beta) * r), in double from the op's float output. */
+static double bn_loss(const struct rt_bn_desc *d, const float *x, const float *g, const float *b, float *y,
+                      const float *r, float *hy, float *work)
+{
+    const size_t c = (size_t)d->in.c, total = c * d->in.n * d->in.h * d->in.w;
+    /* running stats and saved stats go to scratch: only y matters here */
+    ops->bn_train_fwd(st, d, x, g, b, work, work + c, work + 2 * c, work + 3 * c, y);
+    down(hy, y, total);
+    return dot_fr(hy, r, total);
+}
+
+static void test_bn_backward(void)
+{
+    printf("batchnorm backward\n");
+    /* M = 30 per channel: the mean and projection terms of dx are ~1/sqrt(M) of dy, far above the FD
+     * error; 30 is not a multiple of the kernels' 8-wide loop, so the tail is covered. */
+    const struct rt_bn_desc d = {.in = {.n = 2, .c = 3, .h = 3, .w = 5}, .eps = 1e-5f, .momentum = 0.1f};
+    const size_t c = 3, m = 30, total = c * m;
+    float *hx = host_floats(total), *hr = host_floats(total), *hy = host_floats(total), *hdx = host_floats(total);
+    float g[3] = {0.8f, 1.3f, -0.6f}, b[3] = {0.1f, -0.4f, 0.25f};
+    fill_bn_input(hx, c, m);
+    fill_normal(hr, total, 0.0f, 1.0f);
+    float *x = dev_floats(total), *y = dev_floats(total), *r = dev_floats(total), *dx = dev_floats(total),
+          *dg = dev_floats(c), *db = dev_floats(c), *work = dev_floats(4 * c), *smean = dev_floats(c),
+          *sinv = dev_floats(c), *dgamma = dev_floats(c), *dbeta = dev_floats(c);
+    up(x, hx, total);
+    up(r, hr, total);
+    up(dg, g, c);
+    up(db, b, c);
+    ops->bn_train_fwd(st, &d, x, dg, db, work, work + c, smean, sinv, y);
+
+    /* dx over NaN (beta 0 must not read it); dgamma/dbeta start at 0.5 and are added to */
+    fill_nan(dx, total);
+    const float half[3] = {0.5f, 0.5f, 0.5f};
+    up(dgamma, half, c);
+    up(dbeta, half, c);
+    ops->bn_bwd(st, &d, x, r, dg, smean, sinv, 0.0f, dx, dgamma, dbeta);
+    down(hdx, dx, total);
+
+    /* central differences, h = 1e-2 on inputs of spread 0.5..3 */
+    const float h = 1e-2f;
+    double *fd = host_doubles(total);
+    float *px = host_floats(total);
+    memcpy(px, hx, total * sizeof(float));
+    for (size_t i = 0; i < total; i++) {
+        px[i] = hx[i] + h;
+        up(x, px, total);
+        const double lp = bn_loss(&d, x, dg, db, y, hr, hy, work);
+        px[i] = hx[i] - h;
+        up(x, px, total);
+        const double lm = bn_loss(&d, x, dg, db, y, hr, hy, work);
+        px[i] = hx[i];
+        fd[i] = (lp - lm) / ((double)(hx[i] + h) - (double)(hx[i] - h));
+    }
+    up(x, hx, total);
+    expect_close("bn_bwd dx vs finite differences", hdx, fd, total, 2e-3, 1e-2);
+
+    double fg[3], fb[3];
+    for (size_t ch = 0; ch < c; ch++) {
+        float pg[3], pb[3];
+        memcpy(pg, g, sizeof(pg));
+        memcpy(pb, b, sizeof(pb));
+        pg[ch] = g[ch] + h;
+        up(dg, pg, c);
+        const double lp = bn_loss(&d, x, dg, db, y, hr, hy, work);
+        pg[ch] = g[ch] - h;
+        up(dg, pg, c);
+        const double lm = bn_loss(&d, x, dg, db, y, hr, hy, work);
+        up(dg, g, c);
+        fg[ch] = 0.5 + (lp - lm) / ((double)(g[ch] + h) - (double)(g[ch] - h));
+        pb[ch] = b[ch] + h;
+        up(db, pb, c);
+        const double lbp = bn_loss(&d, x, dg, db, y, hr, hy, work);
+        pb[ch] = b[ch] - h;
+        up(db, pb, c);
+        const double lbm = bn_loss(&d, x, dg, db, y, hr, hy, work);
+        up(db, b, c);
+        fb[ch] = 0.5 + (lbp - lbm) / ((double)(b[ch] + h) - (double)(b[ch] - h));
+    }
+    float got[3];
+    down(got, dgamma, c);
+    expect_close("bn_bwd dgamma (+= 0.5) vs fd", got, fg, c, 2e-3, 1e-3);
+    down(got, dbeta, c);
+    expect_close("bn_bwd dbeta (+= 0.5) vs fd", got, fb, c, 2e-3, 1e-3);
+
+    /* exact double-precision gradient from the saved statistics: a tight bound */
+    float hmean[3], hinv[3];
+    down(hmean, smean, c);
+    down(hinv, sinv, c);
+    double *want = host_doubles(total);
+    for (size_t ch = 0; ch < c; ch++) {
+        double sdy = 0.0, sdyx = 0.0;
+        for (size_t i = 0; i < m; i++) {
+            sdy += hr[ch * m + i];
+            sdyx += hr[ch * m + i] * ((double)hx[ch * m + i] - hmean[ch]);
+        }
+        for (size_t i = 0; i < m; i++) {
+            const double xh = ((double)hx[ch * m + i] - hmean[ch]) * hinv[ch];
+            want[ch * m + i] =
+                (double)g[ch] * hinv[ch] * (hr[ch * m + i] - sdy / m - xh * sdyx * hinv[ch] / m);
+        }
+    }
+    expect_close("bn_bwd dx vs double reference", hdx, want, total, 1e-6, 1e-5);
+
+    /* beta_dx = 1 adds to what dx holds */
+    float *base = host_floats(total);
+    fill_normal(base, total, 0.0f, 1.0f);
+    up(dx, base, total);
+    ops->bn_bwd(st, &d, x, r, dg, smean, sinv, 1.0f, dx, dgamma, dbeta);
+    for (size_t i = 0; i < total; i++)
+        want[i] = (double)base[i] + hdx[i];
+    down(hy, dx, total);
+    expect_close("bn_bwd beta_dx=1 accumulates", hy, want, total, 1e-6, 1e-6);
+    down(got, dbeta, c);
+    for (size_t ch = 0; ch < c; ch++)
+        fb[ch] = 0.5 + 2.0 * (fb[ch] - 0.5);
+    expect_close("bn_bwd dbeta accumulates twice", got, fb, c, 4e-3, 1e-3);
+
+    float *ptrs[] = {x, y, r, dx, dg, db, work, smean, sinv, dgamma, dbeta};
+    for (size_t i = 0; i < RT_ARRAY_LEN(ptrs); i++)
+        ops->free(be, ptrs[i]);
+    free(hx);
+    free(hr);
+    free(hy);
+    free(hdx);
+    free(fd);
+    free(px);
+    free(want);
+    free(base);
+}
+
+/* ---- activations -------------------------------------------------------------------- */
+
+typedef void (*unary_fwd)(struct rt_stream *s, size_t n, const float *x, float *y);
+
+/*
+ * For an element-wise op, loss = sum(f(x) r) moves only through y_i when x_i
+ * moves, so one pair of forwards at x + h and x - h gives every d loss / d x_i.
+ */
+static void elementwise_fd(unary_fwd f, size_t n, const float *hx, const float *hr, float h, double *fd)
+{
+    float *x = dev_floats(n), *y = dev_floats(n), *p = host_floats(n), *yp = host_floats(n),
+          *ym = host_floats(n);
+    for (size_t i = 0; i < n; i++)
+        p[i] = hx[i] + h;
+    up(x, p, n);
+    f(st, n, x, y);
+    down(yp, y, n);
+    for (size_t i = 0; i < n; i++)
+        p[i] = hx[i] - h;
+    up(x, p, n);
+    f(st, n, x, y);
+    down(ym, y, n);
+    for (size_t i = 0; i < n; i++)
+        fd[i] = hr[i] * ((double)yp[i] - ym[i]) / ((double)(hx[i] + h) - (double)(hx[i] - h));
+    ops->free(be, x);
+    ops->free(be, y);
+    free(p);
+    free(yp);
+    free(ym);
+}
+
+static void test_relu(void)
+{
+    printf("relu\n");
+    const size_t n = 5000;
+    float *hx = host_floats(n), *hr = host_floats(n), *hy = host_floats(n), *hdx = host_floats(n);
+    fill_normal(hx, n, 0.0f, 1.0f);
+    /* keep inputs 0.05 away from the kink so h = 1e-2 differences see one side */
+    for (size_t i = 0; i < n; i++)
+        if (fabsf(hx[i]) < 0.05f)
+            hx[i] += hx[i] < 0 ? -0.05f : 0.05f;
+    hx[7] = NAN;
+    fill_normal(hr, n, 0.0f, 1.0f);
+    float *x = dev_floats(n), *y = dev_floats(n), *r = dev_floats(n), *dx = dev_floats(n);
+    up(x, hx, n);
+    up(r, hr, n);
+    ops->relu_fwd(st, n, x, y);
+    down(hy, y, n);
+    double *want = host_doubles(n);
+    for (size_t i = 0; i < n; i++)
+        want[i] = hx[i] > 0 ? hx[i] : 0.0;
+    want[7] = 0.0;
+    CHECKF(isnan(hy[7]), "relu_fwd(NaN) = %g, want NaN (torch.relu lets NaN through)", (double)hy[7]);
+    hy[7] = 0.0f;
+    expect_close("relu_fwd", hy, want, n, 0, 0);
+
+    /* in place: y may be x */
+    float *xi = dev_floats(n);
+    up(xi, hx, n);
+    ops->relu_fwd(st, n, xi, xi);
+    down(hdx, xi, n);
+    hdx[7] = 0.0f;
+    expect_close("relu_fwd in place", hdx, want, n, 0, 0);
+    ops->free(be, xi);
+
+    hx[7] = 1.0f;
+    up(x, hx, n);
+    ops->relu_fwd(st, n, x, y);
+    fill_nan(dx, n);
+    ops->relu_bwd(st, n, y, r, 0.0f, dx);
+    down(hdx, dx, n);
+    double *fd = host_doubles(n);
+    elementwise_fd(ops->relu_fwd, n, hx, hr, 1e-2f, fd);
+    expect_close("relu_bwd (over NaN) vs fd", hdx, fd, n, 1e-5, 1e-5);
+
+    float *base = host_floats(n);
+    fill_normal(base, n, 0.0f, 1.0f);
+    up(dx, base, n);
+    ops->relu_bwd(st, n, y, r, 1.0f, dx);
+    down(hy, dx, n);
+    for (size_t i = 0; i < n; i++)
+        want[i] = (double)base[i] + (hx[i] > 0 ? hr[i] : 0.0f);
+    expect_close("relu_bwd beta=1", hy, want, n, 0, 1.2e-7);
+
+    ops->free(be, x);
+    ops->free(be, y);
+    ops->free(be, r);
+    ops->free(be, dx);
+    free(hx);
+    free(hr);
+    free(hy);
+    free(hdx);
+    free(want);
+    free(fd);
+    free(base);
+}
+
+static void test_gelu(void)
+{
+    printf("gelu\n");
+    const size_t n = 5000;
+    float *hx = host_floats(n), *hr = host_floats(n), *hy = host_floats(n), *hdx = host_floats(n);
+    fill_normal(hx, n, 0.0f, 2.0f);
+    fill_normal(hr, n, 0.0f, 1.0f);
+    float *x = dev_floats(n), *y = dev_floats(n), *r = dev_floats(n), *dx = dev_floats(n);
+    up(x, hx, n);
+    up(r, hr, n);
+    ops->gelu_fwd(st, n, x, y);
+    down(hy, y, n);
+    double *want = host_doubles(n), *fd = host_doubles(n);
+    for (size_t i = 0; i < n; i++)
+        want[i] = 0.5 * hx[i] * (1.0 + erf(hx[i] / sqrt(2.0)));
+    expect_close("gelu_fwd vs double erf", hy, want, n, 2e-7, 1e-6);
+
+    fill_nan(dx, n);
+    ops->gelu_bwd(st, n, x, r, 0.0f, dx);
+    down(hdx, dx, n);
+    elementwise_fd(ops->gelu_fwd, n, hx, hr, 1e-2f, fd);
+    expect_close("gelu_bwd (over NaN) vs fd", hdx, fd, n, 1e-4, 1e-3);
+    for (size_t i = 0; i < n; i++) {
+        const double v = hx[i];
+        want[i] = hr[i] * (0.5 * (1.0 + erf(v / sqrt(2.0))) + v * exp(-0.5 * v * v) / sqrt(2.0 * M_PI));
+    }
+    expect_close("gelu_bwd vs double reference", hdx, want, n, 1e-6, 1e-5);
+
+    float *base = host_floats(n);
+    fill_normal(base, n, 0.0f, 1.0f);
+    up(dx, base, n);
+    ops->gelu_bwd(st, n, x, r, 1.0f, dx);
+    down(hy, dx, n);
+    for (size_t i = 0; i < n; i++)
+        want[i] += base[i];
+    expect_close("gelu_bwd beta=1", hy, want, n, 2e-6, 1e-5);
+
+    ops->free(be, x);
+    ops->free(be, y);
+    ops->free(be, r);
+    ops->free(be, dx);
+    free(hx);
+    free(hr);
+    free(hy);
+    free(hdx);
+    free(want);
+    free(fd);
+    free(base);
+}
+
+/* ---- dropout -------------------------------------------------------------------------- */
+
+/* dropout_fwd with fixed (p, seed, offset), shaped for elementwise_fd() */
+static float drop_p;
+static uint64_t drop_seed, drop_off;
+
+static void dropout_fixed(struct rt_stream *s, size_t n, const float *x, float *y)
+{
+    ops->dropout_fwd(s, n, drop_p, drop_seed, drop_off, x, y);
+}
+
+/* The mask as elem.c documents it, for one element: 1 if kept. */
+static int dropout_kept_ref(uint64_t seed, uint64_t e, float p)
+{
+    const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
+    const uint64_t blk = e >> 2;
+    const uint32_t ctr[4] = {(uint32_t)blk, (uint32_t)(blk >> 32), 0, 0x64726f70u};
+    uint32_t w[4];
+    rt_philox4x32(key, ctr, w);
+    return (float)(w[e & 3] >> 8) * (1.0f / 16777216.0f) >= p;
+}
+
+static void test_dropout(void)
+{
+    printf("dropout\n");
+    const size_t n = (size_t)1 << 20;
+    const float p = 0.3f, scale = 1.0f / (1.0f - p);
+    const uint64_t seed = 0x123456789abcdefULL, off = 1000003;
+    float *hx = host_floats(n), *a = host_floats(n), *b = host_floats(n);
+    fill_normal(hx, n, 0.0f, 1.0f);
+    for (size_t i = 0; i < n; i++)
+        if (hx[i] == 0.0f)
+            hx[i] = 1.0f; /* a zero input would hide the mask */
+    float *x = dev_floats(n), *y = dev_floats(n);
+    up(x, hx, n);
+    ops->dropout_fwd(st, n, p, seed, off, x, y);
+    down(a, y, n);
+
+    size_t kept = 0, wrong = 0, ref_wrong = 0;
+    for (size_t i = 0; i < n; i++) {
+        const int k = a[i] != 0.0f;
+        kept += (size_t)k;
+        if (k && a[i] != hx[i] * scale && wrong++ < 5)
+            fprintf(stderr, "  dropout_fwd[%zu]: kept value %.9g != x * 1/(1-p) = %.9g\n", i, (double)a[i],
+                    (double)(hx[i] * scale));
+        if (i < 4096 && k != dropout_kept_ref(seed, off + i, p) && ref_wrong++ < 5)
+            fprintf(stderr, "  dropout_fwd[%zu]: mask %d differs from the documented Philox draw\n", i, k);
+    }
+    const double frac = (double)kept / n, sigma = sqrt(p * (1.0 - p) / n);
+    printf("  dropout p=%.2f kept %.5f (want %.5f +- %.5f)\n", (double)p, frac, 1.0 - p, 5 * sigma);
+    CHECKF(fabs(frac - (1.0 - p)) < 5 * sigma, "dropout kept %.5f, want %.5f", frac, 1.0 - p);
+    CHECKF(wrong == 0, "dropout_fwd: %zu kept values not scaled by 1/(1-p)", wrong);
+    CHECKF(ref_wrong == 0, "dropout_fwd: %zu mask bits differ from the documented Philox draw", ref_wrong);
+
+    /* same (seed, offset) -> same output; another offset -> another mask */
+    ops->dropout_fwd(st, n, p, seed, off, x, y);
+    down(b, y, n);
+    CHECKF(memcmp(a, b, n * sizeof(float)) == 0, "dropout_fwd: same (seed, offset) gave another output");
+    ops->dropout_fwd(st, n, p, seed, off + n, x, y);
+    down(b, y, n);
+    size_t agree = 0;
+    for (size_t i = 0; i < n; i++)
+        agree += (a[i] != 0.0f) == (b[i] != 0.0f);
+    const double fa = (double)agree / n, want_fa = p * p + (1 - p) * (1 - p);
+    CHECKF(fabs(fa - want_fa) < 0.01, "dropout: masks at offsets %llu and %llu agree on %.4f, want ~%.4f",
+           (unsigned long long)off, (unsigned long long)(off + n), fa, want_fa);
+    ops->dropout_fwd(st, n, p, seed + 1, off, x, y);
+    down(b, y, n);
+    agree = 0;
+    for (size_t i = 0; i < n; i++)
+        agree += (a[i] != 0.0f) == (b[i] != 0.0f);
+    CHECKF(fabs((double)agree / n - want_fa) < 0.01, "dropout: another seed agrees on %.4f, want ~%.4f",
+           (double)agree / n, want_fa);
+
+    /* offset + i addressing: a sub-range started at offset + k is the slice of the full output */
+    const size_t k = 4099, len = 70001; /* k not a multiple of 4: lanes within a Philox block */
+    float *ys = dev_floats(len);
+    ops->dropout_fwd(st, len, p, seed, off + k, x + k, ys);
+    down(b, ys, len);
+    CHECKF(memcmp(a + k, b, len * sizeof(float)) == 0, "dropout: range at offset+%zu is not the slice", k);
+    ops->free(be, ys);
+
+    /* independent of the thread count */
+    struct rt_backend *be1 = NULL;
+    CHECK_OK(rt_backend_create(&(struct rt_backend_opts){.kind = RT_BACKEND_CPU, .threads = 1}, &be1));
+    if (be1) {
+        const struct rt_ops *o1 = rt_backend_ops(be1);
+        struct rt_stream *s1 = rt_backend_stream(be1);
+        float *x1 = o1->alloc(be1, n * sizeof(float)), *y1 = o1->alloc(be1, n * sizeof(float));
+        CHECK(x1 && y1);
+        if (x1 && y1) {
+            o1->upload(s1, x1, hx, n * sizeof(float));
+            o1->dropout_fwd(s1, n, p, seed, off, x1, y1);
+            o1->download(s1, b, y1, n * sizeof(float));
+            CHECKF(memcmp(a, b, n * sizeof(float)) == 0, "dropout: 1 thread and 2 threads differ");
+        }
+        o1->free(be1, x1);
+        o1->free(be1, y1);
+        rt_backend_destroy(be1);
+    }
+
+    /* backward: mask * scale, the same mask, over NaN for beta 0; beta 1 adds */
+    const size_t nb = 10000;
+    float *hr = host_floats(nb), *hd = host_floats(nb);
+    double *want = host_doubles(nb), *fd = host_doubles(nb);
+    fill_normal(hr, nb, 0.0f, 1.0f);
+    float *r = dev_floats(nb), *dx = dev_floats(nb);
+    up(r, hr, nb);
+    fill_nan(dx, nb);
+    ops->dropout_bwd(st, nb, p, seed, off, r, 0.0f, dx);
+    down(hd, dx, nb);
+    for (size_t i = 0; i < nb; i++)
+        want[i] = a[i] != 0.0f ? (double)(hr[i] * scale) : 0.0;
+    expect_close("dropout_bwd = mask * scale * dy", hd, want, nb, 0, 0);
+    drop_p = p;
+    drop_seed = seed;
+    drop_off = off;
+    elementwise_fd(dropout_fixed, nb, hx, hr, 0.25f, fd); /* linear: a wide step has no truncation error */
+    expect_close("dropout_bwd vs fd", hd, fd, nb, 1e-5, 1e-5);
+    float *base = host_floats(nb);
+    fill_normal(base, nb, 0.0f, 1.0f);
+    up(dx, base, nb);
+    ops->dropout_bwd(st, nb, p, seed, off, r, 1.0f, dx);
+    down(hd, dx, nb);
+    for (size_t i = 0; i < nb; i++)
+        want[i] += base[i];
+    expect_close("dropout_bwd beta=1", hd, want, nb, 0, 1.2e-7);
+
+    /* p = 0 is the identity */
+    ops->dropout_fwd(st, nb, 0.0f, seed, off, x, y);
+    down(hd, y, nb);
+    CHECKF(memcmp(hd, hx, nb * sizeof(float)) == 0, "dropout p=0 is not the identity");
+
+    ops->free(be, x);
+    ops->free(be, y);
+    ops->free(be, r);
+    ops->free(be, dx);
+    free(hx);
+    free(a);
+    free(b);
+    free(hr);
+    free(hd);
+    free(want);
+    free(fd);
+    free(base);
+}
+
+/* ---- add, scale, axpy ------------------------------------------------------------------ */
+
+static void test_blas1(void)
+{
+    printf("add / scale / axpy\n");
+    const size_t n = 100003; /* crosses the parallel chunking with a ragged tail */
+    float *ha = host_floats(n), *hb = host_floats(n), *hy = host_floats(n);
+    double *want = host_doubles(n);
+    fill_normal(ha, n, 0.0f, 1.0f);
+    fill_normal(hb, n, 1.0f, 2.0f);
+    float *a = dev_floats(n), *b = dev_floats(n), *y = dev_floats(n);
+    up(a, ha, n);
+    up(b, hb, n);
+    /* one float rounding each: within 2^-23 relative (1.2e-7) of the exact value */
+    ops->add(st, n, a, b, y);
+    down(hy, y, n);
+    for (size_t i = 0; i < n; i++)
+        want[i] = ha[i] + hb[i];
+    expect_close("add", hy, want, n, 0, 1.2e-7);
+    ops->scale(st, n, -0.75f, y);
+    down(hy, y, n);
+    for (size_t i = 0; i < n; i++)
+        want[i] = -0.75 * (float)(ha[i] + hb[i]);
+    expect_close("scale", hy, want, n, 0, 1.2e-7);
+    up(y, hb, n);
+    ops->axpy(st, n, 0.5f, a, y);
+    down(hy, y, n);
+    for (size_t i = 0; i < n; i++)
+        want[i] = hb[i] + 0.5 * ha[i];
+    expect_close("axpy", hy, want, n, 1e-7, 1e-7);
+    ops->free(be, a);
+    ops->free(be, b);
+    ops->free(be, y);
+    free(ha);
+    free(hb);
+    free(hy);
+    free(want);
+}
+
+/* ---- cross-entropy ------------------------------------------------------------------- */
+
+static void xent_run(int n, int k, const float *logits, const int32_t *labels, float eps, float scale,
+                     struct rt_loss_stats *out, float *host_dlogits)
+{
+    float *z = dev_floats((size_t)n * k), *dz = host_dlogits ? dev_floats((size_t)n * k) : NULL;
+    int32_t *lab = dev_alloc((size_t)n * sizeof(int32_t));
+    struct rt_loss_stats *s = dev_alloc(sizeof(*s));
+    up(z, logits, (size_t)n * k);
+    ops->upload(st, lab, labels, (size_t)n * sizeof(int32_t));
+    ops->upload(st, s, out, sizeof(*s));
+    if (dz)
+        fill_nan(dz, (size_t)n * k); /* padding rows must be written as zeros */
+    ops->xent_fwd_bwd(st, n, k, z, lab, eps, scale, s, dz);
+    ops->download(st, out, s, sizeof(*s));
+    if (dz)
+        down(host_dlogits, dz, (size_t)n * k);
+    ops->free(be, z);
+    ops->free(be, dz);
+    ops->free(be, lab);
+    ops->free(be, s);
+}
+
+static void test_xent(void)
+{
+    printf("cross-entropy\n");
+    /* hand-computable: K = 2, logits (0, ln 3) -> p = (1/4, 3/4); all-zero logits -> log K whatever eps */
+    {
+        const float z[3 * 2] = {0.0f, logf(3.0f), 0.0f, logf(3.0f), 0.0f, 0.0f};
+        const int32_t lab[3] = {1, 1, 1};
+        for (int e = 0; e < 2; e++) {
+            const float eps = e ? 0.1f : 0.0f;
+            const double ed = e ? 0.1 : 0.0;
+            struct rt_loss_stats s = {1.0f, 2.0f, 3.0f}; /* added to, not overwritten */
+            xent_run(3, 2, z, lab, eps, 1.0f, &s, NULL);
+            /* -log p_1 = log 4/3; the smoothed part is the mean of log 4 and log 4/3 */
+            const double l = (1 - ed) * log(4.0 / 3.0) + ed * (log(4.0) + log(4.0 / 3.0)) / 2;
+            const double want = 1.0 + 2 * l + log(2.0);
+            printf("  xent eps=%.1f loss_sum %.9g want %.9g\n", ed, (double)s.loss_sum, want);
+            CHECKF(fabs(s.loss_sum - want) < 1e-6, "xent eps %g: loss_sum %.9g want %.9g", ed, (double)s.loss_sum,
+                   want);
+            /* row 2's tie (0, 0) goes to class 0 (first max): label 1 is wrong */
+            CHECKF(s.correct == 4.0f, "xent: correct %g, want 2 + 2", (double)s.correct);
+            CHECKF(s.count == 6.0f, "xent: count %g, want 3 + 3", (double)s.count);
+        }
+        const float tie[3] = {1.0f, 3.0f, 3.0f};
+        const int32_t l1 = 1, l2 = 2;
+        struct rt_loss_stats s = {0};
+        xent_run(1, 3, tie, &l1, 0.0f, 1.0f, &s, NULL);
+        CHECKF(s.correct == 1.0f, "xent: tie at classes 1 and 2, label 1: correct %g, want 1", (double)s.correct);
+        s = (struct rt_loss_stats){0};
+        xent_run(1, 3, tie, &l2, 0.0f, 1.0f, &s, NULL);
+        CHECKF(s.correct == 0.0f, "xent: tie at classes 1 and 2, label 2: correct %g, want 0", (double)s.correct);
+    }
+
+    /* gradients against finite differences of loss_sum, with padding rows */
+    enum { N = 6, K = 7 };
+    const int32_t lab[N] = {3, -1, 0, 6, -5, 2};
+    float z[N * K];
+    fill_normal(z, N * K, 0.0f, 1.5f);
+    for (int e = 0; e < 2; e++) {
+        const float eps = e ? 0.1f : 0.0f, gs = 0.25f;
+        float dz[N * K];
+        struct rt_loss_stats s = {0};
+        xent_run(N, K, z, lab, eps, gs, &s, dz);
+        CHECKF(s.count == 4.0f, "xent: count %g with two padding rows, want 4", (double)s.count);
+
+        /* loss in double from the definition, per valid row */
+        double want_loss = 0.0, want_dz[N * K], fd[N * K];
+        for (int r = 0; r < N; r++) {
+            if (lab[r] < 0) {
+                for (int j = 0; j < K; j++)
+                    want_dz[r * K + j] = 0.0;
+                continue;
+            }
+            double mx = z[r * K], se = 0.0;
+            for (int j = 1; j < K; j++)
+                mx = fmax(mx, z[r * K + j]);
+            for (int j = 0; j < K; j++)
+                se += exp(z[r * K + j] - mx);
+            const double lse = mx + log(se);
+            double mean_nll = 0.0;
+            for (int j = 0; j < K; j++)
+                mean_nll += (lse - z[r * K + j]) / K;
+            want_loss += (1.0 - eps) * (lse - z[r * K + lab[r]]) + (double)eps * mean_nll;
+            for (int j = 0; j < K; j++)
+                want_dz[r * K + j] =
+                    gs * (exp(z[r * K + j] - lse) - ((j == lab[r] ? 1.0 - eps : 0.0) + (double)eps / K));
+        }
+        printf("  xent eps=%.1f loss_sum %.9g want %.9g\n", (double)eps, (double)s.loss_sum, want_loss);
+        CHECKF(fabs(s.loss_sum - want_loss) < 1e-5, "xent eps %g: loss_sum %.9g want %.9g", (double)eps,
+               (double)s.loss_sum, want_loss);
+        expect_close(e ? "xent dlogits eps=0.1 vs double" : "xent dlogits eps=0 vs double", dz, want_dz, N * K,
+                     1e-7, 1e-6);
+
+        const float h = 1e-2f;
+        for (int i = 0; i < N * K; i++) {
+            float zp[N * K];
+            memcpy(zp, z, sizeof(zp));
+            zp[i] = z[i] + h;
+            struct rt_loss_stats sp = {0}, sm = {0};
+            xent_run(N, K, zp, lab, eps, gs, &sp, NULL);
+            zp[i] = z[i] - h;
+            xent_run(N, K, zp, lab, eps, gs, &sm, NULL);
+            fd[i] = gs * ((double)sp.loss_sum - sm.loss_sum) / ((double)(z[i] + h) - (double)(z[i] - h));
+        }
+        expect_close(e ? "xent dlogits eps=0.1 vs fd" : "xent dlogits eps=0 vs fd", dz, fd, N * K, 2e-4, 2e-3);
+    }
+}
+
+/* ---- reductions ---------------------------------------------------------------------- */
+
+static void test_reductions(void)
+{
+    printf("sumsq / count_nonfinite\n");
+    const size_t n = 300007; /* several parallel chunks and a ragged tail */
+    float *hx = host_floats(n);
+    double want = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        hx[i] = (float)((int)(i % 7) - 3) * 0.5f; /* squares are exact: the sum is exact in double */
+        want += (double)hx[i] * hx[i];
+    }
+    float *x = dev_floats(n), *out = dev_floats(1), got;
+    up(x, hx, n);
+    ops->sumsq(st, n, x, out);
+    down(&got, out, 1);
+    CHECKF(got == (float)want, "sumsq: %.9g want %.9g", (double)got, want);
+    ops->sumsq(st, 0, x, out);
+    down(&got, out, 1);
+    CHECKF(got == 0.0f, "sumsq of nothing: %g", (double)got);
+
+    /* 4096^2 = 2^24 first, then ones: a float accumulator stops at 2^24 (2^24 + 1 rounds back down) */
+    const size_t m = 200001;
+    hx[0] = 4096.0f;
+    for (size_t i = 1; i < m; i++)
+        hx[i] = 1.0f;
+    up(x, hx, m);
+    ops->sumsq(st, m, x, out);
+    down(&got, out, 1);
+    CHECKF(got == 16777216.0f + 200000.0f, "sumsq: %.9g want 2^24 + 200000 = 16977216 (double accumulation)",
+           (double)got);
+
+    ops->count_nonfinite(st, n, x, out);
+    down(&got, out, 1);
+    CHECKF(got == 0.0f, "count_nonfinite of finite data: %g", (double)got);
+    hx[0] = NAN;
+    hx[16383] = INFINITY;
+    hx[16384] = -INFINITY;
+    hx[n - 1] = NAN;
+    hx[5] = FLT_MAX;    /* finite */
+    hx[6] = 1e-45f;     /* subnormal, finite */
+    up(x, hx, n);
+    ops->count_nonfinite(st, n, x, out);
+    down(&got, out, 1);
+    CHECKF(got == 4.0f, "count_nonfinite: %g, want 4", (double)got);
+    ops->free(be, x);
+    ops->free(be, out);
+    free(hx);
+}
+
+/* ---- casts ------------------------------------------------------------------------------ */
+
+static uint32_t fbits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float bitsf(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static void cast_f32_f16(const float *hx, uint16_t *hy, size_t n)
+{
+    float *x = dev_floats(n);
+    uint16_t *y = dev_alloc(n * 2);
+    up(x, hx, n);
+    ops->cast_f32_f16(st, n, x, y);
+    ops->download(st, hy, y, n * 2);
+    ops->free(be, x);
+    ops->free(be, y);
+}
+
+static void cast_f16_f32(const uint16_t *hx, float *hy, size_t n)
+{
+    uint16_t *x = dev_alloc(n * 2);
+    float *y = dev_floats(n);
+    ops->upload(st, x, hx, n * 2);
+    ops->cast_f16_f32(st, n, x, y);
+    down(hy, y, n);
+    ops->free(be, x);
+    ops->free(be, y);
+}
+
+/* Value of a half bit pattern, decoded from the definition (for the reference rounding). */
+static double half_value(uint16_t h)
+{
+    const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    const double v = e == 31 ? (m ? NAN : INFINITY) : e ? ldexp(1024 + m, e - 25) : ldexp(m, -24);
+    return (h & 0x8000) ? -v : v;
+}
+
+/* Nearest half to a finite float below 65520 in magnitude, ties to even: a search over the patterns. */
+static uint16_t half_nearest(float f)
+{
+    const double a = fabs((double)f);
+    unsigned lo = 0, hi = 0x7bff;
+    while (lo < hi) { /* largest pattern with value <= a */
+        const unsigned mid = (lo + hi + 1) / 2;
+        if (half_value((uint16_t)mid) <= a)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    unsigned pick = lo;
+    if (lo < 0x7bff || a > half_value(0x7bff)) {
+        const double dl = a - half_value((uint16_t)lo), du = half_value((uint16_t)(lo + 1)) - a;
+        if (du < dl || (du == dl && (lo & 1)))
+            pick = lo + 1;
+    }
+    return (uint16_t)(pick | (signbit(f) ? 0x8000u : 0u));
+}
+
+static void test_casts(void)
+{
+    printf("casts\n");
+    const struct {
+        uint32_t f;
+        uint16_t h;
+    } kh[] = {
+        {0x3f800000u, 0x3c00}, /* 1.0 */
+        {0xc0200000u, 0xc100}, /* -2.5 */
+        {0x477fe000u, 0x7bff}, /* 65504, the largest half */
+        {0x477fefffu, 0x7bff}, /* just below 65520 */
+        {0x477ff000u, 0x7c00}, /* 65520 rounds (tie, to even) to Inf */
+        {0x7f7fffffu, 0x7c00}, /* FLT_MAX overflows */
+        {0x7f800000u, 0x7c00}, /* Inf */
+        {0xff800000u, 0xfc00}, /* -Inf */
+        {0x33800000u, 0x0001}, /* 2^-24, the smallest subnormal */
+        {0x33000000u, 0x0000}, /* 2^-25: tie between 0 and 2^-24, to even 0 */
+        {0x33000001u, 0x0001}, /* just above the tie */
+        {0x33c00000u, 0x0002}, /* 3 * 2^-25: tie between 1 and 2 units, to even 2 */
+        {0x34200000u, 0x0002}, /* 5 * 2^-25: tie between 2 and 3 units, to even 2 */
+        {0x34400000u, 0x0003}, /* 3 * 2^-24, exact */
+        {0x387fc000u, 0x03ff}, /* the largest subnormal */
+        {0x38800000u, 0x0400}, /* 2^-14, the smallest normal */
+        {0x3f801000u, 0x3c00}, /* 1 + 2^-11: tie, to even 1.0 */
+        {0x3f803000u, 0x3c02}, /* 1 + 3 * 2^-11: tie, to even */
+        {0x3dcccccdu, 0x2e66}, /* 0.1 */
+        {0x80000000u, 0x8000}, /* -0 */
+    };
+    const size_t nk = RT_ARRAY_LEN(kh);
+    float fx[RT_ARRAY_LEN(kh) + 1];
+    uint16_t got[RT_ARRAY_LEN(kh) + 1];
+    for (size_t i = 0; i < nk; i++)
+        fx[i] = bitsf(kh[i].f);
+    fx[nk] = NAN;
+    cast_f32_f16(fx, got, nk + 1);
+    for (size_t i = 0; i < nk; i++)
+        CHECKF(got[i] == kh[i].h, "cast_f32_f16(%a = 0x%08x) = 0x%04x, want 0x%04x", (double)fx[i], kh[i].f,
+               got[i], kh[i].h);
+    CHECKF((got[nk] & 0x7c00) == 0x7c00 && (got[nk] & 0x3ff), "cast_f32_f16(NaN) = 0x%04x, not a NaN", got[nk]);
+
+    /* every half pattern decodes to its value and encodes back to itself */
+    uint16_t *all = malloc(65536 * 2), *back = malloc(65536 * 2);
+    float *vals = host_floats(65536);
+    for (uint32_t i = 0; i < 65536; i++)
+        all[i] = (uint16_t)i;
+    cast_f16_f32(all, vals, 65536);
+    size_t bad = 0;
+    for (uint32_t i = 0; i < 65536; i++) {
+        const int is_nan = (i & 0x7c00) == 0x7c00 && (i & 0x3ff);
+        const int ok = is_nan ? isnan(vals[i])
+                              : (double)vals[i] == half_value((uint16_t)i) &&
+                                    (signbit(vals[i]) != 0) == ((i & 0x8000) != 0);
+        if (!ok && bad++ < 5)
+            fprintf(stderr, "  cast_f16_f32(0x%04x) = %a, want %a\n", i, (double)vals[i], half_value((uint16_t)i));
+    }
+    CHECKF(bad == 0, "cast_f16_f32: %zu of 65536 patterns decode wrongly", bad);
+    cast_f32_f16(vals, back, 65536);
+    bad = 0;
+    for (uint32_t i = 0; i < 65536; i++) {
+        const int is_nan = (i & 0x7c00) == 0x7c00 && (i & 0x3ff);
+        const int ok = is_nan ? ((back[i] & 0x7c00) == 0x7c00 && (back[i] & 0x3ff)) : back[i] == i;
+        if (!ok && bad++ < 5)
+            fprintf(stderr, "  f16 0x%04x -> f32 -> f16 0x%04x\n", i, back[i]);
+    }
+    CHECKF(bad == 0, "f16 -> f32 -> f16: %zu of 65536 patterns do not round-trip", bad);
+
+    /* random floats over the whole half range against the nearest-half search */
+    const size_t nr = 20000;
+    float *rx = host_floats(nr);
+    uint16_t *ry = malloc(nr * 2);
+    for (size_t i = 0; i < nr; i++) {
+        /* uniform exponent from 2^-27 to 2^16, random mantissa bits and sign */
+        const uint32_t e = 100 + rt_rng_below(&rng, 43), mant = rt_rng_u32(&rng) & 0x7fffffu;
+        rx[i] = bitsf((rt_rng_u32(&rng) & 0x80000000u) | e << 23 | mant);
+        if (fabsf(rx[i]) >= 65520.0f)
+            rx[i] = 65519.0f;
+    }
+    cast_f32_f16(rx, ry, nr);
+    bad = 0;
+    for (size_t i = 0; i < nr; i++) {
+        const uint16_t want = half_nearest(rx[i]);
+        if (ry[i] != want && bad++ < 5)
+            fprintf(stderr, "  cast_f32_f16(%a) = 0x%04x, want 0x%04x\n", (double)rx[i], ry[i], want);
+    }
+    CHECKF(bad == 0, "cast_f32_f16: %zu of %zu random floats not rounded to the nearest half (ties even)", bad,
+           nr);
+
+    /* bf16 */
+    const struct {
+        uint32_t f;
+        uint16_t b;
+    } kb[] = {
+        {0x3f800000u, 0x3f80}, /* 1.0 */
+        {0xc0200000u, 0xc020}, /* -2.5 */
+        {0x3f808000u, 0x3f80}, /* tie between 0x3f80 and 0x3f81: to even */
+        {0x3f818000u, 0x3f82}, /* tie between 0x3f81 and 0x3f82: to even */
+        {0x3f808001u, 0x3f81}, /* above the tie */
+        {0x3f807fffu, 0x3f80}, /* below the tie */
+        {0x7f7fffffu, 0x7f80}, /* FLT_MAX rounds to Inf */
+        {0xff800000u, 0xff80}, /* -Inf */
+        {0x00000001u, 0x0000}, /* the smallest float subnormal rounds to 0 */
+        {0x00018000u, 0x0002}, /* subnormal tie, to even */
+    };
+    const size_t nb = RT_ARRAY_LEN(kb);
+    float bx[RT_ARRAY_LEN(kb) + 2];
+    uint16_t by[RT_ARRAY_LEN(kb) + 2];
+    for (size_t i = 0; i < nb; i++)
+        bx[i] = bitsf(kb[i].f);
+    bx[nb] = NAN;
+    bx[nb + 1] = bitsf(0x7f800001u); /* signalling NaN with a low payload: must not become Inf */
+    float *x = dev_floats(nb + 2), *yf = dev_floats(nb + 2);
+    uint16_t *y = dev_alloc((nb + 2) * 2);
+    up(x, bx, nb + 2);
+    ops->cast_f32_bf16(st, nb + 2, x, y);
+    ops->download(st, by, y, (nb + 2) * 2);
+    for (size_t i = 0; i < nb; i++)
+        CHECKF(by[i] == kb[i].b, "cast_f32_bf16(0x%08x) = 0x%04x, want 0x%04x", kb[i].f, by[i], kb[i].b);
+    for (size_t i = nb; i < nb + 2; i++)
+        CHECKF((by[i] & 0x7f80) == 0x7f80 && (by[i] & 0x7f), "cast_f32_bf16(NaN 0x%08x) = 0x%04x, not a NaN",
+               fbits(bx[i]), by[i]);
+    ops->cast_bf16_f32(st, nb + 2, y, yf);
+    float bf[RT_ARRAY_LEN(kb) + 2];
+    down(bf, yf, nb + 2);
+    for (size_t i = 0; i < nb; i++)
+        CHECKF(fbits(bf[i]) == (uint32_t)kb[i].b << 16, "cast_bf16_f32(0x%04x) = 0x%08x", kb[i].b, fbits(bf[i]));
+    CHECK(isnan(bf[nb]) && isnan(bf[nb + 1]));
+
+    ops->free(be, x);
+    ops->free(be, yf);
+    ops->free(be, y);
+    free(all);
+    free(back);
+    free(vals);
+    free(rx);
+    free(ry);
+}
+
+/* ---- optimizers --------------------------------------------------------------------- */
+
+struct sgd_case {
+    const char *name;
+    double lr, momentum, dampening, wd;
+    int nesterov;
+};
+
+static void test_sgd(void)
+{
+    printf("sgd (3 steps against torch.optim.SGD's formulas in double)\n");
+    const struct sgd_case cases[] = {
+        {"sgd momentum", 0.1, 0.9, 0.0, 0.0, 0},
+        {"sgd momentum+dampening+wd", 0.1, 0.9, 0.1, 5e-4, 0},
+        {"sgd nesterov+wd", 0.05, 0.9, 0.0, 1e-4, 1},
+        {"sgd no momentum+wd", 0.1, 0.0, 0.0, 1e-2, 0},
+    };
+    const size_t n = 40000; /* parallel: above the single-thread cut-off */
+    float *hp = host_floats(n), *hg = host_floats(n), *out = host_floats(n);
+    double *rp = host_doubles(n), *rb = host_doubles(n);
+    float *p = dev_floats(n), *g = dev_floats(n), *buf = dev_floats(n);
+    for (size_t c = 0; c < RT_ARRAY_LEN(cases); c++) {
+        const struct sgd_case *k = &cases[c];
+        fill_normal(hp, n, 0.0f, 1.0f);
+        for (size_t i = 0; i < n; i++)
+            rp[i] = hp[i];
+        up(p, hp, n);
+        fill_nan(buf, n); /* the first step must not read the buffer */
+        for (int step = 1; step <= 3; step++) {
+            fill_normal(hg, n, 0.0f, 1.0f);
+            up(g, hg, n);
+            ops->sgd_update(st, n, p, g, k->momentum != 0.0 ? buf : NULL, (float)k->lr, (float)k->momentum,
+                            (float)k->dampening, (float)k->wd, k->nesterov, step == 1);
+            for (size_t i = 0; i < n; i++) {
+                double gi = hg[i] + k->wd * rp[i];
+                if (k->momentum != 0.0) {
+                    rb[i] = step == 1 ? gi : k->momentum * rb[i] + (1.0 - k->dampening) * gi;
+                    gi = k->nesterov ? gi + k->momentum * rb[i] : rb[i];
+                }
+                rp[i] -= k->lr * gi;
+            }
+        }
+        char name[96];
+        snprintf(name, sizeof(name), "%s: param", k->name);
+        down(out, p, n);
+        expect_close(name, out, rp, n, 1e-6, 1e-6);
+        if (k->momentum != 0.0) {
+            snprintf(name, sizeof(name), "%s: momentum_buffer", k->name);
+            down(out, buf, n);
+            expect_close(name, out, rb, n, 1e-6, 1e-6);
+        }
+    }
+    ops->free(be, p);
+    ops->free(be, g);
+    ops->free(be, buf);
+    free(hp);
+    free(hg);
+    free(out);
+    free(rp);
+    free(rb);
+}
+
+struct adam_case {
+    const char *name;
+    double lr, b1, b2, eps, wd;
+    int decoupled;
+};
+
+static void test_adam(void)
+{
+    printf("adam / adamw (3 steps against torch.optim's formulas in double)\n");
+    const struct adam_case cases[] = {
+        {"adam", 1e-3, 0.9, 0.999, 1e-8, 0.0, 0},
+        {"adam wd", 1e-3, 0.9, 0.999, 1e-8, 1e-2, 0},
+        {"adamw wd", 1e-3, 0.9, 0.999, 1e-8, 1e-2, 1},
+        {"adamw beta1 0.3 beta2 0.99", 2e-2, 0.3, 0.99, 1e-6, 0.1, 1},
+    };
+    const size_t n = 40000;
+    float *hp = host_floats(n), *hg = host_floats(n), *out = host_floats(n);
+    double *rp = host_doubles(n), *rm = host_doubles(n), *rv = host_doubles(n);
+    float *p = dev_floats(n), *g = dev_floats(n), *m = dev_floats(n), *v = dev_floats(n);
+    for (size_t c = 0; c < RT_ARRAY_LEN(cases); c++) {
+        const struct adam_case *k = &cases[c];
+        fill_normal(hp, n, 0.0f, 1.0f);
+        for (size_t i = 0; i < n; i++) {
+            rp[i] = hp[i];
+            rm[i] = rv[i] = 0.0;
+        }
+        up(p, hp, n);
+        ops->zero(st, m, n * sizeof(float));
+        ops->zero(st, v, n * sizeof(float));
+        for (int step = 1; step <= 3; step++) {
+            fill_normal(hg, n, 0.0f, 1.0f);
+            /* a tenth of the gradients near eps, where a missing or misplaced eps shows */
+            for (size_t i = 0; i < n; i += 10)
+                hg[i] *= (float)(k->eps * 3.0);
+            up(g, hg, n);
+            ops->adam_update(st, n, p, g, m, v, (float)k->lr, (float)k->b1, (float)k->b2, (float)k->eps,
+                             (float)k->wd, k->decoupled, step);
+            const double bc1 = 1.0 - pow(k->b1, step), bc2 = 1.0 - pow(k->b2, step);
+            for (size_t i = 0; i < n; i++) {
+                double gi = hg[i];
+                if (k->decoupled)
+                    rp[i] *= 1.0 - k->lr * k->wd;
+                else
+                    gi += k->wd * rp[i];
+                rm[i] = k->b1 * rm[i] + (1.0 - k->b1) * gi;
+                rv[i] = k->b2 * rv[i] + (1.0 - k->b2) * gi * gi;
+                rp[i] -= k->lr / bc1 * rm[i] / (sqrt(rv[i]) / sqrt(bc2) + k->eps);
+            }
+        }
+        char name[96];
+        snprintf(name, sizeof(name), "%s: param", k->name);
+        down(out, p, n);
+        expect_close(name, out, rp, n, 1e-7, 1e-6);
+        snprintf(name, sizeof(name), "%s: exp_avg", k->name);
+        down(out, m, n);
+        /* m is a difference of O(1) gradients: its error is absolute, on the gradients' scale */
+        expect_close(name, out, rm, n, 2e-7, 1e-6);
+        snprintf(name, sizeof(name), "%s: exp_avg_sq", k->name);
+        down(out, v, n);
+        expect_close(name, out, rv, n, 1e-20, 2e-6);
+    }
+    ops->free(be, p);
+    ops->free(be, g);
+    ops->free(be, m);
+    ops->free(be, v);
+    free(hp);
+    free(hg);
+    free(out);
+    free(rp);
+    free(rm);
+    free(rv);
+}
+
+int main(void)
+{
+    printf("test_ops_elem: seed %llu, 2 threads\n", (unsigned long long)SEED);
+    rt_rng_init(&rng, SEED, 0);
+    int rc = rt_backend_create(&(struct rt_backend_opts){.kind = RT_BACKEND_CPU, .threads = 2}, &be);
+    if (rc < 0) {
+        fprintf(stderr, "cpu backend: %s\n", rt_errmsg());
+        return 1;
+    }
+    ops = rt_backend_ops(be);
+    st = rt_backend_stream(be);
+
+    test_input_u8();
+    test_bn_forward();
+    test_bn_backward();
+    test_relu();
+    test_gelu();
+    test_dropout();
+    test_blas1();
+    test_xent();
+    test_reductions();
+    test_casts();
+    test_sgd();
+    test_adam();
+
+    rt_backend_destroy(be);
+    return check_result();
+}
