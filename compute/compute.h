@@ -197,9 +197,11 @@ struct rt_ops {
     void (*gelu_fwd)(struct rt_stream *s, size_t n, const float *x, float *y);
     void (*gelu_bwd)(struct rt_stream *s, size_t n, const float *x, const float *dy, float beta, float *dx);
     /*
-     * Inverted dropout with probability p: element i is kept iff the Philox
-     * draw for (seed, offset + i) is >= p, and scaled by 1/(1-p). Backward
-     * regenerates the mask from (seed, offset): no mask is stored.
+     * Inverted dropout with probability p: element e = offset + i is kept
+     * iff u >= p, and scaled by 1/(1-p), where u = (w >> 8) * 2^-24 and w is
+     * word e % 4 of rt_philox4x32(key = {seed lo, seed hi}, counter =
+     * {e/4 lo, e/4 hi, 0, 0x64726f70}). Every backend draws the same masks;
+     * backward regenerates them from (seed, offset): no mask is stored.
      */
     void (*dropout_fwd)(struct rt_stream *s, size_t n, float p, uint64_t seed, uint64_t offset, const float *x,
                         float *y);
@@ -233,8 +235,9 @@ struct rt_ops {
     void (*cast_bf16_f32)(struct rt_stream *s, size_t n, const uint16_t *x, float *y);
 
     /*
-     * Optimizer updates over n parameters, PyTorch's torch.optim semantics
-     * exactly (same order of operations). `step` counts from 1.
+     * Optimizer updates over n parameters, torch.optim's semantics exactly
+     * (PyTorch 1.13 as Debian 12 ships it: same order of operations and
+     * fused multiply-adds, so results match bit for bit). `step` counts from 1.
      * SGD: g' = g + wd p; buf = first ? g' : momentum buf + (1 - dampening) g';
      *      d = nesterov ? g' + momentum buf : buf (momentum 0: d = g', no buf);
      *      p -= lr d.

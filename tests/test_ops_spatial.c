@@ -127,6 +127,8 @@ static void compare(const char *op, const char *shape, const char *what, const f
     size_t bad = 0;
     for (size_t i = 0; i < n; i++) {
         double err = fabs((double)got[i] - want[i]);
+        if (isnan(want[i]) && isnan(got[i]))
+            continue; /* a NaN that must propagate did */
         if (!(err <= tol)) {
             if (bad < 5)
                 fprintf(stderr, "  %s %s %s[%zu]: got %.8g want %.8g (|diff| %.3g > tol %.3g)\n", op, shape, what,
@@ -399,7 +401,7 @@ static void test_conv(void)
         {3, 5, 1, 1, 4, 3, 3, 1, 1, 0},      /* 3x3 on 1x1: all but the centre is padding */
         {2, 2, 2, 2, 3, 7, 7, 1, 3, 1},      /* kernel columns that see only padding */
         {2, 3, 4, 4, 2, 5, 5, 1, 2, 0},      /* 5x5 same padding */
-        {20, 64, 16, 16, 8, 3, 3, 1, 1, 1},  /* two chunks of whole images (8 MB of columns each) */
+        {20, 64, 16, 16, 2, 3, 3, 1, 1, 1},  /* two chunks of whole images (8 MB of columns each) */
         {3, 4, 2, 2, 5, 3, 3, 2, 1, 1},      /* 2x2 -> 1x1 stride 2: four of nine taps see input */
         {2, 3, 10, 11, 4, 5, 5, 3, 2, 1},    /* stride 3: nine phases */
         {2, 2, 7, 6, 3, 1, 1, 3, 1, 0},      /* 1x1 kernel, stride 3, padding: outputs that see only padding */
@@ -422,7 +424,11 @@ struct pool_ctx {
     float *dx_, *dy_;  /* device */
 };
 
-/* Window (oy, ox) of plane p: the first maximum in row-major order for max, the sum / (kh*kw) for avg. */
+/*
+ * Window (oy, ox) of plane p: for max, PyTorch's rule (the first maximum in
+ * row-major order, a NaN replacing whatever came before); for avg, the sum /
+ * (kh*kw).
+ */
 static void pool_ref_fwd(const struct rt_pool_desc *d, enum pool_kind kind, const float *x, double *y,
                          size_t *argmax)
 {
@@ -439,7 +445,7 @@ static void pool_ref_fwd(const struct rt_pool_desc *d, enum pool_kind kind, cons
                             continue;
                         size_t i = p * hw + (size_t)iy * d->in.w + ix;
                         sum += x[i];
-                        if (bi == SIZE_MAX || x[i] > best) {
+                        if (bi == SIZE_MAX || x[i] > best || isnan(x[i])) {
                             best = x[i];
                             bi = i;
                         }
@@ -495,7 +501,8 @@ static void pool_bwd(struct pool_ctx *c, const float *g, float beta, float *gx)
 /*
  * x layouts: 0 distinct values 0.05 apart in random order (no ties, and a
  * finite-difference step cannot reorder them), 1 all equal (ties: the first
- * element of each window wins), 2 all negative (padding must never win).
+ * element of each window wins), 2 all negative (padding must never win), 3
+ * as 0 with every 7th element NaN (it must propagate, and take the gradient).
  */
 static void test_pool_case(enum pool_kind kind, struct rt_shape4 in, int kh, int kw, int stride, int pad, int xmode,
                            uint64_t stream)
@@ -505,7 +512,7 @@ static void test_pool_case(enum pool_kind kind, struct rt_shape4 in, int kh, int
     CHECK_OK(rt_pool_desc_init(&c.d));
     c.ys = (struct rt_shape4){in.n, in.c, c.d.oh, c.d.ow};
     const char *op = kind == POOL_MAX ? "maxpool" : "avgpool";
-    static const char *const modes[] = {"distinct", "all equal", "all negative"};
+    static const char *const modes[] = {"distinct", "all equal", "all negative", "with NaNs"};
     char shape[160], name[64];
     snprintf(shape, sizeof(shape), "x(%d,%d,%d,%d) window %dx%d stride %d pad %d, x %s -> y(%d,%d,%d,%d)", in.n, in.c,
              in.h, in.w, kh, kw, stride, pad, modes[xmode], in.n, in.c, c.d.oh, c.d.ow);
@@ -516,7 +523,7 @@ static void test_pool_case(enum pool_kind kind, struct rt_shape4 in, int kh, int
     c.x = xmalloc(nx * sizeof(float));
     c.r = xmalloc(ny * sizeof(float));
     c.y = xmalloc(ny * sizeof(float));
-    if (xmode == 0) {
+    if (xmode == 0 || xmode == 3) {
         for (size_t i = 0; i < nx; i++)
             c.x[i] = 0.05f * ((float)i - (float)nx / 2);
         for (size_t i = nx - 1; i > 0; i--) {
@@ -525,6 +532,8 @@ static void test_pool_case(enum pool_kind kind, struct rt_shape4 in, int kh, int
             c.x[i] = c.x[j];
             c.x[j] = t;
         }
+        for (size_t i = 3; xmode == 3 && i < nx; i += 7)
+            c.x[i] = NAN;
     } else if (xmode == 1) {
         fill_value(c.x, nx, 0.25f);
     } else {
@@ -560,8 +569,11 @@ static void test_pool_case(enum pool_kind kind, struct rt_shape4 in, int kh, int
     compare(name, shape, "dx", hx, want, nx, REF_ATOL, REF_RTOL);
     free(want);
 
-    /* Max pooling has a derivative only where a step cannot reorder a window: distinct, spaced x. */
-    if (kind == POOL_AVG || xmode == 0) {
+    /*
+     * Max pooling has a derivative only where a step cannot reorder a window
+     * (distinct, spaced x); with NaNs in x the loss itself is NaN.
+     */
+    if (xmode == 0 || (kind == POOL_AVG && xmode != 3)) {
         snprintf(name, sizeof(name), "%s_bwd", op);
         check_fd(name, shape, "dx", c.x, nx, dxref, pool_loss, &c, nx + ny);
     }
@@ -597,7 +609,7 @@ static void test_pool(void)
     uint64_t stream = 200;
     for (size_t i = 0; i < RT_ARRAY_LEN(cases); i++)
         for (int kind = POOL_MAX; kind <= POOL_AVG; kind++)
-            for (int xmode = 0; xmode < 3; xmode++)
+            for (int xmode = 0; xmode < 4; xmode++)
                 test_pool_case((enum pool_kind)kind, cases[i].in, cases[i].kh, cases[i].kw, cases[i].stride,
                                cases[i].pad, xmode, stream++);
 

@@ -15,16 +15,25 @@
  * are processed in chunks of whole output rows so one chunk of col lives in
  * the backend's scratch buffer and stays in cache between im2col and the
  * GEMM; a 1x1 stride-1 unpadded convolution needs no columns at all (x is
- * already col).
+ * already col). A chunk is about 8 MB of columns (at least 512 of them),
+ * whole images when they fit.
  *
- * Two things keep im2col and col2im a small share of the time on the small
- * planes of CIFAR-sized networks (8x8 down to 1x1), where a row of col is a
- * handful of floats: the chunk's input planes are first copied into a
- * zero-bordered buffer, so every row of col is one plain copy (of a size
- * known at compile time for the common widths) with no edge cases; and
- * kernel taps that can only ever see padding (all but the centre of a 3x3
- * kernel on a 1x1 input) are dropped from K, with W packed to match, since
- * their columns are all zero.
+ * Three things keep im2col and col2im a small share of the time, also on the
+ * small planes of CIFAR-sized networks (8x8 down to 1x1) where a row of col
+ * is a handful of floats:
+ *  - with padding or a stride, the chunk's input is first staged: copied
+ *    into zero-bordered planes split by stride phase (conv_stage), so that
+ *    every row of col is a plain copy of consecutive floats with no edge
+ *    cases, and the strided, bordered work is done once per input element
+ *    instead of kh*kw times;
+ *  - rows are copied in blocks (runs of images x rows) with the common
+ *    widths as compile-time constants, so per-row overhead does not
+ *    dominate;
+ *  - kernel taps that can only ever see padding (all but the centre of a
+ *    3x3 kernel on a 1x1 input) are dropped from K, with W packed to match,
+ *    since their columns would be all zero (the one difference from
+ *    PyTorch: a NaN or Inf in a dropped weight does not reach y); a
+ *    convolution left with one tap that reads x in place needs no columns.
  *
  * OpenBLAS threads the GEMMs; im2col, col2im and the bias loops are OpenMP
  * loops with static schedules in which each output element is written by one

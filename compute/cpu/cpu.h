@@ -29,9 +29,9 @@ struct rt_backend {
 
 /*
  * Returns at least `bytes` of 64-byte aligned scratch owned by the stream's
- * backend, growing it when needed (contents are not kept). NULL only when
- * memory is exhausted (the kernel then aborts with a message: there is no
- * way to report an error from an op, and a half-done op is worse).
+ * backend, growing it when needed (contents are not kept). Never returns
+ * NULL: when memory is exhausted it prints the size and aborts, since an op
+ * cannot report an error and a half-done op is worse.
  */
 float *rt_cpu_scratch(struct rt_stream *s, size_t bytes);
 

@@ -260,12 +260,21 @@ static void pool_max2x2s2_bwd_store(const float *plane, int h, int w, int oh, in
     for (int oy = 0; oy < oh; oy++) {
         const float *r0 = plane + (size_t)(2 * oy) * w, *r1 = r0 + w;
         float *d0 = out + (size_t)(2 * oy) * w, *d1 = d0 + w;
+        /* selects, not branches: which of the four wins is unpredictable */
         for (int ox = 0; ox < ow; ox++) {
-            const float v[4] = {r0[2 * ox], r0[2 * ox + 1], r1[2 * ox], r1[2 * ox + 1]};
-            int best = 0;
-            for (int k = 1; k < 4; k++)
-                if (v[k] > v[best] || isnan(v[k]))
-                    best = k;
+            float m = r0[2 * ox], v;
+            int best = 0, t;
+            v = r0[2 * ox + 1];
+            t = v > m || isnan(v);
+            m = t ? v : m;
+            best = t ? 1 : best;
+            v = r1[2 * ox];
+            t = v > m || isnan(v);
+            m = t ? v : m;
+            best = t ? 2 : best;
+            v = r1[2 * ox + 1];
+            t = v > m || isnan(v);
+            best = t ? 3 : best;
             const float gv = g[(size_t)oy * ow + ox];
             d0[2 * ox] = best == 0 ? gv : 0.0f;
             d0[2 * ox + 1] = best == 1 ? gv : 0.0f;
