@@ -91,47 +91,6 @@ static int parse_workers(const char *s, struct lb_config *c)
     return c->nruns ? 0 : cli_usage_error("loadbench", "--workers needs a value");
 }
 
-static int parse_aug(const char *s, struct rt_aug *a)
-{
-    char buf[256], *save = NULL;
-    memset(a, 0, sizeof(*a));
-    if (!strcmp(s, "none"))
-        return 0;
-    snprintf(buf, sizeof(buf), "%s", s);
-    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (!strncmp(tok, "crop", 4) && (tok[4] == 0 || tok[4] == '=')) {
-            a->pad = 4;
-            if (tok[4] == '=') {
-                char *end;
-                long v = strtol(tok + 5, &end, 10);
-                if (*end || v < 0 || v > 4096)
-                    return cli_usage_error("loadbench", "crop=PAD needs a padding in pixels, not '%s'", tok + 5);
-                a->pad = (uint32_t)v;
-            }
-        } else if (!strcmp(tok, "reflect")) {
-            a->pad_mode = RT_PAD_REFLECT;
-        } else if (!strcmp(tok, "flip")) {
-            a->flip = RT_FLIP_RANDOM;
-        } else if (!strcmp(tok, "alternate-flip")) {
-            a->flip = RT_FLIP_ALTERNATE;
-        } else {
-            return cli_usage_error("loadbench", "--aug: unknown '%s' (crop[=PAD], reflect, flip, alternate-flip, none)",
-                                   tok);
-        }
-    }
-    return 0;
-}
-
-static void aug_describe(const struct rt_aug *a, char *buf, size_t len)
-{
-    const char *flip = a->flip == RT_FLIP_RANDOM ? "flip" : a->flip == RT_FLIP_ALTERNATE ? "alternating flip" : NULL;
-    if (a->pad)
-        snprintf(buf, len, "crop %" PRIu32 " %s-pad%s%s", a->pad, a->pad_mode == RT_PAD_REFLECT ? "reflect" : "zero",
-                 flip ? " + " : "", flip ? flip : "");
-    else
-        snprintf(buf, len, "%s", flip ? flip : "none");
-}
-
 /* One loader run at a given worker count. Returns 0 or a CLI exit code. */
 static int run_once(const struct lb_config *c, const struct rt_dataset *ds, int workers, struct lb_result *r)
 {
@@ -436,7 +395,7 @@ int cmd_loadbench(int argc, char **argv)
         return cli_usage_error("loadbench", "--rank must be below --world");
     c.data = argv[optind];
     const int train = c.lo.split == RT_SPLIT_TRAIN;
-    if (parse_aug(aug ? aug : train ? "crop,flip" : "none", &c.lo.aug))
+    if (cli_parse_aug("loadbench", aug ? aug : train ? "crop,flip" : "none", &c.lo.aug))
         return RT_EXIT_USAGE;
     if (last && strcmp(last, "drop") && strcmp(last, "pad"))
         return cli_usage_error("loadbench", "--last must be drop or pad");
@@ -451,7 +410,7 @@ int cmd_loadbench(int argc, char **argv)
         return cli_fail();
     const struct rt_dataset_info *info = rt_dataset_info(ds);
     char augs[128];
-    aug_describe(&c.lo.aug, augs, sizeof(augs));
+    cli_aug_describe(&c.lo.aug, augs, sizeof(augs));
     printf("loadbench: %s (%s split, %" PRIu64 " records, %" PRIu32 "x%" PRIu32 "x%" PRIu32 ", %s codec), batch %" PRIu32
            ", %" PRIu64 " epoch%s, shuffle %s, last batch %s, aug %s, rank %" PRIu32 "/%" PRIu32 ", %d CPUs\n",
            c.data, rt_split_name(c.lo.split), info->split[c.lo.split].records, info->channels, info->height,

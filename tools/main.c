@@ -2,12 +2,15 @@
  * main.c - the `ringtrain` command: dispatches to a subcommand and prints the
  * overall help. Each subcommand lives in its own cmd_*.c file.
  */
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "common/common.h"
+#include "loader/loader.h"
 #include "tools/cli.h"
 
 struct subcommand {
@@ -22,6 +25,8 @@ static const struct subcommand subcommands[] = {
     {"verify", cmd_verify, "check every shard of a packed dataset against its manifest and checksums"},
     {"inspect", cmd_inspect, "print a packed dataset's summary, or one record (and write it as an image)"},
     {"loadbench", cmd_loadbench, "run the loader and ring with no compute: images/s, stage shares, verdict"},
+    {"train", cmd_train, "train a model (mnist-net, resnet18, resnet9, wrn-D-K) on a packed dataset"},
+    {"eval", cmd_eval, "loss and accuracy of a checkpoint on a dataset's test split"},
     {"stage", cmd_stage, "copy a packed dataset to node-local storage, checksummed and resumable"},
     {"version", cmd_version, "print the version, backends and library versions"},
 };
@@ -33,7 +38,7 @@ static void print_help(FILE *f)
         fprintf(f, "  %-10s %s\n", subcommands[i].name, subcommands[i].summary);
     fprintf(f, "\n`ringtrain <command> --help` describes each command's options.\n"
                "Quick start: ringtrain synth --out data/src && ringtrain pack data/src --out data/cifar10 &&\n"
-               "             ringtrain verify data/cifar10 && ringtrain loadbench data/cifar10\n");
+               "             ringtrain verify data/cifar10 && ringtrain train --data data/cifar10\n");
 }
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)
@@ -65,8 +70,70 @@ int cli_fail(void)
     return RT_EXIT_FAIL;
 }
 
+int cli_parse_aug(const char *cmd, const char *s, struct rt_aug *a)
+{
+    char buf[256], *save = NULL;
+    memset(a, 0, sizeof(*a));
+    if (!strcmp(s, "none"))
+        return 0;
+    snprintf(buf, sizeof(buf), "%s", s);
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        if (!strncmp(tok, "crop", 4) && (tok[4] == 0 || tok[4] == '=')) {
+            a->pad = 4;
+            if (tok[4] == '=') {
+                char *end;
+                long v = strtol(tok + 5, &end, 10);
+                if (*end || v < 0 || v > 4096)
+                    return cli_usage_error(cmd, "crop=PAD needs a padding in pixels, not '%s'", tok + 5);
+                a->pad = (uint32_t)v;
+            }
+        } else if (!strcmp(tok, "reflect")) {
+            a->pad_mode = RT_PAD_REFLECT;
+        } else if (!strcmp(tok, "flip")) {
+            a->flip = RT_FLIP_RANDOM;
+        } else if (!strcmp(tok, "alternate-flip")) {
+            a->flip = RT_FLIP_ALTERNATE;
+        } else {
+            return cli_usage_error(cmd, "--aug: unknown '%s' (crop[=PAD], reflect, flip, alternate-flip, none)",
+                                   tok);
+        }
+    }
+    return 0;
+}
+
+void cli_aug_describe(const struct rt_aug *a, char *buf, size_t len)
+{
+    const char *flip = a->flip == RT_FLIP_RANDOM ? "flip" : a->flip == RT_FLIP_ALTERNATE ? "alternating flip" : NULL;
+    if (a->pad)
+        snprintf(buf, len, "crop %" PRIu32 " %s-pad%s%s", a->pad, a->pad_mode == RT_PAD_REFLECT ? "reflect" : "zero",
+                 flip ? " + " : "", flip ? flip : "");
+    else
+        snprintf(buf, len, "%s", flip ? flip : "none");
+}
+
+/*
+ * The compute threads are one OpenMP team (our kernels and OpenBLAS). By
+ * default libgomp spins idle threads for a while after each parallel region;
+ * when the cores are shared -- the loader's threads, other jobs on a node --
+ * a spinning thread takes the core a working one needs, and on two busy
+ * cores that made training several times slower. libgomp reads its policy
+ * once, before main(), so `train` and `eval` re-execute themselves once
+ * with OMP_WAIT_POLICY=passive unless the user chose a policy.
+ */
+static void set_wait_policy(char **argv)
+{
+    if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") || getenv("RINGTRAIN_REEXEC"))
+        return;
+    setenv("OMP_WAIT_POLICY", "passive", 1);
+    setenv("RINGTRAIN_REEXEC", "1", 1);
+    execv("/proc/self/exe", argv);
+    /* No /proc: carry on with the default policy. */
+}
+
 int main(int argc, char **argv)
 {
+    if (argc >= 2 && (!strcmp(argv[1], "train") || !strcmp(argv[1], "eval")))
+        set_wait_policy(argv);
     if (argc < 2) {
         print_help(stderr);
         return RT_EXIT_USAGE;

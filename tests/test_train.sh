@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# test_train.sh - `ringtrain train` and `ringtrain eval` as a user drives them:
+#   - a short run on a small synthetic dataset reaches a stated accuracy;
+#   - --metrics / --json carry the values the epoch lines print;
+#   - an interrupted run (--steps, and SIGTERM mid-epoch) resumed with
+#     --resume ends with the same weights, bit for bit, as an uninterrupted one;
+#   - the checkpoint is read back by an independent reader (Python, and
+#     PyTorch's load_state_dict(strict=True) when torch is installed);
+#   - eval reproduces the last epoch's accuracy;
+#   - bad input fails clearly and overwrites nothing.
+# Usage: test_train.sh path/to/ringtrain. Exit 0 pass, 1 fail, 77 skip.
+set -u
+RT=${1:?usage: test_train.sh path/to/ringtrain}
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/.." && pwd)
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+fails=0
+pass() { echo "ok   $*"; }
+fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=$(command -v python3 || true)
+
+# Small datasets: MNIST-shaped (1x28x28) and CIFAR-shaped (3x32x32).
+"$RT" synth --format mnist --out "$W/src-mnist" --train 3000 --test 1000 --seed 3 >/dev/null || { echo "synth failed"; exit 1; }
+"$RT" pack "$W/src-mnist" --out "$W/mnist" >/dev/null || { echo "pack failed"; exit 1; }
+"$RT" synth --format cifar10 --out "$W/src-cifar" --train 1024 --test 256 --seed 4 >/dev/null || { echo "synth failed"; exit 1; }
+"$RT" pack "$W/src-cifar" --out "$W/cifar" --val-split 0.25 >/dev/null || { echo "pack failed"; exit 1; }
+
+jfield() { # jfield FILE KEY: KEY of the last JSON line of FILE
+    "$PY" -c 'import json,sys; print(json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])[sys.argv[2]])' "$1" "$2"
+}
+
+# ---- 1. learns: mnist-net on the MNIST-shaped set, 3 epochs ------------------------
+T1=(--data "$W/mnist" --model mnist-net --epochs 3 --batch-size 64 --lr 0.05 --threads 2 --no-progress)
+"$RT" train "${T1[@]}" --metrics "$W/m1.jsonl" --checkpoint-dir "$W/ck1" --json >"$W/t1.out" 2>"$W/t1.err"
+rc=$?
+acc=$(jfield "$W/t1.out" val_acc 2>/dev/null || echo 0)
+if [ $rc -eq 0 ] && "$PY" -c "import sys; sys.exit(0 if float('$acc') >= 0.90 else 1)"; then
+    pass "mnist-net reaches $acc validation accuracy (>= 0.90) in 3 epochs"
+else
+    fail "mnist-net training: rc=$rc val_acc=$acc"; cat "$W/t1.out" "$W/t1.err"
+fi
+grep -q "^ringtrain train: world 1, cpu: 2 threads" "$W/t1.out" && grep -q "model     mnist-net" "$W/t1.out" \
+    && pass "banner names backend, threads and model" || fail "banner: $(head -3 "$W/t1.out")"
+n=$(grep -c '^epoch ' "$W/t1.out")
+[ "$n" -eq 3 ] && pass "one line per epoch" || fail "$n epoch lines"
+if "$PY" - "$W/m1.jsonl" "$W/t1.out" <<'EOF'
+import json, re, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert len(rows) == 3, rows
+for k in ("epoch", "train_loss", "train_acc", "val_loss", "val_acc", "images_per_s", "data_wait_frac", "time_s"):
+    assert all(k in r for r in rows), k
+assert [r["epoch"] for r in rows] == [1, 2, 3]
+lines = [l for l in open(sys.argv[2]) if l.startswith("epoch")]
+for r, l in zip(rows, lines):
+    m = re.search(r"val loss ([0-9.]+) acc +([0-9.]+)%", l)
+    assert abs(float(m.group(1)) - r["val_loss"]) < 1e-3 and abs(float(m.group(2)) - 100 * r["val_acc"]) < 0.01, (l, r)
+s = json.loads([l for l in open(sys.argv[2]) if l.startswith("{")][-1])
+for k in ("images_per_s", "steps", "time_s", "train_loss", "val_acc"):
+    assert k in s, k
+assert s["val_acc"] == rows[-1]["val_acc"] and s["steps"] == 3 * (3000 // 64), s
+EOF
+then pass "metrics JSONL and --json summary match the epoch lines"; else fail "metrics/json"; fi
+
+# ---- 2. eval reproduces the last validation (val = test split here) -------------
+"$RT" eval --data "$W/mnist" --checkpoint "$W/ck1/model.safetensors" --json >"$W/e1.out" 2>&1
+eacc=$(jfield "$W/e1.out" accuracy 2>/dev/null || echo x)
+vacc=$(jfield "$W/t1.out" val_acc 2>/dev/null || echo y)
+"$PY" -c "import sys; sys.exit(0 if abs(float('$eacc') - float('$vacc')) < 1e-6 else 1)" 2>/dev/null \
+    && pass "eval accuracy $eacc equals the last epoch's val accuracy" || { fail "eval $eacc vs train $vacc"; cat "$W/e1.out"; }
+
+# ---- 3. independent readers -------------------------------------------------------
+if "$PY" -c "import torch, torchvision" 2>/dev/null; then
+    if out=$("$PY" "$ROOT/tools/check_checkpoint.py" "$W/ck1/model.safetensors" --expect-model mnist-net 2>&1); then
+        pass "PyTorch load_state_dict(strict=True) accepts the checkpoint: $out"
+    else
+        fail "check_checkpoint.py: $out"
+    fi
+else
+    echo "skip PyTorch read-back (python3-torch not installed)"
+fi
+if "$PY" - "$W/ck1/model.safetensors" <<'EOF'
+import json, struct, sys
+b = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", b[:8])[0]
+h = json.loads(b[8:8 + n])
+meta = h.pop("__metadata__")
+assert meta["model"] == "mnist-net" and meta["num_classes"] == "10", meta
+assert json.loads(meta["input_shape"]) == [1, 28, 28]
+mean, std = json.loads(meta["mean"]), json.loads(meta["std"])
+assert len(mean) == 1 and 0 < mean[0] < 1 and 0 < std[0] < 1, (mean, std)
+names = ["conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias", "fc1.weight", "fc1.bias", "fc2.weight", "fc2.bias"]
+assert list(h) == names, list(h)
+assert h["fc1.weight"]["shape"] == [128, 9216] and h["conv1.weight"]["shape"] == [32, 1, 3, 3]
+end = 0
+for k, v in sorted(h.items(), key=lambda kv: kv[1]["data_offsets"][0]):
+    a, z = v["data_offsets"]
+    assert a == end and v["dtype"] == "F32", (k, v)
+    end = z
+assert 8 + n + end == len(b)
+EOF
+then pass "safetensors header, names, shapes, offsets and metadata read by a plain parser"; else fail "plain safetensors parse"; fi
+
+# ---- 4. resume equals uninterrupted -------------------------------------------------
+same_weights() { # same_weights A B: every tensor byte-equal
+    "$PY" - "$1" "$2" <<'EOF'
+import json, struct, sys
+def load(p):
+    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
+    return {k: b[8 + n + v["data_offsets"][0]: 8 + n + v["data_offsets"][1]] for k, v in h.items()}
+a, b = load(sys.argv[1]), load(sys.argv[2])
+bad = [k for k in a if a[k] != b.get(k)]
+assert set(a) == set(b) and not bad, bad[:5]
+EOF
+}
+T4=(--data "$W/cifar" --model wrn-10-1 --epochs 2 --batch-size 32 --lr 0.05 --threads 2 --no-progress
+    --label-smoothing 0.1 --grad-accum 2 --schedule onecycle --optimizer sgd --nesterov)
+if "$RT" train "${T4[@]}" --checkpoint-dir "$W/full" >"$W/full.out" 2>&1; then
+    "$RT" train "${T4[@]}" --checkpoint-dir "$W/part" --steps 7 >"$W/p1.out" 2>&1
+    rc1=$?
+    "$RT" train "${T4[@]}" --checkpoint-dir "$W/part" --resume >"$W/p2.out" 2>&1
+    rc2=$?
+    if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && grep -q "resuming from" "$W/p2.out" && same_weights "$W/full/model.safetensors" "$W/part/model.safetensors" \
+        && same_weights "$W/full/optimizer.safetensors" "$W/part/optimizer.safetensors"; then
+        pass "stopped at step 7 mid-epoch and resumed: weights and optimizer state bit-identical"
+    else
+        fail "resume after --steps: rc $rc1/$rc2"; tail -n 3 "$W/p1.out" "$W/p2.out"
+    fi
+    # SIGTERM once the first epoch is done: finish the step, save, exit 0.
+    "$RT" train "${T4[@]}" --checkpoint-dir "$W/sig" --metrics "$W/sig.jsonl" >"$W/s1.out" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 600); do [ -s "$W/sig.jsonl" ] && break; sleep 0.1; done
+    sleep 0.3
+    kill -TERM $pid 2>/dev/null
+    wait $pid
+    rc1=$?
+    "$RT" train "${T4[@]}" --checkpoint-dir "$W/sig" --resume >"$W/s2.out" 2>&1
+    rc2=$?
+    if [ $rc1 -eq 0 ] && grep -q "stopped by signal 15" "$W/s1.out" && [ $rc2 -eq 0 ] && same_weights "$W/full/model.safetensors" "$W/sig/model.safetensors"; then
+        pass "SIGTERM mid-run: checkpoint, exit 0, resume gives bit-identical weights"
+    else
+        fail "SIGTERM resume: rc $rc1/$rc2"; tail -n 3 "$W/s1.out" "$W/s2.out"
+    fi
+else
+    fail "uninterrupted wrn-10-1 run"; tail -n 5 "$W/full.out"
+fi
+
+# ---- 5. bad input: clear errors, non-zero exit, nothing overwritten ---------------------
+sum_ck() { cat "$W/ck1"/* | md5sum; }
+before=$(sum_ck)
+"$RT" train --data "$W/mnist" --model resnet50 --no-progress >"$W/b.out" 2>&1
+[ $? -ne 0 ] && grep -q "unknown model 'resnet50'" "$W/b.out" && pass "unknown model" || fail "unknown model: $(cat "$W/b.out")"
+"$RT" train --data "$W/mnist" --model wrn-16-4 --checkpoint-dir "$W/ck1" --resume --no-progress >"$W/b.out" 2>&1
+[ $? -ne 0 ] && grep -q "checkpoint is of mnist-net, not wrn-16-4" "$W/b.out" && pass "resume with another model" \
+    || fail "resume other model: $(cat "$W/b.out")"
+"$RT" eval --data "$W/mnist" --checkpoint "$W/ck1/model.safetensors" --model resnet18 >"$W/b.out" 2>&1
+[ $? -ne 0 ] && grep -q "is a checkpoint of mnist-net, not resnet18" "$W/b.out" && pass "eval with another model" \
+    || fail "eval other model: $(cat "$W/b.out")"
+"$RT" eval --data "$W/cifar" --checkpoint "$W/ck1/model.safetensors" >"$W/b.out" 2>&1
+[ $? -ne 0 ] && grep -q "was trained on 1x28x28" "$W/b.out" && pass "eval on a dataset of another shape" \
+    || fail "eval shape: $(cat "$W/b.out")"
+cp "$W/ck1/model.safetensors" "$W/trunc.safetensors"
+truncate -s -100 "$W/trunc.safetensors"
+"$RT" eval --data "$W/mnist" --checkpoint "$W/trunc.safetensors" >"$W/b.out" 2>&1
+[ $? -ne 0 ] && grep -q "trunc.safetensors" "$W/b.out" && pass "truncated checkpoint: $(grep error "$W/b.out" | head -1)" \
+    || fail "truncated checkpoint: $(cat "$W/b.out")"
+mkdir -p "$W/ck2" && cp "$W/ck1"/* "$W/ck2/" && truncate -s -100 "$W/ck2/model.safetensors"
+before2=$(cat "$W/ck2"/* | md5sum)
+"$RT" train "${T1[@]}" --checkpoint-dir "$W/ck2" --resume >"$W/b.out" 2>&1
+[ $? -ne 0 ] && [ "$(cat "$W/ck2"/* | md5sum)" = "$before2" ] && pass "resume from a corrupt checkpoint fails and changes nothing" \
+    || fail "corrupt resume: $(tail -n 2 "$W/b.out")"
+"$RT" train --data "$W/mnist" --model mnist-net --lr 1e5 --epochs 1 --batch-size 64 --threads 2 --no-progress \
+    --checkpoint-dir "$W/ck3" >"$W/b.out" 2>&1
+rc=$?
+[ $rc -ne 0 ] && grep -Eq "loss became (NaN|infinite) at epoch [0-9]+ step [0-9]+.*first non-finite tensor: [a-z0-9_.]+" "$W/b.out" \
+    && [ ! -e "$W/ck3/model.safetensors" ] && pass "NaN loss names the step and tensor: $(grep -o 'first non-finite tensor: [^.]*\.[^ ]*' "$W/b.out")" \
+    || fail "NaN loss: rc=$rc $(cat "$W/b.out")"
+[ "$(sum_ck)" = "$before" ] && pass "failed runs left the checkpoint untouched" || fail "checkpoint changed by failed runs"
+
+# ---- 6. synthetic data: compute only -------------------------------------------------
+"$RT" train --synthetic-data --model mnist-net --batch-size 32 --steps 5 --threads 2 --json --no-progress >"$W/syn.out" 2>&1
+steps=$(jfield "$W/syn.out" steps 2>/dev/null || echo 0)
+ips=$(jfield "$W/syn.out" images_per_s 2>/dev/null || echo 0)
+[ "$steps" = 5 ] && "$PY" -c "import sys; sys.exit(0 if float('$ips') > 0 else 1)" && pass "--synthetic-data --steps 5: $ips img/s" \
+    || fail "synthetic: $(cat "$W/syn.out")"
+
+[ $fails -eq 0 ] && echo "all train checks passed" || echo "$fails train check(s) failed"
+[ $fails -eq 0 ]

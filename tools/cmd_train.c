@@ -1,0 +1,255 @@
+/*
+ * cmd_train.c - `ringtrain train`: options named as PyTorch users know them,
+ * parsed into struct train_cfg; trainer.c runs the training.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "tools/cli.h"
+#include "tools/trainer.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: ringtrain train --data DIR [options]\n"
+            "Trains an image classifier on a packed dataset (ringtrain pack / synth), reading batches\n"
+            "through the loader's ring, validating each epoch on the val split (the test split if there is none).\n\n"
+            "  --data DIR             packed dataset (omit with --synthetic-data for 3x32x32, 10 classes)\n"
+            "  --model NAME           %s\n"
+            "                         (default mnist-net: the fastest on CPUs; the ResNets for real CIFAR)\n"
+            "  --epochs N             (default 10)\n"
+            "  --batch-size N         per rank (default 128)\n"
+            "  --lr LR                peak learning rate (default 0.1)\n"
+            "  --optimizer NAME       sgd (default), adam, adamw\n"
+            "  --momentum M           SGD momentum (default 0.9)\n"
+            "  --nesterov             Nesterov momentum\n"
+            "  --weight-decay WD      (default 5e-4 for sgd, 0 for adam, 1e-2 for adamw)\n"
+            "  --schedule NAME        constant, step, cosine (default), onecycle\n"
+            "  --warmup-epochs E      linear warm-up (default 0; onecycle: 30%% of the run)\n"
+            "  --step-epochs E        step schedule: decay every E epochs (default 30)\n"
+            "  --gamma G              step schedule: decay factor (default 0.1)\n"
+            "  --label-smoothing EPS  (default 0)\n"
+            "  --grad-accum K         micro-batches per optimizer step (default 1)\n"
+            "  --clip-grad-norm MAX   clip the global gradient norm (default off)\n"
+            "  --seed S               weights, data order, augmentation, dropout (default 0)\n"
+            "  --aug SPEC             crop[=PAD],reflect,flip,alternate-flip or none (default crop,flip for\n"
+            "                         3-channel data, none otherwise)\n"
+            "  --shuffle MODE         exact (default), window, none\n"
+            "  --workers N            loader threads (default 1)\n"
+            "  --threads N            compute threads (default: the CPUs this process may use)\n"
+            "  --target-accuracy A    stop once val accuracy >= A (0..1 or a percentage) ...\n"
+            "  --patience N           ... for N epochs in a row (default 1)\n"
+            "  --checkpoint-dir DIR   save model.safetensors, optimizer.safetensors, state.json each epoch\n"
+            "                         and on SIGTERM/SIGUSR1 (finish the step, save, exit 0)\n"
+            "  --resume               continue from --checkpoint-dir (starts fresh if it holds none)\n"
+            "  --metrics FILE         JSON Lines, one object per epoch\n"
+            "  --synthetic-data       random batches made once on the device: measures compute alone\n"
+            "  --steps N              stop after N optimizer steps\n"
+            "  --no-progress          no progress bar (shown when stderr is a terminal)\n"
+            "  --no-pin               do not mlock the batch ring\n"
+            "  --json                 end with one JSON line summing up the run\n",
+            rt_model_names());
+}
+
+static int parse_float(const char *opt, const char *s, double lo, double hi, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (!*s || *end || errno || !isfinite(v) || v < lo || v > hi)
+        return cli_usage_error("train", "%s needs a number in [%g, %g], got '%s'", opt, lo, hi, s);
+    *out = v;
+    return 0;
+}
+
+int cmd_train(int argc, char **argv)
+{
+    enum {
+        O_DATA = 256, O_MODEL, O_EPOCHS, O_BATCH, O_LR, O_OPT, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPEP,
+        O_GAMMA, O_LS, O_ACCUM, O_CLIP, O_SEED, O_AUG, O_SHUF, O_WORK, O_THR, O_TARGET, O_PAT, O_CKPT, O_RESUME,
+        O_METRICS, O_SYN, O_STEPS, O_NOPROG, O_NOPIN, O_JSON, O_HELP
+    };
+    static const struct option opts[] = {
+        {"data", required_argument, NULL, O_DATA},
+        {"model", required_argument, NULL, O_MODEL},
+        {"epochs", required_argument, NULL, O_EPOCHS},
+        {"batch-size", required_argument, NULL, O_BATCH},
+        {"lr", required_argument, NULL, O_LR},
+        {"optimizer", required_argument, NULL, O_OPT},
+        {"momentum", required_argument, NULL, O_MOM},
+        {"nesterov", no_argument, NULL, O_NEST},
+        {"weight-decay", required_argument, NULL, O_WD},
+        {"schedule", required_argument, NULL, O_SCHED},
+        {"warmup-epochs", required_argument, NULL, O_WARM},
+        {"step-epochs", required_argument, NULL, O_STEPEP},
+        {"gamma", required_argument, NULL, O_GAMMA},
+        {"label-smoothing", required_argument, NULL, O_LS},
+        {"grad-accum", required_argument, NULL, O_ACCUM},
+        {"clip-grad-norm", required_argument, NULL, O_CLIP},
+        {"seed", required_argument, NULL, O_SEED},
+        {"aug", required_argument, NULL, O_AUG},
+        {"shuffle", required_argument, NULL, O_SHUF},
+        {"workers", required_argument, NULL, O_WORK},
+        {"threads", required_argument, NULL, O_THR},
+        {"target-accuracy", required_argument, NULL, O_TARGET},
+        {"patience", required_argument, NULL, O_PAT},
+        {"checkpoint-dir", required_argument, NULL, O_CKPT},
+        {"resume", no_argument, NULL, O_RESUME},
+        {"metrics", required_argument, NULL, O_METRICS},
+        {"synthetic-data", no_argument, NULL, O_SYN},
+        {"steps", required_argument, NULL, O_STEPS},
+        {"no-progress", no_argument, NULL, O_NOPROG},
+        {"no-pin", no_argument, NULL, O_NOPIN},
+        {"json", no_argument, NULL, O_JSON},
+        {"help", no_argument, NULL, O_HELP},
+        {NULL, 0, NULL, 0}};
+    struct train_cfg c = {
+        .model = "mnist-net", .epochs = 10, .batch = 128, .lr = 0.1f, .sched = RT_SCHED_COSINE,
+        .warmup_epochs = -1, .step_epochs = 30, .gamma = 0.1f, .grad_accum = 1, .patience = 1,
+        .syn_c = 3, .syn_h = 32, .syn_w = 32, .syn_classes = 10, .progress = -1, .pin = RT_PIN_ON,
+        .shuffle = RT_SHUFFLE_EXACT,
+        .optim = {.kind = RT_OPT_SGD, .momentum = 0.9f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f},
+    };
+    const char *aug = NULL;
+    double d = 0, wd = -1;
+    uint64_t v;
+    int ch;
+    optind = 1;
+    while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        switch (ch) {
+        case O_DATA: c.data = optarg; break;
+        case O_MODEL: c.model = optarg; break;
+        case O_EPOCHS:
+            if (cli_parse_u64("train", "--epochs", optarg, &c.epochs))
+                return RT_EXIT_USAGE;
+            break;
+        case O_BATCH:
+            if (cli_parse_u64("train", "--batch-size", optarg, &v))
+                return RT_EXIT_USAGE;
+            if (v < 1 || v > 65536)
+                return cli_usage_error("train", "--batch-size must be 1..65536");
+            c.batch = (uint32_t)v;
+            break;
+        case O_LR:
+            if (parse_float("--lr", optarg, 0, 1e6, &d))
+                return RT_EXIT_USAGE;
+            c.lr = (float)d;
+            break;
+        case O_OPT:
+            if (rt_optim_kind_parse(optarg, &c.optim.kind) < 0)
+                return cli_usage_error("train", "%s", rt_errmsg());
+            break;
+        case O_MOM:
+            if (parse_float("--momentum", optarg, 0, 1, &d))
+                return RT_EXIT_USAGE;
+            c.optim.momentum = (float)d;
+            break;
+        case O_NEST: c.optim.nesterov = 1; break;
+        case O_WD:
+            if (parse_float("--weight-decay", optarg, 0, 1e3, &wd))
+                return RT_EXIT_USAGE;
+            break;
+        case O_SCHED:
+            if (rt_sched_kind_parse(optarg, &c.sched) < 0)
+                return cli_usage_error("train", "%s", rt_errmsg());
+            break;
+        case O_WARM:
+            if (parse_float("--warmup-epochs", optarg, 0, 1e6, &c.warmup_epochs))
+                return RT_EXIT_USAGE;
+            break;
+        case O_STEPEP:
+            if (parse_float("--step-epochs", optarg, 1e-6, 1e6, &c.step_epochs))
+                return RT_EXIT_USAGE;
+            break;
+        case O_GAMMA:
+            if (parse_float("--gamma", optarg, 0, 1, &d))
+                return RT_EXIT_USAGE;
+            c.gamma = (float)d;
+            break;
+        case O_LS:
+            if (parse_float("--label-smoothing", optarg, 0, 1, &d))
+                return RT_EXIT_USAGE;
+            c.label_smoothing = (float)d;
+            break;
+        case O_ACCUM:
+            if (cli_parse_u64("train", "--grad-accum", optarg, &v))
+                return RT_EXIT_USAGE;
+            if (v < 1 || v > 1u << 20)
+                return cli_usage_error("train", "--grad-accum must be at least 1");
+            c.grad_accum = (uint32_t)v;
+            break;
+        case O_CLIP:
+            if (parse_float("--clip-grad-norm", optarg, 0, 1e30, &d))
+                return RT_EXIT_USAGE;
+            c.clip_grad_norm = (float)d;
+            break;
+        case O_SEED:
+            if (cli_parse_u64("train", "--seed", optarg, &c.seed))
+                return RT_EXIT_USAGE;
+            break;
+        case O_AUG: aug = optarg; break;
+        case O_SHUF:
+            if (rt_shuffle_parse(optarg, &c.shuffle) < 0)
+                return cli_usage_error("train", "%s", rt_errmsg());
+            break;
+        case O_WORK:
+            if (cli_parse_u64("train", "--workers", optarg, &v))
+                return RT_EXIT_USAGE;
+            c.workers = (int)RT_MIN(v, 256);
+            break;
+        case O_THR:
+            if (cli_parse_u64("train", "--threads", optarg, &v))
+                return RT_EXIT_USAGE;
+            c.threads = (int)RT_MIN(v, 1024);
+            break;
+        case O_TARGET:
+            if (parse_float("--target-accuracy", optarg, 0, 100, &c.target_accuracy))
+                return RT_EXIT_USAGE;
+            if (c.target_accuracy > 1)
+                c.target_accuracy /= 100;
+            break;
+        case O_PAT:
+            if (cli_parse_u64("train", "--patience", optarg, &v))
+                return RT_EXIT_USAGE;
+            c.patience = (uint32_t)RT_MAX(v, 1);
+            break;
+        case O_CKPT: c.checkpoint_dir = optarg; break;
+        case O_RESUME: c.resume = 1; break;
+        case O_METRICS: c.metrics = optarg; break;
+        case O_SYN: c.synthetic = 1; break;
+        case O_STEPS:
+            if (cli_parse_u64("train", "--steps", optarg, &c.max_steps))
+                return RT_EXIT_USAGE;
+            break;
+        case O_NOPROG: c.progress = 0; break;
+        case O_NOPIN: c.pin = RT_PIN_OFF; break;
+        case O_JSON: c.json = 1; break;
+        case O_HELP: usage(stdout); return RT_EXIT_OK;
+        default: usage(stderr); return RT_EXIT_USAGE;
+        }
+    }
+    if (optind < argc)
+        return cli_usage_error("train", "unexpected argument '%s'", argv[optind]);
+    if (!c.data && !c.synthetic)
+        return cli_usage_error("train", "--data DIR is required (or --synthetic-data to measure compute alone)");
+    if (c.resume && !c.checkpoint_dir)
+        return cli_usage_error("train", "--resume needs --checkpoint-dir");
+    if (c.epochs < 1)
+        return cli_usage_error("train", "--epochs must be at least 1");
+    if (c.optim.nesterov && c.optim.kind != RT_OPT_SGD)
+        return cli_usage_error("train", "--nesterov applies to --optimizer sgd only");
+    if (wd < 0)
+        wd = c.optim.kind == RT_OPT_SGD ? 5e-4 : c.optim.kind == RT_OPT_ADAMW ? 1e-2 : 0;
+    c.optim.weight_decay = (float)wd;
+    if (c.optim.kind != RT_OPT_SGD)
+        c.optim.momentum = 0;
+    if (cli_parse_aug("train", aug ? aug : "crop,flip", &c.aug))
+        return RT_EXIT_USAGE;
+    c.aug_default = aug == NULL;
+    return train_run(&c);
+}

@@ -1,0 +1,833 @@
+/*
+ * trainer.c - `ringtrain train` and `ringtrain eval`: the loop that takes
+ * batches from the loader's ring, runs them through the model, steps the
+ * optimizer on the schedule, validates each epoch, and writes metrics and
+ * checkpoints. World size 1; the comm stage slots in between backward and the
+ * optimizer step.
+ *
+ * Checkpoints (--checkpoint-dir): model.safetensors (PyTorch state_dict
+ * names), optimizer.safetensors and state.json (position, loader state, RNG
+ * seed, counters), each written atomically and tied together by one
+ * checkpoint id, so a crash between two of the writes is detected on resume
+ * instead of mixing two checkpoints.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "common/common.h"
+#include "tools/cli.h"
+#include "tools/trainer.h"
+
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig)
+{
+    stop_signal = sig;
+}
+
+struct trainer {
+    const struct train_cfg *cfg;
+    struct rt_dataset *ds;
+    const struct rt_dataset_info *info;
+    struct rt_backend *be;
+    struct rt_model *model;
+    struct rt_optim *opt;
+    struct rt_sched sched;
+    struct rt_ring *ring;
+    struct rt_loader *loader;
+    uint32_t c, h, w, classes;
+    float mean[4], std[4];
+    int norm_from_data;
+    int val_split;              /* -1: no validation */
+    uint64_t steps_per_epoch;   /* micro-batches */
+    uint32_t accum;
+    int32_t *labels;            /* batch, padding as -1 */
+    uint8_t *syn_images;
+    int32_t *syn_labels;
+
+    /* position */
+    uint64_t epoch, step;       /* next micro-batch */
+    uint64_t micro, opt_steps;
+    double best_acc;
+    uint32_t streak;
+    /* this epoch so far */
+    struct rt_loss_stats ep;
+    uint64_t ep_images, ep_train_ns, ep_wait_ns;
+    /* the whole run */
+    uint64_t images, train_ns;
+    uint64_t run_micro;         /* micro-batches run by this process (not restored on resume) */
+    uint64_t steady_images, steady_ns; /* after the first 3 of them: caches, pools and pages warm */
+    double last_train_loss, last_train_acc, last_val_loss, last_val_acc;
+    int have_val;
+    uint64_t epochs_done;
+    FILE *metrics;
+    char ckpt_id[64];
+};
+
+/* ---- set-up ------------------------------------------------------------------ */
+
+static int open_data(struct trainer *T)
+{
+    const struct train_cfg *c = T->cfg;
+    if (c->data) {
+        if (rt_dataset_open(c->data, &T->ds) < 0)
+            return -1;
+        T->info = rt_dataset_info(T->ds);
+        T->c = T->info->channels;
+        T->h = T->info->height;
+        T->w = T->info->width;
+        T->classes = T->info->num_classes;
+        if (T->info->have_norm) {
+            for (uint32_t i = 0; i < T->c && i < 4; i++) {
+                T->mean[i] = T->info->mean[i];
+                T->std[i] = T->info->std[i];
+            }
+            T->norm_from_data = 1;
+        }
+        if (T->info->split[RT_SPLIT_VAL].records)
+            T->val_split = RT_SPLIT_VAL;
+        else if (T->info->split[RT_SPLIT_TEST].records)
+            T->val_split = RT_SPLIT_TEST;
+        if (!c->synthetic && !T->info->split[RT_SPLIT_TRAIN].records) {
+            rt_errf(-EINVAL, "%s has no training split", c->data);
+            return -1;
+        }
+    } else {
+        T->c = c->syn_c;
+        T->h = c->syn_h;
+        T->w = c->syn_w;
+        T->classes = c->syn_classes;
+    }
+    if (T->c > 4) {
+        rt_errf(-EINVAL, "images with %u channels: at most 4 are supported", T->c);
+        return -1;
+    }
+    if (!T->norm_from_data)
+        for (uint32_t i = 0; i < T->c; i++) {
+            T->mean[i] = 0.5f;
+            T->std[i] = 0.25f;
+        }
+    if (c->synthetic)
+        T->val_split = -1;
+    return 0;
+}
+
+static int start_loader(struct trainer *T)
+{
+    const struct train_cfg *c = T->cfg;
+    struct rt_loader_opts lo = {
+        .split = RT_SPLIT_TRAIN,
+        .batch = c->batch,
+        .seed = c->seed,
+        .shuffle = c->shuffle,
+        .last = RT_LAST_DROP,
+        .aug = c->aug,
+        .workers = c->workers > 0 ? c->workers : 1,
+        .epochs = c->epochs,
+        .start_epoch = T->epoch,
+        .start_step = T->step,
+    };
+    struct rt_ring_opts ro = {.slots = (uint32_t)RT_MAX(lo.workers + 2, 4), .batch = c->batch, .channels = T->c,
+                              .height = T->h, .width = T->w, .pin = c->pin};
+    if (rt_ring_create(&ro, &T->ring) < 0 || rt_loader_create(T->ds, &lo, T->ring, &T->loader) < 0)
+        return -1;
+    T->steps_per_epoch = rt_loader_steps_per_epoch(T->loader);
+    if (T->steps_per_epoch == 0) {
+        rt_errf(-EINVAL, "the training split has %" PRIu64 " records: fewer than one batch of %u",
+                T->info->split[RT_SPLIT_TRAIN].records, c->batch);
+        return -1;
+    }
+    return 0;
+}
+
+static void make_synthetic(struct trainer *T)
+{
+    size_t n = (size_t)T->cfg->batch * T->c * T->h * T->w;
+    struct rt_rng r;
+    rt_rng_init(&r, T->cfg->seed, 0x5e7u);
+    for (size_t i = 0; i < n; i++)
+        T->syn_images[i] = (uint8_t)rt_rng_u32(&r);
+    for (uint32_t i = 0; i < T->cfg->batch; i++)
+        T->syn_labels[i] = (int32_t)rt_rng_below(&r, T->classes);
+    uint64_t records = T->info ? T->info->split[RT_SPLIT_TRAIN].records : 50000;
+    T->steps_per_epoch = RT_MAX(records / T->cfg->batch, 1);
+}
+
+static int make_schedule(struct trainer *T)
+{
+    const struct train_cfg *c = T->cfg;
+    uint64_t per_epoch = RT_MAX(T->steps_per_epoch / T->accum, 1);
+    T->sched = (struct rt_sched){.kind = c->sched, .base_lr = c->lr, .gamma = c->gamma};
+    /* --steps stops the run early; it does not shorten the schedule, so a run
+     * stopped by it and resumed is the run that was planned. */
+    T->sched.total_steps = per_epoch * c->epochs;
+    double warm = c->warmup_epochs;
+    if (warm < 0)
+        warm = 0; /* onecycle turns 0 into 30 % of the run */
+    T->sched.warmup_steps = (uint64_t)llround(warm * (double)per_epoch);
+    if (T->sched.warmup_steps > T->sched.total_steps)
+        T->sched.warmup_steps = T->sched.total_steps;
+    T->sched.step_size = (uint64_t)RT_MAX(llround(c->step_epochs * (double)per_epoch), 1);
+    return 0;
+}
+
+/* ---- checkpoints --------------------------------------------------------------- */
+
+static void json_floats(char *buf, size_t len, const float *v, uint32_t n)
+{
+    size_t o = 0;
+    o += (size_t)snprintf(buf + o, len - o, "[");
+    for (uint32_t i = 0; i < n && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%.9g", i ? ", " : "", (double)v[i]);
+    if (o < len)
+        snprintf(buf + o, len - o, "]");
+}
+
+static int ckpt_path(const struct trainer *T, const char *name, char *out, size_t len)
+{
+    return rt_path_join(out, len, T->cfg->checkpoint_dir, name);
+}
+
+static int save_checkpoint(struct trainer *T)
+{
+    const struct train_cfg *c = T->cfg;
+    if (!c->checkpoint_dir)
+        return 0;
+    if (rt_mkdirs(c->checkpoint_dir, 0755) < 0)
+        return -1;
+    snprintf(T->ckpt_id, sizeof(T->ckpt_id), "%" PRIu64 "-%016" PRIx64, T->opt_steps,
+             rt_now_ns() ^ ((uint64_t)getpid() << 40));
+    char classes[16], shape[64], mean[128], std[128];
+    snprintf(classes, sizeof(classes), "%u", T->classes);
+    snprintf(shape, sizeof(shape), "[%u, %u, %u]", T->c, T->h, T->w);
+    json_floats(mean, sizeof(mean), T->mean, T->c);
+    json_floats(std, sizeof(std), T->std, T->c);
+    const char *meta[] = {"format", "pt", "model", rt_model_name(T->model), "num_classes", classes,
+                          "input_shape", shape, "mean", mean, "std", std, "checkpoint_id", T->ckpt_id};
+    const char *ometa[] = {"checkpoint_id", T->ckpt_id, "optimizer", rt_optim_kind_name(c->optim.kind)};
+    char p[4096];
+    if (ckpt_path(T, "optimizer.safetensors", p, sizeof(p)) < 0 || rt_optim_save(T->opt, T->model, p, ometa, 2) < 0)
+        return -1;
+    if (ckpt_path(T, "model.safetensors", p, sizeof(p)) < 0 ||
+        rt_model_save(T->model, p, meta, (int)RT_ARRAY_LEN(meta) / 2) < 0)
+        return -1;
+
+    struct rt_loader_state ls = {.epoch = T->epoch, .step = T->step, .seed = c->seed, .world = 1, .rank = 0,
+                                 .batch = c->batch, .shuffle = c->shuffle};
+    char lsbuf[512];
+    rt_loader_state_format(&ls, lsbuf, sizeof(lsbuf));
+    json_t *st = json_pack("{s:i, s:s, s:s, s:I, s:I, s:I, s:I, s:s, s:I, s:i, s:i, s:s, s:f, s:i, s:f, s:f, s:f, "
+                           "s:I, s:I}",
+                           "format", 1, "checkpoint_id", T->ckpt_id, "model", rt_model_name(T->model), "epoch",
+                           (json_int_t)T->epoch, "step", (json_int_t)T->step, "micro", (json_int_t)T->micro,
+                           "optimizer_steps", (json_int_t)T->opt_steps, "loader", lsbuf, "seed", (json_int_t)c->seed,
+                           "batch_size", (int)c->batch, "grad_accum", (int)T->accum, "optimizer",
+                           rt_optim_kind_name(c->optim.kind), "best_val_acc", T->best_acc, "target_streak",
+                           (int)T->streak, "epoch_loss_sum", (double)T->ep.loss_sum, "epoch_correct",
+                           (double)T->ep.correct, "epoch_count", (double)T->ep.count, "images", (json_int_t)T->images,
+                           "train_ns", (json_int_t)T->train_ns);
+    char *text = st ? json_dumps(st, JSON_INDENT(2)) : NULL;
+    json_decref(st);
+    if (!text) {
+        rt_errf(-ENOMEM, "cannot format the checkpoint state");
+        return -1;
+    }
+    int rc = ckpt_path(T, "state.json", p, sizeof(p));
+    if (rc == 0)
+        rc = rt_file_write_atomic(p, text, strlen(text));
+    free(text);
+    return rc < 0 ? -1 : 0;
+}
+
+static int same_id(const struct rt_st_file *f, const char *path, const char *id)
+{
+    const char *fid = rt_st_meta(f, "checkpoint_id");
+    if (!fid || strcmp(fid, id) != 0) {
+        rt_errf(-EINVAL, "%s belongs to checkpoint %s, state.json to %s: the checkpoint was interrupted while being "
+                         "written; remove the directory or restore a complete copy",
+                path, fid ? fid : "(none)", id);
+        return -1;
+    }
+    return 0;
+}
+
+/* Returns 1 when a checkpoint was loaded, 0 when there is none, -1 on error. */
+static int load_checkpoint(struct trainer *T)
+{
+    const struct train_cfg *c = T->cfg;
+    char p[4096];
+    if (ckpt_path(T, "state.json", p, sizeof(p)) < 0)
+        return -1;
+    if (access(p, F_OK) != 0)
+        return 0;
+    json_error_t je;
+    json_t *st = json_load_file(p, 0, &je);
+    if (!st) {
+        rt_errf(-EINVAL, "%s: %s (line %d)", p, je.text, je.line);
+        return -1;
+    }
+    const char *id = NULL, *model = NULL, *loader = NULL, *optname = NULL;
+    json_int_t epoch, step, micro, osteps, seed, images, train_ns;
+    int batch, accum, streak;
+    double best, els, ec, en;
+    if (json_unpack_ex(st, &je, 0,
+                       "{s:s, s:s, s:I, s:I, s:I, s:I, s:s, s:I, s:i, s:i, s:s, s:F, s:i, s:F, s:F, s:F, s:I, s:I}",
+                       "checkpoint_id", &id, "model", &model, "epoch", &epoch, "step", &step, "micro", &micro,
+                       "optimizer_steps", &osteps, "loader", &loader, "seed", &seed, "batch_size", &batch,
+                       "grad_accum", &accum, "optimizer", &optname, "best_val_acc", &best, "target_streak", &streak,
+                       "epoch_loss_sum", &els, "epoch_correct", &ec, "epoch_count", &en, "images", &images,
+                       "train_ns", &train_ns) != 0) {
+        rt_errf(-EINVAL, "%s: %s", p, je.text);
+        json_decref(st);
+        return -1;
+    }
+    int rc = -1;
+    struct rt_loader_state ls;
+    if (strcmp(model, rt_model_name(T->model)) != 0) {
+        rt_errf(-EINVAL, "%s: the checkpoint is of %s, not %s", c->checkpoint_dir, model, rt_model_name(T->model));
+    } else if ((uint32_t)batch != c->batch || (uint32_t)accum != T->accum || (uint64_t)seed != c->seed ||
+               strcmp(optname, rt_optim_kind_name(c->optim.kind)) != 0) {
+        rt_errf(-EINVAL, "%s: the checkpoint was trained with --batch-size %d --grad-accum %d --seed %" PRId64
+                         " --optimizer %s; resume with the same",
+                c->checkpoint_dir, batch, accum, (int64_t)seed, optname);
+    } else if (rt_loader_state_parse(loader, &ls) < 0) {
+        rt_errf(-EINVAL, "%s: bad loader state", p);
+    } else {
+        rc = 0;
+    }
+    snprintf(T->ckpt_id, sizeof(T->ckpt_id), "%s", id);
+    if (rc == 0) {
+        T->epoch = (uint64_t)epoch;
+        T->step = (uint64_t)step;
+        T->micro = (uint64_t)micro;
+        T->opt_steps = (uint64_t)osteps;
+        T->best_acc = best;
+        T->streak = (uint32_t)streak;
+        T->ep = (struct rt_loss_stats){(float)els, (float)ec, (float)en};
+        T->images = (uint64_t)images;
+        T->train_ns = (uint64_t)train_ns;
+    }
+    json_decref(st);
+    if (rc)
+        return -1;
+
+    struct rt_st_file *f = NULL;
+    if (ckpt_path(T, "model.safetensors", p, sizeof(p)) < 0 || rt_st_read(p, &f) < 0 ||
+        same_id(f, p, T->ckpt_id) < 0 || rt_model_load(T->model, f, p) < 0) {
+        rt_st_close(f);
+        return -1;
+    }
+    rt_st_close(f);
+    f = NULL;
+    if (ckpt_path(T, "optimizer.safetensors", p, sizeof(p)) < 0 || rt_st_read(p, &f) < 0 ||
+        same_id(f, p, T->ckpt_id) < 0 || rt_optim_load(T->opt, T->model, f, p) < 0) {
+        rt_st_close(f);
+        return -1;
+    }
+    rt_st_close(f);
+    return 1;
+}
+
+/* ---- validation ---------------------------------------------------------------- */
+
+static int validate(struct trainer *T, struct rt_loss_stats *vs)
+{
+    const struct train_cfg *c = T->cfg;
+    struct rt_loader_opts lo = {.split = (enum rt_split)T->val_split, .batch = c->batch, .seed = c->seed,
+                                .shuffle = RT_SHUFFLE_NONE, .last = RT_LAST_PAD, .workers = c->workers > 0 ? c->workers : 1,
+                                .epochs = 1};
+    struct rt_ring_opts ro = {.slots = 4, .batch = c->batch, .channels = T->c, .height = T->h, .width = T->w,
+                              .pin = c->pin};
+    struct rt_ring *ring = NULL;
+    struct rt_loader *L = NULL;
+    int rc = -1;
+    memset(vs, 0, sizeof(*vs));
+    if (rt_ring_create(&ro, &ring) < 0 || rt_loader_create(T->ds, &lo, ring, &L) < 0)
+        goto out;
+    struct rt_step_opts so = {.mode = RT_EVAL, .mean = T->mean, .std = T->std};
+    struct rt_batch *b;
+    while ((b = rt_loader_next(L))) {
+        for (uint32_t i = 0; i < b->batch; i++)
+            T->labels[i] = b->ids[i] == RT_PAD_ID ? -1 : b->labels[i];
+        int r = rt_model_step(T->model, &so, (int)b->batch, b->images, T->labels, vs);
+        rt_loader_release(L, b);
+        if (r < 0)
+            goto out;
+    }
+    rc = rt_errmsg()[0] ? -1 : 0;
+out:
+    rt_loader_destroy(L);
+    rt_ring_destroy(ring);
+    return rc;
+}
+
+/* ---- output -------------------------------------------------------------------- */
+
+static void progress(const struct trainer *T, uint64_t t0)
+{
+    const int width = 24;
+    uint64_t done = T->step, total = T->steps_per_epoch;
+    int fill = total ? (int)((double)done / (double)total * width) : 0;
+    char bar[32];
+    for (int i = 0; i < width; i++)
+        bar[i] = i < fill ? '#' : '.';
+    bar[width] = 0;
+    double el = (double)(rt_now_ns() - t0) * 1e-9;
+    double ips = el > 0 ? (double)T->ep_images / el : 0;
+    double eta = done ? el / (double)done * (double)(total - done) : 0;
+    double loss = T->ep.count ? T->ep.loss_sum / T->ep.count : 0;
+    fprintf(stderr, "\r\033[Kepoch %" PRIu64 "/%" PRIu64 " [%s] %" PRIu64 "/%" PRIu64 " %.0f img/s loss %.4f eta %ds",
+            T->epoch + 1, T->cfg->epochs, bar, done, total, ips, (double)loss, (int)eta);
+    fflush(stderr);
+}
+
+static void write_metrics(struct trainer *T, double time_s, double ips, double wait)
+{
+    if (!T->metrics)
+        return;
+    json_t *o = json_pack("{s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f}", "epoch", (json_int_t)(T->epoch + 1), "steps",
+                          (json_int_t)T->opt_steps, "train_loss", T->last_train_loss, "train_acc", T->last_train_acc,
+                          "images_per_s", ips, "data_wait_frac", wait, "time_s", time_s, "lr",
+                          (double)rt_sched_lr(&T->sched, T->opt_steps ? T->opt_steps - 1 : 0));
+    if (!o)
+        return;
+    if (T->have_val) {
+        json_object_set_new(o, "val_loss", json_real(T->last_val_loss));
+        json_object_set_new(o, "val_acc", json_real(T->last_val_acc));
+    } else {
+        json_object_set_new(o, "val_loss", json_null());
+        json_object_set_new(o, "val_acc", json_null());
+    }
+    char *s = json_dumps(o, JSON_COMPACT);
+    if (s) {
+        fprintf(T->metrics, "%s\n", s);
+        fflush(T->metrics);
+        free(s);
+    }
+    json_decref(o);
+}
+
+/* Closes the epoch: validation, the epoch line, metrics, checkpoint.
+ * Returns 1 when the target accuracy has held for `patience` epochs. */
+static int end_epoch(struct trainer *T, int partial)
+{
+    const struct train_cfg *c = T->cfg;
+    double time_s = (double)T->ep_train_ns * 1e-9;
+    double ips = time_s > 0 ? (double)T->ep_images / time_s : 0;
+    double wait = T->ep_train_ns ? (double)T->ep_wait_ns / (double)T->ep_train_ns : 0;
+    T->last_train_loss = T->ep.count ? T->ep.loss_sum / T->ep.count : NAN;
+    T->last_train_acc = T->ep.count ? T->ep.correct / T->ep.count : NAN;
+    T->have_val = 0;
+    int hit = 0;
+    char val[96] = "";
+    if (!partial && T->val_split >= 0) {
+        struct rt_loss_stats vs;
+        uint64_t v0 = rt_now_ns();
+        if (validate(T, &vs) < 0)
+            return -1;
+        T->have_val = 1;
+        T->last_val_loss = vs.count ? vs.loss_sum / vs.count : NAN;
+        T->last_val_acc = vs.count ? vs.correct / vs.count : NAN;
+        if (T->last_val_acc > T->best_acc)
+            T->best_acc = T->last_val_acc;
+        snprintf(val, sizeof(val), "  val loss %.4f acc %5.2f%% (%.1fs)", T->last_val_loss, 100 * T->last_val_acc,
+                 (double)(rt_now_ns() - v0) * 1e-9);
+        if (c->target_accuracy > 0 && T->last_val_acc >= c->target_accuracy)
+            T->streak++;
+        else
+            T->streak = 0;
+        hit = c->target_accuracy > 0 && T->streak >= RT_MAX(c->patience, 1);
+    }
+    if (c->progress)
+        fprintf(stderr, "\r\033[K");
+    printf("epoch %3" PRIu64 "/%" PRIu64 "%s  %6.1fs  train loss %.4f acc %5.2f%%%s  %6.0f img/s  data wait %4.1f%%\n",
+           T->epoch + 1, c->epochs, partial ? " (partial)" : "", time_s, T->last_train_loss, 100 * T->last_train_acc,
+           val, ips, 100 * wait);
+    fflush(stdout);
+    write_metrics(T, time_s, ips, wait);
+    T->epochs_done++;
+    return hit;
+}
+
+static void banner(const struct trainer *T)
+{
+    const struct train_cfg *c = T->cfg;
+    size_t params = 0;
+    int count;
+    const struct rt_tensor_info *tab = rt_model_tensors(T->model, &count);
+    for (int i = 0; i < count; i++)
+        if (tab[i].kind == RT_PARAM)
+            params += tab[i].count;
+    char data[512];
+    if (c->synthetic)
+        snprintf(data, sizeof(data), "synthetic batches (%ux%ux%u, %u classes), compute only", T->c, T->h, T->w,
+                 T->classes);
+    else
+        snprintf(data, sizeof(data), "%s (%" PRIu64 " train, %s: %" PRIu64 ", %ux%ux%u, %u classes)", c->data,
+                 T->info->split[RT_SPLIT_TRAIN].records, T->val_split >= 0 ? rt_split_name(T->val_split) : "no val",
+                 T->val_split >= 0 ? T->info->split[T->val_split].records : 0, T->c, T->h, T->w, T->classes);
+    printf("ringtrain train: world 1, %s\n", rt_backend_describe(T->be));
+    printf("  model     %s, %.2f M parameters\n", rt_model_name(T->model), (double)params / 1e6);
+    printf("  data      %s\n", data);
+    char mean[128], std[128];
+    json_floats(mean, sizeof(mean), T->mean, T->c);
+    json_floats(std, sizeof(std), T->std, T->c);
+    printf("  normalise mean %s std %s%s\n", mean, std, T->norm_from_data ? "" : " (defaults: no statistics in the manifest)");
+    printf("  batch     %u per rank x %u accumulation = %u per step, %" PRIu64 " steps/epoch, %" PRIu64 " epochs\n",
+           c->batch, T->accum, c->batch * T->accum, T->steps_per_epoch / T->accum, c->epochs);
+    printf("  optimizer %s lr %g", rt_optim_kind_name(c->optim.kind), (double)c->lr);
+    if (c->optim.kind == RT_OPT_SGD)
+        printf(" momentum %g%s", (double)c->optim.momentum, c->optim.nesterov ? " nesterov" : "");
+    printf(" weight decay %g, schedule %s (warm-up %" PRIu64 " steps of %" PRIu64 ")", (double)c->optim.weight_decay,
+           rt_sched_kind_name(c->sched), T->sched.warmup_steps, T->sched.total_steps);
+    if (c->label_smoothing > 0)
+        printf(", label smoothing %g", (double)c->label_smoothing);
+    if (c->clip_grad_norm > 0)
+        printf(", clip %g", (double)c->clip_grad_norm);
+    printf("\n");
+    fflush(stdout);
+}
+
+/* ---- the loop ------------------------------------------------------------------ */
+
+enum stop_reason { STOP_DONE, STOP_TARGET, STOP_STEPS, STOP_SIGNAL };
+
+static int train_loop(struct trainer *T, enum stop_reason *why)
+{
+    const struct train_cfg *c = T->cfg;
+    const uint32_t B = c->batch;
+    uint64_t ep_t0 = rt_now_ns(), last_bar = 0;
+    *why = STOP_DONE;
+    while (T->epoch < c->epochs) {
+        uint64_t t0 = rt_now_ns();
+        struct rt_batch *b = NULL;
+        const uint8_t *images;
+        uint32_t valid = B;
+        if (c->synthetic) {
+            images = T->syn_images;
+            memcpy(T->labels, T->syn_labels, B * sizeof(int32_t));
+        } else {
+            b = rt_loader_next(T->loader);
+            if (!b)
+                return rt_errmsg()[0] ? -1 : 0;
+            images = b->images;
+            valid = b->valid;
+            for (uint32_t i = 0; i < B; i++)
+                T->labels[i] = b->ids[i] == RT_PAD_ID ? -1 : b->labels[i];
+        }
+        uint64_t t1 = rt_now_ns();
+        if (T->micro % T->accum == 0)
+            rt_backend_ops(T->be)->zero(rt_backend_stream(T->be), rt_model_grads(T->model),
+                                         rt_model_param_count(T->model) * sizeof(float));
+        struct rt_step_opts so = {.mode = RT_TRAIN, .label_smoothing = c->label_smoothing,
+                                  .grad_scale = 1.0f / ((float)valid * (float)T->accum),
+                                  .dropout_offset = T->micro << 32, .mean = T->mean, .std = T->std};
+        struct rt_loss_stats st = {0};
+        int r = rt_model_step(T->model, &so, (int)B, images, T->labels, &st);
+        if (b)
+            rt_loader_release(T->loader, b);
+        if (r < 0)
+            return -1;
+        if (!isfinite(st.loss_sum)) {
+            char where[160];
+            rt_model_find_nonfinite(T->model, where, sizeof(where));
+            rt_errf(-ERANGE, "the loss became %s at epoch %" PRIu64 " step %" PRIu64 " (optimizer step %" PRIu64
+                             "); first non-finite tensor: %s. Lower --lr or set --clip-grad-norm",
+                    isnan(st.loss_sum) ? "NaN" : "infinite", T->epoch + 1, T->step, T->opt_steps,
+                    where[0] ? where : "the loss itself");
+            return -1;
+        }
+        T->micro++;
+        if (T->micro % T->accum == 0) {
+            if (c->clip_grad_norm > 0) {
+                float norm = rt_clip_grad_norm(T->be, rt_model_grads(T->model), rt_model_param_count(T->model),
+                                               c->clip_grad_norm);
+                if (!isfinite(norm)) {
+                    char where[160];
+                    rt_model_find_nonfinite(T->model, where, sizeof(where));
+                    rt_errf(-ERANGE, "the gradient norm became non-finite at optimizer step %" PRIu64
+                                     "; first non-finite tensor: %s",
+                            T->opt_steps, where[0] ? where : "(not found)");
+                    return -1;
+                }
+            }
+            rt_optim_step(T->opt, rt_model_params(T->model), rt_model_grads(T->model),
+                          rt_sched_lr(&T->sched, T->opt_steps));
+            T->opt_steps++;
+        }
+        uint64_t t2 = rt_now_ns();
+        T->ep.loss_sum += st.loss_sum;
+        T->ep.correct += st.correct;
+        T->ep.count += st.count;
+        T->ep_images += valid;
+        T->images += valid;
+        T->ep_wait_ns += t1 - t0;
+        T->ep_train_ns += t2 - t0;
+        T->train_ns += t2 - t0;
+        if (++T->run_micro > 3) {
+            T->steady_images += valid;
+            T->steady_ns += t2 - t0;
+        }
+        T->step++;
+        if (c->progress && t2 - last_bar > 200000000ull) {
+            progress(T, ep_t0);
+            last_bar = t2;
+        }
+        int boundary = T->micro % T->accum == 0;
+        if (T->step == T->steps_per_epoch) {
+            int hit = end_epoch(T, 0);
+            if (hit < 0)
+                return -1;
+            T->epoch++;
+            T->step = 0;
+            memset(&T->ep, 0, sizeof(T->ep));
+            T->ep_images = T->ep_train_ns = T->ep_wait_ns = 0;
+            ep_t0 = rt_now_ns();
+            if (save_checkpoint(T) < 0)
+                return -1;
+            if (hit) {
+                *why = STOP_TARGET;
+                return 0;
+            }
+        }
+        if (boundary && c->max_steps && T->opt_steps >= c->max_steps) {
+            *why = STOP_STEPS;
+            break;
+        }
+        if (boundary && stop_signal) {
+            *why = STOP_SIGNAL;
+            break;
+        }
+    }
+    if (T->step > 0 && end_epoch(T, 1) < 0)
+        return -1;
+    if ((*why == STOP_STEPS || *why == STOP_SIGNAL) && save_checkpoint(T) < 0)
+        return -1;
+    return 0;
+}
+
+static void summary(const struct trainer *T, enum stop_reason why, double wall_s)
+{
+    static const char *const reasons[] = {"completed", "target accuracy reached", "step limit", "signal"};
+    double train_s = (double)T->train_ns * 1e-9;
+    double ips = train_s > 0 ? (double)T->images / train_s : 0;
+    printf("done (%s): %" PRIu64 " steps, %.1fs (%.1fs training), %.0f img/s", reasons[why], T->opt_steps, wall_s,
+           train_s, ips);
+    if (T->best_acc > 0)
+        printf(", best val acc %.2f%%", 100 * T->best_acc);
+    printf("\n");
+    if (T->cfg->checkpoint_dir)
+        printf("checkpoint: %s/model.safetensors\n", T->cfg->checkpoint_dir);
+    if (T->cfg->json) {
+        json_t *o = json_pack("{s:s, s:f, s:I, s:f, s:f, s:f, s:I, s:I, s:i, s:i, s:s}", "model",
+                              rt_model_name(T->model), "images_per_s", ips, "steps", (json_int_t)T->opt_steps,
+                              "time_s", wall_s, "train_time_s", train_s, "train_loss", T->last_train_loss, "epochs",
+                              (json_int_t)T->epochs_done, "images", (json_int_t)T->images, "batch_size",
+                              (int)T->cfg->batch, "threads", T->cfg->threads, "stopped", reasons[why]);
+        if (o) {
+            json_object_set_new(o, "train_acc", json_real(T->last_train_acc));
+            if (T->steady_ns)
+                json_object_set_new(o, "steady_images_per_s",
+                                    json_real((double)T->steady_images / ((double)T->steady_ns * 1e-9)));
+            if (T->best_acc > 0 || T->have_val) {
+                json_object_set_new(o, "val_loss", json_real(T->last_val_loss));
+                json_object_set_new(o, "val_acc", json_real(T->last_val_acc));
+                json_object_set_new(o, "best_val_acc", json_real(T->best_acc));
+            }
+            char *s = json_dumps(o, JSON_COMPACT);
+            if (s)
+                printf("%s\n", s);
+            free(s);
+            json_decref(o);
+        }
+    }
+    fflush(stdout);
+}
+
+int train_run(const struct train_cfg *cfg)
+{
+    struct trainer T = {.cfg = cfg, .val_split = -1, .accum = RT_MAX(cfg->grad_accum, 1), .best_acc = 0};
+    struct train_cfg c = *cfg;
+    if (c.progress < 0)
+        c.progress = isatty(STDERR_FILENO);
+    T.cfg = &c;
+    int rc = RT_EXIT_FAIL;
+    uint64_t t0 = rt_now_ns();
+    enum stop_reason why = STOP_DONE;
+
+    if (open_data(&T) < 0)
+        goto out;
+    if (c.aug_default && T.c != 3)
+        memset(&c.aug, 0, sizeof(c.aug)); /* crops and flips suit photos, not digits */
+    if (c.threads <= 0)
+        c.threads = rt_cpus_available();
+    struct rt_backend_opts bo = {.kind = RT_BACKEND_CPU, .threads = c.threads};
+    if (rt_backend_create(&bo, &T.be) < 0)
+        goto out;
+    struct rt_model_opts mo = {.name = c.model, .c = (int)T.c, .h = (int)T.h, .w = (int)T.w,
+                               .classes = (int)T.classes, .batch = (int)c.batch, .seed = c.seed};
+    if (rt_model_create(T.be, &mo, &T.model) < 0 ||
+        rt_optim_create(T.be, &c.optim, rt_model_param_count(T.model), &T.opt) < 0)
+        goto out;
+    T.labels = rt_calloc(c.batch, sizeof(int32_t), "labels");
+    if (!T.labels)
+        goto out;
+    if (c.resume && c.checkpoint_dir) {
+        int r = load_checkpoint(&T);
+        if (r < 0)
+            goto out;
+        if (r == 0)
+            rt_info("--resume: no checkpoint in %s yet, starting from scratch", c.checkpoint_dir);
+        else
+            rt_info("resuming from %s at epoch %" PRIu64 " step %" PRIu64 " (optimizer step %" PRIu64 ")",
+                    c.checkpoint_dir, T.epoch + 1, T.step, T.opt_steps);
+    }
+    if (c.synthetic) {
+        T.syn_images = rt_malloc((size_t)c.batch * T.c * T.h * T.w, "synthetic batch");
+        T.syn_labels = rt_malloc(c.batch * sizeof(int32_t), "synthetic labels");
+        if (!T.syn_images || !T.syn_labels)
+            goto out;
+        make_synthetic(&T);
+    } else if (start_loader(&T) < 0) {
+        goto out;
+    }
+    make_schedule(&T);
+    if (c.metrics && !(T.metrics = fopen(c.metrics, T.opt_steps ? "a" : "w"))) {
+        rt_errf(-errno, "cannot open %s: %s", c.metrics, strerror(errno));
+        goto out;
+    }
+    banner(&T);
+
+    struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
+    struct sigaction old_term, old_usr1;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGUSR1, &sa, &old_usr1);
+    int lr = train_loop(&T, &why);
+    sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGUSR1, &old_usr1, NULL);
+    if (lr < 0)
+        goto out;
+    if (why == STOP_SIGNAL)
+        rt_info("stopped by signal %d: checkpoint saved at epoch %" PRIu64 " step %" PRIu64 "; run again with --resume",
+                (int)stop_signal, T.epoch + 1, T.step);
+    summary(&T, why, (double)(rt_now_ns() - t0) * 1e-9);
+    rc = RT_EXIT_OK;
+out:
+    if (rc != RT_EXIT_OK) {
+        if (c.progress)
+            fprintf(stderr, "\r\033[K");
+        cli_fail();
+    }
+    if (T.metrics)
+        fclose(T.metrics);
+    rt_loader_destroy(T.loader);
+    rt_ring_destroy(T.ring);
+    free(T.labels);
+    free(T.syn_images);
+    free(T.syn_labels);
+    rt_optim_destroy(T.opt);
+    rt_model_destroy(T.model);
+    rt_backend_destroy(T.be);
+    rt_dataset_close(T.ds);
+    return rc;
+}
+
+/* ---- eval ---------------------------------------------------------------------- */
+
+/* Parses a JSON array of n numbers from checkpoint metadata. */
+static int meta_floats(const struct rt_st_file *f, const char *path, const char *key, float *out, uint32_t n)
+{
+    const char *s = rt_st_meta(f, key);
+    json_error_t je;
+    json_t *a = s ? json_loads(s, 0, &je) : NULL;
+    int ok = a && json_is_array(a) && json_array_size(a) == n;
+    for (uint32_t i = 0; ok && i < n; i++) {
+        json_t *v = json_array_get(a, i);
+        ok = json_is_number(v);
+        if (ok)
+            out[i] = (float)json_number_value(v);
+    }
+    json_decref(a);
+    if (!ok)
+        return rt_errf(-EINVAL, "%s: metadata \"%s\" is %s, expected a JSON array of %u numbers", path, key,
+                       s ? s : "missing", n);
+    return 0;
+}
+
+int eval_run(const struct eval_cfg *cfg)
+{
+    struct train_cfg tc = {.batch = cfg->batch, .workers = cfg->workers, .pin = RT_PIN_ON};
+    struct trainer T = {.cfg = &tc, .val_split = RT_SPLIT_TEST};
+    struct rt_st_file *f = NULL;
+    int rc = RT_EXIT_FAIL;
+    if (rt_st_read(cfg->checkpoint, &f) < 0)
+        goto out;
+    const char *model = rt_st_meta(f, "model"), *classes = rt_st_meta(f, "num_classes");
+    uint32_t shape[3];
+    float fs[3];
+    if (!model || !classes) {
+        rt_errf(-EINVAL, "%s: no \"model\"/\"num_classes\" metadata: not a ringtrain checkpoint", cfg->checkpoint);
+        goto out;
+    }
+    if (cfg->model && strcmp(cfg->model, model) != 0) {
+        rt_errf(-EINVAL, "%s is a checkpoint of %s, not %s", cfg->checkpoint, model, cfg->model);
+        goto out;
+    }
+    if (meta_floats(f, cfg->checkpoint, "input_shape", fs, 3) < 0)
+        goto out;
+    for (int i = 0; i < 3; i++)
+        shape[i] = (uint32_t)fs[i];
+    tc.data = cfg->data;
+    if (open_data(&T) < 0)
+        goto out;
+    if (T.c != shape[0] || T.h != shape[1] || T.w != shape[2] || T.classes != (uint32_t)atoi(classes)) {
+        rt_errf(-EINVAL, "%s was trained on %ux%ux%u images with %s classes; %s has %ux%ux%u with %u", cfg->checkpoint,
+                shape[0], shape[1], shape[2], classes, cfg->data, T.c, T.h, T.w, T.classes);
+        goto out;
+    }
+    if (!T.info->split[RT_SPLIT_TEST].records) {
+        rt_errf(-EINVAL, "%s has no test split", cfg->data);
+        goto out;
+    }
+    if (meta_floats(f, cfg->checkpoint, "mean", T.mean, T.c) < 0 || meta_floats(f, cfg->checkpoint, "std", T.std, T.c) < 0)
+        goto out;
+    struct rt_backend_opts bo = {.kind = RT_BACKEND_CPU, .threads = cfg->threads};
+    struct rt_model_opts mo = {.name = model, .c = (int)T.c, .h = (int)T.h, .w = (int)T.w, .classes = (int)T.classes,
+                               .batch = (int)cfg->batch};
+    if (rt_backend_create(&bo, &T.be) < 0 || rt_model_create(T.be, &mo, &T.model) < 0 ||
+        rt_model_load(T.model, f, cfg->checkpoint) < 0)
+        goto out;
+    T.labels = rt_calloc(cfg->batch, sizeof(int32_t), "labels");
+    if (!T.labels)
+        goto out;
+    uint64_t t0 = rt_now_ns();
+    struct rt_loss_stats vs;
+    if (validate(&T, &vs) < 0)
+        goto out;
+    double s = (double)(rt_now_ns() - t0) * 1e-9;
+    double loss = vs.count ? vs.loss_sum / vs.count : NAN, acc = vs.count ? vs.correct / vs.count : NAN;
+    printf("%s on %s test split: %.0f images, loss %.4f, accuracy %.2f%% (%.1fs, %.0f img/s)\n", model, cfg->data,
+           (double)vs.count, loss, 100 * acc, s, s > 0 ? vs.count / s : 0);
+    if (cfg->json)
+        printf("{\"model\":\"%s\",\"images\":%.0f,\"loss\":%.6f,\"accuracy\":%.6f,\"time_s\":%.3f}\n", model,
+               (double)vs.count, loss, acc, s);
+    rc = RT_EXIT_OK;
+out:
+    if (rc != RT_EXIT_OK)
+        cli_fail();
+    free(T.labels);
+    rt_model_destroy(T.model);
+    rt_backend_destroy(T.be);
+    rt_dataset_close(T.ds);
+    rt_st_close(f);
+    return rc;
+}

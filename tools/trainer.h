@@ -1,0 +1,66 @@
+/*
+ * trainer.h - the training driver behind `ringtrain train` and `ringtrain
+ * eval`: it wires the stages together (loader -> ring -> compute model ->
+ * optimizer), runs epochs, validation, checkpoints, metrics and signals.
+ * It holds no stage logic of its own; the stages are the libraries.
+ */
+#ifndef RT_TOOLS_TRAINER_H
+#define RT_TOOLS_TRAINER_H
+
+#include <stdint.h>
+
+#include "compute/compute.h"
+#include "loader/loader.h"
+#include "staging/staging.h"
+
+struct train_cfg {
+    const char *data;           /* dataset directory (NULL: synthetic data with the shape below) */
+    const char *model;
+    uint64_t epochs;
+    uint32_t batch;             /* per rank */
+    struct rt_optim_opts optim;
+    float lr;
+    enum rt_sched_kind sched;
+    double warmup_epochs;       /* < 0: the schedule's default */
+    double step_epochs;         /* STEP: decay every this many epochs */
+    float gamma;                /* STEP: factor */
+    float label_smoothing;
+    uint32_t grad_accum;        /* micro-batches per optimizer step */
+    float clip_grad_norm;       /* 0: no clipping */
+    uint64_t seed;
+    int workers;                /* loader threads (0: default) */
+    int threads;                /* compute threads (0: the CPUs this process may use) */
+    double target_accuracy;     /* 0..1; 0: none */
+    uint32_t patience;          /* epochs in a row at the target before stopping */
+    const char *checkpoint_dir; /* NULL: no checkpoints */
+    int resume;
+    const char *metrics;        /* JSON Lines file, NULL: none */
+    int synthetic;              /* random batches made once on the device */
+    uint32_t syn_c, syn_h, syn_w, syn_classes; /* synthetic shape without --data */
+    uint64_t max_steps;         /* stop after this many optimizer steps (0: no limit) */
+    int json;                   /* end with a JSON summary line */
+    int progress;               /* 1: progress bar, 0: none, -1: when stderr is a tty */
+    struct rt_aug aug;
+    int aug_default;            /* aug not given: crop,flip for 3-channel data, none otherwise */
+    enum rt_shuffle shuffle;
+    enum rt_pin pin;
+};
+
+/* Runs the training described by cfg; prints the banner, epoch lines and the
+ * summary. Returns a process exit code (0: done, including a stop on
+ * SIGTERM/SIGUSR1 after saving; 1: failure, with the message printed). */
+int train_run(const struct train_cfg *cfg);
+
+struct eval_cfg {
+    const char *data;
+    const char *checkpoint;     /* model.safetensors */
+    const char *model;          /* NULL: from the checkpoint's metadata */
+    uint32_t batch;
+    int workers, threads;
+    int json;
+};
+
+/* Evaluates a checkpoint on the test split; prints loss and accuracy. */
+int eval_run(const struct eval_cfg *cfg);
+
+#endif
