@@ -368,8 +368,10 @@ int rt_optim_kind_parse(const char *s, enum rt_optim_kind *k);
  * Scales grads (n, device) so their global L2 norm is at most max_norm
  * (PyTorch's clip_grad_norm_: factor max_norm / (norm + 1e-6) when norm >
  * max_norm). Returns the norm before clipping (NaN/Inf when non-finite).
+ * The reduction lands in a device scalar the optimizer keeps, so a step
+ * allocates nothing.
  */
-float rt_clip_grad_norm(struct rt_backend *be, float *grads, size_t n, float max_norm);
+float rt_clip_grad_norm(struct rt_optim *opt, float *grads, size_t n, float max_norm);
 
 enum rt_sched_kind { RT_SCHED_CONSTANT = 0, RT_SCHED_STEP, RT_SCHED_COSINE, RT_SCHED_ONECYCLE };
 

@@ -21,6 +21,7 @@ struct rt_optim {
     int64_t steps;
     float *state[2]; /* SGD: momentum_buffer; Adam: exp_avg, exp_avg_sq */
     int nstate;
+    float *norm;     /* device scalar for rt_clip_grad_norm() */
 };
 
 int rt_optim_create(struct rt_backend *be, const struct rt_optim_opts *o, size_t n, struct rt_optim **out)
@@ -50,6 +51,10 @@ int rt_optim_create(struct rt_backend *be, const struct rt_optim_opts *o, size_t
             return -ENOMEM;
         }
     }
+    if (!(opt->norm = opt->ops->alloc(be, sizeof(float)))) {
+        rt_optim_destroy(opt);
+        return -ENOMEM;
+    }
     *out = opt;
     return 0;
 }
@@ -60,6 +65,7 @@ void rt_optim_destroy(struct rt_optim *opt)
         return;
     for (int i = 0; i < opt->nstate; i++)
         opt->ops->free(opt->be, opt->state[i]);
+    opt->ops->free(opt->be, opt->norm);
     free(opt);
 }
 
@@ -119,17 +125,13 @@ int rt_optim_kind_parse(const char *s, enum rt_optim_kind *k)
     return rt_errf(-EINVAL, "unknown optimizer '%s' (sgd, adam, adamw)", s);
 }
 
-float rt_clip_grad_norm(struct rt_backend *be, float *grads, size_t n, float max_norm)
+float rt_clip_grad_norm(struct rt_optim *opt, float *grads, size_t n, float max_norm)
 {
-    const struct rt_ops *ops = rt_backend_ops(be);
-    struct rt_stream *s = rt_backend_stream(be);
-    float *dev = ops->alloc(be, sizeof(float));
-    float sq = NAN;
-    if (dev) {
-        ops->sumsq(s, n, grads, dev);
-        ops->download(s, &sq, dev, sizeof(float));
-        ops->free(be, dev);
-    }
+    const struct rt_ops *ops = opt->ops;
+    struct rt_stream *s = rt_backend_stream(opt->be);
+    float sq;
+    ops->sumsq(s, n, grads, opt->norm);
+    ops->download(s, &sq, opt->norm, sizeof(float));
     float norm = sqrtf(sq);
     if (max_norm > 0.0f && isfinite(norm) && norm > max_norm)
         ops->scale(s, n, max_norm / (norm + 1e-6f), grads);

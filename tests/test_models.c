@@ -20,17 +20,7 @@
 #include "common/common.h"
 #include "compute/compute.h"
 
-static int failures;
-
-#define CHECK(cond, ...)                                                                                           \
-    do {                                                                                                           \
-        if (!(cond)) {                                                                                             \
-            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);                                                   \
-            fprintf(stderr, __VA_ARGS__);                                                                          \
-            fprintf(stderr, "\n");                                                                                 \
-            failures++;                                                                                            \
-        }                                                                                                          \
-    } while (0)
+#include "check.h"
 
 static uint32_t fnv1a32(const char *s)
 {
@@ -114,7 +104,7 @@ static const void *tensor(const struct rt_st_file *f, const char *name, enum rt_
 {
     const struct rt_st_tensor *t = rt_st_find(f, name);
     if (!t || t->dtype != dt || t->bytes != count * rt_st_dtype_size(dt)) {
-        CHECK(0, "fixture tensor %s missing or of the wrong size", name);
+        CHECKF(0, "fixture tensor %s missing or of the wrong size", name);
         return NULL;
     }
     return t->data;
@@ -141,10 +131,10 @@ static void check_table(const struct rt_st_file *f, const struct rt_tensor_info 
     const char *sd = rt_st_meta(f, "state_dict");
     json_error_t je;
     json_t *a = sd ? json_loads(sd, 0, &je) : NULL;
-    CHECK(a && json_is_array(a), "%s: fixture has no state_dict list", model);
+    CHECKF(a && json_is_array(a), "%s: fixture has no state_dict list", model);
     if (!a)
         return;
-    CHECK((int)json_array_size(a) == n, "%s: %d tensors, PyTorch's state_dict has %zu", model, n, json_array_size(a));
+    CHECKF((int)json_array_size(a) == n, "%s: %d tensors, PyTorch's state_dict has %zu", model, n, json_array_size(a));
     for (int i = 0; i < n && i < (int)json_array_size(a); i++) {
         json_t *row = json_array_get(a, (size_t)i);
         const char *name = json_string_value(json_array_get(row, 0));
@@ -152,7 +142,7 @@ static void check_table(const struct rt_st_file *f, const struct rt_tensor_info 
         int same = name && !strcmp(name, tab[i].name) && (int)json_array_size(shape) == tab[i].ndim;
         for (int d = 0; same && d < tab[i].ndim; d++)
             same = json_integer_value(json_array_get(shape, (size_t)d)) == tab[i].shape[d];
-        CHECK(same, "%s: state_dict row %d is %s, ours is %s", model, i, name ? name : "?", tab[i].name);
+        CHECKF(same, "%s: state_dict row %d is %s, ours is %s", model, i, name ? name : "?", tab[i].name);
     }
     json_decref(a);
 }
@@ -161,7 +151,7 @@ static void run_fixture(struct rt_backend *be, const char *path)
 {
     struct rt_st_file *f = NULL;
     if (rt_st_read(path, &f) < 0) {
-        CHECK(0, "%s", rt_errmsg());
+        CHECKF(0, "%s", rt_errmsg());
         return;
     }
     const char *model = rt_st_meta(f, "model");
@@ -171,7 +161,7 @@ static void run_fixture(struct rt_backend *be, const char *path)
     struct rt_model *m = NULL;
     struct rt_model_opts mo = {.name = model, .c = C, .h = H, .w = W, .classes = K, .batch = N, .seed = 1};
     if (rt_model_create(be, &mo, &m) < 0) {
-        CHECK(0, "%s: %s", model, rt_errmsg());
+        CHECKF(0, "%s: %s", model, rt_errmsg());
         rt_st_close(f);
         return;
     }
@@ -204,7 +194,7 @@ static void run_fixture(struct rt_backend *be, const char *path)
         struct rt_step_opts so = {.mode = RT_TRAIN, .label_smoothing = ls, .grad_scale = 1.0f / (float)N,
                                   .no_dropout = 1, .mean = mean, .std = std};
         struct rt_loss_stats st = {0};
-        CHECK(rt_model_step(m, &so, N, images, labels, &st) == 0, "%s: step: %s", model, rt_errmsg());
+        CHECKF(rt_model_step(m, &so, N, images, labels, &st) == 0, "%s: step: %s", model, rt_errmsg());
         float *logits = malloc((size_t)N * K * sizeof(float));
         rt_model_logits(m, logits, N);
         double lmax = 0;
@@ -213,13 +203,13 @@ static void run_fixture(struct rt_backend *be, const char *path)
         for (int i = 0; i < N * K; i++) {
             double e = fabs((double)logits[i] - ref_logits[i]);
             w.logits = fmax(w.logits, e / (lmax + 1e-12));
-            CHECK(e <= 1e-5 + 1e-4 * lmax, "%s: logit %d: %.7g vs PyTorch %.7g", model, i, logits[i], ref_logits[i]);
+            CHECKF(e <= 1e-5 + 1e-4 * lmax, "%s: logit %d: %.7g vs PyTorch %.7g", model, i, logits[i], ref_logits[i]);
         }
         free(logits);
         double loss = st.loss_sum / st.count;
         w.loss = fabs(loss - ref_loss[0]) / fabs(ref_loss[0]);
-        CHECK(w.loss <= 1e-5, "%s: loss %.8g vs PyTorch %.8g", model, loss, ref_loss[0]);
-        CHECK(st.count == (float)N, "%s: loss over %g samples, not %d", model, (double)st.count, N);
+        CHECKF(w.loss <= 1e-5, "%s: loss %.8g vs PyTorch %.8g", model, loss, ref_loss[0]);
+        CHECKF(st.count == (float)N, "%s: loss over %g samples, not %d", model, (double)st.count, N);
 
         float *grads = malloc(rt_model_param_count(m) * sizeof(float));
         float *bufs = malloc((rt_model_buffer_count(m) + 1) * sizeof(float));
@@ -234,7 +224,7 @@ static void run_fixture(struct rt_backend *be, const char *path)
                 for (size_t j = 0; ref && j < e->count; j++) {
                     double d = fabs((double)bufs[e->offset + j] - ref[j]);
                     w.running = fmax(w.running, d / (fabs(ref[j]) + 1e-3));
-                    CHECK(d <= 1e-5 + 1e-4 * fabs(ref[j]), "%s: %s[%zu] = %.7g vs PyTorch %.7g", model, e->name, j,
+                    CHECKF(d <= 1e-5 + 1e-4 * fabs(ref[j]), "%s: %s[%zu] = %.7g vs PyTorch %.7g", model, e->name, j,
                           bufs[e->offset + j], ref[j]);
                 }
                 free(ref);
@@ -252,7 +242,7 @@ static void run_fixture(struct rt_backend *be, const char *path)
             if (rnorm) {
                 double rel = fabs(norm - rnorm[0]) / (rnorm[0] + 1e-12);
                 w.norm = fmax(w.norm, rel);
-                CHECK(rel <= 1e-3 || fabs(norm - rnorm[0]) < 1e-7, "%s: |grad %s| = %.7g vs PyTorch %.7g", model,
+                CHECKF(rel <= 1e-3 || fabs(norm - rnorm[0]) < 1e-7, "%s: |grad %s| = %.7g vs PyTorch %.7g", model,
                       e->name, norm, rnorm[0]);
             }
             free(rnorm);
@@ -263,12 +253,12 @@ static void run_fixture(struct rt_backend *be, const char *path)
             int64_t *idx = m_ ? fetch(f, nm, RT_ST_I64, m_) : NULL;
             snprintf(nm, sizeof(nm), "grad.%s.val", e->name);
             float *val = m_ ? fetch(f, nm, RT_ST_F32, m_) : NULL;
-            CHECK(idx && val, "%s: no sampled gradient for %s", model, e->name);
+            CHECKF(idx && val, "%s: no sampled gradient for %s", model, e->name);
             double vmax = 0;
             for (size_t j = 0; val && j < m_; j++)
                 vmax = fmax(vmax, fabs(val[j]));
             for (size_t j = 0; idx && val && j < m_; j++) {
-                CHECK(idx[j] >= 0 && (size_t)idx[j] < e->count, "%s: bad fixture index", model);
+                CHECKF(idx[j] >= 0 && (size_t)idx[j] < e->count, "%s: bad fixture index", model);
                 if (idx[j] < 0 || (size_t)idx[j] >= e->count)
                     break;
                 double d = fabs((double)g[idx[j]] - val[j]);
@@ -277,7 +267,7 @@ static void run_fixture(struct rt_backend *be, const char *path)
                     w.grad = rel;
                     snprintf(w.grad_name, sizeof(w.grad_name), "%s", e->name);
                 }
-                CHECK(d <= 1e-6 + 2e-3 * vmax, "%s: grad %s[%lld] = %.7g vs PyTorch %.7g", model, e->name,
+                CHECKF(d <= 1e-6 + 2e-3 * vmax, "%s: grad %s[%lld] = %.7g vs PyTorch %.7g", model, e->name,
                       (long long)idx[j], g[idx[j]], val[j]);
             }
             free(idx);
@@ -285,7 +275,7 @@ static void run_fixture(struct rt_backend *be, const char *path)
         }
         free(grads);
         free(bufs);
-        CHECK(rt_model_batches_tracked(m) == 1, "%s: num_batches_tracked %lld after one step", model,
+        CHECKF(rt_model_batches_tracked(m) == 1, "%s: num_batches_tracked %lld after one step", model,
               (long long)rt_model_batches_tracked(m));
     }
     printf("%-10s %3d tensors  max error: logits %.1e, loss %.1e, grad %.1e (%s), grad norm %.1e, running stats "
@@ -307,19 +297,19 @@ static void check_errors(struct rt_backend *be)
 {
     struct rt_model *m = NULL;
     struct rt_model_opts o = {.name = "resnet50", .c = 3, .h = 32, .w = 32, .classes = 10, .batch = 2};
-    CHECK(rt_model_create(be, &o, &m) == -EINVAL && strstr(rt_errmsg(), "unknown model 'resnet50'"),
+    CHECKF(rt_model_create(be, &o, &m) == -EINVAL && strstr(rt_errmsg(), "unknown model 'resnet50'"),
           "unknown model: %s", rt_errmsg());
     o.name = "wrn-17-4";
-    CHECK(rt_model_create(be, &o, &m) == -EINVAL && strstr(rt_errmsg(), "6n+4"), "bad wrn depth: %s", rt_errmsg());
+    CHECKF(rt_model_create(be, &o, &m) == -EINVAL && strstr(rt_errmsg(), "6n+4"), "bad wrn depth: %s", rt_errmsg());
     o.name = "resnet9";
     o.h = o.w = 4;
-    CHECK(rt_model_create(be, &o, &m) == -EINVAL && strstr(rt_errmsg(), "layer3.1"), "resnet9 on 4x4: %s",
+    CHECKF(rt_model_create(be, &o, &m) == -EINVAL && strstr(rt_errmsg(), "layer3.1"), "resnet9 on 4x4: %s",
           rt_errmsg());
     o.name = "mnist-net";
     o.h = o.w = 3;
-    CHECK(rt_model_create(be, &o, &m) == -EINVAL && strstr(rt_errmsg(), "conv"), "mnist-net on 3x3: %s",
+    CHECKF(rt_model_create(be, &o, &m) == -EINVAL && strstr(rt_errmsg(), "conv"), "mnist-net on 3x3: %s",
           rt_errmsg());
-    CHECK(m == NULL, "no model on failure");
+    CHECKF(m == NULL, "no model on failure");
 }
 
 int main(void)
@@ -343,7 +333,5 @@ int main(void)
     }
     check_errors(be);
     rt_backend_destroy(be);
-    if (failures)
-        fprintf(stderr, "%d check(s) failed\n", failures);
-    return failures ? 1 : 0;
+    return check_result();
 }

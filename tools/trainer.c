@@ -336,6 +336,13 @@ static int load_checkpoint(struct trainer *T)
     return 1;
 }
 
+/* The batch's labels for the loss: padding samples get -1, which adds nothing. */
+static void batch_labels(struct trainer *T, const struct rt_batch *b)
+{
+    for (uint32_t i = 0; i < b->batch; i++)
+        T->labels[i] = b->ids[i] == RT_PAD_ID ? -1 : b->labels[i];
+}
+
 /* ---- validation ---------------------------------------------------------------- */
 
 static int validate(struct trainer *T, struct rt_loss_stats *vs)
@@ -355,8 +362,7 @@ static int validate(struct trainer *T, struct rt_loss_stats *vs)
     struct rt_step_opts so = {.mode = RT_EVAL, .mean = T->mean, .std = T->std};
     struct rt_batch *b;
     while ((b = rt_loader_next(L))) {
-        for (uint32_t i = 0; i < b->batch; i++)
-            T->labels[i] = b->ids[i] == RT_PAD_ID ? -1 : b->labels[i];
+        batch_labels(T, b);
         int r = rt_model_step(T->model, &so, (int)b->batch, b->images, T->labels, vs);
         rt_loader_release(L, b);
         if (r < 0)
@@ -520,8 +526,7 @@ static int train_loop(struct trainer *T, enum stop_reason *why)
                 return rt_errmsg()[0] ? -1 : 0;
             images = b->images;
             valid = b->valid;
-            for (uint32_t i = 0; i < B; i++)
-                T->labels[i] = b->ids[i] == RT_PAD_ID ? -1 : b->labels[i];
+            batch_labels(T, b);
         }
         uint64_t t1 = rt_now_ns();
         if (T->micro % T->accum == 0)
@@ -548,7 +553,7 @@ static int train_loop(struct trainer *T, enum stop_reason *why)
         T->micro++;
         if (T->micro % T->accum == 0) {
             if (c->clip_grad_norm > 0) {
-                float norm = rt_clip_grad_norm(T->be, rt_model_grads(T->model), rt_model_param_count(T->model),
+                float norm = rt_clip_grad_norm(T->opt, rt_model_grads(T->model), rt_model_param_count(T->model),
                                                c->clip_grad_norm);
                 if (!isfinite(norm)) {
                     char where[160];
