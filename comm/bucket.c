@@ -1,0 +1,226 @@
+/*
+ * bucket.c - the gradient bucketer: plans contiguous buckets over the flat
+ * gradient buffer, starts each bucket's all-reduce (an in-place sum) on the
+ * comm thread as soon as backward reports its gradients final, and waits for
+ * them all before the optimizer step. No packing: a bucket is a slice.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "comm/comm_impl.h"
+#include "common/common.h"
+
+struct bucket {
+    size_t offset, count;       /* floats */
+    int t0, t1;                 /* tensors [t0, t1) in offset order */
+    struct comm_job job;
+    int launched;
+};
+
+struct rt_bucketer {
+    struct rt_comm *c;
+    float *grads;
+    size_t total;
+    struct rt_bucket_tensor *t; /* sorted by offset */
+    int nt;
+    struct bucket *b;
+    int nb;
+    int no_overlap;
+    uint64_t step;
+    size_t ready;
+    int next;                   /* first bucket not launched */
+    uint32_t flags;
+    struct comm_job flag_job;
+};
+
+static int by_offset(const void *a, const void *b)
+{
+    const struct rt_bucket_tensor *x = a, *y = b;
+    return x->offset < y->offset ? -1 : x->offset > y->offset;
+}
+
+int rt_bucketer_create(struct rt_comm *c, float *grads, size_t count, const struct rt_bucket_tensor *t, int nt,
+                       const struct rt_bucket_opts *o, struct rt_bucketer **out)
+{
+    *out = NULL;
+    if (nt <= 0 || count == 0)
+        return rt_errf(-EINVAL, "bucketer: no gradients to reduce");
+    size_t cap = o && o->cap_bytes ? o->cap_bytes : (size_t)25 << 20;
+    size_t first = o && o->first_cap_bytes ? o->first_cap_bytes : (size_t)1 << 20;
+    first = RT_MIN(first, cap);
+    struct rt_bucketer *B = rt_calloc(1, sizeof(*B), "bucketer");
+    if (!B)
+        return -ENOMEM;
+    B->c = c;
+    B->grads = grads;
+    B->total = count;
+    B->no_overlap = o && o->no_overlap;
+    B->t = rt_malloc((size_t)nt * sizeof(*B->t), "bucket plan");
+    B->b = rt_calloc((size_t)nt, sizeof(*B->b), "bucket plan");
+    if (!B->t || !B->b) {
+        rt_bucketer_destroy(B);
+        return -ENOMEM;
+    }
+    memcpy(B->t, t, (size_t)nt * sizeof(*t));
+    B->nt = nt;
+    qsort(B->t, (size_t)nt, sizeof(*B->t), by_offset);
+    for (int i = 0; i < nt; i++) {
+        size_t end = B->t[i].offset + B->t[i].count;
+        if (end > count || (i > 0 && B->t[i].offset < B->t[i - 1].offset + B->t[i - 1].count)) {
+            int rc = rt_errf(-EINVAL, "bucketer: tensor %s [%zu, %zu) overlaps another or leaves the buffer of %zu",
+                             B->t[i].name, B->t[i].offset, end, count);
+            rt_bucketer_destroy(B);
+            return rc;
+        }
+    }
+    /* Greedy, in buffer order: close a bucket once it holds its cap. */
+    int i = 0;
+    while (i < nt) {
+        struct bucket *k = &B->b[B->nb];
+        size_t limit = (B->nb == 0 ? first : cap) / sizeof(float);
+        k->t0 = i;
+        k->offset = B->nb == 0 ? 0 : B->b[B->nb - 1].offset + B->b[B->nb - 1].count;
+        size_t held = 0;
+        do {
+            held += B->t[i].count;
+            i++;
+        } while (i < nt && held + B->t[i].count <= limit);
+        k->t1 = i;
+        size_t end = i < nt ? B->t[i].offset : count;
+        k->count = end - k->offset;
+        if (k->count > (size_t)1 << 30) {
+            int rc = rt_errf(-EINVAL, "bucketer: tensor %s alone is over 4 GiB", B->t[k->t0].name);
+            rt_bucketer_destroy(B);
+            return rc;
+        }
+        B->nb++;
+    }
+    for (int k = 0; k < B->nb; k++) {
+        struct bucket *bk = &B->b[k];
+        char names[120];
+        rt_bucketer_bucket(B, k, NULL, NULL, names, sizeof(names));
+        bk->job = (struct comm_job){.kind = JOB_ALLREDUCE, .buf = grads + bk->offset, .count = (int)bk->count,
+                                    .dt = MPI_FLOAT, .op = MPI_SUM, .bucket = k};
+        snprintf(bk->job.what, sizeof(bk->job.what), "the all-reduce of gradient bucket %d of %d (%.2f MB: %s)", k + 1,
+                 B->nb, (double)bk->count * 4e-6, names);
+    }
+    *out = B;
+    return 0;
+}
+
+void rt_bucketer_destroy(struct rt_bucketer *b)
+{
+    if (!b)
+        return;
+    free(b->t);
+    free(b->b);
+    free(b);
+}
+
+int rt_bucketer_count(const struct rt_bucketer *b)
+{
+    return b->nb;
+}
+
+void rt_bucketer_bucket(const struct rt_bucketer *b, int i, size_t *offset, size_t *count, char *names, size_t len)
+{
+    const struct bucket *k = &b->b[i];
+    if (offset)
+        *offset = k->offset;
+    if (count)
+        *count = k->count;
+    if (names && len) {
+        if (k->t1 - k->t0 == 1)
+            snprintf(names, len, "%s", b->t[k->t0].name);
+        else
+            snprintf(names, len, "%d tensors, %s .. %s", k->t1 - k->t0, b->t[k->t0].name, b->t[k->t1 - 1].name);
+    }
+}
+
+void rt_bucketer_begin(struct rt_bucketer *b, uint64_t step)
+{
+    b->step = step;
+    b->ready = 0;
+    b->next = 0;
+    for (int k = 0; k < b->nb; k++)
+        b->b[k].launched = 0;
+}
+
+static void launch(struct rt_bucketer *b, int k)
+{
+    struct bucket *bk = &b->b[k];
+    bk->job.timeout_s = comm_timeout(b->c);
+    bk->launched = 1;
+    if (comm_parallel(b->c)) {
+        comm_count_bucket(b->c);
+        comm_job_submit(b->c, &bk->job);
+    }
+}
+
+void rt_bucketer_ready(void *bucketer, size_t ready)
+{
+    struct rt_bucketer *b = bucketer;
+    if (ready > b->ready)
+        b->ready = ready;
+    if (b->no_overlap)
+        return;
+    /* A bucket ends where the next tensor starts, so the alignment gap after
+     * its last tensor counts as ready with it. */
+    while (b->next < b->nb) {
+        const struct bucket *bk = &b->b[b->next];
+        const struct rt_bucket_tensor *last = &b->t[bk->t1 - 1];
+        if (last->offset + last->count > b->ready)
+            break;
+        launch(b, b->next++);
+    }
+}
+
+int rt_bucketer_finish(struct rt_bucketer *b, uint32_t flags, uint32_t *global_flags, uint64_t *wait_ns)
+{
+    uint64_t t0 = rt_now_ns();
+    const struct rt_bucket_tensor *last = &b->t[b->nt - 1];
+    int missing = b->ready < last->offset + last->count;
+    if (b->no_overlap || !missing) {
+        b->ready = RT_MAX(b->ready, b->total);
+        while (b->next < b->nb)
+            launch(b, b->next++);
+    }
+    if (missing) {
+        /* The plan check: name what never arrived. The other ranks wait in
+         * their collectives; the caller ends the job. */
+        char names[512];
+        size_t o = 0;
+        int n = 0;
+        for (int i = 0; i < b->nt; i++) {
+            if (b->t[i].offset + b->t[i].count <= b->ready)
+                continue;
+            if (n++ < 6 && o < sizeof(names))
+                o += (size_t)snprintf(names + o, sizeof(names) - o, "%s%s", o ? ", " : "", b->t[i].name);
+        }
+        if (n > 6 && o < sizeof(names))
+            snprintf(names + o, sizeof(names) - o, " and %d more", n - 6);
+        return rt_errf(-EPROTO, "step %" PRIu64 ": backward never reported the gradients of %d tensors final (%s); "
+                                "their buckets cannot be reduced",
+                       b->step, n, names);
+    }
+    uint32_t g = flags;
+    if (comm_parallel(b->c)) {
+        b->flags = flags;
+        b->flag_job = (struct comm_job){.kind = JOB_ALLREDUCE, .buf = &b->flags, .count = 1, .dt = MPI_UINT32_T,
+                                        .op = MPI_BOR, .bucket = -1, .timeout_s = comm_timeout(b->c)};
+        snprintf(b->flag_job.what, sizeof(b->flag_job.what), "the step's control word (stop, non-finite loss)");
+        comm_job_submit(b->c, &b->flag_job);
+        for (int k = 0; k < b->nb; k++)
+            comm_job_wait(b->c, &b->b[k].job);
+        comm_job_wait(b->c, &b->flag_job);
+        g = b->flags;
+    }
+    if (global_flags)
+        *global_flags = g;
+    if (wait_ns)
+        *wait_ns = rt_now_ns() - t0;
+    return 0;
+}

@@ -1,0 +1,851 @@
+/*
+ * comm.c - the process group: MPI start-up, the node-local split, the rank
+ * table, the comm thread that runs every collective as a non-blocking MPI
+ * call, and the watchdog in that thread (heartbeats, node-local peer
+ * processes, collective deadlines). A group of one process never touches MPI.
+ *
+ * What the launchers already guarantee, and what this adds (see also
+ * docs/ARCHITECTURE.md, "Comm"):
+ *  - mpirun kills every rank once one exits abnormally or is killed; so does
+ *    srun with --kill-on-bad-exit. Neither says where the survivors were.
+ *  - Neither notices a rank that hangs or is stopped (SIGSTOP, a dead NFS
+ *    mount, a deadlock): the job waits until its time limit.
+ * The watchdog covers both: a node-local peer's death is seen at once through
+ * a pidfd; any peer whose heartbeat goes silent for peer_timeout_s, and any
+ * collective still running after timeout_s, ends the job with a message naming
+ * the step, the operation and the rank that is behind.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "comm/comm_impl.h"
+#include "common/common.h"
+
+#define HB_TAG 7301
+#define HB_ALL_PEERS_MAX 64 /* above this many ranks, heartbeats go to the ring neighbours only */
+
+struct hb_msg {
+    int32_t rank, phase;
+    uint64_t step;
+};
+
+struct peer {
+    char host[64];
+    int32_t pid, local_rank, node, ncpus, threads;
+    char cpus[64];
+};
+
+struct rt_comm {
+    struct rt_rank_info info;
+    struct rt_comm_opts o;
+    char backend[64];
+    int threads_default;
+    struct peer *peers;         /* world entries */
+
+    MPI_Comm world, data, hb, local;
+
+    /* comm thread */
+    pthread_t thread;
+    int thread_started;
+    int efd;                    /* eventfd: jobs queued or stop */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;          /* a job completed */
+    struct comm_job *q_head, *q_tail; /* submitted, not yet started */
+    int stop;
+    _Atomic uint64_t step;
+    _Atomic int phase;
+    struct rt_comm_counts counts;
+
+    /* watchdog state, comm thread only */
+    int *pidfd;                 /* world entries, -1 for remote peers and self */
+    uint64_t *hb_seen;          /* world entries, ns */
+    struct hb_msg *hb_last, *hb_out;
+    MPI_Request *hb_sreq;
+    int *hb_peer;               /* world entries: 1 if a heartbeat partner */
+    struct hb_msg hb_in;
+    MPI_Request hb_rreq;
+};
+
+static const char *const phase_names[] = {"starting",   "forward/backward", "waiting for gradients",
+                                          "optimizer",  "waiting for data", "validation",
+                                          "checkpoint", "staging",          "finished"};
+
+static const char *phase_name(int p)
+{
+    return p >= 0 && p < (int)RT_ARRAY_LEN(phase_names) ? phase_names[p] : "?";
+}
+
+/* ---- fatal paths --------------------------------------------------------------- */
+
+_Noreturn void rt_comm_abort(struct rt_comm *c, int code, const char *msg)
+{
+    if (msg)
+        rt_log(RT_LOG_ERROR, "%s", msg);
+    fflush(stdout);
+    fflush(stderr);
+    if (c && c->info.mpi)
+        MPI_Abort(MPI_COMM_WORLD, code);
+    _exit(code);
+}
+
+static _Noreturn void fatal(struct rt_comm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static _Noreturn void fatal(struct rt_comm *c, const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    rt_comm_abort(c, 1, msg);
+}
+
+/* Every MPI call after MPI_Init goes through this: the library's own message,
+ * file:line, then the whole job ends. */
+#define MPI_CHECK(c, call)                                                                                           \
+    do {                                                                                                             \
+        int rc_ = (call);                                                                                            \
+        if (rc_ != MPI_SUCCESS)                                                                                      \
+            mpi_fail((c), rc_, #call, __FILE__, __LINE__);                                                          \
+    } while (0)
+
+static _Noreturn void mpi_fail(struct rt_comm *c, int rc, const char *call, const char *file, int line)
+{
+    char err[MPI_MAX_ERROR_STRING];
+    int len = 0;
+    if (MPI_Error_string(rc, err, &len) != MPI_SUCCESS)
+        snprintf(err, sizeof(err), "MPI error %d", rc);
+    char host[64] = "?";
+    gethostname(host, sizeof(host) - 1);
+    fatal(c, "%s failed on %s (pid %d) at %s:%d: %s (step %" PRIu64 ")", call, host, (int)getpid(), file, line, err,
+          atomic_load(&c->step));
+}
+
+/* ---- small helpers --------------------------------------------------------------- */
+
+static void cpu_list(const cpu_set_t *set, char *buf, size_t len)
+{
+    size_t o = 0;
+    buf[0] = 0;
+    for (int i = 0; i < CPU_SETSIZE && o < len; i++) {
+        if (!CPU_ISSET(i, set))
+            continue;
+        int j = i;
+        while (j + 1 < CPU_SETSIZE && CPU_ISSET(j + 1, set))
+            j++;
+        int w = j > i ? snprintf(buf + o, len - o, "%s%d-%d", o ? "," : "", i, j)
+                      : snprintf(buf + o, len - o, "%s%d", o ? "," : "", i);
+        if (w < 0 || (size_t)w >= len - o) {
+            if (len > 4)
+                snprintf(buf + len - 4, 4, "...");
+            return;
+        }
+        o += (size_t)w;
+        i = j;
+    }
+}
+
+static const char *env_get(void *ctx, const char *name)
+{
+    (void)ctx;
+    return getenv(name);
+}
+
+static int launched_by_mpi(int *mpirun)
+{
+    *mpirun = getenv("OMPI_COMM_WORLD_SIZE") != NULL;
+    return *mpirun || getenv("PMIX_RANK") || getenv("PMI_RANK") || getenv("PMI_SIZE");
+}
+
+const struct rt_rank_info *rt_comm_info(const struct rt_comm *c)
+{
+    return &c->info;
+}
+
+const char *rt_comm_backend(const struct rt_comm *c)
+{
+    return c->backend;
+}
+
+int rt_comm_default_threads(const struct rt_comm *c)
+{
+    return c->threads_default;
+}
+
+double comm_timeout(const struct rt_comm *c)
+{
+    return c->o.timeout_s;
+}
+
+int comm_parallel(const struct rt_comm *c)
+{
+    return c->info.world > 1;
+}
+
+void rt_comm_set_phase(struct rt_comm *c, uint64_t step, enum rt_comm_phase phase)
+{
+    if (!c)
+        return;
+    atomic_store(&c->step, step);
+    atomic_store(&c->phase, (int)phase);
+}
+
+void rt_comm_counts(const struct rt_comm *c, struct rt_comm_counts *out)
+{
+    pthread_mutex_lock((pthread_mutex_t *)&c->mu);
+    *out = c->counts;
+    pthread_mutex_unlock((pthread_mutex_t *)&c->mu);
+}
+
+void comm_count_bucket(struct rt_comm *c)
+{
+    pthread_mutex_lock(&c->mu);
+    c->counts.bucket_allreduces++;
+    pthread_mutex_unlock(&c->mu);
+}
+
+/* ---- the comm thread -------------------------------------------------------------- */
+
+static MPI_Comm job_comm(const struct rt_comm *c, const struct comm_job *j)
+{
+    return j->local ? c->local : c->data;
+}
+
+static void job_start(struct rt_comm *c, struct comm_job *j)
+{
+    MPI_Comm m = job_comm(c, j);
+    j->t_start = rt_now_ns();
+    switch (j->kind) {
+    case JOB_ALLREDUCE:
+        MPI_CHECK(c, MPI_Iallreduce(MPI_IN_PLACE, j->buf, j->count, j->dt, j->op, m, &j->req));
+        break;
+    case JOB_REDUCE: {
+        int me;
+        MPI_Comm_rank(m, &me);
+        const void *s = me == j->root ? MPI_IN_PLACE : j->buf;
+        MPI_CHECK(c, MPI_Ireduce(s, me == j->root ? j->buf : NULL, j->count, j->dt, j->op, j->root, m, &j->req));
+        break;
+    }
+    case JOB_BCAST:
+        MPI_CHECK(c, MPI_Ibcast(j->buf, j->count, MPI_BYTE, j->root, m, &j->req));
+        break;
+    case JOB_ALLGATHER:
+        MPI_CHECK(c, MPI_Iallgather(j->sbuf, j->count, MPI_BYTE, j->buf, j->count, MPI_BYTE, m, &j->req));
+        break;
+    case JOB_BARRIER:
+        MPI_CHECK(c, MPI_Ibarrier(m, &j->req));
+        break;
+    }
+}
+
+/* The peer that is furthest behind by its heartbeats, as text. */
+static void lagging(const struct rt_comm *c, char *buf, size_t len)
+{
+    uint64_t now = rt_now_ns();
+    int worst = -1;
+    for (int r = 0; r < c->info.world; r++) {
+        if (r == c->info.rank || !c->hb_peer[r] || !c->hb_seen[r])
+            continue;
+        if (worst < 0 || c->hb_last[r].step < c->hb_last[worst].step ||
+            (c->hb_last[r].step == c->hb_last[worst].step && c->hb_last[r].phase < c->hb_last[worst].phase))
+            worst = r;
+    }
+    uint64_t mine = atomic_load(&c->step);
+    if (worst < 0 || c->hb_last[worst].step > mine) {
+        snprintf(buf, len, "no peer this rank hears from is behind it");
+        return;
+    }
+    snprintf(buf, len, "rank %d (%s, pid %d) is behind: step %" PRIu64 ", %s, heard from %.1f s ago", worst,
+             c->peers[worst].host, c->peers[worst].pid, c->hb_last[worst].step, phase_name(c->hb_last[worst].phase),
+             (double)(now - c->hb_seen[worst]) * 1e-9);
+}
+
+static void hb_post(struct rt_comm *c)
+{
+    MPI_CHECK(c, MPI_Irecv(&c->hb_in, (int)sizeof(c->hb_in), MPI_BYTE, MPI_ANY_SOURCE, HB_TAG, c->hb, &c->hb_rreq));
+}
+
+static void hb_send(struct rt_comm *c)
+{
+    for (int r = 0; r < c->info.world; r++) {
+        if (!c->hb_peer[r])
+            continue;
+        if (c->hb_sreq[r] != MPI_REQUEST_NULL) {
+            int done = 0;
+            MPI_CHECK(c, MPI_Test(&c->hb_sreq[r], &done, MPI_STATUS_IGNORE));
+            if (!done)
+                continue; /* that peer is not taking them: its own deadline will tell */
+        }
+        c->hb_out[r] = (struct hb_msg){.rank = c->info.rank, .phase = atomic_load(&c->phase),
+                                       .step = atomic_load(&c->step)};
+        MPI_CHECK(c, MPI_Isend(&c->hb_out[r], (int)sizeof(c->hb_out[r]), MPI_BYTE, r, HB_TAG, c->hb, &c->hb_sreq[r]));
+    }
+}
+
+static void hb_receive(struct rt_comm *c)
+{
+    for (;;) {
+        int done = 0;
+        MPI_Status st;
+        MPI_CHECK(c, MPI_Test(&c->hb_rreq, &done, &st));
+        if (!done)
+            return;
+        int r = st.MPI_SOURCE;
+        if (r >= 0 && r < c->info.world) {
+            c->hb_seen[r] = rt_now_ns();
+            c->hb_last[r] = c->hb_in;
+        }
+        hb_post(c);
+    }
+}
+
+/* The active job description for messages. */
+static void job_text(const struct comm_job *j, char *buf, size_t len)
+{
+    snprintf(buf, len, "%s (submitted at step %" PRIu64 ")", j->what, j->step);
+}
+
+static void watch(struct rt_comm *c, struct comm_job *active, const struct pollfd *pf, int npf)
+{
+    uint64_t now = rt_now_ns();
+    char lag[256], jt[300] = "no collective in flight";
+    struct comm_job *oldest = active;
+    if (oldest)
+        job_text(oldest, jt, sizeof(jt));
+    for (int i = 1; i < npf; i++) {
+        if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR)))
+            continue;
+        int r = -1;
+        for (int k = 0; k < c->info.world; k++)
+            if (c->pidfd[k] == pf[i].fd)
+                r = k;
+        if (r < 0)
+            continue;
+        fatal(c, "rank %d (%s, pid %d) died (last heard at step %" PRIu64 ", %s) while this rank was at step %" PRIu64
+                 ", %s; in flight: %s. Ending the job.",
+              r, c->peers[r].host, c->peers[r].pid, c->hb_last[r].step, phase_name(c->hb_last[r].phase),
+              atomic_load(&c->step), phase_name(atomic_load(&c->phase)), jt);
+    }
+    for (int r = 0; r < c->info.world; r++) {
+        if (!c->hb_peer[r])
+            continue;
+        double quiet = (double)(now - c->hb_seen[r]) * 1e-9;
+        if (quiet > c->o.peer_timeout_s)
+            fatal(c, "rank %d (%s, pid %d) has sent no heartbeat for %.1f s (--peer-timeout %.0f): it died or "
+                     "stopped (last heard at step %" PRIu64 ", %s). This rank: step %" PRIu64 ", %s; in flight: %s. "
+                     "Ending the job.",
+                  r, c->peers[r].host, c->peers[r].pid, quiet, c->o.peer_timeout_s, c->hb_last[r].step,
+                  phase_name(c->hb_last[r].phase), atomic_load(&c->step), phase_name(atomic_load(&c->phase)), jt);
+    }
+    for (struct comm_job *j = active; j; j = j->next) {
+        if (j->timeout_s <= 0)
+            continue;
+        double age = (double)(now - j->t_start) * 1e-9;
+        if (age > j->timeout_s) {
+            job_text(j, jt, sizeof(jt));
+            lagging(c, lag, sizeof(lag));
+            fatal(c, "step %" PRIu64 ": %s did not complete within %.0f s (--comm-timeout); %s. Ending the job.",
+                  atomic_load(&c->step), jt, j->timeout_s, lag);
+        }
+    }
+}
+
+static void *comm_main(void *arg)
+{
+    struct rt_comm *c = arg;
+    struct comm_job *active = NULL, **tail = &active;
+    uint64_t next_hb = 0, hb_period = (uint64_t)(c->o.heartbeat_s * 1e9);
+    int npf = 1;
+    struct pollfd *pf = rt_calloc((size_t)c->info.world + 1, sizeof(*pf), "comm poll set");
+    if (!pf)
+        fatal(c, "out of memory starting the comm thread");
+    pf[0] = (struct pollfd){.fd = c->efd, .events = POLLIN};
+    for (int r = 0; r < c->info.world; r++)
+        if (c->pidfd[r] >= 0)
+            pf[npf++] = (struct pollfd){.fd = c->pidfd[r], .events = POLLIN};
+    uint64_t t0 = rt_now_ns();
+    for (int r = 0; r < c->info.world; r++)
+        c->hb_seen[r] = t0; /* silence counts from the start */
+    hb_post(c);
+    long backoff_us = 0;
+    for (;;) {
+        pthread_mutex_lock(&c->mu);
+        struct comm_job *fresh = c->q_head;
+        c->q_head = c->q_tail = NULL;
+        int stop = c->stop;
+        pthread_mutex_unlock(&c->mu);
+        for (struct comm_job *j = fresh; j;) {
+            struct comm_job *nx = j->next;
+            j->next = NULL;
+            job_start(c, j);
+            *tail = j;
+            tail = &j->next;
+            j = nx;
+        }
+        int progressed = fresh != NULL;
+        /* Complete what has finished, in any order. */
+        for (struct comm_job **pp = &active; *pp;) {
+            struct comm_job *j = *pp;
+            int done = 0;
+            MPI_CHECK(c, MPI_Test(&j->req, &done, MPI_STATUS_IGNORE));
+            if (!done) {
+                pp = &j->next;
+                continue;
+            }
+            *pp = j->next;
+            if (!*pp)
+                tail = pp;
+            pthread_mutex_lock(&c->mu);
+            j->done = 1;
+            pthread_cond_broadcast(&c->cv);
+            pthread_mutex_unlock(&c->mu);
+            progressed = 1;
+        }
+        if (stop && !active)
+            break;
+        uint64_t now = rt_now_ns();
+        hb_receive(c);
+        if (now >= next_hb) {
+            hb_send(c);
+            next_hb = now + hb_period;
+        }
+        /* Sleep: until the next heartbeat when idle; in short, growing naps
+         * while collectives are in flight (MPI progresses only inside its
+         * calls, and a spinning thread would take a core from compute). */
+        struct timespec ts;
+        if (active) {
+            backoff_us = progressed ? 0 : backoff_us ? RT_MIN(backoff_us * 2, 500) : 10;
+            ts = (struct timespec){0, backoff_us * 1000};
+        } else {
+            backoff_us = 0;
+            uint64_t d = next_hb > now ? next_hb - now : 0;
+            ts = (struct timespec){(time_t)(d / 1000000000ull), (long)(d % 1000000000ull)};
+        }
+        for (int i = 0; i < npf; i++)
+            pf[i].revents = 0;
+        int n = ppoll(pf, (nfds_t)npf, &ts, NULL);
+        if (n > 0 && (pf[0].revents & POLLIN)) {
+            uint64_t v;
+            if (read(c->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+                fatal(c, "comm thread: eventfd read: %s", strerror(errno));
+        }
+        watch(c, active, pf, npf);
+    }
+    /* Heartbeats stop here: cancel the receive, let go of unfinished sends. */
+    MPI_CHECK(c, MPI_Cancel(&c->hb_rreq));
+    MPI_CHECK(c, MPI_Wait(&c->hb_rreq, MPI_STATUS_IGNORE));
+    for (int r = 0; r < c->info.world; r++)
+        if (c->hb_sreq[r] != MPI_REQUEST_NULL)
+            MPI_CHECK(c, MPI_Request_free(&c->hb_sreq[r]));
+    free(pf);
+    return NULL;
+}
+
+void comm_job_submit(struct rt_comm *c, struct comm_job *j)
+{
+    j->step = atomic_load(&c->step);
+    j->next = NULL;
+    j->req = MPI_REQUEST_NULL;
+    pthread_mutex_lock(&c->mu);
+    j->done = 0;
+    if (c->q_tail)
+        c->q_tail->next = j;
+    else
+        c->q_head = j;
+    c->q_tail = j;
+    if (j->bucket < 0)
+        c->counts.other++;
+    pthread_mutex_unlock(&c->mu);
+    uint64_t one = 1;
+    if (write(c->efd, &one, sizeof(one)) < 0)
+        fatal(c, "eventfd write: %s", strerror(errno));
+}
+
+void comm_job_wait(struct rt_comm *c, struct comm_job *j)
+{
+    pthread_mutex_lock(&c->mu);
+    while (!j->done)
+        pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+}
+
+int comm_job_done(struct rt_comm *c, struct comm_job *j)
+{
+    pthread_mutex_lock(&c->mu);
+    int d = j->done;
+    pthread_mutex_unlock(&c->mu);
+    return d;
+}
+
+/* ---- collectives ---------------------------------------------------------------- */
+
+static MPI_Datatype mpi_type(enum rt_dtype_comm t, size_t *size)
+{
+    switch (t) {
+    case RT_COMM_F32: *size = 4; return MPI_FLOAT;
+    case RT_COMM_F64: *size = 8; return MPI_DOUBLE;
+    case RT_COMM_I64: *size = 8; return MPI_INT64_T;
+    case RT_COMM_U64: *size = 8; return MPI_UINT64_T;
+    case RT_COMM_I32: break;
+    }
+    *size = 4;
+    return MPI_INT32_T;
+}
+
+static MPI_Op mpi_op(enum rt_red_op op)
+{
+    return op == RT_RED_MAX ? MPI_MAX : op == RT_RED_MIN ? MPI_MIN : MPI_SUM;
+}
+
+static void divide(void *buf, size_t count, enum rt_dtype_comm t, int world)
+{
+    if (t == RT_COMM_F32)
+        for (size_t i = 0; i < count; i++)
+            ((float *)buf)[i] /= (float)world;
+    else if (t == RT_COMM_F64)
+        for (size_t i = 0; i < count; i++)
+            ((double *)buf)[i] /= (double)world;
+}
+
+/* Runs one blocking collective, in pieces of at most 1 GiB (MPI counts are int). */
+static void run_job(struct rt_comm *c, enum job_kind kind, int local, void *buf, const void *sbuf, size_t count,
+                    size_t esize, MPI_Datatype dt, MPI_Op op, int root, double timeout_s, const char *what)
+{
+    size_t per = ((size_t)1 << 30) / esize, done = 0;
+    do {
+        size_t n = RT_MIN(count - done, per);
+        struct comm_job j = {.kind = kind, .local = local, .buf = (char *)buf + done * esize, .sbuf = sbuf,
+                             .count = (int)n, .dt = dt, .op = op, .root = root, .bucket = -1,
+                             .timeout_s = timeout_s < 0 ? c->o.timeout_s : timeout_s};
+        snprintf(j.what, sizeof(j.what), "%s", what);
+        comm_job_submit(c, &j);
+        comm_job_wait(c, &j);
+        done += n;
+    } while (done < count);
+}
+
+int rt_comm_allreduce(struct rt_comm *c, void *buf, size_t count, enum rt_dtype_comm t, enum rt_red_op op,
+                      const char *what)
+{
+    if (c->info.world == 1 || count == 0)
+        return 0;
+    size_t es;
+    MPI_Datatype dt = mpi_type(t, &es);
+    run_job(c, JOB_ALLREDUCE, 0, buf, NULL, count, es, dt, mpi_op(op), 0, -1, what);
+    if (op == RT_RED_AVG)
+        divide(buf, count, t, c->info.world);
+    return 0;
+}
+
+int rt_comm_reduce(struct rt_comm *c, void *buf, size_t count, enum rt_dtype_comm t, enum rt_red_op op, int root,
+                   const char *what)
+{
+    if (c->info.world == 1 || count == 0)
+        return 0;
+    size_t es;
+    MPI_Datatype dt = mpi_type(t, &es);
+    run_job(c, JOB_REDUCE, 0, buf, NULL, count, es, dt, mpi_op(op), root, -1, what);
+    if (op == RT_RED_AVG && c->info.rank == root)
+        divide(buf, count, t, c->info.world);
+    return 0;
+}
+
+int rt_comm_broadcast(struct rt_comm *c, void *buf, size_t bytes, int root, const char *what)
+{
+    if (c->info.world == 1 || bytes == 0)
+        return 0;
+    run_job(c, JOB_BCAST, 0, buf, NULL, bytes, 1, MPI_BYTE, MPI_OP_NULL, root, -1, what);
+    return 0;
+}
+
+int rt_comm_allgather(struct rt_comm *c, const void *send, void *recv, size_t bytes, const char *what)
+{
+    if (c->info.world == 1) {
+        memcpy(recv, send, bytes);
+        return 0;
+    }
+    if (bytes > (size_t)1 << 30)
+        fatal(c, "%s: all-gather of %zu bytes per rank: at most 1 GiB", what, bytes);
+    struct comm_job j = {.kind = JOB_ALLGATHER, .buf = recv, .sbuf = send, .count = (int)bytes, .bucket = -1,
+                         .timeout_s = c->o.timeout_s};
+    snprintf(j.what, sizeof(j.what), "%s", what);
+    comm_job_submit(c, &j);
+    comm_job_wait(c, &j);
+    return 0;
+}
+
+int rt_comm_barrier(struct rt_comm *c, double timeout_s, const char *what)
+{
+    if (c->info.world == 1)
+        return 0;
+    run_job(c, JOB_BARRIER, 0, NULL, NULL, 1, 1, MPI_BYTE, MPI_OP_NULL, 0, timeout_s, what);
+    return 0;
+}
+
+int rt_comm_node_barrier(struct rt_comm *c, double timeout_s, const char *what)
+{
+    if (c->info.local_world == 1)
+        return 0;
+    run_job(c, JOB_BARRIER, 1, NULL, NULL, 1, 1, MPI_BYTE, MPI_OP_NULL, 0, timeout_s, what);
+    return 0;
+}
+
+int rt_comm_node_broadcast(struct rt_comm *c, void *buf, size_t bytes, const char *what)
+{
+    if (c->info.local_world == 1 || bytes == 0)
+        return 0;
+    run_job(c, JOB_BCAST, 1, buf, NULL, bytes, 1, MPI_BYTE, MPI_OP_NULL, 0, -1, what);
+    return 0;
+}
+
+/* ---- start-up and shut-down ---------------------------------------------------- */
+
+static void fill_self(struct peer *p, int threads)
+{
+    memset(p, 0, sizeof(*p));
+    gethostname(p->host, sizeof(p->host) - 1);
+    p->pid = (int32_t)getpid();
+    cpu_set_t set;
+    CPU_ZERO(&set);
+    if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+        p->ncpus = CPU_COUNT(&set);
+        cpu_list(&set, p->cpus, sizeof(p->cpus));
+    }
+    p->threads = threads;
+}
+
+/* Collective over MPI_COMM_WORLD, before the comm thread runs (so plain
+ * blocking MPI calls are fine here). */
+static void mpi_setup(struct rt_comm *c)
+{
+    MPI_Comm w = MPI_COMM_WORLD;
+    MPI_CHECK(c, MPI_Comm_set_errhandler(w, MPI_ERRORS_RETURN));
+    MPI_CHECK(c, MPI_Comm_dup(w, &c->data));
+    MPI_CHECK(c, MPI_Comm_dup(w, &c->hb));
+    MPI_CHECK(c, MPI_Comm_split_type(w, MPI_COMM_TYPE_SHARED, c->info.rank, MPI_INFO_NULL, &c->local));
+    MPI_CHECK(c, MPI_Comm_rank(c->local, &c->info.local_rank));
+    MPI_CHECK(c, MPI_Comm_size(c->local, &c->info.local_world));
+    MPI_Comm leaders;
+    MPI_CHECK(c, MPI_Comm_split(w, c->info.local_rank == 0 ? 0 : MPI_UNDEFINED, c->info.rank, &leaders));
+    int nn[2] = {0, 0};
+    if (leaders != MPI_COMM_NULL) {
+        MPI_CHECK(c, MPI_Comm_rank(leaders, &nn[0]));
+        MPI_CHECK(c, MPI_Comm_size(leaders, &nn[1]));
+        MPI_CHECK(c, MPI_Comm_free(&leaders));
+    }
+    MPI_CHECK(c, MPI_Bcast(nn, 2, MPI_INT, 0, c->local));
+    c->info.node = nn[0];
+    c->info.nodes = nn[1];
+
+    /* Default threads: this rank's CPUs shared with the node-local ranks
+     * whose affinity overlaps it. */
+    cpu_set_t mine, *all = rt_calloc((size_t)c->info.local_world, sizeof(cpu_set_t), "affinity masks");
+    if (!all)
+        fatal(c, "out of memory");
+    CPU_ZERO(&mine);
+    sched_getaffinity(0, sizeof(mine), &mine);
+    MPI_CHECK(c, MPI_Allgather(&mine, (int)sizeof(mine), MPI_BYTE, all, (int)sizeof(mine), MPI_BYTE, c->local));
+    int sharers = 0;
+    for (int i = 0; i < c->info.local_world; i++) {
+        cpu_set_t x;
+        CPU_AND(&x, &mine, &all[i]);
+        sharers += CPU_COUNT(&x) > 0;
+    }
+    free(all);
+    c->threads_default = RT_MAX(1, rt_cpus_available() / RT_MAX(sharers, 1));
+
+    struct peer me;
+    fill_self(&me, c->threads_default);
+    me.local_rank = c->info.local_rank;
+    me.node = c->info.node;
+    MPI_CHECK(c, MPI_Allgather(&me, (int)sizeof(me), MPI_BYTE, c->peers, (int)sizeof(me), MPI_BYTE, w));
+
+    /* Node-local peers are watched through pidfds: their death is seen at once. */
+    for (int r = 0; r < c->info.world; r++) {
+        c->pidfd[r] = -1;
+        c->hb_sreq[r] = MPI_REQUEST_NULL;
+        int d = (r - c->info.rank + c->info.world) % c->info.world;
+        c->hb_peer[r] = r != c->info.rank && (c->info.world <= HB_ALL_PEERS_MAX || d == 1 || d == c->info.world - 1);
+        if (r != c->info.rank && c->peers[r].node == c->info.node && strcmp(c->peers[r].host, me.host) == 0) {
+#ifdef SYS_pidfd_open
+            c->pidfd[r] = (int)syscall(SYS_pidfd_open, (pid_t)c->peers[r].pid, 0);
+#endif
+        }
+    }
+}
+
+int rt_comm_create(const struct rt_comm_opts *o, struct rt_comm **out)
+{
+    *out = NULL;
+    struct rt_comm *c = rt_calloc(1, sizeof(*c), "process group");
+    if (!c)
+        return -ENOMEM;
+    c->o = o ? *o : (struct rt_comm_opts){0};
+    if (c->o.timeout_s <= 0)
+        c->o.timeout_s = 300;
+    if (c->o.peer_timeout_s <= 0)
+        c->o.peer_timeout_s = 20;
+    if (c->o.heartbeat_s <= 0)
+        c->o.heartbeat_s = 1;
+    if (c->o.heartbeat_s > c->o.peer_timeout_s / 4)
+        c->o.heartbeat_s = c->o.peer_timeout_s / 4;
+    c->efd = -1;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_cond_init(&c->cv, NULL);
+
+    struct rt_launch_view lv = {0};
+    lv.mpi = launched_by_mpi(&lv.mpirun);
+    if (lv.mpi) {
+        int provided = 0;
+        if (MPI_Init_thread(NULL, NULL, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
+            free(c);
+            return rt_errf(-EIO, "MPI_Init_thread failed");
+        }
+        c->info.mpi = 1; /* from here on, errors abort the job */
+        if (provided < MPI_THREAD_SERIALIZED)
+            fatal(c, "this MPI gives thread level %d; the comm thread needs MPI_THREAD_SERIALIZED", provided);
+        MPI_CHECK(c, MPI_Comm_rank(MPI_COMM_WORLD, &lv.rank));
+        MPI_CHECK(c, MPI_Comm_size(MPI_COMM_WORLD, &lv.world));
+    }
+    if (rt_comm_resolve(env_get, NULL, &lv, &c->info) < 0) {
+        if (lv.mpi)
+            fatal(c, "%s", rt_errmsg());
+        free(c);
+        return -EINVAL;
+    }
+    c->info.mpi = lv.mpi;
+    rt_log_setup(c->info.rank, c->info.world, RT_LOG_INFO);
+    if (!lv.mpi && c->info.world > 1) {
+        int r = c->info.rank, wsz = c->info.world;
+        const char *how = c->info.source == RT_RANKS_SLURM
+                              ? "under Slurm, start it with srun --mpi=pmix (`srun --mpi=list` shows what the site "
+                                "has), or with mpirun inside the allocation"
+                              : "start it with mpirun -np N instead (Open MPI cannot join processes started by "
+                                "another launcher)";
+        rt_errf(-EINVAL, "this is rank %d of %d by %s, but no MPI launcher started it: the collectives run over "
+                         "MPI; %s",
+                r, wsz, c->info.vars, how);
+        free(c);
+        return -EINVAL;
+    }
+    c->peers = rt_calloc((size_t)c->info.world, sizeof(*c->peers), "rank table");
+    c->pidfd = rt_calloc((size_t)c->info.world, sizeof(int), "rank table");
+    c->hb_seen = rt_calloc((size_t)c->info.world, sizeof(uint64_t), "rank table");
+    c->hb_last = rt_calloc((size_t)c->info.world, sizeof(struct hb_msg), "rank table");
+    c->hb_out = rt_calloc((size_t)c->info.world, sizeof(struct hb_msg), "rank table");
+    c->hb_sreq = rt_calloc((size_t)c->info.world, sizeof(MPI_Request), "rank table");
+    c->hb_peer = rt_calloc((size_t)c->info.world, sizeof(int), "rank table");
+    if (!c->peers || !c->pidfd || !c->hb_seen || !c->hb_last || !c->hb_out || !c->hb_sreq || !c->hb_peer) {
+        if (lv.mpi)
+            fatal(c, "out of memory");
+        rt_comm_destroy(c);
+        return -ENOMEM;
+    }
+    if (!lv.mpi) {
+        snprintf(c->backend, sizeof(c->backend), "none (one process)");
+        c->threads_default = rt_cpus_available();
+        fill_self(&c->peers[0], c->threads_default);
+        c->pidfd[0] = -1;
+        c->info.local_world = 1;
+        c->info.nodes = 1;
+        *out = c;
+        return 0;
+    }
+    int maj = 0, min = 0;
+    MPI_Get_version(&maj, &min);
+    char lib[MPI_MAX_LIBRARY_VERSION_STRING] = "";
+    int len = 0;
+    MPI_Get_library_version(lib, &len);
+    int a = 0, b = 0, d = 0;
+    if (sscanf(lib, "Open MPI v%d.%d.%d", &a, &b, &d) == 3)
+        snprintf(c->backend, sizeof(c->backend), "MPI (Open MPI %d.%d.%d)", a, b, d);
+    else
+        snprintf(c->backend, sizeof(c->backend), "MPI %d.%d", maj, min);
+    mpi_setup(c);
+    if (c->info.world > 1) {
+        c->efd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+        if (c->efd < 0)
+            fatal(c, "eventfd: %s", strerror(errno));
+        /* The comm thread takes no signals: SIGTERM/SIGUSR1 belong to the trainer. */
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_BLOCK, &all, &old);
+        int e = pthread_create(&c->thread, NULL, comm_main, c);
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (e)
+            fatal(c, "cannot start the comm thread: %s", strerror(e));
+        c->thread_started = 1;
+    }
+    *out = c;
+    return 0;
+}
+
+void rt_comm_print_ranks(struct rt_comm *c, FILE *f, int threads, const char *device)
+{
+    struct peer me = c->peers[c->info.rank];
+    me.threads = threads;
+    if (c->info.world > 1)
+        rt_comm_allgather(c, &me, c->peers, sizeof(me), "rank table");
+    else
+        c->peers[0] = me;
+    if (c->info.rank != 0)
+        return;
+    fprintf(f, "  ranks     %-5s %-20s %-8s %-5s %-6s %-16s %-8s %s\n", "rank", "host", "pid", "node", "local",
+            "CPUs", "threads", "device");
+    for (int r = 0; r < c->info.world; r++) {
+        const struct peer *p = &c->peers[r];
+        char cpus[96];
+        snprintf(cpus, sizeof(cpus), "%s (%d)", p->cpus, p->ncpus);
+        fprintf(f, "            %-5d %-20s %-8d %-5d %-6d %-16s %-8d %s\n", r, p->host, p->pid,
+                c->info.world > 1 ? p->node : 0, c->info.world > 1 ? p->local_rank : 0, cpus, p->threads, device);
+    }
+}
+
+void rt_comm_destroy(struct rt_comm *c)
+{
+    if (!c)
+        return;
+    if (c->thread_started) {
+        rt_comm_barrier(c, -1, "the final barrier");
+        pthread_mutex_lock(&c->mu);
+        c->stop = 1;
+        pthread_mutex_unlock(&c->mu);
+        uint64_t one = 1;
+        if (write(c->efd, &one, sizeof(one)) < 0)
+            rt_warn("eventfd write: %s", strerror(errno));
+        pthread_join(c->thread, NULL);
+    }
+    if (c->info.mpi) {
+        MPI_Comm_free(&c->data);
+        MPI_Comm_free(&c->hb);
+        MPI_Comm_free(&c->local);
+        MPI_Finalize();
+    }
+    for (int r = 0; c->pidfd && r < c->info.world; r++)
+        if (c->pidfd[r] >= 0)
+            close(c->pidfd[r]);
+    if (c->efd >= 0)
+        close(c->efd);
+    pthread_mutex_destroy(&c->mu);
+    pthread_cond_destroy(&c->cv);
+    free(c->peers);
+    free(c->pidfd);
+    free(c->hb_seen);
+    free(c->hb_last);
+    free(c->hb_out);
+    free(c->hb_sreq);
+    free(c->hb_peer);
+    free(c);
+}
