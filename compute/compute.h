@@ -313,6 +313,13 @@ struct rt_step_opts {
     uint64_t dropout_offset; /* Philox counter base for this micro-batch's dropout masks */
     int no_dropout;        /* RT_TRAIN without dropout (parity tests against PyTorch) */
     const float *mean, *std; /* host, C values each (0..1 units) */
+    /* Backward's progress report, or NULL: called on the calling thread with
+     * `ready` = the floats at the start of the gradient buffer whose values
+     * are final for this step (buffer order is the order backward finishes
+     * them, so `ready` only grows). The ops writing them have been issued on
+     * the model's stream; on the CPU backend they are also done. */
+    void (*grads_ready)(void *arg, size_t ready);
+    void *grads_ready_arg;
 };
 
 /*

@@ -709,6 +709,19 @@ static void pass_grad(struct net *n, size_t count, float alpha, const float *dy,
         n->ops->scale(n->s, count, alpha, dx);
 }
 
+/* Tells the caller that node i's parameter gradients, and with them all of
+ * the buffer before them, are final (parameters are laid out last node
+ * first). */
+static void grads_done(struct net *n, const struct node *d, const struct rt_step_opts *o)
+{
+    if (!o->grads_ready || d->w < 0)
+        return;
+    size_t end = n->ent[d->w].info.offset + n->ent[d->w].info.count;
+    if (d->b >= 0)
+        end = RT_MAX(end, n->ent[d->b].info.offset + n->ent[d->b].info.count);
+    o->grads_ready(o->grads_ready_arg, end);
+}
+
 static void node_bwd(struct net *n, int i, int batch, const struct rt_step_opts *o)
 {
     const struct rt_ops *op = n->ops;
@@ -724,6 +737,7 @@ static void node_bwd(struct net *n, int i, int batch, const struct rt_step_opts 
         struct rt_conv_desc c = d->conv;
         c.in.n = batch;
         op->conv2d_bwd_filter(s, &c, x->data, dy, G(n, d->w), G(n, d->b));
+        grads_done(n, d, o); /* before the data gradient: the all-reduce starts sooner */
         if ((dx = dx_of(n, d, 0, &beta)))
             op->conv2d_bwd_data(s, &c, dy, P(n, d->w), beta, dx);
         break;
@@ -733,6 +747,7 @@ static void node_bwd(struct net *n, int i, int batch, const struct rt_step_opts 
         b.in.n = batch;
         dx = dx_of(n, d, 0, &beta);
         op->bn_bwd(s, &b, x->data, dy, P(n, d->w), d->save_mean, d->save_invstd, beta, dx, G(n, d->w), G(n, d->b));
+        grads_done(n, d, o);
         break;
     }
     case K_RELU:
@@ -756,6 +771,7 @@ static void node_bwd(struct net *n, int i, int batch, const struct rt_step_opts 
     }
     case K_LINEAR:
         op->linear_bwd_filter(s, batch, d->lin_in, d->lin_out, x->data, dy, G(n, d->w), G(n, d->b));
+        grads_done(n, d, o);
         if ((dx = dx_of(n, d, 0, &beta)))
             op->linear_bwd_data(s, batch, d->lin_in, d->lin_out, dy, P(n, d->w), beta, dx);
         break;

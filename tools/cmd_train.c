@@ -52,7 +52,15 @@ static void usage(FILE *f)
             "  --steps N              stop after N optimizer steps\n"
             "  --no-progress          no progress bar (shown when stderr is a terminal)\n"
             "  --no-pin               do not mlock the batch ring\n"
-            "  --json                 end with one JSON line summing up the run\n",
+            "  --json                 end with one JSON line summing up the run\n\n"
+            "Several ranks (mpirun -np N ringtrain train ..., or srun --mpi=pmix): data-parallel, one\n"
+            "process per device, gradients all-reduced in buckets while backward runs.\n"
+            "  --bucket-cap-mb MB     gradient bucket size (default 25; the first bucket 1)\n"
+            "  --no-overlap           all-reduce only after backward (for comparison)\n"
+            "  --comm-timeout S       a collective stalled this long ends the job (default 300)\n"
+            "  --peer-timeout S       a rank silent this long is dead or stopped: end the job (default 20)\n"
+            "  --check-replicas N     compare the ranks' parameter digests every N steps (default: at the end)\n"
+            "  --stage-to DIR         copy --data to node-local DIR first, once per node\n",
             rt_model_names());
 }
 
@@ -72,7 +80,8 @@ int cmd_train(int argc, char **argv)
     enum {
         O_DATA = 256, O_MODEL, O_EPOCHS, O_BATCH, O_LR, O_OPT, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPEP,
         O_GAMMA, O_LS, O_ACCUM, O_CLIP, O_SEED, O_AUG, O_SHUF, O_WORK, O_THR, O_TARGET, O_PAT, O_CKPT, O_RESUME,
-        O_METRICS, O_SYN, O_STEPS, O_NOPROG, O_NOPIN, O_JSON, O_HELP
+        O_METRICS, O_SYN, O_STEPS, O_NOPROG, O_NOPIN, O_JSON, O_BUCKET, O_NOOVL, O_CTO, O_PTO, O_REPL, O_STAGE,
+        O_HELP
     };
     static const struct option opts[] = {
         {"data", required_argument, NULL, O_DATA},
@@ -106,13 +115,19 @@ int cmd_train(int argc, char **argv)
         {"no-progress", no_argument, NULL, O_NOPROG},
         {"no-pin", no_argument, NULL, O_NOPIN},
         {"json", no_argument, NULL, O_JSON},
+        {"bucket-cap-mb", required_argument, NULL, O_BUCKET},
+        {"no-overlap", no_argument, NULL, O_NOOVL},
+        {"comm-timeout", required_argument, NULL, O_CTO},
+        {"peer-timeout", required_argument, NULL, O_PTO},
+        {"check-replicas", required_argument, NULL, O_REPL},
+        {"stage-to", required_argument, NULL, O_STAGE},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0}};
     struct train_cfg c = {
         .model = "mnist-net", .epochs = 10, .batch = 128, .lr = 0.1f, .sched = RT_SCHED_COSINE,
         .warmup_epochs = -1, .step_epochs = 30, .gamma = 0.1f, .grad_accum = 1, .patience = 1,
         .syn_c = 3, .syn_h = 32, .syn_w = 32, .syn_classes = 10, .progress = -1, .pin = RT_PIN_ON,
-        .shuffle = RT_SHUFFLE_EXACT,
+        .shuffle = RT_SHUFFLE_EXACT, .bucket_cap_mb = 25,
         .optim = {.kind = RT_OPT_SGD, .momentum = 0.9f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f},
     };
     const char *aug = NULL;
@@ -229,12 +244,32 @@ int cmd_train(int argc, char **argv)
         case O_NOPROG: c.progress = 0; break;
         case O_NOPIN: c.pin = RT_PIN_OFF; break;
         case O_JSON: c.json = 1; break;
+        case O_BUCKET:
+            if (parse_float("--bucket-cap-mb", optarg, 0.001, 4096, &c.bucket_cap_mb))
+                return RT_EXIT_USAGE;
+            break;
+        case O_NOOVL: c.no_overlap = 1; break;
+        case O_CTO:
+            if (parse_float("--comm-timeout", optarg, 0.1, 1e6, &c.comm_timeout))
+                return RT_EXIT_USAGE;
+            break;
+        case O_PTO:
+            if (parse_float("--peer-timeout", optarg, 0.1, 1e6, &c.peer_timeout))
+                return RT_EXIT_USAGE;
+            break;
+        case O_REPL:
+            if (cli_parse_u64("train", "--check-replicas", optarg, &c.check_replicas))
+                return RT_EXIT_USAGE;
+            break;
+        case O_STAGE: c.stage_to = optarg; break;
         case O_HELP: usage(stdout); return RT_EXIT_OK;
         default: usage(stderr); return RT_EXIT_USAGE;
         }
     }
     if (optind < argc)
         return cli_usage_error("train", "unexpected argument '%s'", argv[optind]);
+    if (c.stage_to && !c.data)
+        return cli_usage_error("train", "--stage-to needs --data");
     if (!c.data && !c.synthetic)
         return cli_usage_error("train", "--data DIR is required (or --synthetic-data to measure compute alone)");
     if (c.resume && !c.checkpoint_dir)

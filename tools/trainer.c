@@ -2,8 +2,11 @@
  * trainer.c - `ringtrain train` and `ringtrain eval`: the loop that takes
  * batches from the loader's ring, runs them through the model, steps the
  * optimizer on the schedule, validates each epoch, and writes metrics and
- * checkpoints. World size 1; the comm stage slots in between backward and the
- * optimizer step.
+ * checkpoints. With several ranks (mpirun, srun) it is data-parallel: each
+ * rank reads its share of every batch, backward hands finished gradients to
+ * the comm stage's bucketer, which all-reduces them while backward goes on,
+ * and the optimizer steps once they are all in. Metrics are global; rank 0
+ * alone prints and writes checkpoints.
  *
  * Checkpoints (--checkpoint-dir): model.safetensors (PyTorch state_dict
  * names), optimizer.safetensors and state.json (position, loader state, RNG
@@ -21,7 +24,9 @@
 #include <unistd.h>
 
 #include <jansson.h>
+#include <xxhash.h>
 
+#include "comm/comm.h"
 #include "common/common.h"
 #include "tools/cli.h"
 #include "tools/trainer.h"
@@ -35,6 +40,10 @@ static void on_stop_signal(int sig)
 
 struct trainer {
     const struct train_cfg *cfg;
+    struct rt_comm *comm;
+    struct rt_bucketer *bucketer;
+    int rank, world, root;      /* root: this is rank 0, which prints and saves */
+    char data_path[4096];       /* --data, or where --stage-to put it */
     struct rt_dataset *ds;
     const struct rt_dataset_info *info;
     struct rt_backend *be;
@@ -60,11 +69,14 @@ struct trainer {
     uint32_t streak;
     /* this epoch so far */
     struct rt_loss_stats ep;
-    uint64_t ep_images, ep_train_ns, ep_wait_ns;
+    uint64_t ep_images, ep_train_ns, ep_wait_ns, ep_comm_ns;
     /* the whole run */
     uint64_t images, train_ns;
     uint64_t run_micro;         /* micro-batches run by this process (not restored on resume) */
     uint64_t steady_images, steady_ns; /* after the first 3 of them: caches, pools and pages warm */
+    uint64_t comm_ns;           /* waiting for the gradient all-reduce after backward */
+    double last_comm_frac;
+    char nonfinite[400];        /* this rank's first non-finite loss of the step, for the message */
     double last_train_loss, last_train_acc, last_val_loss, last_val_acc;
     int have_val;
     uint64_t epochs_done;
@@ -78,7 +90,8 @@ static int open_data(struct trainer *T)
 {
     const struct train_cfg *c = T->cfg;
     if (c->data) {
-        if (rt_dataset_open(c->data, &T->ds) < 0)
+        const char *path = T->data_path[0] ? T->data_path : c->data;
+        if (rt_dataset_open(path, &T->ds) < 0)
             return -1;
         T->info = rt_dataset_info(T->ds);
         T->c = T->info->channels;
@@ -126,6 +139,8 @@ static int start_loader(struct trainer *T)
     struct rt_loader_opts lo = {
         .split = RT_SPLIT_TRAIN,
         .batch = c->batch,
+        .world = (uint32_t)T->world,
+        .rank = (uint32_t)T->rank,
         .seed = c->seed,
         .shuffle = c->shuffle,
         .last = RT_LAST_DROP,
@@ -141,8 +156,8 @@ static int start_loader(struct trainer *T)
         return -1;
     T->steps_per_epoch = rt_loader_steps_per_epoch(T->loader);
     if (T->steps_per_epoch == 0) {
-        rt_errf(-EINVAL, "the training split has %" PRIu64 " records: fewer than one batch of %u",
-                T->info->split[RT_SPLIT_TRAIN].records, c->batch);
+        rt_errf(-EINVAL, "the training split has %" PRIu64 " records: fewer than one batch of %u for each of %d ranks",
+                T->info->split[RT_SPLIT_TRAIN].records, c->batch, T->world);
         return -1;
     }
     return 0;
@@ -152,13 +167,13 @@ static void make_synthetic(struct trainer *T)
 {
     size_t n = (size_t)T->cfg->batch * T->c * T->h * T->w;
     struct rt_rng r;
-    rt_rng_init(&r, T->cfg->seed, 0x5e7u);
+    rt_rng_init(&r, T->cfg->seed, 0x5e7u + (uint64_t)T->rank); /* each rank its own batch */
     for (size_t i = 0; i < n; i++)
         T->syn_images[i] = (uint8_t)rt_rng_u32(&r);
     for (uint32_t i = 0; i < T->cfg->batch; i++)
         T->syn_labels[i] = (int32_t)rt_rng_below(&r, T->classes);
     uint64_t records = T->info ? T->info->split[RT_SPLIT_TRAIN].records : 50000;
-    T->steps_per_epoch = RT_MAX(records / T->cfg->batch, 1);
+    T->steps_per_epoch = RT_MAX(records / ((uint64_t)T->cfg->batch * (uint64_t)T->world), 1);
 }
 
 static int make_schedule(struct trainer *T)
@@ -199,7 +214,7 @@ static int ckpt_path(const struct trainer *T, const char *name, char *out, size_
 static int save_checkpoint(struct trainer *T)
 {
     const struct train_cfg *c = T->cfg;
-    if (!c->checkpoint_dir)
+    if (!c->checkpoint_dir || !T->root)
         return 0;
     if (rt_mkdirs(c->checkpoint_dir, 0755) < 0)
         return -1;
@@ -220,12 +235,13 @@ static int save_checkpoint(struct trainer *T)
         rt_model_save(T->model, p, meta, (int)RT_ARRAY_LEN(meta) / 2) < 0)
         return -1;
 
-    struct rt_loader_state ls = {.epoch = T->epoch, .step = T->step, .seed = c->seed, .world = 1, .rank = 0,
+    struct rt_loader_state ls = {.epoch = T->epoch, .step = T->step, .seed = c->seed, .world = (uint32_t)T->world,
+                                 .rank = 0,
                                  .batch = c->batch, .shuffle = c->shuffle};
     char lsbuf[512];
     rt_loader_state_format(&ls, lsbuf, sizeof(lsbuf));
     json_t *st = json_pack("{s:i, s:s, s:s, s:I, s:I, s:I, s:I, s:s, s:I, s:i, s:i, s:s, s:f, s:i, s:f, s:f, s:f, "
-                           "s:I, s:I}",
+                           "s:I, s:I, s:i}",
                            "format", 1, "checkpoint_id", T->ckpt_id, "model", rt_model_name(T->model), "epoch",
                            (json_int_t)T->epoch, "step", (json_int_t)T->step, "micro", (json_int_t)T->micro,
                            "optimizer_steps", (json_int_t)T->opt_steps, "loader", lsbuf, "seed", (json_int_t)c->seed,
@@ -233,7 +249,7 @@ static int save_checkpoint(struct trainer *T)
                            rt_optim_kind_name(c->optim.kind), "best_val_acc", T->best_acc, "target_streak",
                            (int)T->streak, "epoch_loss_sum", (double)T->ep.loss_sum, "epoch_correct",
                            (double)T->ep.correct, "epoch_count", (double)T->ep.count, "images", (json_int_t)T->images,
-                           "train_ns", (json_int_t)T->train_ns);
+                           "train_ns", (json_int_t)T->train_ns, "world_size", T->world);
     char *text = st ? json_dumps(st, JSON_INDENT(2)) : NULL;
     json_decref(st);
     if (!text) {
@@ -291,7 +307,13 @@ static int load_checkpoint(struct trainer *T)
     }
     int rc = -1;
     struct rt_loader_state ls;
-    if (strcmp(model, rt_model_name(T->model)) != 0) {
+    json_t *jw = json_object_get(st, "world_size");
+    int world = jw && json_is_integer(jw) ? (int)json_integer_value(jw) : 1;
+    if (world != T->world) {
+        rt_errf(-EINVAL, "%s: the checkpoint was written by a run of %d ranks; resume it with %d (the data order "
+                         "depends on the world size)",
+                c->checkpoint_dir, world, world);
+    } else if (strcmp(model, rt_model_name(T->model)) != 0) {
         rt_errf(-EINVAL, "%s: the checkpoint is of %s, not %s", c->checkpoint_dir, model, rt_model_name(T->model));
     } else if ((uint32_t)batch != c->batch || (uint32_t)accum != T->accum || (uint64_t)seed != c->seed ||
                strcmp(optname, rt_optim_kind_name(c->optim.kind)) != 0) {
@@ -348,8 +370,10 @@ static void batch_labels(struct trainer *T, const struct rt_batch *b)
 static int validate(struct trainer *T, struct rt_loss_stats *vs)
 {
     const struct train_cfg *c = T->cfg;
+    /* Every rank evaluates its exact share; padding is masked and the sums
+     * are all-reduced, so the figures are those of the whole split. */
     struct rt_loader_opts lo = {.split = (enum rt_split)T->val_split, .batch = c->batch, .seed = c->seed,
-                                .shuffle = RT_SHUFFLE_NONE, .last = RT_LAST_PAD, .workers = c->workers > 0 ? c->workers : 1,
+                                .world = (uint32_t)T->world, .rank = (uint32_t)T->rank, .shuffle = RT_SHUFFLE_NONE, .last = RT_LAST_PAD, .workers = c->workers > 0 ? c->workers : 1,
                                 .epochs = 1};
     struct rt_ring_opts ro = {.slots = 4, .batch = c->batch, .channels = T->c, .height = T->h, .width = T->w,
                               .pin = c->pin};
@@ -372,6 +396,11 @@ static int validate(struct trainer *T, struct rt_loss_stats *vs)
 out:
     rt_loader_destroy(L);
     rt_ring_destroy(ring);
+    if (rc == 0 && T->comm) {
+        double sums[3] = {vs->loss_sum, vs->correct, vs->count};
+        rt_comm_allreduce(T->comm, sums, 3, RT_COMM_F64, RT_RED_SUM, "validation metrics");
+        *vs = (struct rt_loss_stats){(float)sums[0], (float)sums[1], (float)sums[2]};
+    }
     return rc;
 }
 
@@ -395,14 +424,15 @@ static void progress(const struct trainer *T, uint64_t t0)
     fflush(stderr);
 }
 
-static void write_metrics(struct trainer *T, double time_s, double ips, double wait)
+static void write_metrics(struct trainer *T, double time_s, double ips, double wait, double comm)
 {
     if (!T->metrics)
         return;
-    json_t *o = json_pack("{s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f}", "epoch", (json_int_t)(T->epoch + 1), "steps",
-                          (json_int_t)T->opt_steps, "train_loss", T->last_train_loss, "train_acc", T->last_train_acc,
-                          "images_per_s", ips, "data_wait_frac", wait, "time_s", time_s, "lr",
-                          (double)rt_sched_lr(&T->sched, T->opt_steps ? T->opt_steps - 1 : 0));
+    json_t *o = json_pack("{s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i}", "epoch", (json_int_t)(T->epoch + 1),
+                          "steps", (json_int_t)T->opt_steps, "train_loss", T->last_train_loss, "train_acc",
+                          T->last_train_acc, "images_per_s", ips, "data_wait_frac", wait, "time_s", time_s, "lr",
+                          (double)rt_sched_lr(&T->sched, T->opt_steps ? T->opt_steps - 1 : 0), "exposed_comm_frac",
+                          comm, "world_size", T->world);
     if (!o)
         return;
     if (T->have_val) {
@@ -421,17 +451,88 @@ static void write_metrics(struct trainer *T, double time_s, double ips, double w
     json_decref(o);
 }
 
+/* Copies rank 0's parameters or buffers (the batchnorm running statistics)
+ * to every rank, through host memory. */
+static int sync_from_root(struct trainer *T, float *dev, size_t count, const char *what)
+{
+    if (T->world == 1 || count == 0)
+        return 0;
+    const struct rt_ops *op = rt_backend_ops(T->be);
+    struct rt_stream *s = rt_backend_stream(T->be);
+    float *host = rt_malloc(count * sizeof(float), what);
+    if (!host)
+        return -1;
+    op->download(s, host, dev, count * sizeof(float));
+    rt_comm_broadcast(T->comm, host, count * sizeof(float), 0, what);
+    op->upload(s, dev, host, count * sizeof(float));
+    free(host);
+    return 0;
+}
+
+/* XXH64 of the parameters as this rank holds them. */
+static uint64_t param_digest(struct trainer *T)
+{
+    size_t n = rt_model_param_count(T->model);
+    float *host = rt_malloc(n * sizeof(float), "parameter digest");
+    if (!host)
+        return 0;
+    rt_backend_ops(T->be)->download(rt_backend_stream(T->be), host, rt_model_params(T->model), n * sizeof(float));
+    uint64_t h = XXH64(host, n * sizeof(float), 0);
+    free(host);
+    return h;
+}
+
+/* Compares every rank's parameter digest with rank 0's; an error names the
+ * ranks that differ (every rank reaches the same verdict). */
+static int check_replicas(struct trainer *T, uint64_t *digest)
+{
+    uint64_t mine = param_digest(T);
+    if (digest)
+        *digest = mine;
+    if (T->world == 1)
+        return 0;
+    uint64_t *all = rt_calloc((size_t)T->world, sizeof(uint64_t), "digests");
+    if (!all)
+        return -1;
+    rt_comm_allgather(T->comm, &mine, all, sizeof(mine), "the replica check");
+    char bad[256] = "";
+    size_t o = 0;
+    int n = 0;
+    for (int r = 1; r < T->world; r++)
+        if (all[r] != all[0] && n++ < 8 && o < sizeof(bad))
+            o += (size_t)snprintf(bad + o, sizeof(bad) - o, "%s%d (%016" PRIx64 ")", o ? ", " : "", r, all[r]);
+    uint64_t first = all[0];
+    free(all);
+    if (n)
+        return rt_errf(-EPROTO, "replica check at optimizer step %" PRIu64 ": the parameters of rank(s) %s%s differ "
+                                "from rank 0's (%016" PRIx64 ")",
+                       T->opt_steps, bad, n > 8 ? " and more" : "", first);
+    return 0;
+}
+
 /* Closes the epoch: validation, the epoch line, metrics, checkpoint.
  * Returns 1 when the target accuracy has held for `patience` epochs. */
 static int end_epoch(struct trainer *T, int partial)
 {
     const struct train_cfg *c = T->cfg;
-    double time_s = (double)T->ep_train_ns * 1e-9;
-    double ips = time_s > 0 ? (double)T->ep_images / time_s : 0;
-    double wait = T->ep_train_ns ? (double)T->ep_wait_ns / (double)T->ep_train_ns : 0;
-    T->last_train_loss = T->ep.count ? T->ep.loss_sum / T->ep.count : NAN;
-    T->last_train_acc = T->ep.count ? T->ep.correct / T->ep.count : NAN;
+    /* Global figures: sums over the ranks; times are each rank's own, averaged. */
+    double g[7] = {T->ep.loss_sum, T->ep.correct,      T->ep.count,       (double)T->ep_images,
+                   (double)T->ep_train_ns, (double)T->ep_wait_ns, (double)T->ep_comm_ns};
+    if (T->comm)
+        rt_comm_allreduce(T->comm, g, 7, RT_COMM_F64, RT_RED_SUM, "epoch metrics");
+    double time_s = g[4] / T->world * 1e-9;
+    double ips = time_s > 0 ? g[3] / time_s : 0;
+    double wait = g[4] > 0 ? g[5] / g[4] : 0;
+    double comm = g[4] > 0 ? g[6] / g[4] : 0;
+    T->last_comm_frac = comm;
+    T->last_train_loss = g[2] ? g[0] / g[2] : NAN;
+    T->last_train_acc = g[2] ? g[1] / g[2] : NAN;
     T->have_val = 0;
+    /* Rank 0's running statistics, as DDP's broadcast_buffers: validation and
+     * checkpoints then see one model. */
+    rt_comm_set_phase(T->comm, T->opt_steps, RT_PHASE_VALIDATE);
+    if (sync_from_root(T, rt_model_buffers(T->model), rt_model_buffer_count(T->model), "batchnorm statistics") < 0)
+        return -1;
     int hit = 0;
     char val[96] = "";
     if (!partial && T->val_split >= 0) {
@@ -452,13 +553,19 @@ static int end_epoch(struct trainer *T, int partial)
             T->streak = 0;
         hit = c->target_accuracy > 0 && T->streak >= RT_MAX(c->patience, 1);
     }
-    if (c->progress)
-        fprintf(stderr, "\r\033[K");
-    printf("epoch %3" PRIu64 "/%" PRIu64 "%s  %6.1fs  train loss %.4f acc %5.2f%%%s  %6.0f img/s  data wait %4.1f%%\n",
-           T->epoch + 1, c->epochs, partial ? " (partial)" : "", time_s, T->last_train_loss, 100 * T->last_train_acc,
-           val, ips, 100 * wait);
-    fflush(stdout);
-    write_metrics(T, time_s, ips, wait);
+    if (T->root) {
+        if (c->progress)
+            fprintf(stderr, "\r\033[K");
+        char comm_s[32] = "";
+        if (T->world > 1)
+            snprintf(comm_s, sizeof(comm_s), "  comm %4.1f%%", 100 * comm);
+        printf("epoch %3" PRIu64 "/%" PRIu64 "%s  %6.1fs  train loss %.4f acc %5.2f%%%s  %6.0f img/s  data wait "
+               "%4.1f%%%s\n",
+               T->epoch + 1, c->epochs, partial ? " (partial)" : "", time_s, T->last_train_loss,
+               100 * T->last_train_acc, val, ips, 100 * wait, comm_s);
+        fflush(stdout);
+        write_metrics(T, time_s, ips, wait, comm);
+    }
     T->epochs_done++;
     return hit;
 }
@@ -466,6 +573,8 @@ static int end_epoch(struct trainer *T, int partial)
 static void banner(const struct trainer *T)
 {
     const struct train_cfg *c = T->cfg;
+    if (!T->root)
+        return;
     size_t params = 0;
     int count;
     const struct rt_tensor_info *tab = rt_model_tensors(T->model, &count);
@@ -480,15 +589,34 @@ static void banner(const struct trainer *T)
         snprintf(data, sizeof(data), "%s (%" PRIu64 " train, %s: %" PRIu64 ", %ux%ux%u, %u classes)", c->data,
                  T->info->split[RT_SPLIT_TRAIN].records, T->val_split >= 0 ? rt_split_name(T->val_split) : "no val",
                  T->val_split >= 0 ? T->info->split[T->val_split].records : 0, T->c, T->h, T->w, T->classes);
-    printf("ringtrain train: world 1, %s\n", rt_backend_describe(T->be));
+    const struct rt_rank_info *ri = rt_comm_info(T->comm);
+    printf("ringtrain train: world %d (%d node%s, %d rank%s per node), %s\n", T->world, ri->nodes,
+           ri->nodes == 1 ? "" : "s", ri->local_world, ri->local_world == 1 ? "" : "s", rt_backend_describe(T->be));
     printf("  model     %s, %.2f M parameters\n", rt_model_name(T->model), (double)params / 1e6);
     printf("  data      %s\n", data);
     char mean[128], std[128];
     json_floats(mean, sizeof(mean), T->mean, T->c);
     json_floats(std, sizeof(std), T->std, T->c);
     printf("  normalise mean %s std %s%s\n", mean, std, T->norm_from_data ? "" : " (defaults: no statistics in the manifest)");
-    printf("  batch     %u per rank x %u accumulation = %u per step, %" PRIu64 " steps/epoch, %" PRIu64 " epochs\n",
-           c->batch, T->accum, c->batch * T->accum, T->steps_per_epoch / T->accum, c->epochs);
+    printf("  batch     %u per rank x %d ranks x %u accumulation = %u effective, %" PRIu64 " steps/epoch, %" PRIu64
+           " epochs\n",
+           c->batch, T->world, T->accum, c->batch * (uint32_t)T->world * T->accum, T->steps_per_epoch / T->accum,
+           c->epochs);
+    if (T->world > 1) {
+        int nb = rt_bucketer_count(T->bucketer);
+        size_t off, cnt;
+        rt_bucketer_bucket(T->bucketer, 0, &off, &cnt, NULL, 0);
+        double first = (double)cnt * 4e-6, big = 0;
+        for (int i = 1; i < nb; i++) {
+            rt_bucketer_bucket(T->bucketer, i, &off, &cnt, NULL, 0);
+            big = RT_MAX(big, (double)cnt * 4e-6);
+        }
+        printf("  comm      %s (ranks from %s: %s), all-reduce in %d bucket%s (first %.2f MB, largest %.2f MB, "
+               "cap %g MB)%s\n",
+               rt_comm_backend(T->comm), rt_rank_source_name(ri->source), ri->vars, nb, nb == 1 ? "" : "s", first,
+               nb > 1 ? big : first, c->bucket_cap_mb, c->no_overlap ? ", after backward (--no-overlap)"
+                                                                         : ", overlapped with backward");
+    }
     printf("  optimizer %s lr %g", rt_optim_kind_name(c->optim.kind), (double)c->lr);
     if (c->optim.kind == RT_OPT_SGD)
         printf(" momentum %g%s", (double)c->optim.momentum, c->optim.nesterov ? " nesterov" : "");
@@ -512,6 +640,13 @@ static int train_loop(struct trainer *T, enum stop_reason *why)
     const uint32_t B = c->batch;
     uint64_t ep_t0 = rt_now_ns(), last_bar = 0;
     *why = STOP_DONE;
+    /* RINGTRAIN_TEST_STALL=RANK:STEP makes that rank hang before that
+     * optimizer step (the failure tests' stalled peer). */
+    int stall_rank = -1;
+    uint64_t stall_step = UINT64_MAX;
+    const char *stall = getenv("RINGTRAIN_TEST_STALL");
+    if (stall && sscanf(stall, "%d:%" SCNu64, &stall_rank, &stall_step) != 2)
+        stall_rank = -1;
     while (T->epoch < c->epochs) {
         uint64_t t0 = rt_now_ns();
         struct rt_batch *b = NULL;
@@ -521,6 +656,7 @@ static int train_loop(struct trainer *T, enum stop_reason *why)
             images = T->syn_images;
             memcpy(T->labels, T->syn_labels, B * sizeof(int32_t));
         } else {
+            rt_comm_set_phase(T->comm, T->opt_steps, RT_PHASE_DATA);
             b = rt_loader_next(T->loader);
             if (!b)
                 return rt_errmsg()[0] ? -1 : 0;
@@ -529,29 +665,64 @@ static int train_loop(struct trainer *T, enum stop_reason *why)
             batch_labels(T, b);
         }
         uint64_t t1 = rt_now_ns();
+        if (T->opt_steps == stall_step && T->rank == stall_rank)
+            for (;;)
+                pause(); /* test hook: a rank that hangs mid-run */
+        int last_micro = (T->micro + 1) % T->accum == 0;
         if (T->micro % T->accum == 0)
             rt_backend_ops(T->be)->zero(rt_backend_stream(T->be), rt_model_grads(T->model),
                                          rt_model_param_count(T->model) * sizeof(float));
+        /* The gradient of the global mean loss: every rank's batch is full
+         * (the sampler drops the last partial one), so the sum of the ranks'
+         * gradients scaled this way is the mean over all of them. */
         struct rt_step_opts so = {.mode = RT_TRAIN, .label_smoothing = c->label_smoothing,
-                                  .grad_scale = 1.0f / ((float)valid * (float)T->accum),
-                                  .dropout_offset = T->micro << 32, .mean = T->mean, .std = T->std};
+                                  .grad_scale = 1.0f / ((float)valid * (float)T->world * (float)T->accum),
+                                  .dropout_offset = (T->micro * (uint64_t)T->world + (uint64_t)T->rank) << 32,
+                                  .mean = T->mean, .std = T->std};
+        if (last_micro) {
+            /* Accumulation micro-steps before the last reduce nothing. */
+            rt_bucketer_begin(T->bucketer, T->opt_steps);
+            so.grads_ready = rt_bucketer_ready;
+            so.grads_ready_arg = T->bucketer;
+        }
+        rt_comm_set_phase(T->comm, T->opt_steps, RT_PHASE_COMPUTE);
         struct rt_loss_stats st = {0};
         int r = rt_model_step(T->model, &so, (int)B, images, T->labels, &st);
         if (b)
             rt_loader_release(T->loader, b);
         if (r < 0)
             return -1;
-        if (!isfinite(st.loss_sum)) {
+        if (!isfinite(st.loss_sum) && !T->nonfinite[0]) {
             char where[160];
             rt_model_find_nonfinite(T->model, where, sizeof(where));
-            rt_errf(-ERANGE, "the loss became %s at epoch %" PRIu64 " step %" PRIu64 " (optimizer step %" PRIu64
-                             "); first non-finite tensor: %s. Lower --lr or set --clip-grad-norm",
-                    isnan(st.loss_sum) ? "NaN" : "infinite", T->epoch + 1, T->step, T->opt_steps,
-                    where[0] ? where : "the loss itself");
-            return -1;
+            snprintf(T->nonfinite, sizeof(T->nonfinite), "the loss became %s at epoch %" PRIu64 " step %" PRIu64
+                     " (optimizer step %" PRIu64 ")%s; first non-finite tensor: %s",
+                     isnan(st.loss_sum) ? "NaN" : "infinite", T->epoch + 1, T->step, T->opt_steps,
+                     T->world > 1 ? " on this rank" : "", where[0] ? where : "the loss itself");
         }
         T->micro++;
-        if (T->micro % T->accum == 0) {
+        uint64_t tc = 0;
+        int stop_all = 0;
+        if (last_micro) {
+            /* The control word travels with the step's last collective, so
+             * every rank takes the same decision at the same step. */
+            uint32_t flags = (stop_signal ? 1u : 0u) | (T->nonfinite[0] ? 2u : 0u), all = 0;
+            rt_comm_set_phase(T->comm, T->opt_steps, RT_PHASE_GRAD_WAIT);
+            if (rt_bucketer_finish(T->bucketer, flags, &all, &tc) < 0)
+                return -1;
+            if (all & 2u) {
+                if (T->nonfinite[0])
+                    rt_errf(-ERANGE, "%s. Lower --lr or set --clip-grad-norm", T->nonfinite);
+                else
+                    rt_errf(-ERANGE, "another rank's loss became non-finite at optimizer step %" PRIu64
+                                     " (its message names the tensor)",
+                            T->opt_steps);
+                return -1;
+            }
+            stop_all = (all & 1u) != 0;
+            rt_comm_set_phase(T->comm, T->opt_steps, RT_PHASE_OPTIM);
+        }
+        if (last_micro) {
             if (c->clip_grad_norm > 0) {
                 float norm = rt_clip_grad_norm(T->opt, rt_model_grads(T->model), rt_model_param_count(T->model),
                                                c->clip_grad_norm);
@@ -575,6 +746,8 @@ static int train_loop(struct trainer *T, enum stop_reason *why)
         T->ep_images += valid;
         T->images += valid;
         T->ep_wait_ns += t1 - t0;
+        T->ep_comm_ns += tc;
+        T->comm_ns += tc;
         T->ep_train_ns += t2 - t0;
         T->train_ns += t2 - t0;
         if (++T->run_micro > 3) {
@@ -582,11 +755,13 @@ static int train_loop(struct trainer *T, enum stop_reason *why)
             T->steady_ns += t2 - t0;
         }
         T->step++;
-        if (c->progress && t2 - last_bar > 200000000ull) {
+        if (T->root && c->progress && t2 - last_bar > 200000000ull) {
             progress(T, ep_t0);
             last_bar = t2;
         }
-        int boundary = T->micro % T->accum == 0;
+        int boundary = last_micro;
+        if (boundary && c->check_replicas && T->opt_steps % c->check_replicas == 0 && check_replicas(T, NULL) < 0)
+            return -1;
         if (T->step == T->steps_per_epoch) {
             int hit = end_epoch(T, 0);
             if (hit < 0)
@@ -594,7 +769,7 @@ static int train_loop(struct trainer *T, enum stop_reason *why)
             T->epoch++;
             T->step = 0;
             memset(&T->ep, 0, sizeof(T->ep));
-            T->ep_images = T->ep_train_ns = T->ep_wait_ns = 0;
+            T->ep_images = T->ep_train_ns = T->ep_wait_ns = T->ep_comm_ns = 0;
             ep_t0 = rt_now_ns();
             if (save_checkpoint(T) < 0)
                 return -1;
@@ -607,7 +782,7 @@ static int train_loop(struct trainer *T, enum stop_reason *why)
             *why = STOP_STEPS;
             break;
         }
-        if (boundary && stop_signal) {
+        if (boundary && stop_all) {
             *why = STOP_SIGNAL;
             break;
         }
@@ -622,8 +797,13 @@ static int train_loop(struct trainer *T, enum stop_reason *why)
 static void summary(const struct trainer *T, enum stop_reason why, double wall_s)
 {
     static const char *const reasons[] = {"completed", "target accuracy reached", "step limit", "signal"};
+    /* Global: every rank trains the same number of full batches, so the
+     * images are this rank's times the world; the time is rank 0's. */
     double train_s = (double)T->train_ns * 1e-9;
-    double ips = train_s > 0 ? (double)T->images / train_s : 0;
+    double images = (double)T->images * T->world;
+    double ips = train_s > 0 ? images / train_s : 0;
+    if (!T->root)
+        return;
     printf("done (%s): %" PRIu64 " steps, %.1fs (%.1fs training), %.0f img/s", reasons[why], T->opt_steps, wall_s,
            train_s, ips);
     if (T->best_acc > 0)
@@ -635,13 +815,21 @@ static void summary(const struct trainer *T, enum stop_reason why, double wall_s
         json_t *o = json_pack("{s:s, s:f, s:I, s:f, s:f, s:f, s:I, s:I, s:i, s:i, s:s}", "model",
                               rt_model_name(T->model), "images_per_s", ips, "steps", (json_int_t)T->opt_steps,
                               "time_s", wall_s, "train_time_s", train_s, "train_loss", T->last_train_loss, "epochs",
-                              (json_int_t)T->epochs_done, "images", (json_int_t)T->images, "batch_size",
+                              (json_int_t)T->epochs_done, "images", (json_int_t)images, "batch_size",
                               (int)T->cfg->batch, "threads", T->cfg->threads, "stopped", reasons[why]);
         if (o) {
             json_object_set_new(o, "train_acc", json_real(T->last_train_acc));
             if (T->steady_ns)
                 json_object_set_new(o, "steady_images_per_s",
-                                    json_real((double)T->steady_images / ((double)T->steady_ns * 1e-9)));
+                                    json_real((double)T->steady_images * T->world / ((double)T->steady_ns * 1e-9)));
+            struct rt_comm_counts cc;
+            rt_comm_counts(T->comm, &cc);
+            json_object_set_new(o, "world_size", json_integer(T->world));
+            json_object_set_new(o, "exposed_comm_frac", json_real(T->train_ns ? (double)T->comm_ns / T->train_ns : 0));
+            json_object_set_new(o, "buckets", json_integer(rt_bucketer_count(T->bucketer)));
+            json_object_set_new(o, "bucket_cap_mb", json_real(T->cfg->bucket_cap_mb));
+            json_object_set_new(o, "overlap", json_boolean(!T->cfg->no_overlap));
+            json_object_set_new(o, "bucket_allreduces", json_integer((json_int_t)cc.bucket_allreduces));
             if (T->best_acc > 0 || T->have_val) {
                 json_object_set_new(o, "val_loss", json_real(T->last_val_loss));
                 json_object_set_new(o, "val_acc", json_real(T->last_val_acc));
@@ -657,6 +845,60 @@ static void summary(const struct trainer *T, enum stop_reason why, double wall_s
     fflush(stdout);
 }
 
+/* --stage-to: local rank 0 of each node copies the dataset while the other
+ * ranks of the node wait (no deadline: a copy takes what it takes, but a
+ * dead peer still ends the job); all then read the node-local copy. */
+static int stage_data(struct trainer *T)
+{
+    const struct train_cfg *c = T->cfg;
+    struct {
+        int32_t rc;
+        char path[4096];
+        char msg[512];
+    } r;
+    memset(&r, 0, sizeof(r));
+    rt_comm_set_phase(T->comm, 0, RT_PHASE_STAGE);
+    if (rt_comm_info(T->comm)->local_rank == 0) {
+        struct rt_stage_opts so = {.parent = c->stage_to};
+        struct rt_stage_result res;
+        r.rc = rt_stage_dataset(c->data, &so, &res);
+        if (r.rc < 0) {
+            snprintf(r.msg, sizeof(r.msg), "%s", rt_errmsg());
+        } else {
+            snprintf(r.path, sizeof(r.path), "%s", res.path);
+            char mb[32];
+            rt_format_bytes((double)res.bytes_copied, mb, sizeof(mb));
+            rt_info("staged %s to %s: %u of %u files copied (%s), %.1fs", c->data, res.path, res.files_copied,
+                    res.files, mb, res.seconds);
+        }
+    }
+    rt_comm_node_barrier(T->comm, 0, "the wait for this node's local rank 0 to stage the dataset");
+    rt_comm_node_broadcast(T->comm, &r, sizeof(r), "the staged dataset's path");
+    if (r.rc < 0)
+        return rt_errf(r.rc, "--stage-to %s: %s", c->stage_to, r.msg);
+    snprintf(T->data_path, sizeof(T->data_path), "%s", r.path);
+    return 0;
+}
+
+/* Plans the gradient buckets over the model's parameter table. */
+static int make_bucketer(struct trainer *T)
+{
+    int count, np = 0;
+    const struct rt_tensor_info *tab = rt_model_tensors(T->model, &count);
+    struct rt_bucket_tensor *bt = rt_calloc((size_t)count, sizeof(*bt), "bucket plan");
+    if (!bt)
+        return -1;
+    for (int i = 0; i < count; i++)
+        if (tab[i].kind == RT_PARAM)
+            bt[np++] = (struct rt_bucket_tensor){tab[i].name, tab[i].offset, tab[i].count};
+    struct rt_bucket_opts bo = {.cap_bytes = (size_t)(T->cfg->bucket_cap_mb * 1048576.0),
+                                .no_overlap = T->cfg->no_overlap};
+    int rc = rt_bucketer_create(T->comm, rt_model_grads(T->model), rt_model_param_count(T->model), bt, np, &bo,
+                                &T->bucketer);
+    free(bt);
+    return rc < 0 ? -1 : 0;
+}
+
 int train_run(const struct train_cfg *cfg)
 {
     struct trainer T = {.cfg = cfg, .val_split = -1, .accum = RT_MAX(cfg->grad_accum, 1), .best_acc = 0};
@@ -668,12 +910,22 @@ int train_run(const struct train_cfg *cfg)
     uint64_t t0 = rt_now_ns();
     enum stop_reason why = STOP_DONE;
 
+    struct rt_comm_opts co = {.timeout_s = c.comm_timeout, .peer_timeout_s = c.peer_timeout};
+    if (rt_comm_create(&co, &T.comm) < 0)
+        goto out;
+    T.rank = rt_comm_info(T.comm)->rank;
+    T.world = rt_comm_info(T.comm)->world;
+    T.root = T.rank == 0;
+    if (!T.root)
+        c.progress = 0;
+    if (c.stage_to && stage_data(&T) < 0)
+        goto out;
     if (open_data(&T) < 0)
         goto out;
     if (c.aug_default && T.c != 3)
         memset(&c.aug, 0, sizeof(c.aug)); /* crops and flips suit photos, not digits */
     if (c.threads <= 0)
-        c.threads = rt_cpus_available();
+        c.threads = rt_comm_default_threads(T.comm);
     struct rt_backend_opts bo = {.kind = RT_BACKEND_CPU, .threads = c.threads};
     if (rt_backend_create(&bo, &T.be) < 0)
         goto out;
@@ -683,18 +935,32 @@ int train_run(const struct train_cfg *cfg)
         rt_optim_create(T.be, &c.optim, rt_model_param_count(T.model), &T.opt) < 0)
         goto out;
     T.labels = rt_calloc(c.batch, sizeof(int32_t), "labels");
-    if (!T.labels)
+    if (!T.labels || make_bucketer(&T) < 0)
         goto out;
     if (c.resume && c.checkpoint_dir) {
         int r = load_checkpoint(&T);
         if (r < 0)
             goto out;
-        if (r == 0)
+        /* Every rank reads the checkpoint rank 0 wrote: the directory must be
+         * one they all see. */
+        int64_t seen[2] = {r, -r};
+        rt_comm_allreduce(T.comm, seen, 2, RT_COMM_I64, RT_RED_MAX, "the resume check");
+        if (seen[0] != -seen[1]) {
+            rt_errf(-EINVAL, "--resume: some ranks find a checkpoint in %s and others do not; put --checkpoint-dir "
+                             "on a filesystem every rank sees",
+                    c.checkpoint_dir);
+            goto out;
+        }
+        if (T.root && r == 0)
             rt_info("--resume: no checkpoint in %s yet, starting from scratch", c.checkpoint_dir);
-        else
+        else if (T.root)
             rt_info("resuming from %s at epoch %" PRIu64 " step %" PRIu64 " (optimizer step %" PRIu64 ")",
                     c.checkpoint_dir, T.epoch + 1, T.step, T.opt_steps);
     }
+    /* One model on every rank from the start: rank 0's. */
+    if (sync_from_root(&T, rt_model_params(T.model), rt_model_param_count(T.model), "initial parameters") < 0 ||
+        sync_from_root(&T, rt_model_buffers(T.model), rt_model_buffer_count(T.model), "initial buffers") < 0)
+        goto out;
     if (c.synthetic) {
         T.syn_images = rt_malloc((size_t)c.batch * T.c * T.h * T.w, "synthetic batch");
         T.syn_labels = rt_malloc(c.batch * sizeof(int32_t), "synthetic labels");
@@ -710,6 +976,9 @@ int train_run(const struct train_cfg *cfg)
         goto out;
     }
     banner(&T);
+    rt_comm_print_ranks(T.comm, stdout, c.threads, "cpu");
+    if (T.root)
+        fflush(stdout);
 
     struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
     struct sigaction old_term, old_usr1;
@@ -721,16 +990,24 @@ int train_run(const struct train_cfg *cfg)
     sigaction(SIGUSR1, &old_usr1, NULL);
     if (lr < 0)
         goto out;
-    if (why == STOP_SIGNAL)
+    uint64_t digest;
+    if (check_replicas(&T, &digest) < 0)
+        goto out;
+    rt_info("param digest: %016" PRIx64, digest);
+    if (why == STOP_SIGNAL && T.root)
         rt_info("stopped by signal %d: checkpoint saved at epoch %" PRIu64 " step %" PRIu64 "; run again with --resume",
                 (int)stop_signal, T.epoch + 1, T.step);
     summary(&T, why, (double)(rt_now_ns() - t0) * 1e-9);
+    rt_comm_set_phase(T.comm, T.opt_steps, RT_PHASE_DONE);
     rc = RT_EXIT_OK;
 out:
     if (rc != RT_EXIT_OK) {
         if (c.progress)
             fprintf(stderr, "\r\033[K");
         cli_fail();
+        /* The other ranks are in collectives this rank will never join. */
+        if (T.world > 1)
+            rt_comm_abort(T.comm, RT_EXIT_FAIL, NULL);
     }
     if (T.metrics)
         fclose(T.metrics);
@@ -743,6 +1020,8 @@ out:
     rt_model_destroy(T.model);
     rt_backend_destroy(T.be);
     rt_dataset_close(T.ds);
+    rt_bucketer_destroy(T.bucketer);
+    rt_comm_destroy(T.comm);
     return rc;
 }
 
@@ -771,7 +1050,7 @@ static int meta_floats(const struct rt_st_file *f, const char *path, const char 
 int eval_run(const struct eval_cfg *cfg)
 {
     struct train_cfg tc = {.batch = cfg->batch, .workers = cfg->workers, .pin = RT_PIN_ON};
-    struct trainer T = {.cfg = &tc, .val_split = RT_SPLIT_TEST};
+    struct trainer T = {.cfg = &tc, .val_split = RT_SPLIT_TEST, .world = 1, .root = 1};
     struct rt_st_file *f = NULL;
     int rc = RT_EXIT_FAIL;
     if (rt_st_read(cfg->checkpoint, &f) < 0)

@@ -44,6 +44,12 @@ struct train_cfg {
     int aug_default;            /* aug not given: crop,flip for 3-channel data, none otherwise */
     enum rt_shuffle shuffle;
     enum rt_pin pin;
+    /* several ranks */
+    double bucket_cap_mb;       /* gradient bucket size */
+    int no_overlap;             /* all-reduce after backward */
+    double comm_timeout, peer_timeout; /* seconds; 0: the defaults */
+    uint64_t check_replicas;    /* compare parameter digests every N steps (0: at the end only) */
+    const char *stage_to;       /* stage --data under this node-local directory first */
 };
 
 /* Runs the training described by cfg; prints the banner, epoch lines and the
