@@ -189,8 +189,11 @@ int rt_bucketer_finish(struct rt_bucketer *b, uint32_t flags, uint32_t *global_f
             launch(b, b->next++);
     }
     if (missing) {
-        /* The plan check: name what never arrived. The other ranks wait in
-         * their collectives; the caller ends the job. */
+        /* The plan check: name what never arrived. What was started is
+         * finished first (its memory is the caller's); the caller then ends
+         * the job, as the other ranks wait for the rest. */
+        for (int k = 0; k < b->next && comm_parallel(b->c); k++)
+            comm_job_wait(b->c, &b->b[k].job);
         char names[512];
         size_t o = 0;
         int n = 0;

@@ -718,6 +718,7 @@ int rt_comm_create(const struct rt_comm_opts *o, struct rt_comm **out)
             fatal(c, "this MPI gives thread level %d; the comm thread needs MPI_THREAD_SERIALIZED", provided);
         MPI_CHECK(c, MPI_Comm_rank(MPI_COMM_WORLD, &lv.rank));
         MPI_CHECK(c, MPI_Comm_size(MPI_COMM_WORLD, &lv.world));
+        rt_log_setup(lv.rank, lv.world, RT_LOG_INFO);
     }
     if (rt_comm_resolve(env_get, NULL, &lv, &c->info) < 0) {
         if (lv.mpi)

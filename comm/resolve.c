@@ -44,6 +44,7 @@ static int env_int(const char *(*get)(void *, const char *), void *ctx, const ch
 
 /* One source's view: rank/world (have = 0 when the source is not set). */
 struct view {
+    int mpi;                    /* the MPI launcher's view, not variables */
     int have, rank, world, local, have_local, local_world, have_local_world;
     const char *rank_var, *world_var, *local_var;
 };
@@ -73,13 +74,25 @@ static int read_pair(const char *(*get)(void *, const char *), void *ctx, const 
     return 0;
 }
 
+/* "RANK=1 WORLD_SIZE=2", or "mpirun: rank 1 of 2" for the MPI launcher. */
+static void describe(const struct view *v, char *buf, size_t len)
+{
+    if (v->mpi)
+        snprintf(buf, len, "%s: rank %d of %d", v->rank_var, v->rank, v->world);
+    else
+        snprintf(buf, len, "%s=%d %s=%d", v->rank_var, v->rank, v->world_var, v->world);
+}
+
 static int disagree(const struct view *a, const struct view *b)
 {
-    if (a->rank != b->rank || a->world != b->world)
-        return rt_errf(-EINVAL, "the launch variables disagree: %s=%d %s=%d, but %s=%d %s=%d; unset the stale ones "
-                                "(a job script exporting another launcher's variables?)",
-                       a->rank_var, a->rank, a->world_var, a->world, b->rank_var, b->rank, b->world_var, b->world);
-    return 0;
+    if (a->rank == b->rank && a->world == b->world)
+        return 0;
+    char x[96], y[96];
+    describe(a, x, sizeof(x));
+    describe(b, y, sizeof(y));
+    return rt_errf(-EINVAL, "the launch settings disagree: %s, but %s; unset the stale variables (a job script "
+                            "exporting another launcher's?)",
+                   x, y);
 }
 
 int rt_comm_resolve(const char *(*get)(void *ctx, const char *name), void *ctx, const struct rt_launch_view *lv,
@@ -88,9 +101,8 @@ int rt_comm_resolve(const char *(*get)(void *ctx, const char *name), void *ctx, 
     memset(out, 0, sizeof(*out));
     struct view mpi = {0}, slurm = {0}, torch = {0};
     if (lv && lv->mpi) {
-        mpi = (struct view){.have = 1, .rank = lv->rank, .world = lv->world,
-                            .rank_var = lv->mpirun ? "mpirun rank" : "MPI rank",
-                            .world_var = lv->mpirun ? "mpirun -np" : "MPI world size"};
+        mpi = (struct view){.mpi = 1, .have = 1, .rank = lv->rank, .world = lv->world,
+                            .rank_var = lv->mpirun ? "mpirun" : "the MPI launcher", .world_var = ""};
         if (lv->world < 1 || lv->rank < 0 || lv->rank >= lv->world)
             return rt_errf(-EINVAL, "MPI reports rank %d of %d", lv->rank, lv->world);
     }
@@ -137,7 +149,9 @@ int rt_comm_resolve(const char *(*get)(void *ctx, const char *name), void *ctx, 
     out->local_rank = slurm.have_local ? slurm.local : torch.have_local ? torch.local : 0;
     out->local_world = torch.have_local_world ? torch.local_world : 1;
     out->nodes = 1;
-    if (win)
+    if (win && win->mpi)
+        snprintf(out->vars, sizeof(out->vars), "%s", win->rank_var);
+    else if (win)
         snprintf(out->vars, sizeof(out->vars), "%s/%s", win->rank_var, win->world_var);
     else
         snprintf(out->vars, sizeof(out->vars), "no launcher variables");
