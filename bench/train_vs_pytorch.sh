@@ -207,7 +207,7 @@ def add(results, part, way, model, run, path, wall, target):
         print("  %s %7.1f s, %s epoch(s), test acc %.4f, %s  (training %.0f images/s)" % (
             label, r["time_s"], r.get("epochs", "?"), r["val_acc"],
             "target reached" if r["reached"] else "target NOT reached", r.get("images_per_s") or 0))
-    if way == "rt":  # its set-up line, e.g. "ringtrain train: world 1, cpu: 2 threads, OpenBLAS Haswell"
+    if way == "rt":  # its set-up line, e.g. "ringtrain train: world 1 (1 node, 1 rank per node), cpu: 2 threads, ..."
         for l in open(path, errors="replace"):
             if l.startswith("ringtrain train:"):
                 r["backend"] = l.split(":", 1)[1].strip()

@@ -41,7 +41,7 @@ if [ $rc -eq 0 ] && "$PY" -c "import sys; sys.exit(0 if float('$acc') >= 0.90 el
 else
     fail "mnist-net training: rc=$rc val_acc=$acc"; cat "$W/t1.out" "$W/t1.err"
 fi
-grep -q "^ringtrain train: world 1, cpu: 2 threads" "$W/t1.out" && grep -q "model     mnist-net" "$W/t1.out" \
+grep -q "^ringtrain train: world 1 (1 node, 1 rank per node), cpu: 2 threads" "$W/t1.out" && grep -q "model     mnist-net" "$W/t1.out" \
     && pass "banner names backend, threads and model" || fail "banner: $(head -3 "$W/t1.out")"
 n=$(grep -c '^epoch ' "$W/t1.out")
 [ "$n" -eq 3 ] && pass "one line per epoch" || fail "$n epoch lines"
