@@ -76,6 +76,7 @@ struct trainer {
     uint64_t steady_images, steady_ns; /* after the first 3 of them: caches, pools and pages warm */
     uint64_t comm_ns;           /* waiting for the gradient all-reduce after backward */
     double last_comm_frac;
+    uint32_t stop_flags;        /* the last step's control word: 4 SIGTERM, 8 SIGUSR1 on some rank */
     char nonfinite[400];        /* this rank's first non-finite loss of the step, for the message */
     double last_train_loss, last_train_acc, last_val_loss, last_val_acc;
     int have_val;
@@ -214,8 +215,15 @@ static int ckpt_path(const struct trainer *T, const char *name, char *out, size_
 static int save_checkpoint(struct trainer *T)
 {
     const struct train_cfg *c = T->cfg;
-    if (!c->checkpoint_dir || !T->root)
+    if (!c->checkpoint_dir)
         return 0;
+    /* The partial epoch's sums, over all ranks: rank 0 alone restores them. */
+    double ep[3] = {T->ep.loss_sum, T->ep.correct, T->ep.count};
+    if (T->comm)
+        rt_comm_allreduce(T->comm, ep, 3, RT_COMM_F64, RT_RED_SUM, "the checkpoint's epoch sums");
+    if (!T->root)
+        return 0;
+    rt_comm_set_phase(T->comm, T->opt_steps, RT_PHASE_CHECKPOINT);
     if (rt_mkdirs(c->checkpoint_dir, 0755) < 0)
         return -1;
     snprintf(T->ckpt_id, sizeof(T->ckpt_id), "%" PRIu64 "-%016" PRIx64, T->opt_steps,
@@ -247,8 +255,7 @@ static int save_checkpoint(struct trainer *T)
                            "optimizer_steps", (json_int_t)T->opt_steps, "loader", lsbuf, "seed", (json_int_t)c->seed,
                            "batch_size", (int)c->batch, "grad_accum", (int)T->accum, "optimizer",
                            rt_optim_kind_name(c->optim.kind), "best_val_acc", T->best_acc, "target_streak",
-                           (int)T->streak, "epoch_loss_sum", (double)T->ep.loss_sum, "epoch_correct",
-                           (double)T->ep.correct, "epoch_count", (double)T->ep.count, "images", (json_int_t)T->images,
+                           (int)T->streak, "epoch_loss_sum", ep[0], "epoch_correct", ep[1], "epoch_count", ep[2], "images", (json_int_t)T->images,
                            "train_ns", (json_int_t)T->train_ns, "world_size", T->world);
     char *text = st ? json_dumps(st, JSON_INDENT(2)) : NULL;
     json_decref(st);
@@ -333,7 +340,10 @@ static int load_checkpoint(struct trainer *T)
         T->opt_steps = (uint64_t)osteps;
         T->best_acc = best;
         T->streak = (uint32_t)streak;
-        T->ep = (struct rt_loss_stats){(float)els, (float)ec, (float)en};
+        /* Global sums: held by rank 0 alone, so that the epoch's all-reduce
+         * counts them once. */
+        if (T->root)
+            T->ep = (struct rt_loss_stats){(float)els, (float)ec, (float)en};
         T->images = (uint64_t)images;
         T->train_ns = (uint64_t)train_ns;
     }
@@ -581,12 +591,13 @@ static void banner(const struct trainer *T)
     for (int i = 0; i < count; i++)
         if (tab[i].kind == RT_PARAM)
             params += tab[i].count;
-    char data[512];
+    char data[4700];
     if (c->synthetic)
         snprintf(data, sizeof(data), "synthetic batches (%ux%ux%u, %u classes), compute only", T->c, T->h, T->w,
                  T->classes);
     else
-        snprintf(data, sizeof(data), "%s (%" PRIu64 " train, %s: %" PRIu64 ", %ux%ux%u, %u classes)", c->data,
+        snprintf(data, sizeof(data), "%s (%" PRIu64 " train, %s: %" PRIu64 ", %ux%ux%u, %u classes)",
+                 T->data_path[0] ? T->data_path : c->data,
                  T->info->split[RT_SPLIT_TRAIN].records, T->val_split >= 0 ? rt_split_name(T->val_split) : "no val",
                  T->val_split >= 0 ? T->info->split[T->val_split].records : 0, T->c, T->h, T->w, T->classes);
     const struct rt_rank_info *ri = rt_comm_info(T->comm);
@@ -665,9 +676,6 @@ static int train_loop(struct trainer *T, enum stop_reason *why)
             batch_labels(T, b);
         }
         uint64_t t1 = rt_now_ns();
-        if (T->opt_steps == stall_step && T->rank == stall_rank)
-            for (;;)
-                pause(); /* test hook: a rank that hangs mid-run */
         int last_micro = (T->micro + 1) % T->accum == 0;
         if (T->micro % T->accum == 0)
             rt_backend_ops(T->be)->zero(rt_backend_stream(T->be), rt_model_grads(T->model),
@@ -686,6 +694,9 @@ static int train_loop(struct trainer *T, enum stop_reason *why)
             so.grads_ready_arg = T->bucketer;
         }
         rt_comm_set_phase(T->comm, T->opt_steps, RT_PHASE_COMPUTE);
+        if (T->opt_steps == stall_step && T->rank == stall_rank)
+            for (;;)
+                pause(); /* test hook: a rank that hangs in compute */
         struct rt_loss_stats st = {0};
         int r = rt_model_step(T->model, &so, (int)B, images, T->labels, &st);
         if (b)
@@ -706,7 +717,9 @@ static int train_loop(struct trainer *T, enum stop_reason *why)
         if (last_micro) {
             /* The control word travels with the step's last collective, so
              * every rank takes the same decision at the same step. */
-            uint32_t flags = (stop_signal ? 1u : 0u) | (T->nonfinite[0] ? 2u : 0u), all = 0;
+            uint32_t flags = (stop_signal ? 1u : 0u) | (T->nonfinite[0] ? 2u : 0u) |
+                             (stop_signal == SIGTERM ? 4u : 0u) | (stop_signal == SIGUSR1 ? 8u : 0u),
+                     all = 0;
             rt_comm_set_phase(T->comm, T->opt_steps, RT_PHASE_GRAD_WAIT);
             if (rt_bucketer_finish(T->bucketer, flags, &all, &tc) < 0)
                 return -1;
@@ -720,6 +733,7 @@ static int train_loop(struct trainer *T, enum stop_reason *why)
                 return -1;
             }
             stop_all = (all & 1u) != 0;
+            T->stop_flags = all;
             rt_comm_set_phase(T->comm, T->opt_steps, RT_PHASE_OPTIM);
         }
         if (last_micro) {
@@ -994,9 +1008,16 @@ int train_run(const struct train_cfg *cfg)
     if (check_replicas(&T, &digest) < 0)
         goto out;
     rt_info("param digest: %016" PRIx64, digest);
-    if (why == STOP_SIGNAL && T.root)
-        rt_info("stopped by signal %d: checkpoint saved at epoch %" PRIu64 " step %" PRIu64 "; run again with --resume",
-                (int)stop_signal, T.epoch + 1, T.step);
+    if (why == STOP_SIGNAL && T.root) {
+        /* The signal may have reached another rank only: the control word says which. */
+        char sig[64] = "a signal";
+        if (T.stop_flags & 4u)
+            snprintf(sig, sizeof(sig), "signal %d (SIGTERM%s)", SIGTERM, T.stop_flags & 8u ? ", and SIGUSR1" : "");
+        else if (T.stop_flags & 8u)
+            snprintf(sig, sizeof(sig), "signal %d (SIGUSR1)", SIGUSR1);
+        rt_info("stopped by %s: checkpoint saved at epoch %" PRIu64 " step %" PRIu64 "; run again with --resume", sig,
+                T.epoch + 1, T.step);
+    }
     summary(&T, why, (double)(rt_now_ns() - t0) * 1e-9);
     rt_comm_set_phase(T.comm, T.opt_steps, RT_PHASE_DONE);
     rc = RT_EXIT_OK;
