@@ -76,18 +76,34 @@ int rt_bucketer_create(struct rt_comm *c, float *grads, size_t count, const stru
             return rc;
         }
     }
-    /* Greedy, in buffer order: close a bucket once it holds its cap. */
+    /* The tail -- the tensors backward finishes last, whose all-reduce
+     * nothing can hide -- is a bucket of at most first_cap of its own (at
+     * least one tensor); the rest is cut greedily in buffer order, the first
+     * bucket up to first_cap so communication starts early, the others up to
+     * cap. */
+    int tail = nt - 1;
+    size_t all = 0;
+    for (int i = 0; i < nt; i++)
+        all += B->t[i].count;
+    if (all <= first / sizeof(float))
+        tail = nt; /* one bucket holds everything */
+    else if (nt > 1) {
+        size_t held = B->t[tail].count;
+        while (tail > 1 && held + B->t[tail - 1].count <= first / sizeof(float))
+            held += B->t[--tail].count;
+    }
     int i = 0;
     while (i < nt) {
         struct bucket *k = &B->b[B->nb];
         size_t limit = (B->nb == 0 ? first : cap) / sizeof(float);
+        int stop = i < tail ? tail : nt; /* the tail is never merged into the body */
         k->t0 = i;
         k->offset = B->nb == 0 ? 0 : B->b[B->nb - 1].offset + B->b[B->nb - 1].count;
         size_t held = 0;
         do {
             held += B->t[i].count;
             i++;
-        } while (i < nt && held + B->t[i].count <= limit);
+        } while (i < stop && held + B->t[i].count <= limit);
         k->t1 = i;
         size_t end = i < nt ? B->t[i].offset : count;
         k->count = end - k->offset;

@@ -182,8 +182,10 @@ void rt_comm_counts(const struct rt_comm *c, struct rt_comm_counts *out);
  *
  * Buckets are contiguous slices of the gradient buffer, cut at tensor
  * boundaries in buffer order (which is the order backward finishes them): the
- * first holds up to first_cap bytes, the others up to cap, a tensor larger than
- * the cap is a bucket of its own. The all-reduce of a bucket (a sum, in place,
+ * first holds up to first_cap bytes (communication starts early), the last --
+ * the tensors backward finishes last, whose all-reduce nothing can hide -- up
+ * to first_cap too, the others up to cap; a tensor larger than the cap is a
+ * bucket of its own, and a buffer within first_cap is one bucket. The all-reduce of a bucket (a sum, in place,
  * no packing copy) starts the moment backward reports its last gradient
  * final, and runs on the comm thread while backward goes on; the optimizer
  * waits for all of them. With overlap off, everything starts after backward.

@@ -155,6 +155,13 @@ static void bucketer(struct rt_comm *c, int rank, int world)
                 at = bo + bc;
             }
             CHECK(at == total);
+            /* The tail, which backward finishes last, is a small bucket of its own. */
+            if (caps[k] >= (64 << 10) && caps[k] < (1 << 30)) {
+                size_t lo, lc;
+                rt_bucketer_bucket(b, nb - 1, &lo, &lc, NULL, 0);
+                CHECKF(lc * sizeof(float) <= o.first_cap_bytes + 256, "cap %zu: last bucket %zu bytes", caps[k],
+                       lc * sizeof(float));
+            }
             struct rt_comm_counts c0, c1;
             for (int step = 0; step < 2; step++) {
                 fill(g, total, rank);

@@ -154,7 +154,7 @@ else
     fail "digests by bucket cap: 0.001=${DG[0.001]} 0.5=${DG[0.5]} 25=${DG[25]} 1000=${DG[1000]} no-overlap=${DG[noovl]}"
 fi
 if [ "${BK[0.001]}" = 8 ] && [ -n "${BK[0.5]}" ] && [ -n "${BK[25]}" ] && [ -n "${BK[1000]}" ] \
-    && [ "${BK[0.001]}" -gt "${BK[0.5]}" ] && [ "${BK[0.5]}" -gt "${BK[25]}" ] && [ "${BK[25]}" -ge "${BK[1000]}" ] \
+    && [ "${BK[0.001]}" -gt "${BK[0.5]}" ] && [ "${BK[0.5]}" -ge "${BK[25]}" ] && [ "${BK[25]}" -ge "${BK[1000]}" ] \
     && [ "${BK[1000]}" -ge 1 ] && [ "${BK[noovl]}" = "${BK[25]}" ]; then
     pass "buckets by cap: 0.001 MB ${BK[0.001]} (one per parameter tensor), 0.5 MB ${BK[0.5]}, 25 MB ${BK[25]}, 1000 MB ${BK[1000]}"
 else

@@ -75,7 +75,7 @@ struct trainer {
     uint64_t run_micro;         /* micro-batches run by this process (not restored on resume) */
     uint64_t steady_images, steady_ns; /* after the first 3 of them: caches, pools and pages warm */
     uint64_t comm_ns;           /* waiting for the gradient all-reduce after backward */
-    double last_comm_frac;
+    double last_comm_frac, run_comm_frac;
     uint32_t stop_flags;        /* the last step's control word: 4 SIGTERM, 8 SIGUSR1 on some rank */
     char nonfinite[400];        /* this rank's first non-finite loss of the step, for the message */
     double last_train_loss, last_train_acc, last_val_loss, last_val_acc;
@@ -839,7 +839,7 @@ static void summary(const struct trainer *T, enum stop_reason why, double wall_s
             struct rt_comm_counts cc;
             rt_comm_counts(T->comm, &cc);
             json_object_set_new(o, "world_size", json_integer(T->world));
-            json_object_set_new(o, "exposed_comm_frac", json_real(T->train_ns ? (double)T->comm_ns / T->train_ns : 0));
+            json_object_set_new(o, "exposed_comm_frac", json_real(T->run_comm_frac));
             json_object_set_new(o, "buckets", json_integer(rt_bucketer_count(T->bucketer)));
             json_object_set_new(o, "bucket_cap_mb", json_real(T->cfg->bucket_cap_mb));
             json_object_set_new(o, "overlap", json_boolean(!T->cfg->no_overlap));
@@ -1018,6 +1018,10 @@ int train_run(const struct train_cfg *cfg)
         rt_info("stopped by %s: checkpoint saved at epoch %" PRIu64 " step %" PRIu64 "; run again with --resume", sig,
                 T.epoch + 1, T.step);
     }
+    /* The run's exposed-communication share, averaged over the ranks. */
+    double ct[2] = {(double)T.comm_ns, (double)T.train_ns};
+    rt_comm_allreduce(T.comm, ct, 2, RT_COMM_F64, RT_RED_SUM, "the run's communication share");
+    T.run_comm_frac = ct[1] > 0 ? ct[0] / ct[1] : 0;
     summary(&T, why, (double)(rt_now_ns() - t0) * 1e-9);
     rt_comm_set_phase(T.comm, T.opt_steps, RT_PHASE_DONE);
     rc = RT_EXIT_OK;
