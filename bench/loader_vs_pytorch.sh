@@ -301,23 +301,9 @@ cmd_tensor() {
         --epochs "$EPOCHS" --warmup 10)
 }
 
-cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 echo "== ringtrain loader vs PyTorch input pipelines: augmented CIFAR-10 batches, no model =="
-echo "machine:  $(nproc) CPUs (nproc), ${cpu:-unknown CPU}, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, Linux $(uname -r)"
-# CPU busy share over one second before the runs (all CPUs, from /proc/stat).
-cpu_busy() {
-    local a b
-    a=$(head -n 1 /proc/stat)
-    sleep 1
-    b=$(head -n 1 /proc/stat)
-    echo "$a $b" | awk '{for (i = 2; i <= 9; i++) { t0 += $i; t1 += $(i + 11) }
-        idle = ($16 + $17) - ($5 + $6); printf "%.0f", 100 * (1 - idle / (t1 - t0))}'
-}
-busy=$(cpu_busy)
-echo "busy:     ${busy} % of the CPUs busy in the second before the runs"
-if [ "$busy" -gt 10 ]; then
-    echo "          NOTE: something else is using the CPUs; these numbers will be low and noisy"
-fi
+. "$top/bench/lib.sh"
+bench_machine
 echo "software: $("$RT" --version 2>/dev/null | head -n 1); $torch_versions; $(zstd --version | sed 's/^\*\*\* //; s/ \*\*\*$//; s/, by .*//')"
 echo "dataset:  $packed (raw codec: zstd blocks; $zrecords train images, 3x32x32)"
 echo "          PyTorch reads $src/data_batch_{1..5}.bin"

@@ -100,6 +100,29 @@ def make_optimizer(torch, model, lr):
     return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, nesterov=False, weight_decay=5e-4)
 
 
+def synthetic_step(torch, model, opt, batch_size, seed):
+    """The step `ringtrain train --synthetic-data` times: one fixed random uint8
+    batch (3x32x32, 10 classes), normalised every step with ringtrain's defaults
+    for data without statistics, cross-entropy, backward, optimizer step.
+    Returns the step function (it returns the loss)."""
+    crit = torch.nn.CrossEntropyLoss()
+    g = torch.Generator().manual_seed(seed)
+    xb = torch.randint(0, 256, (batch_size, 3, 32, 32), dtype=torch.uint8, generator=g)
+    yb = torch.randint(0, 10, (batch_size,), dtype=torch.int64, generator=g)
+    mean = torch.tensor([0.5, 0.5, 0.5]).view(1, 3, 1, 1)
+    std = torch.tensor([0.25, 0.25, 0.25]).view(1, 3, 1, 1)
+
+    def step():
+        x = (xb.float() / 255 - mean) / std
+        loss = crit(model(x), yb)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        return loss
+
+    return step
+
+
 def bench_compute(a):
     import torch
 
@@ -109,21 +132,8 @@ def bench_compute(a):
     model = rm.build(a.model, 3, 32, 32, 10)
     flops, macs = train_flops_per_image(model, 3, 32, 32)
     model.train()
-    crit = torch.nn.CrossEntropyLoss()
     opt = make_optimizer(torch, model, 0.01)
-    g = torch.Generator().manual_seed(a.seed)
-    xb = torch.randint(0, 256, (a.batch_size, 3, 32, 32), dtype=torch.uint8, generator=g)
-    yb = torch.randint(0, 10, (a.batch_size,), dtype=torch.int64, generator=g)
-    mean = torch.tensor([0.5, 0.5, 0.5]).view(1, 3, 1, 1)  # ringtrain's defaults for data
-    std = torch.tensor([0.25, 0.25, 0.25]).view(1, 3, 1, 1)  # without statistics
-
-    def step():
-        x = (xb.float() / 255 - mean) / std
-        loss = crit(model(x), yb)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        return loss
+    step = synthetic_step(torch, model, opt, a.batch_size, a.seed)
 
     for _ in range(a.warmup):
         step()

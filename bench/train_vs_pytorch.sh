@@ -338,23 +338,9 @@ cmd_tta() { # way
     fi
 }
 
-cpu=$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)
 echo "== ringtrain training vs PyTorch: fp32 on the CPU, batch $B, $THREADS threads =="
-echo "machine:  $(nproc) CPUs (nproc), ${cpu:-unknown CPU}, $(awk '/MemTotal/ {printf "%.0f GiB", $2/1048576}' /proc/meminfo) RAM, Linux $(uname -r)"
-# CPU busy share over one second before the runs (all CPUs, from /proc/stat).
-cpu_busy() {
-    local a b
-    a=$(head -n 1 /proc/stat)
-    sleep 1
-    b=$(head -n 1 /proc/stat)
-    echo "$a $b" | awk '{for (i = 2; i <= 9; i++) { t0 += $i; t1 += $(i + 11) }
-        idle = ($16 + $17) - ($5 + $6); printf "%.0f", 100 * (1 - idle / (t1 - t0))}'
-}
-busy=$(cpu_busy)
-echo "busy:     ${busy} % of the CPUs busy in the second before the runs"
-if [ "$busy" -gt 10 ]; then
-    echo "          NOTE: something else is using the CPUs; these numbers will be low and noisy"
-fi
+. "$top/bench/lib.sh"
+bench_machine
 echo "software: $("$RT" --version 2>/dev/null | head -n 1); $torch_versions"
 echo "settings: $RUNS runs alternated (the way that goes first swaps each run); fp32; $THREADS compute"
 echo "          threads both ways; SGD momentum 0.9, weight decay 5e-4; CrossEntropyLoss"
