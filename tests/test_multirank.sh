@@ -45,9 +45,7 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
-fails=0
-pass() { echo "ok   $*"; }
-fail() { echo "FAIL $*"; fails=$((fails + 1)); }
+. "$(cd "$(dirname "$0")" && pwd)/train_lib.sh"
 show() { sed 's/^/     | /' "$@" | tail -n 12; }
 T_START=$(date +%s)
 
@@ -63,9 +61,6 @@ now() { date +%s.%N; }
 secs() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.1f", b - a }'; }
 lt() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a < b) }'; }
 
-jfield() { # jfield FILE KEY: KEY of the last JSON line of FILE
-    "$PY" -c 'import json,sys; print(json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])[sys.argv[2]])' "$1" "$2" 2>/dev/null
-}
 digest_of() { # digest_of FILE NP: the digest all NP ranks printed (one line each), else status 1
     "$PY" - "$1" "$2" <<'EOF'
 import re, sys
@@ -96,17 +91,6 @@ wait_table() { # wait_table FILE NP: until rank 0 has printed the table of NP ra
         sleep 0.1
     done
     return 1
-}
-same_weights() { # same_weights A B: every tensor of two safetensors files byte-equal
-    "$PY" - "$1" "$2" <<'EOF'
-import json, struct, sys
-def load(p):
-    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
-    return {k: b[8 + n + v["data_offsets"][0]: 8 + n + v["data_offsets"][1]] for k, v in h.items()}
-a, b = load(sys.argv[1]), load(sys.argv[2])
-bad = [k for k in a if a[k] != b.get(k)]
-assert set(a) == set(b) and not bad, bad[:5]
-EOF
 }
 
 # Data: MNIST-shaped (learns in 2 epochs with mnist-net). The test split (251) is

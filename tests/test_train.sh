@@ -15,11 +15,9 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/.." && pwd)
 W=$(mktemp -d)
 trap 'rm -rf "$W"' EXIT
-fails=0
-pass() { echo "ok   $*"; }
-fail() { echo "FAIL $*"; fails=$((fails + 1)); }
 PY=/usr/bin/python3
 [ -x "$PY" ] || PY=$(command -v python3 || true)
+. "$HERE/train_lib.sh"
 
 # Small datasets: MNIST-shaped (1x28x28) and CIFAR-shaped (3x32x32).
 "$RT" synth --format mnist --out "$W/src-mnist" --train 3000 --test 1000 --seed 3 >/dev/null || { echo "synth failed"; exit 1; }
@@ -27,9 +25,6 @@ PY=/usr/bin/python3
 "$RT" synth --format cifar10 --out "$W/src-cifar" --train 1024 --test 256 --seed 4 >/dev/null || { echo "synth failed"; exit 1; }
 "$RT" pack "$W/src-cifar" --out "$W/cifar" --val-split 0.25 >/dev/null || { echo "pack failed"; exit 1; }
 
-jfield() { # jfield FILE KEY: KEY of the last JSON line of FILE
-    "$PY" -c 'import json,sys; print(json.loads([l for l in open(sys.argv[1]) if l.startswith("{")][-1])[sys.argv[2]])' "$1" "$2"
-}
 
 # ---- 1. learns: mnist-net on the MNIST-shaped set, 3 epochs ------------------------
 T1=(--data "$W/mnist" --model mnist-net --epochs 3 --batch-size 64 --lr 0.05 --threads 2 --no-progress)
@@ -103,17 +98,6 @@ EOF
 then pass "safetensors header, names, shapes, offsets and metadata read by a plain parser"; else fail "plain safetensors parse"; fi
 
 # ---- 4. resume equals uninterrupted -------------------------------------------------
-same_weights() { # same_weights A B: every tensor byte-equal
-    "$PY" - "$1" "$2" <<'EOF'
-import json, struct, sys
-def load(p):
-    b = open(p, "rb").read(); n = struct.unpack("<Q", b[:8])[0]; h = json.loads(b[8:8 + n]); h.pop("__metadata__", None)
-    return {k: b[8 + n + v["data_offsets"][0]: 8 + n + v["data_offsets"][1]] for k, v in h.items()}
-a, b = load(sys.argv[1]), load(sys.argv[2])
-bad = [k for k in a if a[k] != b.get(k)]
-assert set(a) == set(b) and not bad, bad[:5]
-EOF
-}
 T4=(--data "$W/cifar" --model wrn-10-1 --epochs 2 --batch-size 32 --lr 0.05 --threads 2 --no-progress
     --label-smoothing 0.1 --grad-accum 2 --schedule onecycle --optimizer sgd --nesterov)
 if "$RT" train "${T4[@]}" --checkpoint-dir "$W/full" >"$W/full.out" 2>&1; then
