@@ -74,6 +74,8 @@ void rt_backend_destroy(struct rt_backend *be); /* NULL is fine */
 /* The op table and the default stream of `be` (both owned by `be`). */
 const struct rt_ops *rt_backend_ops(const struct rt_backend *be);
 struct rt_stream *rt_backend_stream(struct rt_backend *be);
+/* Which backend `be` is. */
+enum rt_backend_kind rt_backend_kind_of(const struct rt_backend *be);
 /* One line for the banner, e.g. "cpu: 2 threads, OpenBLAS 0.3.21 (SkylakeX)". */
 const char *rt_backend_describe(const struct rt_backend *be);
 

@@ -11,21 +11,8 @@
 #ifndef RT_COMPUTE_CPU_H
 #define RT_COMPUTE_CPU_H
 
+#include "compute/backend.h"
 #include "compute/compute.h"
-
-struct rt_stream {
-    struct rt_backend *be;
-};
-
-struct rt_backend {
-    enum rt_backend_kind kind;
-    int threads;
-    struct rt_stream stream;
-    const struct rt_ops *ops;
-    void *scratch;          /* see rt_cpu_scratch() */
-    size_t scratch_bytes;
-    char describe[160];
-};
 
 /*
  * Returns at least `bytes` of 64-byte aligned scratch owned by the stream's

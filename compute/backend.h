@@ -1,0 +1,42 @@
+/*
+ * backend.h - what every backend's struct rt_backend and struct rt_stream
+ * hold, private to compute/. The CPU backend (cpu/) and the CUDA backend
+ * (cuda/) fill the same structs; rt_backend_create() picks one.
+ */
+#ifndef RT_COMPUTE_BACKEND_H
+#define RT_COMPUTE_BACKEND_H
+
+#include "compute/compute.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct rt_cuda; /* cuda/cuda_be.h */
+
+struct rt_stream {
+    struct rt_backend *be;
+    void *handle;           /* CUDA: the cudaStream_t ops are issued on; CPU: NULL */
+};
+
+struct rt_backend {
+    enum rt_backend_kind kind;
+    int threads;            /* CPU worker threads */
+    struct rt_stream stream;
+    const struct rt_ops *ops;
+    void *scratch;          /* CPU: see rt_cpu_scratch() */
+    size_t scratch_bytes;
+    char describe[160];
+    struct rt_cuda *cuda;   /* CUDA: the device, handles and caches; NULL on the CPU */
+};
+
+/* The CUDA backend's constructor (cuda/backend_cuda.c), built with the toolkit;
+ * -ENOTSUP / -ENODEV with the reason in rt_errmsg() otherwise. */
+int rt_cuda_create(const struct rt_backend_opts *o, struct rt_backend **out);
+void rt_cuda_destroy(struct rt_backend *be);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
