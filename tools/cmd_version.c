@@ -26,8 +26,9 @@ int cmd_version(int argc, char **argv)
     rt_backend_probe(RT_BACKEND_CPU, &cpu);
     printf("  cpu   %s\n", cpu.detail);
     if (rt_backend_probe(RT_BACKEND_CUDA, &cuda) == 0) {
-        printf("  cuda  built with CUDA %s, cuDNN %s, NCCL %s; runtime %d.%d, driver %s; %s\n", RT_CUDA_VERSION,
-               *RT_CUDNN_VERSION ? RT_CUDNN_VERSION : "not found", *RT_NCCL_VERSION ? RT_NCCL_VERSION : "not found",
+        printf("  cuda  built with CUDA %s, cuDNN %s, cuBLAS %s, NCCL %s; runtime %d.%d, driver %s; %s\n",
+               RT_CUDA_VERSION, *RT_CUDNN_VERSION ? RT_CUDNN_VERSION : "not found",
+               *RT_CUBLAS_VERSION ? RT_CUBLAS_VERSION : "not found", *RT_NCCL_VERSION ? RT_NCCL_VERSION : "not found",
                cuda.runtime_version / 1000, cuda.runtime_version % 1000 / 10,
                cuda.driver_version ? "present" : "none", cuda.detail);
     } else {

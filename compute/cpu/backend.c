@@ -14,6 +14,7 @@
 
 #include "common/common.h"
 #include "compute/cpu/cpu.h"
+#include "rt_buildinfo.h"
 
 void *rt_cpu_alloc(struct rt_backend *be, size_t bytes)
 {
@@ -188,7 +189,12 @@ int rt_backend_create(const struct rt_backend_opts *o, struct rt_backend **out)
     case RT_BACKEND_CPU:
         return cpu_create(o, out);
     case RT_BACKEND_CUDA:
-        return rt_errf(-ENOTSUP, "the CUDA backend is not built yet: use the CPU backend");
+#if RT_HAVE_CUDA
+        return rt_cuda_create(o, out);
+#else
+        return rt_errf(-ENOTSUP, "this build has no CUDA backend (CMake found no CUDA toolkit with nvcc and "
+                                 "cuDNN): use --device cpu, or rebuild where /usr/local/cuda has them");
+#endif
     }
     return rt_errf(-EINVAL, "unknown backend %d", (int)o->kind);
 }
@@ -197,6 +203,9 @@ void rt_backend_destroy(struct rt_backend *be)
 {
     if (!be)
         return;
+#if RT_HAVE_CUDA
+    rt_cuda_destroy(be);
+#endif
     free(be->scratch);
     free(be);
 }
@@ -209,6 +218,11 @@ const struct rt_ops *rt_backend_ops(const struct rt_backend *be)
 struct rt_stream *rt_backend_stream(struct rt_backend *be)
 {
     return &be->stream;
+}
+
+enum rt_backend_kind rt_backend_kind_of(const struct rt_backend *be)
+{
+    return be->kind;
 }
 
 const char *rt_backend_describe(const struct rt_backend *be)

@@ -1,0 +1,494 @@
+/*
+ * dnn.c - convolutions through cuDNN's legacy convolution API and the linear
+ * layer through cuBLAS, for the CUDA backend. Semantics are those of
+ * compute.h and the CPU reference (cpu/conv.c, rt_cpu_linear_* in
+ * cpu/pool.c); spatial tensors are packed NCHW, features (N, F) row-major.
+ *
+ * Choices, and why:
+ *  - fp32 math only, CUDNN_FMA_MATH on every convolution descriptor. The
+ *    default math type lets cuDNN use TF32 tensor cores on Ampere and later,
+ *    which keeps only 10 mantissa bits of the inputs: results would drift
+ *    from the CPU backend by far more than summation order explains. The
+ *    linear layer relies on the backend having left the cuBLAS handle in
+ *    CUBLAS_DEFAULT_MATH (no TF32) and in host pointer mode.
+ *  - The algorithm of each (shape, direction) is chosen once, by measurement
+ *    (cudnnFind*AlgorithmEx), and kept in struct rt_cuda's `algos` cache;
+ *    later calls look it up and only enqueue. The shape includes the batch
+ *    size, so a smaller last micro-batch is measured once more. Heuristics
+ *    (cudnnGet*_v7) are a guess from the shape alone; a measurement costs
+ *    a few runs of each candidate, once, during the first step. The search
+ *    is the one place these ops block the host: Find times the candidates,
+ *    so it waits for them.
+ *  - Among the measured algorithms the fastest deterministic one wins (one
+ *    that sums with atomics, such as backward filter ALGO_0/ALGO_3, only
+ *    when no deterministic one ran): the same inputs then give the same
+ *    bits, as on the CPU backend. Results that used tensor cores are never
+ *    taken.
+ *  - The search's workspace is bounded by what the device can spare: at most
+ *    half of the free memory (after the search's own scratch output), never
+ *    more than DNN_WORKSPACE_CAP, but at least what the backend's workspace
+ *    already holds, since that memory is ours anyway. So an algorithm that
+ *    needs gigabytes of workspace is never chosen, and the chosen one's
+ *    workspace (rt_cuda_workspace, grown on demand) stays below the cap.
+ *  - Find runs the convolutions on real buffers. Forward writes y, which the
+ *    real call overwrites right after, so it uses y itself. Backward data
+ *    and backward filter would destroy outputs that accumulate (dx with
+ *    beta 1, dw always), so their search writes a scratch output allocated
+ *    with cudaMallocAsync on the stream and freed right after (stream
+ *    ordered: nothing waits on it). The search's workspace is the backend's
+ *    when that is already large enough, otherwise another such temporary,
+ *    so the search does not leave the backend workspace grown to the largest
+ *    candidate's size.
+ *  - Descriptors are created per call and destroyed before returning (a
+ *    descriptor is host memory only; an enqueued call does not refer to
+ *    it). struct rt_cuda_algo has no room for them, and creating and
+ *    setting five is a little host work that overlaps the asynchronous GPU
+ *    work of the ops before.
+ *  - Bias terms: forward adds the bias with cudnnAddTensor (a (1, C, 1, 1)
+ *    tensor broadcast over N, H, W); the bias gradients, of convolutions and
+ *    of the linear layer, are cudnnConvolutionBackwardBias (the sum over N,
+ *    H, W). Features (N, F) row-major are exactly an NCHW tensor (N, F, 1,
+ *    1), so the linear layer reuses both and needs no ones vector.
+ *
+ * Accumulation (compute.h): conv and linear bwd_data store beta * dx + the
+ * result (beta 0 does not read dx); weight and bias gradients are always
+ * added to. Everything is issued on the stream the backend bound the cuDNN
+ * and cuBLAS handles to, rt_cuda_stream(s); nothing here synchronises the
+ * device except the one-time search. Errors abort through the check macros.
+ *
+ * This file does not check shapes (the model did, through
+ * rt_conv_desc_init), does no dilation, groups, padding other than square
+ * symmetric, or half precision, and fuses nothing.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compute/cuda/cuda_be.h"
+
+/* Upper bound of a convolution's workspace: beyond this the faster
+ * algorithms (FFT, Winograd) buy little and memory is better left to
+ * activations. */
+#define DNN_WORKSPACE_CAP ((size_t)1 << 30)
+
+/* More than any cuDNN 9 direction has algorithms (8, 6, 7); the count asked
+ * for is clamped to it. */
+#define DNN_MAX_ALGOS 32
+
+enum { DIR_FWD = 0, DIR_BWD_DATA = 1, DIR_BWD_FILTER = 2 };
+
+static const char *const dir_name[3] = {"forward", "backward data", "backward filter"};
+
+/* ---- descriptors ------------------------------------------------------- */
+
+struct conv_descs {
+    cudnnTensorDescriptor_t x, y, b; /* b: (1, Cout, 1, 1), or NULL when there is no bias */
+    cudnnFilterDescriptor_t w;
+    cudnnConvolutionDescriptor_t conv;
+};
+
+static void conv_descs_make(const struct rt_conv_desc *d, int with_bias, struct conv_descs *o)
+{
+    memset(o, 0, sizeof(*o));
+    RT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&o->x));
+    RT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(o->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, d->in.n, d->in.c, d->in.h,
+                                              d->in.w));
+    RT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&o->y));
+    RT_CUDNN_CHECK(
+        cudnnSetTensor4dDescriptor(o->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, d->in.n, d->cout, d->oh, d->ow));
+    if (with_bias) {
+        RT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&o->b));
+        RT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(o->b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, d->cout, 1, 1));
+    }
+    RT_CUDNN_CHECK(cudnnCreateFilterDescriptor(&o->w));
+    RT_CUDNN_CHECK(
+        cudnnSetFilter4dDescriptor(o->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, d->cout, d->in.c, d->kh, d->kw));
+    RT_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&o->conv));
+    /* PyTorch's conv2d is a cross-correlation (the kernel is not flipped). */
+    RT_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(o->conv, d->pad, d->pad, d->stride, d->stride, 1, 1,
+                                                   CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
+    /* No TF32: see the top of the file. */
+    RT_CUDNN_CHECK(cudnnSetConvolutionMathType(o->conv, CUDNN_FMA_MATH));
+}
+
+static void conv_descs_free(struct conv_descs *o)
+{
+    RT_CUDNN_CHECK(cudnnDestroyConvolutionDescriptor(o->conv));
+    RT_CUDNN_CHECK(cudnnDestroyFilterDescriptor(o->w));
+    if (o->b)
+        RT_CUDNN_CHECK(cudnnDestroyTensorDescriptor(o->b));
+    RT_CUDNN_CHECK(cudnnDestroyTensorDescriptor(o->y));
+    RT_CUDNN_CHECK(cudnnDestroyTensorDescriptor(o->x));
+}
+
+/* Features (n, f) row-major as the NCHW tensor (n, f, 1, 1), and a per-feature vector (1, f, 1, 1). */
+static void feat_descs_make(int n, int f, cudnnTensorDescriptor_t *rows, cudnnTensorDescriptor_t *vec)
+{
+    RT_CUDNN_CHECK(cudnnCreateTensorDescriptor(rows));
+    RT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(*rows, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, n, f, 1, 1));
+    RT_CUDNN_CHECK(cudnnCreateTensorDescriptor(vec));
+    RT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(*vec, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, f, 1, 1));
+}
+
+static void feat_descs_free(cudnnTensorDescriptor_t rows, cudnnTensorDescriptor_t vec)
+{
+    RT_CUDNN_CHECK(cudnnDestroyTensorDescriptor(vec));
+    RT_CUDNN_CHECK(cudnnDestroyTensorDescriptor(rows));
+}
+
+/* ---- algorithm search and cache ---------------------------------------- */
+
+/* One measured candidate, the fields the three cuDNN perf structs share. */
+struct dnn_perf {
+    int algo;
+    cudnnStatus_t status;
+    size_t memory;
+    cudnnDeterminism_t determinism;
+    cudnnMathType_t math;
+};
+
+static int conv_same(const struct rt_conv_desc *a, const struct rt_conv_desc *b)
+{
+    return a->in.n == b->in.n && a->in.c == b->in.c && a->in.h == b->in.h && a->in.w == b->in.w &&
+           a->cout == b->cout && a->kh == b->kh && a->kw == b->kw && a->stride == b->stride && a->pad == b->pad &&
+           a->oh == b->oh && a->ow == b->ow;
+}
+
+/* Not checked: an algorithm that does not support the shape says so here, and is skipped. */
+static cudnnStatus_t conv_ws_size(struct rt_cuda *c, const struct conv_descs *dd, int dir, int algo, size_t *bytes)
+{
+    *bytes = 0;
+    switch (dir) {
+    case DIR_FWD:
+        return cudnnGetConvolutionForwardWorkspaceSize(c->dnn, dd->x, dd->w, dd->conv, dd->y,
+                                                       (cudnnConvolutionFwdAlgo_t)algo, bytes);
+    case DIR_BWD_DATA:
+        return cudnnGetConvolutionBackwardDataWorkspaceSize(c->dnn, dd->w, dd->y, dd->conv, dd->x,
+                                                            (cudnnConvolutionBwdDataAlgo_t)algo, bytes);
+    default:
+        return cudnnGetConvolutionBackwardFilterWorkspaceSize(c->dnn, dd->x, dd->y, dd->conv, dd->w,
+                                                              (cudnnConvolutionBwdFilterAlgo_t)algo, bytes);
+    }
+}
+
+static int conv_algo_count(int dir)
+{
+    switch (dir) {
+    case DIR_FWD:
+        return CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
+    case DIR_BWD_DATA:
+        return CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT;
+    default:
+        return CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT;
+    }
+}
+
+/* Copies the fields of a cuDNN perf array (any direction: same members) into r[]. */
+#define DNN_PERF_COPY(src, n, r)                                                                                     \
+    do {                                                                                                             \
+        for (int i_ = 0; i_ < (n); i_++)                                                                             \
+            (r)[i_] = (struct dnn_perf){.algo = (int)(src)[i_].algo,                                                 \
+                                        .status = (src)[i_].status,                                                  \
+                                        .memory = (src)[i_].memory,                                                  \
+                                        .determinism = (src)[i_].determinism,                                        \
+                                        .math = (src)[i_].mathType};                                                 \
+    } while (0)
+
+/*
+ * Runs cuDNN's measurement of direction `dir` on the stream: in0/in1 are the
+ * inputs in the order of the direction's call (x, w / w, dy / x, dy), out a
+ * buffer the candidates may overwrite. Fills r[] sorted fastest first, as
+ * cuDNN returns them; returns how many.
+ */
+static int conv_find(struct rt_cuda *c, const struct conv_descs *dd, int dir, const void *in0, const void *in1,
+                     void *out, void *ws, size_t ws_bytes, struct dnn_perf r[DNN_MAX_ALGOS])
+{
+    int max = 0, got = 0;
+    switch (dir) {
+    case DIR_FWD: {
+        cudnnConvolutionFwdAlgoPerf_t p[DNN_MAX_ALGOS];
+        RT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(c->dnn, &max));
+        max = max < 1 ? 1 : max > DNN_MAX_ALGOS ? DNN_MAX_ALGOS : max;
+        RT_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(c->dnn, dd->x, in0, dd->w, in1, dd->conv, dd->y, out,
+                                                              max, &got, p, ws, ws_bytes));
+        DNN_PERF_COPY(p, got, r);
+        break;
+    }
+    case DIR_BWD_DATA: {
+        cudnnConvolutionBwdDataAlgoPerf_t p[DNN_MAX_ALGOS];
+        RT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(c->dnn, &max));
+        max = max < 1 ? 1 : max > DNN_MAX_ALGOS ? DNN_MAX_ALGOS : max;
+        RT_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(c->dnn, dd->w, in0, dd->y, in1, dd->conv, dd->x,
+                                                                   out, max, &got, p, ws, ws_bytes));
+        DNN_PERF_COPY(p, got, r);
+        break;
+    }
+    default: {
+        cudnnConvolutionBwdFilterAlgoPerf_t p[DNN_MAX_ALGOS];
+        RT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(c->dnn, &max));
+        max = max < 1 ? 1 : max > DNN_MAX_ALGOS ? DNN_MAX_ALGOS : max;
+        RT_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(c->dnn, dd->x, in0, dd->y, in1, dd->conv,
+                                                                     dd->w, out, max, &got, p, ws, ws_bytes));
+        DNN_PERF_COPY(p, got, r);
+        break;
+    }
+    }
+    return got;
+}
+
+/* "forward of N=128 Cin=64 32x32 -> Cout=128 3x3 stride 2 pad 1" for messages. */
+static void conv_describe(const struct rt_conv_desc *d, int dir, char *buf, size_t len)
+{
+    snprintf(buf, len, "convolution %s of N=%d Cin=%d %dx%d -> Cout=%d %dx%d stride %d pad %d", dir_name[dir],
+             d->in.n, d->in.c, d->in.h, d->in.w, d->cout, d->kh, d->kw, d->stride, d->pad);
+}
+
+/*
+ * Measures the algorithms of (d, dir) and returns the chosen one (see the top
+ * of the file for the rules). Blocks until the measurement is done.
+ */
+static struct rt_cuda_algo conv_search(struct rt_stream *s, const struct rt_conv_desc *d, int dir,
+                                       const struct conv_descs *dd, const void *in0, const void *in1, void *out)
+{
+    struct rt_cuda *c = rt_cuda_of(s);
+    cudaStream_t st = rt_cuda_stream(s);
+
+    /* Backward outputs accumulate: the candidates write a scratch copy (dx or dw) instead. */
+    size_t out_bytes = 0;
+    if (dir == DIR_BWD_DATA)
+        out_bytes = (size_t)d->in.n * d->in.c * d->in.h * d->in.w * sizeof(float);
+    else if (dir == DIR_BWD_FILTER)
+        out_bytes = (size_t)d->cout * d->in.c * d->kh * d->kw * sizeof(float);
+
+    size_t free_b = 0, total_b = 0;
+    RT_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
+    size_t limit = free_b > out_bytes ? (free_b - out_bytes) / 2 : 0;
+    if (limit > DNN_WORKSPACE_CAP)
+        limit = DNN_WORKSPACE_CAP;
+    const size_t held = c->workspace_bytes < DNN_WORKSPACE_CAP ? c->workspace_bytes : DNN_WORKSPACE_CAP;
+    if (limit < held)
+        limit = held;
+
+    /* The search's workspace: the largest any candidate needs within the limit (Find skips the rest). */
+    size_t need = 0;
+    for (int a = 0; a < conv_algo_count(dir); a++) {
+        size_t sz;
+        if (conv_ws_size(c, dd, dir, a, &sz) == CUDNN_STATUS_SUCCESS && sz <= limit && sz > need)
+            need = sz;
+    }
+    void *ws = NULL, *tmp_ws = NULL, *tmp_out = NULL;
+    if (need > 0) {
+        if (need <= c->workspace_bytes) {
+            ws = rt_cuda_workspace(s, need);
+        } else {
+            RT_CUDA_CHECK(cudaMallocAsync(&tmp_ws, need, st));
+            ws = tmp_ws;
+        }
+    }
+    if (out_bytes > 0) {
+        RT_CUDA_CHECK(cudaMallocAsync(&tmp_out, out_bytes, st));
+        out = tmp_out;
+    }
+
+    struct dnn_perf r[DNN_MAX_ALGOS];
+    const int got = conv_find(c, dd, dir, in0, in1, out, ws, need, r);
+
+    /* Stream ordered after the candidates' kernels: no wait. */
+    if (tmp_out)
+        RT_CUDA_CHECK(cudaFreeAsync(tmp_out, st));
+    if (tmp_ws)
+        RT_CUDA_CHECK(cudaFreeAsync(tmp_ws, st));
+
+    /* Fastest deterministic candidate that ran without tensor cores; failing that, the fastest that ran. */
+    int pick = -1;
+    for (int pass = 0; pass < 2 && pick < 0; pass++) {
+        for (int i = 0; i < got; i++) {
+            if (r[i].status != CUDNN_STATUS_SUCCESS || r[i].memory > need)
+                continue;
+            if (r[i].math == CUDNN_TENSOR_OP_MATH || r[i].math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
+                continue;
+            if (pass == 0 && r[i].determinism != CUDNN_DETERMINISTIC)
+                continue;
+            pick = i;
+            break;
+        }
+    }
+    if (pick < 0) {
+        char what[256];
+        conv_describe(d, dir, what, sizeof(what));
+        rt_cuda_fail("cuDNN", (int)CUDNN_STATUS_NOT_SUPPORTED,
+                     "no fp32 algorithm ran within the workspace limit (device memory nearly full?)", what, __FILE__,
+                     __LINE__);
+    }
+
+    struct rt_cuda_algo e = {.d = *d, .dir = dir, .algo = r[pick].algo, .workspace = r[pick].memory};
+    /* The execution call is checked against the Get*WorkspaceSize figure; never hand it less. */
+    size_t sz;
+    if (conv_ws_size(c, dd, dir, e.algo, &sz) == CUDNN_STATUS_SUCCESS && sz > e.workspace)
+        e.workspace = sz;
+    return e;
+}
+
+/*
+ * The algorithm for (d, dir): from the cache, or measured now and added to
+ * it. in0/in1/out as for conv_find; out is written only for the forward
+ * direction (backward searches use a scratch output).
+ */
+static struct rt_cuda_algo conv_algo(struct rt_stream *s, const struct rt_conv_desc *d, int dir,
+                                     const struct conv_descs *dd, const void *in0, const void *in1, void *out)
+{
+    struct rt_cuda *c = rt_cuda_of(s);
+    for (int i = 0; i < c->nalgos; i++) {
+        if (c->algos[i].dir == dir && conv_same(&c->algos[i].d, d))
+            return c->algos[i];
+    }
+    const struct rt_cuda_algo e = conv_search(s, d, dir, dd, in0, in1, out);
+    if (c->nalgos == c->cap_algos) {
+        const int cap = c->cap_algos ? 2 * c->cap_algos : 16;
+        struct rt_cuda_algo *p = realloc(c->algos, (size_t)cap * sizeof(*p));
+        if (!p)
+            rt_cuda_fail("libc", ENOMEM, strerror(ENOMEM), "growing the convolution algorithm cache", __FILE__,
+                         __LINE__);
+        c->algos = p;
+        c->cap_algos = cap;
+    }
+    c->algos[c->nalgos++] = e;
+    return e;
+}
+
+/* The backend workspace for an algorithm, or NULL when it needs none. */
+static void *conv_workspace(struct rt_stream *s, const struct rt_cuda_algo *a)
+{
+    return a->workspace ? rt_cuda_workspace(s, a->workspace) : NULL;
+}
+
+/* ---- convolution ------------------------------------------------------- */
+
+void rt_cuda_conv2d_fwd(struct rt_stream *s, const struct rt_conv_desc *d, const float *x, const float *w,
+                        const float *bias, float *y)
+{
+    /* cuDNN rejects empty tensors; an empty batch has nothing to compute. */
+    if (d->in.n <= 0)
+        return;
+    struct rt_cuda *c = rt_cuda_of(s);
+    struct conv_descs dd;
+    conv_descs_make(d, bias != NULL, &dd);
+    const struct rt_cuda_algo a = conv_algo(s, d, DIR_FWD, &dd, x, w, y);
+    void *ws = conv_workspace(s, &a);
+    const float one = 1.0f, zero = 0.0f;
+    RT_CUDNN_CHECK(cudnnConvolutionForward(c->dnn, &one, dd.x, x, dd.w, w, dd.conv, (cudnnConvolutionFwdAlgo_t)a.algo,
+                                           ws, a.workspace, &zero, dd.y, y));
+    if (bias)
+        RT_CUDNN_CHECK(cudnnAddTensor(c->dnn, &one, dd.b, bias, &one, dd.y, y));
+    conv_descs_free(&dd);
+}
+
+void rt_cuda_conv2d_bwd_data(struct rt_stream *s, const struct rt_conv_desc *d, const float *dy, const float *w,
+                             float beta, float *dx)
+{
+    if (d->in.n <= 0)
+        return;
+    struct rt_cuda *c = rt_cuda_of(s);
+    struct conv_descs dd;
+    conv_descs_make(d, 0, &dd);
+    const struct rt_cuda_algo a = conv_algo(s, d, DIR_BWD_DATA, &dd, w, dy, NULL);
+    void *ws = conv_workspace(s, &a);
+    const float one = 1.0f;
+    /* dx = beta dx + result; cuDNN does not read dx when beta is 0. */
+    RT_CUDNN_CHECK(cudnnConvolutionBackwardData(c->dnn, &one, dd.w, w, dd.y, dy, dd.conv,
+                                                (cudnnConvolutionBwdDataAlgo_t)a.algo, ws, a.workspace, &beta, dd.x,
+                                                dx));
+    conv_descs_free(&dd);
+}
+
+void rt_cuda_conv2d_bwd_filter(struct rt_stream *s, const struct rt_conv_desc *d, const float *x, const float *dy,
+                               float *dw, float *dbias)
+{
+    if (d->in.n <= 0)
+        return;
+    struct rt_cuda *c = rt_cuda_of(s);
+    struct conv_descs dd;
+    conv_descs_make(d, dbias != NULL, &dd);
+    const struct rt_cuda_algo a = conv_algo(s, d, DIR_BWD_FILTER, &dd, x, dy, NULL);
+    void *ws = conv_workspace(s, &a);
+    /* Parameter gradients accumulate over micro-batches: beta 1. */
+    const float one = 1.0f;
+    RT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(c->dnn, &one, dd.x, x, dd.y, dy, dd.conv,
+                                                  (cudnnConvolutionBwdFilterAlgo_t)a.algo, ws, a.workspace, &one,
+                                                  dd.w, dw));
+    if (dbias)
+        RT_CUDNN_CHECK(cudnnConvolutionBackwardBias(c->dnn, &one, dd.y, dy, &one, dd.b, dbias));
+    conv_descs_free(&dd);
+}
+
+/* ---- linear -------------------------------------------------------------- */
+
+/*
+ * cuBLAS is column-major: a row-major (r, c) matrix M is, to cuBLAS, the
+ * column-major (c, r) matrix M^T with leading dimension c. Each product below
+ * is therefore computed transposed, with the operands' row lengths as
+ * leading dimensions:
+ *
+ *   forward      y = x w^T         y^T(out, N)  = op_T(w^T(in, out)) x^T(in, N)
+ *   bwd data     dx = dy w         dx^T(in, N)  = w^T(in, out) dy^T(out, N)
+ *   bwd filter   dw += dy^T x      dw^T(in, out) = x^T(in, N) op_T(dy^T(out, N))
+ */
+
+void rt_cuda_linear_fwd(struct rt_stream *s, int n, int in, int out, const float *x, const float *w, const float *b,
+                        float *y)
+{
+    if (n <= 0)
+        return;
+    struct rt_cuda *c = rt_cuda_of(s);
+    const float one = 1.0f, zero = 0.0f;
+    /* m = out, n = N, k = in; A = w as (in, out) col-major, transposed; B = x as (in, N); C = y as (out, N). */
+    RT_CUBLAS_CHECK(cublasSgemm(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, w, in, x, in, &zero, y, out));
+    if (b) {
+        cudnnTensorDescriptor_t rows, vec;
+        feat_descs_make(n, out, &rows, &vec);
+        RT_CUDNN_CHECK(cudnnAddTensor(c->dnn, &one, vec, b, &one, rows, y));
+        feat_descs_free(rows, vec);
+    }
+}
+
+void rt_cuda_linear_bwd_data(struct rt_stream *s, int n, int in, int out, const float *dy, const float *w,
+                             float beta, float *dx)
+{
+    if (n <= 0)
+        return;
+    struct rt_cuda *c = rt_cuda_of(s);
+    const float one = 1.0f;
+    /* m = in, n = N, k = out; A = w as (in, out); B = dy as (out, N); C = dx as (in, N). cuBLAS does not
+     * read C when beta is 0. */
+    RT_CUBLAS_CHECK(cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, w, in, dy, out, &beta, dx, in));
+}
+
+void rt_cuda_linear_bwd_filter(struct rt_stream *s, int n, int in, int out, const float *x, const float *dy,
+                               float *dw, float *db)
+{
+    if (n <= 0)
+        return;
+    struct rt_cuda *c = rt_cuda_of(s);
+    const float one = 1.0f;
+    /* m = in, n = out, k = N; A = x as (in, N); B = dy as (out, N), transposed; C = dw as (in, out), added to. */
+    RT_CUBLAS_CHECK(cublasSgemm(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, in, dy, out, &one, dw, in));
+    if (db) {
+        /* db += column sums of dy: dy (N, out) is the NCHW tensor (N, out, 1, 1), db its (1, out, 1, 1) bias. */
+        cudnnTensorDescriptor_t rows, vec;
+        feat_descs_make(n, out, &rows, &vec);
+        RT_CUDNN_CHECK(cudnnConvolutionBackwardBias(c->dnn, &one, rows, dy, &one, vec, db));
+        feat_descs_free(rows, vec);
+    }
+}
+
+/* ---- teardown ------------------------------------------------------------ */
+
+void rt_cuda_dnn_release(struct rt_cuda *c)
+{
+    /* The cache holds only plain values: descriptors are per call and no device memory is kept here. */
+    free(c->algos);
+    c->algos = NULL;
+    c->nalgos = 0;
+    c->cap_algos = 0;
+}
