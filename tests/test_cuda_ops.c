@@ -1,0 +1,1644 @@
+/*
+ * test_cuda_ops.c - the CUDA backend against the CPU backend, op by op.
+ *
+ * Every slot of struct rt_ops is run on both backends with the same inputs
+ * (same host arrays, same seeds) and the CUDA result is compared with the
+ * CPU result, which is the reference (the CPU ops are themselves checked
+ * against naive double-precision references and finite differences in
+ * test_ops_spatial.c and test_ops_elem.c). Spatial tensors go in and out
+ * through each backend's from_nchw / to_nchw (the CPU keeps them (C, N, H,
+ * W), CUDA NCHW); features (N, F) and flat buffers through upload/download.
+ * Then mnist-net and resnet18 run one training step on both backends and
+ * logits, loss sums, the whole gradient buffer and the running statistics
+ * are compared.
+ *
+ * One line per comparison: op, shapes, the largest |cuda - cpu|, the
+ * tolerance at that element, how many values are not bit-identical, ok or
+ * FAIL. Tolerances are in the table TOL below.
+ *
+ * Exit 0 pass, 1 fail, 77 skip (no CUDA backend in this build, no driver or
+ * no device). Needs no arguments. The seed is fixed and printed.
+ */
+#include <float.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "common/common.h"
+#include "compute/compute.h"
+
+#define SEED UINT64_C(20250307)
+
+/* ---- tolerances ------------------------------------------------------------------------------------ */
+
+/*
+ * |cuda - cpu| <= atol + rtol * scale, where scale is |cpu| of the element
+ * (elementwise) or max |cpu| over the whole tensor (vs_max: for results that
+ * are sums, where a value near zero is the difference of large partial sums
+ * and carries their rounding). Wherever the CPU value is NaN or +-Inf the
+ * CUDA value must be NaN or the same Inf; a mask or a bit pattern must match
+ * exactly. An index, layout or stride mistake moves values by the order of
+ * max |cpu|, far above every tolerance here.
+ */
+enum tol_id {
+    T_EXACT,      /* data movement, selection, counts */
+    T_ELEM,       /* one or a few fp32 roundings per element */
+    T_TRANS,      /* element-wise through erf/exp */
+    T_GEMM,       /* convolution and linear: dot products */
+    T_REDUCE,     /* batchnorm, global pooling: per-channel sums */
+    T_LOSS,       /* cross-entropy sums */
+    T_SUMSQ,      /* double accumulation, one rounding to float */
+    T_OPTIM,      /* SGD, Adam, AdamW */
+    T_MODEL_LOGITS,
+    T_MODEL_LOSS,
+    T_MODEL_GRAD,
+    T_MODEL_BUF,
+    T_COUNT
+};
+
+static const struct tol {
+    const char *name;
+    double atol, rtol;
+    int vs_max;
+} TOL[T_COUNT] = {
+    /* copies, layout conversion, flatten, max pooling forward, ReLU forward, casts, dropout masks,
+     * non-finite counts, correct/count of the loss: no arithmetic that could round differently. */
+    [T_EXACT] = {"exact", 0.0, 0.0, 0},
+    /* input normalisation, ReLU/dropout backward with beta, add/axpy, average pooling, max pooling
+     * backward (up to 4 overlapping windows summed in another order): one to a few roundings, and a
+     * compiler may contract a*b+c into an FMA on one side only: an ulp or two; 1e-6 is ~8 ulp at 1. */
+    [T_ELEM] = {"elementwise", 1e-6, 1e-6, 0},
+    /* GELU and the softmax of the loss: glibc's erff/expf against CUDA's, each within a few ulp. */
+    [T_TRANS] = {"transcendental", 1e-6, 1e-5, 0},
+    /* conv2d/linear fp32 with another summation order (cuDNN/cuBLAS algorithms, blocking, split-K;
+     * Winograd/FFT transforms): rounding grows with sqrt(K) ulp of the largest partial sum, so the
+     * bound is relative to max |ref| over the tensor. TF32 (10-bit mantissa) would be ~1e-3: it fails. */
+    [T_GEMM] = {"gemm", 1e-5, 1e-4, 1},
+    /* batchnorm (mean, variance, the two sums of backward) and gap: sums over N*H*W of up to ~2000
+     * values per channel, tree against sequential; channels with mean 20 and sd 0.5 make a
+     * cancelling variance formula (E[x^2] - E[x]^2 in float) show up as ~1e-4. */
+    [T_REDUCE] = {"reduction", 1e-5, 1e-5, 1},
+    /* loss_sum: a sum over rows of log-sum-exp in another order. */
+    [T_LOSS] = {"loss", 1e-5, 1e-5, 1},
+    /* sum of squares: both accumulate in double (compute.h), so only the final float rounding can differ. */
+    [T_SUMSQ] = {"sumsq", 0.0, 2.5e-7, 0},
+    /* compute.h promises torch.optim's order of operations and FMAs on every backend, so the results
+     * should be bit-identical (the line reports the bit-differing count); 1e-6 leaves room for one
+     * contraction choice of a compiler. */
+    [T_OPTIM] = {"optimizer", 1e-6, 1e-6, 0},
+    /* Whole models: the bounds the PyTorch parity test (test_models.c) uses for the same models and
+     * input, since CPU-vs-cuDNN differ as CPU-vs-PyTorch do: logits after ~20 layers relative to
+     * max |logit|; the mean loss relative; each gradient tensor relative to its max |value| (backward
+     * through batchnorm over as few as 4 values per channel -- resnet18's layer4 at 32x32, batch 4 --
+     * amplifies fp32 rounding); running statistics relative. */
+    [T_MODEL_LOGITS] = {"model logits", 1e-5, 1e-4, 1},
+    [T_MODEL_LOSS] = {"model loss", 0.0, 1e-5, 0},
+    [T_MODEL_GRAD] = {"model grads", 1e-6, 2e-3, 1},
+    [T_MODEL_BUF] = {"model buffers", 1e-5, 1e-4, 0},
+};
+
+/* ---- the two backends ------------------------------------------------------------------------------ */
+
+enum { CPU = 0, GPU = 1 };
+
+static struct side {
+    const char *name;
+    struct rt_backend *be;
+    const struct rt_ops *ops;
+    struct rt_stream *st;
+} S[2] = {{.name = "cpu"}, {.name = "cuda"}};
+
+/* Issues op `name` on backend s with its stream. */
+#define OP(s, name, ...) S[s].ops->name(S[s].st, __VA_ARGS__)
+#define BOTH for (int s = 0; s < 2; s++)
+
+/* ---- host helpers -------------------------------------------------------------------------------- */
+
+static void *xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "test_cuda_ops: out of memory (%zu bytes)\n", n);
+        exit(1);
+    }
+    return p;
+}
+
+static float *hfloats(size_t n)
+{
+    return xmalloc(n * sizeof(float));
+}
+
+static void fill_uniform(struct rt_rng *r, float *p, size_t n, float lo, float hi)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = lo + (hi - lo) * rt_rng_uniform(r);
+}
+
+static void fill_normal(struct rt_rng *r, float *p, size_t n, float mean, float sd)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = mean + sd * rt_rng_normal(r);
+}
+
+static void fill_const(float *p, size_t n, float v)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = v;
+}
+
+/* No exact zeros (a zero would hide a dropout or ReLU mask). */
+static void avoid_zero(float *p, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] == 0.0f)
+            p[i] = 0.5f;
+}
+
+static size_t count4(struct rt_shape4 s)
+{
+    return (size_t)s.n * s.c * s.h * s.w;
+}
+
+static uint32_t fbits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    return u;
+}
+
+static float bitsf(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+/* ---- device buffers on both backends --------------------------------------------------------------- */
+
+struct dual {
+    void *p[2];
+};
+
+#define DF(d, s) ((float *)(d).p[s])
+
+static struct dual d_alloc(size_t bytes)
+{
+    struct dual d;
+    BOTH {
+        d.p[s] = S[s].ops->alloc(S[s].be, bytes ? bytes : 4);
+        if (!d.p[s]) {
+            fprintf(stderr, "test_cuda_ops: %s alloc of %zu bytes: %s\n", S[s].name, bytes, rt_errmsg());
+            exit(1);
+        }
+    }
+    return d;
+}
+
+static struct dual d_floats(size_t n)
+{
+    return d_alloc(n * sizeof(float));
+}
+
+static void d_free(struct dual *d)
+{
+    BOTH {
+        S[s].ops->free(S[s].be, d->p[s]);
+        d->p[s] = NULL;
+    }
+}
+
+/* The same host bytes into both; synchronised, so the host array may change right after. */
+static void d_put(struct dual *d, const void *host, size_t bytes)
+{
+    BOTH {
+        OP(s, upload, d->p[s], host, bytes);
+        S[s].ops->sync(S[s].st);
+    }
+}
+
+static void d_put_sp(struct dual *d, struct rt_shape4 sh, const float *nchw)
+{
+    BOTH {
+        OP(s, from_nchw, sh, nchw, DF(*d, s));
+        S[s].ops->sync(S[s].st);
+    }
+}
+
+/* n copies of v (layout does not matter for a constant). */
+static void d_fill(struct dual *d, size_t n, float v)
+{
+    float *h = hfloats(n);
+    fill_const(h, n, v);
+    d_put(d, h, n * sizeof(float));
+    free(h);
+}
+
+static void d_get(const struct dual *d, void *h_cpu, void *h_gpu, size_t bytes)
+{
+    void *h[2] = {h_cpu, h_gpu};
+    BOTH {
+        OP(s, download, h[s], d->p[s], bytes);
+        S[s].ops->sync(S[s].st);
+    }
+}
+
+static void d_get_sp(const struct dual *d, struct rt_shape4 sh, float *h_cpu, float *h_gpu)
+{
+    float *h[2] = {h_cpu, h_gpu};
+    BOTH {
+        OP(s, to_nchw, sh, DF(*d, s), h[s]);
+        S[s].ops->sync(S[s].st);
+    }
+}
+
+/* ---- comparison ----------------------------------------------------------------------------------- */
+
+/* max_err and tol_at_max belong to the element with the largest err/tol (for tolerances relative
+ * to max|ref| that is the largest error). */
+struct cmp {
+    size_t bad, not_bitequal, worst_i;
+    double max_err, tol_at_max, worst_ratio;
+};
+
+/* Compares got with ref under TOL[t]; prints the first few misses to stderr with `what`. */
+static struct cmp cmp_core(const char *what, const float *ref, const float *got, size_t n, enum tol_id t)
+{
+    const struct tol *T = &TOL[t];
+    struct cmp c = {0};
+    double mx = 0.0;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(ref[i]))
+            mx = fmax(mx, fabs((double)ref[i]));
+    for (size_t i = 0; i < n; i++) {
+        const double r = ref[i], g = got[i];
+        double err, tol;
+        int ok;
+        if (!isfinite(r) || !isfinite(g)) {
+            ok = (isnan(r) && isnan(g)) || r == g;
+            err = ok ? 0.0 : INFINITY;
+            tol = 0.0;
+        } else {
+            err = fabs(g - r);
+            tol = T->atol + T->rtol * (T->vs_max ? mx : fabs(r));
+            ok = err <= tol;
+        }
+        if (fbits(ref[i]) != fbits(got[i]))
+            c.not_bitequal++;
+        if (!ok) {
+            if (c.bad < 5)
+                fprintf(stderr, "    %s[%zu]: cuda %.9g cpu %.9g (err %.3g > tol %.3g)\n", what, i, g, r, err, tol);
+            c.bad++;
+        }
+        /* the element closest to failing: its error and tolerance are what the line prints */
+        const double ratio = tol > 0.0 ? err / tol : (err > 0.0 ? INFINITY : 0.0);
+        if (i == 0 || ratio > c.worst_ratio || (ratio == c.worst_ratio && err > c.max_err)) {
+            c.worst_ratio = ratio;
+            c.worst_i = i;
+            c.max_err = err;
+            c.tol_at_max = tol;
+        }
+    }
+    return c;
+}
+
+static void report(const char *op, const char *shape, size_t n, const struct cmp *c, enum tol_id t)
+{
+    const int ok = c->bad == 0;
+    printf("  %-40s %-50s err %-9.3g tol %-9.3g (%s) n=%zu, %zu not bit-equal  %s\n", op, shape, c->max_err,
+           c->tol_at_max, TOL[t].name, n, c->not_bitequal, ok ? "ok" : "FAIL");
+    CHECKF(ok, "%s %s: %zu of %zu values outside the %s tolerance (atol %g, rtol %g%s)", op, shape, c->bad, n,
+           TOL[t].name, TOL[t].atol, TOL[t].rtol, TOL[t].vs_max ? " of max|ref|" : "");
+}
+
+static void compare(const char *op, const char *shape, const float *ref, const float *got, size_t n, enum tol_id t)
+{
+    const struct cmp c = cmp_core(op, ref, got, n, t);
+    report(op, shape, n, &c, t);
+}
+
+/* Downloads a spatial tensor from both backends and compares. */
+static void cmp_sp(const char *op, const char *shape, const struct dual *d, struct rt_shape4 sh, enum tol_id t)
+{
+    const size_t n = count4(sh);
+    float *a = hfloats(n), *b = hfloats(n);
+    d_get_sp(d, sh, a, b);
+    compare(op, shape, a, b, n, t);
+    free(a);
+    free(b);
+}
+
+/* Downloads n floats (features or a flat buffer) from both backends and compares. */
+static void cmp_flat(const char *op, const char *shape, const struct dual *d, size_t n, enum tol_id t)
+{
+    float *a = hfloats(n), *b = hfloats(n);
+    d_get(d, a, b, n * sizeof(float));
+    compare(op, shape, a, b, n, t);
+    free(a);
+    free(b);
+}
+
+/* Bit patterns that must match exactly (casts). */
+static void cmp_bits16(const char *op, const char *shape, const uint16_t *ref, const uint16_t *got, size_t n)
+{
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        if (ref[i] != got[i] && bad++ < 5)
+            fprintf(stderr, "    %s[%zu]: cuda 0x%04x cpu 0x%04x\n", op, i, got[i], ref[i]);
+    printf("  %-40s %-50s %zu of %zu patterns differ, tol exact bits  %s\n", op, shape, bad, n, bad ? "FAIL" : "ok");
+    CHECKF(bad == 0, "%s %s: %zu of %zu results differ in bits", op, shape, bad, n);
+}
+
+static void cmp_bits32(const char *op, const char *shape, const float *ref, const float *got, size_t n)
+{
+    size_t bad = 0;
+    for (size_t i = 0; i < n; i++)
+        if (fbits(ref[i]) != fbits(got[i]) && bad++ < 5)
+            fprintf(stderr, "    %s[%zu]: cuda 0x%08x cpu 0x%08x\n", op, i, fbits(got[i]), fbits(ref[i]));
+    printf("  %-40s %-50s %zu of %zu values differ, tol exact bits  %s\n", op, shape, bad, n, bad ? "FAIL" : "ok");
+    CHECKF(bad == 0, "%s %s: %zu of %zu results differ in bits", op, shape, bad, n);
+}
+
+/* Positions of zeros (dropped elements) must be the same bit for bit. */
+static void cmp_mask(const char *op, const char *shape, const float *ref, const float *got, size_t n)
+{
+    size_t bad = 0, dropped = 0;
+    for (size_t i = 0; i < n; i++) {
+        dropped += ref[i] == 0.0f;
+        if ((ref[i] == 0.0f) != (got[i] == 0.0f) && bad++ < 5)
+            fprintf(stderr, "    %s[%zu]: cuda %s, cpu %s\n", op, i, got[i] == 0.0f ? "dropped" : "kept",
+                    ref[i] == 0.0f ? "dropped" : "kept");
+    }
+    char what[96];
+    snprintf(what, sizeof(what), "%s mask", op);
+    printf("  %-40s %-50s %zu of %zu positions differ (%zu dropped), tol exact  %s\n", what, shape, bad, n, dropped,
+           bad ? "FAIL" : "ok");
+    CHECKF(bad == 0, "%s %s: dropout mask differs at %zu of %zu positions", op, shape, bad, n);
+}
+
+/* ---- memory ------------------------------------------------------------------------------------------ */
+
+static void test_memory(void)
+{
+    printf("memory: alloc, upload, download, copy, zero, sync\n");
+    struct rt_rng r;
+    rt_rng_init(&r, SEED, 1);
+    const size_t nb = 4099; /* odd: no vector-width assumption */
+    struct dual a = d_alloc(nb), b = d_alloc(nb);
+    uint8_t *h = xmalloc(nb), *want = xmalloc(nb), *got[2] = {xmalloc(nb), xmalloc(nb)};
+
+    /* fresh allocations are zeroed and 256-byte aligned */
+    BOTH {
+        OP(s, download, got[s], b.p[s], nb);
+        S[s].ops->sync(S[s].st);
+        size_t nz = 0;
+        for (size_t i = 0; i < nb; i++)
+            nz += got[s][i] != 0;
+        const int aligned = (uintptr_t)b.p[s] % 256 == 0;
+        printf("  %-40s %-50s %zu non-zero bytes, %saligned to 256  %s\n", "alloc", S[s].name, nz,
+               aligned ? "" : "not ", nz == 0 && aligned ? "ok" : "FAIL");
+        CHECKF(nz == 0, "%s: alloc of %zu bytes is not zeroed (%zu non-zero bytes)", S[s].name, nb, nz);
+        CHECKF(aligned, "%s: alloc returned %p, not 256-byte aligned", S[s].name, b.p[s]);
+    }
+
+    for (size_t i = 0; i < nb; i++)
+        h[i] = (uint8_t)rt_rng_u32(&r);
+    d_put(&a, h, nb);
+    /* b = zeros; copy 2000 bytes from a+7 to b+3 (both unaligned), then zero 100 bytes at b+50 */
+    BOTH {
+        OP(s, copy, (uint8_t *)b.p[s] + 3, (const uint8_t *)a.p[s] + 7, 2000);
+        OP(s, zero, (uint8_t *)b.p[s] + 50, 100);
+    }
+    memset(want, 0, nb);
+    memcpy(want + 3, h + 7, 2000);
+    memset(want + 50, 0, 100);
+    d_get(&a, got[0], got[1], nb);
+    BOTH {
+        const int ok = memcmp(got[s], h, nb) == 0;
+        printf("  %-40s %-50s %s\n", "upload/download round trip", S[s].name, ok ? "exact  ok" : "differs  FAIL");
+        CHECKF(ok, "%s: download(upload(x)) != x for %zu bytes", S[s].name, nb);
+    }
+    d_get(&b, got[0], got[1], nb);
+    BOTH {
+        const int ok = memcmp(got[s], want, nb) == 0;
+        printf("  %-40s %-50s %s\n", "copy (unaligned) + zero (range)", S[s].name, ok ? "exact  ok" : "differs  FAIL");
+        CHECKF(ok, "%s: copy of 2000 bytes at +7 -> +3 then zero of 100 at +50: wrong bytes", S[s].name);
+    }
+    d_free(&a);
+    d_free(&b);
+
+    /* a larger buffer (bandwidth paths, several blocks), copied device to device */
+    const size_t nbig = ((size_t)8 << 20) + 12;
+    uint8_t *big = xmalloc(nbig), *back = xmalloc(nbig);
+    for (size_t i = 0; i < nbig; i++)
+        big[i] = (uint8_t)(i * 131 + (i >> 11));
+    struct dual x = d_alloc(nbig), y = d_alloc(nbig);
+    d_put(&x, big, nbig);
+    BOTH {
+        OP(s, copy, y.p[s], x.p[s], nbig);
+        OP(s, zero, x.p[s], nbig);
+        OP(s, download, back, y.p[s], nbig);
+        S[s].ops->sync(S[s].st);
+        int ok = memcmp(back, big, nbig) == 0;
+        OP(s, download, back, x.p[s], nbig);
+        S[s].ops->sync(S[s].st);
+        size_t nz = 0;
+        for (size_t i = 0; i < nbig; i++)
+            nz += back[i] != 0;
+        ok = ok && nz == 0;
+        printf("  %-40s %-50s %s\n", "copy + zero 8 MiB", S[s].name, ok ? "exact  ok" : "differs  FAIL");
+        CHECKF(ok, "%s: 8 MiB copy/zero wrong (%zu non-zero bytes after zero)", S[s].name, nz);
+    }
+    d_free(&x);
+    d_free(&y);
+    free(big);
+    free(back);
+    free(h);
+    free(want);
+    free(got[0]);
+    free(got[1]);
+}
+
+/* ---- layout and input ---------------------------------------------------------------------------------- */
+
+static void test_layout(void)
+{
+    printf("layout: from_nchw / to_nchw\n");
+    static const struct rt_shape4 shapes[] = {{5, 3, 7, 9}, {1, 64, 4, 4}, {4, 512, 1, 1}, {3, 1, 28, 28}};
+    struct rt_rng r;
+    rt_rng_init(&r, SEED, 2);
+    for (size_t k = 0; k < RT_ARRAY_LEN(shapes); k++) {
+        const struct rt_shape4 sh = shapes[k];
+        const size_t n = count4(sh);
+        float *h = hfloats(n), *a = hfloats(n), *b = hfloats(n);
+        fill_uniform(&r, h, n, -1, 1);
+        struct dual d = d_floats(n);
+        d_put_sp(&d, sh, h);
+        d_get_sp(&d, sh, a, b);
+        char shape[64];
+        snprintf(shape, sizeof(shape), "(%d,%d,%d,%d)", sh.n, sh.c, sh.h, sh.w);
+        compare("to_nchw(from_nchw(x)) cpu", shape, h, a, n, T_EXACT);
+        compare("to_nchw(from_nchw(x)) cuda", shape, h, b, n, T_EXACT);
+        d_free(&d);
+        free(h);
+        free(a);
+        free(b);
+    }
+}
+
+static void test_input_u8(void)
+{
+    printf("input_u8\n");
+    static const struct rt_shape4 shapes[] = {{5, 1, 28, 28}, {3, 1, 13, 7}, {4, 3, 32, 32}, {3, 3, 17, 11}};
+    static const float mean1[1] = {0.1307f}, std1[1] = {0.3081f};
+    static const float mean3[3] = {0.4914f, 0.4822f, 0.4465f}, std3[3] = {0.2470f, 0.2435f, 0.2616f};
+    struct rt_rng r;
+    rt_rng_init(&r, SEED, 3);
+    for (size_t k = 0; k < RT_ARRAY_LEN(shapes); k++) {
+        const struct rt_shape4 sh = shapes[k];
+        const size_t n = count4(sh);
+        uint8_t *img = xmalloc(n);
+        for (size_t i = 0; i < n; i++)
+            img[i] = (uint8_t)rt_rng_below(&r, 256);
+        img[0] = 0;
+        img[n - 1] = 255;
+        const float *mean = sh.c == 1 ? mean1 : mean3, *sd = sh.c == 1 ? std1 : std3;
+        struct dual y = d_floats(n);
+        d_fill(&y, n, NAN);
+        BOTH {
+            OP(s, input_u8, sh, img, mean, sd, DF(y, s));
+            S[s].ops->sync(S[s].st);
+        }
+        char shape[64];
+        snprintf(shape, sizeof(shape), "(%d,%d,%d,%d) C=%d", sh.n, sh.c, sh.h, sh.w, sh.c);
+        cmp_sp("input_u8", shape, &y, sh, T_ELEM);
+        d_free(&y);
+        free(img);
+    }
+}
+
+/* ---- convolution ------------------------------------------------------------------------------------------ */
+
+struct conv_case {
+    int n, cin, h, w, cout, k, stride, pad, bias;
+};
+
+static void test_conv_case(const struct conv_case *c, uint64_t stream)
+{
+    struct rt_conv_desc d = {.in = {c->n, c->cin, c->h, c->w}, .cout = c->cout, .kh = c->k, .kw = c->k,
+                             .stride = c->stride, .pad = c->pad};
+    if (rt_conv_desc_init(&d) < 0) {
+        CHECKF(0, "rt_conv_desc_init: %s", rt_errmsg());
+        return;
+    }
+    const struct rt_shape4 ys = {c->n, c->cout, d.oh, d.ow};
+    char shape[128];
+    snprintf(shape, sizeof(shape), "x(%d,%d,%d,%d) w(%d,%d,%d,%d) s%d p%d%s y(%d,%d,%d,%d)", c->n, c->cin, c->h, c->w,
+             c->cout, c->cin, c->k, c->k, c->stride, c->pad, c->bias ? " +b" : "", ys.n, ys.c, ys.h, ys.w);
+    const size_t nx = count4(d.in), ny = count4(ys), nw = (size_t)c->cout * c->cin * c->k * c->k,
+                 nb = (size_t)c->cout;
+    struct rt_rng r;
+    rt_rng_init(&r, SEED, stream);
+    float *hx = hfloats(nx), *hw = hfloats(nw), *hb = hfloats(nb), *hdy = hfloats(ny);
+    float *old = hfloats(RT_MAX(nx, nw));
+    const float bound = sqrtf(3.0f / (float)(c->cin * c->k * c->k)); /* unit-variance outputs */
+    fill_uniform(&r, hx, nx, -1, 1);
+    fill_uniform(&r, hw, nw, -bound, bound);
+    fill_uniform(&r, hb, nb, -1, 1);
+    fill_uniform(&r, hdy, ny, -1, 1);
+    struct dual x = d_floats(nx), w = d_floats(nw), b = d_floats(nb), y = d_floats(ny), dy = d_floats(ny),
+                dx = d_floats(nx), dw = d_floats(nw), db = d_floats(nb);
+    d_put_sp(&x, d.in, hx);
+    d_put(&w, hw, nw * sizeof(float));
+    d_put(&b, hb, nb * sizeof(float));
+    d_put_sp(&dy, ys, hdy);
+
+    d_fill(&y, ny, NAN);
+    BOTH OP(s, conv2d_fwd, &d, DF(x, s), DF(w, s), c->bias ? DF(b, s) : NULL, DF(y, s));
+    cmp_sp("conv2d_fwd", shape, &y, ys, T_GEMM);
+
+    d_fill(&dx, nx, NAN); /* beta 0 must not read dx */
+    BOTH OP(s, conv2d_bwd_data, &d, DF(dy, s), DF(w, s), 0.0f, DF(dx, s));
+    cmp_sp("conv2d_bwd_data beta=0", shape, &dx, d.in, T_GEMM);
+    fill_uniform(&r, old, nx, -1, 1);
+    d_put_sp(&dx, d.in, old);
+    BOTH OP(s, conv2d_bwd_data, &d, DF(dy, s), DF(w, s), 1.0f, DF(dx, s));
+    cmp_sp("conv2d_bwd_data beta=1", shape, &dx, d.in, T_GEMM);
+
+    /* parameter gradients are added to: start from non-zero values */
+    fill_uniform(&r, old, nw, -1, 1);
+    d_put(&dw, old, nw * sizeof(float));
+    fill_uniform(&r, old, nb, -1, 1);
+    d_put(&db, old, nb * sizeof(float));
+    BOTH OP(s, conv2d_bwd_filter, &d, DF(x, s), DF(dy, s), DF(dw, s), c->bias ? DF(db, s) : NULL);
+    cmp_flat("conv2d_bwd_filter dw (+=)", shape, &dw, nw, T_GEMM);
+    if (c->bias)
+        cmp_flat("conv2d_bwd_filter dbias (+=)", shape, &db, nb, T_GEMM);
+
+    struct dual *all[] = {&x, &w, &b, &y, &dy, &dx, &dw, &db};
+    for (size_t i = 0; i < RT_ARRAY_LEN(all); i++)
+        d_free(all[i]);
+    free(hx);
+    free(hw);
+    free(hb);
+    free(hdy);
+    free(old);
+}
+
+static void test_conv(void)
+{
+    printf("conv2d fwd / bwd_data / bwd_filter\n");
+    static const struct conv_case cases[] = {
+        /* n  cin   h   w  cout k  s  p  bias */
+        {5, 16, 8, 8, 32, 1, 1, 0, 0},      /* 1x1 stride 1 */
+        {1, 6, 9, 7, 10, 1, 1, 0, 1},       /* 1x1 stride 1, batch 1, bias */
+        {5, 8, 10, 10, 16, 3, 1, 1, 0},     /* 3x3 pad 1 stride 1 */
+        {1, 5, 13, 11, 7, 3, 1, 1, 1},      /* odd sizes, batch 1, bias */
+        {5, 16, 16, 16, 32, 3, 2, 1, 0},    /* 3x3 pad 1 stride 2 (downsampling block) */
+        {1, 4, 9, 7, 6, 3, 2, 1, 1},        /* odd sizes, stride 2, bias */
+        {5, 3, 32, 32, 64, 7, 2, 3, 0},     /* resnet18's stem on 32x32 */
+        {1, 3, 23, 19, 8, 7, 2, 3, 1},      /* 7x7 stem, odd sizes, bias */
+        {5, 64, 8, 8, 128, 1, 2, 0, 0},     /* 1x1 stride 2 downsample shortcut */
+        {4, 256, 2, 2, 512, 3, 2, 1, 0},    /* resnet18 layer4.0.conv1 at 32x32: K = 2304 */
+        {5, 1, 28, 28, 32, 3, 1, 0, 1},     /* mnist-net conv1 (no padding), bias */
+    };
+    for (size_t i = 0; i < RT_ARRAY_LEN(cases); i++)
+        test_conv_case(&cases[i], 100 + i);
+}
+
+/* ---- batchnorm ----------------------------------------------------------------------------------------------- */
+
+static void test_bn_case(struct rt_shape4 sh, uint64_t stream)
+{
+    const struct rt_bn_desc d = {.in = sh, .eps = 1e-5f, .momentum = 0.1f};
+    char shape[64];
+    snprintf(shape, sizeof(shape), "x(%d,%d,%d,%d) per channel %d", sh.n, sh.c, sh.h, sh.w, sh.n * sh.h * sh.w);
+    const size_t n = count4(sh), c = (size_t)sh.c, hw = (size_t)sh.h * sh.w;
+    struct rt_rng r;
+    rt_rng_init(&r, SEED, stream);
+    /* a distinct mean and spread per channel: a wrong channel stride shows, and mean 20 / sd 0.5
+     * punishes a cancelling variance formula */
+    static const float mu[] = {0.0f, 5.0f, -20.0f, 1.5f}, sd[] = {1.0f, 3.0f, 0.5f, 2.0f};
+    float *hx = hfloats(n), *hdy = hfloats(n), *old = hfloats(n);
+    for (int in = 0; in < sh.n; in++)
+        for (size_t ch = 0; ch < c; ch++)
+            fill_normal(&r, hx + ((size_t)in * c + ch) * hw, hw, mu[ch % 4], sd[ch % 4]);
+    fill_normal(&r, hdy, n, 0.0f, 1.0f);
+    float *hg = hfloats(c), *hb = hfloats(c), *hrm = hfloats(c), *hrv = hfloats(c), *hc = hfloats(c);
+    fill_uniform(&r, hg, c, 0.5f, 1.5f);
+    fill_uniform(&r, hb, c, -0.5f, 0.5f);
+    fill_uniform(&r, hrm, c, -1.0f, 1.0f);
+    fill_uniform(&r, hrv, c, 0.5f, 2.0f);
+    struct dual x = d_floats(n), y = d_floats(n), g = d_floats(c), b = d_floats(c), rm = d_floats(c),
+                rv = d_floats(c), sm = d_floats(c), si = d_floats(c), dy = d_floats(n), dx = d_floats(n),
+                dg = d_floats(c), dbt = d_floats(c);
+    d_put_sp(&x, sh, hx);
+    d_put_sp(&dy, sh, hdy);
+    d_put(&g, hg, c * sizeof(float));
+    d_put(&b, hb, c * sizeof(float));
+    d_put(&rm, hrm, c * sizeof(float));
+    d_put(&rv, hrv, c * sizeof(float));
+    d_fill(&y, n, NAN);
+    d_fill(&sm, c, NAN);
+    d_fill(&si, c, NAN);
+
+    BOTH OP(s, bn_train_fwd, &d, DF(x, s), DF(g, s), DF(b, s), DF(rm, s), DF(rv, s), DF(sm, s), DF(si, s),
+            DF(y, s));
+    cmp_sp("bn_train_fwd y", shape, &y, sh, T_REDUCE);
+    cmp_flat("bn_train_fwd save_mean", shape, &sm, c, T_REDUCE);
+    cmp_flat("bn_train_fwd save_invstd", shape, &si, c, T_REDUCE);
+    cmp_flat("bn_train_fwd running_mean", shape, &rm, c, T_REDUCE);
+    cmp_flat("bn_train_fwd running_var", shape, &rv, c, T_REDUCE);
+
+    /* inference from the same running statistics on both */
+    d_put(&rm, hrm, c * sizeof(float));
+    d_put(&rv, hrv, c * sizeof(float));
+    d_fill(&y, n, NAN);
+    BOTH OP(s, bn_infer_fwd, &d, DF(x, s), DF(g, s), DF(b, s), DF(rm, s), DF(rv, s), DF(y, s));
+    cmp_sp("bn_infer_fwd y", shape, &y, sh, T_REDUCE);
+
+    /* backward from the CPU's saved statistics on both, so only bn_bwd itself is compared */
+    float *hsm = hfloats(c), *hsi = hfloats(c);
+    OP(CPU, download, hsm, DF(sm, CPU), c * sizeof(float));
+    OP(CPU, download, hsi, DF(si, CPU), c * sizeof(float));
+    S[CPU].ops->sync(S[CPU].st);
+    d_put(&sm, hsm, c * sizeof(float));
+    d_put(&si, hsi, c * sizeof(float));
+    d_fill(&dx, n, NAN);
+    fill_uniform(&r, hc, c, -1, 1);
+    d_put(&dg, hc, c * sizeof(float));
+    fill_uniform(&r, hc, c, -1, 1);
+    d_put(&dbt, hc, c * sizeof(float));
+    BOTH OP(s, bn_bwd, &d, DF(x, s), DF(dy, s), DF(g, s), DF(sm, s), DF(si, s), 0.0f, DF(dx, s), DF(dg, s),
+            DF(dbt, s));
+    cmp_sp("bn_bwd beta_dx=0 dx", shape, &dx, sh, T_REDUCE);
+    cmp_flat("bn_bwd dgamma (+=)", shape, &dg, c, T_REDUCE);
+    cmp_flat("bn_bwd dbeta (+=)", shape, &dbt, c, T_REDUCE);
+    fill_uniform(&r, old, n, -1, 1);
+    d_put_sp(&dx, sh, old);
+    BOTH OP(s, bn_bwd, &d, DF(x, s), DF(dy, s), DF(g, s), DF(sm, s), DF(si, s), 1.0f, DF(dx, s), DF(dg, s),
+            DF(dbt, s));
+    cmp_sp("bn_bwd beta_dx=1 dx", shape, &dx, sh, T_REDUCE);
+    cmp_flat("bn_bwd dgamma (+= twice)", shape, &dg, c, T_REDUCE);
+    cmp_flat("bn_bwd dbeta (+= twice)", shape, &dbt, c, T_REDUCE);
+
+    struct dual *all[] = {&x, &y, &g, &b, &rm, &rv, &sm, &si, &dy, &dx, &dg, &dbt};
+    for (size_t i = 0; i < RT_ARRAY_LEN(all); i++)
+        d_free(all[i]);
+    free(hx);
+    free(hdy);
+    free(old);
+    free(hg);
+    free(hb);
+    free(hrm);
+    free(hrv);
+    free(hc);
+    free(hsm);
+    free(hsi);
+}
+
+static void test_bn(void)
+{
+    printf("batchnorm train / infer / bwd\n");
+    static const struct rt_shape4 shapes[] = {{5, 16, 8, 8}, {1, 8, 7, 5}, {4, 32, 1, 1}, {2, 6, 33, 31}};
+    for (size_t i = 0; i < RT_ARRAY_LEN(shapes); i++)
+        test_bn_case(shapes[i], 200 + i);
+}
+
+/* ---- pooling ----------------------------------------------------------------------------------------------------- */
+
+/* xmode: 0 continuous values, 1 three levels (ties everywhere: the first maximum wins), 2 NaN every 11th */
+static void test_pool_case(int is_max, struct rt_shape4 in, int k, int stride, int pad, int xmode, uint64_t stream)
+{
+    struct rt_pool_desc d = {.in = in, .kh = k, .kw = k, .stride = stride, .pad = pad};
+    if (rt_pool_desc_init(&d) < 0) {
+        CHECKF(0, "rt_pool_desc_init: %s", rt_errmsg());
+        return;
+    }
+    const struct rt_shape4 ys = {in.n, in.c, d.oh, d.ow};
+    static const char *const modes[] = {"", " ties", " NaNs"};
+    char shape[128], op[64];
+    snprintf(shape, sizeof(shape), "x(%d,%d,%d,%d) %dx%d s%d p%d%s y(%d,%d,%d,%d)", in.n, in.c, in.h, in.w, k, k,
+             stride, pad, modes[xmode], ys.n, ys.c, ys.h, ys.w);
+    const char *name = is_max ? "maxpool" : "avgpool";
+    const size_t nx = count4(in), ny = count4(ys);
+    struct rt_rng r;
+    rt_rng_init(&r, SEED, stream);
+    float *hx = hfloats(nx), *hdy = hfloats(ny), *old = hfloats(nx);
+    fill_uniform(&r, hx, nx, -1, 1);
+    if (xmode == 1)
+        for (size_t i = 0; i < nx; i++)
+            hx[i] = 0.25f * (float)rt_rng_below(&r, 3);
+    if (xmode == 2)
+        for (size_t i = 5; i < nx; i += 11)
+            hx[i] = NAN;
+    fill_uniform(&r, hdy, ny, -1, 1);
+    struct dual x = d_floats(nx), y = d_floats(ny), dy = d_floats(ny), dx = d_floats(nx);
+    d_put_sp(&x, in, hx);
+    d_put_sp(&dy, ys, hdy);
+    d_fill(&y, ny, NAN);
+    if (is_max)
+        BOTH OP(s, maxpool_fwd, &d, DF(x, s), DF(y, s));
+    else
+        BOTH OP(s, avgpool_fwd, &d, DF(x, s), DF(y, s));
+    snprintf(op, sizeof(op), "%s_fwd", name);
+    cmp_sp(op, shape, &y, ys, is_max ? T_EXACT : T_ELEM);
+
+    /* maxpool_bwd gets each backend's own y (equal: the forward is exact) */
+    for (int beta = 0; beta < 2; beta++) {
+        if (beta) {
+            fill_uniform(&r, old, nx, -1, 1);
+            d_put_sp(&dx, in, old);
+        } else {
+            d_fill(&dx, nx, NAN);
+        }
+        if (is_max)
+            BOTH OP(s, maxpool_bwd, &d, DF(x, s), DF(y, s), DF(dy, s), (float)beta, DF(dx, s));
+        else
+            BOTH OP(s, avgpool_bwd, &d, DF(dy, s), (float)beta, DF(dx, s));
+        snprintf(op, sizeof(op), "%s_bwd beta=%d", name, beta);
+        cmp_sp(op, shape, &dx, in, T_ELEM);
+    }
+    d_free(&x);
+    d_free(&y);
+    d_free(&dy);
+    d_free(&dx);
+    free(hx);
+    free(hdy);
+    free(old);
+}
+
+static void test_pool(void)
+{
+    printf("max / avg pooling fwd / bwd\n");
+    static const struct {
+        struct rt_shape4 in;
+        int k, stride, pad;
+    } cases[] = {
+        {{5, 8, 16, 16}, 3, 2, 1}, /* resnet18's stem pooling */
+        {{1, 3, 9, 7}, 3, 2, 1},   /* odd sizes, batch 1 */
+        {{5, 8, 8, 8}, 2, 2, 0},   /* mnist-net / resnet9 pooling */
+        {{1, 4, 7, 9}, 2, 2, 0},   /* floor mode drops the last row / column */
+    };
+    uint64_t stream = 300;
+    for (size_t i = 0; i < RT_ARRAY_LEN(cases); i++)
+        for (int is_max = 1; is_max >= 0; is_max--)
+            for (int xmode = 0; xmode < (is_max ? 3 : 2); xmode++)
+                test_pool_case(is_max, cases[i].in, cases[i].k, cases[i].stride, cases[i].pad, xmode, stream++);
+}
+
+/* ---- global average pooling and flatten ------------------------------------------------------------------------- */
+
+static void test_feat_case(struct rt_shape4 sh, int flatten, uint64_t stream)
+{
+    const char *name = flatten ? "flatten" : "gap";
+    char shape[64], op[64];
+    snprintf(shape, sizeof(shape), "x(%d,%d,%d,%d) -> (%d,%d)", sh.n, sh.c, sh.h, sh.w, sh.n,
+             flatten ? sh.c * sh.h * sh.w : sh.c);
+    const size_t nx = count4(sh), ny = flatten ? nx : (size_t)sh.n * sh.c;
+    struct rt_rng r;
+    rt_rng_init(&r, SEED, stream);
+    float *hx = hfloats(nx), *hdy = hfloats(ny), *old = hfloats(nx);
+    fill_uniform(&r, hx, nx, -1, 1);
+    fill_uniform(&r, hdy, ny, -1, 1);
+    struct dual x = d_floats(nx), y = d_floats(ny), dy = d_floats(ny), dx = d_floats(nx);
+    d_put_sp(&x, sh, hx);
+    d_put(&dy, hdy, ny * sizeof(float));
+    d_fill(&y, ny, NAN);
+    if (flatten)
+        BOTH OP(s, flatten_fwd, sh, DF(x, s), DF(y, s));
+    else
+        BOTH OP(s, gap_fwd, sh, DF(x, s), DF(y, s));
+    snprintf(op, sizeof(op), "%s_fwd", name);
+    cmp_flat(op, shape, &y, ny, flatten ? T_EXACT : T_REDUCE);
+    for (int beta = 0; beta < 2; beta++) {
+        if (beta) {
+            fill_uniform(&r, old, nx, -1, 1);
+            d_put_sp(&dx, sh, old);
+        } else {
+            d_fill(&dx, nx, NAN);
+        }
+        if (flatten)
+            BOTH OP(s, flatten_bwd, sh, DF(dy, s), (float)beta, DF(dx, s));
+        else
+            BOTH OP(s, gap_bwd, sh, DF(dy, s), (float)beta, DF(dx, s));
+        snprintf(op, sizeof(op), "%s_bwd beta=%d", name, beta);
+        cmp_sp(op, shape, &dx, sh, flatten && !beta ? T_EXACT : T_ELEM);
+    }
+    d_free(&x);
+    d_free(&y);
+    d_free(&dy);
+    d_free(&dx);
+    free(hx);
+    free(hdy);
+    free(old);
+}
+
+static void test_feat(void)
+{
+    printf("gap / flatten fwd / bwd\n");
+    static const struct rt_shape4 shapes[] = {{5, 64, 4, 4}, {1, 3, 7, 5}, {4, 512, 1, 1}, {5, 64, 12, 12}};
+    uint64_t stream = 400;
+    for (size_t i = 0; i < RT_ARRAY_LEN(shapes); i++) {
+        test_feat_case(shapes[i], 0, stream++);
+        test_feat_case(shapes[i], 1, stream++);
+    }
+}
+
+/* ---- linear ---------------------------------------------------------------------------------------------------- */
+
+static void test_linear_case(int n, int in, int out, int bias, uint64_t stream)
+{
+    char shape[96];
+    snprintf(shape, sizeof(shape), "x(%d,%d) w(%d,%d)%s y(%d,%d)", n, in, out, in, bias ? " +b" : "", n, out);
+    const size_t nx = (size_t)n * in, nw = (size_t)out * in, ny = (size_t)n * out, nb = (size_t)out;
+    struct rt_rng r;
+    rt_rng_init(&r, SEED, stream);
+    float *hx = hfloats(nx), *hw = hfloats(nw), *hb = hfloats(nb), *hdy = hfloats(ny), *old = hfloats(RT_MAX(nx, nw));
+    const float bound = sqrtf(3.0f / (float)in);
+    fill_uniform(&r, hx, nx, -1, 1);
+    fill_uniform(&r, hw, nw, -bound, bound);
+    fill_uniform(&r, hb, nb, -1, 1);
+    fill_uniform(&r, hdy, ny, -1, 1);
+    struct dual x = d_floats(nx), w = d_floats(nw), b = d_floats(nb), y = d_floats(ny), dy = d_floats(ny),
+                dx = d_floats(nx), dw = d_floats(nw), db = d_floats(nb);
+    d_put(&x, hx, nx * sizeof(float));
+    d_put(&w, hw, nw * sizeof(float));
+    d_put(&b, hb, nb * sizeof(float));
+    d_put(&dy, hdy, ny * sizeof(float));
+    d_fill(&y, ny, NAN);
+    BOTH OP(s, linear_fwd, n, in, out, DF(x, s), DF(w, s), bias ? DF(b, s) : NULL, DF(y, s));
+    cmp_flat("linear_fwd", shape, &y, ny, T_GEMM);
+
+    d_fill(&dx, nx, NAN);
+    BOTH OP(s, linear_bwd_data, n, in, out, DF(dy, s), DF(w, s), 0.0f, DF(dx, s));
+    cmp_flat("linear_bwd_data beta=0", shape, &dx, nx, T_GEMM);
+    fill_uniform(&r, old, nx, -1, 1);
+    d_put(&dx, old, nx * sizeof(float));
+    BOTH OP(s, linear_bwd_data, n, in, out, DF(dy, s), DF(w, s), 1.0f, DF(dx, s));
+    cmp_flat("linear_bwd_data beta=1", shape, &dx, nx, T_GEMM);
+
+    fill_uniform(&r, old, nw, -1, 1);
+    d_put(&dw, old, nw * sizeof(float));
+    fill_uniform(&r, old, nb, -1, 1);
+    d_put(&db, old, nb * sizeof(float));
+    BOTH OP(s, linear_bwd_filter, n, in, out, DF(x, s), DF(dy, s), DF(dw, s), bias ? DF(db, s) : NULL);
+    cmp_flat("linear_bwd_filter dw (+=)", shape, &dw, nw, T_GEMM);
+    if (bias)
+        cmp_flat("linear_bwd_filter db (+=)", shape, &db, nb, T_GEMM);
+
+    struct dual *all[] = {&x, &w, &b, &y, &dy, &dx, &dw, &db};
+    for (size_t i = 0; i < RT_ARRAY_LEN(all); i++)
+        d_free(all[i]);
+    free(hx);
+    free(hw);
+    free(hb);
+    free(hdy);
+    free(old);
+}
+
+static void test_linear(void)
+{
+    printf("linear fwd / bwd_data / bwd_filter\n");
+    test_linear_case(5, 12544, 128, 1, 500); /* mnist-net fc1 on 3x32x32 */
+    test_linear_case(4, 128, 10, 1, 501);    /* mnist-net fc2 */
+    test_linear_case(5, 512, 10, 0, 502);    /* resnet18 fc without bias */
+    test_linear_case(1, 33, 7, 1, 503);      /* batch 1, odd sizes */
+    test_linear_case(7, 1, 3, 0, 504);       /* in = 1 */
+    test_linear_case(64, 300, 100, 1, 505);
+}
+
+/* ---- element-wise ------------------------------------------------------------------------------------------------ */
+
+static void test_relu_gelu(void)
+{
+    printf("relu / gelu fwd / bwd\n");
+    const size_t n = 100003; /* a ragged tail for any vector width or block size */
+    char shape[32];
+    snprintf(shape, sizeof(shape), "n=%zu", n);
+    struct rt_rng r;
+    rt_rng_init(&r, SEED, 600);
+    float *hx = hfloats(n), *hdy = hfloats(n), *old = hfloats(n);
+    fill_normal(&r, hx, n, 0.0f, 2.0f);
+    hx[3] = 0.0f;
+    hx[4] = -0.0f;
+    hx[5] = NAN; /* ReLU lets NaN through (torch.relu), so a non-finite activation stays visible */
+    hx[6] = INFINITY;
+    hx[7] = -INFINITY;
+    fill_normal(&r, hdy, n, 0.0f, 1.0f);
+    fill_uniform(&r, old, n, -1, 1);
+    struct dual x = d_floats(n), y = d_floats(n), dy = d_floats(n), dx = d_floats(n);
+    d_put(&x, hx, n * sizeof(float));
+    d_put(&dy, hdy, n * sizeof(float));
+
+    d_fill(&y, n, 7.0f);
+    BOTH OP(s, relu_fwd, n, DF(x, s), DF(y, s));
+    cmp_flat("relu_fwd", shape, &y, n, T_EXACT);
+    struct dual xi = d_floats(n);
+    d_put(&xi, hx, n * sizeof(float));
+    BOTH OP(s, relu_fwd, n, DF(xi, s), DF(xi, s));
+    cmp_flat("relu_fwd in place", shape, &xi, n, T_EXACT);
+    d_free(&xi);
+    /* backward from each backend's own y (equal: checked above) */
+    d_fill(&dx, n, NAN);
+    BOTH OP(s, relu_bwd, n, DF(y, s), DF(dy, s), 0.0f, DF(dx, s));
+    cmp_flat("relu_bwd beta=0", shape, &dx, n, T_EXACT);
+    d_put(&dx, old, n * sizeof(float));
+    BOTH OP(s, relu_bwd, n, DF(y, s), DF(dy, s), 1.0f, DF(dx, s));
+    cmp_flat("relu_bwd beta=1", shape, &dx, n, T_ELEM);
+
+    /* GELU on finite inputs (the spread reaches both tails) */
+    hx[5] = 0.3f;
+    hx[6] = 9.5f;
+    hx[7] = -9.5f;
+    d_put(&x, hx, n * sizeof(float));
+    d_fill(&y, n, NAN);
+    BOTH OP(s, gelu_fwd, n, DF(x, s), DF(y, s));
+    cmp_flat("gelu_fwd", shape, &y, n, T_TRANS);
+    d_fill(&dx, n, NAN);
+    BOTH OP(s, gelu_bwd, n, DF(x, s), DF(dy, s), 0.0f, DF(dx, s));
+    cmp_flat("gelu_bwd beta=0", shape, &dx, n, T_TRANS);
+    d_put(&dx, old, n * sizeof(float));
+    BOTH OP(s, gelu_bwd, n, DF(x, s), DF(dy, s), 1.0f, DF(dx, s));
+    cmp_flat("gelu_bwd beta=1", shape, &dx, n, T_TRANS);
+
+    d_free(&x);
+    d_free(&y);
+    d_free(&dy);
+    d_free(&dx);
+    free(hx);
+    free(hdy);
+    free(old);
+}
+
+static void test_dropout(void)
+{
+    printf("dropout fwd / bwd (masks bit for bit)\n");
+    const size_t n = ((size_t)1 << 20) + 3;
+    struct rt_rng r;
+    rt_rng_init(&r, SEED, 700);
+    float *hx = hfloats(n), *hdy = hfloats(n), *old = hfloats(n), *a = hfloats(n), *b = hfloats(n);
+    fill_normal(&r, hx, n, 0.0f, 1.0f);
+    fill_normal(&r, hdy, n, 0.0f, 1.0f);
+    avoid_zero(hx, n);
+    avoid_zero(hdy, n);
+    fill_uniform(&r, old, n, -1, 1);
+    struct dual x = d_floats(n), y = d_floats(n), dy = d_floats(n), dx = d_floats(n);
+    d_put(&x, hx, n * sizeof(float));
+    d_put(&dy, hdy, n * sizeof(float));
+    static const struct {
+        float p;
+        uint64_t seed, offset;
+        size_t len;
+    } cases[] = {
+        {0.5f, UINT64_C(0x9e3779b97f4a7c15), 0, ((size_t)1 << 20) + 3}, /* seed with the high word set */
+        {0.1f, 12345, 1000003, ((size_t)1 << 20) + 3},                  /* offset not a multiple of 4 */
+        {0.25f, 1, (UINT64_C(1) << 34) + 1, 4099},                     /* counter beyond 32 bits */
+        {0.5f, 77, 6, 5},                                               /* fewer than a Philox block */
+        {0.0f, 3, 11, 1000},                                            /* p = 0: the identity */
+    };
+    for (size_t k = 0; k < RT_ARRAY_LEN(cases); k++) {
+        const size_t len = cases[k].len;
+        const float p = cases[k].p;
+        const uint64_t seed = cases[k].seed, off = cases[k].offset;
+        char shape[96];
+        snprintf(shape, sizeof(shape), "n=%zu p=%.2f seed %#llx offset %llu", len, (double)p, (unsigned long long)seed,
+                 (unsigned long long)off);
+        d_fill(&y, len, NAN);
+        BOTH OP(s, dropout_fwd, len, p, seed, off, DF(x, s), DF(y, s));
+        d_get(&y, a, b, len * sizeof(float));
+        cmp_mask("dropout_fwd", shape, a, b, len);
+        compare("dropout_fwd values", shape, a, b, len, T_ELEM);
+        /* backward regenerates the same mask: compare it with the CUDA forward's mask too */
+        float *fwd_gpu = hfloats(len);
+        memcpy(fwd_gpu, b, len * sizeof(float));
+        d_fill(&dx, len, NAN);
+        BOTH OP(s, dropout_bwd, len, p, seed, off, DF(dy, s), 0.0f, DF(dx, s));
+        d_get(&dx, a, b, len * sizeof(float));
+        cmp_mask("dropout_bwd beta=0", shape, a, b, len);
+        cmp_mask("dropout_bwd vs cuda fwd", shape, fwd_gpu, b, len);
+        compare("dropout_bwd beta=0 values", shape, a, b, len, T_ELEM);
+        free(fwd_gpu);
+        d_put(&dx, old, len * sizeof(float));
+        BOTH OP(s, dropout_bwd, len, p, seed, off, DF(dy, s), 1.0f, DF(dx, s));
+        cmp_flat("dropout_bwd beta=1", shape, &dx, len, T_ELEM);
+    }
+    d_free(&x);
+    d_free(&y);
+    d_free(&dy);
+    d_free(&dx);
+    free(hx);
+    free(hdy);
+    free(old);
+    free(a);
+    free(b);
+}
+
+static void test_blas1(void)
+{
+    printf("add / scale / axpy\n");
+    const size_t n = 100003;
+    char shape[32];
+    snprintf(shape, sizeof(shape), "n=%zu", n);
+    struct rt_rng r;
+    rt_rng_init(&r, SEED, 800);
+    float *ha = hfloats(n), *hb = hfloats(n);
+    fill_normal(&r, ha, n, 0.0f, 1.0f);
+    fill_normal(&r, hb, n, 1.0f, 2.0f);
+    struct dual a = d_floats(n), b = d_floats(n), y = d_floats(n);
+    d_put(&a, ha, n * sizeof(float));
+    d_put(&b, hb, n * sizeof(float));
+    /* add and scale are one IEEE operation per element: no contraction can change them */
+    d_fill(&y, n, NAN);
+    BOTH OP(s, add, n, DF(a, s), DF(b, s), DF(y, s));
+    cmp_flat("add", shape, &y, n, T_EXACT);
+    BOTH OP(s, add, n, DF(y, s), DF(b, s), DF(y, s));
+    cmp_flat("add in place (y = y + b)", shape, &y, n, T_EXACT);
+    BOTH OP(s, scale, n, -0.75f, DF(y, s));
+    cmp_flat("scale alpha=-0.75", shape, &y, n, T_EXACT);
+    BOTH OP(s, scale, n, 0.0f, DF(y, s));
+    cmp_flat("scale alpha=0", shape, &y, n, T_EXACT);
+    d_put(&y, hb, n * sizeof(float));
+    BOTH OP(s, axpy, n, 0.37f, DF(a, s), DF(y, s));
+    cmp_flat("axpy alpha=0.37", shape, &y, n, T_ELEM);
+    BOTH OP(s, axpy, n, -1.0f, DF(b, s), DF(y, s));
+    cmp_flat("axpy alpha=-1", shape, &y, n, T_ELEM);
+    d_free(&a);
+    d_free(&b);
+    d_free(&y);
+    free(ha);
+    free(hb);
+}
+
+/* ---- cross-entropy ------------------------------------------------------------------------------------------------- */
+
+static void test_xent_case(int n, int k, float eps, int with_grad, uint64_t stream)
+{
+    char shape[96];
+    snprintf(shape, sizeof(shape), "logits(%d,%d) eps=%.1f%s", n, k, (double)eps, with_grad ? "" : " no dlogits");
+    const size_t nz = (size_t)n * k;
+    struct rt_rng r;
+    rt_rng_init(&r, SEED, stream);
+    float *hz = hfloats(nz);
+    int32_t *lab = xmalloc((size_t)n * sizeof(int32_t));
+    fill_normal(&r, hz, nz, 0.0f, 3.0f);
+    int valid = 0;
+    for (int i = 0; i < n; i++) {
+        lab[i] = (int32_t)rt_rng_below(&r, (uint32_t)k);
+        if (i % 5 == 2)
+            lab[i] = -1; /* padding */
+        if (i % 7 == 4)
+            lab[i] = -5; /* any negative label is padding */
+        valid += lab[i] >= 0;
+    }
+    if (n > 1 && k > 2) {
+        /* row 0: an exact tie for the maximum, so the first-maximum rule decides "correct" */
+        float mx = hz[0];
+        for (int j = 1; j < k; j++)
+            mx = fmaxf(mx, hz[j]);
+        hz[1] = mx + 1.0f;
+        hz[2] = mx + 1.0f;
+        lab[0] = 2;
+    }
+    const float gs = valid ? 1.0f / (float)valid : 1.0f;
+    struct dual z = d_floats(nz), l = d_alloc((size_t)n * sizeof(int32_t)), st = d_alloc(sizeof(struct rt_loss_stats)),
+                dz = d_floats(nz);
+    d_put(&z, hz, nz * sizeof(float));
+    d_put(&l, lab, (size_t)n * sizeof(int32_t));
+    const struct rt_loss_stats start = {1.5f, 2.0f, 3.0f}; /* the op adds to what is there */
+    d_put(&st, &start, sizeof(start));
+    d_fill(&dz, nz, NAN); /* padding rows must be written as zeros */
+    BOTH OP(s, xent_fwd_bwd, n, k, DF(z, s), (const int32_t *)l.p[s], eps, gs, (struct rt_loss_stats *)st.p[s],
+            with_grad ? DF(dz, s) : NULL);
+    struct rt_loss_stats got[2];
+    d_get(&st, &got[0], &got[1], sizeof(struct rt_loss_stats));
+    compare("xent loss_sum (+= 1.5)", shape, &got[0].loss_sum, &got[1].loss_sum, 1, T_LOSS);
+    compare("xent correct (+= 2)", shape, &got[0].correct, &got[1].correct, 1, T_EXACT);
+    compare("xent count (+= 3)", shape, &got[0].count, &got[1].count, 1, T_EXACT);
+    CHECKF(got[0].count == 3.0f + (float)valid, "xent %s: cpu count %g, want %d", shape, (double)got[0].count,
+           3 + valid);
+    if (with_grad)
+        cmp_flat("xent dlogits", shape, &dz, nz, T_TRANS);
+    d_free(&z);
+    d_free(&l);
+    d_free(&st);
+    d_free(&dz);
+    free(hz);
+    free(lab);
+}
+
+static void test_xent(void)
+{
+    printf("xent_fwd_bwd\n");
+    uint64_t stream = 900;
+    static const int shapes[][2] = {{37, 10}, {4, 1000}, {64, 100}, {1, 10}};
+    for (size_t i = 0; i < RT_ARRAY_LEN(shapes); i++)
+        for (int e = 0; e < 2; e++)
+            test_xent_case(shapes[i][0], shapes[i][1], e ? 0.1f : 0.0f, 1, stream++);
+    test_xent_case(37, 10, 0.1f, 0, stream++);
+}
+
+/* ---- reductions -------------------------------------------------------------------------------------------------------- */
+
+static void test_reductions(void)
+{
+    printf("sumsq / count_nonfinite\n");
+    struct rt_rng r;
+    rt_rng_init(&r, SEED, 1000);
+    const size_t big = ((size_t)1 << 21) + 5;
+    float *hx = hfloats(big);
+    fill_normal(&r, hx, big, 0.0f, 1.0f);
+    hx[0] = 4096.0f; /* 2^24 first: a float accumulator would then lose every 1 */
+    struct dual x = d_floats(big), out = d_floats(1);
+    static const size_t sizes[] = {1, 1000, 65537, ((size_t)1 << 21) + 5};
+    d_put(&x, hx, big * sizeof(float));
+    for (size_t k = 0; k < RT_ARRAY_LEN(sizes); k++) {
+        char shape[32];
+        snprintf(shape, sizeof(shape), "n=%zu", sizes[k]);
+        d_fill(&out, 1, NAN);
+        BOTH OP(s, sumsq, sizes[k], DF(x, s), DF(out, s));
+        cmp_flat("sumsq", shape, &out, 1, T_SUMSQ);
+    }
+
+    /* NaN and Inf planted at the ends, at block-like boundaries and in between; FLT_MAX and
+     * subnormals are finite */
+    static const size_t pos[] = {0, 1, 255, 256, 1023, 1024, 65535, 65536, 99991, ((size_t)1 << 21) + 4};
+    for (size_t i = 0; i < RT_ARRAY_LEN(pos); i++)
+        hx[pos[i]] = i % 3 == 0 ? NAN : i % 3 == 1 ? INFINITY : -INFINITY;
+    hx[7] = FLT_MAX;
+    hx[8] = -FLT_MAX;
+    hx[9] = 1e-45f;
+    hx[10] = bitsf(0xffc00001u); /* a negative NaN with a payload */
+    d_put(&x, hx, big * sizeof(float));
+    for (size_t k = 0; k < RT_ARRAY_LEN(sizes); k++) {
+        char shape[48];
+        size_t want = 0;
+        for (size_t i = 0; i < sizes[k]; i++)
+            want += !isfinite(hx[i]);
+        snprintf(shape, sizeof(shape), "n=%zu (%zu planted)", sizes[k], want);
+        d_fill(&out, 1, NAN);
+        BOTH OP(s, count_nonfinite, sizes[k], DF(x, s), DF(out, s));
+        float got[2];
+        d_get(&out, &got[0], &got[1], sizeof(float));
+        compare("count_nonfinite", shape, &got[0], &got[1], 1, T_EXACT);
+        CHECKF(got[0] == (float)want, "count_nonfinite %s: cpu says %g", shape, (double)got[0]);
+    }
+    d_free(&x);
+    d_free(&out);
+    free(hx);
+}
+
+/* ---- casts ------------------------------------------------------------------------------------------------------------- */
+
+/* Value of a half bit pattern (for building inputs exactly between two halves). */
+static double half_value(uint16_t h)
+{
+    const int e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    const double v = e == 31 ? (m ? NAN : INFINITY) : e ? ldexp(1024 + m, e - 25) : ldexp(m, -24);
+    return (h & 0x8000) ? -v : v;
+}
+
+/* Runs cast op (which: 0 f32->f16, 1 f32->bf16) on both backends and compares the bits. */
+static void cast_from_f32(int which, const char *op, const char *shape, const float *hx, size_t n)
+{
+    struct dual x = d_floats(n), y = d_alloc(n * sizeof(uint16_t));
+    uint16_t *a = xmalloc(n * sizeof(uint16_t)), *b = xmalloc(n * sizeof(uint16_t));
+    d_put(&x, hx, n * sizeof(float));
+    if (which == 0)
+        BOTH OP(s, cast_f32_f16, n, DF(x, s), (uint16_t *)y.p[s]);
+    else
+        BOTH OP(s, cast_f32_bf16, n, DF(x, s), (uint16_t *)y.p[s]);
+    d_get(&y, a, b, n * sizeof(uint16_t));
+    cmp_bits16(op, shape, a, b, n);
+    d_free(&x);
+    d_free(&y);
+    free(a);
+    free(b);
+}
+
+static void cast_to_f32(int which, const char *op, const char *shape, const uint16_t *hx, size_t n)
+{
+    struct dual x = d_alloc(n * sizeof(uint16_t)), y = d_floats(n);
+    float *a = hfloats(n), *b = hfloats(n);
+    d_put(&x, hx, n * sizeof(uint16_t));
+    if (which == 0)
+        BOTH OP(s, cast_f16_f32, n, (const uint16_t *)x.p[s], DF(y, s));
+    else
+        BOTH OP(s, cast_bf16_f32, n, (const uint16_t *)x.p[s], DF(y, s));
+    d_get(&y, a, b, n * sizeof(float));
+    cmp_bits32(op, shape, a, b, n);
+    d_free(&x);
+    d_free(&y);
+    free(a);
+    free(b);
+}
+
+static void test_casts(void)
+{
+    printf("casts f32 <-> f16 / bf16 (exact bits)\n");
+    struct rt_rng r;
+    rt_rng_init(&r, SEED, 1100);
+    static const uint32_t nans[] = {0x7fc00000u, 0xffc00000u, 0x7f800001u, 0x7fbfffffu, 0x7fc00001u,
+                                    0xff812345u, 0x7fffffffu, 0x7f802000u, 0xffa00000u};
+    const size_t nnan = RT_ARRAY_LEN(nans);
+    float fnan[RT_ARRAY_LEN(nans)];
+    for (size_t i = 0; i < nnan; i++)
+        fnan[i] = bitsf(nans[i]);
+
+    /* f32 -> f16: specials, exact midpoints between neighbouring halves and their float neighbours,
+     * random floats over the whole half range and beyond it */
+    static const uint32_t special16[] = {
+        0x00000000u, 0x80000000u, 0x3f800000u, 0xc0200000u, 0x477fe000u, 0x477fefffu, 0x477ff000u,
+        0xc77ff000u, 0x7f7fffffu, 0x7f800000u, 0xff800000u, 0x33800000u, 0x33000000u, 0x33000001u,
+        0x32ffffffu, 0x33c00000u, 0x34200000u, 0x387fc000u, 0x387fe000u, 0x38800000u, 0x3f801000u,
+        0x3f803000u, 0x3dcccccdu, 0x00000001u, 0x80000001u, 0x007fffffu, 0x38000000u, 0x387ff000u,
+    };
+    const size_t nmid = 20000, nrand = 30000, ns = RT_ARRAY_LEN(special16);
+    const size_t n16 = ns + 3 * nmid + nrand;
+    float *fx = hfloats(n16);
+    size_t j = 0;
+    for (size_t i = 0; i < ns; i++)
+        fx[j++] = bitsf(special16[i]);
+    for (size_t i = 0; i < nmid; i++) {
+        const uint16_t h = (uint16_t)rt_rng_below(&r, 0x7bff); /* finite, with a finite successor */
+        const float m = (float)((half_value(h) + half_value((uint16_t)(h + 1))) / 2); /* exact in float */
+        const float sgn = rt_rng_u32(&r) & 1 ? -1.0f : 1.0f;
+        fx[j++] = sgn * m;
+        fx[j++] = sgn * nextafterf(m, INFINITY);
+        fx[j++] = sgn * nextafterf(m, 0.0f);
+    }
+    for (size_t i = 0; i < nrand; i++) {
+        /* exponents 2^-30 .. 2^17 (subnormal halves, normals, overflow), random mantissa and sign */
+        const uint32_t e = 97 + rt_rng_below(&r, 48), mant = rt_rng_u32(&r) & 0x7fffffu;
+        fx[j++] = bitsf((rt_rng_u32(&r) & 0x80000000u) | e << 23 | mant);
+    }
+    char shape[64];
+    snprintf(shape, sizeof(shape), "n=%zu (ties, subnormals, overflow, Inf)", n16);
+    cast_from_f32(0, "cast_f32_f16", shape, fx, n16);
+    snprintf(shape, sizeof(shape), "n=%zu NaNs (quiet, signalling, payloads)", nnan);
+    cast_from_f32(0, "cast_f32_f16 NaN", shape, fnan, nnan);
+
+    /* f16 -> f32 and bf16 -> f32: every pattern, NaNs separately */
+    uint16_t *all = xmalloc(65536 * sizeof(uint16_t)), *hnan = xmalloc(65536 * sizeof(uint16_t));
+    for (int w = 0; w < 2; w++) {
+        const uint32_t expmask = w == 0 ? 0x7c00u : 0x7f80u, mantmask = w == 0 ? 0x03ffu : 0x007fu;
+        size_t na = 0, nn = 0;
+        for (uint32_t i = 0; i < 65536; i++) {
+            const int is_nan = (i & expmask) == expmask && (i & mantmask);
+            if (is_nan)
+                hnan[nn++] = (uint16_t)i;
+            else
+                all[na++] = (uint16_t)i;
+        }
+        const char *op = w == 0 ? "cast_f16_f32" : "cast_bf16_f32";
+        snprintf(shape, sizeof(shape), "all %zu non-NaN patterns", na);
+        cast_to_f32(w, op, shape, all, na);
+        char opn[48];
+        snprintf(opn, sizeof(opn), "%s NaN", op);
+        snprintf(shape, sizeof(shape), "all %zu NaN patterns", nn);
+        cast_to_f32(w, opn, shape, hnan, nn);
+    }
+
+    /* f32 -> bf16: specials, exact ties (low half 0x8000) and their neighbours, random bit patterns */
+    static const uint32_t special_bf[] = {
+        0x00000000u, 0x80000000u, 0x3f800000u, 0xc0200000u, 0x3f808000u, 0x3f818000u, 0x3f808001u,
+        0x3f807fffu, 0x7f7fffffu, 0x7f7f8000u, 0x7f7effffu, 0xff7fffffu, 0x7f800000u, 0xff800000u,
+        0x00000001u, 0x00018000u, 0x00008000u, 0x007fffffu, 0x80008000u,
+    };
+    const size_t nbs = RT_ARRAY_LEN(special_bf), nties = 20000, nbr = 40000, nbf = nbs + 3 * nties + nbr;
+    float *bx = hfloats(nbf);
+    j = 0;
+    for (size_t i = 0; i < nbs; i++)
+        bx[j++] = bitsf(special_bf[i]);
+    for (size_t i = 0; i < nties; i++) {
+        uint32_t hi;
+        do
+            hi = rt_rng_u32(&r) & 0xffffu;
+        while ((hi & 0x7f80u) == 0x7f80u); /* finite */
+        const uint32_t t = hi << 16 | 0x8000u;
+        bx[j++] = bitsf(t);
+        bx[j++] = bitsf(t + 1);
+        bx[j++] = bitsf(t - 1);
+    }
+    for (size_t i = 0; i < nbr; i++) {
+        uint32_t u;
+        do
+            u = rt_rng_u32(&r);
+        while ((u & 0x7f800000u) == 0x7f800000u && (u & 0x7fffffu)); /* NaNs are tested apart */
+        bx[j++] = bitsf(u);
+    }
+    snprintf(shape, sizeof(shape), "n=%zu (ties, subnormals, FLT_MAX, Inf)", nbf);
+    cast_from_f32(1, "cast_f32_bf16", shape, bx, nbf);
+    snprintf(shape, sizeof(shape), "n=%zu NaNs (quiet, signalling, payloads)", nnan);
+    cast_from_f32(1, "cast_f32_bf16 NaN", shape, fnan, nnan);
+
+    free(fx);
+    free(bx);
+    free(all);
+    free(hnan);
+}
+
+/* ---- optimizers --------------------------------------------------------------------------------------------------------- */
+
+static void test_sgd(void)
+{
+    printf("sgd_update (3 steps)\n");
+    static const struct {
+        const char *name;
+        float lr, momentum, dampening, wd;
+        int nesterov;
+    } cases[] = {
+        {"sgd momentum 0.9", 0.1f, 0.9f, 0.0f, 0.0f, 0},
+        {"sgd momentum+dampening+wd", 0.1f, 0.9f, 0.1f, 5e-4f, 0},
+        {"sgd nesterov+wd", 0.05f, 0.9f, 0.0f, 1e-4f, 1},
+        {"sgd no momentum+wd", 0.1f, 0.0f, 0.0f, 1e-2f, 0},
+        {"sgd plain", 0.2f, 0.0f, 0.0f, 0.0f, 0},
+    };
+    const size_t n = 100003;
+    char shape[32];
+    snprintf(shape, sizeof(shape), "n=%zu", n);
+    struct rt_rng r;
+    rt_rng_init(&r, SEED, 1200);
+    float *hp = hfloats(n), *hg = hfloats(n);
+    struct dual p = d_floats(n), g = d_floats(n), buf = d_floats(n);
+    for (size_t c = 0; c < RT_ARRAY_LEN(cases); c++) {
+        fill_normal(&r, hp, n, 0.0f, 1.0f);
+        d_put(&p, hp, n * sizeof(float));
+        d_fill(&buf, n, NAN); /* the first step must not read the buffer */
+        const int has_buf = cases[c].momentum != 0.0f;
+        for (int step = 1; step <= 3; step++) {
+            fill_normal(&r, hg, n, 0.0f, 1.0f);
+            d_put(&g, hg, n * sizeof(float));
+            BOTH OP(s, sgd_update, n, DF(p, s), DF(g, s), has_buf ? DF(buf, s) : NULL, cases[c].lr,
+                    cases[c].momentum, cases[c].dampening, cases[c].wd, cases[c].nesterov, step == 1);
+            if (step == 1) {
+                char op[80];
+                snprintf(op, sizeof(op), "%s: param (first step)", cases[c].name);
+                cmp_flat(op, shape, &p, n, T_OPTIM);
+            }
+        }
+        char op[80];
+        snprintf(op, sizeof(op), "%s: param", cases[c].name);
+        cmp_flat(op, shape, &p, n, T_OPTIM);
+        if (has_buf) {
+            snprintf(op, sizeof(op), "%s: momentum_buffer", cases[c].name);
+            cmp_flat(op, shape, &buf, n, T_OPTIM);
+        }
+    }
+    d_free(&p);
+    d_free(&g);
+    d_free(&buf);
+    free(hp);
+    free(hg);
+}
+
+static void test_adam(void)
+{
+    printf("adam_update (4 steps)\n");
+    static const struct {
+        const char *name;
+        float lr, b1, b2, eps, wd;
+        int decoupled;
+        int64_t first_step;
+    } cases[] = {
+        {"adam", 1e-3f, 0.9f, 0.999f, 1e-8f, 0.0f, 0, 1},
+        {"adam wd", 1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, 0, 1},
+        {"adamw wd", 1e-3f, 0.9f, 0.999f, 1e-8f, 1e-2f, 1, 1},
+        {"adamw b1 .3 b2 .99 eps 1e-6", 2e-2f, 0.3f, 0.99f, 1e-6f, 0.1f, 1, 1},
+        {"adam from step 1000", 1e-3f, 0.9f, 0.999f, 1e-8f, 5e-4f, 0, 1000},
+    };
+    const size_t n = 100003;
+    char shape[32];
+    snprintf(shape, sizeof(shape), "n=%zu", n);
+    struct rt_rng r;
+    rt_rng_init(&r, SEED, 1300);
+    float *hp = hfloats(n), *hg = hfloats(n), *hm = hfloats(n), *hv = hfloats(n);
+    struct dual p = d_floats(n), g = d_floats(n), m = d_floats(n), v = d_floats(n);
+    for (size_t c = 0; c < RT_ARRAY_LEN(cases); c++) {
+        fill_normal(&r, hp, n, 0.0f, 1.0f);
+        d_put(&p, hp, n * sizeof(float));
+        if (cases[c].first_step == 1) {
+            BOTH {
+                OP(s, zero, m.p[s], n * sizeof(float));
+                OP(s, zero, v.p[s], n * sizeof(float));
+            }
+        } else { /* resumed: state from earlier steps */
+            fill_normal(&r, hm, n, 0.0f, 0.1f);
+            for (size_t i = 0; i < n; i++)
+                hv[i] = 1e-4f * rt_rng_uniform(&r);
+            d_put(&m, hm, n * sizeof(float));
+            d_put(&v, hv, n * sizeof(float));
+        }
+        for (int64_t step = cases[c].first_step; step < cases[c].first_step + 4; step++) {
+            fill_normal(&r, hg, n, 0.0f, 1.0f);
+            for (size_t i = 0; i < n; i += 10) /* a tenth near eps, where its placement shows */
+                hg[i] *= 3.0f * cases[c].eps;
+            d_put(&g, hg, n * sizeof(float));
+            BOTH OP(s, adam_update, n, DF(p, s), DF(g, s), DF(m, s), DF(v, s), cases[c].lr, cases[c].b1, cases[c].b2,
+                    cases[c].eps, cases[c].wd, cases[c].decoupled, step);
+        }
+        char op[80];
+        snprintf(op, sizeof(op), "%s: param", cases[c].name);
+        cmp_flat(op, shape, &p, n, T_OPTIM);
+        snprintf(op, sizeof(op), "%s: exp_avg", cases[c].name);
+        cmp_flat(op, shape, &m, n, T_OPTIM);
+        snprintf(op, sizeof(op), "%s: exp_avg_sq", cases[c].name);
+        cmp_flat(op, shape, &v, n, T_OPTIM);
+    }
+    d_free(&p);
+    d_free(&g);
+    d_free(&m);
+    d_free(&v);
+    free(hp);
+    free(hg);
+    free(hm);
+    free(hv);
+}
+
+/* ---- whole models -------------------------------------------------------------------------------------------------------- */
+
+/* Compares one RT_PARAM-or-buffer region tensor by tensor; prints the worst tensor in one line. */
+static void compare_tensors(const char *model, const char *what, const struct rt_tensor_info *tab, int nt,
+                            enum rt_param_kind kind, const float *ref, const float *got, enum tol_id t)
+{
+    size_t total = 0, bad_tensors = 0, not_bitequal = 0;
+    double worst_ratio = -1.0, worst_err = 0.0, worst_tol = 0.0;
+    const char *worst_name = "-";
+    for (int i = 0; i < nt; i++) {
+        if (tab[i].kind != kind)
+            continue;
+        char what_i[160];
+        snprintf(what_i, sizeof(what_i), "%s %s %s", model, what, tab[i].name);
+        const struct cmp c = cmp_core(what_i, ref + tab[i].offset, got + tab[i].offset, tab[i].count, t);
+        total += tab[i].count;
+        not_bitequal += c.not_bitequal;
+        if (c.bad) {
+            bad_tensors++;
+            CHECKF(0, "%s: %zu of %zu values outside the %s tolerance", what_i, c.bad, tab[i].count, TOL[t].name);
+        }
+        const double ratio = c.tol_at_max > 0 ? c.max_err / c.tol_at_max : (c.max_err > 0 ? INFINITY : 0.0);
+        if (ratio > worst_ratio) {
+            worst_ratio = ratio;
+            worst_err = c.max_err;
+            worst_tol = c.tol_at_max;
+            worst_name = tab[i].name;
+        }
+    }
+    char op[96], shape[160];
+    snprintf(op, sizeof(op), "%s %s", model, what);
+    snprintf(shape, sizeof(shape), "%zu floats, worst %s", total, worst_name);
+    printf("  %-40s %-50s err %-9.3g tol %-9.3g (%s, per tensor) %zu not bit-equal  %s\n", op, shape, worst_err,
+           worst_tol, TOL[t].name, not_bitequal, bad_tensors ? "FAIL" : "ok");
+}
+
+static void test_model(const char *name, int dropout)
+{
+    enum { N = 4, C = 3, H = 32, W = 32, K = 10 };
+    printf("model %s: one RT_TRAIN step (batch %d, %dx%dx%d, %s)\n", name, N, C, H, W,
+           dropout ? "with dropout: the same Philox masks" : "no_dropout");
+    const struct rt_model_opts mo = {.name = name, .c = C, .h = H, .w = W, .classes = K, .batch = N, .seed = SEED};
+    struct rt_model *m[2] = {NULL, NULL};
+    BOTH {
+        if (rt_model_create(S[s].be, &mo, &m[s]) < 0) {
+            CHECKF(0, "%s: rt_model_create %s: %s", S[s].name, name, rt_errmsg());
+            rt_model_destroy(m[0]);
+            return;
+        }
+    }
+    int nt[2];
+    const struct rt_tensor_info *tab[2] = {rt_model_tensors(m[0], &nt[0]), rt_model_tensors(m[1], &nt[1])};
+    const size_t np = rt_model_param_count(m[0]), nbuf = rt_model_buffer_count(m[0]);
+    int same_table = nt[0] == nt[1] && np == rt_model_param_count(m[1]) && nbuf == rt_model_buffer_count(m[1]);
+    for (int i = 0; same_table && i < nt[0]; i++)
+        same_table = !strcmp(tab[0][i].name, tab[1][i].name) && tab[0][i].kind == tab[1][i].kind &&
+                     tab[0][i].offset == tab[1][i].offset && tab[0][i].count == tab[1][i].count;
+    CHECKF(same_table, "%s: the tensor tables of the two backends differ", name);
+    if (!same_table) {
+        rt_model_destroy(m[0]);
+        rt_model_destroy(m[1]);
+        return;
+    }
+    float *pa = hfloats(np), *pb = hfloats(np), *ba = hfloats(nbuf + 1), *bb = hfloats(nbuf + 1);
+    char shape[96];
+
+    /* the same initial weights (drawn on the host from the seed) */
+    BOTH {
+        OP(s, download, s ? pb : pa, rt_model_params(m[s]), np * sizeof(float));
+        OP(s, download, s ? bb : ba, rt_model_buffers(m[s]), nbuf * sizeof(float));
+        S[s].ops->sync(S[s].st);
+        OP(s, zero, rt_model_grads(m[s]), np * sizeof(float));
+    }
+    snprintf(shape, sizeof(shape), "%zu params, seed %llu", np, (unsigned long long)SEED);
+    char op[96];
+    snprintf(op, sizeof(op), "%s initial params", name);
+    compare(op, shape, pa, pb, np, T_EXACT);
+    snprintf(op, sizeof(op), "%s initial buffers", name);
+    snprintf(shape, sizeof(shape), "%zu floats", nbuf);
+    compare(op, shape, ba, bb, nbuf, T_EXACT);
+
+    struct rt_rng r;
+    rt_rng_init(&r, SEED, 1400);
+    uint8_t *img = xmalloc((size_t)N * C * H * W);
+    for (size_t i = 0; i < (size_t)N * C * H * W; i++)
+        img[i] = (uint8_t)rt_rng_below(&r, 256);
+    int32_t labels[N];
+    for (int i = 0; i < N; i++)
+        labels[i] = (int32_t)rt_rng_below(&r, K);
+    static const float mean[3] = {0.4914f, 0.4822f, 0.4465f}, sd[3] = {0.2470f, 0.2435f, 0.2616f};
+    const struct rt_step_opts so = {.mode = RT_TRAIN, .label_smoothing = 0.1f, .grad_scale = 1.0f / N,
+                                    .dropout_offset = dropout ? 12345 : 0, .no_dropout = !dropout, .mean = mean,
+                                    .std = sd};
+    struct rt_loss_stats st[2];
+    memset(st, 0, sizeof(st));
+    float logits[2][N * K];
+    BOTH {
+        CHECKF(rt_model_step(m[s], &so, N, img, labels, &st[s]) == 0, "%s %s: rt_model_step: %s", S[s].name, name,
+               rt_errmsg());
+        rt_model_logits(m[s], logits[s], N);
+    }
+    snprintf(shape, sizeof(shape), "(%d,%d) label smoothing 0.1", N, K);
+    snprintf(op, sizeof(op), "%s logits", name);
+    compare(op, shape, logits[0], logits[1], N * K, T_MODEL_LOGITS);
+    const float loss[2] = {st[0].loss_sum / st[0].count, st[1].loss_sum / st[1].count};
+    snprintf(op, sizeof(op), "%s mean loss", name);
+    compare(op, shape, &loss[0], &loss[1], 1, T_MODEL_LOSS);
+    snprintf(op, sizeof(op), "%s correct", name);
+    compare(op, shape, &st[0].correct, &st[1].correct, 1, T_EXACT);
+    snprintf(op, sizeof(op), "%s count", name);
+    compare(op, shape, &st[0].count, &st[1].count, 1, T_EXACT);
+
+    BOTH {
+        OP(s, download, s ? pb : pa, rt_model_grads(m[s]), np * sizeof(float));
+        OP(s, download, s ? bb : ba, rt_model_buffers(m[s]), nbuf * sizeof(float));
+        S[s].ops->sync(S[s].st);
+    }
+    compare_tensors(name, "grads", tab[0], nt[0], RT_PARAM, pa, pb, T_MODEL_GRAD);
+    if (nbuf)
+        compare_tensors(name, "running stats", tab[0], nt[0], RT_BUFFER, ba, bb, T_MODEL_BUF);
+    CHECKF(rt_model_batches_tracked(m[0]) == rt_model_batches_tracked(m[1]),
+           "%s: num_batches_tracked cpu %lld cuda %lld", name, (long long)rt_model_batches_tracked(m[0]),
+           (long long)rt_model_batches_tracked(m[1]));
+
+    free(img);
+    free(pa);
+    free(pb);
+    free(ba);
+    free(bb);
+    rt_model_destroy(m[0]);
+    rt_model_destroy(m[1]);
+}
+
+/* ---- main ------------------------------------------------------------------------------------------------------------------ */
+
+int main(void)
+{
+    printf("test_cuda_ops: seed %llu\n", (unsigned long long)SEED);
+    int rc = rt_backend_create(&(struct rt_backend_opts){.kind = RT_BACKEND_CUDA, .device = 0}, &S[GPU].be);
+    if (rc < 0) {
+        fprintf(stderr, "test_cuda_ops: skip: no CUDA backend: %s\n", rt_errmsg());
+        return 77;
+    }
+    rc = rt_backend_create(&(struct rt_backend_opts){.kind = RT_BACKEND_CPU, .threads = 0}, &S[CPU].be);
+    if (rc < 0) {
+        fprintf(stderr, "test_cuda_ops: cpu backend: %s\n", rt_errmsg());
+        rt_backend_destroy(S[GPU].be);
+        return 1;
+    }
+    BOTH {
+        S[s].ops = rt_backend_ops(S[s].be);
+        S[s].st = rt_backend_stream(S[s].be);
+        printf("  %s: %s\n", S[s].name, rt_backend_describe(S[s].be));
+    }
+    printf("tolerances: |cuda - cpu| <= atol + rtol * (|cpu| or max|cpu| over the tensor)\n");
+    for (int t = 0; t < T_COUNT; t++)
+        printf("  %-16s atol %-8.3g rtol %-8.3g %s\n", TOL[t].name, TOL[t].atol, TOL[t].rtol,
+               TOL[t].vs_max ? "of max|cpu|" : "of |cpu|");
+
+    test_memory();
+    test_layout();
+    test_input_u8();
+    test_conv();
+    test_bn();
+    test_pool();
+    test_feat();
+    test_linear();
+    test_relu_gelu();
+    test_dropout();
+    test_blas1();
+    test_xent();
+    test_reductions();
+    test_casts();
+    test_sgd();
+    test_adam();
+    test_model("mnist-net", 0);
+    test_model("resnet18", 0);
+    test_model("mnist-net", 1);
+
+    rt_backend_destroy(S[CPU].be);
+    rt_backend_destroy(S[GPU].be);
+    fflush(stdout);
+    return check_result();
+}
