@@ -169,5 +169,28 @@ ips=$(jfield "$W/syn.out" images_per_s 2>/dev/null || echo 0)
 [ "$steps" = 5 ] && "$PY" -c "import sys; sys.exit(0 if float('$ips') > 0 else 1)" && pass "--synthetic-data --steps 5: $ips img/s" \
     || fail "synthetic: $(cat "$W/syn.out")"
 
+# ---- 7. --device: without a usable GPU, cuda fails at once with the reason; auto takes the CPU ----
+gpus=$("$RT" --version | sed -n 's/^  cuda .*; \([0-9]\+\) x .*/\1/p')
+if [ -z "$gpus" ]; then
+    t0=$(date +%s)
+    "$RT" train --synthetic-data --steps 2 --device cuda --no-progress >"$W/dev.out" 2>&1
+    rc=$?
+    t1=$(date +%s)
+    if [ $rc -ne 0 ] && grep -qE "error: --device cuda: .*(driver|GPU|not compiled)" "$W/dev.out" && [ $((t1 - t0)) -le 5 ]; then
+        pass "--device cuda without a GPU: exit $rc at once: $(grep error "$W/dev.out")"
+    else
+        fail "--device cuda without a GPU: rc=$rc after $((t1 - t0)) s: $(cat "$W/dev.out")"
+    fi
+    "$RT" eval --data "$W/mnist" --checkpoint "$W/ck1/model.safetensors" --device cuda >"$W/dev2.out" 2>&1
+    rc=$?
+    [ $rc -ne 0 ] && grep -q "error: --device cuda:" "$W/dev2.out" && pass "eval --device cuda without a GPU fails clearly" \
+        || fail "eval --device cuda: rc=$rc $(cat "$W/dev2.out")"
+    "$RT" train --synthetic-data --steps 2 --device auto --no-progress >"$W/dev3.out" 2>&1
+    grep -q "^ringtrain train: world 1 (1 node, 1 rank per node), cpu:" "$W/dev3.out" && pass "--device auto takes the CPU here" \
+        || fail "--device auto: $(head -3 "$W/dev3.out")"
+else
+    echo "skip --device checks without a GPU: this machine has $gpus"
+fi
+
 [ $fails -eq 0 ] && echo "all train checks passed" || echo "$fails train check(s) failed"
 [ $fails -eq 0 ]

@@ -20,17 +20,19 @@ static void usage(FILE *f)
                "  --batch-size N      (default 256)\n"
                "  --workers N         loader threads (default 1)\n"
                "  --threads N         compute threads (default: the CPUs this process may use)\n"
+               "  --device D          auto (default: a GPU when there is one), cpu or cuda\n"
                "  --json              also print one JSON line\n");
 }
 
 int cmd_eval(int argc, char **argv)
 {
-    enum { O_DATA = 256, O_CKPT, O_MODEL, O_BATCH, O_WORK, O_THR, O_JSON, O_HELP };
+    enum { O_DATA = 256, O_CKPT, O_MODEL, O_BATCH, O_WORK, O_THR, O_JSON, O_DEV, O_HELP };
     static const struct option opts[] = {
         {"data", required_argument, NULL, O_DATA},     {"checkpoint", required_argument, NULL, O_CKPT},
         {"model", required_argument, NULL, O_MODEL},   {"batch-size", required_argument, NULL, O_BATCH},
         {"workers", required_argument, NULL, O_WORK},  {"threads", required_argument, NULL, O_THR},
         {"json", no_argument, NULL, O_JSON},           {"help", no_argument, NULL, O_HELP},
+        {"device", required_argument, NULL, O_DEV},
         {NULL, 0, NULL, 0}};
     struct eval_cfg c = {.batch = 256};
     uint64_t v;
@@ -59,6 +61,10 @@ int cmd_eval(int argc, char **argv)
             c.threads = (int)RT_MIN(v, 1024);
             break;
         case O_JSON: c.json = 1; break;
+        case O_DEV:
+            if (train_device_parse(optarg, &c.device) < 0)
+                return cli_usage_error("eval", "%s", rt_errmsg());
+            break;
         case O_HELP: usage(stdout); return RT_EXIT_OK;
         default: usage(stderr); return RT_EXIT_USAGE;
         }

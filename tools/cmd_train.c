@@ -42,6 +42,7 @@ static void usage(FILE *f)
             "  --shuffle MODE         exact (default), window, none\n"
             "  --workers N            loader threads (default 1)\n"
             "  --threads N            compute threads (default: the CPUs this process may use)\n"
+            "  --device D             auto (default: a GPU when there is one), cpu or cuda\n"
             "  --target-accuracy A    stop once val accuracy >= A (0..1 or a percentage) ...\n"
             "  --patience N           ... for N epochs in a row (default 1)\n"
             "  --checkpoint-dir DIR   save model.safetensors, optimizer.safetensors, state.json each epoch\n"
@@ -81,7 +82,7 @@ int cmd_train(int argc, char **argv)
         O_DATA = 256, O_MODEL, O_EPOCHS, O_BATCH, O_LR, O_OPT, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPEP,
         O_GAMMA, O_LS, O_ACCUM, O_CLIP, O_SEED, O_AUG, O_SHUF, O_WORK, O_THR, O_TARGET, O_PAT, O_CKPT, O_RESUME,
         O_METRICS, O_SYN, O_STEPS, O_NOPROG, O_NOPIN, O_JSON, O_BUCKET, O_NOOVL, O_CTO, O_PTO, O_REPL, O_STAGE,
-        O_HELP
+        O_DEV, O_HELP
     };
     static const struct option opts[] = {
         {"data", required_argument, NULL, O_DATA},
@@ -121,6 +122,7 @@ int cmd_train(int argc, char **argv)
         {"peer-timeout", required_argument, NULL, O_PTO},
         {"check-replicas", required_argument, NULL, O_REPL},
         {"stage-to", required_argument, NULL, O_STAGE},
+        {"device", required_argument, NULL, O_DEV},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0}};
     struct train_cfg c = {
@@ -262,6 +264,10 @@ int cmd_train(int argc, char **argv)
                 return RT_EXIT_USAGE;
             break;
         case O_STAGE: c.stage_to = optarg; break;
+        case O_DEV:
+            if (train_device_parse(optarg, &c.device) < 0)
+                return cli_usage_error("train", "%s", rt_errmsg());
+            break;
         case O_HELP: usage(stdout); return RT_EXIT_OK;
         default: usage(stderr); return RT_EXIT_USAGE;
         }

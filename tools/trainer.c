@@ -859,6 +859,35 @@ static void summary(const struct trainer *T, enum stop_reason why, double wall_s
     fflush(stdout);
 }
 
+int train_device_parse(const char *s, enum train_device *out)
+{
+    static const char *const names[] = {"auto", "cpu", "cuda"};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(s, names[i])) {
+            *out = (enum train_device)i;
+            return 0;
+        }
+    return rt_errf(-EINVAL, "--device %s: expected auto, cpu or cuda", s);
+}
+
+int train_open_backend(enum train_device dev, int local_rank, int threads, struct rt_backend **out)
+{
+    struct rt_backend_opts bo = {.kind = RT_BACKEND_CPU, .threads = threads};
+    struct rt_backend_probe p;
+    if (dev == DEVICE_AUTO && rt_backend_probe(RT_BACKEND_CUDA, &p) == 0 && p.devices > 0)
+        dev = DEVICE_CUDA;
+    if (dev == DEVICE_CUDA) {
+        if (rt_backend_probe(RT_BACKEND_CUDA, &p) < 0)
+            return rt_errf(-ENOTSUP, "--device cuda: %s", p.detail);
+        bo.kind = RT_BACKEND_CUDA;
+        bo.device = p.devices > 0 ? local_rank % p.devices : 0;
+    }
+    int rc = rt_backend_create(&bo, out);
+    if (rc < 0 && dev == DEVICE_CUDA)
+        return rt_errf(rc, "--device cuda: %s", rt_errmsg());
+    return rc;
+}
+
 /* --stage-to: local rank 0 of each node copies the dataset while the other
  * ranks of the node wait (no deadline: a copy takes what it takes, but a
  * dead peer still ends the job); all then read the node-local copy. */
@@ -940,9 +969,15 @@ int train_run(const struct train_cfg *cfg)
         memset(&c.aug, 0, sizeof(c.aug)); /* crops and flips suit photos, not digits */
     if (c.threads <= 0)
         c.threads = rt_comm_default_threads(T.comm);
-    struct rt_backend_opts bo = {.kind = RT_BACKEND_CPU, .threads = c.threads};
-    if (rt_backend_create(&bo, &T.be) < 0)
+    if (train_open_backend(c.device, rt_comm_info(T.comm)->local_rank, c.threads, &T.be) < 0)
         goto out;
+    if (T.world > 1 && rt_backend_kind_of(T.be) == RT_BACKEND_CUDA) {
+        /* The bucketer reduces host memory over MPI; device gradients need NCCL. */
+        rt_errf(-ENOTSUP, "training on GPUs across %d ranks needs the NCCL all-reduce, which this build does not "
+                          "have yet: run one rank per job, or --device cpu",
+                T.world);
+        goto out;
+    }
     struct rt_model_opts mo = {.name = c.model, .c = (int)T.c, .h = (int)T.h, .w = (int)T.w,
                                .classes = (int)T.classes, .batch = (int)c.batch, .seed = c.seed};
     if (rt_model_create(T.be, &mo, &T.model) < 0 ||
@@ -990,7 +1025,7 @@ int train_run(const struct train_cfg *cfg)
         goto out;
     }
     banner(&T);
-    rt_comm_print_ranks(T.comm, stdout, c.threads, "cpu");
+    rt_comm_print_ranks(T.comm, stdout, c.threads, rt_backend_kind_of(T.be) == RT_BACKEND_CUDA ? "cuda" : "cpu");
     if (T.root)
         fflush(stdout);
 
@@ -1109,10 +1144,9 @@ int eval_run(const struct eval_cfg *cfg)
     }
     if (meta_floats(f, cfg->checkpoint, "mean", T.mean, T.c) < 0 || meta_floats(f, cfg->checkpoint, "std", T.std, T.c) < 0)
         goto out;
-    struct rt_backend_opts bo = {.kind = RT_BACKEND_CPU, .threads = cfg->threads};
     struct rt_model_opts mo = {.name = model, .c = (int)T.c, .h = (int)T.h, .w = (int)T.w, .classes = (int)T.classes,
                                .batch = (int)cfg->batch};
-    if (rt_backend_create(&bo, &T.be) < 0 || rt_model_create(T.be, &mo, &T.model) < 0 ||
+    if (train_open_backend(cfg->device, 0, cfg->threads, &T.be) < 0 || rt_model_create(T.be, &mo, &T.model) < 0 ||
         rt_model_load(T.model, f, cfg->checkpoint) < 0)
         goto out;
     T.labels = rt_calloc(cfg->batch, sizeof(int32_t), "labels");

@@ -13,6 +13,20 @@
 #include "loader/loader.h"
 #include "staging/staging.h"
 
+/* --device: where compute runs. */
+enum train_device { DEVICE_AUTO = 0, DEVICE_CPU, DEVICE_CUDA };
+
+/* Parses "auto", "cpu" or "cuda"; 0 or -EINVAL. */
+int train_device_parse(const char *s, enum train_device *out);
+
+/*
+ * Opens the compute backend --device asks for: cuda fails at once with the
+ * reason when no usable GPU is there; auto takes GPU (local_rank mod the GPUs
+ * visible) when there is one, else the CPU with `threads`. 0 or -errno with
+ * rt_errmsg() set.
+ */
+int train_open_backend(enum train_device dev, int local_rank, int threads, struct rt_backend **out);
+
 struct train_cfg {
     const char *data;           /* dataset directory (NULL: synthetic data with the shape below) */
     const char *model;
@@ -44,6 +58,7 @@ struct train_cfg {
     int aug_default;            /* aug not given: crop,flip for 3-channel data, none otherwise */
     enum rt_shuffle shuffle;
     enum rt_pin pin;
+    enum train_device device;
     /* several ranks */
     double bucket_cap_mb;       /* gradient bucket size */
     int no_overlap;             /* all-reduce after backward */
@@ -63,6 +78,7 @@ struct eval_cfg {
     const char *model;          /* NULL: from the checkpoint's metadata */
     uint32_t batch;
     int workers, threads;
+    enum train_device device;
     int json;
 };
 
