@@ -437,3 +437,16 @@ int rt_remove_tree(const char *path)
         rc = rt_errf(-errno, "%s: cannot remove directory: %s", path, strerror(errno));
     return rc;
 }
+
+double rt_decimal_double(float f)
+{
+    if (!isfinite(f) || f == 0.0f)
+        return (double)f;
+    char buf[32];
+    for (int prec = 1; prec <= 9; prec++) {
+        snprintf(buf, sizeof(buf), "%.*g", prec, (double)f);
+        if (strtof(buf, NULL) == f)
+            return strtod(buf, NULL);
+    }
+    return (double)f;
+}

@@ -13,6 +13,10 @@
 #ifndef RT_COMMON_H
 #define RT_COMMON_H
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -117,6 +121,16 @@ int rt_parse_size(const char *s, uint64_t *out);
 /* Formats `bytes` as "12.3 MB" (powers of 1000, as throughput is quoted). */
 void rt_format_bytes(double bytes, char *buf, size_t len);
 
+/*
+ * The double a Python script holds for a hyperparameter that reached us as a
+ * float: the shortest decimal that reads back as `f` (what the user typed,
+ * for any value written with up to 9 significant digits), read as a double.
+ * PyTorch computes 1 - beta1, lr * wd, momentum * mean ... from that double,
+ * and (double)f differs from it in the ninth digit, enough to move a float
+ * result by an ulp; the backends compute their scalars from this instead.
+ */
+double rt_decimal_double(float f);
+
 /* ---- CPUs ----------------------------------------------------------------- */
 
 /*
@@ -164,5 +178,9 @@ int rt_mkdirs(const char *path, unsigned mode);
 
 /* Removes a directory tree (like `rm -rf`); missing is not an error. */
 int rt_remove_tree(const char *path);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif /* RT_COMMON_H */

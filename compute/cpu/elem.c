@@ -90,27 +90,6 @@ static inline float bits_f32(uint32_t u)
     return f;
 }
 
-/*
- * The double a Python script holds for a hyperparameter that reached us as a
- * float: the shortest decimal that reads back as `f` (what the user typed,
- * for any value written with up to 9 significant digits), read as a double.
- * PyTorch computes 1 - beta1, lr * wd, momentum * mean ... from that double,
- * and (double)f differs from it in the ninth digit, enough to move the float
- * result by an ulp.
- */
-static double host_double(float f)
-{
-    if (!isfinite(f) || f == 0.0f)
-        return (double)f;
-    char buf[32];
-    for (int prec = 1; prec <= 9; prec++) {
-        snprintf(buf, sizeof(buf), "%.*g", prec, (double)f);
-        if (strtof(buf, NULL) == f)
-            return strtod(buf, NULL);
-    }
-    return (double)f;
-}
-
 /* Scratch for per-call partial results; aborts as rt_cpu_scratch() says when memory is exhausted. */
 static void *scratch(struct rt_stream *s, size_t bytes)
 {
@@ -262,7 +241,7 @@ void rt_cpu_bn_train_fwd(struct rt_stream *s, const struct rt_bn_desc *d, const 
                          float *save_invstd, float *y)
 {
     const size_t c = (size_t)d->in.c, m = (size_t)d->in.n * d->in.h * d->in.w;
-    const double eps = host_double(d->eps), mom = host_double(d->momentum);
+    const double eps = rt_decimal_double(d->eps), mom = rt_decimal_double(d->momentum);
     /* PyTorch refuses one value per channel in training; the unbiased
      * variance is then undefined and we keep the biased one (0). */
     const double unbias = m > 1 ? (double)m / (double)(m - 1) : 1.0;
@@ -289,7 +268,7 @@ void rt_cpu_bn_infer_fwd(struct rt_stream *s, const struct rt_bn_desc *d, const 
                          const float *beta, const float *running_mean, const float *running_var, float *y)
 {
     const size_t c = (size_t)d->in.c, m = (size_t)d->in.n * d->in.h * d->in.w;
-    const double eps = host_double(d->eps);
+    const double eps = rt_decimal_double(d->eps);
 #pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (c * m >= PAR_MIN)
     for (size_t ch = 0; ch < c; ch++) {
         const float invstd = (float)(1.0 / sqrt((double)running_var[ch] + eps));
@@ -518,7 +497,7 @@ void rt_cpu_xent_fwd_bwd(struct rt_stream *s, int n, int k, const float *logits,
     if (n <= 0 || k <= 0)
         return;
     struct xent_row *rows = scratch(s, (size_t)n * sizeof(*rows));
-    const double eps = host_double(label_smoothing);
+    const double eps = rt_decimal_double(label_smoothing);
     const double on = 1.0 - eps, off = eps / k;
     const size_t kk = (size_t)k;
 #pragma omp parallel for schedule(static) num_threads(nthreads(s)) if ((size_t)n * kk >= PAR_MIN / 8)
@@ -774,7 +753,7 @@ void rt_cpu_sgd_update(struct rt_stream *s, size_t n, float *p, const float *g, 
     const struct sgd_k k = {
         .neg_lr = -lr,
         .momentum = momentum,
-        .alpha_g = (float)(1.0 - host_double(dampening)),
+        .alpha_g = (float)(1.0 - rt_decimal_double(dampening)),
         .wd = weight_decay,
         .nesterov = nesterov,
         .first = first,
@@ -827,8 +806,8 @@ ELEM_CLONES static void adam_chunk(size_t len, float *p, const float *g, float *
 void rt_cpu_adam_update(struct rt_stream *s, size_t n, float *p, const float *g, float *m, float *v, float lr,
                         float beta1, float beta2, float eps, float weight_decay, int decoupled, int64_t step)
 {
-    const double lr_d = host_double(lr), b1 = host_double(beta1), b2 = host_double(beta2);
-    const double wd = host_double(weight_decay), st = (double)step;
+    const double lr_d = rt_decimal_double(lr), b1 = rt_decimal_double(beta1), b2 = rt_decimal_double(beta2);
+    const double wd = rt_decimal_double(weight_decay), st = (double)step;
     /* torch's Python: bias_correction1 = 1 - beta1 ** step, step_size = lr / bias_correction1, ... */
     const double bc1 = 1.0 - pow(b1, st), bc2 = 1.0 - pow(b2, st);
     const struct adam_k k = {

@@ -38,6 +38,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "common/common.h"
 #include "compute/cuda/cuda_be.h"
 
 /* Threads per block of every kernel here; a power of two (block_sum's tree). */
@@ -74,24 +75,6 @@ static unsigned red_blocks(size_t n)
 
 #define GRID_STRIDE(i, n)                                                                                            \
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < (n); i += (size_t)gridDim.x * blockDim.x)
-
-/*
- * The double a Python script holds for a hyperparameter that reached us as a
- * float, exactly as elem.c computes it: the optimizers' scalars must be the
- * CPU's to the bit for the updates to be.
- */
-static double host_double(float f)
-{
-    if (!isfinite(f) || f == 0.0f)
-        return (double)f;
-    char buf[32];
-    for (int prec = 1; prec <= 9; prec++) {
-        snprintf(buf, sizeof(buf), "%.*g", prec, (double)f);
-        if (strtof(buf, NULL) == f)
-            return strtod(buf, NULL);
-    }
-    return (double)f;
-}
 
 /* Sum over the block in a fixed tree; every thread gets the total. sh holds THREADS values. */
 template <typename T> static __device__ T block_sum(T v, T *sh)
@@ -598,7 +581,7 @@ void rt_cuda_xent_fwd_bwd(struct rt_stream *s, int n, int k, const float *logits
         return;
     const cudaStream_t st = rt_cuda_stream(s);
     /* the smoothing weights in double from the value the user typed, as elem.c */
-    const double eps = host_double(label_smoothing);
+    const double eps = rt_decimal_double(label_smoothing);
     const double on = 1.0 - eps, off = eps / k;
     double *rows = (double *)rt_cuda_workspace(s, 3 * (size_t)n * sizeof(double));
     size_t blocks = ((size_t)n + XENT_ROWS - 1) / XENT_ROWS;
@@ -672,7 +655,7 @@ void rt_cuda_sgd_update(struct rt_stream *s, size_t n, float *p, const float *g,
     if (n == 0)
         return;
     /* the float scalars ATen receives from torch.optim.SGD's Python code (as elem.c's struct sgd_k holds them) */
-    const float alpha_g = (float)(1.0 - host_double(dampening));
+    const float alpha_g = (float)(1.0 - rt_decimal_double(dampening));
     sgd_k<<<grid_for(n), THREADS, 0, rt_cuda_stream(s)>>>(n, p, g, buf, -lr, momentum, alpha_g, weight_decay,
                                                            nesterov, first);
     RT_CUDA_LAUNCHED();
@@ -684,8 +667,8 @@ void rt_cuda_adam_update(struct rt_stream *s, size_t n, float *p, const float *g
     if (n == 0)
         return;
     /* the float scalars ATen receives from torch.optim.Adam/AdamW's Python code (as elem.c's struct adam_k holds them) */
-    const double lr_d = host_double(lr), b1 = host_double(beta1), b2 = host_double(beta2);
-    const double wd = host_double(weight_decay), st = (double)step;
+    const double lr_d = rt_decimal_double(lr), b1 = rt_decimal_double(beta1), b2 = rt_decimal_double(beta2);
+    const double wd = rt_decimal_double(weight_decay), st = (double)step;
     const double bc1 = 1.0 - pow(b1, st), bc2 = 1.0 - pow(b2, st);
     const float decay = decoupled && weight_decay != 0.0f ? (float)(1.0 - lr_d * wd) : 1.0f;
     const float wd_f = decoupled ? 0.0f : weight_decay;

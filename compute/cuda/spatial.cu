@@ -36,6 +36,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/common.h"
 #include "compute/cuda/cuda_be.h"
 
 #define THREADS 256
@@ -182,22 +183,6 @@ static struct bn_split bn_split_of(const struct rt_bn_desc *d)
     return b;
 }
 
-/* The CPU's host_double (elem.c): the double a Python script holds for a
- * hyperparameter that reached us as a float (the shortest decimal that reads
- * back as `f`). The CPU computes with it, so the same double must go in here. */
-static double bn_host_double(float f)
-{
-    if (!isfinite(f) || f == 0.0f)
-        return (double)f;
-    char buf[32];
-    for (int prec = 1; prec <= 9; prec++) {
-        snprintf(buf, sizeof(buf), "%.*g", prec, (double)f);
-        if (strtof(buf, NULL) == f)
-            return strtod(buf, NULL);
-    }
-    return (double)f;
-}
-
 /* Sums a and b over the BN_THREADS threads of the block by a fixed tree; every thread gets the totals. */
 static __device__ void bn_block_sum2(double *a, double *b)
 {
@@ -328,8 +313,8 @@ void rt_cuda_bn_train_fwd(struct rt_stream *s, const struct rt_bn_desc *d, const
     RT_CUDA_LAUNCHED();
     struct bn_fwd_k k;
     k.m = (double)b.m;
-    k.eps = bn_host_double(d->eps);
-    k.mom = bn_host_double(d->momentum);
+    k.eps = rt_decimal_double(d->eps);
+    k.mom = rt_decimal_double(d->momentum);
     k.keep = 1.0 - k.mom;
     /* PyTorch refuses one value per channel in training; the CPU then keeps the biased variance (0). */
     k.unbias = b.m > 1 ? (double)b.m / (double)(b.m - 1) : 1.0;
@@ -355,7 +340,7 @@ void rt_cuda_bn_infer_fwd(struct rt_stream *s, const struct rt_bn_desc *d, const
     if (n == 0)
         return;
     float *invstd = (float *)rt_cuda_workspace(s, c * sizeof(float));
-    bn_infer_invstd_kernel<<<grid_for(c), THREADS, 0, rt_cuda_stream(s)>>>(c, running_var, bn_host_double(d->eps),
+    bn_infer_invstd_kernel<<<grid_for(c), THREADS, 0, rt_cuda_stream(s)>>>(c, running_var, rt_decimal_double(d->eps),
                                                                           invstd);
     RT_CUDA_LAUNCHED();
     LAUNCH_FLAT(s, n, n, bn_affine_kernel, hw, c, x, running_mean, invstd, gamma, beta, y);
