@@ -17,7 +17,6 @@ struct bucket {
     size_t offset, count;       /* floats */
     int t0, t1;                 /* tensors [t0, t1) in offset order */
     struct comm_job job;
-    int launched;
 };
 
 struct rt_bucketer {
@@ -119,10 +118,13 @@ int rt_bucketer_create(struct rt_comm *c, float *grads, size_t count, const stru
         char names[120];
         rt_bucketer_bucket(B, k, NULL, NULL, names, sizeof(names));
         bk->job = (struct comm_job){.kind = JOB_ALLREDUCE, .buf = grads + bk->offset, .count = (int)bk->count,
-                                    .dt = MPI_FLOAT, .op = MPI_SUM, .bucket = k};
+                                    .dt = MPI_FLOAT, .op = MPI_SUM, .bucket = k, .timeout_s = comm_timeout(c)};
         snprintf(bk->job.what, sizeof(bk->job.what), "the all-reduce of gradient bucket %d of %d (%.2f MB: %s)", k + 1,
                  B->nb, (double)bk->count * 4e-6, names);
     }
+    B->flag_job = (struct comm_job){.kind = JOB_ALLREDUCE, .buf = &B->flags, .count = 1, .dt = MPI_UINT32_T,
+                                    .op = MPI_BOR, .bucket = -1, .timeout_s = comm_timeout(c)};
+    snprintf(B->flag_job.what, sizeof(B->flag_job.what), "the step's control word (stop, non-finite loss)");
     *out = B;
     return 0;
 }
@@ -161,19 +163,12 @@ void rt_bucketer_begin(struct rt_bucketer *b, uint64_t step)
     b->step = step;
     b->ready = 0;
     b->next = 0;
-    for (int k = 0; k < b->nb; k++)
-        b->b[k].launched = 0;
 }
 
 static void launch(struct rt_bucketer *b, int k)
 {
-    struct bucket *bk = &b->b[k];
-    bk->job.timeout_s = comm_timeout(b->c);
-    bk->launched = 1;
-    if (comm_parallel(b->c)) {
-        comm_count_bucket(b->c);
-        comm_job_submit(b->c, &bk->job);
-    }
+    if (comm_parallel(b->c))
+        comm_job_submit(b->c, &b->b[k].job);
 }
 
 void rt_bucketer_ready(void *bucketer, size_t ready)
@@ -228,9 +223,6 @@ int rt_bucketer_finish(struct rt_bucketer *b, uint32_t flags, uint32_t *global_f
     uint32_t g = flags;
     if (comm_parallel(b->c)) {
         b->flags = flags;
-        b->flag_job = (struct comm_job){.kind = JOB_ALLREDUCE, .buf = &b->flags, .count = 1, .dt = MPI_UINT32_T,
-                                        .op = MPI_BOR, .bucket = -1, .timeout_s = comm_timeout(b->c)};
-        snprintf(b->flag_job.what, sizeof(b->flag_job.what), "the step's control word (stop, non-finite loss)");
         comm_job_submit(b->c, &b->flag_job);
         for (int k = 0; k < b->nb; k++)
             comm_job_wait(b->c, &b->b[k].job);

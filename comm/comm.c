@@ -202,17 +202,10 @@ void rt_comm_set_phase(struct rt_comm *c, uint64_t step, enum rt_comm_phase phas
     atomic_store(&c->phase, (int)phase);
 }
 
-void rt_comm_counts(const struct rt_comm *c, struct rt_comm_counts *out)
-{
-    pthread_mutex_lock((pthread_mutex_t *)&c->mu);
-    *out = c->counts;
-    pthread_mutex_unlock((pthread_mutex_t *)&c->mu);
-}
-
-void comm_count_bucket(struct rt_comm *c)
+void rt_comm_counts(struct rt_comm *c, struct rt_comm_counts *out)
 {
     pthread_mutex_lock(&c->mu);
-    c->counts.bucket_allreduces++;
+    *out = c->counts;
     pthread_mutex_unlock(&c->mu);
 }
 
@@ -467,6 +460,8 @@ void comm_job_submit(struct rt_comm *c, struct comm_job *j)
     c->q_tail = j;
     if (j->bucket < 0)
         c->counts.other++;
+    else
+        c->counts.bucket_allreduces++;
     pthread_mutex_unlock(&c->mu);
     uint64_t one = 1;
     if (write(c->efd, &one, sizeof(one)) < 0)
@@ -479,14 +474,6 @@ void comm_job_wait(struct rt_comm *c, struct comm_job *j)
     while (!j->done)
         pthread_cond_wait(&c->cv, &c->mu);
     pthread_mutex_unlock(&c->mu);
-}
-
-int comm_job_done(struct rt_comm *c, struct comm_job *j)
-{
-    pthread_mutex_lock(&c->mu);
-    int d = j->done;
-    pthread_mutex_unlock(&c->mu);
-    return d;
 }
 
 /* ---- collectives ---------------------------------------------------------------- */

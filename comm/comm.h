@@ -176,7 +176,7 @@ struct rt_comm_counts {
     uint64_t bucket_allreduces;
     uint64_t other;
 };
-void rt_comm_counts(const struct rt_comm *c, struct rt_comm_counts *out);
+void rt_comm_counts(struct rt_comm *c, struct rt_comm_counts *out);
 
 /* ==== gradient bucketer =====================================================
  *

@@ -43,16 +43,14 @@ struct comm_job {
     int done;                   /* under the group's lock */
 };
 
-/* Queues `j` (fills step, clears done) for the comm thread. */
+/* Queues `j` (fills step, clears done) for the comm thread, and counts it
+ * (a bucket all-reduce when j->bucket >= 0). */
 void comm_job_submit(struct rt_comm *c, struct comm_job *j);
 /* Blocks until `j` is done. Deadlines are the comm thread's business. */
 void comm_job_wait(struct rt_comm *c, struct comm_job *j);
-/* 1 when `j` is done, without blocking. */
-int comm_job_done(struct rt_comm *c, struct comm_job *j);
 /* The group's collective deadline (rt_comm_opts.timeout_s). */
 double comm_timeout(const struct rt_comm *c);
 /* 1 when the group has more than one rank (a comm thread runs). */
 int comm_parallel(const struct rt_comm *c);
-void comm_count_bucket(struct rt_comm *c);
 
 #endif

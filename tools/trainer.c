@@ -75,7 +75,7 @@ struct trainer {
     uint64_t run_micro;         /* micro-batches run by this process (not restored on resume) */
     uint64_t steady_images, steady_ns; /* after the first 3 of them: caches, pools and pages warm */
     uint64_t comm_ns;           /* waiting for the gradient all-reduce after backward */
-    double last_comm_frac, run_comm_frac;
+    double run_comm_frac;       /* exposed communication over the run, averaged over the ranks */
     uint32_t stop_flags;        /* the last step's control word: 4 SIGTERM, 8 SIGUSR1 on some rank */
     char nonfinite[400];        /* this rank's first non-finite loss of the step, for the message */
     double last_train_loss, last_train_acc, last_val_loss, last_val_acc;
@@ -219,7 +219,7 @@ static int save_checkpoint(struct trainer *T)
         return 0;
     /* The partial epoch's sums, over all ranks: rank 0 alone restores them. */
     double ep[3] = {T->ep.loss_sum, T->ep.correct, T->ep.count};
-    if (T->comm)
+    if (T->comm && T->step) /* at an epoch boundary they are zero on every rank */
         rt_comm_allreduce(T->comm, ep, 3, RT_COMM_F64, RT_RED_SUM, "the checkpoint's epoch sums");
     if (!T->root)
         return 0;
@@ -534,7 +534,6 @@ static int end_epoch(struct trainer *T, int partial)
     double ips = time_s > 0 ? g[3] / time_s : 0;
     double wait = g[4] > 0 ? g[5] / g[4] : 0;
     double comm = g[4] > 0 ? g[6] / g[4] : 0;
-    T->last_comm_frac = comm;
     T->last_train_loss = g[2] ? g[0] / g[2] : NAN;
     T->last_train_acc = g[2] ? g[1] / g[2] : NAN;
     T->have_val = 0;
@@ -874,10 +873,11 @@ int train_open_backend(enum train_device dev, int local_rank, int threads, struc
 {
     struct rt_backend_opts bo = {.kind = RT_BACKEND_CPU, .threads = threads};
     struct rt_backend_probe p;
-    if (dev == DEVICE_AUTO && rt_backend_probe(RT_BACKEND_CUDA, &p) == 0 && p.devices > 0)
+    int built = rt_backend_probe(RT_BACKEND_CUDA, &p) == 0;
+    if (dev == DEVICE_AUTO && built && p.devices > 0)
         dev = DEVICE_CUDA;
     if (dev == DEVICE_CUDA) {
-        if (rt_backend_probe(RT_BACKEND_CUDA, &p) < 0)
+        if (!built)
             return rt_errf(-ENOTSUP, "--device cuda: %s", p.detail);
         bo.kind = RT_BACKEND_CUDA;
         bo.device = p.devices > 0 ? local_rank % p.devices : 0;
