@@ -24,6 +24,10 @@ struct rt_backend {
     int threads;            /* CPU worker threads */
     struct rt_stream stream;
     const struct rt_ops *ops;
+    /* The 16-bit tables (rt_backend_ops_for), NULL where the device has none;
+     * why_not says why, for the message. */
+    const struct rt_ops *ops_bf16, *ops_f16;
+    char why_not_bf16[160], why_not_f16[160];
     void *scratch;          /* CPU: see rt_cpu_scratch() */
     size_t scratch_bytes;
     char describe[160];

@@ -37,6 +37,16 @@
 
 enum rt_backend_kind { RT_BACKEND_CPU = 0, RT_BACKEND_CUDA = 1 };
 
+/*
+ * Element type of activations (mixed precision). Parameters, their
+ * gradients, optimizer state and batchnorm statistics are always fp32; with
+ * RT_BF16 or RT_F16 the activations and their gradients are 16-bit and the
+ * convolutions and linear layers run on tensor cores with fp32 accumulation
+ * (PyTorch's autocast, with the weights cast once per call of the layer).
+ */
+enum rt_dtype { RT_F32 = 0, RT_BF16 = 1, RT_F16 = 2 };
+const char *rt_dtype_name(enum rt_dtype t); /* "fp32", "bf16", "fp16" */
+
 struct rt_backend_probe {
     int compiled;          /* 1 if this build has the backend */
     int devices;           /* usable devices: CPUs for cpu, GPUs for cuda (0 = none) */
@@ -73,6 +83,19 @@ void rt_backend_destroy(struct rt_backend *be); /* NULL is fine */
 
 /* The op table and the default stream of `be` (both owned by `be`). */
 const struct rt_ops *rt_backend_ops(const struct rt_backend *be);
+/*
+ * The op table whose activations are of type `act` (rt_backend_ops() is the
+ * RT_F32 one), or NULL with rt_errmsg() saying why the backend cannot (the
+ * CPU computes in fp32 only; bf16 needs a GPU of compute capability 8.0 or
+ * later). In such a table every activation argument -- x, y, dx, dy,
+ * logits, dlogits and the element-wise ops' operands -- points at `act`
+ * elements, and spatial tensors may be in another layout than the fp32
+ * table's (the CUDA backend's 16-bit tables are NHWC, for the tensor cores).
+ * Weights, biases, batchnorm parameters and statistics, every parameter
+ * gradient, the loss statistics and the optimizer and cast ops stay fp32
+ * as in the RT_F32 table.
+ */
+const struct rt_ops *rt_backend_ops_for(const struct rt_backend *be, enum rt_dtype act);
 struct rt_stream *rt_backend_stream(struct rt_backend *be);
 /* Which backend `be` is. */
 enum rt_backend_kind rt_backend_kind_of(const struct rt_backend *be);
@@ -131,6 +154,8 @@ struct rt_loss_stats {
  *    macros. Allocation returns NULL with rt_errmsg() set.
  */
 struct rt_ops {
+    enum rt_dtype act;     /* the activations' element type in this table (rt_backend_ops_for) */
+
     /* -- memory -- */
     void *(*alloc)(struct rt_backend *be, size_t bytes);   /* 256-byte aligned, zeroed */
     void (*free)(struct rt_backend *be, void *p);          /* NULL is fine */
@@ -229,6 +254,12 @@ struct rt_ops {
     void (*sumsq)(struct rt_stream *s, size_t n, const float *x, float *out);
     /* *out (device float) = number of NaN/Inf entries */
     void (*count_nonfinite)(struct rt_stream *s, size_t n, const float *x, float *out);
+    /*
+     * Loss scaling (fp32 gradients in every table): g *= inv_scale, and
+     * *found (device float) = 1 if any g was NaN/Inf before scaling, else
+     * 0. PyTorch's _amp_foreach_non_finite_check_and_unscale_.
+     */
+    void (*unscale_check)(struct rt_stream *s, size_t n, float *g, float inv_scale, float *found);
 
     /* -- casts (mixed precision); half/bf16 as raw uint16 bits, round to nearest even -- */
     void (*cast_f32_f16)(struct rt_stream *s, size_t n, const float *x, uint16_t *y);
@@ -277,6 +308,7 @@ struct rt_model_opts {
     int classes;
     int batch;             /* largest batch forward will see */
     uint64_t seed;         /* initial weights and dropout stream */
+    enum rt_dtype act;     /* activations' element type (RT_F32 default; see rt_backend_ops_for) */
 };
 
 struct rt_model;
@@ -304,6 +336,7 @@ float *rt_model_buffers(struct rt_model *m);             /* device */
 int64_t rt_model_batches_tracked(const struct rt_model *m);
 void rt_model_set_batches_tracked(struct rt_model *m, int64_t v);
 const char *rt_model_name(const struct rt_model *m);
+enum rt_dtype rt_model_act(const struct rt_model *m);
 struct rt_backend *rt_model_backend(const struct rt_model *m);
 
 enum rt_mode { RT_EVAL = 0, RT_TRAIN = 1 };
@@ -311,7 +344,8 @@ enum rt_mode { RT_EVAL = 0, RT_TRAIN = 1 };
 struct rt_step_opts {
     enum rt_mode mode;
     float label_smoothing;
-    float grad_scale;      /* 1 / (samples in the optimizer step); 0 = skip backward */
+    float grad_scale;      /* 1 / (samples in the optimizer step), times the loss scale
+                            * when one is used; 0 = skip backward */
     uint64_t dropout_offset; /* Philox counter base for this micro-batch's dropout masks */
     int no_dropout;        /* RT_TRAIN without dropout (parity tests against PyTorch) */
     const float *mean, *std; /* host, C values each (0..1 units) */
@@ -397,6 +431,41 @@ struct rt_sched {
 float rt_sched_lr(const struct rt_sched *s, uint64_t step);
 const char *rt_sched_kind_name(enum rt_sched_kind k);
 int rt_sched_kind_parse(const char *s, enum rt_sched_kind *k);
+
+/* ==== dynamic loss scaling ================================================ */
+
+/*
+ * PyTorch's GradScaler as a pure state machine (the trainer multiplies the
+ * loss gradient by `scale`, unscales the gradients with the table's
+ * unscale_check, and reports whether they held a NaN/Inf):
+ *  - overflow: the step is skipped (no optimizer update, the LR schedule
+ *    does not advance), scale *= backoff, the good-step count restarts;
+ *  - growth_interval good steps in a row: scale *= growth.
+ * Two ways out, so a diverged run does not skip forever: max_skips skipped
+ * steps in a row, or the scale falling below min_scale.
+ */
+struct rt_scaler {
+    float scale;           /* 65536 to start (2^16, PyTorch's init_scale) */
+    float growth, backoff; /* 2, 0.5 */
+    uint32_t growth_interval; /* 2000 */
+    uint32_t max_skips;    /* 0: never stop on skips */
+    float min_scale;       /* below this the scale has collapsed (2^-14, fp16's smallest normal) */
+    uint32_t good;         /* good steps since the last change */
+    uint32_t skips_in_row;
+    uint64_t skipped;      /* all skipped steps */
+};
+
+enum rt_scaler_verdict {
+    RT_SCALER_APPLY = 0,   /* finite: apply the update */
+    RT_SCALER_SKIP,        /* overflow: skip the update, the scale was backed off */
+    RT_SCALER_STOP_SKIPS,  /* overflow, and max_skips in a row: stop */
+    RT_SCALER_STOP_COLLAPSED, /* overflow, and the scale fell below min_scale: stop */
+};
+
+/* The defaults above. */
+void rt_scaler_init(struct rt_scaler *s);
+/* One optimizer step's outcome; updates the state and says what to do. */
+enum rt_scaler_verdict rt_scaler_update(struct rt_scaler *s, int found_nonfinite);
 
 /* ==== safetensors ========================================================= */
 

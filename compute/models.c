@@ -199,10 +199,11 @@ int rt_model_create(struct rt_backend *be, const struct rt_model_opts *o, struct
     snprintf(m->name, sizeof(m->name), "%s", name);
     int fan_out = !strcmp(name, "resnet18") || wrn;
     struct rt_shape4 in = {o->batch, o->c, o->h, o->w};
-    m->net = net_create(be, in, o->classes, fan_out ? NET_INIT_FAN_OUT : NET_INIT_DEFAULT);
+    rt_errclear();
+    m->net = net_create(be, in, o->classes, fan_out ? NET_INIT_FAN_OUT : NET_INIT_DEFAULT, o->act);
     if (!m->net) {
         free(m);
-        return -ENOMEM;
+        return rt_errmsg()[0] ? -ENOTSUP : -ENOMEM;
     }
     rt_errclear();
     int logits;
@@ -281,6 +282,11 @@ struct rt_backend *rt_model_backend(const struct rt_model *m)
 const char *rt_model_name(const struct rt_model *m)
 {
     return m->name;
+}
+
+enum rt_dtype rt_model_act(const struct rt_model *m)
+{
+    return net_act(m->net);
 }
 
 int rt_model_step(struct rt_model *m, const struct rt_step_opts *o, int n, const uint8_t *images,

@@ -57,7 +57,9 @@ struct entry {
 
 struct net {
     struct rt_backend *be;
-    const struct rt_ops *ops;
+    const struct rt_ops *ops;   /* the table of the activations' type: every op on tensors */
+    const struct rt_ops *ops32; /* the fp32 table: the parameter side (checks on flat buffers) */
+    size_t esz;                 /* bytes per activation element */
     struct rt_stream *s;
     enum net_init init;
     int classes;
@@ -82,6 +84,7 @@ struct net {
     int ngrad_pool;
     int logits;
     int32_t *labels;        /* device, batch */
+    float *logits32;        /* device, batch x classes: 16-bit logits widened for the host; else NULL */
     struct rt_loss_stats *stats; /* device */
 };
 
@@ -184,13 +187,19 @@ static int need(struct net *n, int x, int spatial, const char *layer)
     return 0;
 }
 
-struct net *net_create(struct rt_backend *be, struct rt_shape4 input, int classes, enum net_init init)
+struct net *net_create(struct rt_backend *be, struct rt_shape4 input, int classes, enum net_init init,
+                       enum rt_dtype act)
 {
+    const struct rt_ops *ops = rt_backend_ops_for(be, act);
+    if (!ops)
+        return NULL;
     struct net *n = rt_calloc(1, sizeof(*n), "net");
     if (!n)
         return NULL;
     n->be = be;
-    n->ops = rt_backend_ops(be);
+    n->ops = ops;
+    n->ops32 = rt_backend_ops(be);
+    n->esz = act == RT_F32 ? sizeof(float) : sizeof(uint16_t);
     n->s = rt_backend_stream(be);
     n->init = init;
     n->classes = classes;
@@ -413,14 +422,25 @@ static void init_entry(const struct net *n, const struct entry *e, int row, uint
     }
 }
 
-static void *dev_alloc(struct net *n, size_t floats, int *err)
+static void *dev_alloc_bytes(struct net *n, size_t bytes, int *err)
 {
     if (*err)
         return NULL;
-    void *p = n->ops->alloc(n->be, floats * sizeof(float));
+    void *p = n->ops->alloc(n->be, bytes);
     if (!p)
         *err = 1;
     return p;
+}
+
+static void *dev_alloc(struct net *n, size_t floats, int *err)
+{
+    return dev_alloc_bytes(n, floats * sizeof(float), err);
+}
+
+/* An activation or activation gradient of `elems` elements of the net's type. */
+static void *act_alloc(struct net *n, size_t elems, int *err)
+{
+    return dev_alloc_bytes(n, elems * n->esz, err);
 }
 
 /* Gives tensor tx's gradient a pool slot: the smallest free one that is big
@@ -517,6 +537,8 @@ int net_finish(struct net *n, int logits, uint64_t seed)
     n->buffers = dev_alloc(n, RT_MAX(n->buffer_count, 1), &err);
     n->labels = dev_alloc(n, (size_t)n->t[0].sh.n, &err);
     n->stats = dev_alloc(n, sizeof(struct rt_loss_stats) / sizeof(float), &err);
+    if (n->esz != sizeof(float))
+        n->logits32 = dev_alloc(n, (size_t)n->t[0].sh.n * (size_t)n->classes, &err);
     if (err)
         return -ENOMEM;
 
@@ -550,7 +572,7 @@ int net_finish(struct net *n, int logits, uint64_t seed)
     }
     for (int i = 0; i < n->nt; i++) {
         struct tensor *t = &n->t[i];
-        t->data = t->alias >= 0 ? n->t[t->alias].data : dev_alloc(n, t->per_sample * (size_t)t->sh.n, &err);
+        t->data = t->alias >= 0 ? n->t[t->alias].data : act_alloc(n, t->per_sample * (size_t)t->sh.n, &err);
     }
     for (int i = 0; i < n->nn; i++) {
         struct node *d = &n->nd[i];
@@ -562,7 +584,7 @@ int net_finish(struct net *n, int logits, uint64_t seed)
     if (err || plan_grads(n))
         return -ENOMEM;
     for (int q = 0; q < n->ngrad_pool; q++)
-        n->grad_pool[q] = dev_alloc(n, n->grad_pool_size[q], &err);
+        n->grad_pool[q] = act_alloc(n, n->grad_pool_size[q], &err);
     if (err)
         return -ENOMEM;
     for (int i = 1; i < n->nt; i++)
@@ -589,6 +611,7 @@ void net_destroy(struct net *n)
     o->free(n->be, n->buffers);
     o->free(n->be, n->labels);
     o->free(n->be, n->stats);
+    o->free(n->be, n->logits32);
     free(n->grad_pool);
     free(n->grad_pool_size);
     free(n->tab);
@@ -674,13 +697,13 @@ static void node_fwd(struct net *n, int i, int batch, const struct rt_step_opts 
         if (train && !o->no_dropout && d->p > 0.0f)
             op->dropout_fwd(s, count_at(x, batch), d->p, n->seed, dropout_counter(o, i), x->data, y->data);
         else
-            op->copy(s, y->data, x->data, count_at(x, batch) * sizeof(float));
+            op->copy(s, y->data, x->data, count_at(x, batch) * n->esz);
         break;
     case K_ADD:
         op->add(s, count_at(x, batch), x->data, n->t[d->in[1]].data, y->data);
         break;
     case K_SCALE:
-        op->copy(s, y->data, x->data, count_at(x, batch) * sizeof(float));
+        op->copy(s, y->data, x->data, count_at(x, batch) * n->esz);
         op->scale(s, count_at(x, batch), d->alpha, y->data);
         break;
     }
@@ -704,7 +727,7 @@ static void pass_grad(struct net *n, size_t count, float alpha, const float *dy,
         n->ops->axpy(n->s, count, alpha, dy, dx);
         return;
     }
-    n->ops->copy(n->s, dx, dy, count * sizeof(float));
+    n->ops->copy(n->s, dx, dy, count * n->esz);
     if (alpha != 1.0f)
         n->ops->scale(n->s, count, alpha, dx);
 }
@@ -835,14 +858,26 @@ int net_step(struct net *n, const struct rt_step_opts *o, int batch, const uint8
 
 void net_logits(struct net *n, float *host, int batch)
 {
-    n->ops->download(n->s, host, n->t[n->logits].data, (size_t)batch * (size_t)n->classes * sizeof(float));
+    const size_t count = (size_t)batch * (size_t)n->classes;
+    if (n->ops->act == RT_F32) {
+        n->ops->download(n->s, host, n->t[n->logits].data, count * sizeof(float));
+        return;
+    }
+    /* 16-bit logits: widened on the device, into a buffer kept for it. */
+    const uint16_t *bits = (const uint16_t *)n->t[n->logits].data;
+    if (n->ops->act == RT_BF16)
+        n->ops32->cast_bf16_f32(n->s, count, bits, n->logits32);
+    else
+        n->ops32->cast_f16_f32(n->s, count, bits, n->logits32);
+    n->ops->download(n->s, host, n->logits32, count * sizeof(float));
 }
 
-static int nonfinite(struct net *n, const float *x, size_t count)
+/* 1 if the `count` elements at x (fp32 when `param`, else the activations' type) hold a NaN or Inf. */
+static int nonfinite_in(struct net *n, const float *x, size_t count, int param)
 {
     float bad = 0.0f;
     float *dev = &n->stats->loss_sum; /* scratch: the loss sums were read already */
-    n->ops->count_nonfinite(n->s, count, x, dev);
+    (param ? n->ops32 : n->ops)->count_nonfinite(n->s, count, x, dev);
     n->ops->download(n->s, &bad, dev, sizeof(float));
     return bad != 0.0f;
 }
@@ -852,7 +887,7 @@ void net_find_nonfinite(struct net *n, char *buf, size_t len)
     buf[0] = 0;
     for (int i = 0; i < n->nent; i++) {
         const struct rt_tensor_info *e = &n->ent[i].info;
-        if (e->kind == RT_PARAM && nonfinite(n, n->params + e->offset, e->count)) {
+        if (e->kind == RT_PARAM && nonfinite_in(n, n->params + e->offset, e->count, 1)) {
             snprintf(buf, len, "%s (parameter)", e->name);
             return;
         }
@@ -866,12 +901,12 @@ void net_find_nonfinite(struct net *n, char *buf, size_t len)
     if (saved)
         n->ops->download(n->s, saved, n->buffers, bytes);
     struct rt_step_opts o = {.mode = n->last_mode, .no_dropout = 1};
-    if (nonfinite(n, n->t[0].data, count_at(&n->t[0], n->last_batch))) {
+    if (nonfinite_in(n, n->t[0].data, count_at(&n->t[0], n->last_batch), 0)) {
         snprintf(buf, len, "the normalised input");
     } else {
         for (int i = 0; i < n->nn; i++) {
             node_fwd(n, i, n->last_batch, &o);
-            if (nonfinite(n, n->t[n->nd[i].out].data, count_at(&n->t[n->nd[i].out], n->last_batch))) {
+            if (nonfinite_in(n, n->t[n->nd[i].out].data, count_at(&n->t[n->nd[i].out], n->last_batch), 0)) {
                 snprintf(buf, len, "%s output", n->nd[i].name);
                 break;
             }
@@ -885,7 +920,7 @@ void net_find_nonfinite(struct net *n, char *buf, size_t len)
         return;
     for (int i = 0; i < n->nent; i++) {
         const struct rt_tensor_info *e = &n->ent[i].info;
-        if (e->kind == RT_PARAM && nonfinite(n, n->grads + e->offset, e->count)) {
+        if (e->kind == RT_PARAM && nonfinite_in(n, n->grads + e->offset, e->count, 1)) {
             snprintf(buf, len, "%s gradient", e->name);
             return;
         }
@@ -896,6 +931,11 @@ const struct rt_tensor_info *net_tensors(const struct net *n, int *count)
 {
     *count = n->nent;
     return n->tab;
+}
+
+enum rt_dtype net_act(const struct net *n)
+{
+    return n->ops->act;
 }
 
 struct rt_backend *net_backend(const struct net *n)

@@ -21,7 +21,10 @@ enum net_init {
 
 struct net;
 
-struct net *net_create(struct rt_backend *be, struct rt_shape4 input, int classes, enum net_init init);
+/* NULL with rt_errmsg() set when the backend has no op table for `act` activations. */
+struct net *net_create(struct rt_backend *be, struct rt_shape4 input, int classes, enum net_init init,
+                       enum rt_dtype act);
+enum rt_dtype net_act(const struct net *n);
 void net_destroy(struct net *n);
 
 /*

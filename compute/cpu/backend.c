@@ -91,6 +91,7 @@ float *rt_cpu_scratch(struct rt_stream *s, size_t bytes)
 }
 
 static const struct rt_ops cpu_ops = {
+    .act = RT_F32,
     .alloc = rt_cpu_alloc,
     .free = rt_cpu_free,
     .upload = rt_cpu_upload,
@@ -130,6 +131,7 @@ static const struct rt_ops cpu_ops = {
     .xent_fwd_bwd = rt_cpu_xent_fwd_bwd,
     .sumsq = rt_cpu_sumsq,
     .count_nonfinite = rt_cpu_count_nonfinite,
+    .unscale_check = rt_cpu_unscale_check,
     .cast_f32_f16 = rt_cpu_cast_f32_f16,
     .cast_f16_f32 = rt_cpu_cast_f16_f32,
     .cast_f32_bf16 = rt_cpu_cast_f32_bf16,
@@ -213,6 +215,35 @@ void rt_backend_destroy(struct rt_backend *be)
 const struct rt_ops *rt_backend_ops(const struct rt_backend *be)
 {
     return be->ops;
+}
+
+const struct rt_ops *rt_backend_ops_for(const struct rt_backend *be, enum rt_dtype act)
+{
+    if (act == RT_F32)
+        return be->ops;
+    const struct rt_ops *t = act == RT_BF16 ? be->ops_bf16 : act == RT_F16 ? be->ops_f16 : NULL;
+    if (t)
+        return t;
+    if (be->kind == RT_BACKEND_CPU) {
+        rt_errf(-ENOTSUP, "the CPU backend computes in fp32 only: use --amp off, or a GPU");
+        return NULL;
+    }
+    const char *why = act == RT_BF16 ? be->why_not_bf16 : act == RT_F16 ? be->why_not_f16 : "";
+    rt_errf(-ENOTSUP, "%s activations: %s", rt_dtype_name(act), why[0] ? why : "not supported by this backend");
+    return NULL;
+}
+
+const char *rt_dtype_name(enum rt_dtype t)
+{
+    switch (t) {
+    case RT_F32:
+        return "fp32";
+    case RT_BF16:
+        return "bf16";
+    case RT_F16:
+        return "fp16";
+    }
+    return "?";
 }
 
 struct rt_stream *rt_backend_stream(struct rt_backend *be)

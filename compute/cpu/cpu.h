@@ -90,6 +90,7 @@ void rt_cpu_xent_fwd_bwd(struct rt_stream *s, int n, int k, const float *logits,
                          float label_smoothing, float grad_scale, struct rt_loss_stats *stats, float *dlogits);
 void rt_cpu_sumsq(struct rt_stream *s, size_t n, const float *x, float *out);
 void rt_cpu_count_nonfinite(struct rt_stream *s, size_t n, const float *x, float *out);
+void rt_cpu_unscale_check(struct rt_stream *s, size_t n, float *g, float inv_scale, float *found);
 void rt_cpu_cast_f32_f16(struct rt_stream *s, size_t n, const float *x, uint16_t *y);
 void rt_cpu_cast_f16_f32(struct rt_stream *s, size_t n, const uint16_t *x, float *y);
 void rt_cpu_cast_f32_bf16(struct rt_stream *s, size_t n, const float *x, uint16_t *y);

@@ -611,6 +611,17 @@ void rt_cpu_count_nonfinite(struct rt_stream *s, size_t n, const float *x, float
     *out = (float)total;
 }
 
+void rt_cpu_unscale_check(struct rt_stream *s, size_t n, float *g, float inv_scale, float *found)
+{
+    uint32_t bad = 0;
+#pragma omp parallel for schedule(static) num_threads(nthreads(s)) reduction(| : bad) if (n >= PAR_MIN)
+    for (size_t i = 0; i < n; i++) {
+        bad |= (f32_bits(g[i]) & 0x7f800000u) == 0x7f800000u;
+        g[i] *= inv_scale;
+    }
+    *found = bad ? 1.0f : 0.0f;
+}
+
 /* ==== casts ================================================================ */
 
 /*

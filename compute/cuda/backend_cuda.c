@@ -132,9 +132,36 @@ void *rt_cuda_host_stage(struct rt_stream *s, size_t bytes)
     return c->host_stage;
 }
 
+void *rt_cuda_scratch(struct rt_stream *s, int slot, size_t bytes)
+{
+    struct rt_cuda *c = rt_cuda_of(s);
+    if (bytes <= c->scratch_bytes[slot] && c->scratch[slot])
+        return c->scratch[slot];
+    if (c->scratch[slot])
+        RT_CUDA_CHECK(cudaFreeAsync(c->scratch[slot], rt_cuda_stream(s)));
+    c->scratch[slot] = NULL;
+    c->scratch_bytes[slot] = 0;
+    RT_CUDA_CHECK(cudaMallocAsync(&c->scratch[slot], bytes, rt_cuda_stream(s)));
+    c->scratch_bytes[slot] = bytes;
+    return c->scratch[slot];
+}
+
+const uint8_t *rt_cuda_stage_images(struct rt_stream *s, const uint8_t *host, size_t bytes)
+{
+    /* Pinned staging makes the upload a true async DMA; the ring slot is free
+     * again as soon as this returns. The workspace is reused by later ops only
+     * after the kernels that read it, in stream order. */
+    void *stage = rt_cuda_host_stage(s, bytes);
+    memcpy(stage, host, bytes);
+    uint8_t *dev = (uint8_t *)rt_cuda_workspace(s, bytes);
+    RT_CUDA_CHECK(cudaMemcpyAsync(dev, stage, bytes, cudaMemcpyHostToDevice, rt_cuda_stream(s)));
+    return dev;
+}
+
 /* ---- the table ------------------------------------------------------------------- */
 
 static const struct rt_ops cuda_ops = {
+    .act = RT_F32,
     .alloc = rt_cuda_alloc,
     .free = rt_cuda_free,
     .upload = rt_cuda_upload,
@@ -174,6 +201,7 @@ static const struct rt_ops cuda_ops = {
     .xent_fwd_bwd = rt_cuda_xent_fwd_bwd,
     .sumsq = rt_cuda_sumsq,
     .count_nonfinite = rt_cuda_count_nonfinite,
+    .unscale_check = rt_cuda_unscale_check,
     .cast_f32_f16 = rt_cuda_cast_f32_f16,
     .cast_f16_f32 = rt_cuda_cast_f16_f32,
     .cast_f32_bf16 = rt_cuda_cast_f32_bf16,
@@ -238,6 +266,23 @@ int rt_cuda_create(const struct rt_backend_opts *o, struct rt_backend **out)
     RT_CUBLAS_CHECK(cublasSetPointerMode(c->blas, CUBLAS_POINTER_MODE_HOST));
     be->stream.be = be;
     be->stream.handle = c->compute;
+    /* The 16-bit tables: the fp32 table with the activation ops replaced. */
+    const enum rt_dtype dts[2] = {RT_BF16, RT_F16};
+    for (int i = 0; i < 2; i++) {
+        c->ops16[i] = cuda_ops;
+        c->ops16[i].act = dts[i];
+        rt_cuda_spatial_fill16(&c->ops16[i], dts[i]);
+        rt_cuda_elem_fill16(&c->ops16[i], dts[i]);
+        rt_cuda_dnn_fill16(&c->ops16[i], dts[i]);
+    }
+    be->ops_f16 = &c->ops16[1];
+    /* bf16 tensor-core convolutions and GEMMs start with Ampere (sm_80). */
+    if (c->prop.major >= 8)
+        be->ops_bf16 = &c->ops16[0];
+    else
+        snprintf(be->why_not_bf16, sizeof(be->why_not_bf16),
+                 "GPU %d (%s) is compute capability %d.%d; bf16 needs 8.0 or newer (use --amp fp16)", c->device,
+                 c->prop.name, c->prop.major, c->prop.minor);
     size_t dnn = cudnnGetVersion();
     int cublas = 0;
     cublasGetVersion(c->blas, &cublas);
@@ -257,6 +302,9 @@ void rt_cuda_destroy(struct rt_backend *be)
     rt_cuda_dnn_release(c);
     if (c->workspace)
         cudaFreeAsync(c->workspace, c->compute);
+    for (int i = 0; i < RT_CUDA_SCRATCH_SLOTS; i++)
+        if (c->scratch[i])
+            cudaFreeAsync(c->scratch[i], c->compute);
     cudaStreamSynchronize(c->compute);
     if (c->host_stage)
         cudaFreeHost(c->host_stage);

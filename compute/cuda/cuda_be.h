@@ -32,10 +32,15 @@
 extern "C" {
 #endif
 
+/* Device scratch kept by the backend besides the workspace, one per use, so
+ * that an op can hold one while it uses the workspace (all stream-ordered). */
+enum { RT_CUDA_SCRATCH_W = 0, RT_CUDA_SCRATCH_DW = 1, RT_CUDA_SCRATCH_SLOTS = 2 };
+
 /* A convolution algorithm chosen by measurement, per shape and direction. */
 struct rt_cuda_algo {
     struct rt_conv_desc d;
     int dir;                /* 0 forward, 1 backward data, 2 backward filter */
+    int dt;                 /* enum rt_dtype of the activations */
     int algo;               /* cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t */
     size_t workspace;
 };
@@ -52,6 +57,9 @@ struct rt_cuda {
     int nalgos, cap_algos;
     float *host_stage;      /* pinned staging for input_u8 and small uploads */
     size_t host_stage_bytes;
+    void *scratch[RT_CUDA_SCRATCH_SLOTS]; /* rt_cuda_scratch */
+    size_t scratch_bytes[RT_CUDA_SCRATCH_SLOTS];
+    struct rt_ops ops16[2]; /* the bf16 and fp16 tables (rt_backend_ops_for) */
 };
 
 /* Prints "[rank/world] error: <lib> error <code> (<msg>) in <expr> at file:line" and aborts. */
@@ -96,6 +104,12 @@ void *rt_cuda_workspace(struct rt_stream *s, size_t bytes);
 /* At least `bytes` of pinned host memory for staging uploads; the stream is
  * synchronised first if the previous contents may still be in flight. */
 void *rt_cuda_host_stage(struct rt_stream *s, size_t bytes);
+
+/* At least `bytes` of device scratch in slot `slot` (RT_CUDA_SCRATCH_*), grown like the workspace. */
+void *rt_cuda_scratch(struct rt_stream *s, int slot, size_t bytes);
+/* A host uint8 batch of `bytes` copied to the device (through pinned staging) on the stream; the
+ * returned device copy lives in the workspace until the next op that takes the workspace. */
+const uint8_t *rt_cuda_stage_images(struct rt_stream *s, const uint8_t *host, size_t bytes);
 
 /* ---- backend_cuda.c: memory ---- */
 void *rt_cuda_alloc(struct rt_backend *be, size_t bytes);
@@ -142,10 +156,25 @@ void rt_cuda_linear_bwd_data(struct rt_stream *s, int n, int in, int out, const 
                              float beta, float *dx);
 void rt_cuda_linear_bwd_filter(struct rt_stream *s, int n, int in, int out, const float *x, const float *dy,
                                float *dw, float *db);
+/* The 16-bit tables' convolution and linear entries. */
+void rt_cuda_dnn_fill16(struct rt_ops *t, enum rt_dtype dt);
 /* Frees the algorithm cache (backend destruction). */
 void rt_cuda_dnn_release(struct rt_cuda *c);
 
+/* ---- nhwc16.cu: the 16-bit tables' spatial entries and dnn.c's helpers ---- */
+void rt_cuda_spatial_fill16(struct rt_ops *t, enum rt_dtype dt);
+/* w (k, c, rs) fp32 -> 16-bit, as (k, rs, c) when krsc. */
+void rt_cuda_h_weights(struct rt_stream *s, enum rt_dtype dt, int k, int c, int rs, int krsc, const float *w,
+                       void *out);
+/* dw (k, c, rs) fp32 += g (k, rs, c) 16-bit. */
+void rt_cuda_h_dw_acc(struct rt_stream *s, enum rt_dtype dt, int k, int c, int rs, const void *g, float *dw);
+/* y (rows, c) 16-bit += b (c) fp32; db (c) fp32 += column sums of dy (rows, c) 16-bit. */
+void rt_cuda_h_bias_add(struct rt_stream *s, enum rt_dtype dt, size_t rows, size_t c, const float *b, void *y);
+void rt_cuda_h_bias_grad(struct rt_stream *s, enum rt_dtype dt, size_t rows, size_t c, const void *dy, float *db);
+
 /* ---- elem.cu ---- */
+/* The 16-bit tables' element-wise, loss and reduction entries. */
+void rt_cuda_elem_fill16(struct rt_ops *t, enum rt_dtype dt);
 void rt_cuda_relu_fwd(struct rt_stream *s, size_t n, const float *x, float *y);
 void rt_cuda_relu_bwd(struct rt_stream *s, size_t n, const float *y, const float *dy, float beta, float *dx);
 void rt_cuda_gelu_fwd(struct rt_stream *s, size_t n, const float *x, float *y);
@@ -161,6 +190,7 @@ void rt_cuda_xent_fwd_bwd(struct rt_stream *s, int n, int k, const float *logits
                           float label_smoothing, float grad_scale, struct rt_loss_stats *stats, float *dlogits);
 void rt_cuda_sumsq(struct rt_stream *s, size_t n, const float *x, float *out);
 void rt_cuda_count_nonfinite(struct rt_stream *s, size_t n, const float *x, float *out);
+void rt_cuda_unscale_check(struct rt_stream *s, size_t n, float *g, float inv_scale, float *found);
 void rt_cuda_cast_f32_f16(struct rt_stream *s, size_t n, const float *x, uint16_t *y);
 void rt_cuda_cast_f16_f32(struct rt_stream *s, size_t n, const uint16_t *x, float *y);
 void rt_cuda_cast_f32_bf16(struct rt_stream *s, size_t n, const float *x, uint16_t *y);

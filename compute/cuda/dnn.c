@@ -56,9 +56,21 @@
  * and cuBLAS handles to, rt_cuda_stream(s); nothing here synchronises the
  * device except the one-time search. Errors abort through the check macros.
  *
+ * Mixed precision (the 16-bit tables, rt_backend_ops_for): the same
+ * entry points with activations in bf16 or fp16, NHWC, and fp32 weights.
+ * Each call casts its weights into a 16-bit scratch copy (KRSC for the
+ * convolutions: cuDNN's NHWC filter layout), as autocast casts a weight
+ * on every forward; convolutions accumulate in fp32 (cuDNN's pseudo-half
+ * and pseudo-bf16 configurations) with CUDNN_TENSOR_OP_MATH, and the
+ * algorithm search takes tensor-core algorithms; the weight gradient is
+ * computed into a 16-bit scratch and added into the fp32 gradient by
+ * nhwc16.cu, and bias terms use nhwc16.cu's kernels. The linear layers are
+ * cublasGemmEx with 16-bit operands, fp32 compute, and fp32 output for the
+ * weight gradient, which is added to directly.
+ *
  * This file does not check shapes (the model did, through
- * rt_conv_desc_init), does no dilation, groups, padding other than square
- * symmetric, or half precision, and fuses nothing.
+ * rt_conv_desc_init), does no dilation, groups, or padding other than
+ * square symmetric, and fuses nothing.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -80,6 +92,19 @@ enum { DIR_FWD = 0, DIR_BWD_DATA = 1, DIR_BWD_FILTER = 2 };
 
 static const char *const dir_name[3] = {"forward", "backward data", "backward filter"};
 
+/* The element type and layout of a call's activations. */
+struct dnn_type {
+    enum rt_dtype dt;
+    cudnnDataType_t data;
+    cudnnTensorFormat_t fmt;
+    cudnnMathType_t math;
+    size_t esz;
+};
+
+static const struct dnn_type TY_F32 = {RT_F32, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, CUDNN_FMA_MATH, 4};
+static const struct dnn_type TY_BF16 = {RT_BF16, CUDNN_DATA_BFLOAT16, CUDNN_TENSOR_NHWC, CUDNN_TENSOR_OP_MATH, 2};
+static const struct dnn_type TY_F16 = {RT_F16, CUDNN_DATA_HALF, CUDNN_TENSOR_NHWC, CUDNN_TENSOR_OP_MATH, 2};
+
 /* ---- descriptors ------------------------------------------------------- */
 
 struct conv_descs {
@@ -88,28 +113,26 @@ struct conv_descs {
     cudnnConvolutionDescriptor_t conv;
 };
 
-static void conv_descs_make(const struct rt_conv_desc *d, int with_bias, struct conv_descs *o)
+static void conv_descs_make(const struct rt_conv_desc *d, int with_bias, const struct dnn_type *ty,
+                            struct conv_descs *o)
 {
     memset(o, 0, sizeof(*o));
     RT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&o->x));
-    RT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(o->x, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, d->in.n, d->in.c, d->in.h,
-                                              d->in.w));
+    RT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(o->x, ty->fmt, ty->data, d->in.n, d->in.c, d->in.h, d->in.w));
     RT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&o->y));
-    RT_CUDNN_CHECK(
-        cudnnSetTensor4dDescriptor(o->y, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, d->in.n, d->cout, d->oh, d->ow));
-    if (with_bias) {
+    RT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(o->y, ty->fmt, ty->data, d->in.n, d->cout, d->oh, d->ow));
+    if (with_bias) { /* fp32 only: the 16-bit calls add biases with nhwc16.cu's kernels */
         RT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&o->b));
         RT_CUDNN_CHECK(cudnnSetTensor4dDescriptor(o->b, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, d->cout, 1, 1));
     }
     RT_CUDNN_CHECK(cudnnCreateFilterDescriptor(&o->w));
-    RT_CUDNN_CHECK(
-        cudnnSetFilter4dDescriptor(o->w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, d->cout, d->in.c, d->kh, d->kw));
+    RT_CUDNN_CHECK(cudnnSetFilter4dDescriptor(o->w, ty->data, ty->fmt, d->cout, d->in.c, d->kh, d->kw));
     RT_CUDNN_CHECK(cudnnCreateConvolutionDescriptor(&o->conv));
     /* PyTorch's conv2d is a cross-correlation (the kernel is not flipped). */
     RT_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(o->conv, d->pad, d->pad, d->stride, d->stride, 1, 1,
                                                    CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT));
-    /* No TF32: see the top of the file. */
-    RT_CUDNN_CHECK(cudnnSetConvolutionMathType(o->conv, CUDNN_FMA_MATH));
+    /* fp32: no TF32 (see the top of the file); 16-bit: tensor cores, fp32 accumulation. */
+    RT_CUDNN_CHECK(cudnnSetConvolutionMathType(o->conv, ty->math));
 }
 
 static void conv_descs_free(struct conv_descs *o)
@@ -249,7 +272,8 @@ static void conv_describe(const struct rt_conv_desc *d, int dir, char *buf, size
  * of the file for the rules). Blocks until the measurement is done.
  */
 static struct rt_cuda_algo conv_search(struct rt_stream *s, const struct rt_conv_desc *d, int dir,
-                                       const struct conv_descs *dd, const void *in0, const void *in1, void *out)
+                                       const struct dnn_type *ty, const struct conv_descs *dd, const void *in0,
+                                       const void *in1, void *out)
 {
     struct rt_cuda *c = rt_cuda_of(s);
     cudaStream_t st = rt_cuda_stream(s);
@@ -257,9 +281,9 @@ static struct rt_cuda_algo conv_search(struct rt_stream *s, const struct rt_conv
     /* Backward outputs accumulate: the candidates write a scratch copy (dx or dw) instead. */
     size_t out_bytes = 0;
     if (dir == DIR_BWD_DATA)
-        out_bytes = (size_t)d->in.n * d->in.c * d->in.h * d->in.w * sizeof(float);
+        out_bytes = (size_t)d->in.n * d->in.c * d->in.h * d->in.w * ty->esz;
     else if (dir == DIR_BWD_FILTER)
-        out_bytes = (size_t)d->cout * d->in.c * d->kh * d->kw * sizeof(float);
+        out_bytes = (size_t)d->cout * d->in.c * d->kh * d->kw * ty->esz;
 
     size_t free_b = 0, total_b = 0;
     RT_CUDA_CHECK(cudaMemGetInfo(&free_b, &total_b));
@@ -300,13 +324,14 @@ static struct rt_cuda_algo conv_search(struct rt_stream *s, const struct rt_conv
     if (tmp_ws)
         RT_CUDA_CHECK(cudaFreeAsync(tmp_ws, st));
 
-    /* Fastest deterministic candidate that ran without tensor cores; failing that, the fastest that ran. */
+    /* Fastest deterministic candidate that ran (fp32: without tensor cores); failing that, the fastest that ran. */
     int pick = -1;
     for (int pass = 0; pass < 2 && pick < 0; pass++) {
         for (int i = 0; i < got; i++) {
             if (r[i].status != CUDNN_STATUS_SUCCESS || r[i].memory > need)
                 continue;
-            if (r[i].math == CUDNN_TENSOR_OP_MATH || r[i].math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION)
+            if (ty->dt == RT_F32 &&
+                (r[i].math == CUDNN_TENSOR_OP_MATH || r[i].math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION))
                 continue;
             if (pass == 0 && r[i].determinism != CUDNN_DETERMINISTIC)
                 continue;
@@ -318,11 +343,11 @@ static struct rt_cuda_algo conv_search(struct rt_stream *s, const struct rt_conv
         char what[256];
         conv_describe(d, dir, what, sizeof(what));
         rt_cuda_fail("cuDNN", (int)CUDNN_STATUS_NOT_SUPPORTED,
-                     "no fp32 algorithm ran within the workspace limit (device memory nearly full?)", what, __FILE__,
+                     "no algorithm ran within the workspace limit (device memory nearly full?)", what, __FILE__,
                      __LINE__);
     }
 
-    struct rt_cuda_algo e = {.d = *d, .dir = dir, .algo = r[pick].algo, .workspace = r[pick].memory};
+    struct rt_cuda_algo e = {.d = *d, .dir = dir, .dt = (int)ty->dt, .algo = r[pick].algo, .workspace = r[pick].memory};
     /* The execution call is checked against the Get*WorkspaceSize figure; never hand it less. */
     size_t sz;
     if (conv_ws_size(c, dd, dir, e.algo, &sz) == CUDNN_STATUS_SUCCESS && sz > e.workspace)
@@ -336,14 +361,15 @@ static struct rt_cuda_algo conv_search(struct rt_stream *s, const struct rt_conv
  * direction (backward searches use a scratch output).
  */
 static struct rt_cuda_algo conv_algo(struct rt_stream *s, const struct rt_conv_desc *d, int dir,
-                                     const struct conv_descs *dd, const void *in0, const void *in1, void *out)
+                                     const struct dnn_type *ty, const struct conv_descs *dd, const void *in0,
+                                     const void *in1, void *out)
 {
     struct rt_cuda *c = rt_cuda_of(s);
     for (int i = 0; i < c->nalgos; i++) {
-        if (c->algos[i].dir == dir && conv_same(&c->algos[i].d, d))
+        if (c->algos[i].dir == dir && c->algos[i].dt == (int)ty->dt && conv_same(&c->algos[i].d, d))
             return c->algos[i];
     }
-    const struct rt_cuda_algo e = conv_search(s, d, dir, dd, in0, in1, out);
+    const struct rt_cuda_algo e = conv_search(s, d, dir, ty, dd, in0, in1, out);
     if (c->nalgos == c->cap_algos) {
         const int cap = c->cap_algos ? 2 * c->cap_algos : 16;
         struct rt_cuda_algo *p = realloc(c->algos, (size_t)cap * sizeof(*p));
@@ -365,61 +391,102 @@ static void *conv_workspace(struct rt_stream *s, const struct rt_cuda_algo *a)
 
 /* ---- convolution ------------------------------------------------------- */
 
-void rt_cuda_conv2d_fwd(struct rt_stream *s, const struct rt_conv_desc *d, const float *x, const float *w,
-                        const float *bias, float *y)
+/* The 16-bit copy of a convolution's fp32 weights, KRSC, in the backend's weight scratch. */
+static void *conv_weights16(struct rt_stream *s, const struct rt_conv_desc *d, const struct dnn_type *ty,
+                            const float *w)
+{
+    const size_t count = (size_t)d->cout * d->in.c * d->kh * d->kw;
+    void *wl = rt_cuda_scratch(s, RT_CUDA_SCRATCH_W, count * ty->esz);
+    rt_cuda_h_weights(s, ty->dt, d->cout, d->in.c, d->kh * d->kw, 1, w, wl);
+    return wl;
+}
+
+static void conv_fwd(struct rt_stream *s, const struct rt_conv_desc *d, const struct dnn_type *ty, const float *x,
+                     const float *w, const float *bias, float *y)
 {
     /* cuDNN rejects empty tensors; an empty batch has nothing to compute. */
     if (d->in.n <= 0)
         return;
     struct rt_cuda *c = rt_cuda_of(s);
+    const int f32 = ty->dt == RT_F32;
+    const void *wt = f32 ? (const void *)w : conv_weights16(s, d, ty, w);
     struct conv_descs dd;
-    conv_descs_make(d, bias != NULL, &dd);
-    const struct rt_cuda_algo a = conv_algo(s, d, DIR_FWD, &dd, x, w, y);
+    conv_descs_make(d, f32 && bias != NULL, ty, &dd);
+    const struct rt_cuda_algo a = conv_algo(s, d, DIR_FWD, ty, &dd, x, wt, y);
     void *ws = conv_workspace(s, &a);
     const float one = 1.0f, zero = 0.0f;
-    RT_CUDNN_CHECK(cudnnConvolutionForward(c->dnn, &one, dd.x, x, dd.w, w, dd.conv, (cudnnConvolutionFwdAlgo_t)a.algo,
-                                           ws, a.workspace, &zero, dd.y, y));
-    if (bias)
+    RT_CUDNN_CHECK(cudnnConvolutionForward(c->dnn, &one, dd.x, x, dd.w, wt, dd.conv,
+                                           (cudnnConvolutionFwdAlgo_t)a.algo, ws, a.workspace, &zero, dd.y, y));
+    if (bias && f32)
         RT_CUDNN_CHECK(cudnnAddTensor(c->dnn, &one, dd.b, bias, &one, dd.y, y));
+    else if (bias)
+        rt_cuda_h_bias_add(s, ty->dt, (size_t)d->in.n * d->oh * d->ow, (size_t)d->cout, bias, y);
     conv_descs_free(&dd);
 }
 
-void rt_cuda_conv2d_bwd_data(struct rt_stream *s, const struct rt_conv_desc *d, const float *dy, const float *w,
-                             float beta, float *dx)
+static void conv_bwd_data(struct rt_stream *s, const struct rt_conv_desc *d, const struct dnn_type *ty,
+                          const float *dy, const float *w, float beta, float *dx)
 {
     if (d->in.n <= 0)
         return;
     struct rt_cuda *c = rt_cuda_of(s);
+    const void *wt = ty->dt == RT_F32 ? (const void *)w : conv_weights16(s, d, ty, w);
     struct conv_descs dd;
-    conv_descs_make(d, 0, &dd);
-    const struct rt_cuda_algo a = conv_algo(s, d, DIR_BWD_DATA, &dd, w, dy, NULL);
+    conv_descs_make(d, 0, ty, &dd);
+    const struct rt_cuda_algo a = conv_algo(s, d, DIR_BWD_DATA, ty, &dd, wt, dy, NULL);
     void *ws = conv_workspace(s, &a);
     const float one = 1.0f;
     /* dx = beta dx + result; cuDNN does not read dx when beta is 0. */
-    RT_CUDNN_CHECK(cudnnConvolutionBackwardData(c->dnn, &one, dd.w, w, dd.y, dy, dd.conv,
+    RT_CUDNN_CHECK(cudnnConvolutionBackwardData(c->dnn, &one, dd.w, wt, dd.y, dy, dd.conv,
                                                 (cudnnConvolutionBwdDataAlgo_t)a.algo, ws, a.workspace, &beta, dd.x,
                                                 dx));
     conv_descs_free(&dd);
 }
 
-void rt_cuda_conv2d_bwd_filter(struct rt_stream *s, const struct rt_conv_desc *d, const float *x, const float *dy,
-                               float *dw, float *dbias)
+static void conv_bwd_filter(struct rt_stream *s, const struct rt_conv_desc *d, const struct dnn_type *ty,
+                            const float *x, const float *dy, float *dw, float *dbias)
 {
     if (d->in.n <= 0)
         return;
     struct rt_cuda *c = rt_cuda_of(s);
+    const int f32 = ty->dt == RT_F32;
+    const size_t count = (size_t)d->cout * d->in.c * d->kh * d->kw;
+    /* 16-bit: the gradient of this call alone, into scratch, then added into the fp32 dw. */
+    void *g = f32 ? (void *)dw : rt_cuda_scratch(s, RT_CUDA_SCRATCH_DW, count * ty->esz);
     struct conv_descs dd;
-    conv_descs_make(d, dbias != NULL, &dd);
-    const struct rt_cuda_algo a = conv_algo(s, d, DIR_BWD_FILTER, &dd, x, dy, NULL);
+    conv_descs_make(d, f32 && dbias != NULL, ty, &dd);
+    const struct rt_cuda_algo a = conv_algo(s, d, DIR_BWD_FILTER, ty, &dd, x, dy, NULL);
     void *ws = conv_workspace(s, &a);
-    /* Parameter gradients accumulate over micro-batches: beta 1. */
-    const float one = 1.0f;
+    /* fp32: parameter gradients accumulate over micro-batches, beta 1; 16-bit: the scratch is overwritten. */
+    const float one = 1.0f, zero = 0.0f;
     RT_CUDNN_CHECK(cudnnConvolutionBackwardFilter(c->dnn, &one, dd.x, x, dd.y, dy, dd.conv,
-                                                  (cudnnConvolutionBwdFilterAlgo_t)a.algo, ws, a.workspace, &one,
-                                                  dd.w, dw));
-    if (dbias)
+                                                  (cudnnConvolutionBwdFilterAlgo_t)a.algo, ws, a.workspace,
+                                                  f32 ? &one : &zero, dd.w, g));
+    if (!f32)
+        rt_cuda_h_dw_acc(s, ty->dt, d->cout, d->in.c, d->kh * d->kw, g, dw);
+    if (dbias && f32)
         RT_CUDNN_CHECK(cudnnConvolutionBackwardBias(c->dnn, &one, dd.y, dy, &one, dd.b, dbias));
+    else if (dbias)
+        rt_cuda_h_bias_grad(s, ty->dt, (size_t)d->in.n * d->oh * d->ow, (size_t)d->cout, dy, dbias);
     conv_descs_free(&dd);
+}
+
+void rt_cuda_conv2d_fwd(struct rt_stream *s, const struct rt_conv_desc *d, const float *x, const float *w,
+                        const float *bias, float *y)
+{
+    conv_fwd(s, d, &TY_F32, x, w, bias, y);
+}
+
+void rt_cuda_conv2d_bwd_data(struct rt_stream *s, const struct rt_conv_desc *d, const float *dy, const float *w,
+                             float beta, float *dx)
+{
+    conv_bwd_data(s, d, &TY_F32, dy, w, beta, dx);
+}
+
+void rt_cuda_conv2d_bwd_filter(struct rt_stream *s, const struct rt_conv_desc *d, const float *x, const float *dy,
+                               float *dw, float *dbias)
+{
+    conv_bwd_filter(s, d, &TY_F32, x, dy, dw, dbias);
 }
 
 /* ---- linear -------------------------------------------------------------- */
@@ -480,6 +547,81 @@ void rt_cuda_linear_bwd_filter(struct rt_stream *s, int n, int in, int out, cons
         RT_CUDNN_CHECK(cudnnConvolutionBackwardBias(c->dnn, &one, rows, dy, &one, vec, db));
         feat_descs_free(rows, vec);
     }
+}
+
+/* ---- 16-bit linear layers ------------------------------------------------ */
+
+static cudaDataType_t blas_type(const struct dnn_type *ty)
+{
+    return ty->dt == RT_BF16 ? CUDA_R_16BF : CUDA_R_16F;
+}
+
+/* The 16-bit copy of a linear layer's fp32 weights (out, in), in the weight scratch. */
+static void *linear_weights16(struct rt_stream *s, const struct dnn_type *ty, int in, int out, const float *w)
+{
+    void *wl = rt_cuda_scratch(s, RT_CUDA_SCRATCH_W, (size_t)in * out * ty->esz);
+    rt_cuda_h_weights(s, ty->dt, out, in, 1, 0, w, wl);
+    return wl;
+}
+
+/* The same products as the fp32 entries above (see the comment there), with 16-bit operands. */
+static void linear16_fwd(struct rt_stream *s, const struct dnn_type *ty, int n, int in, int out, const float *x,
+                         const float *w, const float *b, float *y)
+{
+    if (n <= 0)
+        return;
+    struct rt_cuda *c = rt_cuda_of(s);
+    const cudaDataType_t t = blas_type(ty);
+    const void *wl = linear_weights16(s, ty, in, out, w);
+    const float one = 1.0f, zero = 0.0f;
+    RT_CUBLAS_CHECK(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, wl, t, in, x, t, in, &zero, y,
+                                 t, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (b)
+        rt_cuda_h_bias_add(s, ty->dt, (size_t)n, (size_t)out, b, y);
+}
+
+static void linear16_bwd_data(struct rt_stream *s, const struct dnn_type *ty, int n, int in, int out,
+                              const float *dy, const float *w, float beta, float *dx)
+{
+    if (n <= 0)
+        return;
+    struct rt_cuda *c = rt_cuda_of(s);
+    const cudaDataType_t t = blas_type(ty);
+    const void *wl = linear_weights16(s, ty, in, out, w);
+    const float one = 1.0f;
+    RT_CUBLAS_CHECK(cublasGemmEx(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, wl, t, in, dy, t, out, &beta,
+                                 dx, t, in, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+static void linear16_bwd_filter(struct rt_stream *s, const struct dnn_type *ty, int n, int in, int out,
+                                const float *x, const float *dy, float *dw, float *db)
+{
+    if (n <= 0)
+        return;
+    struct rt_cuda *c = rt_cuda_of(s);
+    const cudaDataType_t t = blas_type(ty);
+    const float one = 1.0f;
+    /* 16-bit operands, fp32 output: added straight into the fp32 gradient. */
+    RT_CUBLAS_CHECK(cublasGemmEx(c->blas, CUBLAS_OP_N, CUBLAS_OP_T, in, out, n, &one, x, t, in, dy, t, out, &one, dw,
+                                 CUDA_R_32F, in, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (db)
+        rt_cuda_h_bias_grad(s, ty->dt, (size_t)n, (size_t)out, dy, db);
+}
+
+/* The 16-bit tables' entries: one set per type, each a call of the typed function above. */
+#define DNN16_ENTRIES(sfx, TY)                                                                                           static void conv_fwd_##sfx(struct rt_stream *s, const struct rt_conv_desc *d, const float *x, const float *w,                                  const float *bias, float *y)                                                              {                                                                                                                        conv_fwd(s, d, &TY, x, w, bias, y);                                                                              }                                                                                                                    static void conv_bwd_data_##sfx(struct rt_stream *s, const struct rt_conv_desc *d, const float *dy,                                                 const float *w, float beta, float *dx)                                               {                                                                                                                        conv_bwd_data(s, d, &TY, dy, w, beta, dx);                                                                       }                                                                                                                    static void conv_bwd_filter_##sfx(struct rt_stream *s, const struct rt_conv_desc *d, const float *x,                                                  const float *dy, float *dw, float *dbias)                                          {                                                                                                                        conv_bwd_filter(s, d, &TY, x, dy, dw, dbias);                                                                    }                                                                                                                    static void linear_fwd_##sfx(struct rt_stream *s, int n, int in, int out, const float *x, const float *w,                                         const float *b, float *y)                                                               {                                                                                                                        linear16_fwd(s, &TY, n, in, out, x, w, b, y);                                                                    }                                                                                                                    static void linear_bwd_data_##sfx(struct rt_stream *s, int n, int in, int out, const float *dy, const float *w,                                       float beta, float *dx)                                                             {                                                                                                                        linear16_bwd_data(s, &TY, n, in, out, dy, w, beta, dx);                                                          }                                                                                                                    static void linear_bwd_filter_##sfx(struct rt_stream *s, int n, int in, int out, const float *x,                                                        const float *dy, float *dw, float *db)                                           {                                                                                                                        linear16_bwd_filter(s, &TY, n, in, out, x, dy, dw, db);                                                          }
+
+DNN16_ENTRIES(bf16, TY_BF16)
+DNN16_ENTRIES(f16, TY_F16)
+
+#define DNN16_FILL(t, sfx)                                                                                               do {                                                                                                                     (t)->conv2d_fwd = conv_fwd_##sfx;                                                                                    (t)->conv2d_bwd_data = conv_bwd_data_##sfx;                                                                          (t)->conv2d_bwd_filter = conv_bwd_filter_##sfx;                                                                      (t)->linear_fwd = linear_fwd_##sfx;                                                                                  (t)->linear_bwd_data = linear_bwd_data_##sfx;                                                                        (t)->linear_bwd_filter = linear_bwd_filter_##sfx;                                                                } while (0)
+
+void rt_cuda_dnn_fill16(struct rt_ops *t, enum rt_dtype dt)
+{
+    if (dt == RT_BF16)
+        DNN16_FILL(t, bf16);
+    else
+        DNN16_FILL(t, f16);
 }
 
 /* ---- teardown ------------------------------------------------------------ */

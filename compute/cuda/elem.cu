@@ -40,6 +40,7 @@
 
 #include "common/common.h"
 #include "compute/cuda/cuda_be.h"
+#include "compute/cuda/kern.cuh"
 
 /* Threads per block of every kernel here; a power of two (block_sum's tree). */
 #define THREADS 256
@@ -99,69 +100,57 @@ static __device__ double warp_sum(double v)
     return v;
 }
 
-/* ==== activations ========================================================== */
+/* ==== activations ==========================================================
+ *
+ * The element-wise kernels are templates over the activation type T (float,
+ * __nv_bfloat16, __half): elements are loaded as float, computed in float
+ * and rounded once into T on the store. For T = float that is the fp32
+ * table's arithmetic unchanged.
+ */
 
-static __global__ void relu_fwd_k(size_t n, const float *x, float *y)
+template <typename T> static __global__ void relu_fwd_k(size_t n, const T *x, T *y)
 {
     /* `x < 0 ? 0 : x` lets NaN through, as torch.relu (and elem.c) does. */
     GRID_STRIDE(i, n)
     {
-        const float v = x[i];
-        y[i] = v < 0.0f ? 0.0f : v;
+        const float v = ldf(x[i]);
+        y[i] = stf<T>(v < 0.0f ? 0.0f : v);
     }
 }
 
-static __global__ void relu_bwd_k(size_t n, const float *y, const float *dy, float beta, float *dx)
+template <typename T> static __global__ void relu_bwd_k(size_t n, const T *y, const T *dy, float beta, T *dx)
 {
     /* A select, not a product: 0 where y <= 0 even for a NaN dy, as
      * threshold_backward; beta != 0 means 1 (compute.h), as in elem.c. */
     GRID_STRIDE(i, n)
     {
-        const float g = y[i] > 0.0f ? dy[i] : 0.0f;
-        dx[i] = beta == 0.0f ? g : __fadd_rn(dx[i], g);
+        const float g = ldf(y[i]) > 0.0f ? ldf(dy[i]) : 0.0f;
+        dx[i] = stf<T>(beta == 0.0f ? g : __fadd_rn(ldf(dx[i]), g));
     }
 }
 
-static __global__ void gelu_fwd_k(size_t n, const float *x, float *y)
+template <typename T> static __global__ void gelu_fwd_k(size_t n, const T *x, T *y)
 {
     GRID_STRIDE(i, n)
     {
-        const float v = x[i];
-        y[i] = __fmul_rn(__fmul_rn(v, 0.5f), __fadd_rn(1.0f, erff(__fmul_rn(v, GELU_ALPHA))));
+        const float v = ldf(x[i]);
+        y[i] = stf<T>(__fmul_rn(__fmul_rn(v, 0.5f), __fadd_rn(1.0f, erff(__fmul_rn(v, GELU_ALPHA)))));
     }
 }
 
-static __global__ void gelu_bwd_k(size_t n, const float *x, const float *dy, float beta, float *dx)
+template <typename T> static __global__ void gelu_bwd_k(size_t n, const T *x, const T *dy, float beta, T *dx)
 {
     GRID_STRIDE(i, n)
     {
-        const float v = x[i];
+        const float v = ldf(x[i]);
         const float cdf = __fmul_rn(0.5f, __fadd_rn(1.0f, erff(__fmul_rn(v, GELU_ALPHA))));
         const float pdf = __fmul_rn(GELU_BETA, expf(__fmul_rn(__fmul_rn(v, v), -0.5f)));
-        const float g = __fmul_rn(dy[i], __fadd_rn(cdf, __fmul_rn(v, pdf)));
-        dx[i] = beta == 0.0f ? g : __fadd_rn(__fmul_rn(beta, dx[i]), g);
+        const float g = __fmul_rn(ldf(dy[i]), __fadd_rn(cdf, __fmul_rn(v, pdf)));
+        dx[i] = stf<T>(beta == 0.0f ? g : __fadd_rn(__fmul_rn(beta, ldf(dx[i])), g));
     }
 }
 
 /* ==== dropout ============================================================== */
-
-/* One Philox4x32-10 block, round for round common.c's rt_philox4x32(). */
-static __device__ __forceinline__ void philox4x32(uint32_t k0, uint32_t k1, uint32_t c[4])
-{
-#pragma unroll
-    for (int round = 0; round < 10; round++) {
-        const uint32_t hi0 = __umulhi(0xD2511F53u, c[0]), lo0 = 0xD2511F53u * c[0];
-        const uint32_t hi1 = __umulhi(0xCD9E8D57u, c[2]), lo1 = 0xCD9E8D57u * c[2];
-        const uint32_t n0 = hi1 ^ c[1] ^ k0;
-        const uint32_t n2 = hi0 ^ c[3] ^ k1;
-        c[0] = n0;
-        c[1] = lo1;
-        c[2] = n2;
-        c[3] = lo0;
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
-    }
-}
 
 /*
  * y = x * mul (beta 0) or y = beta y + x * mul, mul = scale where kept and 0
@@ -172,8 +161,9 @@ static __device__ __forceinline__ void philox4x32(uint32_t k0, uint32_t k1, uint
  * block is computed once; x may be y (each element is read, then written, by
  * one thread).
  */
+template <typename T>
 static __global__ void dropout_k(size_t n, float p, float scale, uint32_t k0, uint32_t k1, uint64_t offset,
-                                 const float *x, float beta, float *y)
+                                 const T *x, float beta, T *y)
 {
     const size_t lead = (size_t)(offset & 3u);     /* elements of the first block before element 0 */
     const uint64_t base = offset - (uint64_t)lead; /* a multiple of 4: e = base + q, q = i + lead */
@@ -191,30 +181,30 @@ static __global__ void dropout_k(size_t n, float p, float scale, uint32_t k0, ui
                 continue;
             const size_t i = q - lead;
             const float u = (float)(w[l] >> 8) * (1.0f / 16777216.0f);
-            const float v = __fmul_rn(x[i], u >= p ? scale : 0.0f);
-            y[i] = beta == 0.0f ? v : __fadd_rn(__fmul_rn(beta, y[i]), v);
+            const float v = __fmul_rn(ldf(x[i]), u >= p ? scale : 0.0f);
+            y[i] = stf<T>(beta == 0.0f ? v : __fadd_rn(__fmul_rn(beta, ldf(y[i])), v));
         }
     }
 }
 
 /* ==== add, scale, axpy ===================================================== */
 
-static __global__ void add_k(size_t n, const float *a, const float *b, float *y)
+template <typename T> static __global__ void add_k(size_t n, const T *a, const T *b, T *y)
 {
     GRID_STRIDE(i, n)
-    y[i] = __fadd_rn(a[i], b[i]);
+    y[i] = stf<T>(__fadd_rn(ldf(a[i]), ldf(b[i])));
 }
 
-static __global__ void scale_k(size_t n, float alpha, float *x)
+template <typename T> static __global__ void scale_k(size_t n, float alpha, T *x)
 {
     GRID_STRIDE(i, n)
-    x[i] = __fmul_rn(x[i], alpha);
+    x[i] = stf<T>(__fmul_rn(ldf(x[i]), alpha));
 }
 
-static __global__ void axpy_k(size_t n, float alpha, const float *x, float *y)
+template <typename T> static __global__ void axpy_k(size_t n, float alpha, const T *x, T *y)
 {
     GRID_STRIDE(i, n)
-    y[i] = __fadd_rn(y[i], __fmul_rn(alpha, x[i]));
+    y[i] = stf<T>(__fadd_rn(ldf(y[i]), __fmul_rn(alpha, ldf(x[i]))));
 }
 
 /* ==== loss ================================================================= */
@@ -229,14 +219,15 @@ static __global__ void axpy_k(size_t n, float alpha, const float *x, float *y)
  * butterfly. dlogits may be logits: every lane has read all it needs of the
  * row before the __syncwarp that precedes the first write.
  */
-static __global__ void xent_rows_k(int n, int k, const float *logits, const int32_t *labels, double eps, double on,
-                                   double off, float grad_scale, double *rows, float *dlogits)
+template <typename T>
+static __global__ void xent_rows_k(int n, int k, const T *logits, const int32_t *labels, double eps, double on,
+                                   double off, float grad_scale, double *rows, T *dlogits)
 {
     const int lane = (int)(threadIdx.x & 31u);
     for (int64_t r = (int64_t)blockIdx.x * XENT_ROWS + threadIdx.x / 32; r < n;
          r += (int64_t)gridDim.x * XENT_ROWS) {
-        const float *z = logits + (size_t)r * (size_t)k;
-        float *dz = dlogits ? dlogits + (size_t)r * (size_t)k : NULL;
+        const T *z = logits + (size_t)r * (size_t)k;
+        T *dz = dlogits ? dlogits + (size_t)r * (size_t)k : NULL;
         double *row = rows + 3 * (size_t)r;
         const int32_t y = labels[r];
         /* label < 0 is padding; a label >= k is the caller's bug, treated
@@ -244,7 +235,7 @@ static __global__ void xent_rows_k(int n, int k, const float *logits, const int3
         if (y < 0 || y >= k) {
             if (dz)
                 for (int j = lane; j < k; j += 32)
-                    dz[j] = 0.0f;
+                    dz[j] = stf<T>(0.0f);
             if (lane == 0)
                 row[0] = row[1] = row[2] = 0.0;
             continue;
@@ -261,7 +252,7 @@ static __global__ void xent_rows_k(int n, int k, const float *logits, const int3
         float best = -INFINITY;
         int arg = k;
         for (int j = lane; j < k; j += 32) {
-            const float zj = z[j];
+            const float zj = ldf(z[j]);
             if (!isnan(zj) && (arg == k || zj > best)) {
                 best = zj;
                 arg = j;
@@ -276,7 +267,7 @@ static __global__ void xent_rows_k(int n, int k, const float *logits, const int3
             }
         }
         float zmax = best;
-        const float z0 = z[0];
+        const float z0 = ldf(z[0]);
         if (isnan(z0)) {
             zmax = z0;
             arg = 0;
@@ -285,13 +276,13 @@ static __global__ void xent_rows_k(int n, int k, const float *logits, const int3
         /* exp in float as torch's log_softmax, sums in double (elem.c) */
         double sum = 0.0, zsum = 0.0;
         for (int j = lane; j < k; j += 32) {
-            const float zj = z[j];
+            const float zj = ldf(z[j]);
             sum += (double)expf(__fsub_rn(zj, zmax));
             zsum += (double)zj;
         }
         sum = warp_sum(sum);
         zsum = warp_sum(zsum);
-        const double zy = (double)z[y];
+        const double zy = (double)ldf(z[y]);
         const double lse = __dadd_rn((double)zmax, log(sum));
         if (lane == 0) {
             /* on (-log p_y) + eps (mean over classes of -log p_j) */
@@ -306,9 +297,9 @@ static __global__ void xent_rows_k(int n, int k, const float *logits, const int3
             const double gs = (double)grad_scale;
             for (int j = lane; j < k; j += 32) {
                 /* the exponential again, rather than a stored copy: the same bits */
-                const double e = (double)expf(__fsub_rn(z[j], zmax));
+                const double e = (double)expf(__fsub_rn(ldf(z[j]), zmax));
                 const double t = __dadd_rn(j == y ? on : 0.0, off);
-                dz[j] = (float)__dmul_rn(gs, __dsub_rn(__dmul_rn(e, inv), t));
+                dz[j] = stf<T>((float)__dmul_rn(gs, __dsub_rn(__dmul_rn(e, inv), t)));
             }
         }
     }
@@ -336,14 +327,14 @@ static __global__ void xent_stats_k(int n, const double *rows, struct rt_loss_st
 
 /* ==== reductions =========================================================== */
 
-static __global__ void sumsq_part_k(size_t n, const float *x, double *part)
+template <typename T> static __global__ void sumsq_part_k(size_t n, const T *x, double *part)
 {
     __shared__ double sh[THREADS];
     double a = 0.0;
     /* the product of two floats is exact in double: fusing it changes nothing */
     GRID_STRIDE(i, n)
     {
-        const double v = (double)x[i];
+        const double v = (double)ldf(x[i]);
         a = fma(v, v, a);
     }
     a = block_sum(a, sh);
@@ -362,13 +353,13 @@ static __global__ void sumsq_final_k(unsigned nb, const double *part, float *out
         *out = (float)a;
 }
 
-static __global__ void nonfinite_part_k(size_t n, const float *x, unsigned long long *part)
+template <typename T> static __global__ void nonfinite_part_k(size_t n, const T *x, unsigned long long *part)
 {
     __shared__ unsigned long long sh[THREADS];
     unsigned long long c = 0;
     /* an all-ones exponent is Inf or NaN, whatever -ftz or fast-math do to comparisons */
     GRID_STRIDE(i, n)
-    c += (__float_as_uint(x[i]) & 0x7f800000u) == 0x7f800000u;
+    c += (__float_as_uint(ldf(x[i])) & 0x7f800000u) == 0x7f800000u;
     c = block_sum(c, sh);
     if (threadIdx.x == 0)
         part[blockIdx.x] = c;
@@ -383,6 +374,21 @@ static __global__ void nonfinite_final_k(unsigned nb, const unsigned long long *
     c = block_sum(c, sh);
     if (threadIdx.x == 0)
         *out = (float)c;
+}
+
+/* g *= inv_scale; *found was zeroed before the launch, every thread that sees
+ * a NaN/Inf stores the same 1.0f into it (a benign race: one value). */
+static __global__ void unscale_check_k(size_t n, float *g, float inv_scale, float *found)
+{
+    bool bad = false;
+    GRID_STRIDE(i, n)
+    {
+        const float v = g[i];
+        bad |= (__float_as_uint(v) & 0x7f800000u) == 0x7f800000u;
+        g[i] = v * inv_scale;
+    }
+    if (bad)
+        *found = 1.0f;
 }
 
 /* ==== casts ================================================================ */
@@ -493,38 +499,50 @@ static __global__ void adam_k(size_t n, float *p, const float *g, float *m, floa
 
 /* ==== the op table's entries =============================================== */
 
-void rt_cuda_relu_fwd(struct rt_stream *s, size_t n, const float *x, float *y)
+/*
+ * Each entry is a template over the activation type T with the op table's
+ * float signature: the fp32 table takes the float instance (the rt_cuda_*
+ * names below), the 16-bit tables the bf16 and fp16 ones
+ * (rt_cuda_elem_fill16), whose pointers hold T elements.
+ */
+#define TP(p) reinterpret_cast<const T *>(p)
+#define TM(p) reinterpret_cast<T *>(p)
+
+template <typename T> static void relu_fwd_t(struct rt_stream *s, size_t n, const float *x, float *y)
 {
     if (n == 0)
         return;
-    relu_fwd_k<<<grid_for(n), THREADS, 0, rt_cuda_stream(s)>>>(n, x, y);
+    relu_fwd_k<T><<<grid_for(n), THREADS, 0, rt_cuda_stream(s)>>>(n, TP(x), TM(y));
     RT_CUDA_LAUNCHED();
 }
 
-void rt_cuda_relu_bwd(struct rt_stream *s, size_t n, const float *y, const float *dy, float beta, float *dx)
+template <typename T>
+static void relu_bwd_t(struct rt_stream *s, size_t n, const float *y, const float *dy, float beta, float *dx)
 {
     if (n == 0)
         return;
-    relu_bwd_k<<<grid_for(n), THREADS, 0, rt_cuda_stream(s)>>>(n, y, dy, beta, dx);
+    relu_bwd_k<T><<<grid_for(n), THREADS, 0, rt_cuda_stream(s)>>>(n, TP(y), TP(dy), beta, TM(dx));
     RT_CUDA_LAUNCHED();
 }
 
-void rt_cuda_gelu_fwd(struct rt_stream *s, size_t n, const float *x, float *y)
+template <typename T> static void gelu_fwd_t(struct rt_stream *s, size_t n, const float *x, float *y)
 {
     if (n == 0)
         return;
-    gelu_fwd_k<<<grid_for(n), THREADS, 0, rt_cuda_stream(s)>>>(n, x, y);
+    gelu_fwd_k<T><<<grid_for(n), THREADS, 0, rt_cuda_stream(s)>>>(n, TP(x), TM(y));
     RT_CUDA_LAUNCHED();
 }
 
-void rt_cuda_gelu_bwd(struct rt_stream *s, size_t n, const float *x, const float *dy, float beta, float *dx)
+template <typename T>
+static void gelu_bwd_t(struct rt_stream *s, size_t n, const float *x, const float *dy, float beta, float *dx)
 {
     if (n == 0)
         return;
-    gelu_bwd_k<<<grid_for(n), THREADS, 0, rt_cuda_stream(s)>>>(n, x, dy, beta, dx);
+    gelu_bwd_k<T><<<grid_for(n), THREADS, 0, rt_cuda_stream(s)>>>(n, TP(x), TP(dy), beta, TM(dx));
     RT_CUDA_LAUNCHED();
 }
 
+template <typename T>
 static void dropout_launch(struct rt_stream *s, size_t n, float p, uint64_t seed, uint64_t offset, const float *x,
                            float beta, float *y)
 {
@@ -533,49 +551,54 @@ static void dropout_launch(struct rt_stream *s, size_t n, float p, uint64_t seed
     /* p >= 1 drops everything (torch returns zeros); 1/(1-p) would be Inf. Same float expression as elem.c. */
     const float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
     const size_t groups = (n + (size_t)(offset & 3u) + 3) / 4;
-    dropout_k<<<grid_for(groups), THREADS, 0, rt_cuda_stream(s)>>>(n, p, scale, (uint32_t)seed,
-                                                                   (uint32_t)(seed >> 32), offset, x, beta, y);
+    dropout_k<T><<<grid_for(groups), THREADS, 0, rt_cuda_stream(s)>>>(n, p, scale, (uint32_t)seed,
+                                                                      (uint32_t)(seed >> 32), offset, TP(x), beta,
+                                                                      TM(y));
     RT_CUDA_LAUNCHED();
 }
 
-void rt_cuda_dropout_fwd(struct rt_stream *s, size_t n, float p, uint64_t seed, uint64_t offset, const float *x,
-                         float *y)
+template <typename T>
+static void dropout_fwd_t(struct rt_stream *s, size_t n, float p, uint64_t seed, uint64_t offset, const float *x,
+                          float *y)
 {
-    dropout_launch(s, n, p, seed, offset, x, 0.0f, y);
+    dropout_launch<T>(s, n, p, seed, offset, x, 0.0f, y);
 }
 
-void rt_cuda_dropout_bwd(struct rt_stream *s, size_t n, float p, uint64_t seed, uint64_t offset, const float *dy,
-                         float beta, float *dx)
+template <typename T>
+static void dropout_bwd_t(struct rt_stream *s, size_t n, float p, uint64_t seed, uint64_t offset, const float *dy,
+                          float beta, float *dx)
 {
-    dropout_launch(s, n, p, seed, offset, dy, beta, dx);
+    dropout_launch<T>(s, n, p, seed, offset, dy, beta, dx);
 }
 
-void rt_cuda_add(struct rt_stream *s, size_t n, const float *a, const float *b, float *y)
+template <typename T> static void add_t(struct rt_stream *s, size_t n, const float *a, const float *b, float *y)
 {
     if (n == 0)
         return;
-    add_k<<<grid_for(n), THREADS, 0, rt_cuda_stream(s)>>>(n, a, b, y);
+    add_k<T><<<grid_for(n), THREADS, 0, rt_cuda_stream(s)>>>(n, TP(a), TP(b), TM(y));
     RT_CUDA_LAUNCHED();
 }
 
-void rt_cuda_scale(struct rt_stream *s, size_t n, float alpha, float *x)
+template <typename T> static void scale_t(struct rt_stream *s, size_t n, float alpha, float *x)
 {
     if (n == 0)
         return;
-    scale_k<<<grid_for(n), THREADS, 0, rt_cuda_stream(s)>>>(n, alpha, x);
+    scale_k<T><<<grid_for(n), THREADS, 0, rt_cuda_stream(s)>>>(n, alpha, TM(x));
     RT_CUDA_LAUNCHED();
 }
 
-void rt_cuda_axpy(struct rt_stream *s, size_t n, float alpha, const float *x, float *y)
+template <typename T> static void axpy_t(struct rt_stream *s, size_t n, float alpha, const float *x, float *y)
 {
     if (n == 0)
         return;
-    axpy_k<<<grid_for(n), THREADS, 0, rt_cuda_stream(s)>>>(n, alpha, x, y);
+    axpy_k<T><<<grid_for(n), THREADS, 0, rt_cuda_stream(s)>>>(n, alpha, TP(x), TM(y));
     RT_CUDA_LAUNCHED();
 }
 
-void rt_cuda_xent_fwd_bwd(struct rt_stream *s, int n, int k, const float *logits, const int32_t *labels,
-                          float label_smoothing, float grad_scale, struct rt_loss_stats *stats, float *dlogits)
+/* 16-bit logits are widened to float per element; the sums stay double, dlogits is rounded once into T. */
+template <typename T>
+static void xent_t(struct rt_stream *s, int n, int k, const float *logits, const int32_t *labels,
+                   float label_smoothing, float grad_scale, struct rt_loss_stats *stats, float *dlogits)
 {
     if (n <= 0 || k <= 0)
         return;
@@ -587,33 +610,133 @@ void rt_cuda_xent_fwd_bwd(struct rt_stream *s, int n, int k, const float *logits
     size_t blocks = ((size_t)n + XENT_ROWS - 1) / XENT_ROWS;
     if (blocks > MAX_BLOCKS)
         blocks = MAX_BLOCKS;
-    xent_rows_k<<<(unsigned)blocks, THREADS, 0, st>>>(n, k, logits, labels, eps, on, off, grad_scale, rows,
-                                                       dlogits);
+    xent_rows_k<T><<<(unsigned)blocks, THREADS, 0, st>>>(n, k, TP(logits), labels, eps, on, off, grad_scale, rows,
+                                                          TM(dlogits));
     RT_CUDA_LAUNCHED();
     xent_stats_k<<<1, THREADS, 0, st>>>(n, rows, stats);
     RT_CUDA_LAUNCHED();
 }
 
-void rt_cuda_sumsq(struct rt_stream *s, size_t n, const float *x, float *out)
+template <typename T> static void sumsq_t(struct rt_stream *s, size_t n, const float *x, float *out)
 {
     const cudaStream_t st = rt_cuda_stream(s);
     const unsigned nb = red_blocks(n);
     double *part = (double *)rt_cuda_workspace(s, nb * sizeof(double));
     /* n == 0 still runs: *out must become 0 */
-    sumsq_part_k<<<nb, THREADS, 0, st>>>(n, x, part);
+    sumsq_part_k<T><<<nb, THREADS, 0, st>>>(n, TP(x), part);
     RT_CUDA_LAUNCHED();
     sumsq_final_k<<<1, THREADS, 0, st>>>(nb, part, out);
     RT_CUDA_LAUNCHED();
 }
 
-void rt_cuda_count_nonfinite(struct rt_stream *s, size_t n, const float *x, float *out)
+template <typename T> static void count_nonfinite_t(struct rt_stream *s, size_t n, const float *x, float *out)
 {
     const cudaStream_t st = rt_cuda_stream(s);
     const unsigned nb = red_blocks(n);
     unsigned long long *part = (unsigned long long *)rt_cuda_workspace(s, nb * sizeof(unsigned long long));
-    nonfinite_part_k<<<nb, THREADS, 0, st>>>(n, x, part);
+    nonfinite_part_k<T><<<nb, THREADS, 0, st>>>(n, TP(x), part);
     RT_CUDA_LAUNCHED();
     nonfinite_final_k<<<1, THREADS, 0, st>>>(nb, part, out);
+    RT_CUDA_LAUNCHED();
+}
+
+#undef TP
+#undef TM
+
+void rt_cuda_relu_fwd(struct rt_stream *s, size_t n, const float *x, float *y)
+{
+    relu_fwd_t<float>(s, n, x, y);
+}
+
+void rt_cuda_relu_bwd(struct rt_stream *s, size_t n, const float *y, const float *dy, float beta, float *dx)
+{
+    relu_bwd_t<float>(s, n, y, dy, beta, dx);
+}
+
+void rt_cuda_gelu_fwd(struct rt_stream *s, size_t n, const float *x, float *y)
+{
+    gelu_fwd_t<float>(s, n, x, y);
+}
+
+void rt_cuda_gelu_bwd(struct rt_stream *s, size_t n, const float *x, const float *dy, float beta, float *dx)
+{
+    gelu_bwd_t<float>(s, n, x, dy, beta, dx);
+}
+
+void rt_cuda_dropout_fwd(struct rt_stream *s, size_t n, float p, uint64_t seed, uint64_t offset, const float *x,
+                         float *y)
+{
+    dropout_fwd_t<float>(s, n, p, seed, offset, x, y);
+}
+
+void rt_cuda_dropout_bwd(struct rt_stream *s, size_t n, float p, uint64_t seed, uint64_t offset, const float *dy,
+                         float beta, float *dx)
+{
+    dropout_bwd_t<float>(s, n, p, seed, offset, dy, beta, dx);
+}
+
+void rt_cuda_add(struct rt_stream *s, size_t n, const float *a, const float *b, float *y)
+{
+    add_t<float>(s, n, a, b, y);
+}
+
+void rt_cuda_scale(struct rt_stream *s, size_t n, float alpha, float *x)
+{
+    scale_t<float>(s, n, alpha, x);
+}
+
+void rt_cuda_axpy(struct rt_stream *s, size_t n, float alpha, const float *x, float *y)
+{
+    axpy_t<float>(s, n, alpha, x, y);
+}
+
+void rt_cuda_xent_fwd_bwd(struct rt_stream *s, int n, int k, const float *logits, const int32_t *labels,
+                          float label_smoothing, float grad_scale, struct rt_loss_stats *stats, float *dlogits)
+{
+    xent_t<float>(s, n, k, logits, labels, label_smoothing, grad_scale, stats, dlogits);
+}
+
+void rt_cuda_sumsq(struct rt_stream *s, size_t n, const float *x, float *out)
+{
+    sumsq_t<float>(s, n, x, out);
+}
+
+void rt_cuda_count_nonfinite(struct rt_stream *s, size_t n, const float *x, float *out)
+{
+    count_nonfinite_t<float>(s, n, x, out);
+}
+
+template <typename T> static void elem_fill(struct rt_ops *t)
+{
+    t->relu_fwd = relu_fwd_t<T>;
+    t->relu_bwd = relu_bwd_t<T>;
+    t->gelu_fwd = gelu_fwd_t<T>;
+    t->gelu_bwd = gelu_bwd_t<T>;
+    t->dropout_fwd = dropout_fwd_t<T>;
+    t->dropout_bwd = dropout_bwd_t<T>;
+    t->add = add_t<T>;
+    t->scale = scale_t<T>;
+    t->axpy = axpy_t<T>;
+    t->xent_fwd_bwd = xent_t<T>;
+    t->sumsq = sumsq_t<T>;
+    t->count_nonfinite = count_nonfinite_t<T>;
+}
+
+void rt_cuda_elem_fill16(struct rt_ops *t, enum rt_dtype dt)
+{
+    if (dt == RT_BF16)
+        elem_fill<__nv_bfloat16>(t);
+    else
+        elem_fill<__half>(t);
+}
+
+void rt_cuda_unscale_check(struct rt_stream *s, size_t n, float *g, float inv_scale, float *found)
+{
+    const cudaStream_t st = rt_cuda_stream(s);
+    RT_CUDA_CHECK(cudaMemsetAsync(found, 0, sizeof(float), st));
+    if (n == 0)
+        return;
+    unscale_check_k<<<grid_for(n), THREADS, 0, st>>>(n, g, inv_scale, found);
     RT_CUDA_LAUNCHED();
 }
 

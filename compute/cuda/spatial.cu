@@ -38,6 +38,7 @@
 
 #include "common/common.h"
 #include "compute/cuda/cuda_be.h"
+#include "compute/cuda/kern.cuh"
 
 #define THREADS 256
 /* Grid-stride loops cover the rest; more blocks than this only add scheduling. */
@@ -129,14 +130,7 @@ void rt_cuda_input_u8(struct rt_stream *s, struct rt_shape4 sh, const uint8_t *h
     const size_t hw = (size_t)sh.h * sh.w, total = shape_count(sh);
     if (total == 0)
         return;
-    const cudaStream_t st = rt_cuda_stream(s);
-    /* Pinned staging makes the upload a true async DMA; the ring slot is free
-     * again as soon as this returns. The workspace is reused by later ops only
-     * after the kernels below, in stream order. */
-    void *stage = rt_cuda_host_stage(s, total);
-    memcpy(stage, host_images, total);
-    uint8_t *dev = (uint8_t *)rt_cuda_workspace(s, total);
-    RT_CUDA_CHECK(cudaMemcpyAsync(dev, stage, total, cudaMemcpyHostToDevice, st));
+    const uint8_t *dev = rt_cuda_stage_images(s, host_images, total);
     for (int c0 = 0; c0 < sh.c; c0 += INPUT_GROUP) {
         const int cg = sh.c - c0 < INPUT_GROUP ? sh.c - c0 : INPUT_GROUP;
         struct input_norm k;
@@ -408,25 +402,10 @@ void rt_cuda_bn_bwd(struct rt_stream *s, const struct rt_bn_desc *d, const float
 
 /* ==== pooling ============================================================= */
 
-struct pool_geom {
-    int h, w, kh, kw, stride, pad, oh, ow;
-};
-
 static struct pool_geom pool_geom_of(const struct rt_pool_desc *d)
 {
     struct pool_geom g = {d->in.h, d->in.w, d->kh, d->kw, d->stride, d->pad, d->oh, d->ow};
     return g;
-}
-
-/* The window of output (oy, ox) clipped to the plane: rows [*y0, *y1), columns [*x0, *x1). */
-static __device__ __forceinline__ void pool_window(const struct pool_geom &g, int oy, int ox, int *y0, int *y1,
-                                                   int *x0, int *x1)
-{
-    const int ys = oy * g.stride - g.pad, xs = ox * g.stride - g.pad;
-    *y0 = ys > 0 ? ys : 0;
-    *x0 = xs > 0 ? xs : 0;
-    *y1 = ys + g.kh < g.h ? ys + g.kh : g.h;
-    *x1 = xs + g.kw < g.w ? xs + g.kw : g.w;
 }
 
 /*
@@ -451,15 +430,6 @@ static __device__ __forceinline__ int pool_argmax(const struct pool_geom &g, con
             }
         }
     return best;
-}
-
-/* Outputs [*lo, *hi) along one axis whose windows cover input coordinate i. */
-static __device__ __forceinline__ void pool_cover(int i, int k, int s, int p, int out, int *lo, int *hi)
-{
-    const int t = i + p - k + 1; /* window o covers i iff i + p - k < o*s <= i + p */
-    *lo = t <= 0 ? 0 : (t + s - 1) / s;
-    const int h = (i + p) / s + 1;
-    *hi = h < out ? h : out;
 }
 
 /* dx's starting value before gradients are added, as pool.c's pool_apply_beta: beta 0 never reads dx. */

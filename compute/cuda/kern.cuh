@@ -1,0 +1,83 @@
+/*
+ * kern.cuh - device helpers shared by the CUDA backend's kernel files:
+ * loads and stores of the activation types (fp32, bf16, fp16) through
+ * float, the Philox block of dropout, and pooling-window arithmetic.
+ * Private to compute/cuda/.
+ */
+#ifndef RT_COMPUTE_CUDA_KERN_CUH
+#define RT_COMPUTE_CUDA_KERN_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+/* An activation element as float; and a float rounded to nearest even into one. */
+static __device__ __forceinline__ float ldf(float v)
+{
+    return v;
+}
+static __device__ __forceinline__ float ldf(__nv_bfloat16 v)
+{
+    return __bfloat162float(v);
+}
+static __device__ __forceinline__ float ldf(__half v)
+{
+    return __half2float(v);
+}
+template <typename T> static __device__ __forceinline__ T stf(float v);
+template <> __device__ __forceinline__ float stf<float>(float v)
+{
+    return v;
+}
+template <> __device__ __forceinline__ __nv_bfloat16 stf<__nv_bfloat16>(float v)
+{
+    return __float2bfloat16_rn(v);
+}
+template <> __device__ __forceinline__ __half stf<__half>(float v)
+{
+    return __float2half_rn(v);
+}
+
+/* One Philox4x32-10 block, round for round common.c's rt_philox4x32(). */
+static __device__ __forceinline__ void philox4x32(uint32_t k0, uint32_t k1, uint32_t c[4])
+{
+#pragma unroll
+    for (int round = 0; round < 10; round++) {
+        const uint32_t hi0 = __umulhi(0xD2511F53u, c[0]), lo0 = 0xD2511F53u * c[0];
+        const uint32_t hi1 = __umulhi(0xCD9E8D57u, c[2]), lo1 = 0xCD9E8D57u * c[2];
+        const uint32_t n0 = hi1 ^ c[1] ^ k0;
+        const uint32_t n2 = hi0 ^ c[3] ^ k1;
+        c[0] = n0;
+        c[1] = lo1;
+        c[2] = n2;
+        c[3] = lo0;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+}
+
+struct pool_geom {
+    int h, w, kh, kw, stride, pad, oh, ow;
+};
+
+/* The window of output (oy, ox) clipped to the plane: rows [*y0, *y1), columns [*x0, *x1). */
+static __device__ __forceinline__ void pool_window(const struct pool_geom &g, int oy, int ox, int *y0, int *y1,
+                                                   int *x0, int *x1)
+{
+    const int ys = oy * g.stride - g.pad, xs = ox * g.stride - g.pad;
+    *y0 = ys > 0 ? ys : 0;
+    *x0 = xs > 0 ? xs : 0;
+    *y1 = ys + g.kh < g.h ? ys + g.kh : g.h;
+    *x1 = xs + g.kw < g.w ? xs + g.kw : g.w;
+}
+
+/* Outputs [*lo, *hi) along one axis whose windows cover input coordinate i. */
+static __device__ __forceinline__ void pool_cover(int i, int k, int s, int p, int out, int *lo, int *hi)
+{
+    const int t = i + p - k + 1; /* window o covers i iff i + p - k < o*s <= i + p */
+    *lo = t <= 0 ? 0 : (t + s - 1) / s;
+    const int h = (i + p) / s + 1;
+    *hi = h < out ? h : out;
+}
+
+#endif
