@@ -56,6 +56,10 @@ enum tol_id {
     T_MODEL_LOSS,
     T_MODEL_GRAD,
     T_MODEL_BUF,
+    T_AMP_LOGITS, /* whole models with 16-bit activations (mixed precision) against the fp32 CPU */
+    T_AMP_LOSS,
+    T_AMP_GRAD,
+    T_AMP_BUF,
     T_COUNT
 };
 
@@ -98,6 +102,16 @@ static const struct tol {
     [T_MODEL_LOSS] = {"model loss", 0.0, 1e-5, 0},
     [T_MODEL_GRAD] = {"model grads", 1e-6, 2e-3, 1},
     [T_MODEL_BUF] = {"model buffers", 1e-5, 1e-4, 0},
+    /* Mixed precision against fp32: every activation is rounded to 8 (bf16) or 11 (fp16) significant
+     * bits, ~20 times on the way to the logits and again on the way back; PyTorch's autocast differs
+     * from fp32 by the same order. bf16's unit roundoff is 2^-9 ~ 2e-3: a few percent of max|logit|
+     * after ~20 layers, the mean loss within 2 %, each gradient tensor within 10 % of its max |value|
+     * (the smallest gradients pass through the most roundings), running statistics within 2 %. A
+     * layout or index mistake moves values by the order of max|cpu| and fails all four. */
+    [T_AMP_LOGITS] = {"amp logits", 1e-3, 5e-2, 1},
+    [T_AMP_LOSS] = {"amp loss", 0.0, 2e-2, 0},
+    [T_AMP_GRAD] = {"amp grads", 1e-5, 1e-1, 1},
+    [T_AMP_BUF] = {"amp buffers", 1e-4, 2e-2, 1},
 };
 
 /* ---- the two backends ------------------------------------------------------------------------------ */
@@ -1494,15 +1508,18 @@ static void compare_tensors(const char *model, const char *what, const struct rt
            worst_tol, TOL[t].name, not_bitequal, bad_tensors ? "FAIL" : "ok");
 }
 
-static void test_model(const char *name, int dropout)
+static void test_model(const char *name, int dropout, enum rt_dtype act)
 {
     enum { N = 4, C = 3, H = 32, W = 32, K = 10 };
-    printf("model %s: one RT_TRAIN step (batch %d, %dx%dx%d, %s)\n", name, N, C, H, W,
-           dropout ? "with dropout: the same Philox masks" : "no_dropout");
+    const int amp = act != RT_F32;
+    printf("model %s: one RT_TRAIN step (batch %d, %dx%dx%d, %s), cuda activations %s\n", name, N, C, H, W,
+           dropout ? "with dropout: the same Philox masks" : "no_dropout", rt_dtype_name(act));
     const struct rt_model_opts mo = {.name = name, .c = C, .h = H, .w = W, .classes = K, .batch = N, .seed = SEED};
     struct rt_model *m[2] = {NULL, NULL};
     BOTH {
-        if (rt_model_create(S[s].be, &mo, &m[s]) < 0) {
+        struct rt_model_opts o = mo;
+        o.act = s == GPU ? act : RT_F32;
+        if (rt_model_create(S[s].be, &o, &m[s]) < 0) {
             CHECKF(0, "%s: rt_model_create %s: %s", S[s].name, name, rt_errmsg());
             rt_model_destroy(m[0]);
             return;
@@ -1561,12 +1578,13 @@ static void test_model(const char *name, int dropout)
     }
     snprintf(shape, sizeof(shape), "(%d,%d) label smoothing 0.1", N, K);
     snprintf(op, sizeof(op), "%s logits", name);
-    compare(op, shape, logits[0], logits[1], N * K, T_MODEL_LOGITS);
+    compare(op, shape, logits[0], logits[1], N * K, amp ? T_AMP_LOGITS : T_MODEL_LOGITS);
     const float loss[2] = {st[0].loss_sum / st[0].count, st[1].loss_sum / st[1].count};
     snprintf(op, sizeof(op), "%s mean loss", name);
-    compare(op, shape, &loss[0], &loss[1], 1, T_MODEL_LOSS);
+    compare(op, shape, &loss[0], &loss[1], 1, amp ? T_AMP_LOSS : T_MODEL_LOSS);
     snprintf(op, sizeof(op), "%s correct", name);
-    compare(op, shape, &st[0].correct, &st[1].correct, 1, T_EXACT);
+    if (!amp) /* a 16-bit logit may tip an argmax that was a near tie */
+        compare(op, shape, &st[0].correct, &st[1].correct, 1, T_EXACT);
     snprintf(op, sizeof(op), "%s count", name);
     compare(op, shape, &st[0].count, &st[1].count, 1, T_EXACT);
 
@@ -1575,9 +1593,9 @@ static void test_model(const char *name, int dropout)
         OP(s, download, s ? bb : ba, rt_model_buffers(m[s]), nbuf * sizeof(float));
         S[s].ops->sync(S[s].st);
     }
-    compare_tensors(name, "grads", tab[0], nt[0], RT_PARAM, pa, pb, T_MODEL_GRAD);
+    compare_tensors(name, "grads", tab[0], nt[0], RT_PARAM, pa, pb, amp ? T_AMP_GRAD : T_MODEL_GRAD);
     if (nbuf)
-        compare_tensors(name, "running stats", tab[0], nt[0], RT_BUFFER, ba, bb, T_MODEL_BUF);
+        compare_tensors(name, "running stats", tab[0], nt[0], RT_BUFFER, ba, bb, amp ? T_AMP_BUF : T_MODEL_BUF);
     CHECKF(rt_model_batches_tracked(m[0]) == rt_model_batches_tracked(m[1]),
            "%s: num_batches_tracked cpu %lld cuda %lld", name, (long long)rt_model_batches_tracked(m[0]),
            (long long)rt_model_batches_tracked(m[1]));
@@ -1633,9 +1651,21 @@ int main(void)
     test_casts();
     test_sgd();
     test_adam();
-    test_model("mnist-net", 0);
-    test_model("resnet18", 0);
-    test_model("mnist-net", 1);
+    test_model("mnist-net", 0, RT_F32);
+    test_model("resnet18", 0, RT_F32);
+    test_model("mnist-net", 1, RT_F32);
+    /* mixed precision: the 16-bit tables (NHWC, tensor cores) against the fp32 CPU */
+    for (int a = 0; a < 2; a++) {
+        const enum rt_dtype act = a ? RT_F16 : RT_BF16;
+        if (!rt_backend_ops_for(S[GPU].be, act)) {
+            printf("skip %s models: %s\n", rt_dtype_name(act), rt_errmsg());
+            continue;
+        }
+        test_model("mnist-net", 0, act);
+        test_model("resnet18", 0, act);
+        test_model("resnet9", 0, act);
+        test_model("mnist-net", 1, act);
+    }
 
     rt_backend_destroy(S[CPU].be);
     rt_backend_destroy(S[GPU].be);

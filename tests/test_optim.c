@@ -129,6 +129,73 @@ static void check_clip(struct rt_backend *be)
     ops->free(be, g);
 }
 
+/* GradScaler's rules, step by step against a hand-run of torch.cuda.amp.GradScaler's update(). */
+static void check_scaler(void)
+{
+    struct rt_scaler sc;
+    rt_scaler_init(&sc);
+    CHECK(sc.scale == 65536.0f && sc.growth_interval == 2000);
+    sc.growth_interval = 3;
+    sc.max_skips = 4;
+    /* overflow: skip, halve */
+    CHECK(rt_scaler_update(&sc, 1) == RT_SCALER_SKIP && sc.scale == 32768.0f && sc.skipped == 1);
+    /* two good steps: no growth yet; an overflow restarts the count */
+    CHECK(rt_scaler_update(&sc, 0) == RT_SCALER_APPLY && rt_scaler_update(&sc, 0) == RT_SCALER_APPLY);
+    CHECK(sc.scale == 32768.0f && sc.good == 2);
+    CHECK(rt_scaler_update(&sc, 1) == RT_SCALER_SKIP && sc.scale == 16384.0f && sc.good == 0);
+    /* three good steps in a row: doubled, count restarts */
+    for (int i = 0; i < 3; i++)
+        CHECK(rt_scaler_update(&sc, 0) == RT_SCALER_APPLY);
+    CHECKF(sc.scale == 32768.0f && sc.good == 0, "scale %g good %u", sc.scale, sc.good);
+    /* max_skips in a row stops; fewer do not */
+    for (int i = 0; i < 3; i++)
+        CHECK(rt_scaler_update(&sc, 1) == RT_SCALER_SKIP);
+    CHECK(rt_scaler_update(&sc, 1) == RT_SCALER_STOP_SKIPS && sc.skipped == 6 && sc.scale == 2048.0f);
+    /* a collapsing scale stops even when skips are not limited */
+    rt_scaler_init(&sc);
+    sc.max_skips = 0;
+    int n = 0;
+    enum rt_scaler_verdict v;
+    while ((v = rt_scaler_update(&sc, 1)) == RT_SCALER_SKIP)
+        n++;
+    /* 2^16 halved 31 times is 2^-15, the first value below 2^-14 */
+    CHECKF(v == RT_SCALER_STOP_COLLAPSED && n == 30, "collapse after %d skips (verdict %d)", n, (int)v);
+}
+
+/* The unscale op: every gradient times 1/scale, and the flag for a NaN or Inf anywhere. */
+static void check_unscale(struct rt_backend *be)
+{
+    const struct rt_ops *ops = rt_backend_ops(be);
+    struct rt_stream *s = rt_backend_stream(be);
+    enum { N = 100003 };
+    float *host = malloc(N * sizeof(float)), *back = malloc(N * sizeof(float));
+    for (int i = 0; i < N; i++)
+        host[i] = (float)(i % 97) - 48.0f;
+    float *g = ops->alloc(be, N * sizeof(float)), *found = ops->alloc(be, sizeof(float));
+    float f = -1.0f;
+    ops->upload(s, g, host, N * sizeof(float));
+    ops->unscale_check(s, N, g, 0.25f, found);
+    ops->download(s, back, g, N * sizeof(float));
+    ops->download(s, &f, found, sizeof(float));
+    int same = 1;
+    for (int i = 0; i < N; i++)
+        same &= back[i] == host[i] * 0.25f;
+    CHECKF(same && f == 0.0f, "unscale: finite gradients scaled exactly, flag %g", f);
+    const int at[3] = {0, N / 2, N - 1};
+    for (int k = 0; k < 3; k++) {
+        host[at[k]] = k == 1 ? NAN : INFINITY;
+        ops->upload(s, g, host, N * sizeof(float));
+        ops->unscale_check(s, N, g, 0.5f, found);
+        ops->download(s, &f, found, sizeof(float));
+        CHECKF(f == 1.0f, "unscale: a non-finite gradient at %d raises the flag (got %g)", at[k], f);
+        host[at[k]] = 1.0f;
+    }
+    ops->free(be, g);
+    ops->free(be, found);
+    free(host);
+    free(back);
+}
+
 int main(void)
 {
     const char *dir = getenv("RT_FIXTURES");
@@ -159,6 +226,8 @@ int main(void)
     };
     for (size_t i = 0; i < RT_ARRAY_LEN(cases); i++)
         check_optim(be, f, &cases[i]);
+    check_scaler();
+    check_unscale(be);
     rt_st_close(f);
 
     snprintf(path, sizeof(path), "%s/compute/sched.safetensors", dir);
