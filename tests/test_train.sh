@@ -192,5 +192,39 @@ else
     echo "skip --device checks without a GPU: this machine has $gpus"
 fi
 
+# ---- 8. loss scaling (the GradScaler path, fp32 here: it runs on any backend) ----------------
+# Scaling by a power of two and unscaling is exact in fp32, so without an overflow the run is the unscaled run bit for bit.
+for ls in off dynamic; do
+    "$RT" train --synthetic-data --model resnet9 --batch-size 16 --steps 3 --threads 2 --loss-scale $ls --no-progress \
+        >"$W/ls_$ls.out" 2>&1
+done
+d_off=$(grep -o 'param digest: [0-9a-f]*' "$W/ls_off.out"); d_dyn=$(grep -o 'param digest: [0-9a-f]*' "$W/ls_dynamic.out")
+[ -n "$d_off" ] && [ "$d_off" = "$d_dyn" ] && grep -q "scaling   dynamic loss scale from 65536" "$W/ls_dynamic.out" \
+    && pass "--loss-scale dynamic without overflow = unscaled run ($d_dyn)" || fail "loss scale changes the weights: '$d_off' vs '$d_dyn'"
+# Injected overflows at optimizer steps 2, 3, 4: each is skipped and halves the scale; the optimizer applies 5 of 8.
+RINGTRAIN_TEST_OVERFLOW=2:3 "$RT" train --synthetic-data --model mnist-net --batch-size 16 --steps 8 --threads 2 \
+    --loss-scale dynamic --json --no-progress >"$W/ovf.out" 2>&1
+upd=$(jfield "$W/ovf.out" optimizer_updates 2>/dev/null || echo x); sk=$(jfield "$W/ovf.out" skipped_steps 2>/dev/null || echo x)
+sc=$(jfield "$W/ovf.out" loss_scale 2>/dev/null || echo x)
+[ "$upd" = 5 ] && [ "$sk" = 3 ] && [ "$sc" = 8192.0 ] \
+    && grep -q "step 2: gradients overflowed at loss scale 65536: update skipped, scale now 32768" "$W/ovf.out" \
+    && grep -q "step 4: gradients overflowed at loss scale 16384: update skipped, scale now 8192" "$W/ovf.out" \
+    && pass "3 injected overflows: 3 skipped steps logged with their scale, 5 of 8 updates applied, scale 8192" \
+    || fail "overflow handling: updates=$upd skipped=$sk scale=$sc $(grep -E 'overflow|error' "$W/ovf.out")"
+# Overflows that never stop end the run after --max-skipped-steps, naming the tensor.
+RINGTRAIN_TEST_OVERFLOW=1:1000 "$RT" train --synthetic-data --model mnist-net --batch-size 16 --steps 30 --threads 2 \
+    --loss-scale dynamic --max-skipped-steps 4 --no-progress >"$W/ovf2.out" 2>&1
+rc=$?
+[ $rc -ne 0 ] && grep -q "error: 4 optimizer steps in a row overflowed (step 4, loss scale now 4096); first non-finite tensor: fc2.weight gradient" "$W/ovf2.out" \
+    && pass "4 overflows in a row stop the run: $(grep -o 'first non-finite tensor: [^.]*\.[^ .]*' "$W/ovf2.out")" \
+    || fail "skip limit: rc=$rc $(tail -2 "$W/ovf2.out")"
+# --amp: the CPU computes in fp32; auto says so in the JSON, a 16-bit request is refused at once.
+"$RT" train --synthetic-data --steps 1 --threads 2 --amp bf16 --no-progress >"$W/amp.out" 2>&1
+rc=$?
+[ $rc -ne 0 ] && grep -q "error: --amp bf16: the CPU backend computes in fp32 only" "$W/amp.out" \
+    && pass "--amp bf16 on the CPU is refused: $(grep error "$W/amp.out")" || fail "--amp bf16 on CPU: rc=$rc $(cat "$W/amp.out")"
+[ "$(jfield "$W/syn.out" amp 2>/dev/null)" = off ] && [ "$(jfield "$W/syn.out" device 2>/dev/null)" = cpu ] \
+    && pass "--amp auto on the CPU: fp32 (JSON amp=off, device=cpu)" || fail "JSON amp/device: $(tail -1 "$W/syn.out")"
+
 [ $fails -eq 0 ] && echo "all train checks passed" || echo "$fails train check(s) failed"
 [ $fails -eq 0 ]

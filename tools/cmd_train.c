@@ -43,6 +43,10 @@ static void usage(FILE *f)
             "  --workers N            loader threads (default 1)\n"
             "  --threads N            compute threads (default: the CPUs this process may use)\n"
             "  --device D             auto (default: a GPU when there is one), cpu or cuda\n"
+            "  --amp P                auto (default: bf16 on GPUs that have it, else fp16; off on CPUs),\n"
+            "                         off (fp32), bf16 or fp16: activations in 16 bits, fp32 weights\n"
+            "  --loss-scale MODE      dynamic (default with fp16) or off (default otherwise)\n"
+            "  --max-skipped-steps K  loss scaling: stop after K overflowed steps in a row (default 20)\n"
             "  --target-accuracy A    stop once val accuracy >= A (0..1 or a percentage) ...\n"
             "  --patience N           ... for N epochs in a row (default 1)\n"
             "  --checkpoint-dir DIR   save model.safetensors, optimizer.safetensors, state.json each epoch\n"
@@ -82,7 +86,7 @@ int cmd_train(int argc, char **argv)
         O_DATA = 256, O_MODEL, O_EPOCHS, O_BATCH, O_LR, O_OPT, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPEP,
         O_GAMMA, O_LS, O_ACCUM, O_CLIP, O_SEED, O_AUG, O_SHUF, O_WORK, O_THR, O_TARGET, O_PAT, O_CKPT, O_RESUME,
         O_METRICS, O_SYN, O_STEPS, O_NOPROG, O_NOPIN, O_JSON, O_BUCKET, O_NOOVL, O_CTO, O_PTO, O_REPL, O_STAGE,
-        O_DEV, O_HELP
+        O_DEV, O_AMP, O_LSCALE, O_MAXSKIP, O_HELP
     };
     static const struct option opts[] = {
         {"data", required_argument, NULL, O_DATA},
@@ -123,13 +127,16 @@ int cmd_train(int argc, char **argv)
         {"check-replicas", required_argument, NULL, O_REPL},
         {"stage-to", required_argument, NULL, O_STAGE},
         {"device", required_argument, NULL, O_DEV},
+        {"amp", required_argument, NULL, O_AMP},
+        {"loss-scale", required_argument, NULL, O_LSCALE},
+        {"max-skipped-steps", required_argument, NULL, O_MAXSKIP},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0}};
     struct train_cfg c = {
         .model = "mnist-net", .epochs = 10, .batch = 128, .lr = 0.1f, .sched = RT_SCHED_COSINE,
         .warmup_epochs = -1, .step_epochs = 30, .gamma = 0.1f, .grad_accum = 1, .patience = 1,
         .syn_c = 3, .syn_h = 32, .syn_w = 32, .syn_classes = 10, .progress = -1, .pin = RT_PIN_ON,
-        .shuffle = RT_SHUFFLE_EXACT, .bucket_cap_mb = 25,
+        .shuffle = RT_SHUFFLE_EXACT, .bucket_cap_mb = 25, .loss_scale = -1,
         .optim = {.kind = RT_OPT_SGD, .momentum = 0.9f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f},
     };
     const char *aug = NULL;
@@ -268,6 +275,24 @@ int cmd_train(int argc, char **argv)
             if (train_device_parse(optarg, &c.device) < 0)
                 return cli_usage_error("train", "%s", rt_errmsg());
             break;
+        case O_AMP:
+            if (train_amp_parse(optarg, &c.amp) < 0)
+                return cli_usage_error("train", "%s", rt_errmsg());
+            break;
+        case O_LSCALE:
+            if (strcmp(optarg, "dynamic") && strcmp(optarg, "off"))
+                return cli_usage_error("train", "--loss-scale %s: expected dynamic or off", optarg);
+            c.loss_scale = !strcmp(optarg, "dynamic");
+            break;
+        case O_MAXSKIP: {
+            uint64_t k;
+            if (cli_parse_u64("train", "--max-skipped-steps", optarg, &k))
+                return RT_EXIT_USAGE;
+            if (k < 1 || k > 1000000)
+                return cli_usage_error("train", "--max-skipped-steps needs 1..1000000, got %s", optarg);
+            c.max_skipped_steps = (uint32_t)k;
+            break;
+        }
         case O_HELP: usage(stdout); return RT_EXIT_OK;
         default: usage(stderr); return RT_EXIT_USAGE;
         }

@@ -50,6 +50,11 @@ struct trainer {
     struct rt_model *model;
     struct rt_optim *opt;
     struct rt_sched sched;
+    enum rt_dtype act;          /* activations' type (--amp) */
+    int scaling;                /* dynamic loss scaling on */
+    struct rt_scaler scaler;
+    float *found_inf;           /* device: the unscale op's overflow flag */
+    uint64_t overflow_from, overflow_count; /* test hook RINGTRAIN_TEST_OVERFLOW=STEP:COUNT */
     struct rt_ring *ring;
     struct rt_loader *loader;
     uint32_t c, h, w, classes;
@@ -257,6 +262,11 @@ static int save_checkpoint(struct trainer *T)
                            rt_optim_kind_name(c->optim.kind), "best_val_acc", T->best_acc, "target_streak",
                            (int)T->streak, "epoch_loss_sum", ep[0], "epoch_correct", ep[1], "epoch_count", ep[2], "images", (json_int_t)T->images,
                            "train_ns", (json_int_t)T->train_ns, "world_size", T->world);
+    if (st && T->scaling) {
+        json_object_set_new(st, "loss_scale", json_real(T->scaler.scale));
+        json_object_set_new(st, "loss_scale_good_steps", json_integer(T->scaler.good));
+        json_object_set_new(st, "skipped_steps", json_integer((json_int_t)T->scaler.skipped));
+    }
     char *text = st ? json_dumps(st, JSON_INDENT(2)) : NULL;
     json_decref(st);
     if (!text) {
@@ -339,6 +349,12 @@ static int load_checkpoint(struct trainer *T)
         T->micro = (uint64_t)micro;
         T->opt_steps = (uint64_t)osteps;
         T->best_acc = best;
+        json_t *ls_ = json_object_get(st, "loss_scale");
+        if (T->scaling && ls_ && json_is_number(ls_)) {
+            T->scaler.scale = (float)json_number_value(ls_);
+            T->scaler.good = (uint32_t)json_integer_value(json_object_get(st, "loss_scale_good_steps"));
+            T->scaler.skipped = (uint64_t)json_integer_value(json_object_get(st, "skipped_steps"));
+        }
         T->streak = (uint32_t)streak;
         /* Global sums: held by rank 0 alone, so that the epoch's all-reduce
          * counts them once. */
@@ -441,7 +457,7 @@ static void write_metrics(struct trainer *T, double time_s, double ips, double w
     json_t *o = json_pack("{s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i}", "epoch", (json_int_t)(T->epoch + 1),
                           "steps", (json_int_t)T->opt_steps, "train_loss", T->last_train_loss, "train_acc",
                           T->last_train_acc, "images_per_s", ips, "data_wait_frac", wait, "time_s", time_s, "lr",
-                          (double)rt_sched_lr(&T->sched, T->opt_steps ? T->opt_steps - 1 : 0), "exposed_comm_frac",
+                          (double)rt_sched_lr(&T->sched, rt_optim_steps(T->opt) ? (uint64_t)rt_optim_steps(T->opt) - 1 : 0), "exposed_comm_frac",
                           comm, "world_size", T->world);
     if (!o)
         return;
@@ -602,7 +618,14 @@ static void banner(const struct trainer *T)
     const struct rt_rank_info *ri = rt_comm_info(T->comm);
     printf("ringtrain train: world %d (%d node%s, %d rank%s per node), %s\n", T->world, ri->nodes,
            ri->nodes == 1 ? "" : "s", ri->local_world, ri->local_world == 1 ? "" : "s", rt_backend_describe(T->be));
-    printf("  model     %s, %.2f M parameters\n", rt_model_name(T->model), (double)params / 1e6);
+    printf("  model     %s, %.2f M parameters, %s\n", rt_model_name(T->model), (double)params / 1e6,
+           T->act == RT_F32 ? "fp32" : T->act == RT_BF16 ? "mixed precision bf16 (fp32 weights)"
+                                                         : "mixed precision fp16 (fp32 weights)");
+    if (T->scaling)
+        printf("  scaling   dynamic loss scale from %g (x%g every %u good steps, x%g on overflow; stop after %u "
+               "overflows in a row)\n",
+               (double)T->scaler.scale, (double)T->scaler.growth, T->scaler.growth_interval,
+               (double)T->scaler.backoff, T->scaler.max_skips);
     printf("  data      %s\n", data);
     char mean[128], std[128];
     json_floats(mean, sizeof(mean), T->mean, T->c);
@@ -641,6 +664,48 @@ static void banner(const struct trainer *T)
 }
 
 /* ---- the loop ------------------------------------------------------------------ */
+
+/*
+ * Loss scaling after the step's gradients are summed over the ranks (so
+ * every rank sees the same overflow and takes the same decision): unscale,
+ * check, and update the scale. Returns 0 to apply the update, 1 to skip
+ * it, -1 to stop (the message names the first non-finite tensor).
+ */
+static int unscale_step(struct trainer *T)
+{
+    const struct rt_ops *ops = rt_backend_ops(T->be);
+    struct rt_stream *s = rt_backend_stream(T->be);
+    float *g = rt_model_grads(T->model);
+    const size_t n = rt_model_param_count(T->model);
+    if (T->opt_steps >= T->overflow_from && T->opt_steps - T->overflow_from < T->overflow_count) {
+        const float inf = INFINITY; /* test hook: an overflow in the first gradient of the buffer */
+        ops->upload(s, g, &inf, sizeof(inf));
+    }
+    const float used = T->scaler.scale;
+    float found = 0.0f;
+    ops->unscale_check(s, n, g, 1.0f / used, T->found_inf);
+    ops->download(s, &found, T->found_inf, sizeof(found));
+    const enum rt_scaler_verdict v = rt_scaler_update(&T->scaler, found != 0.0f);
+    if (v == RT_SCALER_APPLY)
+        return 0;
+    if (v == RT_SCALER_SKIP) {
+        if (T->root)
+            rt_info("step %" PRIu64 ": gradients overflowed at loss scale %g: update skipped, scale now %g",
+                    T->opt_steps, (double)used, (double)T->scaler.scale);
+        return 1;
+    }
+    char where[160];
+    rt_model_find_nonfinite(T->model, where, sizeof(where));
+    if (v == RT_SCALER_STOP_SKIPS)
+        rt_errf(-ERANGE, "%u optimizer steps in a row overflowed (step %" PRIu64 ", loss scale now %g); first "
+                         "non-finite tensor: %s. The run diverged: lower --lr, set --clip-grad-norm, or use --amp bf16",
+                T->scaler.skips_in_row, T->opt_steps, (double)T->scaler.scale, where[0] ? where : "(not found)");
+    else
+        rt_errf(-ERANGE, "the loss scale collapsed to %g at step %" PRIu64 " (gradients overflow even unscaled); "
+                         "first non-finite tensor: %s. Lower --lr, set --clip-grad-norm, or use --amp bf16",
+                (double)T->scaler.scale, T->opt_steps, where[0] ? where : "(not found)");
+    return -1;
+}
 
 enum stop_reason { STOP_DONE, STOP_TARGET, STOP_STEPS, STOP_SIGNAL };
 
@@ -683,7 +748,8 @@ static int train_loop(struct trainer *T, enum stop_reason *why)
          * (the sampler drops the last partial one), so the sum of the ranks'
          * gradients scaled this way is the mean over all of them. */
         struct rt_step_opts so = {.mode = RT_TRAIN, .label_smoothing = c->label_smoothing,
-                                  .grad_scale = 1.0f / ((float)valid * (float)T->world * (float)T->accum),
+                                  .grad_scale = 1.0f / ((float)valid * (float)T->world * (float)T->accum) *
+                                                (T->scaling ? T->scaler.scale : 1.0f),
                                   .dropout_offset = (T->micro * (uint64_t)T->world + (uint64_t)T->rank) << 32,
                                   .mean = T->mean, .std = T->std};
         if (last_micro) {
@@ -735,7 +801,14 @@ static int train_loop(struct trainer *T, enum stop_reason *why)
             T->stop_flags = all;
             rt_comm_set_phase(T->comm, T->opt_steps, RT_PHASE_OPTIM);
         }
-        if (last_micro) {
+        int apply = 1;
+        if (last_micro && T->scaling) {
+            int r2 = unscale_step(T);
+            if (r2 < 0)
+                return -1;
+            apply = r2 == 0;
+        }
+        if (last_micro && apply) {
             if (c->clip_grad_norm > 0) {
                 float norm = rt_clip_grad_norm(T->opt, rt_model_grads(T->model), rt_model_param_count(T->model),
                                                c->clip_grad_norm);
@@ -748,10 +821,12 @@ static int train_loop(struct trainer *T, enum stop_reason *why)
                     return -1;
                 }
             }
+            /* The schedule counts applied updates: a step skipped by loss scaling does not advance it. */
             rt_optim_step(T->opt, rt_model_params(T->model), rt_model_grads(T->model),
-                          rt_sched_lr(&T->sched, T->opt_steps));
-            T->opt_steps++;
+                          rt_sched_lr(&T->sched, (uint64_t)rt_optim_steps(T->opt)));
         }
+        if (last_micro)
+            T->opt_steps++;
         uint64_t t2 = rt_now_ns();
         T->ep.loss_sum += st.loss_sum;
         T->ep.correct += st.correct;
@@ -838,6 +913,13 @@ static void summary(const struct trainer *T, enum stop_reason why, double wall_s
             struct rt_comm_counts cc;
             rt_comm_counts(T->comm, &cc);
             json_object_set_new(o, "world_size", json_integer(T->world));
+            json_object_set_new(o, "device", json_string(rt_backend_kind_of(T->be) == RT_BACKEND_CUDA ? "cuda" : "cpu"));
+            json_object_set_new(o, "amp", json_string(T->act == RT_F32 ? "off" : rt_dtype_name(T->act)));
+            json_object_set_new(o, "optimizer_updates", json_integer((json_int_t)rt_optim_steps(T->opt)));
+            if (T->scaling) {
+                json_object_set_new(o, "loss_scale", json_real(T->scaler.scale));
+                json_object_set_new(o, "skipped_steps", json_integer((json_int_t)T->scaler.skipped));
+            }
             json_object_set_new(o, "exposed_comm_frac", json_real(T->run_comm_frac));
             json_object_set_new(o, "buckets", json_integer(rt_bucketer_count(T->bucketer)));
             json_object_set_new(o, "bucket_cap_mb", json_real(T->cfg->bucket_cap_mb));
@@ -867,6 +949,35 @@ int train_device_parse(const char *s, enum train_device *out)
             return 0;
         }
     return rt_errf(-EINVAL, "--device %s: expected auto, cpu or cuda", s);
+}
+
+int train_amp_parse(const char *s, enum train_amp *out)
+{
+    static const char *const names[] = {"auto", "off", "bf16", "fp16"};
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(s, names[i])) {
+            *out = (enum train_amp)i;
+            return 0;
+        }
+    return rt_errf(-EINVAL, "--amp %s: expected auto, off, bf16 or fp16", s);
+}
+
+int train_amp_resolve(enum train_amp amp, struct rt_backend *be, enum rt_dtype *out)
+{
+    static const char *const names[] = {"auto", "off", "bf16", "fp16"};
+    enum rt_dtype want = RT_F32;
+    if (amp == AMP_AUTO) {
+        *out = RT_F32;
+        if (rt_backend_kind_of(be) == RT_BACKEND_CUDA)
+            *out = rt_backend_ops_for(be, RT_BF16) ? RT_BF16 : RT_F16;
+        rt_errclear();
+        return 0;
+    }
+    want = amp == AMP_BF16 ? RT_BF16 : amp == AMP_FP16 ? RT_F16 : RT_F32;
+    if (!rt_backend_ops_for(be, want))
+        return rt_errf(-ENOTSUP, "--amp %s: %s", names[amp], rt_errmsg());
+    *out = want;
+    return 0;
 }
 
 int train_open_backend(enum train_device dev, int local_rank, int threads, struct rt_backend **out)
@@ -978,10 +1089,22 @@ int train_run(const struct train_cfg *cfg)
                 T.world);
         goto out;
     }
+    if (train_amp_resolve(c.amp, T.be, &T.act) < 0)
+        goto out;
     struct rt_model_opts mo = {.name = c.model, .c = (int)T.c, .h = (int)T.h, .w = (int)T.w,
-                               .classes = (int)T.classes, .batch = (int)c.batch, .seed = c.seed};
+                               .classes = (int)T.classes, .batch = (int)c.batch, .seed = c.seed, .act = T.act};
     if (rt_model_create(T.be, &mo, &T.model) < 0 ||
         rt_optim_create(T.be, &c.optim, rt_model_param_count(T.model), &T.opt) < 0)
+        goto out;
+    T.scaling = c.loss_scale > 0 || (c.loss_scale < 0 && T.act == RT_F16);
+    rt_scaler_init(&T.scaler);
+    if (c.max_skipped_steps)
+        T.scaler.max_skips = c.max_skipped_steps;
+    T.overflow_from = UINT64_MAX;
+    const char *ovf = getenv("RINGTRAIN_TEST_OVERFLOW");
+    if (ovf && sscanf(ovf, "%" SCNu64 ":%" SCNu64, &T.overflow_from, &T.overflow_count) != 2)
+        T.overflow_from = UINT64_MAX;
+    if (T.scaling && !(T.found_inf = rt_backend_ops(T.be)->alloc(T.be, sizeof(float))))
         goto out;
     T.labels = rt_calloc(c.batch, sizeof(int32_t), "labels");
     if (!T.labels || make_bucketer(&T) < 0)
@@ -1077,6 +1200,8 @@ out:
     free(T.syn_images);
     free(T.syn_labels);
     rt_optim_destroy(T.opt);
+    if (T.found_inf)
+        rt_backend_ops(T.be)->free(T.be, T.found_inf);
     rt_model_destroy(T.model);
     rt_backend_destroy(T.be);
     rt_dataset_close(T.ds);

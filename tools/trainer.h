@@ -27,6 +27,15 @@ int train_device_parse(const char *s, enum train_device *out);
  */
 int train_open_backend(enum train_device dev, int local_rank, int threads, struct rt_backend **out);
 
+/* --amp: activation precision. auto: bf16 on a GPU that has it, else fp16 on a GPU, fp32 on the CPU. */
+enum train_amp { AMP_AUTO = 0, AMP_OFF, AMP_BF16, AMP_FP16 };
+
+/* Parses "auto", "off", "bf16" or "fp16"; 0 or -EINVAL. */
+int train_amp_parse(const char *s, enum train_amp *out);
+
+/* The activation type --amp gives on backend `be`: 0, or -ENOTSUP with the reason. */
+int train_amp_resolve(enum train_amp amp, struct rt_backend *be, enum rt_dtype *out);
+
 struct train_cfg {
     const char *data;           /* dataset directory (NULL: synthetic data with the shape below) */
     const char *model;
@@ -59,6 +68,9 @@ struct train_cfg {
     enum rt_shuffle shuffle;
     enum rt_pin pin;
     enum train_device device;
+    enum train_amp amp;
+    int loss_scale;             /* -1: dynamic with fp16, off otherwise; 0: off; 1: dynamic */
+    uint32_t max_skipped_steps; /* loss scaling: stop after this many overflowed steps in a row (0: 20) */
     /* several ranks */
     double bucket_cap_mb;       /* gradient bucket size */
     int no_overlap;             /* all-reduce after backward */
