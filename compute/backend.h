@@ -32,12 +32,25 @@ struct rt_backend {
     size_t scratch_bytes;
     char describe[160];
     struct rt_cuda *cuda;   /* CUDA: the device, handles and caches; NULL on the CPU */
+    uint64_t input_tickets; /* rt_backend_input_upload calls so far */
 };
+
+/* The compute stream waits for upload `ticket`'s copy; then marks its buffer consumed (after the ops issued
+ * in between). No-ops on the CPU. */
+void rt_backend_input_acquire(struct rt_backend *be, uint64_t ticket);
+void rt_backend_input_release(struct rt_backend *be, uint64_t ticket);
 
 /* The CUDA backend's constructor (cuda/backend_cuda.c), built with the toolkit;
  * -ENOTSUP / -ENODEV with the reason in rt_errmsg() otherwise. */
 int rt_cuda_create(const struct rt_backend_opts *o, struct rt_backend **out);
 void rt_cuda_destroy(struct rt_backend *be);
+/* The CUDA side of the input and host-memory functions of compute.h. */
+const uint8_t *rt_cuda_input_upload(struct rt_backend *be, const uint8_t *host, size_t bytes, uint64_t ticket);
+void rt_cuda_input_wait(struct rt_backend *be, uint64_t ticket);
+void rt_cuda_input_acquire(struct rt_backend *be, uint64_t ticket);
+void rt_cuda_input_release(struct rt_backend *be, uint64_t ticket);
+void *rt_cuda_host_alloc(struct rt_backend *be, size_t bytes);
+void rt_cuda_host_free(struct rt_backend *be, void *p);
 
 #ifdef __cplusplus
 }

@@ -102,6 +102,31 @@ enum rt_backend_kind rt_backend_kind_of(const struct rt_backend *be);
 /* One line for the banner, e.g. "cpu: 2 threads, OpenBLAS 0.3.21 (SkylakeX)". */
 const char *rt_backend_describe(const struct rt_backend *be);
 
+/*
+ * Input batches, asynchronously. rt_backend_input_upload() starts copying
+ * `bytes` of host uint8 images into the next of the backend's two device
+ * input buffers, on its copy stream (CUDA), and returns that buffer and a
+ * ticket; the copy first waits until compute has finished reading what the
+ * buffer held two uploads ago. Compute consumes it with
+ * rt_step_opts.input_ticket: the step's first op waits for the copy (an
+ * event, no host wait) and marks the buffer consumed after reading it.
+ * rt_backend_input_wait() blocks the host until the copy has read the host
+ * memory, so that a ring slot can be reused. From page-locked memory
+ * (rt_backend_host_alloc) the copy is a DMA that overlaps compute. On the
+ * CPU backend the returned pointer is `host` itself and the rest does
+ * nothing.
+ */
+const uint8_t *rt_backend_input_upload(struct rt_backend *be, const uint8_t *host, size_t bytes, uint64_t *ticket);
+void rt_backend_input_wait(struct rt_backend *be, uint64_t ticket);
+
+/*
+ * Page-locked host memory the device copies from by DMA (cudaHostAlloc, for
+ * the ring's slots), or NULL with rt_errmsg() set: the CPU backend has no
+ * use for it (the ring mlock()s its own). Freed with rt_backend_host_free.
+ */
+void *rt_backend_host_alloc(struct rt_backend *be, size_t bytes);
+void rt_backend_host_free(struct rt_backend *be, void *p);
+
 /* Logical shape of a spatial tensor; its bytes are n*c*h*w floats in the backend's layout. */
 struct rt_shape4 {
     int n, c, h, w;
@@ -176,6 +201,9 @@ struct rt_ops {
      */
     void (*input_u8)(struct rt_stream *s, struct rt_shape4 sh, const uint8_t *host_images,
                      const float *mean, const float *std, float *y);
+    /* The same from device memory (rt_backend_input_upload's buffer); no staging, no host wait. */
+    void (*input_u8_dev)(struct rt_stream *s, struct rt_shape4 sh, const uint8_t *dev_images, const float *mean,
+                         const float *std, float *y);
 
     /* -- convolution; w (Cout, Cin, kh, kw), bias (Cout) or NULL -- */
     void (*conv2d_fwd)(struct rt_stream *s, const struct rt_conv_desc *d, const float *x, const float *w,
@@ -356,6 +384,8 @@ struct rt_step_opts {
      * the model's stream; on the CPU backend they are also done. */
     void (*grads_ready)(void *arg, size_t ready);
     void *grads_ready_arg;
+    /* `images` is rt_backend_input_upload()'s device buffer for this ticket (0: images are host memory) */
+    uint64_t input_ticket;
 };
 
 /*

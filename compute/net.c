@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "compute/backend.h"
 #include "compute/net.h"
 
 enum node_kind { K_CONV, K_BN, K_RELU, K_MAXPOOL, K_GAP, K_FLATTEN, K_LINEAR, K_DROPOUT, K_ADD, K_SCALE };
@@ -827,7 +828,13 @@ int net_step(struct net *n, const struct rt_step_opts *o, int batch, const uint8
         return rt_errf(-EINVAL, "batch of %d samples: the model was built for at most %d", batch, n->t[0].sh.n);
     struct rt_shape4 in = n->t[0].sh;
     in.n = batch;
-    op->input_u8(s, in, images, o->mean, o->std, n->t[0].data);
+    if (o->input_ticket) {
+        rt_backend_input_acquire(n->be, o->input_ticket);
+        op->input_u8_dev(s, in, images, o->mean, o->std, n->t[0].data);
+        rt_backend_input_release(n->be, o->input_ticket);
+    } else {
+        op->input_u8(s, in, images, o->mean, o->std, n->t[0].data);
+    }
     for (int i = 0; i < n->nn; i++)
         node_fwd(n, i, batch, o);
     n->last_batch = batch;

@@ -66,6 +66,15 @@ struct trainer {
     int32_t *labels;            /* batch, padding as -1 */
     uint8_t *syn_images;
     int32_t *syn_labels;
+    const uint8_t *syn_dev;     /* the synthetic batch on the device, uploaded once */
+    uint64_t syn_ticket;
+    struct rt_ring_allocator host_mem; /* the ring's slots in the backend's page-locked memory (CUDA) */
+    /* The batch being computed and the one after it, already on its way to the device. */
+    struct inflight {
+        struct rt_batch *b;
+        const uint8_t *dev;
+        uint64_t ticket;
+    } cur, next;
 
     /* position */
     uint64_t epoch, step;       /* next micro-batch */
@@ -139,6 +148,17 @@ static int open_data(struct trainer *T)
     return 0;
 }
 
+static void *ring_host_alloc(size_t bytes, void *ctx)
+{
+    return rt_backend_host_alloc(ctx, bytes);
+}
+
+static void ring_host_free(void *p, size_t bytes, void *ctx)
+{
+    (void)bytes;
+    rt_backend_host_free(ctx, p);
+}
+
 static int start_loader(struct trainer *T)
 {
     const struct train_cfg *c = T->cfg;
@@ -158,6 +178,13 @@ static int start_loader(struct trainer *T)
     };
     struct rt_ring_opts ro = {.slots = (uint32_t)RT_MAX(lo.workers + 2, 4), .batch = c->batch, .channels = T->c,
                               .height = T->h, .width = T->w, .pin = c->pin};
+    /* On a GPU the slots are cudaHostAlloc memory: each batch's copy to the device is a DMA on the copy
+     * stream, overlapping the step before it. */
+    if (rt_backend_kind_of(T->be) == RT_BACKEND_CUDA && c->pin == RT_PIN_ON) {
+        T->host_mem = (struct rt_ring_allocator){.name = "cudaHostAlloc", .locks = 1, .alloc = ring_host_alloc,
+                                                 .free = ring_host_free, .ctx = T->be};
+        ro.allocator = &T->host_mem;
+    }
     if (rt_ring_create(&ro, &T->ring) < 0 || rt_loader_create(T->ds, &lo, T->ring, &T->loader) < 0)
         return -1;
     T->steps_per_epoch = rt_loader_steps_per_epoch(T->loader);
@@ -665,6 +692,28 @@ static void banner(const struct trainer *T)
 
 /* ---- the loop ------------------------------------------------------------------ */
 
+/* The loader's next batch, its copy to the device started. 1, 0 at the end of the data, -1 on error. */
+static int fetch(struct trainer *T, struct inflight *f)
+{
+    f->b = rt_loader_next(T->loader);
+    if (!f->b)
+        return rt_errmsg()[0] ? -1 : 0;
+    uint32_t batch, ch, h, w;
+    rt_ring_shape(T->ring, &batch, &ch, &h, &w);
+    f->dev = rt_backend_input_upload(T->be, f->b->images, (size_t)batch * ch * h * w, &f->ticket);
+    return 1;
+}
+
+/* Gives a batch back to the ring once its copy has read it. */
+static void give_back(struct trainer *T, struct inflight *f)
+{
+    if (!f->b)
+        return;
+    rt_backend_input_wait(T->be, f->ticket);
+    rt_loader_release(T->loader, f->b);
+    f->b = NULL;
+}
+
 /*
  * Loss scaling after the step's gradients are summed over the ranks (so
  * every rank sees the same overflow and takes the same decision): unscale,
@@ -726,18 +775,29 @@ static int train_loop(struct trainer *T, enum stop_reason *why)
         uint64_t t0 = rt_now_ns();
         struct rt_batch *b = NULL;
         const uint8_t *images;
+        uint64_t ticket;
         uint32_t valid = B;
         if (c->synthetic) {
-            images = T->syn_images;
+            images = T->syn_dev;
+            ticket = T->syn_ticket;
             memcpy(T->labels, T->syn_labels, B * sizeof(int32_t));
         } else {
             rt_comm_set_phase(T->comm, T->opt_steps, RT_PHASE_DATA);
-            b = rt_loader_next(T->loader);
-            if (!b)
-                return rt_errmsg()[0] ? -1 : 0;
-            images = b->images;
+            if (!T->next.b) {
+                int f = fetch(T, &T->next);
+                if (f <= 0)
+                    return f;
+            }
+            T->cur = T->next;
+            T->next.b = NULL;
+            b = T->cur.b;
+            images = T->cur.dev;
+            ticket = T->cur.ticket;
             valid = b->valid;
             batch_labels(T, b);
+            /* The next batch's copy overlaps this step (none after the run's last batch). */
+            if (fetch(T, &T->next) < 0)
+                return -1;
         }
         uint64_t t1 = rt_now_ns();
         int last_micro = (T->micro + 1) % T->accum == 0;
@@ -751,7 +811,7 @@ static int train_loop(struct trainer *T, enum stop_reason *why)
                                   .grad_scale = 1.0f / ((float)valid * (float)T->world * (float)T->accum) *
                                                 (T->scaling ? T->scaler.scale : 1.0f),
                                   .dropout_offset = (T->micro * (uint64_t)T->world + (uint64_t)T->rank) << 32,
-                                  .mean = T->mean, .std = T->std};
+                                  .mean = T->mean, .std = T->std, .input_ticket = ticket};
         if (last_micro) {
             /* Accumulation micro-steps before the last reduce nothing. */
             rt_bucketer_begin(T->bucketer, T->opt_steps);
@@ -765,7 +825,7 @@ static int train_loop(struct trainer *T, enum stop_reason *why)
         struct rt_loss_stats st = {0};
         int r = rt_model_step(T->model, &so, (int)B, images, T->labels, &st);
         if (b)
-            rt_loader_release(T->loader, b);
+            give_back(T, &T->cur);
         if (r < 0)
             return -1;
         if (!isfinite(st.loss_sum) && !T->nonfinite[0]) {
@@ -875,6 +935,8 @@ static int train_loop(struct trainer *T, enum stop_reason *why)
             break;
         }
     }
+    if (!c->synthetic)
+        give_back(T, &T->next); /* fetched for a step that will not run */
     if (T->step > 0 && end_epoch(T, 1) < 0)
         return -1;
     if ((*why == STOP_STEPS || *why == STOP_SIGNAL) && save_checkpoint(T) < 0)
@@ -1139,6 +1201,7 @@ int train_run(const struct train_cfg *cfg)
         if (!T.syn_images || !T.syn_labels)
             goto out;
         make_synthetic(&T);
+        T.syn_dev = rt_backend_input_upload(T.be, T.syn_images, (size_t)c.batch * T.c * T.h * T.w, &T.syn_ticket);
     } else if (start_loader(&T) < 0) {
         goto out;
     }
@@ -1194,6 +1257,8 @@ out:
     }
     if (T.metrics)
         fclose(T.metrics);
+    if (T.loader)
+        give_back(&T, &T.next);
     rt_loader_destroy(T.loader);
     rt_ring_destroy(T.ring);
     free(T.labels);

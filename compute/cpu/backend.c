@@ -102,6 +102,7 @@ static const struct rt_ops cpu_ops = {
     .to_nchw = rt_cpu_to_nchw,
     .from_nchw = rt_cpu_from_nchw,
     .input_u8 = rt_cpu_input_u8,
+    .input_u8_dev = rt_cpu_input_u8, /* host memory is the CPU's device memory */
     .conv2d_fwd = rt_cpu_conv2d_fwd,
     .conv2d_bwd_data = rt_cpu_conv2d_bwd_data,
     .conv2d_bwd_filter = rt_cpu_conv2d_bwd_filter,
@@ -231,6 +232,71 @@ const struct rt_ops *rt_backend_ops_for(const struct rt_backend *be, enum rt_dty
     const char *why = act == RT_BF16 ? be->why_not_bf16 : act == RT_F16 ? be->why_not_f16 : "";
     rt_errf(-ENOTSUP, "%s activations: %s", rt_dtype_name(act), why[0] ? why : "not supported by this backend");
     return NULL;
+}
+
+const uint8_t *rt_backend_input_upload(struct rt_backend *be, const uint8_t *host, size_t bytes, uint64_t *ticket)
+{
+    *ticket = ++be->input_tickets;
+#if RT_HAVE_CUDA
+    if (be->kind == RT_BACKEND_CUDA)
+        return rt_cuda_input_upload(be, host, bytes, *ticket);
+#endif
+    (void)bytes;
+    return host;
+}
+
+void rt_backend_input_wait(struct rt_backend *be, uint64_t ticket)
+{
+#if RT_HAVE_CUDA
+    if (be->kind == RT_BACKEND_CUDA)
+        rt_cuda_input_wait(be, ticket);
+#endif
+    (void)be;
+    (void)ticket;
+}
+
+void rt_backend_input_acquire(struct rt_backend *be, uint64_t ticket)
+{
+#if RT_HAVE_CUDA
+    if (be->kind == RT_BACKEND_CUDA)
+        rt_cuda_input_acquire(be, ticket);
+#endif
+    (void)be;
+    (void)ticket;
+}
+
+void rt_backend_input_release(struct rt_backend *be, uint64_t ticket)
+{
+#if RT_HAVE_CUDA
+    if (be->kind == RT_BACKEND_CUDA)
+        rt_cuda_input_release(be, ticket);
+#endif
+    (void)be;
+    (void)ticket;
+}
+
+void *rt_backend_host_alloc(struct rt_backend *be, size_t bytes)
+{
+#if RT_HAVE_CUDA
+    if (be->kind == RT_BACKEND_CUDA)
+        return rt_cuda_host_alloc(be, bytes);
+#endif
+    (void)be;
+    (void)bytes;
+    rt_errf(-ENOTSUP, "the CPU backend allocates no page-locked memory of its own");
+    return NULL;
+}
+
+void rt_backend_host_free(struct rt_backend *be, void *p)
+{
+#if RT_HAVE_CUDA
+    if (be->kind == RT_BACKEND_CUDA) {
+        rt_cuda_host_free(be, p);
+        return;
+    }
+#endif
+    (void)be;
+    (void)p;
 }
 
 const char *rt_dtype_name(enum rt_dtype t)

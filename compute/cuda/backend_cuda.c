@@ -158,6 +158,65 @@ const uint8_t *rt_cuda_stage_images(struct rt_stream *s, const uint8_t *host, si
     return dev;
 }
 
+/* ---- input uploads on the copy stream ----------------------------------------------- */
+
+const uint8_t *rt_cuda_input_upload(struct rt_backend *be, const uint8_t *host, size_t bytes, uint64_t ticket)
+{
+    struct rt_cuda *c = be->cuda;
+    const int b = (int)(ticket & 1u);
+    /* The buffer's previous batch must have been read by compute (never recorded: no wait). */
+    RT_CUDA_CHECK(cudaStreamWaitEvent(c->copy, c->consumed[b], 0));
+    if (bytes > c->inbuf_bytes[b]) {
+        /* Stream-ordered on the copy stream, after the wait above. */
+        if (c->inbuf[b])
+            RT_CUDA_CHECK(cudaFreeAsync(c->inbuf[b], c->copy));
+        c->inbuf[b] = NULL;
+        c->inbuf_bytes[b] = 0;
+        RT_CUDA_CHECK(cudaMallocAsync((void **)&c->inbuf[b], bytes, c->copy));
+        c->inbuf_bytes[b] = bytes;
+    }
+    RT_CUDA_CHECK(cudaMemcpyAsync(c->inbuf[b], host, bytes, cudaMemcpyHostToDevice, c->copy));
+    RT_CUDA_CHECK(cudaEventRecord(c->copied[b], c->copy));
+    return c->inbuf[b];
+}
+
+void rt_cuda_input_wait(struct rt_backend *be, uint64_t ticket)
+{
+    /* A later upload into the same buffer re-records the event: waiting for it covers this one too. */
+    RT_CUDA_CHECK(cudaEventSynchronize(be->cuda->copied[ticket & 1u]));
+}
+
+void rt_cuda_input_acquire(struct rt_backend *be, uint64_t ticket)
+{
+    RT_CUDA_CHECK(cudaStreamWaitEvent(be->cuda->compute, be->cuda->copied[ticket & 1u], 0));
+}
+
+void rt_cuda_input_release(struct rt_backend *be, uint64_t ticket)
+{
+    RT_CUDA_CHECK(cudaEventRecord(be->cuda->consumed[ticket & 1u], be->cuda->compute));
+}
+
+void *rt_cuda_host_alloc(struct rt_backend *be, size_t bytes)
+{
+    (void)be;
+    void *p = NULL;
+    /* Portable: pinned for every context of the process, whichever thread fills it. */
+    const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        rt_errf(-ENOMEM, "cudaHostAlloc of %zu bytes for the batch ring: %s", bytes, cudaGetErrorString(e));
+        return NULL;
+    }
+    return p;
+}
+
+void rt_cuda_host_free(struct rt_backend *be, void *p)
+{
+    (void)be;
+    if (p)
+        cudaFreeHost(p);
+}
+
 /* ---- the table ------------------------------------------------------------------- */
 
 static const struct rt_ops cuda_ops = {
@@ -172,6 +231,7 @@ static const struct rt_ops cuda_ops = {
     .to_nchw = rt_cuda_to_nchw,
     .from_nchw = rt_cuda_from_nchw,
     .input_u8 = rt_cuda_input_u8,
+    .input_u8_dev = rt_cuda_input_u8_dev,
     .conv2d_fwd = rt_cuda_conv2d_fwd,
     .conv2d_bwd_data = rt_cuda_conv2d_bwd_data,
     .conv2d_bwd_filter = rt_cuda_conv2d_bwd_filter,
@@ -258,6 +318,11 @@ int rt_cuda_create(const struct rt_backend_opts *o, struct rt_backend **out)
     }
     RT_CUDA_CHECK(cudaSetDevice(c->device));
     RT_CUDA_CHECK(cudaStreamCreateWithFlags(&c->compute, cudaStreamNonBlocking));
+    RT_CUDA_CHECK(cudaStreamCreateWithFlags(&c->copy, cudaStreamNonBlocking));
+    for (int i = 0; i < 2; i++) {
+        RT_CUDA_CHECK(cudaEventCreateWithFlags(&c->copied[i], cudaEventDisableTiming));
+        RT_CUDA_CHECK(cudaEventCreateWithFlags(&c->consumed[i], cudaEventDisableTiming));
+    }
     RT_CUDNN_CHECK(cudnnCreate(&c->dnn));
     RT_CUDNN_CHECK(cudnnSetStream(c->dnn, c->compute));
     RT_CUBLAS_CHECK(cublasCreate(&c->blas));
@@ -305,6 +370,15 @@ void rt_cuda_destroy(struct rt_backend *be)
     for (int i = 0; i < RT_CUDA_SCRATCH_SLOTS; i++)
         if (c->scratch[i])
             cudaFreeAsync(c->scratch[i], c->compute);
+    cudaStreamSynchronize(c->copy);
+    for (int i = 0; i < 2; i++) {
+        if (c->inbuf[i])
+            cudaFreeAsync(c->inbuf[i], c->copy);
+        cudaEventDestroy(c->copied[i]);
+        cudaEventDestroy(c->consumed[i]);
+    }
+    cudaStreamSynchronize(c->copy);
+    cudaStreamDestroy(c->copy);
     cudaStreamSynchronize(c->compute);
     if (c->host_stage)
         cudaFreeHost(c->host_stage);

@@ -60,6 +60,13 @@ struct rt_cuda {
     void *scratch[RT_CUDA_SCRATCH_SLOTS]; /* rt_cuda_scratch */
     size_t scratch_bytes[RT_CUDA_SCRATCH_SLOTS];
     struct rt_ops ops16[2]; /* the bf16 and fp16 tables (rt_backend_ops_for) */
+    /* Input uploads (rt_backend_input_upload): a copy stream and two device
+     * buffers used in turn, each with the event of its copy and the event of
+     * compute having read it. */
+    cudaStream_t copy;
+    uint8_t *inbuf[2];
+    size_t inbuf_bytes[2];
+    cudaEvent_t copied[2], consumed[2];
 };
 
 /* Prints "[rank/world] error: <lib> error <code> (<msg>) in <expr> at file:line" and aborts. */
@@ -125,6 +132,8 @@ void rt_cuda_to_nchw(struct rt_stream *s, struct rt_shape4 sh, const float *x, f
 void rt_cuda_from_nchw(struct rt_stream *s, struct rt_shape4 sh, const float *host_nchw, float *x);
 void rt_cuda_input_u8(struct rt_stream *s, struct rt_shape4 sh, const uint8_t *host_images, const float *mean,
                       const float *std, float *y);
+void rt_cuda_input_u8_dev(struct rt_stream *s, struct rt_shape4 sh, const uint8_t *dev, const float *mean,
+                          const float *std, float *y);
 void rt_cuda_bn_train_fwd(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *gamma,
                           const float *beta, float *running_mean, float *running_var, float *save_mean,
                           float *save_invstd, float *y);

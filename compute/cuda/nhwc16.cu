@@ -127,14 +127,13 @@ static __global__ void input_k(size_t n, size_t hw, int c, int c0, int cg, const
 }
 
 template <typename T>
-static void input_u8_t(struct rt_stream *s, struct rt_shape4 sh, const uint8_t *host_images, const float *mean,
-                       const float *std, float *y)
+static void input_u8_dev_t(struct rt_stream *s, struct rt_shape4 sh, const uint8_t *dev, const float *mean,
+                           const float *std, float *y)
 {
-    const size_t hw = (size_t)sh.h * sh.w, total = shape_count(sh);
-    if (total == 0)
+    const size_t hw = (size_t)sh.h * sh.w;
+    if (shape_count(sh) == 0)
         return;
     const cudaStream_t st = rt_cuda_stream(s);
-    const uint8_t *dev = rt_cuda_stage_images(s, host_images, total);
     for (int c0 = 0; c0 < sh.c; c0 += IN_MAX_C) {
         const int cg = sh.c - c0 < IN_MAX_C ? sh.c - c0 : IN_MAX_C;
         struct in_norm k;
@@ -147,6 +146,16 @@ static void input_u8_t(struct rt_stream *s, struct rt_shape4 sh, const uint8_t *
         input_k<T><<<grid_for(n), THREADS, 0, st>>>(n, hw, sh.c, c0, cg, dev, k, TM(y));
         RT_CUDA_LAUNCHED();
     }
+}
+
+template <typename T>
+static void input_u8_t(struct rt_stream *s, struct rt_shape4 sh, const uint8_t *host_images, const float *mean,
+                       const float *std, float *y)
+{
+    const size_t total = shape_count(sh);
+    if (total == 0)
+        return;
+    input_u8_dev_t<T>(s, sh, rt_cuda_stage_images(s, host_images, total), mean, std, y);
 }
 
 /* ==== per-channel sums ====================================================== */
@@ -730,6 +739,7 @@ template <typename T> static void spatial_fill(struct rt_ops *t)
     t->to_nchw = to_nchw_t<T>;
     t->from_nchw = from_nchw_t<T>;
     t->input_u8 = input_u8_t<T>;
+    t->input_u8_dev = input_u8_dev_t<T>;
     t->bn_train_fwd = bn_train_fwd_t<T>;
     t->bn_infer_fwd = bn_infer_fwd_t<T>;
     t->bn_bwd = bn_bwd_t<T>;

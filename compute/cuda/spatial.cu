@@ -124,13 +124,12 @@ static __global__ void input_u8_kernel(I n, size_t hw_, size_t c_, int c0, int c
     }
 }
 
-void rt_cuda_input_u8(struct rt_stream *s, struct rt_shape4 sh, const uint8_t *host_images, const float *mean,
-                      const float *std, float *y)
+void rt_cuda_input_u8_dev(struct rt_stream *s, struct rt_shape4 sh, const uint8_t *dev, const float *mean,
+                          const float *std, float *y)
 {
     const size_t hw = (size_t)sh.h * sh.w, total = shape_count(sh);
     if (total == 0)
         return;
-    const uint8_t *dev = rt_cuda_stage_images(s, host_images, total);
     for (int c0 = 0; c0 < sh.c; c0 += INPUT_GROUP) {
         const int cg = sh.c - c0 < INPUT_GROUP ? sh.c - c0 : INPUT_GROUP;
         struct input_norm k;
@@ -141,6 +140,15 @@ void rt_cuda_input_u8(struct rt_stream *s, struct rt_shape4 sh, const uint8_t *h
         }
         LAUNCH_FLAT(s, (size_t)sh.n * cg * hw, total, input_u8_kernel, hw, (size_t)sh.c, c0, cg, dev, k, y);
     }
+}
+
+void rt_cuda_input_u8(struct rt_stream *s, struct rt_shape4 sh, const uint8_t *host_images, const float *mean,
+                      const float *std, float *y)
+{
+    const size_t total = shape_count(sh);
+    if (total == 0)
+        return;
+    rt_cuda_input_u8_dev(s, sh, rt_cuda_stage_images(s, host_images, total), mean, std, y);
 }
 
 /* ==== batchnorm =========================================================== */
