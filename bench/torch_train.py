@@ -1,34 +1,60 @@
 #!/usr/bin/python3
-"""torch_train.py - the PyTorch side of bench/train_vs_pytorch.sh.
+"""torch_train.py - the PyTorch side of bench/train_vs_pytorch.sh (CPU, fp32)
+and bench/gpu_vs_pytorch.sh (one CUDA GPU, fp32 or mixed precision).
 
 Trains ringtrain's models as PyTorch defines them (tools/reference_models.py,
-build(name, C, H, W, classes)) on the CPU, fp32, in two modes:
+build(name, C, H, W, classes)), in two modes:
 
   compute  forward + backward + optimizer step on one fixed synthetic batch:
-           a random uint8 (B,3,32,32) batch and random labels made once, then
-           per step what a real pipeline does to a uint8 batch,
-           (x.float() / 255 - mean) / std, the forward pass,
+           a random uint8 (B,3,32,32) batch and random labels made once (on
+           the device), then per step what a real pipeline does to a uint8
+           batch, (x.float() / 255 - mean) / std, the forward pass,
            CrossEntropyLoss, zero_grad(set_to_none=True), backward,
            SGD(lr 0.01, momentum 0.9, nesterov False, weight_decay 5e-4).step().
-           --warmup steps (default 3) untimed, then --steps timed. Also counts
-           the model's training FLOPs per image (below).
-  tta      time to accuracy on a CIFAR-10-format dataset (the binary version:
-           DIR/data_batch_*.bin and DIR/test_batch.bin, per record 1 label byte
-           + 3072 bytes, the R, G, B 32x32 planes), the recipe of
-           `ringtrain train --schedule cosine`: per-channel mean/std over the
-           train set; each epoch a new permutation, drop_last; random crop 32
-           with 4-pixel zero padding + random horizontal flip done on uint8
-           tensors by one advanced-indexing gather per batch (bench/
-           torch_loader.py's "tensor" way); SGD lr --lr momentum 0.9
-           weight_decay 5e-4; CosineAnnealingLR(T_max = epochs x steps per
-           epoch) stepped every step; after each epoch an eval of the test set
-           in eval mode; stops once test accuracy >= --target-accuracy.
+           --warmup steps (default 3) untimed, then --steps timed (on CUDA
+           between two torch.cuda.synchronize()). Also counts the model's
+           training FLOPs per image (below).
+  tta      time to accuracy on a CIFAR-10 dataset: the binary version
+           (DIR/data_batch_*.bin and DIR/test_batch.bin, per record 1 label
+           byte + 3072 bytes, the R, G, B 32x32 planes) or the python version
+           (DIR/data_batch_1..5 and DIR/test_batch, pickles read by an
+           unpickler that admits only numpy arrays), DIR itself or its
+           cifar-10-batches-bin/ or cifar-10-batches-py/. The recipe of
+           `ringtrain train`: per-channel mean/std over the train set; each
+           epoch a new permutation, drop_last; random crop 32 with 4-pixel
+           zero padding + random horizontal flip done on uint8 tensors by one
+           advanced-indexing gather per batch (bench/torch_loader.py's
+           "tensor" way; on CUDA the whole set lives on the GPU);
+           SGD lr --lr momentum 0.9 (--nesterov) weight_decay --weight-decay;
+           CrossEntropyLoss(label_smoothing=--label-smoothing); --schedule
+           cosine: CosineAnnealingLR(T_max = epochs x steps per epoch), or
+           onecycle: OneCycleLR(anneal_strategy='linear', div_factor 25,
+           final_div_factor 1e4, pct_start = --warmup-epochs / epochs or 0.3,
+           cycle_momentum False) as `ringtrain train --schedule onecycle`;
+           stepped every step; after each epoch an eval of the test set in
+           eval mode; stops once test accuracy >= --target-accuracy.
            time_s is wall time from before reading the data files to the end
            (reading, statistics, training, evals; not the Python start-up or
            `import torch`), as ringtrain's time_s runs from the start of
            `train` to its end.
   flops    prints the training FLOPs per image of each --model (a comma-separated
            list), one JSON line each; no training.
+
+Device and precision (compute and tta):
+  --device cpu   (default) torch.set_num_threads(--threads).
+  --device cuda  GPU 0 (CUDA_VISIBLE_DEVICES picks another);
+                 torch.backends.cudnn.benchmark = True; TF32 off for
+                 convolutions and matmuls (cudnn.allow_tf32 and
+                 cuda.matmul.allow_tf32 False), as ringtrain's fp32 is FMA
+                 math without TF32.
+  --amp off      (default) fp32.
+  --amp bf16     torch.autocast(device, dtype=torch.bfloat16) around the
+                 forward pass and the loss; weights and optimizer fp32; on the
+                 CPU that is torch.autocast('cpu', dtype=torch.bfloat16).
+  --amp fp16     torch.autocast('cuda', dtype=torch.float16) + a
+                 torch.cuda.amp.GradScaler (dynamic loss scaling); CUDA only.
+  With bf16 or fp16 the model and every input batch are channels_last
+  (NHWC), the layout tensor cores take without a transpose.
 
 FLOPs: forward multiply-adds of every Conv2d and Linear layer, counted with
 forward hooks on one forward pass, x 2 (a multiply-add is 2 FLOPs) x 3
@@ -40,19 +66,25 @@ one JSON object ({"mode", "model", "images_per_s", ...} or {"mode": "tta",
 "time_s", "epochs", "val_acc", ...}).
 
 Usage:
-  torch_train.py check
+  torch_train.py check [--device cpu|cuda] [--amp off|bf16|fp16]
   torch_train.py compute --model M [--batch-size B] [--threads T] [--steps N]
-                         [--warmup W]
+                         [--warmup W] [--device D] [--amp A]
   torch_train.py tta --data DIR [--model M] [--epochs E] [--batch-size B]
                      [--lr LR] [--target-accuracy A] [--threads T] [--seed S]
+                     [--schedule cosine|onecycle] [--warmup-epochs E]
+                     [--nesterov] [--label-smoothing EPS] [--weight-decay WD]
+                     [--device D] [--amp A]
   torch_train.py flops --model M[,M...]
 """
 import argparse
+import contextlib
 import glob
 import json
 import os
+import pickle
 import sys
 import time
+import warnings
 
 RECORD = 1 + 3 * 32 * 32
 here = os.path.dirname(os.path.abspath(__file__))
@@ -96,28 +128,106 @@ def train_flops_per_image(model, c, h, w):
     return 6 * macs[0], macs[0]
 
 
-def make_optimizer(torch, model, lr):
-    return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, nesterov=False, weight_decay=5e-4)
+class Precision:
+    """Where a run computes and in which precision: the device, the autocast
+    context, the memory format and, for fp16, the loss scaler. Precision(torch)
+    is the CPU in fp32, what train_vs_pytorch.sh and torch_ddp.py measure."""
+
+    def __init__(self, torch, device="cpu", amp="off"):
+        self.torch = torch
+        self.device = torch.device(device)
+        self.amp = amp
+        self.dtype = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}[amp]
+        self.channels_last = amp != "off"
+        self.scaler = torch.cuda.amp.GradScaler() if amp == "fp16" else None
+
+    def autocast(self):
+        if self.dtype is None:
+            return contextlib.nullcontext()
+        return self.torch.autocast(device_type=self.device.type, dtype=self.dtype)
+
+    def model(self, m):
+        """m moved to the device (and to channels_last under autocast); returns m."""
+        m = m.to(self.device)
+        return m.to(memory_format=self.torch.channels_last) if self.channels_last else m
+
+    def batch(self, x):
+        """A float batch in the layout the model takes."""
+        return x.contiguous(memory_format=self.torch.channels_last) if self.channels_last else x
+
+    def backward_step(self, loss, opt):
+        if self.scaler is None:
+            loss.backward()
+            opt.step()
+        else:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(opt)
+            self.scaler.update()
+
+    def sync(self):
+        if self.device.type == "cuda":
+            self.torch.cuda.synchronize(self.device)
+
+    def describe(self):
+        """e.g. "cuda NVIDIA H100 80GB HBM3, amp bf16, channels_last" or "cpu, fp32"."""
+        where = "cpu"
+        if self.device.type == "cuda":
+            where = "cuda " + self.torch.cuda.get_device_name(self.device)
+        if self.amp == "off":
+            return where + ", fp32"
+        return "%s, amp %s%s, channels_last" % (where, self.amp, " + GradScaler" if self.scaler else "")
 
 
-def synthetic_step(torch, model, opt, batch_size, seed):
+def precision_problem(torch, device, amp):
+    """Why --device/--amp cannot run with this torch, or None."""
+    if device == "cuda":
+        if not torch.cuda.is_available():
+            return ("--device cuda: this torch %s sees no CUDA GPU (built with CUDA %s; torch.cuda.is_available() "
+                    "is False)" % (torch.__version__, torch.version.cuda or "none"))
+        if amp == "bf16" and not torch.cuda.is_bf16_supported():
+            return "--amp bf16: %s has no bfloat16 support" % torch.cuda.get_device_name(0)
+    elif amp == "fp16":
+        return "--amp fp16 runs on CUDA only (torch.autocast('cpu') takes bfloat16: --amp bf16)"
+    return None
+
+
+def setup_precision(torch, a):
+    """The Precision of the arguments, after the global settings it needs."""
+    why = precision_problem(torch, a.device, a.amp)
+    if why:
+        sys.exit("torch_train.py: %s" % why)
+    torch.set_num_threads(a.threads)
+    if a.device == "cuda":
+        torch.backends.cudnn.benchmark = True
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+    return Precision(torch, a.device, a.amp)
+
+
+def make_optimizer(torch, model, lr, nesterov=False, weight_decay=5e-4):
+    return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, nesterov=nesterov, weight_decay=weight_decay)
+
+
+def synthetic_step(torch, model, opt, batch_size, seed, prec=None):
     """The step `ringtrain train --synthetic-data` times: one fixed random uint8
     batch (3x32x32, 10 classes), normalised every step with ringtrain's defaults
     for data without statistics, cross-entropy, backward, optimizer step.
+    model and opt must already be on prec's device (default: the CPU, fp32).
     Returns the step function (it returns the loss)."""
+    prec = prec or Precision(torch)
     crit = torch.nn.CrossEntropyLoss()
     g = torch.Generator().manual_seed(seed)
-    xb = torch.randint(0, 256, (batch_size, 3, 32, 32), dtype=torch.uint8, generator=g)
-    yb = torch.randint(0, 10, (batch_size,), dtype=torch.int64, generator=g)
-    mean = torch.tensor([0.5, 0.5, 0.5]).view(1, 3, 1, 1)
-    std = torch.tensor([0.25, 0.25, 0.25]).view(1, 3, 1, 1)
+    xb = torch.randint(0, 256, (batch_size, 3, 32, 32), dtype=torch.uint8, generator=g).to(prec.device)
+    yb = torch.randint(0, 10, (batch_size,), dtype=torch.int64, generator=g).to(prec.device)
+    mean = torch.tensor([0.5, 0.5, 0.5], device=prec.device).view(1, 3, 1, 1)
+    std = torch.tensor([0.25, 0.25, 0.25], device=prec.device).view(1, 3, 1, 1)
 
     def step():
-        x = (xb.float() / 255 - mean) / std
-        loss = crit(model(x), yb)
+        x = prec.batch((xb.float() / 255 - mean) / std)
+        with prec.autocast():
+            loss = crit(model(x), yb)
         opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
+        prec.backward_step(loss, opt)
         return loss
 
     return step
@@ -126,34 +236,41 @@ def synthetic_step(torch, model, opt, batch_size, seed):
 def bench_compute(a):
     import torch
 
-    torch.set_num_threads(a.threads)
+    prec = setup_precision(torch, a)
     torch.manual_seed(a.seed)
     rm = reference_models()
     model = rm.build(a.model, 3, 32, 32, 10)
     flops, macs = train_flops_per_image(model, 3, 32, 32)
+    model = prec.model(model)
     model.train()
     opt = make_optimizer(torch, model, 0.01)
-    step = synthetic_step(torch, model, opt, a.batch_size, a.seed)
+    step = synthetic_step(torch, model, opt, a.batch_size, a.seed, prec)
 
     for _ in range(a.warmup):
         step()
+    prec.sync()
     t0 = time.perf_counter()
     for _ in range(a.steps):
         loss = step()
+    prec.sync()
     secs = time.perf_counter() - t0
     loss = float(loss)
     if loss != loss:
         sys.exit("torch_train.py: %s: the loss is NaN" % a.model)
     ips = a.steps * a.batch_size / secs
+    if a.device == "cpu" and a.amp == "off":
+        how = "%d threads" % torch.get_num_threads()
+    else:
+        how = prec.describe()
     return {"mode": "compute", "model": a.model, "batch_size": a.batch_size, "threads": torch.get_num_threads(),
-            "steps": a.steps, "warmup": a.warmup, "images": a.steps * a.batch_size, "seconds": secs,
-            "images_per_s": ips, "train_flops_per_image": flops, "forward_macs_per_image": macs,
+            "device": a.device, "amp": a.amp, "steps": a.steps, "warmup": a.warmup, "images": a.steps * a.batch_size,
+            "seconds": secs, "images_per_s": ips, "train_flops_per_image": flops, "forward_macs_per_image": macs,
             "gflops_per_s": ips * flops / 1e9, "loss": loss,
-            "note": "%d steps after %d warm-up, %d threads, %.2f GFLOP/s"
-                    % (a.steps, a.warmup, torch.get_num_threads(), ips * flops / 1e9)}
+            "note": "%d steps after %d warm-up, %s, %.2f GFLOP/s" % (a.steps, a.warmup, how, ips * flops / 1e9)}
 
 
 def read_records(paths):
+    """CIFAR-10 binary files -> (uint8 (N, 3072) pixels, int64 (N,) labels)."""
     import numpy as np
 
     parts = []
@@ -166,22 +283,68 @@ def read_records(paths):
     return np.ascontiguousarray(rec[:, 1:]), rec[:, 0].astype(np.int64)
 
 
+class CifarUnpickler(pickle.Unpickler):
+    """Unpickles a CIFAR python batch (a dict of a numpy array, lists and
+    strings, written by Python 2 or 3) and refuses every other global, so a
+    file that is not one cannot run code."""
+
+    ALLOWED = {("numpy.core.multiarray", "_reconstruct"), ("numpy", "ndarray"), ("numpy", "dtype"),
+               ("numpy.core.multiarray", "scalar"), ("numpy.core.numeric", "_frombuffer"), ("_codecs", "encode")}
+
+    def find_class(self, module, name):
+        if (module, name) in self.ALLOWED:
+            return super().find_class(module, name)
+        raise pickle.UnpicklingError("%s.%s is not part of a CIFAR batch" % (module, name))
+
+
+def read_pickles(paths):
+    """CIFAR-10 python batches -> (uint8 (N, 3072) pixels, int64 (N,) labels)."""
+    import numpy as np
+
+    xs, ys = [], []
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                d = CifarUnpickler(f, encoding="latin1").load()
+            d = {(k.decode() if isinstance(k, bytes) else k): v for k, v in d.items()}
+            x = np.asarray(d["data"], dtype=np.uint8).reshape(-1, 3072)
+            y = np.asarray(d["labels"], dtype=np.int64)
+        except (OSError, pickle.UnpicklingError, EOFError, KeyError, ValueError, AttributeError) as e:
+            sys.exit("torch_train.py: %s: not a CIFAR-10 python batch (%s: %s)" % (path, e.__class__.__name__, e))
+        if x.shape[0] != y.shape[0]:
+            sys.exit("torch_train.py: %s: %d images, %d labels" % (path, x.shape[0], y.shape[0]))
+        xs.append(x)
+        ys.append(y)
+    return np.ascontiguousarray(np.concatenate(xs)), np.concatenate(ys)
+
+
+def load_cifar10(path):
+    """The train and test splits of the CIFAR-10 files under path (binary or
+    python version; path itself or its cifar-10-batches-bin/ or
+    cifar-10-batches-py/): (xtr, ytr, xte, yte), numpy uint8 (N, 3072) and int64."""
+    for d in (path, os.path.join(path, "cifar-10-batches-bin"), os.path.join(path, "cifar-10-batches-py")):
+        train = sorted(glob.glob(os.path.join(d, "data_batch_*.bin")))
+        if train and os.path.isfile(os.path.join(d, "test_batch.bin")):
+            return read_records(train) + read_records([os.path.join(d, "test_batch.bin")])
+        train = [os.path.join(d, "data_batch_%d" % i) for i in range(1, 6)]
+        if all(os.path.isfile(f) for f in train) and os.path.isfile(os.path.join(d, "test_batch")):
+            return read_pickles(train) + read_pickles([os.path.join(d, "test_batch")])
+    sys.exit("torch_train.py: %s holds neither CIFAR-10 binary files (data_batch_*.bin, test_batch.bin) nor the "
+             "python version (data_batch_1..5, test_batch), nor cifar-10-batches-bin/ or cifar-10-batches-py/" % path)
+
+
 def bench_tta(a):
     import torch
 
-    torch.set_num_threads(a.threads)
+    prec = setup_precision(torch, a)
+    dev = prec.device
     torch.manual_seed(a.seed)
     t_start = time.perf_counter()
-    train_files = sorted(glob.glob(os.path.join(a.data, "data_batch_*.bin")))
-    test_file = os.path.join(a.data, "test_batch.bin")
-    if not train_files or not os.path.isfile(test_file):
-        sys.exit("torch_train.py: %s holds no data_batch_*.bin or no test_batch.bin" % a.data)
-    xtr, ytr = read_records(train_files)
-    xte, yte = read_records([test_file])
-    xtr = torch.from_numpy(xtr).view(-1, 3, 32, 32)
-    ytr = torch.from_numpy(ytr)
-    xte = torch.from_numpy(xte).view(-1, 3, 32, 32)
-    yte = torch.from_numpy(yte)
+    xtr, ytr, xte, yte = load_cifar10(a.data)
+    xtr = torch.from_numpy(xtr).view(-1, 3, 32, 32).to(dev)
+    ytr = torch.from_numpy(ytr).to(dev)
+    xte = torch.from_numpy(xte).view(-1, 3, 32, 32).to(dev)
+    yte = torch.from_numpy(yte).to(dev)
     n, B = xtr.shape[0], a.batch_size
     if n < B:
         sys.exit("torch_train.py: %d training records: fewer than one batch of %d" % (n, B))
@@ -199,21 +362,34 @@ def bench_tta(a):
 
     rm = reference_models()
     model = rm.build(a.model, 3, 32, 32, int(max(int(ytr.max()), int(yte.max())) + 1))
-    crit = torch.nn.CrossEntropyLoss()
-    opt = make_optimizer(torch, model, a.lr)
+    model = prec.model(model)
+    crit = torch.nn.CrossEntropyLoss(label_smoothing=a.label_smoothing)
+    opt = make_optimizer(torch, model, a.lr, a.nesterov, a.weight_decay)
     steps_per_epoch = n // B
-    sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=a.epochs * steps_per_epoch)
+    total = a.epochs * steps_per_epoch
+    if a.schedule == "onecycle":
+        pct = a.warmup_epochs / a.epochs if a.warmup_epochs > 0 else 0.3
+        sched = torch.optim.lr_scheduler.OneCycleLR(
+            opt, max_lr=a.lr, total_steps=total, pct_start=min(pct, 1.0), anneal_strategy="linear",
+            cycle_momentum=False, div_factor=25.0, final_div_factor=1e4)
+    else:
+        sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=total)
+    # A step GradScaler skips (inf/NaN gradients) makes the scheduler warn that
+    # it stepped before the optimizer; the order is right.
+    warnings.filterwarnings("ignore", message="Detected call of `lr_scheduler.step()` before `optimizer.step()`")
+    prec.sync()
     setup_s = time.perf_counter() - t_start
+    chunk = 500 if dev.type == "cpu" else 2000
 
     def evaluate():
         model.eval()
-        correct = 0
-        with torch.no_grad():
-            for s in range(0, xte.shape[0], 500):
-                x = (xte[s:s + 500].float() / 255 - mean) / std
-                correct += int((model(x).argmax(1) == yte[s:s + 500]).sum())
+        correct = torch.zeros((), dtype=torch.int64, device=dev)
+        with torch.no_grad(), prec.autocast():
+            for s in range(0, xte.shape[0], chunk):
+                x = prec.batch((xte[s:s + chunk].float() / 255 - mean) / std)
+                correct += (model(x).argmax(1) == yte[s:s + chunk]).sum()
         model.train()
-        return correct / xte.shape[0]
+        return int(correct) / xte.shape[0]
 
     history = []
     acc = best = 0.0
@@ -222,23 +398,25 @@ def bench_tta(a):
     for epoch in range(a.epochs):
         t0 = time.perf_counter()
         model.train()
-        perm = torch.randperm(n)
-        flip = torch.randint(0, 2, (n,))
-        dy = torch.randint(0, 9, (n,))
-        dx = torch.randint(0, 9, (n,))
-        loss_sum = 0.0
+        perm = torch.randperm(n, device=dev)
+        flip = torch.randint(0, 2, (n,), device=dev)
+        dy = torch.randint(0, 9, (n,), device=dev)
+        dx = torch.randint(0, 9, (n,), device=dev)
+        # Summed on the device: reading the loss every step would wait for the GPU.
+        loss_sum = torch.zeros((), dtype=torch.float64, device=dev)
         for s in range(0, steps_per_epoch * B, B):
             idx = perm[s:s + B]
             # Mirroring the padded image and cropping at dx equals cropping at
             # 8 - dx and mirroring the crop: RandomCrop(32, 4) + RandomHorizontalFlip.
             xb = crops[idx + n * flip[s:s + B], :, dy[s:s + B], dx[s:s + B]]
-            x = (xb.float() / 255 - mean) / std
-            loss = crit(model(x), ytr[idx])
+            x = prec.batch((xb.float() / 255 - mean) / std)
+            with prec.autocast():
+                loss = crit(model(x), ytr[idx])
             opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+            prec.backward_step(loss, opt)
             sched.step()
-            loss_sum += float(loss)
+            loss_sum += loss.detach()
+        loss_mean = float(loss_sum) / steps_per_epoch  # waits for the epoch's last step
         t1 = time.perf_counter()
         acc = evaluate()
         t2 = time.perf_counter()
@@ -246,15 +424,19 @@ def bench_tta(a):
         eval_s += t2 - t1
         epochs = epoch + 1
         best = max(best, acc)
-        history.append({"epoch": epochs, "train_loss": loss_sum / steps_per_epoch, "val_acc": acc,
+        history.append({"epoch": epochs, "train_loss": loss_mean, "val_acc": acc,
                         "train_s": t1 - t0, "eval_s": t2 - t1})
         print("  epoch %d: train loss %.4f, test acc %.4f, %.1f s train + %.1f s eval"
-              % (epochs, loss_sum / steps_per_epoch, acc, t1 - t0, t2 - t1), file=sys.stderr)
+              % (epochs, loss_mean, acc, t1 - t0, t2 - t1), file=sys.stderr)
+        if loss_mean != loss_mean:
+            sys.exit("torch_train.py: %s: the loss is NaN in epoch %d" % (a.model, epochs))
         if a.target_accuracy is not None and acc >= a.target_accuracy:
             break
     time_s = time.perf_counter() - t_start
     reached = a.target_accuracy is not None and acc >= a.target_accuracy
     return {"mode": "tta", "model": a.model, "batch_size": B, "threads": torch.get_num_threads(), "lr": a.lr,
+            "device": a.device, "amp": a.amp, "schedule": a.schedule, "nesterov": a.nesterov,
+            "label_smoothing": a.label_smoothing, "weight_decay": a.weight_decay,
             "train_records": n, "test_records": int(xte.shape[0]), "steps_per_epoch": steps_per_epoch,
             "planned_epochs": a.epochs, "epochs": epochs, "steps": epochs * steps_per_epoch,
             "target_accuracy": a.target_accuracy, "reached": reached, "val_acc": acc, "best_val_acc": best,
@@ -262,13 +444,14 @@ def bench_tta(a):
             "images_per_s": epochs * steps_per_epoch * B / train_s if train_s > 0 else 0,
             "mean": [round(float(v), 6) for v in mean.flatten()], "std": [round(float(v), 6) for v in std.flatten()],
             "history": history,
-            "note": "%s after %d epoch(s), test acc %.4f, %.1f s (%.1f s setup, %.1f s train, %.1f s eval)"
+            "note": "%s after %d epoch(s), test acc %.4f, %.1f s (%.1f s setup, %.1f s train, %.1f s eval)%s"
                     % ("target reached" if reached else "target NOT reached", epochs, acc, time_s, setup_s,
-                       train_s, eval_s)}
+                       train_s, eval_s, "" if a.device == "cpu" and a.amp == "off" else "; " + prec.describe())}
 
 
-def check():
-    """Exit 0 when torch, torchvision, numpy and tools/reference_models.py import; prints versions."""
+def check(device="cpu", amp="off"):
+    """Exit 0 when torch, torchvision, numpy and tools/reference_models.py import
+    and --device/--amp can run; prints versions (and the GPU), or what is missing."""
     missing = []
     versions = {}
     for mod in ("torch", "torchvision", "numpy"):
@@ -285,8 +468,17 @@ def check():
         print("tools/reference_models.py does not import: %s: %s" % (e.__class__.__name__, e))
         return 1
     import torch
-    print(" ".join("%s %s" % kv for kv in versions.items())
-          + (" (oneDNN)" if torch.backends.mkldnn.is_available() else ""))
+    why = precision_problem(torch, device, amp)
+    if why:
+        print(why)
+        return 1
+    line = " ".join("%s %s" % kv for kv in versions.items())
+    if device == "cuda":
+        line += " (CUDA %s, cuDNN %s, %s)" % (torch.version.cuda, torch.backends.cudnn.version(),
+                                             torch.cuda.get_device_name(0))
+    elif torch.backends.mkldnn.is_available():
+        line += " (oneDNN)"
+    print(line)
     return 0
 
 
@@ -295,21 +487,32 @@ def main():
                                 epilog="Modes: compute, tta, flops, check (see the module docstring).")
     p.add_argument("mode", choices=["check", "compute", "tta", "flops"])
     p.add_argument("--model", default="mnist-net", help="mnist-net, resnet18, resnet9, wrn-D-K (default mnist-net)")
-    p.add_argument("--data", help="tta: directory holding data_batch_*.bin and test_batch.bin")
+    p.add_argument("--data", help="tta: directory holding the CIFAR-10 binary or python files")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--threads", type=int, default=cpu_count(), help="torch threads (default: the CPUs usable)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="compute, tta, check (default cpu)")
+    p.add_argument("--amp", choices=["off", "bf16", "fp16"], default="off",
+                   help="compute, tta, check: autocast precision (default off: fp32; fp16 on CUDA only)")
     p.add_argument("--steps", type=int, default=20, help="compute: timed steps (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="compute: untimed steps first (default 3)")
-    p.add_argument("--epochs", type=int, default=10, help="tta: planned epochs, the cosine's length (default 10)")
+    p.add_argument("--epochs", type=int, default=10, help="tta: planned epochs, the schedule's length (default 10)")
     p.add_argument("--lr", type=float, default=0.05, help="tta: peak learning rate (default 0.05)")
+    p.add_argument("--schedule", choices=["cosine", "onecycle"], default="cosine", help="tta (default cosine)")
+    p.add_argument("--warmup-epochs", type=float, default=0,
+                   help="tta, onecycle: epochs of the rising part (default 0: 30 %% of the run)")
+    p.add_argument("--nesterov", action="store_true", help="tta: Nesterov momentum")
+    p.add_argument("--label-smoothing", type=float, default=0.0, help="tta (default 0)")
+    p.add_argument("--weight-decay", type=float, default=5e-4, help="tta (default 5e-4)")
     p.add_argument("--target-accuracy", type=float, default=None,
                    help="tta: stop once test accuracy >= A (0..1 or a percentage)")
     p.add_argument("--seed", type=int, default=0)
     a = p.parse_args()
     if a.mode == "check":
-        return check()
+        return check(a.device, a.amp)
     if a.batch_size < 1 or a.threads < 1 or a.steps < 1 or a.warmup < 0 or a.epochs < 1 or a.lr <= 0:
         p.error("--batch-size, --threads, --steps, --epochs must be >= 1, --warmup >= 0, --lr > 0")
+    if not 0 <= a.label_smoothing < 1 or a.weight_decay < 0 or a.warmup_epochs < 0:
+        p.error("--label-smoothing must be in [0, 1), --weight-decay and --warmup-epochs >= 0")
     if a.target_accuracy is not None and a.target_accuracy > 1:
         a.target_accuracy /= 100
     if a.mode == "flops":
