@@ -1,8 +1,11 @@
 /*
  * bucket.c - the gradient bucketer: plans contiguous buckets over the flat
- * gradient buffer, starts each bucket's all-reduce (an in-place sum) on the
- * comm thread as soon as backward reports its gradients final, and waits for
- * them all before the optimizer step. No packing: a bucket is a slice.
+ * gradient buffer, starts each bucket's all-reduce (an in-place sum) as soon
+ * as backward reports its gradients final, and waits for them all before the
+ * optimizer step. No packing: a bucket is a slice. Host buffers go to the
+ * comm thread's job queue (MPI); device buffers, in NCCL mode, to a comm
+ * stream (nccl.c). The plan, the readiness rule and the control word are the
+ * same for both.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -33,6 +36,7 @@ struct rt_bucketer {
     int next;                   /* first bucket not launched */
     uint32_t flags;
     struct comm_job flag_job;
+    struct nccl_stream *dev;    /* NCCL mode; NULL for host buffers */
 };
 
 static int by_offset(const void *a, const void *b)
@@ -113,6 +117,13 @@ int rt_bucketer_create(struct rt_comm *c, float *grads, size_t count, const stru
         }
         B->nb++;
     }
+    if (o && o->nccl) {
+        int rc = nccl_stream_create(o->nccl, o->stream, B->nb, &B->dev);
+        if (rc < 0) {
+            rt_bucketer_destroy(B);
+            return rt_errf(rc, "bucketer: %s", rt_errmsg());
+        }
+    }
     for (int k = 0; k < B->nb; k++) {
         struct bucket *bk = &B->b[k];
         char names[120];
@@ -133,6 +144,7 @@ void rt_bucketer_destroy(struct rt_bucketer *b)
 {
     if (!b)
         return;
+    nccl_stream_destroy(b->dev);
     free(b->t);
     free(b->b);
     free(b);
@@ -163,12 +175,31 @@ void rt_bucketer_begin(struct rt_bucketer *b, uint64_t step)
     b->step = step;
     b->ready = 0;
     b->next = 0;
+    if (b->dev)
+        nccl_stream_begin(b->dev, step);
 }
 
-static void launch(struct rt_bucketer *b, int k)
+/* Starts the all-reduces of buckets [b->next, upto). In NCCL mode they go
+ * through NCCL even in a group of one (a copy in place, but the same path);
+ * over MPI a group of one has nothing to do. */
+static void launch(struct rt_bucketer *b, int upto)
 {
-    if (comm_parallel(b->c))
-        comm_job_submit(b->c, &b->b[k].job);
+    if (b->next >= upto)
+        return;
+    if (b->dev) {
+        /* One event for the lot: the compute stream has queued the backward
+         * work that wrote all of them. */
+        nccl_stream_follow(b->dev);
+        for (; b->next < upto; b->next++) {
+            struct bucket *bk = &b->b[b->next];
+            nccl_stream_allreduce(b->dev, b->next, b->grads + bk->offset, bk->count, bk->job.what);
+            comm_count_bucket(b->c);
+        }
+        return;
+    }
+    for (; b->next < upto; b->next++)
+        if (comm_parallel(b->c))
+            comm_job_submit(b->c, &b->b[b->next].job);
 }
 
 void rt_bucketer_ready(void *bucketer, size_t ready)
@@ -180,13 +211,15 @@ void rt_bucketer_ready(void *bucketer, size_t ready)
         return;
     /* A bucket ends where the next tensor starts, so the alignment gap after
      * its last tensor counts as ready with it. */
-    while (b->next < b->nb) {
-        const struct bucket *bk = &b->b[b->next];
+    int upto = b->next;
+    while (upto < b->nb) {
+        const struct bucket *bk = &b->b[upto];
         const struct rt_bucket_tensor *last = &b->t[bk->t1 - 1];
         if (last->offset + last->count > b->ready)
             break;
-        launch(b, b->next++);
+        upto++;
     }
+    launch(b, upto);
 }
 
 int rt_bucketer_finish(struct rt_bucketer *b, uint32_t flags, uint32_t *global_flags, uint64_t *wait_ns)
@@ -196,14 +229,15 @@ int rt_bucketer_finish(struct rt_bucketer *b, uint32_t flags, uint32_t *global_f
     int missing = b->ready < last->offset + last->count;
     if (b->no_overlap || !missing) {
         b->ready = RT_MAX(b->ready, b->total);
-        while (b->next < b->nb)
-            launch(b, b->next++);
+        launch(b, b->nb);
     }
     if (missing) {
         /* The plan check: name what never arrived. What was started is
          * finished first (its memory is the caller's); the caller then ends
          * the job, as the other ranks wait for the rest. */
-        for (int k = 0; k < b->next && comm_parallel(b->c); k++)
+        if (b->dev)
+            nccl_stream_wait(b->dev);
+        for (int k = 0; k < b->next && comm_parallel(b->c) && !b->dev; k++)
             comm_job_wait(b->c, &b->b[k].job);
         char names[512];
         size_t o = 0;
@@ -221,10 +255,19 @@ int rt_bucketer_finish(struct rt_bucketer *b, uint32_t flags, uint32_t *global_f
                        b->step, n, names);
     }
     uint32_t g = flags;
+    /* The control word goes over MPI in both modes: the comm thread runs it
+     * while the gradients are reduced (NCCL has no bitwise OR, and a device
+     * word would need a copy back to the host after the all-reduces anyway).
+     * In NCCL mode its deadline and the NCCL watchdog's run side by side; the
+     * first to expire ends the job, both name the step. */
     if (comm_parallel(b->c)) {
         b->flags = flags;
         comm_job_submit(b->c, &b->flag_job);
-        for (int k = 0; k < b->nb; k++)
+    }
+    if (b->dev)
+        nccl_stream_wait(b->dev);
+    if (comm_parallel(b->c)) {
+        for (int k = 0; k < b->nb && !b->dev; k++)
             comm_job_wait(b->c, &b->b[k].job);
         comm_job_wait(b->c, &b->flag_job);
         g = b->flags;

@@ -202,6 +202,13 @@ void rt_comm_set_phase(struct rt_comm *c, uint64_t step, enum rt_comm_phase phas
     atomic_store(&c->phase, (int)phase);
 }
 
+void comm_count_bucket(struct rt_comm *c)
+{
+    pthread_mutex_lock(&c->mu);
+    c->counts.bucket_allreduces++;
+    pthread_mutex_unlock(&c->mu);
+}
+
 void rt_comm_counts(struct rt_comm *c, struct rt_comm_counts *out)
 {
     pthread_mutex_lock(&c->mu);

@@ -1,11 +1,14 @@
 /*
  * comm.h - the comm stage: which rank this process is (rank discovery), the
- * collectives between ranks (Open MPI), and the gradient bucketer that
- * overlaps the all-reduce of gradients with backward.
+ * collectives between ranks (Open MPI), the gradient bucketer that overlaps
+ * the all-reduce of gradients with backward, and, for gradients on GPUs,
+ * which GPU a rank drives (rt_gpu_preflight) and the NCCL communicator the
+ * bucketer then reduces them with.
  *
  * It knows nothing of layers or models: the bucketer sees one float buffer
  * and a table of named slices of it, and is told how far into the buffer the
- * gradients are final. It never touches the compute backend.
+ * gradients are final. It never touches the compute backend: in NCCL mode it
+ * is handed the compute stream as an opaque pointer.
  *
  * Threads. A process group with more than one rank runs one comm thread. It
  * makes every MPI call after MPI_Init (so MPI is initialised with
@@ -170,8 +173,9 @@ int rt_comm_node_barrier(struct rt_comm *c, double timeout_s, const char *what);
 /* Broadcast from the node's local rank 0 to the ranks of this node. */
 int rt_comm_node_broadcast(struct rt_comm *c, void *buf, size_t bytes, const char *what);
 
-/* Collectives issued so far, by kind: all-reduces of gradient buckets, and
- * everything else. */
+/* Collectives issued so far, by kind: all-reduces of gradient buckets (over
+ * MPI, or NCCL in the bucketer's NCCL mode, where a group of one counts them
+ * too: they still go through NCCL), and everything else. */
 struct rt_comm_counts {
     uint64_t bucket_allreduces;
     uint64_t other;
@@ -202,6 +206,10 @@ struct rt_bucket_opts {
     size_t cap_bytes;        /* 0 = 25 MiB */
     size_t first_cap_bytes;  /* 0 = 1 MiB (never more than cap_bytes) */
     int no_overlap;          /* 1: start every all-reduce after backward */
+    /* Device gradients (see "NCCL" below). NULL: `grads` is host memory,
+     * reduced over MPI by the comm thread. */
+    struct rt_nccl *nccl;    /* borrowed; outlives the bucketer */
+    void *stream;            /* the compute stream backward runs on (a cudaStream_t) */
 };
 
 /*
@@ -209,6 +217,22 @@ struct rt_bucket_opts {
  * may read and write during a step; borrowed for the bucketer's lifetime).
  * `t` (nt entries, any order, borrowed names) must tile the buffer apart from
  * alignment gaps. Returns 0 or -EINVAL / -ENOMEM.
+ *
+ * With o->nccl set, `grads` is device memory on the communicator's GPU and
+ * the bucketer works in NCCL mode: it creates a comm stream of its own (non-
+ * blocking, the device's highest priority, so that the all-reduce kernels
+ * are scheduled ahead of backward's) and one event per bucket. Then
+ *  - rt_bucketer_ready(), when buckets become complete, records an event on
+ *    o->stream (what backward has queued so far), makes the comm stream wait
+ *    for it and queues ncclAllReduce(sum, float, in place) for each bucket on
+ *    the comm stream. Nothing waits on the host;
+ *  - rt_bucketer_finish() queues what is left, makes o->stream wait (an
+ *    event, not a host synchronisation) for the comm stream's all-reduces, so
+ *    that the optimizer step queued after it reads reduced gradients, and
+ *    polls on the host until they are done (that is *wait_ns), watching NCCL
+ *    (see "NCCL", the watchdog). The control word still travels over MPI.
+ * Call it on the thread that set the device. Returns -ENOTSUP without NCCL,
+ * -EIO when CUDA cannot create the stream or events.
  */
 int rt_bucketer_create(struct rt_comm *c, float *grads, size_t count, const struct rt_bucket_tensor *t, int nt,
                        const struct rt_bucket_opts *o, struct rt_bucketer **out);
@@ -240,5 +264,112 @@ void rt_bucketer_ready(void *bucketer, size_t ready);
  * final during the step (rt_errmsg() names them): the plan check.
  */
 int rt_bucketer_finish(struct rt_bucketer *b, uint32_t flags, uint32_t *global_flags, uint64_t *wait_ns);
+
+/* ==== GPU placement ===========================================================
+ *
+ * rt_gpu_preflight() picks the GPU this rank drives before CUDA or NCCL is
+ * touched. It is pure: `visible_gpus` is what the caller counted
+ * (cudaGetDeviceCount, rt_backend_probe), `local_rank` / `local_size` come
+ * from rt_comm_info(), and `get(ctx, name)` returns a variable or NULL
+ * (getenv() behind a context, so tests can pass their own). The rules:
+ *
+ *  1. A rank that sees no GPU is refused (-ENODEV), naming
+ *     CUDA_VISIBLE_DEVICES and, under a Slurm job without GPUs on the node,
+ *     how to ask for them.
+ *  2. Slurm's per-task binding: inside a Slurm job (SLURM_JOB_ID) whose
+ *     tasks were given GPUs of their own -- SLURM_GPUS_PER_TASK
+ *     (--gpus-per-task), a GPU in SLURM_TRES_PER_TASK, SLURM_GPU_BIND or
+ *     SLURM_TRES_BIND with a type other than "none" (--gpu-bind=single:1,
+ *     closest, map_gpu, per_task:N), SLURM_STEP_GPUS (or SLURM_JOB_GPUS)
+ *     naming more GPUs than the rank sees, or one GPU per rank with several
+ *     ranks on the node -- the rank drives device 0, its own first GPU.
+ *     Slurm then hides the node's other GPUs from each task (and, with
+ *     ConstrainDevices, keeps it from opening them), so NCCL cannot use
+ *     peer-to-peer between them: with more than one rank on the node a note
+ *     says so and names the fix, `srun --gres-flags=allow-task-sharing`
+ *     (Slurm 23.11+, on the srun line, not #SBATCH; it keeps the per-task
+ *     CUDA_VISIBLE_DEVICES but lets each task reach the others' GPUs) or
+ *     GPUs per node with `--gpu-bind=none`. SLURM_GRES_FLAGS containing
+ *     allow-task-sharing means the fix is in place: no note, rules 3-4.
+ *  3. A rank that sees at least as many GPUs as the node has ranks drives
+ *     device `local_rank` (mpirun, or srun with GPUs per node and no
+ *     binding).
+ *  4. A rank that sees exactly one GPU through a CUDA_VISIBLE_DEVICES set
+ *     outside Slurm's binding (a wrapper giving each rank its own) drives
+ *     device 0. Two ranks given the same GPU are NCCL's to refuse, at
+ *     rt_nccl_create().
+ *  5. Otherwise the node has fewer GPUs than ranks: -ENODEV, naming the
+ *     counts and how to start fewer ranks per node.
+ *
+ * Returns 0 with *device set and `note` (len bytes) holding a paragraph for
+ * the user or "", or -ENODEV / -EINVAL (local rank out of range) with
+ * rt_errmsg() saying why and *device = -1. Thread-safe.
+ */
+int rt_gpu_preflight(int visible_gpus, int local_rank, int local_size,
+                     const char *(*get)(void *ctx, const char *name), void *ctx, int *device, char *note,
+                     size_t len);
+
+/* ==== NCCL ====================================================================
+ *
+ * The GPU collective engine: one NCCL communicator over the process group's
+ * ranks, one GPU per rank, used by the bucketer in NCCL mode (rt_bucket_opts
+ * .nccl) to all-reduce device gradients on a comm stream while backward runs.
+ * MPI stays the bootstrap (the ncclUniqueId travels by rt_comm_broadcast), the
+ * carrier of every host collective and of the step's control word, and the
+ * watchdog of peers (heartbeats, pidfds): a dead peer is still caught there.
+ *
+ * Failures. Every NCCL call is checked; the communicator is non-blocking
+ * (ncclConfig_t.blocking = 0), so a call that would wait on peers returns at
+ * once and is polled (ncclCommGetAsyncError) under the group's deadline
+ * (rt_comm_opts.timeout_s, --comm-timeout). An NCCL or CUDA error, or a
+ * set-up or an all-reduce still unfinished at the deadline, prints one line
+ * naming this rank's step, the bucket(s) in flight (i of n, MB, tensors),
+ * NCCL's error string and ncclGetLastError(), then ncclCommAbort and
+ * rt_comm_abort end the whole job.
+ */
+struct rt_nccl;
+
+/* 1 when this build has NCCL (and the CUDA runtime it needs), else 0. */
+int rt_nccl_available(void);
+
+/*
+ * Creates the communicator over every rank of `c`, on CUDA device `device`
+ * (this rank's, from rt_gpu_preflight; it becomes the calling thread's
+ * current device). Collective: every rank calls it, in the same order
+ * relative to the group's other collectives. Rank 0 makes the ncclUniqueId,
+ * rt_comm_broadcast hands it out, each rank joins with
+ * ncclCommInitRankConfig and polls until NCCL is ready; then a one-integer
+ * all-reduce checks the communicator end to end and makes NCCL connect its
+ * channels.
+ *
+ * Rank 0 prints two lines to stderr: the NCCL version with the NCCL_*
+ * variables set, and the transport the channels use ("P2P/CUMEM
+ * (intra-node), NET/IB (inter-node)"). NCCL has no API for the transport;
+ * unless the user set NCCL_DEBUG (in the environment or an nccl.conf) this
+ * sets NCCL_DEBUG=INFO, NCCL_DEBUG_SUBSYS=INIT,GRAPH,NET and NCCL_DEBUG_FILE
+ * (a private temporary file) for the set-up, reads the channel lines NCCL
+ * logged, combines every rank's findings and restores the variables (and
+ * NCCL's logging: ncclResetDebugInit). If the user set NCCL_DEBUG, the line
+ * says "see NCCL_DEBUG output". setenv() is not thread-safe: no other
+ * thread of the caller may read or change the environment meanwhile (call it
+ * before starting the loader's workers; the comm thread only makes MPI
+ * calls).
+ *
+ * Returns 0 with *out set, -ENOTSUP when the build has no NCCL, -ENODEV when
+ * `device` cannot be used (rt_errmsg() says why). Once the ranks have met
+ * (after the broadcast), failures and the deadline end the job instead.
+ */
+int rt_nccl_create(struct rt_comm *c, int device, struct rt_nccl **out);
+
+/* One line for the banner: "NCCL 2.28.9 on GPU 0, transport: P2P/CUMEM
+ * (intra-node)". Owned by `n`. */
+const char *rt_nccl_describe(const struct rt_nccl *n);
+
+/*
+ * Finalizes (waiting, under the deadline, for what was queued) and destroys
+ * the communicator. After every bucketer that uses it was destroyed, before
+ * rt_comm_destroy(). NULL is fine. Every rank calls it.
+ */
+void rt_nccl_destroy(struct rt_nccl *n);
 
 #endif /* RT_COMM_H */

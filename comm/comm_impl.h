@@ -1,7 +1,8 @@
 /*
  * comm_impl.h - private to comm/: the collective job queue that the
  * process group (comm.c) runs on its comm thread and the bucketer
- * (bucket.c) feeds.
+ * (bucket.c) feeds, and the device path (nccl.c) the bucketer uses in NCCL
+ * mode.
  */
 #ifndef RT_COMM_IMPL_H
 #define RT_COMM_IMPL_H
@@ -52,5 +53,35 @@ void comm_job_wait(struct rt_comm *c, struct comm_job *j);
 double comm_timeout(const struct rt_comm *c);
 /* 1 when the group has more than one rank (a comm thread runs). */
 int comm_parallel(const struct rt_comm *c);
+/* Counts a gradient bucket's all-reduce that did not go through the job
+ * queue (NCCL mode), so rt_comm_counts() covers both paths. */
+void comm_count_bucket(struct rt_comm *c);
+
+/* ---- nccl.c: the bucketer's device path --------------------------------------
+ * One bucketer's comm stream, its events and the record of what is in flight.
+ * All calls from the training thread, on the communicator's device. Without
+ * NCCL in the build, nccl_stream_create() returns -ENOTSUP and nothing else
+ * is reached.
+ */
+struct nccl_stream;
+
+/* A comm stream and `nb` per-bucket events for all-reduces on n, following
+ * `compute` (a cudaStream_t). Returns 0, -ENOTSUP or -EIO (rt_errmsg()). */
+int nccl_stream_create(struct rt_nccl *n, void *compute, int nb, struct nccl_stream **out);
+void nccl_stream_destroy(struct nccl_stream *s); /* NULL is fine */
+/* A new step: no bucket is in flight. */
+void nccl_stream_begin(struct nccl_stream *s, uint64_t step);
+/* Makes the comm stream wait for everything queued on the compute stream so
+ * far (one event), before the all-reduces of the buckets that just became
+ * complete are queued behind it. */
+void nccl_stream_follow(struct nccl_stream *s);
+/* Queues bucket k's all-reduce (sum, in place) on the comm stream. Buckets
+ * are queued in order 0, 1, ...; `what` (borrowed for the stream's life)
+ * names it in failure messages. */
+void nccl_stream_allreduce(struct nccl_stream *s, int k, float *buf, size_t count, const char *what);
+/* Makes the compute stream wait for every queued all-reduce (an event), then
+ * polls on the host until they are done, as the watchdog: an NCCL error or an
+ * all-reduce older than the group's deadline ends the job. */
+void nccl_stream_wait(struct nccl_stream *s);
 
 #endif
