@@ -33,6 +33,7 @@ struct rt_backend {
     char describe[160];
     struct rt_cuda *cuda;   /* CUDA: the device, handles and caches; NULL on the CPU */
     uint64_t input_tickets; /* rt_backend_input_upload calls so far */
+    int device;             /* CUDA device ordinal; -1 on the CPU */
 };
 
 /* The compute stream waits for upload `ticket`'s copy; then marks its buffer consumed (after the ops issued

@@ -99,6 +99,11 @@ const struct rt_ops *rt_backend_ops_for(const struct rt_backend *be, enum rt_dty
 struct rt_stream *rt_backend_stream(struct rt_backend *be);
 /* Which backend `be` is. */
 enum rt_backend_kind rt_backend_kind_of(const struct rt_backend *be);
+/* The CUDA device ordinal `be` drives, -1 on the CPU. */
+int rt_backend_device(const struct rt_backend *be);
+/* The default stream's native handle (a cudaStream_t), NULL on the CPU: for
+ * the comm stage, which orders its NCCL stream against it with events. */
+void *rt_backend_native_stream(struct rt_backend *be);
 /* One line for the banner, e.g. "cpu: 2 threads, OpenBLAS 0.3.21 (SkylakeX)". */
 const char *rt_backend_describe(const struct rt_backend *be);
 

@@ -42,6 +42,7 @@ struct trainer {
     const struct train_cfg *cfg;
     struct rt_comm *comm;
     struct rt_bucketer *bucketer;
+    struct rt_nccl *nccl;       /* GPUs across ranks: the gradient all-reduce; NULL otherwise */
     int rank, world, root;      /* root: this is rank 0, which prints and saves */
     char data_path[4096];       /* --data, or where --stage-to put it */
     struct rt_dataset *ds;
@@ -676,6 +677,8 @@ static void banner(const struct trainer *T)
                rt_comm_backend(T->comm), rt_rank_source_name(ri->source), ri->vars, nb, nb == 1 ? "" : "s", first,
                nb > 1 ? big : first, c->bucket_cap_mb, c->no_overlap ? ", after backward (--no-overlap)"
                                                                          : ", overlapped with backward");
+        if (T->nccl)
+            printf("  gradients %s\n", rt_nccl_describe(T->nccl));
     }
     printf("  optimizer %s lr %g", rt_optim_kind_name(c->optim.kind), (double)c->lr);
     if (c->optim.kind == RT_OPT_SGD)
@@ -1042,7 +1045,14 @@ int train_amp_resolve(enum train_amp amp, struct rt_backend *be, enum rt_dtype *
     return 0;
 }
 
-int train_open_backend(enum train_device dev, int local_rank, int threads, struct rt_backend **out)
+static const char *env_get(void *ctx, const char *name)
+{
+    (void)ctx;
+    return getenv(name);
+}
+
+int train_open_backend(enum train_device dev, int local_rank, int local_world, int threads,
+                       struct rt_backend **out)
 {
     struct rt_backend_opts bo = {.kind = RT_BACKEND_CPU, .threads = threads};
     struct rt_backend_probe p;
@@ -1053,7 +1063,14 @@ int train_open_backend(enum train_device dev, int local_rank, int threads, struc
         if (!built)
             return rt_errf(-ENOTSUP, "--device cuda: %s", p.detail);
         bo.kind = RT_BACKEND_CUDA;
-        bo.device = p.devices > 0 ? local_rank % p.devices : 0;
+        if (p.devices > 0) {
+            char note[1024];
+            if (rt_gpu_preflight(p.devices, local_rank, RT_MAX(local_world, 1), env_get, NULL, &bo.device, note,
+                                 sizeof(note)) < 0)
+                return rt_errf(-ENODEV, "--device cuda: %s", rt_errmsg());
+            if (note[0] && local_rank == 0)
+                rt_info("%s", note);
+        }
     }
     int rc = rt_backend_create(&bo, out);
     if (rc < 0 && dev == DEVICE_CUDA)
@@ -1108,7 +1125,8 @@ static int make_bucketer(struct trainer *T)
         if (tab[i].kind == RT_PARAM)
             bt[np++] = (struct rt_bucket_tensor){tab[i].name, tab[i].offset, tab[i].count};
     struct rt_bucket_opts bo = {.cap_bytes = (size_t)(T->cfg->bucket_cap_mb * 1048576.0),
-                                .no_overlap = T->cfg->no_overlap};
+                                .no_overlap = T->cfg->no_overlap, .nccl = T->nccl,
+                                .stream = T->nccl ? rt_backend_native_stream(T->be) : NULL};
     int rc = rt_bucketer_create(T->comm, rt_model_grads(T->model), rt_model_param_count(T->model), bt, np, &bo,
                                 &T->bucketer);
     free(bt);
@@ -1142,15 +1160,14 @@ int train_run(const struct train_cfg *cfg)
         memset(&c.aug, 0, sizeof(c.aug)); /* crops and flips suit photos, not digits */
     if (c.threads <= 0)
         c.threads = rt_comm_default_threads(T.comm);
-    if (train_open_backend(c.device, rt_comm_info(T.comm)->local_rank, c.threads, &T.be) < 0)
+    if (train_open_backend(c.device, rt_comm_info(T.comm)->local_rank, rt_comm_info(T.comm)->local_world,
+                           c.threads, &T.be) < 0)
         goto out;
-    if (T.world > 1 && rt_backend_kind_of(T.be) == RT_BACKEND_CUDA) {
-        /* The bucketer reduces host memory over MPI; device gradients need NCCL. */
-        rt_errf(-ENOTSUP, "training on GPUs across %d ranks needs the NCCL all-reduce, which this build does not "
-                          "have yet: run one rank per job, or --device cpu",
-                T.world);
+    /* Device gradients are reduced by NCCL on its own stream; set up before the loader's threads start
+     * (the transport probe sets NCCL's environment variables for a moment). */
+    if (T.world > 1 && rt_backend_kind_of(T.be) == RT_BACKEND_CUDA &&
+        rt_nccl_create(T.comm, rt_backend_device(T.be), &T.nccl) < 0)
         goto out;
-    }
     if (train_amp_resolve(c.amp, T.be, &T.act) < 0)
         goto out;
     struct rt_model_opts mo = {.name = c.model, .c = (int)T.c, .h = (int)T.h, .w = (int)T.w,
@@ -1264,6 +1281,10 @@ out:
     free(T.labels);
     free(T.syn_images);
     free(T.syn_labels);
+    /* NCCL's stream work is over before the memory it reduced goes. */
+    rt_bucketer_destroy(T.bucketer);
+    T.bucketer = NULL;
+    rt_nccl_destroy(T.nccl);
     rt_optim_destroy(T.opt);
     if (T.found_inf)
         rt_backend_ops(T.be)->free(T.be, T.found_inf);
@@ -1336,7 +1357,7 @@ int eval_run(const struct eval_cfg *cfg)
         goto out;
     struct rt_model_opts mo = {.name = model, .c = (int)T.c, .h = (int)T.h, .w = (int)T.w, .classes = (int)T.classes,
                                .batch = (int)cfg->batch};
-    if (train_open_backend(cfg->device, 0, cfg->threads, &T.be) < 0 || rt_model_create(T.be, &mo, &T.model) < 0 ||
+    if (train_open_backend(cfg->device, 0, 1, cfg->threads, &T.be) < 0 || rt_model_create(T.be, &mo, &T.model) < 0 ||
         rt_model_load(T.model, f, cfg->checkpoint) < 0)
         goto out;
     T.labels = rt_calloc(cfg->batch, sizeof(int32_t), "labels");

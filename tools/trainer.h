@@ -21,11 +21,14 @@ int train_device_parse(const char *s, enum train_device *out);
 
 /*
  * Opens the compute backend --device asks for: cuda fails at once with the
- * reason when no usable GPU is there; auto takes GPU (local_rank mod the GPUs
- * visible) when there is one, else the CPU with `threads`. 0 or -errno with
+ * reason when no usable GPU is there; auto takes a GPU when there is one,
+ * else the CPU with `threads`. Which GPU: comm's rt_gpu_preflight() over the
+ * GPUs this process sees and its node-local rank among `local_world`
+ * (printing its note on Slurm's per-task GPU binding). 0 or -errno with
  * rt_errmsg() set.
  */
-int train_open_backend(enum train_device dev, int local_rank, int threads, struct rt_backend **out);
+int train_open_backend(enum train_device dev, int local_rank, int local_world, int threads,
+                       struct rt_backend **out);
 
 /* --amp: activation precision. auto: bf16 on a GPU that has it, else fp16 on a GPU, fp32 on the CPU. */
 enum train_amp { AMP_AUTO = 0, AMP_OFF, AMP_BF16, AMP_FP16 };

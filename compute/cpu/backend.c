@@ -166,6 +166,7 @@ static int cpu_create(const struct rt_backend_opts *o, struct rt_backend **out)
     if (!be)
         return -ENOMEM;
     be->kind = RT_BACKEND_CPU;
+    be->device = -1;
     be->threads = o->threads > 0 ? o->threads : rt_cpus_available();
     be->stream.be = be;
     be->ops = &cpu_ops;
@@ -320,6 +321,16 @@ struct rt_stream *rt_backend_stream(struct rt_backend *be)
 enum rt_backend_kind rt_backend_kind_of(const struct rt_backend *be)
 {
     return be->kind;
+}
+
+int rt_backend_device(const struct rt_backend *be)
+{
+    return be->device;
+}
+
+void *rt_backend_native_stream(struct rt_backend *be)
+{
+    return be->stream.handle;
 }
 
 const char *rt_backend_describe(const struct rt_backend *be)

@@ -304,6 +304,7 @@ int rt_cuda_create(const struct rt_backend_opts *o, struct rt_backend **out)
     }
     be->kind = RT_BACKEND_CUDA;
     be->cuda = c;
+    be->device = o->device;
     be->ops = &cuda_ops;
     c->device = o->device;
     RT_CUDA_CHECK(cudaGetDeviceProperties(&c->prop, c->device));

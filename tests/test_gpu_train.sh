@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# test_gpu_train.sh - `ringtrain train --device cuda` learns, at every precision:
+#   - mnist-net on a small MNIST-shaped synthetic set (tests/test_train.sh's
+#     recipe) and wrn-10-1 (batch norm, residual adds) on a small CIFAR-shaped
+#     one each reach a stated validation accuracy, with the default precision
+#     (--amp not given: bf16 on a GPU that has it), --amp fp16 (dynamic loss
+#     scaling) and --amp off (fp32);
+#   - the run is on the GPU (its set-up line says "cuda: GPU ..."), and its
+#     --json line says so ("device", when the line has that field) and names
+#     the precision asked for ("amp", when the line has that field; the
+#     default is expected to be bf16 from compute capability 8.0 on, off below).
+# Skips (77) when `ringtrain train --device cuda --steps 1 --synthetic-data`
+# stops with "error: --device cuda: ..." (a build without CUDA, no driver, no
+# usable GPU); any other failure of that probe fails the test.
+# Usage: test_gpu_train.sh path/to/ringtrain. Exit 0 pass, 1 fail, 77 skip.
+set -u
+RT=${1:?usage: test_gpu_train.sh path/to/ringtrain}
+HERE=$(cd "$(dirname "$0")" && pwd)
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=$(command -v python3 || true)
+. "$HERE/train_lib.sh"
+
+"$RT" train --device cuda --steps 1 --synthetic-data --no-progress >"$W/probe.out" 2>&1
+rc=$?
+if [ $rc -ne 0 ]; then
+    if grep -q "error: --device cuda:" "$W/probe.out"; then
+        echo "skip: no GPU for ringtrain: $(grep "error: --device cuda:" "$W/probe.out" | head -n 1)"
+        exit 77
+    fi
+    echo "FAIL the GPU probe (train --device cuda --steps 1 --synthetic-data) exited $rc:"
+    tail -n 20 "$W/probe.out"
+    exit 1
+fi
+[ -n "$PY" ] || { echo "skip: no python3 to read the --json lines"; exit 77; }
+
+# The default precision: bf16 where the GPU has it (sm_80 and later), fp32 below.
+# Unknown (no sm_ in --version): the default's amp field is not checked.
+sm=$("$RT" --version | sed -n 's/^  cuda .*(sm_\([0-9]*\)).*/\1/p' | head -n 1)
+default_amp=
+if [ -n "$sm" ]; then
+    default_amp=off
+    [ "$sm" -ge 80 ] && default_amp=bf16
+fi
+echo "$(grep -o 'cuda: GPU .*' "$W/probe.out" | head -n 1); default precision expected: ${default_amp:-unknown}"
+
+# Small datasets, the same as test_train.sh's MNIST-shaped one.
+"$RT" synth --format mnist --out "$W/src-mnist" --train 3000 --test 1000 --seed 3 >/dev/null || { echo "synth failed"; exit 1; }
+"$RT" pack "$W/src-mnist" --out "$W/mnist" >/dev/null || { echo "pack failed"; exit 1; }
+"$RT" synth --format cifar10 --out "$W/src-cifar" --train 4096 --test 1024 --seed 5 >/dev/null || { echo "synth failed"; exit 1; }
+"$RT" pack "$W/src-cifar" --out "$W/cifar" >/dev/null || { echo "pack failed"; exit 1; }
+
+# The recipes and their bounds. On the CPU backend (2 threads) the same
+# recipes reached, with seeds 0..3 (the runs below take seed 0, the default):
+#   mnist-net  0.945, 0.954, 0.973, 0.956  (test_train.sh asserts 0.90 for seed 0)
+#   wrn-10-1   0.965, 0.976, 0.981, 0.976
+# A GPU run is another rounding of the same sums (cuDNN's algorithms, and
+# bf16/fp16 products with fp32 accumulation), so it follows a trajectory of
+# its own, much as another seed does; the seeds spread over up to 3 points. Both
+# bounds sit ~4.5 points under the lowest seed: a run that learns as on the
+# CPU clears them, while a broken precision path (no loss scaling, wrong
+# gradients, a cast lost) ends near chance (0.10) or well below.
+MNIST=(--data "$W/mnist" --model mnist-net --epochs 3 --batch-size 64 --lr 0.05)
+MNIST_MIN=0.90
+WRN=(--data "$W/cifar" --model wrn-10-1 --epochs 8 --batch-size 64 --lr 0.1 --schedule onecycle --nesterov
+    --label-smoothing 0.1)
+WRN_MIN=0.92
+
+# check NAME BOUND AMP(default|off|bf16|fp16) ringtrain-options...
+check() {
+    local name=$1 bound=$2 amp=$3 want out=$W/$1-$3.out
+    shift 3
+    local extra=()
+    [ "$amp" = default ] || extra=(--amp "$amp")
+    want=$amp
+    [ "$amp" = default ] && want=$default_amp
+    "$RT" train "$@" --device cuda "${extra[@]}" --no-progress --json >"$out" 2>&1
+    local rc=$? acc dev jamp
+    acc=$(jfield "$out" val_acc || echo 0)
+    if [ $rc -eq 0 ] && "$PY" -c "import sys; sys.exit(0 if float('$acc') >= $bound else 1)" 2>/dev/null; then
+        pass "$name --amp $amp: validation accuracy $acc (>= $bound)"
+    else
+        fail "$name --amp $amp: rc=$rc val_acc=$acc (bound $bound)"
+        tail -n 15 "$out"
+        return
+    fi
+    grep -q "^ringtrain train: world 1 .*, cuda: GPU" "$out" && pass "$name --amp $amp: trained on the GPU" \
+        || fail "$name --amp $amp: set-up line does not name the GPU: $(grep '^ringtrain train:' "$out")"
+    dev=$(jfield "$out" device)
+    if [ -n "$dev" ]; then
+        [ "$dev" = cuda ] && pass "$name --amp $amp: --json says device cuda" || fail "$name --amp $amp: --json device '$dev'"
+    fi
+    jamp=$(jfield "$out" amp)
+    if [ -n "$jamp" ] && [ -n "$want" ]; then
+        [ "$jamp" = "$want" ] && pass "$name --amp $amp: --json says amp $jamp" \
+            || fail "$name --amp $amp: --json amp '$jamp', expected '$want'"
+    else
+        if [ -n "$jamp" ]; then
+            echo "note $name --amp $amp: --json says amp $jamp; not checked (no sm_ in ringtrain --version)"
+        else
+            echo "note $name --amp $amp: no amp field in the --json line; precision not checked"
+        fi
+    fi
+}
+
+for amp in default fp16 off; do
+    check mnist-net "$MNIST_MIN" "$amp" "${MNIST[@]}"
+    check wrn-10-1 "$WRN_MIN" "$amp" "${WRN[@]}"
+done
+
+# fp16 loss scaling with injected overflows (RINGTRAIN_TEST_OVERFLOW=STEP:COUNT puts an Inf into the first
+# gradient after the all-reduce): 3 skipped steps, the scale halved 3 times from 65536, 7 of 10 updates applied;
+# overflows that never stop end the run after --max-skipped-steps, naming the tensor.
+RINGTRAIN_TEST_OVERFLOW=2:3 "$RT" train --device cuda --amp fp16 --synthetic-data --model resnet9 --batch-size 64 \
+    --steps 10 --no-progress --json >"$W/ovf.out" 2>&1
+upd=$(jfield "$W/ovf.out" optimizer_updates 2>/dev/null || echo x); sk=$(jfield "$W/ovf.out" skipped_steps 2>/dev/null || echo x)
+sc=$(grep -c "gradients overflowed at loss scale" "$W/ovf.out")
+[ "$upd" = 7 ] && [ "$sk" = 3 ] && [ "$sc" -ge 3 ] \
+    && grep -q "step 4: gradients overflowed at loss scale 16384: update skipped, scale now 8192" "$W/ovf.out" \
+    && pass "fp16: 3 injected overflows skipped and logged with their scale, 7 of 10 updates applied" \
+    || fail "fp16 overflow: updates=$upd skipped=$sk lines=$sc $(grep -E 'overflow|error' "$W/ovf.out" | head -5)"
+RINGTRAIN_TEST_OVERFLOW=0:1000 "$RT" train --device cuda --amp fp16 --synthetic-data --model resnet9 --batch-size 64 \
+    --steps 30 --max-skipped-steps 5 --no-progress >"$W/ovf2.out" 2>&1
+rc=$?
+[ $rc -ne 0 ] && grep -q "error: 5 optimizer steps in a row overflowed.*first non-finite tensor: [a-z0-9_.]*weight gradient" "$W/ovf2.out" \
+    && pass "fp16: 5 overflows in a row stop the run naming the tensor" || fail "fp16 skip limit: rc=$rc $(tail -2 "$W/ovf2.out")"
+
+[ $fails -eq 0 ] && echo "all GPU train checks passed" || echo "$fails GPU train check(s) failed"
+[ $fails -eq 0 ]
