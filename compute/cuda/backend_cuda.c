@@ -347,7 +347,7 @@ int rt_cuda_create(const struct rt_backend_opts *o, struct rt_backend **out)
         be->ops_bf16 = &c->ops16[0];
     else
         snprintf(be->why_not_bf16, sizeof(be->why_not_bf16),
-                 "GPU %d (%s) is compute capability %d.%d; bf16 needs 8.0 or newer (use --amp fp16)", c->device,
+                 "GPU %d (%.60s) is compute capability %d.%d; bf16 needs 8.0 or newer (use --amp fp16)", c->device,
                  c->prop.name, c->prop.major, c->prop.minor);
     size_t dnn = cudnnGetVersion();
     int cublas = 0;
