@@ -312,19 +312,23 @@ static void check_errors(struct rt_backend *be)
     CHECKF(m == NULL, "no model on failure");
 }
 
-int main(void)
+/* `test_models` checks the CPU backend; `test_models cuda` the CUDA one against the same PyTorch
+ * fixtures (ctest's test_models_cuda, label gpu: skipped, 77, without a usable GPU). */
+int main(int argc, char **argv)
 {
     const char *dir = getenv("RT_FIXTURES");
     if (!dir) {
         fprintf(stderr, "RT_FIXTURES is not set (run through ctest)\n");
         return 1;
     }
+    const int cuda = argc > 1 && !strcmp(argv[1], "cuda");
     struct rt_backend *be = NULL;
-    struct rt_backend_opts bo = {.kind = RT_BACKEND_CPU, .threads = 2};
+    struct rt_backend_opts bo = {.kind = cuda ? RT_BACKEND_CUDA : RT_BACKEND_CPU, .threads = 2};
     if (rt_backend_create(&bo, &be) < 0) {
-        fprintf(stderr, "backend: %s\n", rt_errmsg());
-        return 1;
+        fprintf(stderr, "%s backend: %s\n", cuda ? "cuda" : "cpu", rt_errmsg());
+        return cuda ? 77 : 1;
     }
+    printf("backend: %s\n", rt_backend_describe(be));
     static const char *const models[] = {"mnist-net", "resnet18", "resnet9", "wrn-16-2"};
     for (size_t i = 0; i < RT_ARRAY_LEN(models); i++) {
         char path[4096];
