@@ -286,58 +286,65 @@ static void classify(const char *line, int me, const int32_t *nodes, int world, 
     seen[k] |= where;
 }
 
+/* What NCCL logged to the file, from its start, one line at a time (newline stripped); NULL if
+ * there is none. The stream reads a duplicate of the descriptor, so closing it leaves L->fd open. */
+static FILE *log_open(const struct nccl_log *L)
+{
+    if (L->fd < 0)
+        return NULL;
+    const int fd = dup(L->fd);
+    FILE *f = fd >= 0 ? fdopen(fd, "r") : NULL;
+    if (!f) {
+        if (fd >= 0)
+            close(fd);
+        return NULL;
+    }
+    rewind(f);
+    return f;
+}
+
+static int log_line(FILE *f, char **line, size_t *cap)
+{
+    const ssize_t n = getline(line, cap, f);
+    if (n <= 0)
+        return 0;
+    if ((*line)[n - 1] == '\n')
+        (*line)[n - 1] = 0;
+    return 1;
+}
+
 /* Reads what NCCL logged to the file into seen[]. */
 static void log_scan(const struct nccl_log *L, int me, const int32_t *nodes, int world, int32_t *seen)
 {
-    if (L->fd < 0)
+    FILE *f = log_open(L);
+    if (!f)
         return;
-    char buf[8192], line[1024];
-    size_t ll = 0;
-    off_t off = 0;
-    ssize_t got;
-    while ((got = pread(L->fd, buf, sizeof(buf), off)) > 0) {
-        off += got;
-        for (ssize_t i = 0; i < got; i++) {
-            if (buf[i] != '\n') {
-                if (ll < sizeof(line) - 1)
-                    line[ll++] = buf[i];
-                continue;
-            }
-            line[ll] = 0;
-            classify(line, me, nodes, world, seen);
-            ll = 0;
-        }
-    }
+    char *line = NULL;
+    size_t cap = 0;
+    while (log_line(f, &line, &cap))
+        classify(line, me, nodes, world, seen);
+    free(line);
+    fclose(f);
 }
 
 /* Echoes the warnings NCCL wrote to the file (at most 8): they would have
  * gone to the terminal had it not been capturing. */
 static void log_warnings(const struct nccl_log *L)
 {
-    if (L->fd < 0)
+    FILE *f = log_open(L);
+    if (!f)
         return;
-    char buf[8192], line[1024];
-    size_t ll = 0;
-    off_t off = 0;
-    ssize_t got;
-    int shown = 0;
-    while (shown < 8 && (got = pread(L->fd, buf, sizeof(buf), off)) > 0) {
-        off += got;
-        for (ssize_t i = 0; i < got && shown < 8; i++) {
-            if (buf[i] != '\n') {
-                if (ll < sizeof(line) - 1)
-                    line[ll++] = buf[i];
-                continue;
-            }
-            line[ll] = 0;
-            ll = 0;
-            const char *w = strstr(line, "NCCL WARN ");
-            if (w) {
-                rt_log(RT_LOG_ERROR, "NCCL: %s", w + strlen("NCCL WARN "));
-                shown++;
-            }
+    char *line = NULL;
+    size_t cap = 0;
+    for (int shown = 0; shown < 8 && log_line(f, &line, &cap);) {
+        const char *w = strstr(line, "NCCL WARN ");
+        if (w) {
+            rt_log(RT_LOG_ERROR, "NCCL: %s", w + strlen("NCCL WARN "));
+            shown++;
         }
     }
+    free(line);
+    fclose(f);
 }
 
 /* "P2P/CUMEM (intra-node), NET/IB (inter-node)" from every rank's seen[]. */

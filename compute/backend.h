@@ -14,6 +14,19 @@ extern "C" {
 
 struct rt_cuda; /* cuda/cuda_be.h */
 
+/* A backend's side of compute.h's input-upload and host-memory functions
+ * (the CUDA backend's copy stream and cudaHostAlloc). NULL on the CPU, whose
+ * "device" memory is host memory: the upload is the host pointer itself and
+ * the rest has nothing to do. */
+struct rt_backend_io {
+    const uint8_t *(*upload)(struct rt_backend *be, const uint8_t *host, size_t bytes, uint64_t ticket);
+    void (*wait)(struct rt_backend *be, uint64_t ticket);
+    void (*acquire)(struct rt_backend *be, uint64_t ticket);
+    void (*release)(struct rt_backend *be, uint64_t ticket);
+    void *(*host_alloc)(struct rt_backend *be, size_t bytes);
+    void (*host_free)(struct rt_backend *be, void *p);
+};
+
 struct rt_stream {
     struct rt_backend *be;
     void *handle;           /* CUDA: the cudaStream_t ops are issued on; CPU: NULL */
@@ -32,6 +45,7 @@ struct rt_backend {
     size_t scratch_bytes;
     char describe[160];
     struct rt_cuda *cuda;   /* CUDA: the device, handles and caches; NULL on the CPU */
+    const struct rt_backend_io *io; /* NULL on the CPU */
     uint64_t input_tickets; /* rt_backend_input_upload calls so far */
     int device;             /* CUDA device ordinal; -1 on the CPU */
 };
@@ -45,13 +59,7 @@ void rt_backend_input_release(struct rt_backend *be, uint64_t ticket);
  * -ENOTSUP / -ENODEV with the reason in rt_errmsg() otherwise. */
 int rt_cuda_create(const struct rt_backend_opts *o, struct rt_backend **out);
 void rt_cuda_destroy(struct rt_backend *be);
-/* The CUDA side of the input and host-memory functions of compute.h. */
-const uint8_t *rt_cuda_input_upload(struct rt_backend *be, const uint8_t *host, size_t bytes, uint64_t ticket);
-void rt_cuda_input_wait(struct rt_backend *be, uint64_t ticket);
-void rt_cuda_input_acquire(struct rt_backend *be, uint64_t ticket);
-void rt_cuda_input_release(struct rt_backend *be, uint64_t ticket);
-void *rt_cuda_host_alloc(struct rt_backend *be, size_t bytes);
-void rt_cuda_host_free(struct rt_backend *be, void *p);
+
 
 #ifdef __cplusplus
 }

@@ -149,6 +149,12 @@ static int open_data(struct trainer *T)
     return 0;
 }
 
+/* Bytes of one batch's images, as the ring's slots and the synthetic batch hold them. */
+static size_t batch_bytes(const struct trainer *T)
+{
+    return (size_t)T->cfg->batch * T->c * T->h * T->w;
+}
+
 static void *ring_host_alloc(size_t bytes, void *ctx)
 {
     return rt_backend_host_alloc(ctx, bytes);
@@ -199,7 +205,7 @@ static int start_loader(struct trainer *T)
 
 static void make_synthetic(struct trainer *T)
 {
-    size_t n = (size_t)T->cfg->batch * T->c * T->h * T->w;
+    size_t n = batch_bytes(T);
     struct rt_rng r;
     rt_rng_init(&r, T->cfg->seed, 0x5e7u + (uint64_t)T->rank); /* each rank its own batch */
     for (size_t i = 0; i < n; i++)
@@ -701,9 +707,7 @@ static int fetch(struct trainer *T, struct inflight *f)
     f->b = rt_loader_next(T->loader);
     if (!f->b)
         return rt_errmsg()[0] ? -1 : 0;
-    uint32_t batch, ch, h, w;
-    rt_ring_shape(T->ring, &batch, &ch, &h, &w);
-    f->dev = rt_backend_input_upload(T->be, f->b->images, (size_t)batch * ch * h * w, &f->ticket);
+    f->dev = rt_backend_input_upload(T->be, f->b->images, batch_bytes(T), &f->ticket);
     return 1;
 }
 
@@ -938,8 +942,6 @@ static int train_loop(struct trainer *T, enum stop_reason *why)
             break;
         }
     }
-    if (!c->synthetic)
-        give_back(T, &T->next); /* fetched for a step that will not run */
     if (T->step > 0 && end_epoch(T, 1) < 0)
         return -1;
     if ((*why == STOP_STEPS || *why == STOP_SIGNAL) && save_checkpoint(T) < 0)
@@ -1016,11 +1018,12 @@ int train_device_parse(const char *s, enum train_device *out)
     return rt_errf(-EINVAL, "--device %s: expected auto, cpu or cuda", s);
 }
 
+static const char *const amp_names[] = {"auto", "off", "bf16", "fp16"}; /* enum train_amp order */
+
 int train_amp_parse(const char *s, enum train_amp *out)
 {
-    static const char *const names[] = {"auto", "off", "bf16", "fp16"};
     for (int i = 0; i < 4; i++)
-        if (!strcmp(s, names[i])) {
+        if (!strcmp(s, amp_names[i])) {
             *out = (enum train_amp)i;
             return 0;
         }
@@ -1029,8 +1032,6 @@ int train_amp_parse(const char *s, enum train_amp *out)
 
 int train_amp_resolve(enum train_amp amp, struct rt_backend *be, enum rt_dtype *out)
 {
-    static const char *const names[] = {"auto", "off", "bf16", "fp16"};
-    enum rt_dtype want = RT_F32;
     if (amp == AMP_AUTO) {
         *out = RT_F32;
         if (rt_backend_kind_of(be) == RT_BACKEND_CUDA)
@@ -1038,9 +1039,9 @@ int train_amp_resolve(enum train_amp amp, struct rt_backend *be, enum rt_dtype *
         rt_errclear();
         return 0;
     }
-    want = amp == AMP_BF16 ? RT_BF16 : amp == AMP_FP16 ? RT_F16 : RT_F32;
+    const enum rt_dtype want = amp == AMP_BF16 ? RT_BF16 : amp == AMP_FP16 ? RT_F16 : RT_F32;
     if (!rt_backend_ops_for(be, want))
-        return rt_errf(-ENOTSUP, "--amp %s: %s", names[amp], rt_errmsg());
+        return rt_errf(-ENOTSUP, "--amp %s: %s", amp_names[amp], rt_errmsg());
     *out = want;
     return 0;
 }
@@ -1213,12 +1214,12 @@ int train_run(const struct train_cfg *cfg)
         sync_from_root(&T, rt_model_buffers(T.model), rt_model_buffer_count(T.model), "initial buffers") < 0)
         goto out;
     if (c.synthetic) {
-        T.syn_images = rt_malloc((size_t)c.batch * T.c * T.h * T.w, "synthetic batch");
+        T.syn_images = rt_malloc(batch_bytes(&T), "synthetic batch");
         T.syn_labels = rt_malloc(c.batch * sizeof(int32_t), "synthetic labels");
         if (!T.syn_images || !T.syn_labels)
             goto out;
         make_synthetic(&T);
-        T.syn_dev = rt_backend_input_upload(T.be, T.syn_images, (size_t)c.batch * T.c * T.h * T.w, &T.syn_ticket);
+        T.syn_dev = rt_backend_input_upload(T.be, T.syn_images, batch_bytes(&T), &T.syn_ticket);
     } else if (start_loader(&T) < 0) {
         goto out;
     }
@@ -1275,7 +1276,7 @@ out:
     if (T.metrics)
         fclose(T.metrics);
     if (T.loader)
-        give_back(&T, &T.next);
+        give_back(&T, &T.next); /* fetched for a step that did not run */
     rt_loader_destroy(T.loader);
     rt_ring_destroy(T.ring);
     free(T.labels);

@@ -238,66 +238,39 @@ const struct rt_ops *rt_backend_ops_for(const struct rt_backend *be, enum rt_dty
 const uint8_t *rt_backend_input_upload(struct rt_backend *be, const uint8_t *host, size_t bytes, uint64_t *ticket)
 {
     *ticket = ++be->input_tickets;
-#if RT_HAVE_CUDA
-    if (be->kind == RT_BACKEND_CUDA)
-        return rt_cuda_input_upload(be, host, bytes, *ticket);
-#endif
-    (void)bytes;
-    return host;
+    return be->io ? be->io->upload(be, host, bytes, *ticket) : host;
 }
 
 void rt_backend_input_wait(struct rt_backend *be, uint64_t ticket)
 {
-#if RT_HAVE_CUDA
-    if (be->kind == RT_BACKEND_CUDA)
-        rt_cuda_input_wait(be, ticket);
-#endif
-    (void)be;
-    (void)ticket;
+    if (be->io)
+        be->io->wait(be, ticket);
 }
 
 void rt_backend_input_acquire(struct rt_backend *be, uint64_t ticket)
 {
-#if RT_HAVE_CUDA
-    if (be->kind == RT_BACKEND_CUDA)
-        rt_cuda_input_acquire(be, ticket);
-#endif
-    (void)be;
-    (void)ticket;
+    if (be->io)
+        be->io->acquire(be, ticket);
 }
 
 void rt_backend_input_release(struct rt_backend *be, uint64_t ticket)
 {
-#if RT_HAVE_CUDA
-    if (be->kind == RT_BACKEND_CUDA)
-        rt_cuda_input_release(be, ticket);
-#endif
-    (void)be;
-    (void)ticket;
+    if (be->io)
+        be->io->release(be, ticket);
 }
 
 void *rt_backend_host_alloc(struct rt_backend *be, size_t bytes)
 {
-#if RT_HAVE_CUDA
-    if (be->kind == RT_BACKEND_CUDA)
-        return rt_cuda_host_alloc(be, bytes);
-#endif
-    (void)be;
-    (void)bytes;
+    if (be->io)
+        return be->io->host_alloc(be, bytes);
     rt_errf(-ENOTSUP, "the CPU backend allocates no page-locked memory of its own");
     return NULL;
 }
 
 void rt_backend_host_free(struct rt_backend *be, void *p)
 {
-#if RT_HAVE_CUDA
-    if (be->kind == RT_BACKEND_CUDA) {
-        rt_cuda_host_free(be, p);
-        return;
-    }
-#endif
-    (void)be;
-    (void)p;
+    if (be->io)
+        be->io->host_free(be, p);
 }
 
 const char *rt_dtype_name(enum rt_dtype t)

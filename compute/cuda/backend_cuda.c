@@ -160,7 +160,7 @@ const uint8_t *rt_cuda_stage_images(struct rt_stream *s, const uint8_t *host, si
 
 /* ---- input uploads on the copy stream ----------------------------------------------- */
 
-const uint8_t *rt_cuda_input_upload(struct rt_backend *be, const uint8_t *host, size_t bytes, uint64_t ticket)
+static const uint8_t *rt_cuda_input_upload(struct rt_backend *be, const uint8_t *host, size_t bytes, uint64_t ticket)
 {
     struct rt_cuda *c = be->cuda;
     const int b = (int)(ticket & 1u);
@@ -180,23 +180,23 @@ const uint8_t *rt_cuda_input_upload(struct rt_backend *be, const uint8_t *host, 
     return c->inbuf[b];
 }
 
-void rt_cuda_input_wait(struct rt_backend *be, uint64_t ticket)
+static void rt_cuda_input_wait(struct rt_backend *be, uint64_t ticket)
 {
     /* A later upload into the same buffer re-records the event: waiting for it covers this one too. */
     RT_CUDA_CHECK(cudaEventSynchronize(be->cuda->copied[ticket & 1u]));
 }
 
-void rt_cuda_input_acquire(struct rt_backend *be, uint64_t ticket)
+static void rt_cuda_input_acquire(struct rt_backend *be, uint64_t ticket)
 {
     RT_CUDA_CHECK(cudaStreamWaitEvent(be->cuda->compute, be->cuda->copied[ticket & 1u], 0));
 }
 
-void rt_cuda_input_release(struct rt_backend *be, uint64_t ticket)
+static void rt_cuda_input_release(struct rt_backend *be, uint64_t ticket)
 {
     RT_CUDA_CHECK(cudaEventRecord(be->cuda->consumed[ticket & 1u], be->cuda->compute));
 }
 
-void *rt_cuda_host_alloc(struct rt_backend *be, size_t bytes)
+static void *rt_cuda_host_alloc(struct rt_backend *be, size_t bytes)
 {
     (void)be;
     void *p = NULL;
@@ -210,12 +210,21 @@ void *rt_cuda_host_alloc(struct rt_backend *be, size_t bytes)
     return p;
 }
 
-void rt_cuda_host_free(struct rt_backend *be, void *p)
+static void rt_cuda_host_free(struct rt_backend *be, void *p)
 {
     (void)be;
     if (p)
         cudaFreeHost(p);
 }
+
+static const struct rt_backend_io cuda_io = {
+    .upload = rt_cuda_input_upload,
+    .wait = rt_cuda_input_wait,
+    .acquire = rt_cuda_input_acquire,
+    .release = rt_cuda_input_release,
+    .host_alloc = rt_cuda_host_alloc,
+    .host_free = rt_cuda_host_free,
+};
 
 /* ---- the table ------------------------------------------------------------------- */
 
@@ -304,6 +313,7 @@ int rt_cuda_create(const struct rt_backend_opts *o, struct rt_backend **out)
     }
     be->kind = RT_BACKEND_CUDA;
     be->cuda = c;
+    be->io = &cuda_io;
     be->device = o->device;
     be->ops = &cuda_ops;
     c->device = o->device;

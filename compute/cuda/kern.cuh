@@ -56,6 +56,24 @@ static __device__ __forceinline__ void philox4x32(uint32_t k0, uint32_t k1, uint
     }
 }
 
+/* Channels per launch of the input kernels (the trainer takes at most 4); their mean and std
+ * travel as a kernel argument: no upload, no device buffer to keep alive. */
+#define INPUT_GROUP 4
+struct input_norm {
+    float mean[INPUT_GROUP], std[INPUT_GROUP];
+};
+
+/* Host: the mean and std of channels [c0, c0 + cg), cg <= INPUT_GROUP, the rest zero. */
+static inline struct input_norm input_norm_of(const float *mean, const float *std, int c0, int cg)
+{
+    struct input_norm k = {};
+    for (int j = 0; j < cg; j++) {
+        k.mean[j] = mean[c0 + j];
+        k.std[j] = std[c0 + j];
+    }
+    return k;
+}
+
 struct pool_geom {
     int h, w, kh, kw, stride, pad, oh, ow;
 };

@@ -108,14 +108,9 @@ static void from_nchw_t(struct rt_stream *s, struct rt_shape4 sh, const float *h
 
 /* ==== input ================================================================= */
 
-#define IN_MAX_C 4
-struct in_norm {
-    float mean[IN_MAX_C], std[IN_MAX_C];
-};
-
 /* Source NCHW uint8 (the ring slot's layout), channels [c0, c0 + cg); i over N*cg*HW in source order. */
 template <typename T>
-static __global__ void input_k(size_t n, size_t hw, int c, int c0, int cg, const uint8_t *src, struct in_norm k,
+static __global__ void input_k(size_t n, size_t hw, int c, int c0, int cg, const uint8_t *src, struct input_norm k,
                                T *y)
 {
     FOR_EACH(i, n)
@@ -134,14 +129,9 @@ static void input_u8_dev_t(struct rt_stream *s, struct rt_shape4 sh, const uint8
     if (shape_count(sh) == 0)
         return;
     const cudaStream_t st = rt_cuda_stream(s);
-    for (int c0 = 0; c0 < sh.c; c0 += IN_MAX_C) {
-        const int cg = sh.c - c0 < IN_MAX_C ? sh.c - c0 : IN_MAX_C;
-        struct in_norm k;
-        memset(&k, 0, sizeof(k));
-        for (int j = 0; j < cg; j++) {
-            k.mean[j] = mean[c0 + j];
-            k.std[j] = std[c0 + j];
-        }
+    for (int c0 = 0; c0 < sh.c; c0 += INPUT_GROUP) {
+        const int cg = sh.c - c0 < INPUT_GROUP ? sh.c - c0 : INPUT_GROUP;
+        const struct input_norm k = input_norm_of(mean, std, c0, cg);
         const size_t n = (size_t)sh.n * cg * hw;
         input_k<T><<<grid_for(n), THREADS, 0, st>>>(n, hw, sh.c, c0, cg, dev, k, TM(y));
         RT_CUDA_LAUNCHED();

@@ -100,14 +100,6 @@ void rt_cuda_from_nchw(struct rt_stream *s, struct rt_shape4 sh, const float *ho
 
 /* ==== input =============================================================== */
 
-/* Channels per launch of the input kernel: the trainer takes at most 4. */
-#define INPUT_GROUP 4
-
-/* mean and std travel as a kernel argument: no upload, no device buffer to keep alive. */
-struct input_norm {
-    float mean[INPUT_GROUP], std[INPUT_GROUP];
-};
-
 /* Channels [c0, c0 + cg) of the NCHW batch; n = N * cg * H * W. */
 template <typename I>
 static __global__ void input_u8_kernel(I n, size_t hw_, size_t c_, int c0, int cg, const uint8_t *src,
@@ -132,12 +124,7 @@ void rt_cuda_input_u8_dev(struct rt_stream *s, struct rt_shape4 sh, const uint8_
         return;
     for (int c0 = 0; c0 < sh.c; c0 += INPUT_GROUP) {
         const int cg = sh.c - c0 < INPUT_GROUP ? sh.c - c0 : INPUT_GROUP;
-        struct input_norm k;
-        memset(&k, 0, sizeof(k));
-        for (int j = 0; j < cg; j++) {
-            k.mean[j] = mean[c0 + j];
-            k.std[j] = std[c0 + j];
-        }
+        const struct input_norm k = input_norm_of(mean, std, c0, cg);
         LAUNCH_FLAT(s, (size_t)sh.n * cg * hw, total, input_u8_kernel, hw, (size_t)sh.c, c0, cg, dev, k, y);
     }
 }
