@@ -15,6 +15,7 @@
 #include "common/common.h"
 #include "loader/codec.h"
 #include "loader/format.h"
+#include "loader/loader.h"
 
 struct rt_decoder {
     ZSTD_DCtx *zstd;

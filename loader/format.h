@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "loader/loader.h"
+#include "loader/dataset.h"
 
 #define RT_SHARD_MAGIC "RTSHARD\0"
 #define RT_SHARD_VERSION 1u

@@ -20,7 +20,7 @@
  * queue depth, I/O engine or completion order.
  *
  * Errors (a read that fails, a block that does not decode) close the ring
- * with the message; the consumer's next rt_loader_next() returns NULL with
+ * with the message; the consumer's next rt_loader_next() returns -errno with
  * it, and no partly filled batch is ever marked READY.
  */
 #include <errno.h>
@@ -37,7 +37,7 @@
 #include "loader/format.h"
 #include "loader/io.h"
 #include "loader/loader.h"
-#include "staging/staging.h"
+#include "staging/ring.h"
 
 #define NWIN 4            /* window buffers in WINDOW mode: two in use, two loading */
 
@@ -374,7 +374,7 @@ static int run_resident_epoch(struct rt_loader *L, const struct rt_epoch_plan *p
         for (uint32_t i = 0; i < B; i++) {
             uint64_t id = p->order[s * B + i];
             j->ids[i] = id;
-            j->src[i] = id == RT_SAMPLE_PAD ? NULL : L->cache.mem + id * L->rec;
+            j->src[i] = id == RT_PAD_ID ? NULL : L->cache.mem + id * L->rec;
         }
         queue_batch(L, j);
     }
@@ -600,7 +600,7 @@ static int run_window_epoch(struct rt_loader *L, const struct rt_epoch_plan *p, 
             uint64_t k = k0 + i, id = p->order[k];
             j->ids[i] = id;
             j->src[i] = NULL;
-            if (id == RT_SAMPLE_PAD)
+            if (id == RT_PAD_ID)
                 continue;
             uint32_t w = window_of(p, k, wa);
             const struct window *win = &L->win[w == wa ? js[0] : js[1]];
@@ -962,16 +962,13 @@ void rt_loader_destroy(struct rt_loader *L)
 
 /* ---- consumer --------------------------------------------------------------------- */
 
-struct rt_batch *rt_loader_next(struct rt_loader *L)
+int rt_loader_next(struct rt_loader *L, struct rt_batch **out)
 {
     struct rt_batch *b = rt_ring_take(L->ring);
+    *out = b;
     if (!b) {
         int err = rt_ring_error(L->ring);
-        if (err)
-            rt_errf(err, "%s", rt_ring_errmsg(L->ring));
-        else
-            rt_errclear();
-        return NULL;
+        return err ? rt_errf(err, "%s", rt_ring_errmsg(L->ring)) : 0;
     }
     L->batches++;
     L->images += b->valid;
@@ -981,7 +978,7 @@ struct rt_batch *rt_loader_next(struct rt_loader *L)
         L->next_epoch++;
         L->next_step = 0;
     }
-    return b;
+    return 1;
 }
 
 void rt_loader_release(struct rt_loader *L, struct rt_batch *b) { rt_ring_release(L->ring, b); }

@@ -1,7 +1,10 @@
 /*
- * loader.h - ringtrain's data side, up to the batch slot: the dataset format
- * (shards + manifest), `pack` from the usual source formats, the synthetic
- * dataset generator, and the readers that verify and decode shards.
+ * loader.h - ringtrain's data side, up to the batch slot: `pack` from the
+ * usual source formats, the synthetic dataset generator, the block decoders
+ * and the dataset check built on them, the sampler, augmentation and the
+ * loader that fills the batch ring. The dataset format (shards + manifest)
+ * and its reader are in loader/dataset.h, the batch slots and the ring in
+ * staging/ring.h; both are included here.
  *
  * This module knows nothing about CUDA, models or collectives. See
  * docs/FORMAT.md for the on-disk layout that the functions below read and
@@ -15,16 +18,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* ---- vocabulary ------------------------------------------------------------ */
-
-enum rt_codec { RT_CODEC_RAW = 0, RT_CODEC_JPEG = 1 };
-
-enum rt_split { RT_SPLIT_TRAIN = 0, RT_SPLIT_VAL = 1, RT_SPLIT_TEST = 2, RT_SPLIT_COUNT = 3 };
-
-/* "raw" / "jpeg"; NULL for an unknown value. */
-const char *rt_codec_name(enum rt_codec codec);
-/* "train" / "val" / "test"; NULL for an unknown value. */
-const char *rt_split_name(enum rt_split split);
+#include "loader/dataset.h"
+#include "staging/ring.h"
 
 /* ---- synthetic data (`ringtrain synth`) ----------------------------------- */
 
@@ -108,129 +103,7 @@ struct rt_pack_stats {
 int rt_pack(const char *input, const char *outdir, const struct rt_pack_opts *opts,
             struct rt_pack_stats *stats);
 
-/* ---- reading a dataset ------------------------------------------------------ */
-
-struct rt_dataset;
-
-struct rt_shard_ref {
-    const char *file;        /* name relative to the dataset directory */
-    uint64_t records;
-    uint64_t bytes;          /* file size */
-    uint64_t xxh64;          /* XXH64 (seed 0) of the whole file */
-    uint64_t first_record;   /* index of the shard's first record within its split */
-};
-
-struct rt_split_info {
-    uint64_t records;
-    uint32_t nshards;
-    const struct rt_shard_ref *shards;
-    const uint64_t *class_counts;    /* num_classes entries */
-};
-
-struct rt_dataset_info {
-    const char *dir;
-    const char *source;              /* input kind recorded by pack */
-    enum rt_codec codec;
-    uint32_t channels, height, width;
-    uint32_t num_classes;
-    const char *const *class_names;  /* num_classes entries */
-    uint64_t stored_bytes;           /* sum of shard sizes */
-    struct rt_split_info split[RT_SPLIT_COUNT];
-    /*
-     * Per-channel normalisation statistics of the training split (manifest
-     * "mean" and "std"), in 0..1 units (pixel / 255): the mean and the
-     * population standard deviation over every pixel of every training
-     * record as the loader decodes it -- what torchvision's
-     * Normalize(mean, std) takes. The first `channels` entries are used.
-     * have_norm = 0 (and the arrays zero) when the manifest predates these
-     * fields or the dataset has no training records.
-     */
-    int have_norm;
-    float mean[4], std[4];
-};
-
-/*
- * Opens the dataset at `dir` by reading and validating `dir`/manifest.json.
- * Shards are not opened. The handle owns all strings and arrays reachable from
- * rt_dataset_info(). Returns 0 or -errno.
- */
-int rt_dataset_open(const char *dir, struct rt_dataset **out);
-
-/* Same, from manifest text already in memory (`name` is used in messages). */
-int rt_dataset_parse_manifest(const char *dir, const char *text, size_t len, const char *name,
-                              struct rt_dataset **out);
-
-/* Frees the handle; NULL is fine. */
-void rt_dataset_close(struct rt_dataset *ds);
-
-/* Borrowed view, valid until rt_dataset_close(). */
-const struct rt_dataset_info *rt_dataset_info(const struct rt_dataset *ds);
-
-/*
- * Checks every shard named by the manifest: size, whole-file XXH64, header,
- * labels (checksum and range), block index, every block checksum, and that
- * every block decodes to the right number of bytes. Calls `report` once per
- * problem with a line naming the file, block and what was expected.
- * Returns the number of problems (0 = all well) or -errno when it could not
- * run at all.
- */
-int rt_dataset_verify(const struct rt_dataset *ds, void (*report)(void *ctx, const char *line),
-                      void *ctx);
-
-/* ---- reading a shard ---------------------------------------------------------- */
-
-/* Parsed, validated shard header (docs/FORMAT.md, "Shard header"). */
-struct rt_shard_header {
-    uint32_t version;
-    enum rt_codec codec;
-    uint32_t compression;    /* 0 = stored, 1 = zstd */
-    enum rt_split split;
-    uint32_t channels, height, width;
-    uint32_t num_classes;
-    uint64_t record_count;
-    uint64_t first_record;
-    uint32_t block_count;
-    uint64_t labels_offset, index_offset, data_offset, file_size;
-    uint64_t labels_xxh64, index_xxh64;
-};
-
-/* One entry of the block index. */
-struct rt_block_entry {
-    uint64_t offset;         /* absolute file offset of the stored bytes */
-    uint32_t stored_size;
-    uint32_t raw_size;       /* payload bytes after decompression */
-    uint32_t first_record;   /* within the shard */
-    uint32_t record_count;
-    uint64_t xxh64;          /* of the stored bytes */
-};
-
-/* Bytes of the fixed shard header; read at least this much to parse it. */
-#define RT_SHARD_HEADER_SIZE 128
-
-/*
- * Parses the first RT_SHARD_HEADER_SIZE bytes of a shard and checks magic,
- * version, header checksum and that all offsets and counts are consistent
- * with each other. `name` is used in messages. Returns 0 or -EBADMSG /
- * -EPROTONOSUPPORT (newer version).
- */
-int rt_shard_parse_header(const void *buf, size_t len, const char *name, struct rt_shard_header *h);
-
-/*
- * Checks the label section (record_count little-endian int32 at
- * labels_offset; `buf` holds exactly those bytes) against its checksum and
- * the class range, and copies them to `labels`. Returns 0 or -EBADMSG.
- */
-int rt_shard_parse_labels(const struct rt_shard_header *h, const void *buf, size_t len,
-                          const char *name, int32_t *labels);
-
-/*
- * Checks and decodes the block index (`buf` holds block_count * 32 bytes at
- * index_offset) into `blocks`: checksum, blocks in order, contiguous record
- * ranges covering the shard, stored ranges inside the data section.
- * Returns 0 or -EBADMSG.
- */
-int rt_shard_parse_index(const struct rt_shard_header *h, const void *buf, size_t len,
-                         const char *name, struct rt_block_entry *blocks);
+/* ---- decoding blocks ---------------------------------------------------------- */
 
 /* Per-thread decoding state (zstd context, TurboJPEG handle). */
 struct rt_decoder;
@@ -256,21 +129,18 @@ int rt_block_decode(struct rt_decoder *d, const struct rt_shard_header *h,
                     const struct rt_block_entry *e, uint32_t block, const void *stored,
                     uint8_t *out, const char *name);
 
-/* An open shard file with its header, labels and block index loaded. */
-struct rt_shard;
-
-/* Opens and validates a shard (header, labels, index; not the blocks). */
-int rt_shard_open(const char *path, struct rt_shard **out);
-void rt_shard_close(struct rt_shard *s);
-const struct rt_shard_header *rt_shard_header(const struct rt_shard *s);
-const int32_t *rt_shard_labels(const struct rt_shard *s);
-const struct rt_block_entry *rt_shard_blocks(const struct rt_shard *s);
+/* ---- checking a dataset (`ringtrain verify`) ------------------------------------ */
 
 /*
- * Reads block `block`'s stored bytes into `buf` (at least stored_size bytes)
- * with pread. Returns 0 or -errno.
+ * Checks every shard named by the manifest: size, whole-file XXH64, header,
+ * labels (checksum and range), block index, every block checksum, and that
+ * every block decodes to the right number of bytes. Calls `report` once per
+ * problem with a line naming the file, block and what was expected.
+ * Returns the number of problems (0 = all well) or -errno when it could not
+ * run at all.
  */
-int rt_shard_read_block(const struct rt_shard *s, uint32_t block, void *buf);
+int rt_dataset_verify(const struct rt_dataset *ds, void (*report)(void *ctx, const char *line),
+                      void *ctx);
 
 /* ---- sampler ------------------------------------------------------------------ */
 
@@ -301,9 +171,6 @@ const char *rt_shuffle_name(enum rt_shuffle shuffle);
 /* The inverse: 0 and *out set, or -EINVAL (no message) for an unknown name. */
 int rt_shuffle_parse(const char *name, enum rt_shuffle *out);
 
-/* Sample id of a padding position in an order; the ring's RT_PAD_ID. */
-#define RT_SAMPLE_PAD UINT64_MAX
-
 struct rt_sampler_opts {
     uint64_t records;               /* N, records in the split */
     uint32_t nblocks;               /* WINDOW: blocks of the split, in split order */
@@ -318,7 +185,7 @@ struct rt_sampler_opts {
 
 /*
  * One epoch's plan for one rank. order[steps * batch] lists split-local
- * record ids batch after batch (RT_SAMPLE_PAD for padding). For WINDOW,
+ * record ids batch after batch (RT_PAD_ID for padding). For WINDOW,
  * window w reads blocks[win_block[w] .. win_block[w+1]) (split-wide block
  * numbers) and its records fill order positions [win_pos[w], win_pos[w+1])
  * (positions at or past steps * batch are dropped); win_pos[nwindows] may
@@ -422,7 +289,6 @@ struct rt_loader_stats {
 };
 
 struct rt_loader;
-struct rt_ring;
 
 /*
  * Opens split `o->split` of the dataset at `dir` (borrowed `ds`, which must
@@ -437,12 +303,14 @@ int rt_loader_create(const struct rt_dataset *ds, const struct rt_loader_opts *o
                      struct rt_loader **out);
 
 /*
- * The next batch in order (IN_FLIGHT, until rt_loader_release()), or NULL at
- * the end of the last epoch (rt_errmsg() empty) or on an error such as a
- * corrupt block (rt_errmsg() names shard, block and records). One consumer
- * thread.
+ * Takes the next batch in order. Returns 1 with *out set to it (IN_FLIGHT,
+ * until rt_loader_release()); 0 with *out = NULL at the end of the last
+ * epoch, which is no error and leaves rt_errmsg() alone; or -errno with
+ * *out = NULL on an error such as a corrupt block (rt_errmsg() names shard,
+ * block and records). Once it has returned 0 or -errno it returns the same
+ * again. One consumer thread.
  */
-struct rt_batch *rt_loader_next(struct rt_loader *L);
+int rt_loader_next(struct rt_loader *L, struct rt_batch **out);
 void rt_loader_release(struct rt_loader *L, struct rt_batch *b);
 
 /* Stops the threads and frees the loader (closing the ring); NULL is fine. */

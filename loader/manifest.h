@@ -1,13 +1,13 @@
 /*
  * manifest.h (private to loader/) - writing manifest.json. Reading is the
- * public rt_dataset_open() in loader.h.
+ * public rt_dataset_open() in dataset.h.
  */
 #ifndef RT_LOADER_MANIFEST_H
 #define RT_LOADER_MANIFEST_H
 
 #include <jansson.h>
 
-#include "loader/loader.h"
+#include "loader/dataset.h"
 
 /*
  * Serialises `info` (everything but `dir`, `stored_bytes` and the float

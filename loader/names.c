@@ -1,8 +1,7 @@
-/* names.c - printable names of the loader's enums. */
-#include <errno.h>
-#include <string.h>
+/* names.c - printable names of the dataset format's enums. */
+#include <stddef.h>
 
-#include "loader/loader.h"
+#include "loader/dataset.h"
 
 const char *rt_codec_name(enum rt_codec codec)
 {
@@ -22,24 +21,4 @@ const char *rt_split_name(enum rt_split split)
     case RT_SPLIT_COUNT: break;
     }
     return NULL;
-}
-
-const char *rt_shuffle_name(enum rt_shuffle shuffle)
-{
-    switch (shuffle) {
-    case RT_SHUFFLE_EXACT: return "exact";
-    case RT_SHUFFLE_WINDOW: return "window";
-    case RT_SHUFFLE_NONE: return "none";
-    }
-    return NULL;
-}
-
-int rt_shuffle_parse(const char *name, enum rt_shuffle *out)
-{
-    for (int s = RT_SHUFFLE_EXACT; s <= RT_SHUFFLE_NONE; s++)
-        if (!strcmp(name, rt_shuffle_name((enum rt_shuffle)s))) {
-            *out = (enum rt_shuffle)s;
-            return 0;
-        }
-    return -EINVAL;
 }

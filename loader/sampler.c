@@ -28,6 +28,26 @@ struct rt_sampler {
     uint64_t steps;
 };
 
+const char *rt_shuffle_name(enum rt_shuffle shuffle)
+{
+    switch (shuffle) {
+    case RT_SHUFFLE_EXACT: return "exact";
+    case RT_SHUFFLE_WINDOW: return "window";
+    case RT_SHUFFLE_NONE: return "none";
+    }
+    return NULL;
+}
+
+int rt_shuffle_parse(const char *name, enum rt_shuffle *out)
+{
+    for (int s = RT_SHUFFLE_EXACT; s <= RT_SHUFFLE_NONE; s++)
+        if (!strcmp(name, rt_shuffle_name((enum rt_shuffle)s))) {
+            *out = (enum rt_shuffle)s;
+            return 0;
+        }
+    return -EINVAL;
+}
+
 static uint64_t rng_below64(struct rt_rng *r, uint64_t n)
 {
     if (n <= UINT32_MAX)
@@ -209,7 +229,7 @@ static int plan_chunk(const struct rt_sampler *s, struct rt_epoch_plan *p)
         shuffle_u64(perm, n, o->seed, STREAM_PERM | p->epoch);
     for (uint64_t k = 0; k < len; k++) {
         uint64_t pos = start + k;
-        p->order[k] = k < per && pos < n ? perm[pos] : RT_SAMPLE_PAD;
+        p->order[k] = k < per && pos < n ? perm[pos] : RT_PAD_ID;
     }
     free(perm);
     return 0;
@@ -264,7 +284,7 @@ static int plan_window(const struct rt_sampler *s, struct rt_epoch_plan *p)
     p->win_block[p->nwindows] = nb;
     p->win_pos[p->nwindows] = pos;
     for (uint64_t k = 0; k < len; k++)
-        p->order[k] = k < mine ? seq[k] : RT_SAMPLE_PAD;
+        p->order[k] = k < mine ? seq[k] : RT_PAD_ID;
     rc = 0;
 out:
     free(perm);

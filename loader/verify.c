@@ -18,6 +18,7 @@
 
 #include "common/common.h"
 #include "loader/format.h"
+#include "loader/loader.h"
 
 struct verify_ctx {
     void (*report)(void *ctx, const char *line);

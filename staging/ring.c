@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "common/common.h"
-#include "staging/staging.h"
+#include "staging/ring.h"
 
 /* Log-linear histogram: exact below 64 ns, then 16 sub-buckets per power of two. */
 #define HIST_SUB 16

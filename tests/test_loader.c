@@ -9,10 +9,13 @@
  *     implementation), many different crops occur, and about half flip;
  *   - evaluation padding across 3 ranks covers the split exactly once;
  *   - the serialised loader state resumes at exactly the next batch;
- *   - a corrupt block stops the run with shard, block and records named, and a
- *     missing shard is refused at start-up.
+ *   - the end of the data is rt_loader_next() returning 0 with no batch, again
+ *     on the next call;
+ *   - a corrupt block stops the run (-EBADMSG) with shard, block and records
+ *     named, and a missing shard is refused at start-up.
  * RT_TEST_SMALL=1 shrinks the dataset (for the ThreadSanitizer build).
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -24,7 +27,7 @@
 #include "check.h"
 #include "common/common.h"
 #include "loader/loader.h"
-#include "staging/staging.h"
+#include "staging/ring.h"
 #include "test_util.h"
 
 static char g_dir[512], g_data[600];
@@ -69,29 +72,36 @@ static void stop_loader(struct rt_ring *ring, struct rt_loader *L)
     rt_ring_destroy(ring);
 }
 
-/* Digest of every batch the loader hands out; -1 on error (message in rt_errmsg). */
+/*
+ * Digest of every batch the loader hands out; 0, or -1 when the loader did
+ * not start and rt_loader_next()'s -errno when it stopped on an error
+ * (message in rt_errmsg). Checks that the end, or the error, comes with a
+ * NULL batch and comes again on the next call.
+ */
 static int digest_run(const struct rt_dataset *ds, const struct rt_loader_opts *lo, uint64_t *digest,
                       uint64_t *batches)
 {
     struct rt_ring *ring;
     struct rt_loader *L;
     struct rt_batch *b;
-    int rc = 0;
+    int rc;
 
     *batches = 0;
     if (start_loader(ds, lo, 4, &ring, &L) < 0)
         return -1;
     XXH64_state_t *xs = XXH64_createState();
     XXH64_reset(xs, 0);
-    while ((b = rt_loader_next(L))) {
+    while ((rc = rt_loader_next(L, &b)) > 0) {
         XXH64_update(xs, b->images, (size_t)b->batch * 3072);
         XXH64_update(xs, b->labels, 4 * (size_t)b->batch);
         XXH64_update(xs, b->ids, 8 * (size_t)b->batch);
         (*batches)++;
         rt_loader_release(L, b);
     }
-    if (rt_errmsg()[0])
-        rc = -1;
+    static struct rt_batch not_null;
+    CHECKF(b == NULL, "rt_loader_next returned %d with a batch", rc);
+    b = &not_null;
+    CHECKF(rt_loader_next(L, &b) == rc && b == NULL, "a second call after %d", rc);
     *digest = XXH64_digest(xs);
     XXH64_freeState(xs);
     stop_loader(ring, L);
@@ -169,7 +179,8 @@ static void test_contents(const struct rt_dataset *ds)
             CHECKF(0, "%s", rt_errmsg());
             return;
         }
-        while ((b = rt_loader_next(L))) {
+        int more;
+        while ((more = rt_loader_next(L, &b)) > 0) {
             for (uint32_t i = 0; i < b->valid; i++) {
                 uint64_t id = b->ids[i];
                 const uint8_t *got = b->images + 3072 * (size_t)i, *rec = g_pixels + 3072 * id;
@@ -194,7 +205,7 @@ static void test_contents(const struct rt_dataset *ds)
             }
             rt_loader_release(L, b);
         }
-        CHECKF(!rt_errmsg()[0], "%s", rt_errmsg());
+        CHECKF(more == 0, "%s", rt_errmsg());
         if (aug) {
             int distinct = 0;
             for (int y = 0; y < 9; y++)
@@ -263,7 +274,8 @@ static void test_eval_pad(const struct rt_dataset *ds)
             CHECKF(0, "%s", rt_errmsg());
             break;
         }
-        while ((b = rt_loader_next(L))) {
+        int more;
+        while ((more = rt_loader_next(L, &b)) > 0) {
             for (uint32_t i = 0; i < b->batch; i++) {
                 if (i < b->valid) {
                     CHECK(b->ids[i] < si->records);
@@ -276,7 +288,7 @@ static void test_eval_pad(const struct rt_dataset *ds)
             steps++;
             rt_loader_release(L, b);
         }
-        CHECKF(!rt_errmsg()[0], "%s", rt_errmsg());
+        CHECKF(more == 0, "%s", rt_errmsg());
         if (rank == 0)
             steps0 = steps;
         CHECKF(steps == steps0, "rank %u: %" PRIu64 " steps, rank 0 %" PRIu64, rank, steps, steps0);
@@ -302,7 +314,7 @@ static uint64_t batches_digest(const struct rt_dataset *ds, struct rt_loader_opt
         CHECKF(0, "%s", rt_errmsg());
         return 0;
     }
-    while (n < skip + count && (b = rt_loader_next(L))) {
+    while (n < skip + count && rt_loader_next(L, &b) > 0) {
         if (n >= skip)
             h = XXH64(b->images, (size_t)b->batch * 3072, h) ^ XXH64(b->ids, 8 * (size_t)b->batch, n - skip);
         rt_loader_release(L, b);
@@ -376,7 +388,7 @@ static void test_faults(const struct rt_dataset *ds_good)
         struct rt_loader_opts o = base_opts(sh ? RT_SHUFFLE_WINDOW : RT_SHUFFLE_EXACT);
         uint64_t d, n;
         o.epochs = 2;
-        CHECK(digest_run(ds, &o, &d, &n) < 0);
+        CHECK(digest_run(ds, &o, &d, &n) == -EBADMSG);
         CHECKF(strstr(rt_errmsg(), si->shards[1].file) && strstr(rt_errmsg(), "block 2") &&
                    strstr(rt_errmsg(), "records"),
                "message: %s", rt_errmsg());

@@ -15,7 +15,7 @@
 
 #include "check.h"
 #include "common/common.h"
-#include "staging/staging.h"
+#include "staging/ring.h"
 
 #define PRODUCERS 4
 #define BATCHES 4000

@@ -80,7 +80,7 @@ static void check_combo(uint64_t n, uint32_t world, uint32_t batch, enum rt_last
             int padding = 0;
             for (uint64_t k = 0; k < steps * batch; k++) {
                 uint64_t id = p->order[k];
-                if (id == RT_SAMPLE_PAD) {
+                if (id == RT_PAD_ID) {
                     CHECKF(last == RT_LAST_PAD, "%s: padding under drop", what);
                     padding = 1;
                     continue;

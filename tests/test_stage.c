@@ -1,13 +1,15 @@
 /*
  * test_stage.c - node-local dataset staging through its library API
- * (rt_stage_dataset): where the copy goes (named by the manifest's XXH64,
+ * (rt_local_copy_dataset): where the copy goes (named by the manifest's XXH64,
  * recomputed here), byte-identical results with io_uring, with read/write,
  * with the automatic fallback when io_uring is unavailable, and across queue
- * depths and block sizes; the counters of an idempotent second run, of a
- * damaged staged file and of a damaged source; a staged copy given as its
- * own source; the lock timeout; manifests that name files staging cannot
- * honour; bad options. The process-level cases (concurrent ranks, kill -9,
- * disk full) are in test_stage.sh.
+ * depths and block sizes; the progress callback (every block of every file
+ * copied, in order, from the calling thread; nothing when nothing is copied);
+ * the counters of an idempotent second run, of a damaged staged file and of
+ * a damaged source; a staged copy given as its own source; the lock timeout;
+ * manifests that name files staging cannot honour; bad options. The
+ * process-level cases (concurrent ranks, kill -9, disk full) are in
+ * test_stage.sh.
  *
  * The fallback is tested by interposing io_uring_queue_init() below: when
  * `fake_no_uring` is set it fails with -ENOSYS, as it does under a seccomp
@@ -20,13 +22,14 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
+#include <pthread.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <xxhash.h>
 
 #include "check.h"
-#include "staging/staging.h"
+#include "staging/local_copy.h"
 #include "test_util.h"
 
 #define SEED 5
@@ -124,13 +127,14 @@ static ino_t inode_of(const char *path)
     return stat(path, &st) == 0 ? st.st_ino : 0;
 }
 
-static int stage_to(const char *src_rel, const char *parent_rel, struct rt_stage_opts o, struct rt_stage_result *r)
+static int stage_to(const char *src_rel, const char *parent_rel, struct rt_local_copy_opts o,
+                    struct rt_local_copy_result *r)
 {
     char src[600], parent[600];
     path_of(src, sizeof(src), src_rel);
     path_of(parent, sizeof(parent), parent_rel);
     o.parent = parent;
-    return rt_stage_dataset(src, &o, r);
+    return rt_local_copy_dataset(src, &o, r);
 }
 
 static void make_dataset(void)
@@ -148,15 +152,15 @@ static void make_dataset(void)
 static void test_first_copy_and_naming(int have_uring)
 {
     char ds[600], mpath[700], want[900], dest[4096], parent[600];
-    struct rt_stage_result r;
-    struct rt_stage_opts o = {0};
+    struct rt_local_copy_result r;
+    struct rt_local_copy_opts o = {0};
 
     path_of(ds, sizeof(ds), "ds");
     path_of(parent, sizeof(parent), "p1");
     snprintf(mpath, sizeof(mpath), "%s/manifest.json", ds);
     snprintf(want, sizeof(want), "%s/ringtrain-%016llx", parent, (unsigned long long)file_xxh64(mpath));
-    CHECK_OK(rt_stage_dest(ds, parent, dest, sizeof(dest)));
-    CHECKF(!strcmp(dest, want), "rt_stage_dest gave %s, expected %s", dest, want);
+    CHECK_OK(rt_local_copy_dest(ds, parent, dest, sizeof(dest)));
+    CHECKF(!strcmp(dest, want), "rt_local_copy_dest gave %s, expected %s", dest, want);
 
     CHECK_OK(stage_to("ds", "p1", o, &r));
     CHECKF(!strcmp(r.path, want), "staged to %s, expected %s", r.path, want);
@@ -166,21 +170,21 @@ static void test_first_copy_and_naming(int have_uring)
     CHECK(r.bytes_copied == r.bytes_total && r.bytes_total > 2000000);
     CHECK(r.files_damaged == 0 && r.files_hashed == 0 && r.partials_removed == 0 && r.retries == 0);
     CHECK(!r.waited && r.wait_seconds == 0);
-    CHECK(r.engine == (have_uring ? RT_STAGE_ENGINE_URING : RT_STAGE_ENGINE_PLAIN));
+    CHECK(r.engine == (have_uring ? RT_LOCAL_COPY_ENGINE_URING : RT_LOCAL_COPY_ENGINE_PLAIN));
     CHECK(r.queue_depth == 32 && r.block_bytes == 1u << 20); /* the documented defaults */
 
     /* A parent spelled with a trailing slash and a "." maps to the same directory. */
     char odd[700];
     snprintf(odd, sizeof(odd), "%s/./", parent);
-    CHECK_OK(rt_stage_dest(ds, odd, dest, sizeof(dest)));
-    CHECKF(!strcmp(dest, want), "rt_stage_dest(%s) gave %s", odd, dest);
+    CHECK_OK(rt_local_copy_dest(ds, odd, dest, sizeof(dest)));
+    CHECKF(!strcmp(dest, want), "rt_local_copy_dest(%s) gave %s", odd, dest);
 }
 
 /* A second run copies nothing; it hashes every shard unless told to trust sizes. */
 static void test_idempotent(void)
 {
-    struct rt_stage_result r;
-    struct rt_stage_opts o = {0};
+    struct rt_local_copy_result r;
+    struct rt_local_copy_opts o = {0};
     char ds[600];
     path_of(ds, sizeof(ds), "ds");
 
@@ -194,8 +198,8 @@ static void test_idempotent(void)
     CHECK(stat(m, &mst) == 0);
     CHECKF(r.bytes_hashed == r.bytes_total - (uint64_t)mst.st_size, "hashed %llu of %llu bytes",
            (unsigned long long)r.bytes_hashed, (unsigned long long)r.bytes_total);
-    CHECK(r.engine == RT_STAGE_ENGINE_AUTO);
-    o.verify = RT_STAGE_VERIFY_SIZE;
+    CHECK(r.engine == RT_LOCAL_COPY_ENGINE_AUTO);
+    o.verify = RT_LOCAL_COPY_VERIFY_SIZE;
     CHECK_OK(stage_to("ds", "p1", o, &r));
     CHECK(r.files_copied == 0 && r.files_hashed == 0 && r.bytes_hashed == 0);
     CHECK(same_dataset(ds, r.path));
@@ -204,8 +208,8 @@ static void test_idempotent(void)
 /* A flipped byte in one staged shard: that shard (and the manifest) copied again, no other. */
 static void test_damaged_staged_file(void)
 {
-    struct rt_stage_result r;
-    struct rt_stage_opts o = {0};
+    struct rt_local_copy_result r;
+    struct rt_local_copy_opts o = {0};
     char ds[600], names[64][64], p[4200];
     ino_t before[64];
 
@@ -219,11 +223,11 @@ static void test_damaged_staged_file(void)
     snprintf(p, sizeof(p), "%s/%s", r.path, names[1]);
     flip_byte(p, 3000);
 
-    o.verify = RT_STAGE_VERIFY_SIZE; /* by design, a size check cannot see a flipped byte */
+    o.verify = RT_LOCAL_COPY_VERIFY_SIZE; /* by design, a size check cannot see a flipped byte */
     CHECK_OK(stage_to("ds", "p1", o, &r));
     CHECK(r.files_copied == 0 && r.files_damaged == 0);
 
-    o.verify = RT_STAGE_VERIFY_FULL;
+    o.verify = RT_LOCAL_COPY_VERIFY_FULL;
     CHECK_OK(stage_to("ds", "p1", o, &r));
     CHECKF(r.files_damaged == 1 && r.files_copied == 2, "damaged %u, copied %u", r.files_damaged, r.files_copied);
     CHECK(same_dataset(ds, r.path));
@@ -236,7 +240,7 @@ static void test_damaged_staged_file(void)
     /* A truncated one is caught by size alone. */
     snprintf(p, sizeof(p), "%s/%s", r.path, names[0]);
     CHECK(truncate(p, 1000) == 0);
-    o.verify = RT_STAGE_VERIFY_SIZE;
+    o.verify = RT_LOCAL_COPY_VERIFY_SIZE;
     CHECK_OK(stage_to("ds", "p1", o, &r));
     CHECK(r.files_damaged == 1 && r.files_copied == 2);
     CHECK(same_dataset(ds, r.path));
@@ -245,18 +249,18 @@ static void test_damaged_staged_file(void)
 /* A staged copy staged onto itself: checked, never "repaired" from its own damaged bytes. */
 static void test_self(void)
 {
-    struct rt_stage_result r, again;
-    struct rt_stage_opts o = {0};
+    struct rt_local_copy_result r, again;
+    struct rt_local_copy_opts o = {0};
     char parent[600], p[4200];
 
     CHECK_OK(stage_to("ds", "p9", o, &r));
     path_of(parent, sizeof(parent), "p9");
     o.parent = parent;
-    CHECK_OK(rt_stage_dataset(r.path, &o, &again));
+    CHECK_OK(rt_local_copy_dataset(r.path, &o, &again));
     CHECK(!strcmp(again.path, r.path) && again.files_copied == 0);
     snprintf(p, sizeof(p), "%s/train-00000.rts", r.path);
     flip_byte(p, 200);
-    CHECK_ERR(rt_stage_dataset(r.path, &o, &again), "is this staged copy itself");
+    CHECK_ERR(rt_local_copy_dataset(r.path, &o, &again), "is this staged copy itself");
     snprintf(p, sizeof(p), "%s/manifest.json", r.path);
     CHECK(access(p, F_OK) == 0);
 }
@@ -264,21 +268,21 @@ static void test_self(void)
 /* read/write, the automatic fallback, and odd depths and block sizes give the same bytes. */
 static void test_engines(int have_uring)
 {
-    struct rt_stage_result r;
+    struct rt_local_copy_result r;
     char ds[600];
     path_of(ds, sizeof(ds), "ds");
 
-    struct rt_stage_opts plain = {.engine = RT_STAGE_ENGINE_PLAIN, .block_bytes = 12288};
+    struct rt_local_copy_opts plain = {.engine = RT_LOCAL_COPY_ENGINE_PLAIN, .block_bytes = 12288};
     CHECK_OK(stage_to("ds", "p2", plain, &r));
-    CHECK(r.engine == RT_STAGE_ENGINE_PLAIN && r.files_copied == r.files);
+    CHECK(r.engine == RT_LOCAL_COPY_ENGINE_PLAIN && r.files_copied == r.files);
     CHECK(same_dataset(ds, r.path));
 
     fake_no_uring = 1;
-    struct rt_stage_opts autoo = {0};
+    struct rt_local_copy_opts autoo = {0};
     CHECK_OK(stage_to("ds", "p3", autoo, &r));
-    CHECKF(r.engine == RT_STAGE_ENGINE_PLAIN && r.files_copied == r.files, "fallback: engine %d", (int)r.engine);
+    CHECKF(r.engine == RT_LOCAL_COPY_ENGINE_PLAIN && r.files_copied == r.files, "fallback: engine %d", (int)r.engine);
     CHECK(same_dataset(ds, r.path));
-    struct rt_stage_opts uring = {.engine = RT_STAGE_ENGINE_URING};
+    struct rt_local_copy_opts uring = {.engine = RT_LOCAL_COPY_ENGINE_URING};
     CHECK_ERR(stage_to("ds", "p4", uring, &r), "io_uring is not available");
     fake_no_uring = 0;
 
@@ -288,11 +292,101 @@ static void test_engines(int have_uring)
     static const uint32_t depth[] = {1, 3, 64};
     for (size_t i = 0; i < RT_ARRAY_LEN(depth); i++) {
         char parent[32];
-        struct rt_stage_opts o = {.engine = RT_STAGE_ENGINE_URING, .queue_depth = depth[i], .block_bytes = 4096};
+        struct rt_local_copy_opts o = {.engine = RT_LOCAL_COPY_ENGINE_URING, .queue_depth = depth[i],
+                                       .block_bytes = 4096};
         snprintf(parent, sizeof(parent), "d%u", depth[i]);
         CHECK_OK(stage_to("ds", parent, o, &r));
-        CHECK(r.engine == RT_STAGE_ENGINE_URING);
+        CHECK(r.engine == RT_LOCAL_COPY_ENGINE_URING);
         CHECKF(same_dataset(ds, r.path), "queue depth %u", depth[i]);
+    }
+}
+
+/* What the progress callback was told, checked call by call. */
+struct progress_log {
+    pthread_t caller;
+    uint32_t block;
+    uint64_t calls, files, bad;
+    char file[64];
+    uint64_t file_done, file_bytes, base, bytes_total;
+    char first_bad[256];
+};
+
+static void progress_bad(struct progress_log *g, const char *what, const struct rt_local_copy_progress *p)
+{
+    if (g->bad++ == 0)
+        snprintf(g->first_bad, sizeof(g->first_bad), "call %llu (%s at %llu of %llu, %llu of %llu in all): %s",
+                 (unsigned long long)g->calls, p->file, (unsigned long long)p->file_done,
+                 (unsigned long long)p->file_bytes, (unsigned long long)p->bytes_done,
+                 (unsigned long long)p->bytes_total, what);
+}
+
+/*
+ * Each call reports one more block of the current file (manifest.json as a
+ * single block); a new file starts only when the previous one is complete;
+ * bytes_done is the files before plus this one's bytes.
+ */
+static void log_progress(void *ctx, const struct rt_local_copy_progress *p)
+{
+    struct progress_log *g = ctx;
+    const int manifest = !strcmp(p->file, "manifest.json");
+
+    if (!pthread_equal(pthread_self(), g->caller))
+        progress_bad(g, "called from another thread", p);
+    if (g->calls++ == 0)
+        g->bytes_total = p->bytes_total;
+    if (p->bytes_total != g->bytes_total)
+        progress_bad(g, "bytes_total changed", p);
+    if (g->files == 0 || strcmp(g->file, p->file) != 0) {
+        if (g->files && g->file_done != g->file_bytes)
+            progress_bad(g, "the previous file was left incomplete", p);
+        g->base += g->file_bytes;
+        g->files++;
+        g->file_done = 0;
+        g->file_bytes = p->file_bytes;
+        snprintf(g->file, sizeof(g->file), "%s", p->file);
+    }
+    const uint64_t want = manifest ? p->file_bytes : RT_MIN(g->file_done + g->block, p->file_bytes);
+    if (p->file_bytes != g->file_bytes || p->file_done != want)
+        progress_bad(g, "not one block further", p);
+    g->file_done = p->file_done;
+    if (p->bytes_done != g->base + p->file_done)
+        progress_bad(g, "bytes_done is not the files before plus this one", p);
+}
+
+/* The progress callback sees every block of every file copied, with both engines; nothing when nothing is copied. */
+static void test_progress(int have_uring)
+{
+    struct rt_local_copy_opts opts[] = {
+        {.engine = RT_LOCAL_COPY_ENGINE_PLAIN, .block_bytes = 12288},
+        {.engine = RT_LOCAL_COPY_ENGINE_URING, .queue_depth = 3, .block_bytes = 4096},
+    };
+    char ds[600], names[64][64], p[4200];
+    path_of(ds, sizeof(ds), "ds");
+    const int n = dataset_files(ds, names, 64);
+
+    for (int e = 0; e < (have_uring ? 2 : 1); e++) {
+        struct progress_log g = {.caller = pthread_self(), .block = opts[e].block_bytes};
+        struct rt_local_copy_result r;
+        uint64_t blocks = 0;
+        opts[e].progress = log_progress;
+        opts[e].progress_ctx = &g;
+        CHECK_OK(stage_to("ds", e ? "pp2" : "pp1", opts[e], &r));
+        for (int i = 0; i < n - 1; i++) {
+            struct stat st;
+            snprintf(p, sizeof(p), "%s/%.63s", ds, names[i]);
+            CHECK(stat(p, &st) == 0);
+            blocks += ((uint64_t)st.st_size + g.block - 1) / g.block;
+        }
+        CHECKF(g.bad == 0, "engine %d: %llu bad reports, first %s", e, (unsigned long long)g.bad, g.first_bad);
+        CHECKF(g.calls == blocks + 1, "engine %d: %llu calls for %llu blocks and the manifest", e,
+               (unsigned long long)g.calls, (unsigned long long)blocks);
+        CHECK(g.files == (uint64_t)n && !strcmp(g.file, "manifest.json"));
+        CHECK(g.bytes_total == r.bytes_copied && g.base + g.file_done == r.bytes_copied);
+
+        struct progress_log again = {.caller = pthread_self(), .block = opts[e].block_bytes};
+        opts[e].progress_ctx = &again;
+        CHECK_OK(stage_to("ds", e ? "pp2" : "pp1", opts[e], &r));
+        CHECK(r.files_copied == 0 && again.calls == 0);
     }
 }
 
@@ -300,8 +394,8 @@ static void test_engines(int have_uring)
 static void test_damaged_source(void)
 {
     char cmd[1400], src[600], p[4200];
-    struct rt_stage_result r;
-    struct rt_stage_opts o = {.max_attempts = 2};
+    struct rt_local_copy_result r;
+    struct rt_local_copy_opts o = {.max_attempts = 2};
     char names[64][64];
 
     path_of(src, sizeof(src), "bad");
@@ -328,12 +422,12 @@ static void test_damaged_source(void)
 static void test_lock_timeout(void)
 {
     char ds[600], parent[600], dest[4096], lock[4200];
-    struct rt_stage_result r;
-    struct rt_stage_opts o = {.lock_timeout_s = 0.3};
+    struct rt_local_copy_result r;
+    struct rt_local_copy_opts o = {.lock_timeout_s = 0.3};
 
     path_of(ds, sizeof(ds), "ds");
     path_of(parent, sizeof(parent), "p1");
-    CHECK_OK(rt_stage_dest(ds, parent, dest, sizeof(dest)));
+    CHECK_OK(rt_local_copy_dest(ds, parent, dest, sizeof(dest)));
     snprintf(lock, sizeof(lock), "%s.lock", dest);
     int fd = open(lock, O_RDWR);
     CHECK(fd >= 0 && flock(fd, LOCK_EX | LOCK_NB) == 0);
@@ -362,8 +456,8 @@ static void edit_copy(const char *name, const char *from, const char *to)
 /* File names a copy cannot honour, and options out of range. */
 static void test_refusals(void)
 {
-    struct rt_stage_result r;
-    struct rt_stage_opts o = {0};
+    struct rt_local_copy_result r;
+    struct rt_local_copy_opts o = {0};
 
     edit_copy("dup", "train-00001.rts", "train-00000.rts");
     CHECK_ERR(stage_to("dup", "p7", o, &r), "listed twice");
@@ -371,7 +465,7 @@ static void test_refusals(void)
     CHECK_ERR(stage_to("res", "p7", o, &r), "reserved");
     CHECK_ERR(stage_to("src", "p7", o, &r), "not a packed dataset");
 
-    struct rt_stage_opts bad[] = {
+    struct rt_local_copy_opts bad[] = {
         {.queue_depth = 5000}, {.block_bytes = 1000}, {.block_bytes = 6000},
         {.queue_depth = 4096, .block_bytes = 64u << 20}, {.max_attempts = 101}, {.lock_timeout_s = -1},
     };
@@ -383,7 +477,7 @@ static void test_refusals(void)
     path_of(ds, sizeof(ds), "ds");
     path_of(parent, sizeof(parent), "p8");
     CHECK_OK(rt_mkdirs(parent, 0755));
-    CHECK_OK(rt_stage_dest(ds, parent, dest, sizeof(dest)));
+    CHECK_OK(rt_local_copy_dest(ds, parent, dest, sizeof(dest)));
     CHECK_OK(rt_file_write_atomic(dest, "x", 1));
     CHECK_ERR(stage_to("ds", "p8", o, &r), "not a directory");
 }
@@ -403,6 +497,7 @@ int main(void)
     test_damaged_staged_file();
     test_self();
     test_engines(have_uring);
+    test_progress(have_uring);
     test_damaged_source();
     test_lock_timeout();
     test_refusals();

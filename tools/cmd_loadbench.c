@@ -16,7 +16,7 @@
 
 #include "common/common.h"
 #include "loader/loader.h"
-#include "staging/staging.h"
+#include "staging/ring.h"
 #include "tools/cli.h"
 
 #define MAX_WORKER_RUNS 32
@@ -123,10 +123,11 @@ static int run_once(const struct lb_config *c, const struct rt_dataset *ds, int 
         goto out;
     }
     const size_t img_bytes = (size_t)lo.batch * info->channels * info->height * info->width;
+    int more;
     for (;;) {
         uint64_t tw = rt_now_ns();
-        b = rt_loader_next(L);
-        if (!b)
+        more = rt_loader_next(L, &b);
+        if (more <= 0)
             break;
         tw = rt_now_ns() - tw;
         if (b->step == 0 && b->epoch > lo.start_epoch && tw > r->boundary_wait_max_ns)
@@ -142,7 +143,7 @@ static int run_once(const struct lb_config *c, const struct rt_dataset *ds, int 
         }
         rt_loader_release(L, b);
     }
-    if (rt_errmsg()[0]) {
+    if (more < 0) {
         rc = cli_fail();
         goto out;
     }

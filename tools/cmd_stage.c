@@ -1,19 +1,54 @@
 /*
- * cmd_stage.c - `ringtrain stage SRC`: options -> rt_stage_dataset(), then a
- * summary line and, as the last line of stdout, the staged directory (the
- * only line with --quiet) so that scripts can take it with $(...).
+ * cmd_stage.c - `ringtrain stage SRC`: options -> rt_local_copy_dataset(),
+ * then a summary line and, as the last line of stdout, the staged directory
+ * (the only line with --quiet) so that scripts can take it with $(...).
  */
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "common/common.h"
-#include "staging/staging.h"
+#include "staging/local_copy.h"
 #include "tools/cli.h"
 
 /* Test hook: milliseconds to sleep after each block, so a test can kill a copy midway. */
 #define STAGE_DELAY_ENV "RT_STAGE_TEST_DELAY_MS"
+
+/* The test hook's progress callback: sleeps *(uint32_t *)ctx milliseconds after each block written. */
+static void delay_after_block(void *ctx, const struct rt_local_copy_progress *p)
+{
+    const uint32_t ms = *(const uint32_t *)ctx;
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+
+    (void)p;
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+/*
+ * The test hook STAGE_DELAY_ENV: when it is set to a delay above 0 (capped at
+ * 60 s), stores it in *ms and makes delay_after_block() the copy's progress
+ * callback. Returns 0, or RT_EXIT_USAGE for a value that is no number.
+ */
+static int stage_test_delay(struct rt_local_copy_opts *o, uint32_t *ms)
+{
+    const char *delay = getenv(STAGE_DELAY_ENV);
+    uint64_t v;
+
+    if (!delay || !*delay)
+        return 0;
+    if (cli_parse_u64("stage", STAGE_DELAY_ENV, delay, &v))
+        return RT_EXIT_USAGE;
+    *ms = (uint32_t)RT_MIN(v, 60000);
+    if (*ms) {
+        o->progress = delay_after_block;
+        o->progress_ctx = ms;
+    }
+    return 0;
+}
 
 static void stage_help(void)
 {
@@ -52,7 +87,7 @@ static void stage_help(void)
            "Exit status: 0 staged, 1 failed (\"error: ...\" on stderr), 2 bad usage.\n");
 }
 
-static void print_summary(const struct rt_stage_result *r)
+static void print_summary(const struct rt_local_copy_result *r)
 {
     const uint32_t block = r->block_bytes;
     char total[32], copied[32], bs[32];
@@ -74,9 +109,9 @@ static void print_summary(const struct rt_stage_result *r)
         snprintf(bs, sizeof(bs), "%u KiB", block >> 10); /* a multiple of 4 KiB */
     printf("stage: copied %u of %u files, %s in %.2f s, %.1f MB/s", r->files_copied, r->files, copied,
            r->copy_seconds, r->copy_seconds > 0 ? (double)r->bytes_copied / r->copy_seconds / 1e6 : 0.0);
-    if (r->engine == RT_STAGE_ENGINE_URING)
+    if (r->engine == RT_LOCAL_COPY_ENGINE_URING)
         printf(" (io_uring, queue depth %u, %s blocks)", r->queue_depth, bs);
-    else if (r->engine == RT_STAGE_ENGINE_PLAIN)
+    else if (r->engine == RT_LOCAL_COPY_ENGINE_PLAIN)
         printf(" (read/write, %s blocks)", bs);
     if (r->files_copied < r->files)
         printf("; kept %u already staged, checked by %s", r->files - r->files_copied, how);
@@ -101,9 +136,10 @@ int cmd_stage(int argc, char **argv)
         {"engine", required_argument, NULL, 'e'},      {"quiet", no_argument, NULL, 'q'},
         {"help", no_argument, NULL, 'h'},              {NULL, 0, NULL, 0},
     };
-    struct rt_stage_opts o = {0};
-    struct rt_stage_result r;
+    struct rt_local_copy_opts o = {0};
+    struct rt_local_copy_result r;
     int quiet = 0, c;
+    uint32_t delay_ms = 0;
     uint64_t v;
     char *end;
 
@@ -125,7 +161,7 @@ int cmd_stage(int argc, char **argv)
                 return cli_usage_error("stage", "--block-size must be a multiple of 4K in 4K..64M");
             o.block_bytes = (uint32_t)v;
             break;
-        case 's': o.verify = RT_STAGE_VERIFY_SIZE; break;
+        case 's': o.verify = RT_LOCAL_COPY_VERIFY_SIZE; break;
         case 'a':
             if (cli_parse_u64("stage", "--attempts", optarg, &v))
                 return RT_EXIT_USAGE;
@@ -140,11 +176,11 @@ int cmd_stage(int argc, char **argv)
             break;
         case 'e':
             if (!strcmp(optarg, "auto"))
-                o.engine = RT_STAGE_ENGINE_AUTO;
+                o.engine = RT_LOCAL_COPY_ENGINE_AUTO;
             else if (!strcmp(optarg, "uring"))
-                o.engine = RT_STAGE_ENGINE_URING;
+                o.engine = RT_LOCAL_COPY_ENGINE_URING;
             else if (!strcmp(optarg, "plain"))
-                o.engine = RT_STAGE_ENGINE_PLAIN;
+                o.engine = RT_LOCAL_COPY_ENGINE_PLAIN;
             else
                 return cli_usage_error("stage", "--engine must be auto, uring or plain, not '%s'", optarg);
             break;
@@ -155,16 +191,12 @@ int cmd_stage(int argc, char **argv)
     }
     if (optind != argc - 1)
         return cli_usage_error("stage", optind == argc ? "SRC is required" : "exactly one SRC, please");
-    const char *delay = getenv(STAGE_DELAY_ENV);
-    if (delay && *delay) {
-        if (cli_parse_u64("stage", STAGE_DELAY_ENV, delay, &v))
-            return RT_EXIT_USAGE;
-        o.block_delay_ms = (uint32_t)RT_MIN(v, 60000);
-    }
+    if (stage_test_delay(&o, &delay_ms))
+        return RT_EXIT_USAGE;
     if (quiet)
         rt_log_setup(0, 1, RT_LOG_WARN);
 
-    if (rt_stage_dataset(argv[optind], &o, &r) < 0)
+    if (rt_local_copy_dataset(argv[optind], &o, &r) < 0)
         return cli_fail();
     if (!quiet)
         print_summary(&r);

@@ -28,6 +28,7 @@
 
 #include "comm/comm.h"
 #include "common/common.h"
+#include "staging/local_copy.h"
 #include "tools/cli.h"
 #include "tools/trainer.h"
 
@@ -445,14 +446,15 @@ static int validate(struct trainer *T, struct rt_loss_stats *vs)
         goto out;
     struct rt_step_opts so = {.mode = RT_EVAL, .mean = T->mean, .std = T->std};
     struct rt_batch *b;
-    while ((b = rt_loader_next(L))) {
+    int more;
+    while ((more = rt_loader_next(L, &b)) > 0) {
         batch_labels(T, b);
         int r = rt_model_step(T->model, &so, (int)b->batch, b->images, T->labels, vs);
         rt_loader_release(L, b);
         if (r < 0)
             goto out;
     }
-    rc = rt_errmsg()[0] ? -1 : 0;
+    rc = more < 0 ? -1 : 0;
 out:
     rt_loader_destroy(L);
     rt_ring_destroy(ring);
@@ -704,9 +706,9 @@ static void banner(const struct trainer *T)
 /* The loader's next batch, its copy to the device started. 1, 0 at the end of the data, -1 on error. */
 static int fetch(struct trainer *T, struct inflight *f)
 {
-    f->b = rt_loader_next(T->loader);
-    if (!f->b)
-        return rt_errmsg()[0] ? -1 : 0;
+    int more = rt_loader_next(T->loader, &f->b);
+    if (more <= 0)
+        return more < 0 ? -1 : 0;
     f->dev = rt_backend_input_upload(T->be, f->b->images, batch_bytes(T), &f->ticket);
     return 1;
 }
@@ -1093,9 +1095,9 @@ static int stage_data(struct trainer *T)
     memset(&r, 0, sizeof(r));
     rt_comm_set_phase(T->comm, 0, RT_PHASE_STAGE);
     if (rt_comm_info(T->comm)->local_rank == 0) {
-        struct rt_stage_opts so = {.parent = c->stage_to};
-        struct rt_stage_result res;
-        r.rc = rt_stage_dataset(c->data, &so, &res);
+        struct rt_local_copy_opts so = {.parent = c->stage_to};
+        struct rt_local_copy_result res;
+        r.rc = rt_local_copy_dataset(c->data, &so, &res);
         if (r.rc < 0) {
             snprintf(r.msg, sizeof(r.msg), "%s", rt_errmsg());
         } else {

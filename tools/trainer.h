@@ -11,7 +11,7 @@
 
 #include "compute/compute.h"
 #include "loader/loader.h"
-#include "staging/staging.h"
+#include "staging/ring.h"
 
 /* --device: where compute runs. */
 enum train_device { DEVICE_AUTO = 0, DEVICE_CPU, DEVICE_CUDA };

@@ -1,13 +1,14 @@
 /*
- * stage.c - node-local dataset staging (`ringtrain stage`): copies a packed
- * dataset's shards and manifest.json into PARENT/ringtrain-<h> with io_uring
- * (or pread/pwrite where io_uring is unavailable), checks every byte against
- * the manifest, and serializes the processes of a node on an flock so that
- * the dataset is copied once. staging.h states the guarantees.
+ * local_copy.c - node-local dataset copies (`ringtrain stage`): copies a
+ * packed dataset's shards and manifest.json into PARENT/ringtrain-<h> with
+ * io_uring (or pread/pwrite where io_uring is unavailable), checks every byte
+ * against the manifest, and serializes the processes of a node on an flock so
+ * that the dataset is copied once. local_copy.h states the guarantees.
  *
  * It does not parse shards: the manifest's file list, sizes and whole-file
  * XXH64 are all it needs (the manifest itself is read and validated by the
- * loader's reader). Temporary files are <file>.partial in the destination.
+ * dataset reader, loader/dataset.h). Temporary files are <file>.partial in
+ * the destination.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -26,8 +27,8 @@
 #include <xxhash.h>
 
 #include "common/common.h"
-#include "loader/loader.h"
-#include "staging/staging.h"
+#include "loader/dataset.h"
+#include "staging/local_copy.h"
 
 #define STAGE_PREFIX "ringtrain-"
 #define STAGE_MANIFEST "manifest.json"
@@ -120,7 +121,7 @@ static int dest_paths(const char *parent_abs, uint64_t hash, char *dest, size_t 
     return 0;
 }
 
-int rt_stage_dest(const char *src, const char *parent, char *out, size_t len)
+int rt_local_copy_dest(const char *src, const char *parent, char *out, size_t len)
 {
     char abs[PATH_MAX];
     uint8_t *text;
@@ -154,15 +155,19 @@ struct slot {
 };
 
 struct copier {
-    enum rt_stage_engine kind;  /* URING or PLAIN once set up */
+    enum rt_local_copy_engine kind; /* URING or PLAIN once set up */
     struct io_uring ring;
     int have_ring;
     int sync_busy;              /* an fsync request (user_data NULL) is in the ring */
     int sync_res;               /* its result, once complete */
     uint32_t depth, block;
-    uint32_t delay_ms;
     uint8_t *mem;               /* depth * block bytes, page-aligned, one allocation */
     struct slot *slots;
+    /* The caller's progress callback (may be NULL) and what it is told. */
+    void (*progress)(void *ctx, const struct rt_local_copy_progress *p);
+    void *progress_ctx;
+    struct rt_local_copy_progress prog;
+    uint64_t prog_base;         /* prog.bytes_done when the current file started */
 };
 
 /* The two ends of one file copy; paths are for messages. */
@@ -172,7 +177,7 @@ struct copy_job {
     uint64_t size;
 };
 
-static int copier_setup(struct copier *c, const struct rt_stage_opts *o)
+static int copier_setup(struct copier *c, const struct rt_local_copy_opts *o)
 {
     const size_t bytes = (size_t)o->queue_depth * o->block_bytes;
     void *mem = NULL;
@@ -180,7 +185,6 @@ static int copier_setup(struct copier *c, const struct rt_stage_opts *o)
 
     c->depth = o->queue_depth;
     c->block = o->block_bytes;
-    c->delay_ms = o->block_delay_ms;
     if ((rc = posix_memalign(&mem, 4096, bytes)) != 0)
         return rt_errf(-rc, "staging buffers: cannot allocate %zu bytes", bytes);
     /*
@@ -196,8 +200,8 @@ static int copier_setup(struct copier *c, const struct rt_stage_opts *o)
     for (uint32_t i = 0; i < c->depth; i++)
         c->slots[i].buf = c->mem + (size_t)i * c->block;
 
-    c->kind = RT_STAGE_ENGINE_PLAIN;
-    if (o->engine == RT_STAGE_ENGINE_PLAIN)
+    c->kind = RT_LOCAL_COPY_ENGINE_PLAIN;
+    if (o->engine == RT_LOCAL_COPY_ENGINE_PLAIN)
         return 0;
     /* One request per slot at most, plus one fsync: depth + 1 entries never overflow. */
     rc = io_uring_queue_init(c->depth + 1, &c->ring, 0);
@@ -208,13 +212,13 @@ static int copier_setup(struct copier *c, const struct rt_stage_opts *o)
         io_uring_free_probe(p);
         if (ok) {
             c->have_ring = 1;
-            c->kind = RT_STAGE_ENGINE_URING;
+            c->kind = RT_LOCAL_COPY_ENGINE_URING;
             return 0;
         }
         io_uring_queue_exit(&c->ring);
         rc = -EOPNOTSUPP;
     }
-    if (o->engine == RT_STAGE_ENGINE_URING)
+    if (o->engine == RT_LOCAL_COPY_ENGINE_URING)
         return rt_errf(rc, "io_uring is not available here (%s); use --engine plain or auto", strerror(-rc));
     rt_warn("io_uring is not available here (%s): copying with read/write instead", strerror(-rc));
     return 0;
@@ -229,13 +233,23 @@ static void copier_free(struct copier *c)
     memset(c, 0, sizeof(*c));
 }
 
-static void block_delay(const struct copier *c)
+/* Starts the progress figures of file `name`; `before` bytes of this call are already written. */
+static void progress_file(struct copier *c, const char *name, uint64_t size, uint64_t before)
 {
-    if (c->delay_ms) {
-        struct timespec ts = {c->delay_ms / 1000, (long)(c->delay_ms % 1000) * 1000000L};
-        while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-            ;
-    }
+    c->prog.file = name;
+    c->prog.file_bytes = size;
+    c->prog.file_done = 0;
+    c->prog_base = before;
+}
+
+/* Tells the caller that the first `done` bytes of the current file are written. */
+static void progress_report(struct copier *c, uint64_t done)
+{
+    if (!c->progress)
+        return;
+    c->prog.file_done = done;
+    c->prog.bytes_done = c->prog_base + done;
+    c->progress(c->progress_ctx, &c->prog);
 }
 
 /* Queues the rest of slot `s`'s current read or write. */
@@ -362,7 +376,7 @@ static int copy_uring(struct copier *c, const struct copy_job *j, XXH64_state_t 
             XXH64_update(h, s->buf, s->len);
             s->state = SLOT_FREE;
             next_hash++;
-            block_delay(c);
+            progress_report(c, s->off + s->len);
         }
     }
     return err;
@@ -393,7 +407,7 @@ static int copy_plain(struct copier *c, const struct copy_job *j, XXH64_state_t 
         if (rc < 0)
             return rc;
         off += len;
-        block_delay(c);
+        progress_report(c, off);
     }
     return 0;
 }
@@ -410,7 +424,8 @@ static int copier_sync_start(struct copier *c, int fd, const char *path)
     struct io_uring_sqe *sqe;
     int rc;
 
-    if (c->kind != RT_STAGE_ENGINE_URING || !c->have_ring || c->sync_busy || !(sqe = io_uring_get_sqe(&c->ring))) {
+    if (c->kind != RT_LOCAL_COPY_ENGINE_URING || !c->have_ring || c->sync_busy ||
+        !(sqe = io_uring_get_sqe(&c->ring))) {
         sync_file_range(fd, 0, 0, SYNC_FILE_RANGE_WRITE);
         return 0;
     }
@@ -461,7 +476,7 @@ struct stage_file {
 };
 
 struct stage {
-    struct rt_stage_opts o;         /* with defaults filled in */
+    struct rt_local_copy_opts o;    /* with defaults filled in */
     const char *src;
     char dest[PATH_MAX], lock_path[PATH_MAX];
     uint8_t *manifest;              /* the source's manifest.json bytes */
@@ -473,10 +488,10 @@ struct stage {
     int dirfd, lockfd;
     uint8_t *hashbuf;               /* block_bytes, for checking staged files */
     struct copier cp;
-    struct rt_stage_result *res;
+    struct rt_local_copy_result *res;
 };
 
-static int normalize_opts(const struct rt_stage_opts *in, struct rt_stage_opts *o)
+static int normalize_opts(const struct rt_local_copy_opts *in, struct rt_local_copy_opts *o)
 {
     if (in)
         *o = *in;
@@ -500,10 +515,10 @@ static int normalize_opts(const struct rt_stage_opts *in, struct rt_stage_opts *
         return rt_errf(-EINVAL, "attempts %" PRIu32 ": must be 1..%u", o->max_attempts, STAGE_MAX_ATTEMPTS);
     if (!(o->lock_timeout_s >= 0))
         return rt_errf(-EINVAL, "lock timeout must be >= 0 seconds");
-    if (o->engine != RT_STAGE_ENGINE_AUTO && o->engine != RT_STAGE_ENGINE_URING &&
-        o->engine != RT_STAGE_ENGINE_PLAIN)
+    if (o->engine != RT_LOCAL_COPY_ENGINE_AUTO && o->engine != RT_LOCAL_COPY_ENGINE_URING &&
+        o->engine != RT_LOCAL_COPY_ENGINE_PLAIN)
         return rt_errf(-EINVAL, "unknown copy engine %d", (int)o->engine);
-    if (o->verify != RT_STAGE_VERIFY_FULL && o->verify != RT_STAGE_VERIFY_SIZE)
+    if (o->verify != RT_LOCAL_COPY_VERIFY_FULL && o->verify != RT_LOCAL_COPY_VERIFY_SIZE)
         return rt_errf(-EINVAL, "unknown verify mode %d", (int)o->verify);
     return 0;
 }
@@ -746,7 +761,7 @@ static int staged_manifest_matches(struct stage *st)
  */
 static int plan_copies(struct stage *st)
 {
-    struct rt_stage_result *res = st->res;
+    struct rt_local_copy_result *res = st->res;
     struct stat sb;
     const uint64_t t0 = rt_now_ns();
     int complete = 0, ncopy = 0;
@@ -756,7 +771,7 @@ static int plan_copies(struct stage *st)
         if (!complete)
             rt_warn("%s/%s differs from %s/%s: replacing it", st->dest, STAGE_MANIFEST, st->src, STAGE_MANIFEST);
     }
-    const int hash = st->o.verify == RT_STAGE_VERIFY_FULL && !(complete && res->waited);
+    const int hash = st->o.verify == RT_LOCAL_COPY_VERIFY_FULL && !(complete && res->waited);
     for (uint32_t i = 0; i + 1 < st->nfiles; i++) {
         struct stage_file *f = &st->files[i];
         uint64_t got = 0;
@@ -899,6 +914,7 @@ static int copy_one(struct stage *st, const struct stage_file *f, struct pending
     p->sync_queued = 0;
     p->name = f->name;
     snprintf(p->tmp, sizeof(p->tmp), "%s%s", f->name, STAGE_PARTIAL);
+    progress_file(&st->cp, f->name, f->size, st->res->bytes_copied);
     if (!h)
         return rt_errf(-ENOMEM, "out of memory");
     if ((rc = rt_path_join(in_path, sizeof(in_path), st->src, f->name)) < 0 ||
@@ -922,7 +938,7 @@ static int copy_one(struct stage *st, const struct stage_file *f, struct pending
         goto out;
     }
     XXH64_reset(h, 0);
-    rc = st->cp.kind == RT_STAGE_ENGINE_URING ? copy_uring(&st->cp, &j, h) : copy_plain(&st->cp, &j, h);
+    rc = st->cp.kind == RT_LOCAL_COPY_ENGINE_URING ? copy_uring(&st->cp, &j, h) : copy_plain(&st->cp, &j, h);
     if (rc == 0) {
         *hash = XXH64_digest(h);
         p->fd = j.out;
@@ -1016,6 +1032,7 @@ static int write_manifest(struct stage *st)
     if ((rc = rt_path_join(path, sizeof(path), st->dest, STAGE_MANIFEST)) < 0 ||
         (rc = rt_path_join(tmp, sizeof(tmp), st->dest, STAGE_MANIFEST STAGE_PARTIAL)) < 0)
         return rc;
+    progress_file(&st->cp, STAGE_MANIFEST, st->manifest_len, st->res->bytes_copied);
     fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd < 0 && (errno == ENOSPC || errno == EDQUOT))
         return no_space(st, -errno, st->nfiles - 1, "out of space for manifest.json");
@@ -1039,6 +1056,7 @@ static int write_manifest(struct stage *st)
     }
     st->res->files_copied++;
     st->res->bytes_copied += st->manifest_len;
+    progress_report(&st->cp, st->manifest_len);
     return dest_fsync(st);
 }
 
@@ -1072,6 +1090,9 @@ static int stage_locked(struct stage *st)
     if (bytes_to_copy(st, 0) > space_available(st))
         return no_space(st, -ENOSPC, 0, "not enough space");
 
+    st->cp.progress = st->o.progress;
+    st->cp.progress_ctx = st->o.progress_ctx;
+    st->cp.prog.bytes_total = bytes_to_copy(st, 0);
     const uint64_t t0 = rt_now_ns();
     if (ncopy > 1) { /* not just manifest.json: the buffers and the ring are worth setting up */
         if ((rc = copier_setup(&st->cp, &st->o)) < 0)
@@ -1086,7 +1107,8 @@ static int stage_locked(struct stage *st)
     return 0;
 }
 
-int rt_stage_dataset(const char *src, const struct rt_stage_opts *opts, struct rt_stage_result *res)
+int rt_local_copy_dataset(const char *src, const struct rt_local_copy_opts *opts,
+                          struct rt_local_copy_result *res)
 {
     char manifest_path[PATH_MAX], parent[PATH_MAX];
     struct stage st = {.src = src, .dirfd = -1, .lockfd = -1, .res = res};
