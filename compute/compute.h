@@ -176,146 +176,164 @@ struct rt_loss_stats {
  *    (overwrite) or 1 (add: a tensor feeding two consumers sums its
  *    gradients). Parameter gradients (dw, db, dgamma, dbeta) are always
  *    added to, so that micro-batches accumulate; the caller zeroes the flat
- *    gradient buffer before the first micro-batch of a step.
+ *    gradient buffer before the first micro-batch of a step
+ *    (rt_model_zero_grads).
  *  - Spatial tensors are in the backend's layout (see top of file); feature
  *    tensors are (N, F) row-major.
  *  - Ops return nothing; a CPU op cannot fail once its arguments have passed
  *    the model's shape checks, and CUDA failures abort through the check
  *    macros. Allocation returns NULL with rt_errmsg() set.
+ *
+ * The ops are written once, here, as X(return type, name, (parameters)) in
+ * table order; RT_OPS_LIST(X) applies X to each. struct rt_ops below has one
+ * member per op, `ret (*name) params`; each backend implements every op as a
+ * function of that signature named after it (rt_cpu_<name> in cpu/cpu.h,
+ * rt_cuda_<name> in cuda/cuda_be.h, both declared from this list), and its
+ * fp32 table points every member at that function. A new op is one line
+ * here plus a function in each backend (the link fails until every backend
+ * has it). The CUDA backend's 16-bit tables start from its fp32 table and
+ * replace the activation ops one by one (the fill16 functions of cuda/).
  */
+#define RT_OPS_LIST(X)                                                                                                 \
+    /* -- memory -- */                                                                                                 \
+    X(void *, alloc, (struct rt_backend *be, size_t bytes)) /* 256-byte aligned, zeroed */                             \
+    X(void, free, (struct rt_backend *be, void *p))         /* NULL is fine */                                         \
+    X(void, upload, (struct rt_stream *s, void *dst, const void *host_src, size_t bytes))                              \
+    X(void, download, (struct rt_stream *s, void *host_dst, const void *src, size_t bytes))                            \
+    X(void, copy, (struct rt_stream *s, void *dst, const void *src, size_t bytes))                                     \
+    X(void, zero, (struct rt_stream *s, void *dst, size_t bytes))                                                      \
+    X(void, sync, (struct rt_stream *s)) /* wait for everything issued */                                              \
+                                                                                                                       \
+    /* -- layout: host NCHW float <-> backend spatial layout (tests, debugging) -- */                                  \
+    X(void, to_nchw, (struct rt_stream *s, struct rt_shape4 sh, const float *x, float *host_nchw))                     \
+    X(void, from_nchw, (struct rt_stream *s, struct rt_shape4 sh, const float *host_nchw, float *x))                   \
+                                                                                                                       \
+    /*                                                                                                                 \
+     * Input: a host uint8 batch (N, C, H, W) as the ring slot holds it, turned                                        \
+     * into y = (x / 255 - mean[c]) / std[c] in the backend layout. mean and                                           \
+     * std are host arrays of C values in 0..1 units.                                                                  \
+     */                                                                                                                \
+    X(void, input_u8, (struct rt_stream *s, struct rt_shape4 sh, const uint8_t *host_images, const float *mean,        \
+                       const float *std, float *y))                                                                    \
+    /* The same from device memory (rt_backend_input_upload's buffer); no staging, no host wait. */                    \
+    X(void, input_u8_dev, (struct rt_stream *s, struct rt_shape4 sh, const uint8_t *dev_images, const float *mean,     \
+                           const float *std, float *y))                                                                \
+                                                                                                                       \
+    /* -- convolution; w (Cout, Cin, kh, kw), bias (Cout) or NULL -- */                                                \
+    X(void, conv2d_fwd, (struct rt_stream *s, const struct rt_conv_desc *d, const float *x, const float *w,            \
+                         const float *bias, float *y))                                                                 \
+    X(void, conv2d_bwd_data, (struct rt_stream *s, const struct rt_conv_desc *d, const float *dy, const float *w,      \
+                              float beta, float *dx))                                                                  \
+    X(void, conv2d_bwd_filter, (struct rt_stream *s, const struct rt_conv_desc *d, const float *x, const float *dy,    \
+                                float *dw, float *dbias /* NULL: no bias */))                                          \
+                                                                                                                       \
+    /* -- batchnorm (per channel over N, H, W); gamma/beta/running_* (C) -- */                                         \
+    X(void, bn_train_fwd, (struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *gamma,        \
+                           const float *beta, float *running_mean, float *running_var, float *save_mean,               \
+                           float *save_invstd, float *y))                                                              \
+    X(void, bn_infer_fwd, (struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *gamma,        \
+                           const float *beta, const float *running_mean, const float *running_var, float *y))          \
+    X(void, bn_bwd, (struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *dy,                 \
+                     const float *gamma, const float *save_mean, const float *save_invstd, float beta_dx, float *dx,   \
+                     float *dgamma, float *dbeta))                                                                     \
+                                                                                                                       \
+    /* -- pooling: y (N, C, oh, ow); backward recomputes the max positions from x -- */                                \
+    X(void, maxpool_fwd, (struct rt_stream *s, const struct rt_pool_desc *d, const float *x, float *y))                \
+    X(void, maxpool_bwd, (struct rt_stream *s, const struct rt_pool_desc *d, const float *x, const float *y,           \
+                          const float *dy, float beta, float *dx))                                                     \
+    /* Average pooling counts padding in the divisor (PyTorch's count_include_pad=True). */                            \
+    X(void, avgpool_fwd, (struct rt_stream *s, const struct rt_pool_desc *d, const float *x, float *y))                \
+    X(void, avgpool_bwd, (struct rt_stream *s, const struct rt_pool_desc *d, const float *dy, float beta, float *dx))  \
+    /* Global average pooling: spatial (N, C, H, W) -> features (N, C). */                                             \
+    X(void, gap_fwd, (struct rt_stream *s, struct rt_shape4 sh, const float *x, float *y))                             \
+    X(void, gap_bwd, (struct rt_stream *s, struct rt_shape4 sh, const float *dy, float beta, float *dx))               \
+    /* Flatten: spatial (N, C, H, W) -> features (N, C*H*W) in PyTorch's order (c, h, w). */                           \
+    X(void, flatten_fwd, (struct rt_stream *s, struct rt_shape4 sh, const float *x, float *y))                         \
+    X(void, flatten_bwd, (struct rt_stream *s, struct rt_shape4 sh, const float *dy, float beta, float *dx))           \
+                                                                                                                       \
+    /* -- linear on features: x (N, in), w (out, in), b (out) or NULL, y (N, out) -- */                                \
+    X(void, linear_fwd, (struct rt_stream *s, int n, int in, int out, const float *x, const float *w,                  \
+                         const float *b, float *y))                                                                    \
+    X(void, linear_bwd_data, (struct rt_stream *s, int n, int in, int out, const float *dy, const float *w,            \
+                              float beta, float *dx))                                                                  \
+    X(void, linear_bwd_filter, (struct rt_stream *s, int n, int in, int out, const float *x, const float *dy,          \
+                                float *dw, float *db))                                                                 \
+                                                                                                                       \
+    /* -- element-wise over `n` floats (any layout) -- */                                                              \
+    X(void, relu_fwd, (struct rt_stream *s, size_t n, const float *x, float *y)) /* y may be x */                      \
+    X(void, relu_bwd, (struct rt_stream *s, size_t n, const float *y, const float *dy, float beta, float *dx))         \
+    /* GELU, exact (erf) form as torch.nn.GELU() */                                                                    \
+    X(void, gelu_fwd, (struct rt_stream *s, size_t n, const float *x, float *y))                                       \
+    X(void, gelu_bwd, (struct rt_stream *s, size_t n, const float *x, const float *dy, float beta, float *dx))         \
+    /*                                                                                                                 \
+     * Inverted dropout with probability p: element e = offset + i is kept                                             \
+     * iff u >= p, and scaled by 1/(1-p), where u = (w >> 8) * 2^-24 and w is                                          \
+     * word e % 4 of rt_philox4x32(key = {seed lo, seed hi}, counter =                                                 \
+     * {e/4 lo, e/4 hi, 0, 0x64726f70}). Every backend draws the same masks;                                           \
+     * backward regenerates them from (seed, offset): no mask is stored.                                               \
+     */                                                                                                                \
+    X(void, dropout_fwd, (struct rt_stream *s, size_t n, float p, uint64_t seed, uint64_t offset, const float *x,      \
+                          float *y))                                                                                   \
+    X(void, dropout_bwd, (struct rt_stream *s, size_t n, float p, uint64_t seed, uint64_t offset, const float *dy,     \
+                          float beta, float *dx))                                                                      \
+    X(void, add, (struct rt_stream *s, size_t n, const float *a, const float *b, float *y)) /* y = a + b */            \
+    X(void, scale, (struct rt_stream *s, size_t n, float alpha, float *x))                 /* x *= alpha */            \
+    X(void, axpy, (struct rt_stream *s, size_t n, float alpha, const float *x, float *y))  /* y += alpha x */          \
+                                                                                                                       \
+    /*                                                                                                                 \
+     * Softmax cross-entropy with label smoothing eps (PyTorch's                                                       \
+     * CrossEntropyLoss(label_smoothing=eps)): logits (N, K) features, labels                                          \
+     * device int32 (N), label < 0 marks a padding sample that adds nothing.                                           \
+     * Adds this batch's sums into *stats (device memory). If                                                          \
+     * dlogits is not NULL it receives grad_scale * d(loss_sum)/d(logits)                                              \
+     * (zero rows for padding); pass grad_scale = 1 / (samples in the step).                                           \
+     */                                                                                                                \
+    X(void, xent_fwd_bwd, (struct rt_stream *s, int n, int k, const float *logits, const int32_t *labels,              \
+                           float label_smoothing, float grad_scale, struct rt_loss_stats *stats, float *dlogits))      \
+                                                                                                                       \
+    /* -- reductions and checks over flat buffers -- */                                                                \
+    /* *out (device float) = sum of x[i]^2 in double precision, stored as float */                                     \
+    X(void, sumsq, (struct rt_stream *s, size_t n, const float *x, float *out))                                        \
+    /* *out (device float) = number of NaN/Inf entries */                                                              \
+    X(void, count_nonfinite, (struct rt_stream *s, size_t n, const float *x, float *out))                              \
+    /*                                                                                                                 \
+     * Loss scaling (fp32 gradients in every table): g *= inv_scale, and                                               \
+     * *found (device float) = 1 if any g was NaN/Inf before scaling, else                                             \
+     * 0. PyTorch's _amp_foreach_non_finite_check_and_unscale_.                                                        \
+     */                                                                                                                \
+    X(void, unscale_check, (struct rt_stream *s, size_t n, float *g, float inv_scale, float *found))                   \
+                                                                                                                       \
+    /* -- casts (mixed precision); half/bf16 as raw uint16 bits, round to nearest even -- */                           \
+    X(void, cast_f32_f16, (struct rt_stream *s, size_t n, const float *x, uint16_t *y))                                \
+    X(void, cast_f16_f32, (struct rt_stream *s, size_t n, const uint16_t *x, float *y))                                \
+    X(void, cast_f32_bf16, (struct rt_stream *s, size_t n, const float *x, uint16_t *y))                               \
+    X(void, cast_bf16_f32, (struct rt_stream *s, size_t n, const uint16_t *x, float *y))                               \
+                                                                                                                       \
+    /*                                                                                                                 \
+     * Optimizer updates over n parameters, torch.optim's semantics exactly                                            \
+     * (PyTorch 1.13 as Debian 12 ships it: same order of operations and                                               \
+     * fused multiply-adds, so results match bit for bit). `step` counts from 1.                                       \
+     * SGD: g' = g + wd p; buf = first ? g' : momentum buf + (1 - dampening) g';                                       \
+     *      d = nesterov ? g' + momentum buf : buf (momentum 0: d = g', no buf);                                       \
+     *      p -= lr d.                                                                                                 \
+     * Adam (decoupled = 0): g' = g + wd p; AdamW (decoupled = 1): p *= 1 - lr wd, g' = g;                             \
+     *      m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;                                                              \
+     *      p -= lr / (1 - b1^step) * m / (sqrt(v) / sqrt(1 - b2^step) + eps).                                         \
+     */                                                                                                                \
+    X(void, sgd_update, (struct rt_stream *s, size_t n, float *p, const float *g, float *buf, float lr,                \
+                         float momentum, float dampening, float weight_decay, int nesterov, int first))                \
+    X(void, adam_update, (struct rt_stream *s, size_t n, float *p, const float *g, float *m, float *v, float lr,       \
+                          float beta1, float beta2, float eps, float weight_decay, int decoupled, int64_t step))
+
+/* One member of struct rt_ops: a pointer to the op's function. */
+#define RT_OPS_MEMBER(ret, name, params) ret(*name) params;
+
 struct rt_ops {
-    enum rt_dtype act;     /* the activations' element type in this table (rt_backend_ops_for) */
-
-    /* -- memory -- */
-    void *(*alloc)(struct rt_backend *be, size_t bytes);   /* 256-byte aligned, zeroed */
-    void (*free)(struct rt_backend *be, void *p);          /* NULL is fine */
-    void (*upload)(struct rt_stream *s, void *dst, const void *host_src, size_t bytes);
-    void (*download)(struct rt_stream *s, void *host_dst, const void *src, size_t bytes);
-    void (*copy)(struct rt_stream *s, void *dst, const void *src, size_t bytes);
-    void (*zero)(struct rt_stream *s, void *dst, size_t bytes);
-    void (*sync)(struct rt_stream *s);                     /* wait for everything issued */
-
-    /* -- layout: host NCHW float <-> backend spatial layout (tests, debugging) -- */
-    void (*to_nchw)(struct rt_stream *s, struct rt_shape4 sh, const float *x, float *host_nchw);
-    void (*from_nchw)(struct rt_stream *s, struct rt_shape4 sh, const float *host_nchw, float *x);
-
-    /*
-     * Input: a host uint8 batch (N, C, H, W) as the ring slot holds it, turned
-     * into y = (x / 255 - mean[c]) / std[c] in the backend layout. mean and
-     * std are host arrays of C values in 0..1 units.
-     */
-    void (*input_u8)(struct rt_stream *s, struct rt_shape4 sh, const uint8_t *host_images,
-                     const float *mean, const float *std, float *y);
-    /* The same from device memory (rt_backend_input_upload's buffer); no staging, no host wait. */
-    void (*input_u8_dev)(struct rt_stream *s, struct rt_shape4 sh, const uint8_t *dev_images, const float *mean,
-                         const float *std, float *y);
-
-    /* -- convolution; w (Cout, Cin, kh, kw), bias (Cout) or NULL -- */
-    void (*conv2d_fwd)(struct rt_stream *s, const struct rt_conv_desc *d, const float *x, const float *w,
-                       const float *bias, float *y);
-    void (*conv2d_bwd_data)(struct rt_stream *s, const struct rt_conv_desc *d, const float *dy, const float *w,
-                            float beta, float *dx);
-    void (*conv2d_bwd_filter)(struct rt_stream *s, const struct rt_conv_desc *d, const float *x, const float *dy,
-                              float *dw, float *dbias /* NULL: no bias */);
-
-    /* -- batchnorm (per channel over N, H, W); gamma/beta/running_* (C) -- */
-    void (*bn_train_fwd)(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *gamma,
-                         const float *beta, float *running_mean, float *running_var, float *save_mean,
-                         float *save_invstd, float *y);
-    void (*bn_infer_fwd)(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *gamma,
-                         const float *beta, const float *running_mean, const float *running_var, float *y);
-    void (*bn_bwd)(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *dy,
-                   const float *gamma, const float *save_mean, const float *save_invstd, float beta_dx, float *dx,
-                   float *dgamma, float *dbeta);
-
-    /* -- pooling: y (N, C, oh, ow); backward recomputes the max positions from x -- */
-    void (*maxpool_fwd)(struct rt_stream *s, const struct rt_pool_desc *d, const float *x, float *y);
-    void (*maxpool_bwd)(struct rt_stream *s, const struct rt_pool_desc *d, const float *x, const float *y,
-                        const float *dy, float beta, float *dx);
-    /* Average pooling counts padding in the divisor (PyTorch's count_include_pad=True). */
-    void (*avgpool_fwd)(struct rt_stream *s, const struct rt_pool_desc *d, const float *x, float *y);
-    void (*avgpool_bwd)(struct rt_stream *s, const struct rt_pool_desc *d, const float *dy, float beta, float *dx);
-    /* Global average pooling: spatial (N, C, H, W) -> features (N, C). */
-    void (*gap_fwd)(struct rt_stream *s, struct rt_shape4 sh, const float *x, float *y);
-    void (*gap_bwd)(struct rt_stream *s, struct rt_shape4 sh, const float *dy, float beta, float *dx);
-    /* Flatten: spatial (N, C, H, W) -> features (N, C*H*W) in PyTorch's order (c, h, w). */
-    void (*flatten_fwd)(struct rt_stream *s, struct rt_shape4 sh, const float *x, float *y);
-    void (*flatten_bwd)(struct rt_stream *s, struct rt_shape4 sh, const float *dy, float beta, float *dx);
-
-    /* -- linear on features: x (N, in), w (out, in), b (out) or NULL, y (N, out) -- */
-    void (*linear_fwd)(struct rt_stream *s, int n, int in, int out, const float *x, const float *w,
-                       const float *b, float *y);
-    void (*linear_bwd_data)(struct rt_stream *s, int n, int in, int out, const float *dy, const float *w,
-                            float beta, float *dx);
-    void (*linear_bwd_filter)(struct rt_stream *s, int n, int in, int out, const float *x, const float *dy,
-                              float *dw, float *db);
-
-    /* -- element-wise over `n` floats (any layout) -- */
-    void (*relu_fwd)(struct rt_stream *s, size_t n, const float *x, float *y);       /* y may be x */
-    void (*relu_bwd)(struct rt_stream *s, size_t n, const float *y, const float *dy, float beta, float *dx);
-    /* GELU, exact (erf) form as torch.nn.GELU() */
-    void (*gelu_fwd)(struct rt_stream *s, size_t n, const float *x, float *y);
-    void (*gelu_bwd)(struct rt_stream *s, size_t n, const float *x, const float *dy, float beta, float *dx);
-    /*
-     * Inverted dropout with probability p: element e = offset + i is kept
-     * iff u >= p, and scaled by 1/(1-p), where u = (w >> 8) * 2^-24 and w is
-     * word e % 4 of rt_philox4x32(key = {seed lo, seed hi}, counter =
-     * {e/4 lo, e/4 hi, 0, 0x64726f70}). Every backend draws the same masks;
-     * backward regenerates them from (seed, offset): no mask is stored.
-     */
-    void (*dropout_fwd)(struct rt_stream *s, size_t n, float p, uint64_t seed, uint64_t offset, const float *x,
-                        float *y);
-    void (*dropout_bwd)(struct rt_stream *s, size_t n, float p, uint64_t seed, uint64_t offset, const float *dy,
-                        float beta, float *dx);
-    void (*add)(struct rt_stream *s, size_t n, const float *a, const float *b, float *y); /* y = a + b */
-    void (*scale)(struct rt_stream *s, size_t n, float alpha, float *x);                 /* x *= alpha */
-    void (*axpy)(struct rt_stream *s, size_t n, float alpha, const float *x, float *y);  /* y += alpha x */
-
-    /*
-     * Softmax cross-entropy with label smoothing eps (PyTorch's
-     * CrossEntropyLoss(label_smoothing=eps)): logits (N, K) features, labels
-     * device int32 (N), label < 0 marks a padding sample that adds nothing.
-     * Adds this batch's sums into *stats (device memory). If
-     * dlogits is not NULL it receives grad_scale * d(loss_sum)/d(logits)
-     * (zero rows for padding); pass grad_scale = 1 / (samples in the step).
-     */
-    void (*xent_fwd_bwd)(struct rt_stream *s, int n, int k, const float *logits, const int32_t *labels,
-                         float label_smoothing, float grad_scale, struct rt_loss_stats *stats, float *dlogits);
-
-    /* -- reductions and checks over flat buffers -- */
-    /* *out (device float) = sum of x[i]^2 in double precision, stored as float */
-    void (*sumsq)(struct rt_stream *s, size_t n, const float *x, float *out);
-    /* *out (device float) = number of NaN/Inf entries */
-    void (*count_nonfinite)(struct rt_stream *s, size_t n, const float *x, float *out);
-    /*
-     * Loss scaling (fp32 gradients in every table): g *= inv_scale, and
-     * *found (device float) = 1 if any g was NaN/Inf before scaling, else
-     * 0. PyTorch's _amp_foreach_non_finite_check_and_unscale_.
-     */
-    void (*unscale_check)(struct rt_stream *s, size_t n, float *g, float inv_scale, float *found);
-
-    /* -- casts (mixed precision); half/bf16 as raw uint16 bits, round to nearest even -- */
-    void (*cast_f32_f16)(struct rt_stream *s, size_t n, const float *x, uint16_t *y);
-    void (*cast_f16_f32)(struct rt_stream *s, size_t n, const uint16_t *x, float *y);
-    void (*cast_f32_bf16)(struct rt_stream *s, size_t n, const float *x, uint16_t *y);
-    void (*cast_bf16_f32)(struct rt_stream *s, size_t n, const uint16_t *x, float *y);
-
-    /*
-     * Optimizer updates over n parameters, torch.optim's semantics exactly
-     * (PyTorch 1.13 as Debian 12 ships it: same order of operations and
-     * fused multiply-adds, so results match bit for bit). `step` counts from 1.
-     * SGD: g' = g + wd p; buf = first ? g' : momentum buf + (1 - dampening) g';
-     *      d = nesterov ? g' + momentum buf : buf (momentum 0: d = g', no buf);
-     *      p -= lr d.
-     * Adam (decoupled = 0): g' = g + wd p; AdamW (decoupled = 1): p *= 1 - lr wd, g' = g;
-     *      m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;
-     *      p -= lr / (1 - b1^step) * m / (sqrt(v) / sqrt(1 - b2^step) + eps).
-     */
-    void (*sgd_update)(struct rt_stream *s, size_t n, float *p, const float *g, float *buf, float lr,
-                       float momentum, float dampening, float weight_decay, int nesterov, int first);
-    void (*adam_update)(struct rt_stream *s, size_t n, float *p, const float *g, float *m, float *v, float lr,
-                        float beta1, float beta2, float eps, float weight_decay, int decoupled, int64_t step);
+    enum rt_dtype act; /* the activations' element type in this table (rt_backend_ops_for) */
+    RT_OPS_LIST(RT_OPS_MEMBER)
 };
+
+#undef RT_OPS_MEMBER
 
 /* ==== models ============================================================== */
 
@@ -371,6 +389,32 @@ void rt_model_set_batches_tracked(struct rt_model *m, int64_t v);
 const char *rt_model_name(const struct rt_model *m);
 enum rt_dtype rt_model_act(const struct rt_model *m);
 struct rt_backend *rt_model_backend(const struct rt_model *m);
+
+/* Which of the model's flat buffers (all fp32, on the model's backend). */
+enum rt_model_buf {
+    RT_MODEL_PARAMS = 0,   /* parameters: rt_model_param_count() floats, laid out as the tensor table says */
+    RT_MODEL_GRADS,        /* their gradients: the same count and layout */
+    RT_MODEL_BUFFERS,      /* batchnorm running statistics: rt_model_buffer_count() floats */
+};
+
+/*
+ * Zeroes the gradient buffer, in stream order on the backend's default
+ * stream (no host wait): before the first micro-batch of an optimizer step,
+ * since rt_model_step adds into it.
+ */
+void rt_model_zero_grads(struct rt_model *m);
+
+/*
+ * Copy floats [offset, offset + count) of buffer `which` to host `dst`
+ * (read) or from host `src` (write), in stream order on the backend's
+ * default stream. read returns once the data is on the host; write returns
+ * once `src` may be reused (the ops issued after it see the new values).
+ * count 0 is fine and does nothing. A range beyond the buffer is the
+ * caller's bug: the process aborts with a message naming it. Not
+ * thread-safe (one thread drives a model).
+ */
+void rt_model_read(struct rt_model *m, enum rt_model_buf which, size_t offset, size_t count, float *dst);
+void rt_model_write(struct rt_model *m, enum rt_model_buf which, size_t offset, const float *src, size_t count);
 
 enum rt_mode { RT_EVAL = 0, RT_TRAIN = 1 };
 
@@ -451,6 +495,15 @@ int rt_optim_kind_parse(const char *s, enum rt_optim_kind *k);
  */
 float rt_clip_grad_norm(struct rt_optim *opt, float *grads, size_t n, float max_norm);
 
+/*
+ * Loss scaling: grads (n floats, device) *= inv_scale; returns 1 if any of
+ * them was NaN/Inf before scaling, else 0 (the op table's unscale_check).
+ * The flag lives in a device scalar the optimizer keeps, as
+ * rt_clip_grad_norm's norm does, so a step allocates nothing; reading it
+ * back is the one host wait of the unscale.
+ */
+int rt_optim_unscale(struct rt_optim *opt, float *grads, size_t n, float inv_scale);
+
 enum rt_sched_kind { RT_SCHED_CONSTANT = 0, RT_SCHED_STEP, RT_SCHED_COSINE, RT_SCHED_ONECYCLE };
 
 struct rt_sched {
@@ -471,8 +524,8 @@ int rt_sched_kind_parse(const char *s, enum rt_sched_kind *k);
 
 /*
  * PyTorch's GradScaler as a pure state machine (the trainer multiplies the
- * loss gradient by `scale`, unscales the gradients with the table's
- * unscale_check, and reports whether they held a NaN/Inf):
+ * loss gradient by `scale`, unscales the gradients with rt_optim_unscale,
+ * and reports whether they held a NaN/Inf):
  *  - overflow: the step is skipped (no optimizer update, the LR schedule
  *    does not advance), scale *= backoff, the good-step count restarts;
  *  - growth_interval good steps in a row: scale *= growth.

@@ -264,6 +264,21 @@ float *rt_model_buffers(struct rt_model *m)
     return net_buffers(m->net);
 }
 
+void rt_model_zero_grads(struct rt_model *m)
+{
+    net_zero_grads(m->net);
+}
+
+void rt_model_read(struct rt_model *m, enum rt_model_buf which, size_t offset, size_t count, float *dst)
+{
+    net_read(m->net, which, offset, count, dst);
+}
+
+void rt_model_write(struct rt_model *m, enum rt_model_buf which, size_t offset, const float *src, size_t count)
+{
+    net_write(m->net, which, offset, src, count);
+}
+
 int64_t rt_model_batches_tracked(const struct rt_model *m)
 {
     return net_batches_tracked(m->net);

@@ -975,6 +975,40 @@ float *net_buffers(struct net *n)
     return n->buffers;
 }
 
+/* The flat buffers are fp32 whatever the activations: cleared and copied with the fp32 table's memory ops. */
+void net_zero_grads(struct net *n)
+{
+    n->ops32->zero(n->s, n->grads, n->param_count * sizeof(float));
+}
+
+/* Floats [offset, offset + count) of buffer `which`; a range outside it aborts, naming it. */
+static float *buf_range(struct net *n, enum rt_model_buf which, size_t offset, size_t count)
+{
+    static const char *const names[] = {"parameter", "gradient", "buffer"};
+    float *base = which == RT_MODEL_PARAMS ? n->params : which == RT_MODEL_GRADS ? n->grads : n->buffers;
+    const size_t size = which == RT_MODEL_BUFFERS ? n->buffer_count : n->param_count;
+    if ((unsigned)which >= RT_ARRAY_LEN(names) || offset > size || count > size - offset) {
+        fprintf(stderr, "ringtrain: %zu floats at offset %zu of the model's %s buffer, which holds %zu\n", count,
+                offset, (unsigned)which < RT_ARRAY_LEN(names) ? names[which] : "unknown", size);
+        abort();
+    }
+    return base + offset;
+}
+
+void net_read(struct net *n, enum rt_model_buf which, size_t offset, size_t count, float *dst)
+{
+    const float *src = buf_range(n, which, offset, count);
+    if (count)
+        n->ops32->download(n->s, dst, src, count * sizeof(float));
+}
+
+void net_write(struct net *n, enum rt_model_buf which, size_t offset, const float *src, size_t count)
+{
+    float *dst = buf_range(n, which, offset, count);
+    if (count)
+        n->ops32->upload(n->s, dst, src, count * sizeof(float));
+}
+
 int64_t net_batches_tracked(const struct net *n)
 {
     return n->batches_tracked;

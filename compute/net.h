@@ -56,6 +56,9 @@ size_t net_buffer_count(const struct net *n);
 float *net_params(struct net *n);
 float *net_grads(struct net *n);
 float *net_buffers(struct net *n);
+void net_zero_grads(struct net *n);
+void net_read(struct net *n, enum rt_model_buf which, size_t offset, size_t count, float *dst);
+void net_write(struct net *n, enum rt_model_buf which, size_t offset, const float *src, size_t count);
 int64_t net_batches_tracked(const struct net *n);
 void net_set_batches_tracked(struct net *n, int64_t v);
 int net_step(struct net *n, const struct rt_step_opts *o, int batch, const uint8_t *images, const int32_t *labels,

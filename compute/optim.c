@@ -1,9 +1,11 @@
 /*
  * optim.c - optimizers over the flat parameter buffer (SGD with momentum,
  * Nesterov and weight decay; Adam; AdamW), gradient clipping by global norm,
- * and the learning-rate schedules. The arithmetic is the backend's
- * (sgd_update / adam_update in the op table); this file keeps the state
- * buffers and the step count, and computes learning rates on the host.
+ * unscaling of loss-scaled gradients, and the learning-rate schedules. The
+ * arithmetic is the backend's (sgd_update / adam_update / unscale_check in
+ * the op table); this file keeps the state buffers, the device scalars the
+ * checks land in and the step count, and computes learning rates on the
+ * host.
  */
 #include <errno.h>
 #include <math.h>
@@ -22,6 +24,7 @@ struct rt_optim {
     float *state[2]; /* SGD: momentum_buffer; Adam: exp_avg, exp_avg_sq */
     int nstate;
     float *norm;     /* device scalar for rt_clip_grad_norm() */
+    float *found;    /* device scalar for rt_optim_unscale() */
 };
 
 int rt_optim_create(struct rt_backend *be, const struct rt_optim_opts *o, size_t n, struct rt_optim **out)
@@ -51,7 +54,7 @@ int rt_optim_create(struct rt_backend *be, const struct rt_optim_opts *o, size_t
             return -ENOMEM;
         }
     }
-    if (!(opt->norm = opt->ops->alloc(be, sizeof(float)))) {
+    if (!(opt->norm = opt->ops->alloc(be, sizeof(float))) || !(opt->found = opt->ops->alloc(be, sizeof(float)))) {
         rt_optim_destroy(opt);
         return -ENOMEM;
     }
@@ -66,6 +69,7 @@ void rt_optim_destroy(struct rt_optim *opt)
     for (int i = 0; i < opt->nstate; i++)
         opt->ops->free(opt->be, opt->state[i]);
     opt->ops->free(opt->be, opt->norm);
+    opt->ops->free(opt->be, opt->found);
     free(opt);
 }
 
@@ -136,6 +140,15 @@ float rt_clip_grad_norm(struct rt_optim *opt, float *grads, size_t n, float max_
     if (max_norm > 0.0f && isfinite(norm) && norm > max_norm)
         ops->scale(s, n, max_norm / (norm + 1e-6f), grads);
     return norm;
+}
+
+int rt_optim_unscale(struct rt_optim *opt, float *grads, size_t n, float inv_scale)
+{
+    struct rt_stream *s = rt_backend_stream(opt->be);
+    float found = 0.0f;
+    opt->ops->unscale_check(s, n, grads, inv_scale, opt->found);
+    opt->ops->download(s, &found, opt->found, sizeof(found));
+    return found != 0.0f;
 }
 
 /* ---- schedules -------------------------------------------------------------- */

@@ -4,7 +4,8 @@
  * forward + backward on fixed weights and inputs, comparing logits, loss,
  * every parameter gradient (its L2 norm and 64 sampled elements) and the
  * batchnorm running statistics with tests/fixtures/compute/model_*.safetensors
- * (written by tools/gen_fixtures.py from tools/reference_models.py).
+ * (written by tools/gen_fixtures.py from tools/reference_models.py). Also
+ * the flat buffers' read, write and zero calls.
  *
  * The weights are not stored in the fixtures: both sides compute them from
  * a hash of (tensor name, element index), see weight_value().
@@ -165,8 +166,6 @@ static void run_fixture(struct rt_backend *be, const char *path)
         rt_st_close(f);
         return;
     }
-    const struct rt_ops *ops = rt_backend_ops(be);
-    struct rt_stream *s = rt_backend_stream(be);
     int n;
     const struct rt_tensor_info *tab = rt_model_tensors(m, &n);
     check_table(f, tab, n, model);
@@ -179,10 +178,10 @@ static void run_fixture(struct rt_backend *be, const char *path)
         if (tab[i].kind == RT_BUFFER_I64)
             continue;
         weight_values(tab, n, &tab[i], host);
-        float *base = tab[i].kind == RT_PARAM ? rt_model_params(m) : rt_model_buffers(m);
-        ops->upload(s, base + tab[i].offset, host, tab[i].count * sizeof(float));
+        rt_model_write(m, tab[i].kind == RT_PARAM ? RT_MODEL_PARAMS : RT_MODEL_BUFFERS, tab[i].offset, host,
+                       tab[i].count);
     }
-    ops->zero(s, rt_model_grads(m), rt_model_param_count(m) * sizeof(float));
+    rt_model_zero_grads(m);
 
     uint8_t *images = fetch(f, "input", RT_ST_U8, (size_t)N * C * H * W);
     int32_t *labels = fetch(f, "labels", RT_ST_I32, (size_t)N);
@@ -213,8 +212,8 @@ static void run_fixture(struct rt_backend *be, const char *path)
 
         float *grads = malloc(rt_model_param_count(m) * sizeof(float));
         float *bufs = malloc((rt_model_buffer_count(m) + 1) * sizeof(float));
-        ops->download(s, grads, rt_model_grads(m), rt_model_param_count(m) * sizeof(float));
-        ops->download(s, bufs, rt_model_buffers(m), rt_model_buffer_count(m) * sizeof(float));
+        rt_model_read(m, RT_MODEL_GRADS, 0, rt_model_param_count(m), grads);
+        rt_model_read(m, RT_MODEL_BUFFERS, 0, rt_model_buffer_count(m), bufs);
         for (int i = 0; i < n; i++) {
             const struct rt_tensor_info *e = &tab[i];
             char nm[160];
@@ -292,6 +291,69 @@ static void run_fixture(struct rt_backend *be, const char *path)
     rt_st_close(f);
 }
 
+/*
+ * rt_model_read/write/zero_grads on each flat buffer: a pattern written at an
+ * offset reads back there and leaves its neighbours alone, and zeroing the
+ * gradients clears the whole gradient buffer and nothing else.
+ */
+static void check_buffer_io(struct rt_backend *be)
+{
+    struct rt_model *m = NULL;
+    struct rt_model_opts mo = {.name = "wrn-10-1", .c = 3, .h = 8, .w = 8, .classes = 10, .batch = 2, .seed = 5};
+    if (rt_model_create(be, &mo, &m) < 0) {
+        CHECKF(0, "wrn-10-1 on 8x8: %s", rt_errmsg());
+        return;
+    }
+    static const char *const names[] = {"parameters", "gradients", "buffers"};
+    const size_t np = rt_model_param_count(m), nb = rt_model_buffer_count(m);
+    CHECKF(np > 1000 && nb > 100, "wrn-10-1: %zu parameters, %zu buffer floats", np, nb);
+    float *before[3], *after = malloc(np * sizeof(float)), *pat = malloc(np * sizeof(float));
+    for (int b = 0; b < 3; b++) {
+        const enum rt_model_buf which = (enum rt_model_buf)b;
+        const size_t size = which == RT_MODEL_BUFFERS ? nb : np, off = size / 3 + 1, count = size / 3;
+        before[b] = malloc(size * sizeof(float));
+        for (size_t i = 0; i < size; i++)
+            before[b][i] = (float)(i % 251) * 0.25f + (float)b; /* every buffer starts from a known state */
+        rt_model_write(m, which, 0, before[b], size);
+        for (size_t i = 0; i < count; i++)
+            pat[i] = -1.0f - (float)i * 0.5f;
+        rt_model_write(m, which, off, pat, count);
+        rt_model_write(m, which, size, NULL, 0); /* count 0, even at the end, does nothing */
+        rt_model_read(m, which, size, 0, NULL);
+        memset(after, 0xff, size * sizeof(float));
+        rt_model_read(m, which, 0, size, after);
+        int at = 1, around = 1;
+        for (size_t i = 0; i < size; i++) {
+            if (i >= off && i < off + count)
+                at &= after[i] == pat[i - off];
+            else
+                around &= after[i] == before[b][i];
+        }
+        CHECKF(at && around, "%s: pattern at %zu read back %s, neighbours %s", names[b], off, at ? "ok" : "wrong",
+               around ? "kept" : "changed");
+        float part[4] = {0};
+        rt_model_read(m, which, off + 2, 4, part);
+        CHECKF(part[0] == pat[2] && part[3] == pat[5], "%s: a read at an offset returns that range", names[b]);
+        memcpy(before[b] + off, pat, count * sizeof(float));
+    }
+    rt_model_zero_grads(m);
+    int zero = 1, kept = 1;
+    rt_model_read(m, RT_MODEL_GRADS, 0, np, after);
+    for (size_t i = 0; i < np; i++)
+        zero &= after[i] == 0.0f;
+    rt_model_read(m, RT_MODEL_PARAMS, 0, np, after);
+    kept &= !memcmp(after, before[RT_MODEL_PARAMS], np * sizeof(float));
+    rt_model_read(m, RT_MODEL_BUFFERS, 0, nb, after);
+    kept &= !memcmp(after, before[RT_MODEL_BUFFERS], nb * sizeof(float));
+    CHECKF(zero && kept, "zero_grads: gradients %s, parameters and buffers %s", zero ? "zero" : "not zero",
+           kept ? "kept" : "changed");
+    for (int b = 0; b < 3; b++)
+        free(before[b]);
+    free(after);
+    free(pat);
+    rt_model_destroy(m);
+}
+
 /* Unknown names and inputs too small for an architecture are clear errors. */
 static void check_errors(struct rt_backend *be)
 {
@@ -335,6 +397,7 @@ int main(int argc, char **argv)
         snprintf(path, sizeof(path), "%s/compute/model_%s.safetensors", dir, models[i]);
         run_fixture(be, path);
     }
+    check_buffer_io(be);
     check_errors(be);
     rt_backend_destroy(be);
     return check_result();

@@ -3,7 +3,8 @@
  * torch.optim.SGD (momentum, Nesterov, dampening, weight decay), Adam and
  * AdamW on 1000 parameters, and 100 steps of CosineAnnealingLR, OneCycleLR
  * (linear) and StepLR, from tests/fixtures/compute/{optim,sched}.safetensors
- * (tools/gen_fixtures.py). Also gradient clipping against a direct norm.
+ * (tools/gen_fixtures.py). Also gradient clipping against a direct norm, and
+ * unscaling of loss-scaled gradients.
  */
 #include <math.h>
 #include <stdio.h>
@@ -196,6 +197,44 @@ static void check_unscale(struct rt_backend *be)
     free(back);
 }
 
+/* rt_optim_unscale: exactly g * inv_scale, and 1 only when a gradient was non-finite (the flag is reset per call). */
+static void check_optim_unscale(struct rt_backend *be)
+{
+    const struct rt_ops *ops = rt_backend_ops(be);
+    struct rt_stream *s = rt_backend_stream(be);
+    const float inv = 1.0f / 3.0f; /* not a power of two: the product is rounded, and must be rounded alike */
+    float host[NP], back[NP];
+    for (int i = 0; i < NP; i++)
+        host[i] = (float)(i % 89) * 0.37f - 16.0f;
+    float *g = ops->alloc(be, sizeof(host));
+    struct rt_optim *opt = NULL;
+    struct rt_optim_opts oo = {.kind = RT_OPT_ADAM, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f};
+    CHECK_OK(rt_optim_create(be, &oo, NP, &opt));
+    if (!g || !opt) {
+        rt_optim_destroy(opt);
+        ops->free(be, g);
+        return;
+    }
+    ops->upload(s, g, host, sizeof(host));
+    int found = rt_optim_unscale(opt, g, NP, inv);
+    ops->download(s, back, g, sizeof(back));
+    int exact = 1;
+    for (int i = 0; i < NP; i++)
+        exact &= back[i] == host[i] * inv;
+    CHECKF(found == 0 && exact, "optim unscale, finite: returned %d, products %s", found, exact ? "exact" : "differ");
+    host[NP - 1] = INFINITY;
+    ops->upload(s, g, host, sizeof(host));
+    found = rt_optim_unscale(opt, g, NP, inv);
+    CHECKF(found == 1, "optim unscale: an Inf in the last gradient returns %d, not 1", found);
+    host[NP - 1] = 1.0f;
+    ops->upload(s, g, host, sizeof(host));
+    found = rt_optim_unscale(opt, g, NP, inv);
+    CHECKF(found == 0, "optim unscale: finite again after an overflow returns %d, not 0", found);
+    CHECKF(rt_optim_unscale(opt, g, 0, inv) == 0, "optim unscale: no gradients, no overflow");
+    rt_optim_destroy(opt);
+    ops->free(be, g);
+}
+
 int main(void)
 {
     const char *dir = getenv("RT_FIXTURES");
@@ -228,6 +267,7 @@ int main(void)
         check_optim(be, f, &cases[i]);
     check_scaler();
     check_unscale(be);
+    check_optim_unscale(be);
     rt_st_close(f);
 
     snprintf(path, sizeof(path), "%s/compute/sched.safetensors", dir);

@@ -90,56 +90,10 @@ float *rt_cpu_scratch(struct rt_stream *s, size_t bytes)
     return p;
 }
 
-static const struct rt_ops cpu_ops = {
-    .act = RT_F32,
-    .alloc = rt_cpu_alloc,
-    .free = rt_cpu_free,
-    .upload = rt_cpu_upload,
-    .download = rt_cpu_download,
-    .copy = rt_cpu_copy,
-    .zero = rt_cpu_zero,
-    .sync = rt_cpu_sync,
-    .to_nchw = rt_cpu_to_nchw,
-    .from_nchw = rt_cpu_from_nchw,
-    .input_u8 = rt_cpu_input_u8,
-    .input_u8_dev = rt_cpu_input_u8, /* host memory is the CPU's device memory */
-    .conv2d_fwd = rt_cpu_conv2d_fwd,
-    .conv2d_bwd_data = rt_cpu_conv2d_bwd_data,
-    .conv2d_bwd_filter = rt_cpu_conv2d_bwd_filter,
-    .bn_train_fwd = rt_cpu_bn_train_fwd,
-    .bn_infer_fwd = rt_cpu_bn_infer_fwd,
-    .bn_bwd = rt_cpu_bn_bwd,
-    .maxpool_fwd = rt_cpu_maxpool_fwd,
-    .maxpool_bwd = rt_cpu_maxpool_bwd,
-    .avgpool_fwd = rt_cpu_avgpool_fwd,
-    .avgpool_bwd = rt_cpu_avgpool_bwd,
-    .gap_fwd = rt_cpu_gap_fwd,
-    .gap_bwd = rt_cpu_gap_bwd,
-    .flatten_fwd = rt_cpu_flatten_fwd,
-    .flatten_bwd = rt_cpu_flatten_bwd,
-    .linear_fwd = rt_cpu_linear_fwd,
-    .linear_bwd_data = rt_cpu_linear_bwd_data,
-    .linear_bwd_filter = rt_cpu_linear_bwd_filter,
-    .relu_fwd = rt_cpu_relu_fwd,
-    .relu_bwd = rt_cpu_relu_bwd,
-    .gelu_fwd = rt_cpu_gelu_fwd,
-    .gelu_bwd = rt_cpu_gelu_bwd,
-    .dropout_fwd = rt_cpu_dropout_fwd,
-    .dropout_bwd = rt_cpu_dropout_bwd,
-    .add = rt_cpu_add,
-    .scale = rt_cpu_scale,
-    .axpy = rt_cpu_axpy,
-    .xent_fwd_bwd = rt_cpu_xent_fwd_bwd,
-    .sumsq = rt_cpu_sumsq,
-    .count_nonfinite = rt_cpu_count_nonfinite,
-    .unscale_check = rt_cpu_unscale_check,
-    .cast_f32_f16 = rt_cpu_cast_f32_f16,
-    .cast_f16_f32 = rt_cpu_cast_f16_f32,
-    .cast_f32_bf16 = rt_cpu_cast_f32_bf16,
-    .cast_bf16_f32 = rt_cpu_cast_bf16_f32,
-    .sgd_update = rt_cpu_sgd_update,
-    .adam_update = rt_cpu_adam_update,
-};
+/* Every slot of the table is the kernel of its name: .conv2d_fwd = rt_cpu_conv2d_fwd, and so on. */
+#define CPU_OP(ret, name, params) .name = rt_cpu_##name,
+static const struct rt_ops cpu_ops = {.act = RT_F32, RT_OPS_LIST(CPU_OP)};
+#undef CPU_OP
 
 /*
  * Denormal floats are flushed to zero (FTZ) and read as zero (DAZ) in the

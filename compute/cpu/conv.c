@@ -268,6 +268,35 @@ struct conv_blk {
     size_t ip, rp; /* image and row pitch, in floats */
 };
 
+/*
+ * The widths that get a loop of their own, the same for every block
+ * operation below (copy, add, strided gather and scatter-add); a new width is
+ * added here. Each operation's own loop is exact whatever the width --
+ * copies, or one add per element in the same order -- so which widths are
+ * listed changes the speed, never a float.
+ */
+#define CONV_WIDTHS(X, blk_n) X(1, blk_n) X(2, blk_n) X(4, blk_n) X(8, blk_n) X(16, blk_n) X(32, blk_n)
+#define CONV_WIDTH_CASE(w, blk_n)                                                                                      \
+    case w:                                                                                                            \
+        blk_n(d, db, s, sb, imgs, rows, w);                                                                            \
+        return 1;
+/*
+ * Defines `static int name(d, db, s, sb, imgs, rows, n)`: when n is one of
+ * CONV_WIDTHS it runs blk_n(d, db, s, sb, imgs, rows, W) with W a constant
+ * equal to n, so that the inlined loop has a fixed trip count, and returns 1;
+ * otherwise it does nothing and returns 0, and the caller runs its general
+ * loop.
+ */
+#define CONV_BY_WIDTH(name, blk_n)                                                                                     \
+    static int name(float *restrict d, struct conv_blk db, const float *restrict s, struct conv_blk sb, int imgs,      \
+                    int rows, int n)                                                                                   \
+    {                                                                                                                  \
+        switch (n) {                                                                                                   \
+            CONV_WIDTHS(CONV_WIDTH_CASE, blk_n)                                                                        \
+        }                                                                                                              \
+        return 0;                                                                                                      \
+    }
+
 static inline void conv_copy_blk_n(float *restrict d, struct conv_blk db, const float *restrict s,
                                    struct conv_blk sb, int imgs, int rows, const int n)
 {
@@ -280,34 +309,16 @@ static inline void conv_copy_blk_n(float *restrict d, struct conv_blk db, const 
         }
 }
 
+CONV_BY_WIDTH(conv_copy_blk_w, conv_copy_blk_n)
+
 static void conv_copy_blk(float *restrict d, struct conv_blk db, const float *restrict s, struct conv_blk sb,
                           int imgs, int rows, int n)
 {
-    switch (n) {
-    case 1:
-        conv_copy_blk_n(d, db, s, sb, imgs, rows, 1);
-        break;
-    case 2:
-        conv_copy_blk_n(d, db, s, sb, imgs, rows, 2);
-        break;
-    case 4:
-        conv_copy_blk_n(d, db, s, sb, imgs, rows, 4);
-        break;
-    case 8:
-        conv_copy_blk_n(d, db, s, sb, imgs, rows, 8);
-        break;
-    case 16:
-        conv_copy_blk_n(d, db, s, sb, imgs, rows, 16);
-        break;
-    case 32:
-        conv_copy_blk_n(d, db, s, sb, imgs, rows, 32);
-        break;
-    default:
-        for (int i = 0; i < imgs; i++)
-            for (int r = 0; r < rows; r++)
-                memcpy(d + i * db.ip + r * db.rp, s + i * sb.ip + r * sb.rp, (size_t)n * sizeof(float));
-        break;
-    }
+    if (conv_copy_blk_w(d, db, s, sb, imgs, rows, n))
+        return;
+    for (int i = 0; i < imgs; i++)
+        for (int r = 0; r < rows; r++)
+            memcpy(d + i * db.ip + r * db.rp, s + i * sb.ip + r * sb.rp, (size_t)n * sizeof(float));
 }
 
 static inline void conv_add_blk_n(float *restrict d, struct conv_blk db, const float *restrict s, struct conv_blk sb,
@@ -323,29 +334,13 @@ static inline void conv_add_blk_n(float *restrict d, struct conv_blk db, const f
         }
 }
 
+CONV_BY_WIDTH(conv_add_blk_w, conv_add_blk_n)
+
 static void conv_add_blk(float *restrict d, struct conv_blk db, const float *restrict s, struct conv_blk sb,
                          int imgs, int rows, int n)
 {
-    switch (n) {
-    case 1:
-        conv_add_blk_n(d, db, s, sb, imgs, rows, 1);
-        break;
-    case 2:
-        conv_add_blk_n(d, db, s, sb, imgs, rows, 2);
-        break;
-    case 4:
-        conv_add_blk_n(d, db, s, sb, imgs, rows, 4);
-        break;
-    case 8:
-        conv_add_blk_n(d, db, s, sb, imgs, rows, 8);
-        break;
-    case 16:
-        conv_add_blk_n(d, db, s, sb, imgs, rows, 16);
-        break;
-    default:
+    if (!conv_add_blk_w(d, db, s, sb, imgs, rows, n))
         conv_add_blk_n(d, db, s, sb, imgs, rows, n);
-        break;
-    }
 }
 
 /*
@@ -367,29 +362,19 @@ static inline void conv_gather_blk_n(float *restrict d, struct conv_blk db, cons
         }
 }
 
+static inline void conv_gather2_blk_n(float *restrict d, struct conv_blk db, const float *restrict s,
+                                      struct conv_blk sb, int imgs, int rows, const int n)
+{
+    conv_gather_blk_n(d, db, s, sb, imgs, rows, n, 2);
+}
+
+CONV_BY_WIDTH(conv_gather2_blk_w, conv_gather2_blk_n)
+
 static void conv_gather_blk(float *restrict d, struct conv_blk db, const float *restrict s, struct conv_blk sb,
                             int imgs, int rows, int n, int es)
 {
-    switch (es == 2 ? n : 0) {
-    case 1:
-        conv_gather_blk_n(d, db, s, sb, imgs, rows, 1, 2);
-        break;
-    case 2:
-        conv_gather_blk_n(d, db, s, sb, imgs, rows, 2, 2);
-        break;
-    case 4:
-        conv_gather_blk_n(d, db, s, sb, imgs, rows, 4, 2);
-        break;
-    case 8:
-        conv_gather_blk_n(d, db, s, sb, imgs, rows, 8, 2);
-        break;
-    case 16:
-        conv_gather_blk_n(d, db, s, sb, imgs, rows, 16, 2);
-        break;
-    default:
+    if (es != 2 || !conv_gather2_blk_w(d, db, s, sb, imgs, rows, n))
         conv_gather_blk_n(d, db, s, sb, imgs, rows, n, es);
-        break;
-    }
 }
 
 static inline void conv_scatter_add_blk_n(float *restrict d, struct conv_blk db, const float *restrict s,
@@ -404,29 +389,19 @@ static inline void conv_scatter_add_blk_n(float *restrict d, struct conv_blk db,
         }
 }
 
+static inline void conv_scatter_add2_blk_n(float *restrict d, struct conv_blk db, const float *restrict s,
+                                           struct conv_blk sb, int imgs, int rows, const int n)
+{
+    conv_scatter_add_blk_n(d, db, s, sb, imgs, rows, n, 2);
+}
+
+CONV_BY_WIDTH(conv_scatter_add2_blk_w, conv_scatter_add2_blk_n)
+
 static void conv_scatter_add_blk(float *restrict d, struct conv_blk db, const float *restrict s, struct conv_blk sb,
                                  int imgs, int rows, int n, int es)
 {
-    switch (es == 2 ? n : 0) {
-    case 1:
-        conv_scatter_add_blk_n(d, db, s, sb, imgs, rows, 1, 2);
-        break;
-    case 2:
-        conv_scatter_add_blk_n(d, db, s, sb, imgs, rows, 2, 2);
-        break;
-    case 4:
-        conv_scatter_add_blk_n(d, db, s, sb, imgs, rows, 4, 2);
-        break;
-    case 8:
-        conv_scatter_add_blk_n(d, db, s, sb, imgs, rows, 8, 2);
-        break;
-    case 16:
-        conv_scatter_add_blk_n(d, db, s, sb, imgs, rows, 16, 2);
-        break;
-    default:
+    if (es != 2 || !conv_scatter_add2_blk_w(d, db, s, sb, imgs, rows, n))
         conv_scatter_add_blk_n(d, db, s, sb, imgs, rows, n, es);
-        break;
-    }
 }
 
 /*

@@ -127,6 +127,13 @@ void rt_cpu_input_u8(struct rt_stream *s, struct rt_shape4 sh, const uint8_t *ho
     }
 }
 
+/* Host memory is the CPU's device memory: the upload's buffer is the host batch itself. */
+void rt_cpu_input_u8_dev(struct rt_stream *s, struct rt_shape4 sh, const uint8_t *dev_images, const float *mean,
+                         const float *std, float *y)
+{
+    rt_cpu_input_u8(s, sh, dev_images, mean, std, y);
+}
+
 /* ==== batchnorm ============================================================ */
 
 /*

@@ -228,56 +228,10 @@ static const struct rt_backend_io cuda_io = {
 
 /* ---- the table ------------------------------------------------------------------- */
 
-static const struct rt_ops cuda_ops = {
-    .act = RT_F32,
-    .alloc = rt_cuda_alloc,
-    .free = rt_cuda_free,
-    .upload = rt_cuda_upload,
-    .download = rt_cuda_download,
-    .copy = rt_cuda_copy,
-    .zero = rt_cuda_zero,
-    .sync = rt_cuda_sync,
-    .to_nchw = rt_cuda_to_nchw,
-    .from_nchw = rt_cuda_from_nchw,
-    .input_u8 = rt_cuda_input_u8,
-    .input_u8_dev = rt_cuda_input_u8_dev,
-    .conv2d_fwd = rt_cuda_conv2d_fwd,
-    .conv2d_bwd_data = rt_cuda_conv2d_bwd_data,
-    .conv2d_bwd_filter = rt_cuda_conv2d_bwd_filter,
-    .bn_train_fwd = rt_cuda_bn_train_fwd,
-    .bn_infer_fwd = rt_cuda_bn_infer_fwd,
-    .bn_bwd = rt_cuda_bn_bwd,
-    .maxpool_fwd = rt_cuda_maxpool_fwd,
-    .maxpool_bwd = rt_cuda_maxpool_bwd,
-    .avgpool_fwd = rt_cuda_avgpool_fwd,
-    .avgpool_bwd = rt_cuda_avgpool_bwd,
-    .gap_fwd = rt_cuda_gap_fwd,
-    .gap_bwd = rt_cuda_gap_bwd,
-    .flatten_fwd = rt_cuda_flatten_fwd,
-    .flatten_bwd = rt_cuda_flatten_bwd,
-    .linear_fwd = rt_cuda_linear_fwd,
-    .linear_bwd_data = rt_cuda_linear_bwd_data,
-    .linear_bwd_filter = rt_cuda_linear_bwd_filter,
-    .relu_fwd = rt_cuda_relu_fwd,
-    .relu_bwd = rt_cuda_relu_bwd,
-    .gelu_fwd = rt_cuda_gelu_fwd,
-    .gelu_bwd = rt_cuda_gelu_bwd,
-    .dropout_fwd = rt_cuda_dropout_fwd,
-    .dropout_bwd = rt_cuda_dropout_bwd,
-    .add = rt_cuda_add,
-    .scale = rt_cuda_scale,
-    .axpy = rt_cuda_axpy,
-    .xent_fwd_bwd = rt_cuda_xent_fwd_bwd,
-    .sumsq = rt_cuda_sumsq,
-    .count_nonfinite = rt_cuda_count_nonfinite,
-    .unscale_check = rt_cuda_unscale_check,
-    .cast_f32_f16 = rt_cuda_cast_f32_f16,
-    .cast_f16_f32 = rt_cuda_cast_f16_f32,
-    .cast_f32_bf16 = rt_cuda_cast_f32_bf16,
-    .cast_bf16_f32 = rt_cuda_cast_bf16_f32,
-    .sgd_update = rt_cuda_sgd_update,
-    .adam_update = rt_cuda_adam_update,
-};
+/* The fp32 table: every slot is the function of its name (.conv2d_fwd = rt_cuda_conv2d_fwd, ...). */
+#define CUDA_OP(ret, name, params) .name = rt_cuda_##name,
+static const struct rt_ops cuda_ops = {.act = RT_F32, RT_OPS_LIST(CUDA_OP)};
+#undef CUDA_OP
 
 /* ---- create / destroy ------------------------------------------------------------ */
 

@@ -1,5 +1,5 @@
 /*
- * cuda_be.h - the CUDA backend, private to compute/cuda/. Each rt_cuda_*
+ * cuda_be.h - the CUDA backend, private to compute/cuda/. Each rt_cuda_<op>
  * function is one slot of struct rt_ops with the semantics compute.h states
  * (the CPU backend, compute/cpu/, is the reference the GPU tests compare to).
  *
@@ -118,53 +118,18 @@ void *rt_cuda_scratch(struct rt_stream *s, int slot, size_t bytes);
  * returned device copy lives in the workspace until the next op that takes the workspace. */
 const uint8_t *rt_cuda_stage_images(struct rt_stream *s, const uint8_t *host, size_t bytes);
 
-/* ---- backend_cuda.c: memory ---- */
-void *rt_cuda_alloc(struct rt_backend *be, size_t bytes);
-void rt_cuda_free(struct rt_backend *be, void *p);
-void rt_cuda_upload(struct rt_stream *s, void *dst, const void *host_src, size_t bytes);
-void rt_cuda_download(struct rt_stream *s, void *host_dst, const void *src, size_t bytes);
-void rt_cuda_copy(struct rt_stream *s, void *dst, const void *src, size_t bytes);
-void rt_cuda_zero(struct rt_stream *s, void *dst, size_t bytes);
-void rt_cuda_sync(struct rt_stream *s);
-
-/* ---- spatial.cu ---- */
-void rt_cuda_to_nchw(struct rt_stream *s, struct rt_shape4 sh, const float *x, float *host_nchw);
-void rt_cuda_from_nchw(struct rt_stream *s, struct rt_shape4 sh, const float *host_nchw, float *x);
-void rt_cuda_input_u8(struct rt_stream *s, struct rt_shape4 sh, const uint8_t *host_images, const float *mean,
-                      const float *std, float *y);
-void rt_cuda_input_u8_dev(struct rt_stream *s, struct rt_shape4 sh, const uint8_t *dev, const float *mean,
-                          const float *std, float *y);
-void rt_cuda_bn_train_fwd(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *gamma,
-                          const float *beta, float *running_mean, float *running_var, float *save_mean,
-                          float *save_invstd, float *y);
-void rt_cuda_bn_infer_fwd(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *gamma,
-                          const float *beta, const float *running_mean, const float *running_var, float *y);
-void rt_cuda_bn_bwd(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *dy,
-                    const float *gamma, const float *save_mean, const float *save_invstd, float beta_dx, float *dx,
-                    float *dgamma, float *dbeta);
-void rt_cuda_maxpool_fwd(struct rt_stream *s, const struct rt_pool_desc *d, const float *x, float *y);
-void rt_cuda_maxpool_bwd(struct rt_stream *s, const struct rt_pool_desc *d, const float *x, const float *y,
-                         const float *dy, float beta, float *dx);
-void rt_cuda_avgpool_fwd(struct rt_stream *s, const struct rt_pool_desc *d, const float *x, float *y);
-void rt_cuda_avgpool_bwd(struct rt_stream *s, const struct rt_pool_desc *d, const float *dy, float beta, float *dx);
-void rt_cuda_gap_fwd(struct rt_stream *s, struct rt_shape4 sh, const float *x, float *y);
-void rt_cuda_gap_bwd(struct rt_stream *s, struct rt_shape4 sh, const float *dy, float beta, float *dx);
-void rt_cuda_flatten_fwd(struct rt_stream *s, struct rt_shape4 sh, const float *x, float *y);
-void rt_cuda_flatten_bwd(struct rt_stream *s, struct rt_shape4 sh, const float *dy, float beta, float *dx);
+/*
+ * The ops: rt_cuda_<op> for every op of compute.h's RT_OPS_LIST, with the
+ * signature given there. backend_cuda.c holds memory; spatial.cu input,
+ * layout, batchnorm, pooling, gap and flatten; dnn.c the convolutions and
+ * linear layers; elem.cu the element-wise ops, loss, reductions, casts and
+ * optimizer updates.
+ */
+#define RT_CUDA_OP_DECLARE(ret, name, params) ret rt_cuda_##name params;
+RT_OPS_LIST(RT_CUDA_OP_DECLARE)
+#undef RT_CUDA_OP_DECLARE
 
 /* ---- dnn.c ---- */
-void rt_cuda_conv2d_fwd(struct rt_stream *s, const struct rt_conv_desc *d, const float *x, const float *w,
-                        const float *bias, float *y);
-void rt_cuda_conv2d_bwd_data(struct rt_stream *s, const struct rt_conv_desc *d, const float *dy, const float *w,
-                             float beta, float *dx);
-void rt_cuda_conv2d_bwd_filter(struct rt_stream *s, const struct rt_conv_desc *d, const float *x, const float *dy,
-                               float *dw, float *dbias);
-void rt_cuda_linear_fwd(struct rt_stream *s, int n, int in, int out, const float *x, const float *w, const float *b,
-                        float *y);
-void rt_cuda_linear_bwd_data(struct rt_stream *s, int n, int in, int out, const float *dy, const float *w,
-                             float beta, float *dx);
-void rt_cuda_linear_bwd_filter(struct rt_stream *s, int n, int in, int out, const float *x, const float *dy,
-                               float *dw, float *db);
 /* The 16-bit tables' convolution and linear entries. */
 void rt_cuda_dnn_fill16(struct rt_ops *t, enum rt_dtype dt);
 /* Frees the algorithm cache (backend destruction). */
@@ -184,30 +149,6 @@ void rt_cuda_h_bias_grad(struct rt_stream *s, enum rt_dtype dt, size_t rows, siz
 /* ---- elem.cu ---- */
 /* The 16-bit tables' element-wise, loss and reduction entries. */
 void rt_cuda_elem_fill16(struct rt_ops *t, enum rt_dtype dt);
-void rt_cuda_relu_fwd(struct rt_stream *s, size_t n, const float *x, float *y);
-void rt_cuda_relu_bwd(struct rt_stream *s, size_t n, const float *y, const float *dy, float beta, float *dx);
-void rt_cuda_gelu_fwd(struct rt_stream *s, size_t n, const float *x, float *y);
-void rt_cuda_gelu_bwd(struct rt_stream *s, size_t n, const float *x, const float *dy, float beta, float *dx);
-void rt_cuda_dropout_fwd(struct rt_stream *s, size_t n, float p, uint64_t seed, uint64_t offset, const float *x,
-                         float *y);
-void rt_cuda_dropout_bwd(struct rt_stream *s, size_t n, float p, uint64_t seed, uint64_t offset, const float *dy,
-                         float beta, float *dx);
-void rt_cuda_add(struct rt_stream *s, size_t n, const float *a, const float *b, float *y);
-void rt_cuda_scale(struct rt_stream *s, size_t n, float alpha, float *x);
-void rt_cuda_axpy(struct rt_stream *s, size_t n, float alpha, const float *x, float *y);
-void rt_cuda_xent_fwd_bwd(struct rt_stream *s, int n, int k, const float *logits, const int32_t *labels,
-                          float label_smoothing, float grad_scale, struct rt_loss_stats *stats, float *dlogits);
-void rt_cuda_sumsq(struct rt_stream *s, size_t n, const float *x, float *out);
-void rt_cuda_count_nonfinite(struct rt_stream *s, size_t n, const float *x, float *out);
-void rt_cuda_unscale_check(struct rt_stream *s, size_t n, float *g, float inv_scale, float *found);
-void rt_cuda_cast_f32_f16(struct rt_stream *s, size_t n, const float *x, uint16_t *y);
-void rt_cuda_cast_f16_f32(struct rt_stream *s, size_t n, const uint16_t *x, float *y);
-void rt_cuda_cast_f32_bf16(struct rt_stream *s, size_t n, const float *x, uint16_t *y);
-void rt_cuda_cast_bf16_f32(struct rt_stream *s, size_t n, const uint16_t *x, float *y);
-void rt_cuda_sgd_update(struct rt_stream *s, size_t n, float *p, const float *g, float *buf, float lr, float momentum,
-                        float dampening, float weight_decay, int nesterov, int first);
-void rt_cuda_adam_update(struct rt_stream *s, size_t n, float *p, const float *g, float *m, float *v, float lr,
-                         float beta1, float beta2, float eps, float weight_decay, int decoupled, int64_t step);
 
 #ifdef __cplusplus
 }
