@@ -1,13 +1,12 @@
 /*
  * cmd_eval.c - `ringtrain eval`: loss and accuracy of a checkpoint on a
- * dataset's test split.
+ * dataset's test split (the driver's eval_checkpoint), printed.
  */
 #include <getopt.h>
 #include <stdio.h>
 
 #include "common/common.h"
 #include "tools/cli.h"
-#include "tools/trainer.h"
 
 static void usage(FILE *f)
 {
@@ -26,52 +25,43 @@ static void usage(FILE *f)
 
 int cmd_eval(int argc, char **argv)
 {
-    enum { O_DATA = 256, O_CKPT, O_MODEL, O_BATCH, O_WORK, O_THR, O_JSON, O_DEV, O_HELP };
-    static const struct option opts[] = {
-        {"data", required_argument, NULL, O_DATA},     {"checkpoint", required_argument, NULL, O_CKPT},
-        {"model", required_argument, NULL, O_MODEL},   {"batch-size", required_argument, NULL, O_BATCH},
-        {"workers", required_argument, NULL, O_WORK},  {"threads", required_argument, NULL, O_THR},
-        {"json", no_argument, NULL, O_JSON},           {"help", no_argument, NULL, O_HELP},
-        {"device", required_argument, NULL, O_DEV},
-        {NULL, 0, NULL, 0}};
-    struct eval_cfg c = {.batch = 256};
-    uint64_t v;
+    enum { O_CKPT = 256, O_HELP };
+    static const struct option opts[] = {CLI_RUN_OPTIONS,
+                                         {"checkpoint", required_argument, NULL, O_CKPT},
+                                         {"help", no_argument, NULL, O_HELP},
+                                         {NULL, 0, NULL, 0}};
+    struct cli_run_opts run = {.batch = 256};
+    const char *checkpoint = NULL;
     int ch;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        switch (ch) {
-        case O_DATA: c.data = optarg; break;
-        case O_CKPT: c.checkpoint = optarg; break;
-        case O_MODEL: c.model = optarg; break;
-        case O_BATCH:
-            if (cli_parse_u64("eval", "--batch-size", optarg, &v))
+        if (ch == O_CKPT) {
+            checkpoint = optarg;
+        } else if (ch == O_HELP) {
+            usage(stdout);
+            return RT_EXIT_OK;
+        } else {
+            int r = cli_run_option("eval", ch, optarg, &run);
+            if (r != 1) {
+                if (r == 0)
+                    usage(stderr);
                 return RT_EXIT_USAGE;
-            if (v < 1 || v > 65536)
-                return cli_usage_error("eval", "--batch-size must be 1..65536");
-            c.batch = (uint32_t)v;
-            break;
-        case O_WORK:
-            if (cli_parse_u64("eval", "--workers", optarg, &v))
-                return RT_EXIT_USAGE;
-            c.workers = (int)RT_MIN(v, 256);
-            break;
-        case O_THR:
-            if (cli_parse_u64("eval", "--threads", optarg, &v))
-                return RT_EXIT_USAGE;
-            c.threads = (int)RT_MIN(v, 1024);
-            break;
-        case O_JSON: c.json = 1; break;
-        case O_DEV:
-            if (train_device_parse(optarg, &c.device) < 0)
-                return cli_usage_error("eval", "%s", rt_errmsg());
-            break;
-        case O_HELP: usage(stdout); return RT_EXIT_OK;
-        default: usage(stderr); return RT_EXIT_USAGE;
+            }
         }
     }
     if (optind < argc)
         return cli_usage_error("eval", "unexpected argument '%s'", argv[optind]);
-    if (!c.data || !c.checkpoint)
+    if (!run.data || !checkpoint)
         return cli_usage_error("eval", "--data DIR and --checkpoint FILE are required");
-    return eval_run(&c);
+    struct eval_cfg c = {.data = run.data, .checkpoint = checkpoint, .model = run.model, .batch = run.batch,
+                         .workers = run.workers, .threads = run.threads, .device = run.device};
+    struct eval_result r;
+    if (eval_checkpoint(&c, &r) < 0)
+        return cli_fail();
+    printf("%s on %s test split: %.0f images, loss %.4f, accuracy %.2f%% (%.1fs, %.0f img/s)\n", r.model, c.data,
+           r.images, r.loss, 100 * r.accuracy, r.seconds, r.seconds > 0 ? r.images / r.seconds : 0);
+    if (run.json)
+        printf("{\"model\":\"%s\",\"images\":%.0f,\"loss\":%.6f,\"accuracy\":%.6f,\"time_s\":%.3f}\n", r.model,
+               r.images, r.loss, r.accuracy, r.seconds);
+    return RT_EXIT_OK;
 }

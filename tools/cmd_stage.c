@@ -14,42 +14,6 @@
 #include "staging/local_copy.h"
 #include "tools/cli.h"
 
-/* Test hook: milliseconds to sleep after each block, so a test can kill a copy midway. */
-#define STAGE_DELAY_ENV "RT_STAGE_TEST_DELAY_MS"
-
-/* The test hook's progress callback: sleeps *(uint32_t *)ctx milliseconds after each block written. */
-static void delay_after_block(void *ctx, const struct rt_local_copy_progress *p)
-{
-    const uint32_t ms = *(const uint32_t *)ctx;
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-
-    (void)p;
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
-}
-
-/*
- * The test hook STAGE_DELAY_ENV: when it is set to a delay above 0 (capped at
- * 60 s), stores it in *ms and makes delay_after_block() the copy's progress
- * callback. Returns 0, or RT_EXIT_USAGE for a value that is no number.
- */
-static int stage_test_delay(struct rt_local_copy_opts *o, uint32_t *ms)
-{
-    const char *delay = getenv(STAGE_DELAY_ENV);
-    uint64_t v;
-
-    if (!delay || !*delay)
-        return 0;
-    if (cli_parse_u64("stage", STAGE_DELAY_ENV, delay, &v))
-        return RT_EXIT_USAGE;
-    *ms = (uint32_t)RT_MIN(v, 60000);
-    if (*ms) {
-        o->progress = delay_after_block;
-        o->progress_ctx = ms;
-    }
-    return 0;
-}
-
 static void stage_help(void)
 {
     printf("usage: ringtrain stage SRC [--to DIR] [--queue-depth N] [--block-size BYTES] [--trust-size]\n"
@@ -82,7 +46,7 @@ static void stage_help(void)
            "space is checked before copying. Old copies are never deleted; remove them with rm -rf.\n\n"
            "Environment:\n"
            "  SLURM_TMPDIR, TMPDIR     the default PARENT, in that order (else /tmp)\n"
-           "  " STAGE_DELAY_ENV "   test hook: sleep this many milliseconds after each block copied,\n"
+           "  RT_STAGE_TEST_DELAY_MS   test hook: sleep this many milliseconds after each block copied,\n"
            "                           so that tests can interrupt a copy midway\n\n"
            "Exit status: 0 staged, 1 failed (\"error: ...\" on stderr), 2 bad usage.\n");
 }
@@ -139,7 +103,6 @@ int cmd_stage(int argc, char **argv)
     struct rt_local_copy_opts o = {0};
     struct rt_local_copy_result r;
     int quiet = 0, c;
-    uint32_t delay_ms = 0;
     uint64_t v;
     char *end;
 
@@ -191,8 +154,14 @@ int cmd_stage(int argc, char **argv)
     }
     if (optind != argc - 1)
         return cli_usage_error("stage", optind == argc ? "SRC is required" : "exactly one SRC, please");
-    if (stage_test_delay(&o, &delay_ms))
-        return RT_EXIT_USAGE;
+    /* The failure tests interrupt a copy midway: a delay after each block (train.h's faults). */
+    struct train_faults faults;
+    if (train_faults_from_env(&faults) < 0)
+        return cli_usage_error("stage", "%s", rt_errmsg());
+    if (faults.copy_delay_ms) {
+        o.progress = train_fault_copy_progress;
+        o.progress_ctx = &faults;
+    }
     if (quiet)
         rt_log_setup(0, 1, RT_LOG_WARN);
 

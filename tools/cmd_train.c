@@ -1,6 +1,7 @@
 /*
  * cmd_train.c - `ringtrain train`: options named as PyTorch users know them,
- * parsed into struct train_cfg; trainer.c runs the training.
+ * parsed into struct train_cfg; the pipeline driver (tools/train/) runs the
+ * training and prints as it goes.
  */
 #include <errno.h>
 #include <getopt.h>
@@ -11,7 +12,6 @@
 
 #include "common/common.h"
 #include "tools/cli.h"
-#include "tools/trainer.h"
 
 static void usage(FILE *f)
 {
@@ -83,16 +83,13 @@ static int parse_float(const char *opt, const char *s, double lo, double hi, dou
 int cmd_train(int argc, char **argv)
 {
     enum {
-        O_DATA = 256, O_MODEL, O_EPOCHS, O_BATCH, O_LR, O_OPT, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPEP,
-        O_GAMMA, O_LS, O_ACCUM, O_CLIP, O_SEED, O_AUG, O_SHUF, O_WORK, O_THR, O_TARGET, O_PAT, O_CKPT, O_RESUME,
-        O_METRICS, O_SYN, O_STEPS, O_NOPROG, O_NOPIN, O_JSON, O_BUCKET, O_NOOVL, O_CTO, O_PTO, O_REPL, O_STAGE,
-        O_DEV, O_AMP, O_LSCALE, O_MAXSKIP, O_HELP
+        O_EPOCHS = 256, O_LR, O_OPT, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPEP, O_GAMMA, O_LS, O_ACCUM, O_CLIP,
+        O_SEED, O_AUG, O_SHUF, O_TARGET, O_PAT, O_CKPT, O_RESUME, O_METRICS, O_SYN, O_STEPS, O_NOPROG, O_NOPIN,
+        O_BUCKET, O_NOOVL, O_CTO, O_PTO, O_REPL, O_STAGE, O_AMP, O_LSCALE, O_MAXSKIP, O_HELP
     };
     static const struct option opts[] = {
-        {"data", required_argument, NULL, O_DATA},
-        {"model", required_argument, NULL, O_MODEL},
+        CLI_RUN_OPTIONS,
         {"epochs", required_argument, NULL, O_EPOCHS},
-        {"batch-size", required_argument, NULL, O_BATCH},
         {"lr", required_argument, NULL, O_LR},
         {"optimizer", required_argument, NULL, O_OPT},
         {"momentum", required_argument, NULL, O_MOM},
@@ -108,8 +105,6 @@ int cmd_train(int argc, char **argv)
         {"seed", required_argument, NULL, O_SEED},
         {"aug", required_argument, NULL, O_AUG},
         {"shuffle", required_argument, NULL, O_SHUF},
-        {"workers", required_argument, NULL, O_WORK},
-        {"threads", required_argument, NULL, O_THR},
         {"target-accuracy", required_argument, NULL, O_TARGET},
         {"patience", required_argument, NULL, O_PAT},
         {"checkpoint-dir", required_argument, NULL, O_CKPT},
@@ -119,21 +114,20 @@ int cmd_train(int argc, char **argv)
         {"steps", required_argument, NULL, O_STEPS},
         {"no-progress", no_argument, NULL, O_NOPROG},
         {"no-pin", no_argument, NULL, O_NOPIN},
-        {"json", no_argument, NULL, O_JSON},
         {"bucket-cap-mb", required_argument, NULL, O_BUCKET},
         {"no-overlap", no_argument, NULL, O_NOOVL},
         {"comm-timeout", required_argument, NULL, O_CTO},
         {"peer-timeout", required_argument, NULL, O_PTO},
         {"check-replicas", required_argument, NULL, O_REPL},
         {"stage-to", required_argument, NULL, O_STAGE},
-        {"device", required_argument, NULL, O_DEV},
         {"amp", required_argument, NULL, O_AMP},
         {"loss-scale", required_argument, NULL, O_LSCALE},
         {"max-skipped-steps", required_argument, NULL, O_MAXSKIP},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0}};
+    struct cli_run_opts run = {.model = "mnist-net", .batch = 128};
     struct train_cfg c = {
-        .model = "mnist-net", .epochs = 10, .batch = 128, .lr = 0.1f, .sched = RT_SCHED_COSINE,
+        .epochs = 10, .lr = 0.1f, .sched = RT_SCHED_COSINE,
         .warmup_epochs = -1, .step_epochs = 30, .gamma = 0.1f, .grad_accum = 1, .patience = 1,
         .syn_c = 3, .syn_h = 32, .syn_w = 32, .syn_classes = 10, .progress = -1, .pin = RT_PIN_ON,
         .shuffle = RT_SHUFFLE_EXACT, .bucket_cap_mb = 25, .loss_scale = -1,
@@ -146,18 +140,9 @@ int cmd_train(int argc, char **argv)
     optind = 1;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (ch) {
-        case O_DATA: c.data = optarg; break;
-        case O_MODEL: c.model = optarg; break;
         case O_EPOCHS:
             if (cli_parse_u64("train", "--epochs", optarg, &c.epochs))
                 return RT_EXIT_USAGE;
-            break;
-        case O_BATCH:
-            if (cli_parse_u64("train", "--batch-size", optarg, &v))
-                return RT_EXIT_USAGE;
-            if (v < 1 || v > 65536)
-                return cli_usage_error("train", "--batch-size must be 1..65536");
-            c.batch = (uint32_t)v;
             break;
         case O_LR:
             if (parse_float("--lr", optarg, 0, 1e6, &d))
@@ -221,16 +206,6 @@ int cmd_train(int argc, char **argv)
             if (rt_shuffle_parse(optarg, &c.shuffle) < 0)
                 return cli_usage_error("train", "%s", rt_errmsg());
             break;
-        case O_WORK:
-            if (cli_parse_u64("train", "--workers", optarg, &v))
-                return RT_EXIT_USAGE;
-            c.workers = (int)RT_MIN(v, 256);
-            break;
-        case O_THR:
-            if (cli_parse_u64("train", "--threads", optarg, &v))
-                return RT_EXIT_USAGE;
-            c.threads = (int)RT_MIN(v, 1024);
-            break;
         case O_TARGET:
             if (parse_float("--target-accuracy", optarg, 0, 100, &c.target_accuracy))
                 return RT_EXIT_USAGE;
@@ -247,12 +222,11 @@ int cmd_train(int argc, char **argv)
         case O_METRICS: c.metrics = optarg; break;
         case O_SYN: c.synthetic = 1; break;
         case O_STEPS:
-            if (cli_parse_u64("train", "--steps", optarg, &c.max_steps))
+            if (cli_parse_u64("train", "--steps", optarg, &c.max_updates))
                 return RT_EXIT_USAGE;
             break;
         case O_NOPROG: c.progress = 0; break;
         case O_NOPIN: c.pin = RT_PIN_OFF; break;
-        case O_JSON: c.json = 1; break;
         case O_BUCKET:
             if (parse_float("--bucket-cap-mb", optarg, 0.001, 4096, &c.bucket_cap_mb))
                 return RT_EXIT_USAGE;
@@ -271,10 +245,6 @@ int cmd_train(int argc, char **argv)
                 return RT_EXIT_USAGE;
             break;
         case O_STAGE: c.stage_to = optarg; break;
-        case O_DEV:
-            if (train_device_parse(optarg, &c.device) < 0)
-                return cli_usage_error("train", "%s", rt_errmsg());
-            break;
         case O_AMP:
             if (train_amp_parse(optarg, &c.amp) < 0)
                 return cli_usage_error("train", "%s", rt_errmsg());
@@ -294,9 +264,23 @@ int cmd_train(int argc, char **argv)
             break;
         }
         case O_HELP: usage(stdout); return RT_EXIT_OK;
-        default: usage(stderr); return RT_EXIT_USAGE;
+        default: {
+            int r = cli_run_option("train", ch, optarg, &run);
+            if (r == 1)
+                break;
+            if (r == 0)
+                usage(stderr);
+            return RT_EXIT_USAGE;
+        }
         }
     }
+    c.data = run.data;
+    c.model = run.model;
+    c.batch = run.batch;
+    c.workers = run.workers;
+    c.threads = run.threads;
+    c.device = run.device;
+    c.json = run.json;
     if (optind < argc)
         return cli_usage_error("train", "unexpected argument '%s'", argv[optind]);
     if (c.stage_to && !c.data)
@@ -317,5 +301,9 @@ int cmd_train(int argc, char **argv)
     if (cli_parse_aug("train", aug ? aug : "crop,flip", &c.aug))
         return RT_EXIT_USAGE;
     c.aug_default = aug == NULL;
-    return train_run(&c);
+    struct train_faults faults;
+    if (train_faults_from_env(&faults) < 0)
+        return cli_fail();
+    c.faults = &faults;
+    return train_run(&c) < 0 ? RT_EXIT_FAIL : RT_EXIT_OK;
 }

@@ -1,0 +1,255 @@
+/*
+ * checkpoint.c - --checkpoint-dir: model.safetensors (PyTorch state_dict
+ * names), optimizer.safetensors and state.json (position, loader state,
+ * seed, loss scale, the epoch's partial sums), each written atomically and
+ * tied together by one checkpoint id, so that a crash between two of the
+ * writes is detected on resume instead of mixing two checkpoints.
+ * docs/FORMAT.md documents state.json. Rank 0 writes; every rank reads.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <jansson.h>
+
+#include "common/common.h"
+#include "tools/train/driver.h"
+
+void json_floats(char *buf, size_t len, const float *v, uint32_t n)
+{
+    size_t o = 0;
+    o += (size_t)snprintf(buf + o, len - o, "[");
+    for (uint32_t i = 0; i < n && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%.9g", i ? ", " : "", (double)v[i]);
+    if (o < len)
+        snprintf(buf + o, len - o, "]");
+}
+
+static int ckpt_path(const struct train *T, const char *name, char *out, size_t len)
+{
+    return rt_path_join(out, len, T->cfg.checkpoint_dir, name);
+}
+
+/* model.safetensors, with what `ringtrain eval` and PyTorch users need to know in its metadata. */
+static int save_model(struct train *T)
+{
+    char classes[16], shape[64], mean[128], std[128], p[4096];
+    snprintf(classes, sizeof(classes), "%u", T->classes);
+    snprintf(shape, sizeof(shape), "[%u, %u, %u]", T->c, T->h, T->w);
+    json_floats(mean, sizeof(mean), T->mean, T->c);
+    json_floats(std, sizeof(std), T->std, T->c);
+    const char *meta[] = {"format", "pt", "model", rt_model_name(T->model), "num_classes", classes,
+                          "input_shape", shape, "mean", mean, "std", std, "checkpoint_id", T->ckpt_id};
+    const char *ometa[] = {"checkpoint_id", T->ckpt_id, "optimizer", rt_optim_kind_name(T->cfg.optim.kind)};
+    if (ckpt_path(T, "optimizer.safetensors", p, sizeof(p)) < 0 || rt_optim_save(T->opt, T->model, p, ometa, 2) < 0)
+        return -1;
+    if (ckpt_path(T, "model.safetensors", p, sizeof(p)) < 0 ||
+        rt_model_save(T->model, p, meta, (int)RT_ARRAY_LEN(meta) / 2) < 0)
+        return -1;
+    return 0;
+}
+
+/* state.json: `ep` holds the partial epoch's global sums (loss, correct, count). */
+static int save_state(struct train *T, const double ep[3])
+{
+    const struct train_cfg *c = &T->cfg;
+    struct rt_loader_state ls = {.epoch = T->pos.epoch, .step = T->pos.batch, .seed = c->seed,
+                                 .world = (uint32_t)T->world, .rank = 0, .batch = c->batch, .shuffle = c->shuffle};
+    char lsbuf[512], p[4096];
+    rt_loader_state_format(&ls, lsbuf, sizeof(lsbuf));
+    json_t *st = json_pack("{s:i, s:s, s:s, s:I, s:I, s:I, s:I, s:s, s:I, s:i, s:i, s:s, s:f, s:i, s:f, s:f, s:f, "
+                           "s:I, s:I, s:i}",
+                           "format", 1, "checkpoint_id", T->ckpt_id, "model", rt_model_name(T->model), "epoch",
+                           (json_int_t)T->pos.epoch, "step", (json_int_t)T->pos.batch, "micro",
+                           (json_int_t)T->pos.micro, "optimizer_steps", (json_int_t)T->pos.update, "loader", lsbuf,
+                           "seed", (json_int_t)c->seed, "batch_size", (int)c->batch, "grad_accum",
+                           (int)c->grad_accum, "optimizer", rt_optim_kind_name(c->optim.kind), "best_val_acc",
+                           T->res.best_acc, "target_streak", (int)T->res.streak, "epoch_loss_sum", ep[0],
+                           "epoch_correct", ep[1], "epoch_count", ep[2], "images", (json_int_t)T->meter.run.images,
+                           "train_ns", (json_int_t)T->meter.run.train_ns, "world_size", T->world);
+    if (st && T->scaling) {
+        json_object_set_new(st, "loss_scale", json_real(T->scaler.scale));
+        json_object_set_new(st, "loss_scale_good_steps", json_integer(T->scaler.good));
+        json_object_set_new(st, "skipped_steps", json_integer((json_int_t)T->scaler.skipped));
+    }
+    char *text = st ? json_dumps(st, JSON_INDENT(2)) : NULL;
+    json_decref(st);
+    if (!text)
+        return rt_errf(-ENOMEM, "cannot format the checkpoint state");
+    int rc = ckpt_path(T, "state.json", p, sizeof(p));
+    if (rc == 0)
+        rc = rt_file_write_atomic(p, text, strlen(text));
+    free(text);
+    return rc < 0 ? -1 : 0;
+}
+
+int ckpt_save(struct train *T)
+{
+    if (!T->cfg.checkpoint_dir)
+        return 0;
+    /* The partial epoch's sums, over all ranks: rank 0 alone restores them. */
+    const struct rt_loss_stats *e = &T->meter.ep_loss;
+    double ep[3] = {e->loss_sum, e->correct, e->count};
+    if (T->pos.batch) /* at an epoch boundary they are zero on every rank */
+        rt_comm_allreduce(T->comm, ep, 3, RT_COMM_F64, RT_RED_SUM, "the checkpoint's epoch sums");
+    if (!T->root)
+        return 0;
+    rt_comm_set_phase(T->comm, T->pos.update, RT_PHASE_CHECKPOINT);
+    if (rt_mkdirs(T->cfg.checkpoint_dir, 0755) < 0)
+        return -1;
+    snprintf(T->ckpt_id, sizeof(T->ckpt_id), "%" PRIu64 "-%016" PRIx64, T->pos.update,
+             rt_now_ns() ^ ((uint64_t)getpid() << 40));
+    return save_model(T) < 0 || save_state(T, ep) < 0 ? -1 : 0;
+}
+
+int train_save_checkpoint(struct train *T)
+{
+    return ckpt_save(T);
+}
+
+/* The safetensors file `name` of the checkpoint, if it carries the checkpoint's id; NULL on error. */
+static struct rt_st_file *open_part(struct train *T, const char *name, char *p, size_t len)
+{
+    struct rt_st_file *f = NULL;
+    if (ckpt_path(T, name, p, len) < 0 || rt_st_read(p, &f) < 0)
+        return NULL;
+    const char *fid = rt_st_meta(f, "checkpoint_id");
+    if (!fid || strcmp(fid, T->ckpt_id) != 0) {
+        rt_errf(-EINVAL, "%s belongs to checkpoint %s, state.json to %s: the checkpoint was interrupted while being "
+                         "written; remove the directory or restore a complete copy",
+                p, fid ? fid : "(none)", T->ckpt_id);
+        rt_st_close(f);
+        return NULL;
+    }
+    return f;
+}
+
+static int load_weights(struct train *T)
+{
+    char p[4096];
+    struct rt_st_file *f = open_part(T, "model.safetensors", p, sizeof(p));
+    int rc = f ? rt_model_load(T->model, f, p) : -1;
+    rt_st_close(f);
+    if (rc < 0)
+        return -1;
+    f = open_part(T, "optimizer.safetensors", p, sizeof(p));
+    rc = f ? rt_optim_load(T->opt, T->model, f, p) : -1;
+    rt_st_close(f);
+    return rc < 0 ? -1 : 0;
+}
+
+/* What state.json holds, as read. */
+struct saved_state {
+    const char *id, *model, *loader, *optname;
+    json_int_t epoch, batch, micro, update, seed, images, train_ns;
+    int batch_size, accum, streak, world;
+    double best, ep_loss, ep_correct, ep_count;
+};
+
+static int read_state(json_t *st, const char *p, struct saved_state *s)
+{
+    json_error_t je;
+    if (json_unpack_ex(st, &je, 0,
+                       "{s:s, s:s, s:I, s:I, s:I, s:I, s:s, s:I, s:i, s:i, s:s, s:F, s:i, s:F, s:F, s:F, s:I, s:I}",
+                       "checkpoint_id", &s->id, "model", &s->model, "epoch", &s->epoch, "step", &s->batch, "micro",
+                       &s->micro, "optimizer_steps", &s->update, "loader", &s->loader, "seed", &s->seed,
+                       "batch_size", &s->batch_size, "grad_accum", &s->accum, "optimizer", &s->optname,
+                       "best_val_acc", &s->best, "target_streak", &s->streak, "epoch_loss_sum", &s->ep_loss,
+                       "epoch_correct", &s->ep_correct, "epoch_count", &s->ep_count, "images", &s->images,
+                       "train_ns", &s->train_ns) != 0)
+        return rt_errf(-EINVAL, "%s: %s", p, je.text);
+    json_t *jw = json_object_get(st, "world_size");
+    s->world = jw && json_is_integer(jw) ? (int)json_integer_value(jw) : 1;
+    return 0;
+}
+
+/* A checkpoint resumes only the run that wrote it: the same world, model, batch, accumulation, seed, optimizer. */
+static int check_same_run(const struct train *T, const struct saved_state *s, const char *p)
+{
+    const struct train_cfg *c = &T->cfg;
+    struct rt_loader_state ls;
+    if (s->world != T->world)
+        return rt_errf(-EINVAL, "%s: the checkpoint was written by a run of %d ranks; resume it with %d (the data "
+                                "order depends on the world size)",
+                       c->checkpoint_dir, s->world, s->world);
+    if (strcmp(s->model, rt_model_name(T->model)) != 0)
+        return rt_errf(-EINVAL, "%s: the checkpoint is of %s, not %s", c->checkpoint_dir, s->model,
+                       rt_model_name(T->model));
+    if ((uint32_t)s->batch_size != c->batch || (uint32_t)s->accum != c->grad_accum || (uint64_t)s->seed != c->seed ||
+        strcmp(s->optname, rt_optim_kind_name(c->optim.kind)) != 0)
+        return rt_errf(-EINVAL, "%s: the checkpoint was trained with --batch-size %d --grad-accum %d --seed %" PRId64
+                                " --optimizer %s; resume with the same",
+                       c->checkpoint_dir, s->batch_size, s->accum, (int64_t)s->seed, s->optname);
+    if (rt_loader_state_parse(s->loader, &ls) < 0)
+        return rt_errf(-EINVAL, "%s: bad loader state", p);
+    return 0;
+}
+
+/* Puts the driver where the checkpoint left off. */
+static void restore(struct train *T, const struct saved_state *s, json_t *st)
+{
+    T->pos = (struct train_pos){.epoch = (uint64_t)s->epoch, .batch = (uint64_t)s->batch,
+                                .micro = (uint64_t)s->micro, .update = (uint64_t)s->update};
+    T->res.best_acc = s->best;
+    json_t *scale = json_object_get(st, "loss_scale");
+    if (T->scaling && scale && json_is_number(scale)) {
+        T->scaler.scale = (float)json_number_value(scale);
+        T->scaler.good = (uint32_t)json_integer_value(json_object_get(st, "loss_scale_good_steps"));
+        T->scaler.skipped = (uint64_t)json_integer_value(json_object_get(st, "skipped_steps"));
+    }
+    T->res.streak = (uint32_t)s->streak;
+    /* Global sums: held by rank 0 alone, so that the epoch's all-reduce counts them once. */
+    if (T->root)
+        T->meter.ep_loss = (struct rt_loss_stats){(float)s->ep_loss, (float)s->ep_correct, (float)s->ep_count};
+    T->meter.run.images = (uint64_t)s->images;
+    T->meter.run.train_ns = (uint64_t)s->train_ns;
+}
+
+int ckpt_load(struct train *T)
+{
+    char p[4096];
+    if (ckpt_path(T, "state.json", p, sizeof(p)) < 0)
+        return -1;
+    if (access(p, F_OK) != 0)
+        return 0;
+    json_error_t je;
+    json_t *st = json_load_file(p, 0, &je);
+    if (!st)
+        return rt_errf(-EINVAL, "%s: %s (line %d)", p, je.text, je.line);
+    struct saved_state s;
+    int rc = read_state(st, p, &s);
+    if (rc == 0) {
+        rc = check_same_run(T, &s, p);
+        snprintf(T->ckpt_id, sizeof(T->ckpt_id), "%s", s.id);
+    }
+    if (rc == 0)
+        restore(T, &s, st);
+    json_decref(st);
+    if (rc < 0 || load_weights(T) < 0)
+        return -1;
+    return 1;
+}
+
+int ckpt_resume(struct train *T)
+{
+    const char *dir = T->cfg.checkpoint_dir;
+    int r = ckpt_load(T);
+    if (r < 0)
+        return -1;
+    /* Every rank reads the checkpoint rank 0 wrote: the directory must be one they all see. */
+    int64_t seen[2] = {r, -r};
+    rt_comm_allreduce(T->comm, seen, 2, RT_COMM_I64, RT_RED_MAX, "the resume check");
+    if (seen[0] != -seen[1])
+        return rt_errf(-EINVAL, "--resume: some ranks find a checkpoint in %s and others do not; put "
+                                "--checkpoint-dir on a filesystem every rank sees",
+                       dir);
+    if (T->root && r == 0)
+        rt_info("--resume: no checkpoint in %s yet, starting from scratch", dir);
+    else if (T->root)
+        rt_info("resuming from %s at epoch %" PRIu64 " step %" PRIu64 " (optimizer step %" PRIu64 ")", dir,
+                T->pos.epoch + 1, T->pos.batch, T->pos.update);
+    return 0;
+}

@@ -1,0 +1,359 @@
+/*
+ * driver.c - building and tearing down the driver: the process group, the
+ * dataset (copied node-local first with --stage-to), the backend, the model,
+ * optimizer and loss scaler, the bucket plan, the schedule. The order of
+ * train_create is the order every rank meets the collectives in.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "common/common.h"
+#include "staging/local_copy.h"
+#include "tools/train/driver.h"
+
+int train_device_parse(const char *s, enum train_device *out)
+{
+    static const char *const names[] = {"auto", "cpu", "cuda"};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(s, names[i])) {
+            *out = (enum train_device)i;
+            return 0;
+        }
+    return rt_errf(-EINVAL, "--device %s: expected auto, cpu or cuda", s);
+}
+
+static const char *const amp_names[] = {"auto", "off", "bf16", "fp16"}; /* enum train_amp order */
+
+int train_amp_parse(const char *s, enum train_amp *out)
+{
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(s, amp_names[i])) {
+            *out = (enum train_amp)i;
+            return 0;
+        }
+    return rt_errf(-EINVAL, "--amp %s: expected auto, off, bf16 or fp16", s);
+}
+
+int train_amp_resolve(enum train_amp amp, struct rt_backend *be, enum rt_dtype *out)
+{
+    if (amp == AMP_AUTO) {
+        *out = RT_F32;
+        if (rt_backend_kind_of(be) == RT_BACKEND_CUDA)
+            *out = rt_backend_ops_for(be, RT_BF16) ? RT_BF16 : RT_F16;
+        rt_errclear();
+        return 0;
+    }
+    const enum rt_dtype want = amp == AMP_BF16 ? RT_BF16 : amp == AMP_FP16 ? RT_F16 : RT_F32;
+    if (!rt_backend_ops_for(be, want))
+        return rt_errf(-ENOTSUP, "--amp %s: %s", amp_names[amp], rt_errmsg());
+    *out = want;
+    return 0;
+}
+
+static const char *env_get(void *ctx, const char *name)
+{
+    (void)ctx;
+    return getenv(name);
+}
+
+int train_open_backend(enum train_device dev, int local_rank, int local_world, int threads,
+                       struct rt_backend **out)
+{
+    struct rt_backend_opts bo = {.kind = RT_BACKEND_CPU, .threads = threads};
+    struct rt_backend_probe p;
+    int built = rt_backend_probe(RT_BACKEND_CUDA, &p) == 0;
+    if (dev == DEVICE_AUTO && built && p.devices > 0)
+        dev = DEVICE_CUDA;
+    if (dev == DEVICE_CUDA) {
+        if (!built)
+            return rt_errf(-ENOTSUP, "--device cuda: %s", p.detail);
+        bo.kind = RT_BACKEND_CUDA;
+        if (p.devices > 0) {
+            char note[1024];
+            if (rt_gpu_preflight(p.devices, local_rank, RT_MAX(local_world, 1), env_get, NULL, &bo.device, note,
+                                 sizeof(note)) < 0)
+                return rt_errf(-ENODEV, "--device cuda: %s", rt_errmsg());
+            if (note[0] && local_rank == 0)
+                rt_info("%s", note);
+        }
+    }
+    int rc = rt_backend_create(&bo, out);
+    if (rc < 0 && dev == DEVICE_CUDA)
+        return rt_errf(rc, "--device cuda: %s", rt_errmsg());
+    return rc;
+}
+
+size_t train_batch_bytes(const struct train *T)
+{
+    return (size_t)T->cfg.batch * T->c * T->h * T->w;
+}
+
+/* ---- set-up, in train_create's order ------------------------------------------------- */
+
+static int open_comm(struct train *T)
+{
+    if (!T->comm) {
+        struct rt_comm_opts co = {.timeout_s = T->cfg.comm_timeout, .peer_timeout_s = T->cfg.peer_timeout};
+        if (rt_comm_create(&co, &T->comm) < 0)
+            return -1;
+        T->own_comm = 1;
+    }
+    T->rank = rt_comm_info(T->comm)->rank;
+    T->world = rt_comm_info(T->comm)->world;
+    T->root = T->rank == 0;
+    if (!T->root)
+        T->cfg.progress = 0;
+    return 0;
+}
+
+/* --stage-to: local rank 0 of each node copies the dataset while the other
+ * ranks of the node wait (no deadline: a copy takes what it takes, but a
+ * dead peer still ends the job); all then read the node-local copy. */
+static int copy_data_local(struct train *T)
+{
+    const struct train_cfg *c = &T->cfg;
+    struct {
+        int32_t rc;
+        char path[4096];
+        char msg[512];
+    } r;
+    memset(&r, 0, sizeof(r));
+    rt_comm_set_phase(T->comm, 0, RT_PHASE_STAGE);
+    if (rt_comm_info(T->comm)->local_rank == 0) {
+        struct rt_local_copy_opts so = {.parent = c->stage_to};
+        if (T->faults.copy_delay_ms) {
+            so.progress = train_fault_copy_progress;
+            so.progress_ctx = &T->faults;
+        }
+        struct rt_local_copy_result res;
+        r.rc = rt_local_copy_dataset(c->data, &so, &res);
+        if (r.rc < 0) {
+            snprintf(r.msg, sizeof(r.msg), "%s", rt_errmsg());
+        } else {
+            snprintf(r.path, sizeof(r.path), "%s", res.path);
+            char mb[32];
+            rt_format_bytes((double)res.bytes_copied, mb, sizeof(mb));
+            rt_info("staged %s to %s: %u of %u files copied (%s), %.1fs", c->data, res.path, res.files_copied,
+                    res.files, mb, res.seconds);
+        }
+    }
+    rt_comm_node_barrier(T->comm, 0, "the wait for this node's local rank 0 to stage the dataset");
+    rt_comm_node_broadcast(T->comm, &r, sizeof(r), "the staged dataset's path");
+    if (r.rc < 0)
+        return rt_errf(r.rc, "--stage-to %s: %s", c->stage_to, r.msg);
+    snprintf(T->data_path, sizeof(T->data_path), "%s", r.path);
+    return 0;
+}
+
+/* The dataset's shape, normalisation and validation split; or the synthetic shape. */
+static int open_data(struct train *T)
+{
+    const struct train_cfg *c = &T->cfg;
+    if (c->data) {
+        if (rt_dataset_open(T->data_path[0] ? T->data_path : c->data, &T->ds) < 0)
+            return -1;
+        T->info = rt_dataset_info(T->ds);
+        T->c = T->info->channels;
+        T->h = T->info->height;
+        T->w = T->info->width;
+        T->classes = T->info->num_classes;
+        if (T->info->have_norm) {
+            for (uint32_t i = 0; i < T->c && i < 4; i++) {
+                T->mean[i] = T->info->mean[i];
+                T->std[i] = T->info->std[i];
+            }
+            T->norm_from_data = 1;
+        }
+        if (T->info->split[RT_SPLIT_VAL].records)
+            T->val_split = RT_SPLIT_VAL;
+        else if (T->info->split[RT_SPLIT_TEST].records)
+            T->val_split = RT_SPLIT_TEST;
+        if (!c->synthetic && !T->info->split[RT_SPLIT_TRAIN].records)
+            return rt_errf(-EINVAL, "%s has no training split", c->data);
+    } else {
+        T->c = c->syn_c;
+        T->h = c->syn_h;
+        T->w = c->syn_w;
+        T->classes = c->syn_classes;
+    }
+    if (T->c > 4)
+        return rt_errf(-EINVAL, "images with %u channels: at most 4 are supported", T->c);
+    if (!T->norm_from_data)
+        for (uint32_t i = 0; i < T->c; i++) {
+            T->mean[i] = 0.5f;
+            T->std[i] = 0.25f;
+        }
+    if (c->synthetic)
+        T->val_split = -1;
+    if (c->aug_default && T->c != 3)
+        memset(&T->cfg.aug, 0, sizeof(T->cfg.aug)); /* crops and flips suit photos, not digits */
+    return 0;
+}
+
+/* The backend, NCCL for GPUs across ranks, and the activation precision. */
+static int open_compute(struct train *T)
+{
+    struct train_cfg *c = &T->cfg;
+    const struct rt_rank_info *ri = rt_comm_info(T->comm);
+    if (c->threads <= 0)
+        c->threads = rt_comm_default_threads(T->comm);
+    if (train_open_backend(c->device, ri->local_rank, ri->local_world, c->threads, &T->be) < 0)
+        return -1;
+    /* Device gradients are reduced by NCCL on its own stream; set up before the loader's threads start
+     * (the transport probe sets NCCL's environment variables for a moment). */
+    if (T->world > 1 && rt_backend_kind_of(T->be) == RT_BACKEND_CUDA &&
+        rt_nccl_create(T->comm, rt_backend_device(T->be), &T->nccl) < 0)
+        return -1;
+    return train_amp_resolve(c->amp, T->be, &T->act);
+}
+
+static int make_model(struct train *T)
+{
+    const struct train_cfg *c = &T->cfg;
+    struct rt_model_opts mo = {.name = c->model, .c = (int)T->c, .h = (int)T->h, .w = (int)T->w,
+                               .classes = (int)T->classes, .batch = (int)c->batch, .seed = c->seed, .act = T->act};
+    if (rt_model_create(T->be, &mo, &T->model) < 0 ||
+        rt_optim_create(T->be, &c->optim, rt_model_param_count(T->model), &T->opt) < 0)
+        return -1;
+    T->scaling = c->loss_scale > 0 || (c->loss_scale < 0 && T->act == RT_F16);
+    rt_scaler_init(&T->scaler);
+    if (c->max_skipped_steps)
+        T->scaler.max_skips = c->max_skipped_steps;
+    return 0;
+}
+
+/* Plans the gradient buckets over the model's parameter table. */
+static int make_bucketer(struct train *T)
+{
+    int count, np = 0;
+    const struct rt_tensor_info *tab = rt_model_tensors(T->model, &count);
+    struct rt_bucket_tensor *bt = rt_calloc((size_t)count, sizeof(*bt), "bucket plan");
+    if (!bt)
+        return -1;
+    for (int i = 0; i < count; i++)
+        if (tab[i].kind == RT_PARAM)
+            bt[np++] = (struct rt_bucket_tensor){tab[i].name, tab[i].offset, tab[i].count};
+    struct rt_bucket_opts bo = {.cap_bytes = (size_t)(T->cfg.bucket_cap_mb * 1048576.0),
+                                .no_overlap = T->cfg.no_overlap, .nccl = T->nccl,
+                                .stream = T->nccl ? rt_backend_native_stream(T->be) : NULL};
+    int rc = rt_bucketer_create(T->comm, rt_model_grads(T->model), rt_model_param_count(T->model), bt, np, &bo,
+                                &T->bucketer);
+    free(bt);
+    return rc < 0 ? -1 : 0;
+}
+
+/* The learning-rate schedule over the whole run, in updates. */
+static void make_schedule(struct train *T)
+{
+    const struct train_cfg *c = &T->cfg;
+    uint64_t per_epoch = RT_MAX(T->in.batches_per_epoch / c->grad_accum, 1);
+    T->sched = (struct rt_sched){.kind = c->sched, .base_lr = c->lr, .gamma = c->gamma};
+    /* --steps stops the run early; it does not shorten the schedule, so a run
+     * stopped by it and resumed is the run that was planned. */
+    T->sched.total_steps = per_epoch * c->epochs;
+    double warm = c->warmup_epochs;
+    if (warm < 0)
+        warm = 0; /* onecycle turns 0 into 30 % of the run */
+    T->sched.warmup_steps = (uint64_t)llround(warm * (double)per_epoch);
+    if (T->sched.warmup_steps > T->sched.total_steps)
+        T->sched.warmup_steps = T->sched.total_steps;
+    T->sched.step_size = (uint64_t)RT_MAX(llround(c->step_epochs * (double)per_epoch), 1);
+}
+
+static int open_metrics(struct train *T)
+{
+    const char *path = T->cfg.metrics;
+    if (path && T->root && !(T->metrics = fopen(path, T->pos.update ? "a" : "w")))
+        return rt_errf(-errno, "cannot open %s: %s", path, strerror(errno));
+    return 0;
+}
+
+int train_create(const struct train_cfg *cfg, struct train **out)
+{
+    struct train *T = rt_calloc(1, sizeof(*T), "the training driver");
+    *out = T;
+    if (!T)
+        return -ENOMEM;
+    T->t_created = rt_now_ns();
+    T->cfg = *cfg;
+    T->cfg.grad_accum = RT_MAX(cfg->grad_accum, 1);
+    if (T->cfg.progress < 0)
+        T->cfg.progress = isatty(STDERR_FILENO);
+    if (cfg->faults)
+        T->faults = *cfg->faults;
+    else
+        train_faults_none(&T->faults);
+    T->comm = cfg->comm;
+    T->val_split = -1;
+    /* One model on every rank from the start: rank 0's. */
+    if (open_comm(T) < 0 || (T->cfg.stage_to && copy_data_local(T) < 0) || open_data(T) < 0 ||
+        open_compute(T) < 0 || make_model(T) < 0 || make_bucketer(T) < 0 ||
+        (T->cfg.resume && T->cfg.checkpoint_dir && ckpt_resume(T) < 0) ||
+        replicas_sync_from_root(T, RT_MODEL_PARAMS, "initial parameters") < 0 ||
+        replicas_sync_from_root(T, RT_MODEL_BUFFERS, "initial buffers") < 0 || input_start(T) < 0)
+        return -1;
+    make_schedule(T);
+    return open_metrics(T) < 0 ? -1 : 0;
+}
+
+void train_destroy(struct train *T)
+{
+    if (!T)
+        return;
+    if (T->metrics)
+        fclose(T->metrics);
+    input_stop(T);
+    /* NCCL's stream work is over before the memory it reduced goes. */
+    rt_bucketer_destroy(T->bucketer);
+    rt_nccl_destroy(T->nccl);
+    rt_optim_destroy(T->opt);
+    rt_model_destroy(T->model);
+    rt_backend_destroy(T->be);
+    rt_dataset_close(T->ds);
+    if (T->own_comm)
+        rt_comm_destroy(T->comm);
+    free(T);
+}
+
+void train_fail(struct train *T)
+{
+    report_clear_bar(T);
+    fprintf(stderr, "error: %s\n", rt_errmsg());
+    /* The other ranks are in collectives this rank will never join. */
+    if (T && T->world > 1)
+        rt_comm_abort(T->comm, 1, NULL);
+}
+
+struct train_pos train_position(const struct train *T)
+{
+    return T->pos;
+}
+
+struct rt_model *train_model(struct train *T)
+{
+    return T->model;
+}
+
+struct rt_optim *train_optim(struct train *T)
+{
+    return T->opt;
+}
+
+const struct rt_scaler *train_scaler(const struct train *T)
+{
+    return T->scaling ? &T->scaler : NULL;
+}
+
+const struct rt_loss_stats *train_last_loss(const struct train *T)
+{
+    return &T->step_loss;
+}
+
+enum train_stop train_stopped(const struct train *T)
+{
+    return T->stop;
+}

@@ -1,0 +1,170 @@
+/*
+ * driver.h (private to tools/train/) - the driver's state and the calls its
+ * files make to each other. train.h is the public side.
+ */
+#ifndef RT_TOOLS_TRAIN_DRIVER_H
+#define RT_TOOLS_TRAIN_DRIVER_H
+
+#include <signal.h>
+#include <stdio.h>
+
+#include "comm/comm.h"
+#include "tools/train/train.h"
+
+/*
+ * The control word: each rank's bits for the update, OR-ed over the ranks
+ * with the update's last collective (rt_bucketer_finish).
+ */
+enum train_ctl {
+    CTL_STOP = 1u << 0,         /* a stop signal reached this rank: stop after this update */
+    CTL_NONFINITE = 1u << 1,    /* this rank's loss became non-finite during the update */
+    CTL_SIGTERM = 1u << 2,      /* the signal was SIGTERM ... */
+    CTL_SIGUSR1 = 1u << 3,      /* ... or SIGUSR1 (the stop message names it) */
+};
+
+/*
+ * Counters behind one meter. Sums are this rank's; the epoch's are
+ * all-reduced at its end. Times in nanoseconds.
+ */
+struct train_span {
+    uint64_t images;            /* real samples trained */
+    uint64_t train_ns;          /* whole micro-batches: data wait, compute, reduction, update */
+    uint64_t wait_ns;           /* waiting for the next batch */
+    uint64_t comm_ns;           /* waiting for the gradient all-reduce after backward */
+};
+
+struct train_meter {
+    struct rt_loss_stats ep_loss; /* this epoch's loss sums (global on rank 0 after a resume) */
+    struct train_span epoch, run; /* this epoch so far; the whole run (resumes included) */
+    uint64_t run_micro;         /* micro-batches this process ran (not restored on resume) */
+    uint64_t steady_images, steady_ns; /* after the first 3 of them: caches, pools and pages warm */
+    uint64_t t_start, t_data;   /* this micro-batch: started, batch in hand */
+    uint64_t epoch_t0, last_bar; /* the epoch's start and the progress bar's last draw */
+};
+
+/* One batch in flight on the input side: its slot, device buffer and copy. */
+struct train_inflight {
+    struct rt_batch *slot;
+    const uint8_t *dev;
+    uint64_t ticket;
+};
+
+struct train_input {
+    struct rt_ring *ring;
+    struct rt_loader *loader;
+    struct rt_ring_allocator host_mem; /* the ring's slots in the backend's page-locked memory (CUDA) */
+    struct train_inflight next; /* the batch after the current one, already on its way */
+    int32_t *labels;            /* the current batch's labels, padding -1 */
+    uint8_t *syn_images;        /* the synthetic batch, host ... */
+    int32_t *syn_labels;
+    const uint8_t *syn_dev;     /* ... and on the device, uploaded once */
+    uint64_t syn_ticket;
+    uint64_t batches_per_epoch; /* micro-batches per epoch */
+};
+
+/* What the epoch's end and the summary report. */
+struct train_results {
+    double train_loss, train_acc, val_loss, val_acc; /* the last epoch's, global */
+    int have_val;
+    double best_acc;
+    uint32_t streak;            /* epochs in a row at the target accuracy */
+    uint64_t epochs_done;
+    double run_comm_frac;       /* exposed communication over the run, averaged over the ranks */
+};
+
+struct train {
+    struct train_cfg cfg;       /* a copy, defaults resolved */
+    struct train_faults faults;
+    /* process group */
+    struct rt_comm *comm;
+    int own_comm;               /* created here (else borrowed from cfg) */
+    struct rt_bucketer *bucketer;
+    struct rt_nccl *nccl;       /* GPUs across ranks: the gradient all-reduce; NULL otherwise */
+    int rank, world, root;      /* root: this is rank 0, which prints and saves */
+    /* data */
+    char data_path[4096];       /* --data, or where --stage-to put it */
+    struct rt_dataset *ds;
+    const struct rt_dataset_info *info;
+    uint32_t c, h, w, classes;
+    float mean[4], std[4];
+    int norm_from_data;
+    int val_split;              /* -1: no validation */
+    /* compute */
+    struct rt_backend *be;
+    struct rt_model *model;
+    struct rt_optim *opt;
+    struct rt_sched sched;
+    enum rt_dtype act;          /* activations' type (--amp) */
+    int scaling;                /* dynamic loss scaling on */
+    struct rt_scaler scaler;
+    /* the stages' meeting points */
+    struct train_input in;
+    struct train_pos pos;
+    struct train_meter meter;
+    /* the update in progress */
+    struct rt_loss_stats step_loss; /* the last micro-batch's loss sums */
+    uint64_t step_comm_ns;      /* the last update's wait for its all-reduce */
+    uint32_t ctl;               /* the last update's control word, OR-ed over the ranks */
+    char nonfinite[400];        /* this rank's first non-finite loss of the update, for the message */
+    /* outcome */
+    struct train_results res;
+    enum train_stop stop;
+    FILE *metrics;
+    char ckpt_id[64];
+    uint64_t t_created;
+};
+
+/* step.c: set by loop.c's SIGTERM/SIGUSR1 handler, read once per update (the control word) */
+extern volatile sig_atomic_t train_stop_signal;
+
+/* driver.c */
+size_t train_batch_bytes(const struct train *T); /* one batch's images, as a ring slot holds them */
+
+/* input.c */
+int input_start(struct train *T);           /* the loader and its ring, or the synthetic batch */
+void input_stop(struct train *T);           /* NULL-safe parts; the batch fetched ahead goes back */
+void input_labels(const struct rt_batch *slot, int32_t *labels); /* padding samples -> -1 */
+
+/* step.c */
+int step_stop_requested(const struct train *T); /* after an update: --steps reached or a signal */
+
+/* epoch.c */
+int train_epoch_done(const struct train *T);
+int epoch_close(struct train *T, int partial); /* 1: the target accuracy held long enough */
+int epoch_next(struct train *T);            /* the full epoch's close, then position and checkpoint; 1: target */
+
+/* evaluate.c */
+int evaluate_split(struct rt_model *m, struct rt_dataset *ds, enum rt_split split, uint32_t batch, int workers,
+                   enum rt_pin pin, struct rt_comm *comm, const float *mean, const float *std,
+                   struct rt_loss_stats *out);
+
+/* checkpoint.c */
+int ckpt_save(struct train *T);
+int ckpt_load(struct train *T);             /* 1 loaded, 0 none there, -1 */
+int ckpt_resume(struct train *T);           /* --resume: load, agree across ranks, say where */
+void json_floats(char *buf, size_t len, const float *v, uint32_t n);
+
+/* replicas.c */
+int replicas_sync_from_root(struct train *T, enum rt_model_buf which, const char *what);
+int replicas_due(const struct train *T);
+
+/* report.c */
+void report_banner(const struct train *T);
+void report_progress(struct train *T);
+void report_epoch(struct train *T, int partial, double time_s, double ips, double wait, double comm,
+                  const char *val);
+void report_stopped(const struct train *T);
+void report_summary(const struct train *T, double wall_s);
+void report_clear_bar(const struct train *T);
+
+/* meter.c */
+void meter_begin(struct train_meter *m);
+void meter_data_ready(struct train_meter *m);
+void meter_step(struct train_meter *m, const struct rt_loss_stats *loss, uint32_t valid, uint64_t comm_ns);
+void meter_epoch_reset(struct train_meter *m);
+
+/* faults.c: the named points */
+void fault_before_compute(const struct train *T);
+void fault_before_unscale(struct train *T);
+
+#endif

@@ -1,0 +1,160 @@
+/*
+ * input.c - the step's input side: the loader filling its ring, each batch's
+ * copy to the device started one step ahead, the slot given back once the
+ * copy has read it; or, with --synthetic-data, one random batch uploaded once
+ * and used for every micro-batch (compute measured alone).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "tools/train/driver.h"
+
+static void *ring_host_alloc(size_t bytes, void *ctx)
+{
+    return rt_backend_host_alloc(ctx, bytes);
+}
+
+static void ring_host_free(void *p, size_t bytes, void *ctx)
+{
+    (void)bytes;
+    rt_backend_host_free(ctx, p);
+}
+
+static int start_loader(struct train *T)
+{
+    const struct train_cfg *c = &T->cfg;
+    struct rt_loader_opts lo = {
+        .split = RT_SPLIT_TRAIN,
+        .batch = c->batch,
+        .world = (uint32_t)T->world,
+        .rank = (uint32_t)T->rank,
+        .seed = c->seed,
+        .shuffle = c->shuffle,
+        .last = RT_LAST_DROP,
+        .aug = c->aug,
+        .workers = c->workers > 0 ? c->workers : 1,
+        .epochs = c->epochs,
+        .start_epoch = T->pos.epoch,
+        .start_step = T->pos.batch,
+    };
+    struct rt_ring_opts ro = {.slots = (uint32_t)RT_MAX(lo.workers + 2, 4), .batch = c->batch, .channels = T->c,
+                              .height = T->h, .width = T->w, .pin = c->pin};
+    /* On a GPU the slots are cudaHostAlloc memory: each batch's copy to the device is a DMA on the copy
+     * stream, overlapping the step before it. */
+    if (rt_backend_kind_of(T->be) == RT_BACKEND_CUDA && c->pin == RT_PIN_ON) {
+        T->in.host_mem = (struct rt_ring_allocator){.name = "cudaHostAlloc", .locks = 1, .alloc = ring_host_alloc,
+                                                    .free = ring_host_free, .ctx = T->be};
+        ro.allocator = &T->in.host_mem;
+    }
+    if (rt_ring_create(&ro, &T->in.ring) < 0 || rt_loader_create(T->ds, &lo, T->in.ring, &T->in.loader) < 0)
+        return -1;
+    T->in.batches_per_epoch = rt_loader_steps_per_epoch(T->in.loader);
+    if (T->in.batches_per_epoch == 0)
+        return rt_errf(-EINVAL,
+                       "the training split has %" PRIu64 " records: fewer than one batch of %u for each of %d ranks",
+                       T->info->split[RT_SPLIT_TRAIN].records, c->batch, T->world);
+    return 0;
+}
+
+/* Random images and labels, each rank its own, uploaded once. */
+static int make_synthetic(struct train *T)
+{
+    struct train_input *in = &T->in;
+    const size_t n = train_batch_bytes(T);
+    const uint32_t B = T->cfg.batch;
+    in->syn_images = rt_malloc(n, "synthetic batch");
+    in->syn_labels = rt_malloc(B * sizeof(int32_t), "synthetic labels");
+    if (!in->syn_images || !in->syn_labels)
+        return -1;
+    struct rt_rng r;
+    rt_rng_init(&r, T->cfg.seed, 0x5e7u + (uint64_t)T->rank);
+    for (size_t i = 0; i < n; i++)
+        in->syn_images[i] = (uint8_t)rt_rng_u32(&r);
+    for (uint32_t i = 0; i < B; i++)
+        in->syn_labels[i] = (int32_t)rt_rng_below(&r, T->classes);
+    uint64_t records = T->info ? T->info->split[RT_SPLIT_TRAIN].records : 50000;
+    in->batches_per_epoch = RT_MAX(records / ((uint64_t)B * (uint64_t)T->world), 1);
+    in->syn_dev = rt_backend_input_upload(T->be, in->syn_images, n, &in->syn_ticket);
+    return 0;
+}
+
+int input_start(struct train *T)
+{
+    T->in.labels = rt_calloc(T->cfg.batch, sizeof(int32_t), "labels");
+    if (!T->in.labels)
+        return -1;
+    return T->cfg.synthetic ? make_synthetic(T) : start_loader(T);
+}
+
+void input_labels(const struct rt_batch *slot, int32_t *labels)
+{
+    for (uint32_t i = 0; i < slot->batch; i++)
+        labels[i] = slot->ids[i] == RT_PAD_ID ? -1 : slot->labels[i];
+}
+
+/* The loader's next batch, its copy to the device started. 1, 0 at the end of the data, -errno. */
+static int fetch(struct train *T, struct train_inflight *f)
+{
+    int r = rt_loader_next(T->in.loader, &f->slot);
+    if (r > 0)
+        f->dev = rt_backend_input_upload(T->be, f->slot->images, train_batch_bytes(T), &f->ticket);
+    return r;
+}
+
+/* Gives a slot back to the ring once its copy has read it. */
+static void give_back(struct train *T, struct train_inflight *f)
+{
+    if (!f->slot)
+        return;
+    rt_backend_input_wait(T->be, f->ticket);
+    rt_loader_release(T->in.loader, f->slot);
+    f->slot = NULL;
+}
+
+int train_next_batch(struct train *T, struct train_batch *b)
+{
+    struct train_input *in = &T->in;
+    if (T->cfg.synthetic) {
+        memcpy(in->labels, in->syn_labels, T->cfg.batch * sizeof(int32_t));
+        *b = (struct train_batch){.images = in->syn_dev, .labels = in->labels, .valid = T->cfg.batch,
+                                  .ticket = in->syn_ticket};
+        return 1;
+    }
+    rt_comm_set_phase(T->comm, T->pos.update, RT_PHASE_DATA);
+    if (!in->next.slot) {
+        int r = fetch(T, &in->next);
+        if (r <= 0)
+            return r;
+    }
+    struct train_inflight cur = in->next;
+    in->next.slot = NULL;
+    input_labels(cur.slot, in->labels);
+    *b = (struct train_batch){.images = cur.dev, .labels = in->labels, .valid = cur.slot->valid,
+                              .ticket = cur.ticket, .slot = cur.slot};
+    /* The next batch's copy overlaps this step (none after the run's last batch). */
+    int r = fetch(T, &in->next);
+    return r < 0 ? r : 1;
+}
+
+void train_release_batch(struct train *T, struct train_batch *b)
+{
+    struct train_inflight f = {.slot = b->slot, .ticket = b->ticket};
+    give_back(T, &f);
+    b->slot = NULL;
+}
+
+void input_stop(struct train *T)
+{
+    struct train_input *in = &T->in;
+    if (in->loader)
+        give_back(T, &in->next); /* fetched for a step that did not run */
+    rt_loader_destroy(in->loader);
+    rt_ring_destroy(in->ring);
+    free(in->labels);
+    free(in->syn_images);
+    free(in->syn_labels);
+    *in = (struct train_input){0};
+}

@@ -1,0 +1,51 @@
+/*
+ * meter.c - the driver's counters in one place: each micro-batch's time
+ * (waiting for data, then the whole step), images and loss sums, summed for
+ * the epoch and for the run. Nothing here touches a device or another rank.
+ */
+#include <string.h>
+
+#include "common/common.h"
+#include "tools/train/driver.h"
+
+/* Micro-batches run before the "steady" figures start: caches, pools and pages warm. */
+enum { METER_WARMUP = 3 };
+
+void meter_begin(struct train_meter *m)
+{
+    m->t_start = rt_now_ns();
+}
+
+void meter_data_ready(struct train_meter *m)
+{
+    m->t_data = rt_now_ns();
+}
+
+static void span_add(struct train_span *s, uint64_t images, uint64_t train_ns, uint64_t wait_ns, uint64_t comm_ns)
+{
+    s->images += images;
+    s->train_ns += train_ns;
+    s->wait_ns += wait_ns;
+    s->comm_ns += comm_ns;
+}
+
+void meter_step(struct train_meter *m, const struct rt_loss_stats *loss, uint32_t valid, uint64_t comm_ns)
+{
+    const uint64_t now = rt_now_ns(), train_ns = now - m->t_start, wait_ns = m->t_data - m->t_start;
+    m->ep_loss.loss_sum += loss->loss_sum;
+    m->ep_loss.correct += loss->correct;
+    m->ep_loss.count += loss->count;
+    span_add(&m->epoch, valid, train_ns, wait_ns, comm_ns);
+    span_add(&m->run, valid, train_ns, wait_ns, comm_ns);
+    if (++m->run_micro > METER_WARMUP) {
+        m->steady_images += valid;
+        m->steady_ns += train_ns;
+    }
+}
+
+void meter_epoch_reset(struct train_meter *m)
+{
+    memset(&m->ep_loss, 0, sizeof(m->ep_loss));
+    memset(&m->epoch, 0, sizeof(m->epoch));
+    m->epoch_t0 = rt_now_ns();
+}

@@ -1,0 +1,260 @@
+/*
+ * report.c - what the driver prints and writes for people: rank 0's banner,
+ * the progress bar (stderr, when it is a terminal), the epoch line and its
+ * JSON Lines record, the stop message and the summary. Figures come in
+ * already global; nothing here calls a collective except the rank table.
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include <jansson.h>
+
+#include "common/common.h"
+#include "tools/train/driver.h"
+
+static const char *precision(enum rt_dtype act)
+{
+    return act == RT_F32 ? "fp32" : act == RT_BF16 ? "mixed precision bf16 (fp32 weights)"
+                                                   : "mixed precision fp16 (fp32 weights)";
+}
+
+static void banner_data(const struct train *T)
+{
+    const struct train_cfg *c = &T->cfg;
+    char mean[128], std[128];
+    if (c->synthetic)
+        printf("  data      synthetic batches (%ux%ux%u, %u classes), compute only\n", T->c, T->h, T->w,
+               T->classes);
+    else
+        printf("  data      %s (%" PRIu64 " train, %s: %" PRIu64 ", %ux%ux%u, %u classes)\n",
+               T->data_path[0] ? T->data_path : c->data, T->info->split[RT_SPLIT_TRAIN].records,
+               T->val_split >= 0 ? rt_split_name(T->val_split) : "no val",
+               T->val_split >= 0 ? T->info->split[T->val_split].records : 0, T->c, T->h, T->w, T->classes);
+    json_floats(mean, sizeof(mean), T->mean, T->c);
+    json_floats(std, sizeof(std), T->std, T->c);
+    printf("  normalise mean %s std %s%s\n", mean, std,
+           T->norm_from_data ? "" : " (defaults: no statistics in the manifest)");
+    printf("  batch     %u per rank x %d ranks x %u accumulation = %u effective, %" PRIu64 " steps/epoch, %" PRIu64
+           " epochs\n",
+           c->batch, T->world, c->grad_accum, c->batch * (uint32_t)T->world * c->grad_accum,
+           T->in.batches_per_epoch / c->grad_accum, c->epochs);
+}
+
+static void banner_comm(const struct train *T)
+{
+    const struct train_cfg *c = &T->cfg;
+    const struct rt_rank_info *ri = rt_comm_info(T->comm);
+    int nb = rt_bucketer_count(T->bucketer);
+    size_t off, cnt;
+    rt_bucketer_bucket(T->bucketer, 0, &off, &cnt, NULL, 0);
+    double first = (double)cnt * 4e-6, big = 0;
+    for (int i = 1; i < nb; i++) {
+        rt_bucketer_bucket(T->bucketer, i, &off, &cnt, NULL, 0);
+        big = RT_MAX(big, (double)cnt * 4e-6);
+    }
+    printf("  comm      %s (ranks from %s: %s), all-reduce in %d bucket%s (first %.2f MB, largest %.2f MB, "
+           "cap %g MB)%s\n",
+           rt_comm_backend(T->comm), rt_rank_source_name(ri->source), ri->vars, nb, nb == 1 ? "" : "s", first,
+           nb > 1 ? big : first, c->bucket_cap_mb,
+           c->no_overlap ? ", after backward (--no-overlap)" : ", overlapped with backward");
+    if (T->nccl)
+        printf("  gradients %s\n", rt_nccl_describe(T->nccl));
+}
+
+static void banner_optim(const struct train *T)
+{
+    const struct train_cfg *c = &T->cfg;
+    printf("  optimizer %s lr %g", rt_optim_kind_name(c->optim.kind), (double)c->lr);
+    if (c->optim.kind == RT_OPT_SGD)
+        printf(" momentum %g%s", (double)c->optim.momentum, c->optim.nesterov ? " nesterov" : "");
+    printf(" weight decay %g, schedule %s (warm-up %" PRIu64 " steps of %" PRIu64 ")", (double)c->optim.weight_decay,
+           rt_sched_kind_name(c->sched), T->sched.warmup_steps, T->sched.total_steps);
+    if (c->label_smoothing > 0)
+        printf(", label smoothing %g", (double)c->label_smoothing);
+    if (c->clip_grad_norm > 0)
+        printf(", clip %g", (double)c->clip_grad_norm);
+    printf("\n");
+}
+
+void report_banner(const struct train *T)
+{
+    if (T->root) {
+        size_t params = 0;
+        int count;
+        const struct rt_tensor_info *tab = rt_model_tensors(T->model, &count);
+        for (int i = 0; i < count; i++)
+            if (tab[i].kind == RT_PARAM)
+                params += tab[i].count;
+        const struct rt_rank_info *ri = rt_comm_info(T->comm);
+        printf("ringtrain train: world %d (%d node%s, %d rank%s per node), %s\n", T->world, ri->nodes,
+               ri->nodes == 1 ? "" : "s", ri->local_world, ri->local_world == 1 ? "" : "s",
+               rt_backend_describe(T->be));
+        printf("  model     %s, %.2f M parameters, %s\n", rt_model_name(T->model), (double)params / 1e6,
+               precision(T->act));
+        if (T->scaling)
+            printf("  scaling   dynamic loss scale from %g (x%g every %u good steps, x%g on overflow; stop after %u "
+                   "overflows in a row)\n",
+                   (double)T->scaler.scale, (double)T->scaler.growth, T->scaler.growth_interval,
+                   (double)T->scaler.backoff, T->scaler.max_skips);
+        banner_data(T);
+        if (T->world > 1)
+            banner_comm(T);
+        banner_optim(T);
+        fflush(stdout);
+    }
+    rt_comm_print_ranks(T->comm, stdout, T->cfg.threads, rt_backend_kind_of(T->be) == RT_BACKEND_CUDA ? "cuda" : "cpu");
+    if (T->root)
+        fflush(stdout);
+}
+
+void report_progress(struct train *T)
+{
+    struct train_meter *m = &T->meter;
+    const uint64_t now = rt_now_ns();
+    if (!T->root || !T->cfg.progress || now - m->last_bar <= 200000000ull)
+        return;
+    m->last_bar = now;
+    const int width = 24;
+    uint64_t done = T->pos.batch, total = T->in.batches_per_epoch;
+    int fill = total ? (int)((double)done / (double)total * width) : 0;
+    char bar[32];
+    for (int i = 0; i < width; i++)
+        bar[i] = i < fill ? '#' : '.';
+    bar[width] = 0;
+    double el = (double)(now - m->epoch_t0) * 1e-9;
+    double ips = el > 0 ? (double)m->epoch.images / el : 0;
+    double eta = done ? el / (double)done * (double)(total - done) : 0;
+    double loss = m->ep_loss.count ? m->ep_loss.loss_sum / m->ep_loss.count : 0;
+    fprintf(stderr, "\r\033[Kepoch %" PRIu64 "/%" PRIu64 " [%s] %" PRIu64 "/%" PRIu64 " %.0f img/s loss %.4f eta %ds",
+            T->pos.epoch + 1, T->cfg.epochs, bar, done, total, ips, (double)loss, (int)eta);
+    fflush(stderr);
+}
+
+void report_clear_bar(const struct train *T)
+{
+    if (T && T->cfg.progress)
+        fprintf(stderr, "\r\033[K");
+}
+
+static void write_metrics(struct train *T, double time_s, double ips, double wait, double comm)
+{
+    const struct train_results *r = &T->res;
+    const int64_t applied = rt_optim_steps(T->opt);
+    json_t *o = json_pack("{s:I, s:I, s:f, s:f, s:f, s:f, s:f, s:f, s:f, s:i}", "epoch", (json_int_t)(T->pos.epoch + 1),
+                          "steps", (json_int_t)T->pos.update, "train_loss", r->train_loss, "train_acc", r->train_acc,
+                          "images_per_s", ips, "data_wait_frac", wait, "time_s", time_s, "lr",
+                          (double)rt_sched_lr(&T->sched, applied ? (uint64_t)applied - 1 : 0), "exposed_comm_frac",
+                          comm, "world_size", T->world);
+    if (!o)
+        return;
+    json_object_set_new(o, "val_loss", r->have_val ? json_real(r->val_loss) : json_null());
+    json_object_set_new(o, "val_acc", r->have_val ? json_real(r->val_acc) : json_null());
+    char *s = json_dumps(o, JSON_COMPACT);
+    if (s) {
+        fprintf(T->metrics, "%s\n", s);
+        fflush(T->metrics);
+        free(s);
+    }
+    json_decref(o);
+}
+
+void report_epoch(struct train *T, int partial, double time_s, double ips, double wait, double comm, const char *val)
+{
+    if (!T->root)
+        return;
+    report_clear_bar(T);
+    char comm_s[32] = "";
+    if (T->world > 1)
+        snprintf(comm_s, sizeof(comm_s), "  comm %4.1f%%", 100 * comm);
+    printf("epoch %3" PRIu64 "/%" PRIu64 "%s  %6.1fs  train loss %.4f acc %5.2f%%%s  %6.0f img/s  data wait "
+           "%4.1f%%%s\n",
+           T->pos.epoch + 1, T->cfg.epochs, partial ? " (partial)" : "", time_s, T->res.train_loss,
+           100 * T->res.train_acc, val, ips, 100 * wait, comm_s);
+    fflush(stdout);
+    if (T->metrics)
+        write_metrics(T, time_s, ips, wait, comm);
+}
+
+void report_stopped(const struct train *T)
+{
+    if (T->stop != STOP_SIGNAL || !T->root)
+        return;
+    /* The signal may have reached another rank only: the control word says which. */
+    char sig[64] = "a signal";
+    if (T->ctl & CTL_SIGTERM)
+        snprintf(sig, sizeof(sig), "signal %d (SIGTERM%s)", SIGTERM, T->ctl & CTL_SIGUSR1 ? ", and SIGUSR1" : "");
+    else if (T->ctl & CTL_SIGUSR1)
+        snprintf(sig, sizeof(sig), "signal %d (SIGUSR1)", SIGUSR1);
+    rt_info("stopped by %s: checkpoint saved at epoch %" PRIu64 " step %" PRIu64 "; run again with --resume", sig,
+            T->pos.epoch + 1, T->pos.batch);
+}
+
+/* enum train_stop, as the summary says it */
+static const char *const stop_reasons[] = {"completed", "target accuracy reached", "step limit", "signal"};
+
+/* The --json summary's fields beyond the first line's. */
+static void summary_json(const struct train *T, double wall_s, double train_s, double images, double ips)
+{
+    const struct train_cfg *c = &T->cfg;
+    const struct train_results *r = &T->res;
+    json_t *o = json_pack("{s:s, s:f, s:I, s:f, s:f, s:f, s:I, s:I, s:i, s:i, s:s}", "model", rt_model_name(T->model),
+                          "images_per_s", ips, "steps", (json_int_t)T->pos.update, "time_s", wall_s, "train_time_s",
+                          train_s, "train_loss", r->train_loss, "epochs", (json_int_t)r->epochs_done, "images",
+                          (json_int_t)images, "batch_size", (int)c->batch, "threads", c->threads, "stopped",
+                          stop_reasons[T->stop]);
+    if (!o)
+        return;
+    json_object_set_new(o, "train_acc", json_real(r->train_acc));
+    if (T->meter.steady_ns)
+        json_object_set_new(o, "steady_images_per_s", json_real((double)T->meter.steady_images * T->world /
+                                                                ((double)T->meter.steady_ns * 1e-9)));
+    struct rt_comm_counts cc;
+    rt_comm_counts(T->comm, &cc);
+    json_object_set_new(o, "world_size", json_integer(T->world));
+    json_object_set_new(o, "device", json_string(rt_backend_kind_of(T->be) == RT_BACKEND_CUDA ? "cuda" : "cpu"));
+    json_object_set_new(o, "amp", json_string(T->act == RT_F32 ? "off" : rt_dtype_name(T->act)));
+    json_object_set_new(o, "optimizer_updates", json_integer((json_int_t)rt_optim_steps(T->opt)));
+    if (T->scaling) {
+        json_object_set_new(o, "loss_scale", json_real(T->scaler.scale));
+        json_object_set_new(o, "skipped_steps", json_integer((json_int_t)T->scaler.skipped));
+    }
+    json_object_set_new(o, "exposed_comm_frac", json_real(r->run_comm_frac));
+    json_object_set_new(o, "buckets", json_integer(rt_bucketer_count(T->bucketer)));
+    json_object_set_new(o, "bucket_cap_mb", json_real(c->bucket_cap_mb));
+    json_object_set_new(o, "overlap", json_boolean(!c->no_overlap));
+    json_object_set_new(o, "bucket_allreduces", json_integer((json_int_t)cc.bucket_allreduces));
+    if (r->best_acc > 0 || r->have_val) {
+        json_object_set_new(o, "val_loss", json_real(r->val_loss));
+        json_object_set_new(o, "val_acc", json_real(r->val_acc));
+        json_object_set_new(o, "best_val_acc", json_real(r->best_acc));
+    }
+    char *s = json_dumps(o, JSON_COMPACT);
+    if (s)
+        printf("%s\n", s);
+    free(s);
+    json_decref(o);
+}
+
+void report_summary(const struct train *T, double wall_s)
+{
+    /* Global: every rank trains the same number of full batches, so the
+     * images are this rank's times the world; the time is rank 0's. */
+    const double train_s = (double)T->meter.run.train_ns * 1e-9;
+    const double images = (double)T->meter.run.images * T->world;
+    const double ips = train_s > 0 ? images / train_s : 0;
+    if (!T->root)
+        return;
+    printf("done (%s): %" PRIu64 " steps, %.1fs (%.1fs training), %.0f img/s", stop_reasons[T->stop], T->pos.update, wall_s,
+           train_s, ips);
+    if (T->res.best_acc > 0)
+        printf(", best val acc %.2f%%", 100 * T->res.best_acc);
+    printf("\n");
+    if (T->cfg.checkpoint_dir)
+        printf("checkpoint: %s/model.safetensors\n", T->cfg.checkpoint_dir);
+    if (T->cfg.json)
+        summary_json(T, wall_s, train_s, images, ips);
+    fflush(stdout);
+}

@@ -1,0 +1,317 @@
+/*
+ * train.h - the pipeline driver behind `ringtrain train` and `ringtrain eval`:
+ * the only code that joins the stages. It takes batches from the loader's
+ * ring (or makes one synthetic batch), runs them through the compute model,
+ * hands finished gradients to the comm stage's bucketer, steps the optimizer
+ * on the schedule, validates each epoch, and writes metrics and checkpoints.
+ * What a stage does lives in that stage's library; this one only wires them.
+ *
+ * Read it from the top: the run (train_run) is set-up, the loop, the finish.
+ * The loop (loop.c) is a screen of the calls below; one turn of it is
+ *
+ *     train_next_batch     the next batch on its way to the device (input.c)
+ *     train_forward_backward   zero the gradients at an update's first
+ *                          micro-batch; forward, loss, backward, the
+ *                          buckets' all-reduce starting as gradients finish
+ *                          (step.c)
+ *     train_release_batch  the ring slot goes back to the loader
+ *     train_reduce         at an update's last micro-batch: wait for the
+ *                          all-reduce; the ranks' control words are OR-ed
+ *     train_update         unscale and skip on overflow, clip, optimizer step
+ *     train_advance        positions and the meter move on
+ *
+ * then the epoch's end (epoch.c: validation, the epoch line, metrics, the
+ * checkpoint) and the stop checks.
+ *
+ * Positions. Three counters, three words, used the same way everywhere
+ * (messages, state.json, the code):
+ *   micro-batch  one batch of --batch-size samples per rank through forward
+ *                and backward; `batch` counts them within the epoch;
+ *   update       --grad-accum micro-batches, then one gradient reduction and
+ *                one optimizer step, attempted: an update skipped by loss
+ *                scaling still counts. --steps N stops after N updates;
+ *   applied      the updates the optimizer really made (rt_optim_steps()):
+ *                what the learning-rate schedule advances on.
+ *
+ * Threads: one thread drives a struct train from create to destroy.
+ */
+#ifndef RT_TOOLS_TRAIN_H
+#define RT_TOOLS_TRAIN_H
+
+#include <stdint.h>
+
+#include "compute/compute.h"
+#include "loader/loader.h"
+#include "staging/ring.h"
+
+struct rt_comm;
+struct rt_local_copy_progress;
+
+/* ---- choices the command line makes ------------------------------------------ */
+
+/* --device: where compute runs. */
+enum train_device { DEVICE_AUTO = 0, DEVICE_CPU, DEVICE_CUDA };
+
+/* Parses "auto", "cpu" or "cuda"; 0 or -EINVAL with the message set. */
+int train_device_parse(const char *s, enum train_device *out);
+
+/* --amp: activation precision. auto: bf16 on a GPU that has it, else fp16 on a GPU, fp32 on the CPU. */
+enum train_amp { AMP_AUTO = 0, AMP_OFF, AMP_BF16, AMP_FP16 };
+
+/* Parses "auto", "off", "bf16" or "fp16"; 0 or -EINVAL with the message set. */
+int train_amp_parse(const char *s, enum train_amp *out);
+
+/* The activation type --amp gives on backend `be`: 0, or -ENOTSUP with the reason. */
+int train_amp_resolve(enum train_amp amp, struct rt_backend *be, enum rt_dtype *out);
+
+/*
+ * Opens the compute backend --device asks for: cuda fails at once with the
+ * reason when no usable GPU is there; auto takes a GPU when there is one,
+ * else the CPU with `threads`. Which GPU: comm's rt_gpu_preflight() over the
+ * GPUs this process sees and its node-local rank among `local_world`
+ * (printing its note on Slurm's per-task GPU binding). 0 or -errno with
+ * rt_errmsg() set.
+ */
+int train_open_backend(enum train_device dev, int local_rank, int local_world, int threads,
+                       struct rt_backend **out);
+
+/* ---- faults: injection points for the failure tests ----------------------------- */
+
+/*
+ * Faults are injected through this struct, filled once at start-up and
+ * consulted at named points of the driver (faults.c); nothing else in the
+ * step knows about them. The shell tests fill it from the environment
+ * (train_faults_from_env), the C tests directly. Updates are numbered from
+ * 0 as train_pos.update counts them.
+ */
+struct train_faults {
+    int stall_rank;             /* this rank hangs in compute before update stall_update ... */
+    uint64_t stall_update;      /* ... (-1 / UINT64_MAX: never): a stalled peer */
+    uint64_t overflow_update;   /* updates [overflow_update, +overflow_count) find an Inf in the */
+    uint64_t overflow_count;    /* first gradient before unscaling (loss scaling's overflow path) */
+    uint32_t copy_delay_ms;     /* node-local copies sleep this long after each block (interrupt midway) */
+};
+
+/* No fault anywhere. */
+void train_faults_none(struct train_faults *f);
+
+/*
+ * Fills `f` from the environment, none where a variable is unset:
+ *   RINGTRAIN_TEST_STALL=RANK:UPDATE, RINGTRAIN_TEST_OVERFLOW=UPDATE:COUNT,
+ *   RT_STAGE_TEST_DELAY_MS=MS.
+ * Returns 0, or -EINVAL naming the variable that does not parse.
+ */
+int train_faults_from_env(struct train_faults *f);
+
+/* The copy-delay fault as a node-local copy's progress callback (ctx: the struct train_faults). */
+void train_fault_copy_progress(void *ctx, const struct rt_local_copy_progress *p);
+
+/* ---- the configuration ------------------------------------------------------------ */
+
+struct train_cfg {
+    const char *data;           /* dataset directory (NULL: synthetic data with the shape below) */
+    const char *model;
+    uint64_t epochs;
+    uint32_t batch;             /* samples per micro-batch, per rank */
+    struct rt_optim_opts optim;
+    float lr;
+    enum rt_sched_kind sched;
+    double warmup_epochs;       /* < 0: the schedule's default */
+    double step_epochs;         /* STEP: decay every this many epochs */
+    float gamma;                /* STEP: factor */
+    float label_smoothing;
+    uint32_t grad_accum;        /* micro-batches per update */
+    float clip_grad_norm;       /* 0: no clipping */
+    uint64_t seed;
+    int workers;                /* loader threads (0: default) */
+    int threads;                /* compute threads (0: the CPUs this process may use) */
+    double target_accuracy;     /* 0..1; 0: none */
+    uint32_t patience;          /* epochs in a row at the target before stopping */
+    const char *checkpoint_dir; /* NULL: no checkpoints */
+    int resume;
+    const char *metrics;        /* JSON Lines file, NULL: none */
+    int synthetic;              /* one random batch made once on the device, used for every micro-batch */
+    uint32_t syn_c, syn_h, syn_w, syn_classes; /* synthetic shape without --data */
+    uint64_t max_updates;       /* --steps: stop after this many updates (0: no limit) */
+    int json;                   /* end with a JSON summary line */
+    int progress;               /* 1: progress bar, 0: none, -1: when stderr is a tty */
+    struct rt_aug aug;
+    int aug_default;            /* aug not given: crop,flip for 3-channel data, none otherwise */
+    enum rt_shuffle shuffle;
+    enum rt_pin pin;
+    enum train_device device;
+    enum train_amp amp;
+    int loss_scale;             /* -1: dynamic with fp16, off otherwise; 0: off; 1: dynamic */
+    uint32_t max_skipped_steps; /* loss scaling: stop after this many overflowed updates in a row (0: 20) */
+    /* several ranks */
+    double bucket_cap_mb;       /* gradient bucket size */
+    int no_overlap;             /* all-reduce after backward */
+    double comm_timeout, peer_timeout; /* seconds; 0: the defaults */
+    uint64_t check_replicas;    /* compare parameter digests every N updates (0: at the end only) */
+    const char *stage_to;       /* copy --data under this node-local directory first */
+    /* what the driver is plugged into (not options) */
+    struct rt_comm *comm;       /* borrowed process group; NULL: the driver creates one from the launcher */
+    const struct train_faults *faults; /* borrowed, read at create; NULL: none */
+};
+
+/* ---- the run ------------------------------------------------------------------------ */
+
+/*
+ * Runs the training described by cfg: set-up, the banner, the loop, the
+ * summary. A stop on SIGTERM/SIGUSR1 saves a checkpoint and counts as
+ * success. Returns 0, or -1 after printing "error: <message>" (and, with
+ * several ranks, ending the job so that no peer waits).
+ */
+int train_run(const struct train_cfg *cfg);
+
+/* ---- the driver, piece by piece (train_run's parts; the C tests drive them) ------- */
+
+struct train;
+
+/*
+ * Builds everything train_run's loop needs, in this order: the process
+ * group (or cfg->comm), the node-local copy (--stage-to), the dataset, the
+ * backend, NCCL (GPUs across ranks), the model, optimizer and loss scaler,
+ * the bucket plan, the checkpoint (--resume), rank 0's parameters on every
+ * rank, the input (loader and ring, or the synthetic batch), the schedule
+ * and the metrics file. `cfg` is copied; its strings are borrowed for the
+ * driver's lifetime. Collective: every rank calls it.
+ * Returns 0, or -errno with rt_errmsg() set. Either way *out receives the
+ * driver, half-built on failure (NULL only when it could not be allocated):
+ * pass it to train_fail() and train_destroy().
+ */
+int train_create(const struct train_cfg *cfg, struct train **out);
+
+/*
+ * Tears down whatever train_create built, in reverse order, whether it was
+ * finished or not. NULL is fine. Not collective: on the failure path the
+ * other ranks may be gone.
+ */
+void train_destroy(struct train *T);
+
+/* Prints "error: <rt_errmsg()>" and, with several ranks, ends the job (never returns then). */
+void train_fail(struct train *T);
+
+/* Why the loop stopped. */
+enum train_stop { STOP_DONE = 0, STOP_TARGET, STOP_STEPS, STOP_SIGNAL };
+
+/*
+ * The loop, from the driver's position to the end of the last epoch, the
+ * target accuracy, --steps, or a stop signal (see train_request_stop).
+ * Saves a checkpoint at each epoch's end and when stopped early. Returns 0
+ * (train_stopped() says why) or -1 with rt_errmsg() set.
+ */
+int train_loop(struct train *T);
+enum train_stop train_stopped(const struct train *T);
+
+/*
+ * After the loop: the replica check, the "param digest" line, the
+ * exposed-communication share, the summary. Collective. 0 or -1.
+ */
+int train_finish(struct train *T);
+
+/* One batch on its way through the step. */
+struct train_batch {
+    const uint8_t *images;      /* the step's input: the device copy (host memory on the CPU backend) */
+    const int32_t *labels;      /* host, batch entries; padding samples -1 */
+    uint32_t valid;             /* real samples */
+    uint64_t ticket;            /* rt_backend_input_upload's ticket for `images` */
+    struct rt_batch *slot;      /* the ring slot it came in, NULL for the synthetic batch */
+};
+
+/*
+ * The next micro-batch, its copy to the device started, and the copy of the
+ * one after it started too, so that it overlaps this step. Returns 1, 0 at
+ * the end of the data, or -errno.
+ */
+int train_next_batch(struct train *T, struct train_batch *b);
+/* Gives the batch's ring slot back once its copy has read it. */
+void train_release_batch(struct train *T, struct train_batch *b);
+
+/* 1 when the micro-batch about to run is the last of an update (then reduce and update follow). */
+int train_at_update(const struct train *T);
+
+/*
+ * Forward, loss and backward of micro-batch `b`, adding into the gradient
+ * buffer (zeroed first at an update's first micro-batch). At an update's
+ * last micro-batch the bucketer all-reduces the gradients as backward
+ * finishes them. The gradient is that of the global mean loss: scaled by
+ * 1 / (valid x world x grad_accum), times the loss scale. Dropout draws its
+ * masks at Philox offset (micro-batch x world + rank) << 32. A non-finite
+ * loss is remembered (naming the first non-finite tensor) for train_reduce.
+ * Returns 0 or -1.
+ */
+int train_forward_backward(struct train *T, const struct train_batch *b);
+
+/*
+ * At an update's last micro-batch: waits for the all-reduce and exchanges
+ * the control word, so every rank takes the same decision at the same
+ * update. Returns -1 when some rank's loss became non-finite (the message
+ * names the tensor on the rank where it happened), else 0.
+ */
+int train_reduce(struct train *T);
+
+/*
+ * The update: with loss scaling, unscale and check (an overflow skips the
+ * update and backs the scale off; too many in a row, or a collapsed scale,
+ * is an error); clip the global norm (--clip-grad-norm); the optimizer step
+ * at the schedule's learning rate for the applied updates so far.
+ * Returns 0 (applied or skipped) or -1.
+ */
+int train_update(struct train *T);
+
+/* Moves the positions and the meter past the micro-batch just run. */
+void train_advance(struct train *T, const struct train_batch *b);
+
+/* Where the driver stands: the counters of the file comment. */
+struct train_pos {
+    uint64_t epoch;             /* 0-based */
+    uint64_t batch;             /* next micro-batch within the epoch */
+    uint64_t micro;             /* micro-batches since the start of training (resumes included) */
+    uint64_t update;            /* updates attempted since the start of training */
+};
+struct train_pos train_position(const struct train *T);
+
+/* The pieces, borrowed, for tests and tools that look inside. */
+struct rt_model *train_model(struct train *T);
+struct rt_optim *train_optim(struct train *T);
+const struct rt_scaler *train_scaler(const struct train *T); /* NULL without loss scaling */
+const struct rt_loss_stats *train_last_loss(const struct train *T); /* the last micro-batch's sums, this rank's */
+
+/*
+ * XXH64 of the parameters as this rank holds them (the "param digest"), and
+ * the check that every rank holds the same: -EPROTO naming the ranks that
+ * differ from rank 0 (every rank reaches the same verdict). Collective.
+ */
+uint64_t train_param_digest(struct train *T);
+int train_check_replicas(struct train *T, uint64_t *digest);
+
+/* Writes the checkpoint now (rank 0 writes; collective). 0 or -1. */
+int train_save_checkpoint(struct train *T);
+
+/* ---- evaluation ------------------------------------------------------------------------ */
+
+struct eval_cfg {
+    const char *data;
+    const char *checkpoint;     /* model.safetensors */
+    const char *model;          /* NULL: from the checkpoint's metadata */
+    uint32_t batch;
+    int workers, threads;
+    enum train_device device;
+};
+
+struct eval_result {
+    char model[64];             /* the checkpoint's model */
+    double images;              /* samples evaluated (padding excluded) */
+    double loss, accuracy;      /* means over them */
+    double seconds;
+};
+
+/*
+ * Loss and accuracy of the checkpoint on the dataset's test split, on one
+ * rank. The checkpoint's metadata must match the dataset (input shape,
+ * classes) and carries the normalisation. 0 or -errno with the message set.
+ */
+int eval_checkpoint(const struct eval_cfg *cfg, struct eval_result *res);
+
+#endif
