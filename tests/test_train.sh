@@ -126,6 +126,11 @@ if "$RT" train "${T4[@]}" --checkpoint-dir "$W/full" >"$W/full.out" 2>&1; then
     else
         fail "SIGTERM resume: rc $rc1/$rc2"; tail -n 3 "$W/s1.out" "$W/s2.out"
     fi
+    # eval scores the test split (256 records) even where the dataset has a val split (102 here).
+    "$RT" pack "$W/src-cifar" --out "$W/cifar-val10" --val-split 0.1 >/dev/null &&
+        "$RT" eval --data "$W/cifar-val10" --checkpoint "$W/full/model.safetensors" --threads 2 --json >"$W/ev.out" 2>&1
+    [ "$(jfield "$W/ev.out" images 2>/dev/null)" = 256 ] && grep -q "test split: 256 images" "$W/ev.out" \
+        && pass "eval scores the test split, not the val split" || fail "eval split: $(cat "$W/ev.out")"
 else
     fail "uninterrupted wrn-10-1 run"; tail -n 5 "$W/full.out"
 fi
