@@ -57,6 +57,7 @@
 set -eu
 export LC_ALL=C  # a decimal point in $EPOCHREALTIME and in awk, whatever the locale
 top=$(cd "$(dirname "$0")/.." && pwd)
+. "$top/bench/lib.sh"
 RT=$top/build/ringtrain
 NP=2
 MODEL=resnet18
@@ -71,58 +72,30 @@ ONLY=
 PY=/usr/bin/python3
 MPIRUN=mpirun
 
-usage() {
-    sed -n '2,/^set -eu/p' "$0" | sed -n 's/^# \{0,1\}//p'
-    exit "${1:-0}"
-}
-while [ $# -gt 0 ]; do
-    case $1 in
-    --bin) RT=$2; shift 2 ;;
-    --np) NP=$2; shift 2 ;;
-    --model) MODEL=$2; shift 2 ;;
-    --batch-size) B=$2; shift 2 ;;
-    --threads) THREADS=$2; shift 2 ;;
-    --bucket-cap-mb) BUCKET=$2; shift 2 ;;
-    --steps) STEPS=$2; shift 2 ;;
-    --runs) RUNS=$2; shift 2 ;;
-    --sweep) SWEEP=$2; shift 2 ;;
-    --no-overlap-too) NO_OVERLAP=1; shift ;;
-    --only) ONLY=$2; shift 2 ;;
-    -h | --help) usage 0 ;;
-    *) echo "ddp_vs_pytorch: unknown option '$1'" >&2; usage 2 >&2 ;;
-    esac
-done
-for v in "$NP" "$B" "$THREADS" "$STEPS" "$RUNS"; do
-    case $v in '' | *[!0-9]* | 0) echo "ddp_vs_pytorch: '$v' is not a positive integer" >&2; exit 2 ;; esac
-done
-posnum() { awk -v x="$1" 'BEGIN { exit !(x ~ /^[0-9]*\.?[0-9]+$/ && x + 0 > 0) }'; }
-posnum "$BUCKET" || { echo "ddp_vs_pytorch: --bucket-cap-mb '$BUCKET' is not a positive number" >&2; exit 2; }
+bench_options --bin=RT --np=NP --model=MODEL --batch-size=B --threads=THREADS --bucket-cap-mb=BUCKET \
+    --steps=STEPS --runs=RUNS --sweep=SWEEP --no-overlap-too=NO_OVERLAP:1 --only=ONLY -- "$@"
+bench_posint "$NP" "$B" "$THREADS" "$STEPS" "$RUNS"
+bench_posnum "$BUCKET" || bench_fail "--bucket-cap-mb '$BUCKET' is not a positive number"
 sweep=()
 if [ "$SWEEP" != none ]; then
-    IFS=, read -r -a sweep <<<"$SWEEP"
-    [ ${#sweep[@]} -gt 0 ] || { echo "ddp_vs_pytorch: --sweep is empty (none skips it)" >&2; exit 2; }
+    bench_list sweep "$SWEEP" --sweep " (none skips it)"
     for x in "${sweep[@]}"; do
-        posnum "$x" || { echo "ddp_vs_pytorch: --sweep: '$x' is not a positive number of MB" >&2; exit 2; }
+        bench_posnum "$x" || bench_fail "--sweep: '$x' is not a positive number of MB"
     done
 fi
-case $ONLY in '' | ringtrain | pytorch) ;; *) echo "ddp_vs_pytorch: --only takes ringtrain or pytorch" >&2; exit 2 ;; esac
+case $ONLY in '' | ringtrain | pytorch) ;; *) bench_fail "--only takes ringtrain or pytorch" ;; esac
 [ "$ONLY" != pytorch ] || { sweep=(); NO_OVERLAP=0; }
-case $RT in */*) ;; *) RT=$(command -v "$RT" || echo "$RT") ;; esac
+RT=$(bench_bin "$RT")
 
 # --- prerequisites -----------------------------------------------------------
-sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo "
+bench_sudo
 if [ "$(id -u)" -eq 0 ]; then
     # Open MPI refuses to start as root without both (--allow-run-as-root alone
     # covers mpirun's own check; these cover the launched daemons too).
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 fi
 if [ "$ONLY" != pytorch ]; then
-    if [ ! -x "$RT" ]; then
-        echo "ddp_vs_pytorch: no ringtrain binary at $RT; build it:" >&2
-        echo "  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build" >&2
-        exit 2
-    fi
+    bench_need_bin
     if ! command -v "$MPIRUN" >/dev/null 2>&1; then
         echo "ddp_vs_pytorch: no $MPIRUN (Open MPI); install:" >&2
         echo "  ${sudo}apt-get install -y openmpi-bin libopenmpi-dev" >&2
@@ -130,38 +103,13 @@ if [ "$ONLY" != pytorch ]; then
     fi
 fi
 if [ "$ONLY" != ringtrain ]; then
-    if [ ! -x "$PY" ] || ! torch_versions=$("$PY" "$top/bench/torch_ddp.py" --check); then
-        echo "ddp_vs_pytorch: PyTorch (with gloo) for $PY is missing or broken${torch_versions:+ ($torch_versions)}; install:" >&2
-        echo "  ${sudo}apt-get install -y python3-torch python3-torchvision" >&2
-        exit 2
-    fi
+    bench_need_torch "PyTorch (with gloo) for $PY is missing or broken" "$PY" "$top/bench/torch_ddp.py" --check
 fi
 
-t=$(mktemp -d "${TMPDIR:-/tmp}/rt-ddp-XXXXXX")
-trap 'rm -rf "$t"' EXIT
+bench_scratch rt-ddp
 
 # --- the report helper: parses each result line, prints the tables at the end -
-cat >"$t/report.py" <<'EOF'
-import json, statistics, sys
-
-def json_lines(path):
-    """The stdout lines starting with '{' (only rank 0 prints one)."""
-    try:
-        return [l for l in open(path, errors="replace").read().splitlines() if l.startswith("{")]
-    except OSError:
-        return []
-
-def last_json(path):
-    """The last of them as a JSON object, or None."""
-    try:
-        obj = json.loads(json_lines(path)[-1])
-    except (IndexError, ValueError):
-        return None
-    return obj if isinstance(obj, dict) else None
-
-def isnum(x):
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
+bench_report_helper "$t/report.py" <<'EOF'
 WAY = {"rt": "ringtrain", "pt": "PyTorch DDP"}
 
 def add(results, kind, way, np_, run, bucket, batch, path, wall):
@@ -205,10 +153,7 @@ def add(results, kind, way, np_, run, bucket, batch, path, wall):
     else:
         note = "%s, %s steps, %s threads, %s buckets" % (key, r.get("steps", "?"), r.get("threads", "?"),
                                                          r.get("buckets", "?"))
-        for l in open(path, errors="replace"):  # its set-up line, e.g. "ringtrain train: world 2, cpu: ..."
-            if l.startswith("ringtrain train:"):
-                rec["backend"] = l.split(":", 1)[1].strip()
-                break
+        rec["backend"] = setup_line(path)
     print("  %s %8.1f images/s, step %7.1f ms, exposed comm %s  (%s)" % (
         label, rec["ips"], 1e3 * rec["step_s"], pct(rec["exposed"]), note))
     with open(results, "a") as f:
@@ -217,22 +162,6 @@ def add(results, kind, way, np_, run, bucket, batch, path, wall):
 
 def pct(x):
     return "n/a" if x is None else "%.1f %%" % (100 * x)
-
-def load(results):
-    try:
-        return [json.loads(l) for l in open(results)]
-    except OSError:
-        return []
-
-def backends(results):
-    """ringtrain's set-up lines (world, compute backend), each once."""
-    seen = []
-    for r in load(results):
-        if r.get("backend") and r["backend"] not in seen:
-            seen.append(r["backend"])
-    for b in seen:
-        print("ringtrain: %s" % b)
-    return 0
 
 def cell(rs, way, np_):
     """Medians of one way at one world size: ips, lo, hi, step_s, exposed, runs."""
@@ -303,8 +232,7 @@ def sweep_table(results):
     return 0
 
 if __name__ == "__main__":
-    cmd, args = sys.argv[1], sys.argv[2:]
-    sys.exit({"add": add, "main": main_table, "sweep": sweep_table, "backends": backends}[cmd](*args) or 0)
+    main({"add": add, "main": main_table, "sweep": sweep_table, "backends": backends})
 EOF
 report() { "$PY" "$t/report.py" "$@"; }
 
@@ -331,7 +259,6 @@ cmd_pt() { # np
 }
 
 echo "== ringtrain data-parallel training vs PyTorch DDP (gloo): fp32 on the CPU =="
-. "$top/bench/lib.sh"
 bench_machine
 if [ $((NP * THREADS)) -gt "$(nproc)" ]; then
     echo "          NOTE: $NP ranks x $THREADS threads > $(nproc) CPUs: ranks share cores"
@@ -347,12 +274,9 @@ echo "          (the way that goes first swaps each run)"
 
 fails=0
 measure() { # kind way np run bucket
-    local rc=0 t0 t1 out=$t/$2-$3.out err=$t/$2-$3.err
-    t0=$EPOCHREALTIME
-    "${cmd[@]}" >"$out" 2>"$err" || rc=$?
-    t1=$EPOCHREALTIME
-    if ! report add "$t/results.jsonl" "$1" "$2" "$3" "$4" "$5" "$B" "$out" \
-        "$(awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}')" || [ $rc -ne 0 ]; then
+    local rc wall out=$t/$2-$3.out err=$t/$2-$3.err
+    bench_run "$out" "$err"
+    if ! report add "$t/results.jsonl" "$1" "$2" "$3" "$4" "$5" "$B" "$out" "$wall" || [ "$rc" -ne 0 ]; then
         fails=$((fails + 1))
         echo "    exit status $rc from: ${cmd[*]}" >&2
         # The first lines hold the program's own complaint; mpirun's and the
@@ -368,7 +292,7 @@ order() { # run -> the ways, the first swapping every run
     case $ONLY in
     ringtrain) echo rt ;;
     pytorch) echo pt ;;
-    *) if [ $(($1 % 2)) = 1 ]; then echo rt pt; else echo pt rt; fi ;;
+    *) bench_order "$1" rt pt ;;
     esac
 }
 worlds="$NP"
@@ -411,7 +335,4 @@ if [ ${#sweep[@]} -gt 0 ] || [ $NO_OVERLAP = 1 ]; then
     echo
     report sweep "$t/results.jsonl"
 fi
-if [ $fails -gt 0 ]; then
-    echo "ddp_vs_pytorch: $fails measurement(s) failed (above)" >&2
-    exit 1
-fi
+bench_finish $fails

@@ -114,6 +114,7 @@
 set -eu
 export LC_ALL=C  # a decimal point in $EPOCHREALTIME and in awk, whatever the locale
 top=$(cd "$(dirname "$0")/.." && pwd)
+. "$top/bench/lib.sh"
 RT=$top/build/ringtrain
 PT_PY=
 MODELS=resnet18,resnet9,mnist-net,wrn-16-4
@@ -149,62 +150,29 @@ steps_for() {
     esac
 }
 
-usage() {
-    sed -n '2,/^set -eu/p' "$0" | sed -n 's/^# \{0,1\}//p'
-    exit "${1:-0}"
-}
-while [ $# -gt 0 ]; do
-    case $1 in
-    --bin) RT=$2; shift 2 ;;
-    --python) PT_PY=$2; shift 2 ;;
-    --models) MODELS=$2; shift 2 ;;
-    --amps) AMPS=$2; shift 2 ;;
-    --runs) RUNS=$2; shift 2 ;;
-    --batch-size) B=$2; shift 2 ;;
-    --steps-scale) SCALE=$2; shift 2 ;;
-    --workers) WORKERS=$2; shift 2 ;;
-    --data) DATA=$2; shift 2 ;;
-    --cache) CACHE=$2; shift 2 ;;
-    --cifar) CIFAR=$2; shift 2 ;;
-    --tta-epochs) TTA_EPOCHS=$2; shift 2 ;;
-    --target) TARGET=$2; shift 2 ;;
-    --only) ONLY=$2; shift 2 ;;
-    -h | --help) usage 0 ;;
-    *) echo "gpu_vs_pytorch: unknown option '$1'" >&2; usage 2 >&2 ;;
-    esac
-done
-for v in "$B" "$RUNS" "$WORKERS" "$TTA_EPOCHS"; do
-    case $v in '' | *[!0-9]* | 0) echo "gpu_vs_pytorch: '$v' is not a positive integer" >&2; exit 2 ;; esac
-done
-if ! awk -v f="$SCALE" 'BEGIN { exit !(f ~ /^[0-9]*\.?[0-9]+$/ && f + 0 > 0) }'; then
-    echo "gpu_vs_pytorch: --steps-scale '$SCALE' is not a positive number" >&2; exit 2
-fi
-if ! awk -v a="$TARGET" 'BEGIN { exit !(a ~ /^[0-9]*\.?[0-9]+$/ && a + 0 > 0 && a + 0 <= 1) }'; then
-    echo "gpu_vs_pytorch: --target '$TARGET' is not an accuracy in (0, 1]" >&2; exit 2
-fi
-case $ONLY in '' | compute | loader | tta) ;; *) echo "gpu_vs_pytorch: --only takes compute, loader or tta" >&2; exit 2 ;; esac
-IFS=, read -r -a models <<<"$MODELS"
-[ ${#models[@]} -gt 0 ] || { echo "gpu_vs_pytorch: --models is empty" >&2; exit 2; }
-IFS=, read -r -a amps <<<"$AMPS"
-[ ${#amps[@]} -gt 0 ] || { echo "gpu_vs_pytorch: --amps is empty" >&2; exit 2; }
+bench_options --bin=RT --python=PT_PY --models=MODELS --amps=AMPS --runs=RUNS --batch-size=B --steps-scale=SCALE \
+    --workers=WORKERS --data=DATA --cache=CACHE --cifar=CIFAR --tta-epochs=TTA_EPOCHS --target=TARGET --only=ONLY \
+    -- "$@"
+bench_posint "$B" "$RUNS" "$WORKERS" "$TTA_EPOCHS"
+bench_posnum "$SCALE" || bench_fail "--steps-scale '$SCALE' is not a positive number"
+bench_accuracy "$TARGET" || bench_fail "--target '$TARGET' is not an accuracy in (0, 1]"
+case $ONLY in '' | compute | loader | tta) ;; *) bench_fail "--only takes compute, loader or tta" ;; esac
+models=()
+bench_list models "$MODELS" --models
+amps=()
+bench_list amps "$AMPS" --amps
 for a in "${amps[@]}"; do
-    case $a in off | bf16 | fp16) ;; *) echo "gpu_vs_pytorch: --amps: '$a' is not off, bf16 or fp16" >&2; exit 2 ;; esac
+    case $a in off | bf16 | fp16) ;; *) bench_fail "--amps: '$a' is not off, bf16 or fp16" ;; esac
 done
 if [ -n "$CIFAR" ] && [ ! -e "$CIFAR" ]; then
-    echo "gpu_vs_pytorch: --cifar $CIFAR: no such file or directory" >&2; exit 2
+    bench_fail "--cifar $CIFAR: no such file or directory"
 fi
-case $RT in */*) ;; *) RT=$(command -v "$RT" || echo "$RT") ;; esac
+RT=$(bench_bin "$RT")
 
 # --- prerequisites: the binary, a GPU, ringtrain training on it ----------------
-if [ ! -x "$RT" ]; then
-    echo "gpu_vs_pytorch: no ringtrain binary at $RT; build it (CUDA toolkit and cuDNN under /usr/local/cuda):" >&2
-    echo "  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DRT_CUDA=ON && cmake --build build" >&2
-    exit 2
-fi
+bench_need_bin " (CUDA toolkit and cuDNN under /usr/local/cuda)" -DRT_CUDA=ON
 RPY=$(command -v python3 || echo /usr/bin/python3)  # runs the report helper: json and statistics only
-if ! "$RPY" -c 'import json, statistics' 2>/dev/null; then
-    echo "gpu_vs_pytorch: no python3 (it prints the tables)" >&2; exit 2
-fi
+"$RPY" -c 'import json, statistics' 2>/dev/null || bench_fail "no python3 (it prints the tables)"
 if ! command -v nvidia-smi >/dev/null 2>&1; then
     echo "gpu_vs_pytorch: no GPU: nvidia-smi is not installed; this benchmark needs a machine with an NVIDIA GPU" >&2
     echo "  and its driver (bench/train_vs_pytorch.sh compares training on the CPU)" >&2
@@ -216,8 +184,7 @@ if ! gpu_list=$(nvidia-smi --query-gpu=index,name,memory.total,driver_version --
     exit 2
 fi
 
-t=$(mktemp -d "${TMPDIR:-/tmp}/rt-gvp-XXXXXX")
-trap 'rm -rf "$t"' EXIT
+bench_scratch rt-gvp
 
 # One step on the GPU: the binary was built with CUDA, the driver and the GPU
 # work, and its JSON line names the default precision (when it has an "amp" field).
@@ -229,10 +196,7 @@ if ! "$RT" train --device cuda --synthetic-data --model mnist-net --batch-size 8
 fi
 HAVE_AMP=0
 "$RT" train --help 2>&1 | grep -q -- '--amp' && HAVE_AMP=1
-DEFAULT_AMP=$("$RPY" -c 'import json, sys
-lines = [l for l in open(sys.argv[1], errors="replace") if l.startswith("{")]
-a = json.loads(lines[-1]).get("amp") if lines else None
-print(a if isinstance(a, str) else "")' "$t/probe.out" 2>/dev/null || true)
+DEFAULT_AMP=$(bench_json_field "$RPY" "$t/probe.out" amp)
 amp_source="from its --json line"
 if [ -z "$DEFAULT_AMP" ]; then
     if [ $HAVE_AMP = 0 ]; then
@@ -301,12 +265,7 @@ fi
 # --- datasets --------------------------------------------------------------------
 if [ "$ONLY" = "" ] || [ "$ONLY" = loader ]; then
     if [ "$DATA" = "$CACHE/synth" ] && [ ! -f "$DATA/manifest.json" ]; then
-        if [ ! -f "$CACHE/synth-src/cifar-10-batches-bin/test_batch.bin" ]; then
-            echo "making $CACHE/synth-src (ringtrain synth: 50000 train + 10000 test records)"
-            "$RT" synth --out "$CACHE/synth-src" --format cifar10 >/dev/null
-        fi
-        echo "packing $DATA (ringtrain pack)"
-        "$RT" pack "$CACHE/synth-src" --out "$DATA" --force >/dev/null
+        bench_dataset --quiet "$CACHE/synth-src" "$DATA" ": 50000 train + 10000 test records" ""
     fi
     if [ ! -f "$DATA/manifest.json" ]; then
         echo "gpu_vs_pytorch: --data $DATA: no manifest.json (a dataset packed with \`ringtrain pack\`)" >&2
@@ -347,29 +306,8 @@ sys.exit(0 if m.get("num_classes") == 10 and m["splits"]["train"]["records"] == 
 fi
 
 # --- the report helper: parses each result line, prints the tables at the end -
-cat >"$t/report.py" <<'EOF'
-import json, statistics, sys
-
-def last_json(path):
-    """The last stdout line starting with '{' as a JSON object, or None."""
-    try:
-        lines = [l for l in open(path, errors="replace").read().splitlines() if l.startswith("{")]
-        obj = json.loads(lines[-1])
-    except (OSError, IndexError, ValueError):
-        return None
-    return obj if isinstance(obj, dict) else None
-
-def isnum(x):
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
+bench_report_helper "$t/report.py" <<'EOF'
 WAY = {"rt": "ringtrain", "pt": "PyTorch eager", "syn": "synthetic", "data": "loader", "lb": "loadbench"}
-
-def setup_line(path):
-    """ringtrain's set-up line, e.g. "world 1 (1 node, 1 rank per node), cuda: GPU 0 ..."."""
-    for l in open(path, errors="replace"):
-        if l.startswith("ringtrain train:"):
-            return l.split(":", 1)[1].strip()
-    return ""
 
 def add(results, part, way, model, amp, run, path, wall, target):
     """Appends one measurement to results; 0 when it holds what the part needs.
@@ -428,26 +366,10 @@ def add(results, part, way, model, amp, run, path, wall, target):
         f.write(json.dumps(rec) + "\n")
     return 0
 
-def load(results):
-    try:
-        return [json.loads(l) for l in open(results)]
-    except OSError:
-        return []
-
-def backends(results):
-    """ringtrain's set-up lines (GPU, cuDNN, cuBLAS), each once."""
-    seen = []
-    for r in load(results):
-        if r.get("backend") and r["backend"] not in seen:
-            seen.append(r["backend"])
-    for b in seen:
-        print("ringtrain: %s" % b)
-    return 0
-
 def cell(rs, **kv):
     """(median, min, max) of the matching records' ips, or None."""
     xs = [r["ips"] for r in rs if all(r.get(k) == v for k, v in kv.items())]
-    return (statistics.median(xs), min(xs), max(xs)) if xs else None
+    return med_lo_hi(xs) if xs else None
 
 def fmt(c):
     return ("%.1f" % c[0], "%.1f - %.1f" % (c[1], c[2])) if c else ("n/a", "")
@@ -530,39 +452,13 @@ def headroom_table(results, models, workers):
 def tta_table(results, model, target, epochs, pt_present):
     rs = [r for r in load(results) if r["part"] == "tta"]
     target = float(target)
-    print("| way | time to %.0f %% (median s) | min - max | epochs (median) | test acc at the end "
-          "| runs reaching it | training images/s | process wall s |" % (100 * target))
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    med = {}
-    for w in ("rt", "pt"):
-        xs = [r for r in rs if r["way"] == w]
-        if not xs:
-            print("| %s | n/a | | | | | | |" % WAY[w])
-            continue
-        ok = [r for r in xs if r["reached"]]
-        ts = [r["time_s"] for r in xs]
-        med[w] = (statistics.median(ts), len(ok), len(xs))
-        print("| %s | %.1f | %.1f - %.1f | %g | %.4f | %d of %d | %.0f | %.1f |" % (
-            WAY[w], med[w][0], min(ts), max(ts), statistics.median([r["epochs"] for r in xs]),
-            statistics.median([r["val_acc"] for r in xs]), len(ok), len(xs),
-            statistics.median([r["images_per_s"] for r in xs]), statistics.median([r["process_s"] for r in xs])))
+    med = tta_rows(rs, target)
     print()
     print("| goal | result |")
     print("|---|---|")
-    if "rt" in med and "pt" in med:
-        x = med["pt"][0] / med["rt"][0]
-        if med["rt"][1] < med["rt"][2]:
-            res = "%.2fx MISS (ringtrain reached %.0f %% in %d of %d runs)" % (
-                x, 100 * target, med["rt"][1], med["rt"][2])
-        elif med["pt"][1] < med["pt"][2]:
-            res = "%.2fx %s (PyTorch missed %.0f %% in %d of %d runs: those times are its full %s epochs)" % (
-                x, "PASS" if x >= 1.0 else "MISS", 100 * target, med["pt"][2] - med["pt"][1], med["pt"][2], epochs)
-        else:
-            res = "%.2fx %s" % (x, "PASS" if x >= 1.0 else "MISS")
-    elif "rt" in med and pt_present != "1":
-        res = "n/a (PyTorch with CUDA absent)"
-    else:
-        res = "n/a"
+    res = tta_goal(med, target, epochs)
+    if res is None:
+        res = "n/a (PyTorch with CUDA absent)" if "rt" in med and pt_present != "1" else "n/a"
     print("| %s time to %.0f %% test accuracy <= PyTorch eager's (PyTorch s / ringtrain s >= 1.0) | %s |" % (
         model, 100 * target, res))
     if "rt" in med and med["rt"][1] == med["rt"][2] and abs(target - 0.94) < 1e-9:
@@ -572,9 +468,8 @@ def tta_table(results, model, target, epochs, pt_present):
     return 0
 
 if __name__ == "__main__":
-    cmd, args = sys.argv[1], sys.argv[2:]
-    sys.exit({"add": add, "compute": compute_table, "loader": loader_table, "headroom": headroom_table,
-              "tta": tta_table, "backends": backends}[cmd](*args) or 0)
+    main({"add": add, "compute": compute_table, "loader": loader_table, "headroom": headroom_table,
+          "tta": tta_table, "backends": backends})
 EOF
 report() { "$RPY" "$t/report.py" "$@"; }
 
@@ -616,7 +511,6 @@ cmd_tta() { # way seed
 }
 
 echo "== ringtrain training on one GPU vs PyTorch eager on the same GPU =="
-. "$top/bench/lib.sh"
 bench_machine
 while IFS=, read -r idx name mem drv; do
     echo "gpu:      GPU$idx:$name,$mem, driver$drv"
@@ -640,7 +534,7 @@ echo "          $DEFAULT_AMP ($amp_source)"
 declare -A steps  # model -> timed steps
 echo -n "steps:    3 untimed, then timed:"
 for m in "${models[@]}"; do
-    n=$(awk -v n="$(steps_for "$m")" -v f="$SCALE" 'BEGIN { s = int(n * f + 0.5); print s < 1 ? 1 : s }')
+    n=$(bench_scaled_steps "$(steps_for "$m")" "$SCALE")
     steps[$m]=$n
     echo -n " $m $n"
 done
@@ -658,26 +552,15 @@ fi
 
 fails=0
 measure() { # part way model amp run
-    local rc=0 t0 t1 out=$t/$1-$2.out err=$t/$1-$2.err
-    t0=$EPOCHREALTIME
-    "${cmd[@]}" >"$out" 2>"$err" || rc=$?
-    t1=$EPOCHREALTIME
-    if ! report add "$t/results.jsonl" "$1" "$2" "$3" "$4" "$5" "$out" \
-        "$(awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}')" "$TARGET" || [ $rc -ne 0 ]; then
+    local rc wall out=$t/$1-$2.out err=$t/$1-$2.err
+    bench_run "$out" "$err"
+    if ! report add "$t/results.jsonl" "$1" "$2" "$3" "$4" "$5" "$out" "$wall" "$TARGET" || [ "$rc" -ne 0 ]; then
         fails=$((fails + 1))
-        echo "    exit status $rc from: ${cmd[*]}" >&2
-        if [ -s "$err" ]; then
-            tail -n 5 "$err" | sed 's/^/    /' >&2
-        else
-            tail -n 3 "$out" | sed 's/^/    /' >&2
-        fi
+        bench_show_failure "$rc" "$err" "$out"
     fi
 }
-order() { # run first second -> the two ways, the first swapping every run
-    if [ $(($1 % 2)) = 1 ]; then echo "$2 $3"; else echo "$3 $2"; fi
-}
 ways_rt_pt() { # run -> rt and pt in this run's order, rt alone without PyTorch
-    if [ $PT = 1 ]; then order "$1" rt pt; else echo rt; fi
+    if [ $PT = 1 ]; then bench_order "$1" rt pt; else echo rt; fi
 }
 
 if [ "$ONLY" = "" ] || [ "$ONLY" = compute ]; then
@@ -700,7 +583,7 @@ if [ "$ONLY" = "" ] || [ "$ONLY" = loader ]; then
     for i in $(seq "$RUNS"); do
         echo "loader run $i/$RUNS"
         for m in "${models[@]}"; do
-            for w in $(order "$i" syn data); do
+            for w in $(bench_order "$i" syn data); do
                 cmd_loader "$w" "$m" "${steps[$m]}" && measure loader "$w" "$m" default "$i"
             done
         done
@@ -760,7 +643,4 @@ if [ "$ONLY" = "" ] || [ "$ONLY" = tta ]; then
     echo "Published reference: airbench94 (K. Jordan, 2024) reaches 94 % on CIFAR-10 in 3.83 s on one A100"
     echo "(3.29 s with torch.compile); the DAWNBench ResNet-9 (D. Page, 2018) in 79 s on one V100."
 fi
-if [ $fails -gt 0 ]; then
-    echo "gpu_vs_pytorch: $fails measurement(s) failed (above)" >&2
-    exit 1
-fi
+bench_finish $fails

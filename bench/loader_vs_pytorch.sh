@@ -27,6 +27,7 @@
 set -eu
 export LC_ALL=C  # a decimal point in $EPOCHREALTIME and in awk, whatever the locale
 top=$(cd "$(dirname "$0")/.." && pwd)
+. "$top/bench/lib.sh"
 RT=$top/build/ringtrain
 DATA=$top/data/bench
 B=256
@@ -36,79 +37,31 @@ WORKERS=$(nproc)
 PY=/usr/bin/python3
 ZSTD_REPS=10
 
-usage() {
-    sed -n '2,/^set -eu/p' "$0" | sed -n 's/^# \{0,1\}//p'
-    exit "${1:-0}"
-}
-while [ $# -gt 0 ]; do
-    case $1 in
-    --bin) RT=$2; shift 2 ;;
-    --data) DATA=$2; shift 2 ;;
-    --batch-size) B=$2; shift 2 ;;
-    --runs) RUNS=$2; shift 2 ;;
-    --epochs) EPOCHS=$2; shift 2 ;;
-    --workers) WORKERS=$2; shift 2 ;;
-    -h | --help) usage 0 ;;
-    *) echo "loader_vs_pytorch: unknown option '$1'" >&2; usage 2 >&2 ;;
-    esac
-done
-for v in "$B" "$RUNS" "$EPOCHS" "$WORKERS"; do
-    case $v in '' | *[!0-9]* | 0) echo "loader_vs_pytorch: '$v' is not a positive integer" >&2; exit 2 ;; esac
-done
-case $RT in */*) ;; *) RT=$(command -v "$RT" || echo "$RT") ;; esac
+bench_options --bin=RT --data=DATA --batch-size=B --runs=RUNS --epochs=EPOCHS --workers=WORKERS -- "$@"
+bench_posint "$B" "$RUNS" "$EPOCHS" "$WORKERS"
+RT=$(bench_bin "$RT")
 
 # --- prerequisites -----------------------------------------------------------
-sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo "
-if [ ! -x "$RT" ]; then
-    echo "loader_vs_pytorch: no ringtrain binary at $RT; build it:" >&2
-    echo "  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build" >&2
-    exit 2
-fi
-if [ ! -x "$PY" ] || ! torch_versions=$("$PY" "$top/bench/torch_loader.py" check); then
-    echo "loader_vs_pytorch: PyTorch for $PY is missing${torch_versions:+ ($torch_versions)}; install:" >&2
-    echo "  ${sudo}apt-get install -y python3-torch python3-torchvision" >&2
-    exit 2
-fi
-if ! command -v zstd >/dev/null; then
-    echo "loader_vs_pytorch: zstd is missing; install: ${sudo}apt-get install -y zstd" >&2
-    exit 2
-fi
+bench_sudo
+bench_need_bin
+bench_need_torch "PyTorch for $PY is missing" "$PY" "$top/bench/torch_loader.py" check
+command -v zstd >/dev/null || bench_fail "zstd is missing; install: ${sudo}apt-get install -y zstd"
 
 # --- dataset -----------------------------------------------------------------
 src=$DATA/src/cifar-10-batches-bin
 packed=$DATA/cifar10-raw
-if [ ! -f "$src/data_batch_5.bin" ]; then
-    echo "making $DATA/src (ringtrain synth)"
-    "$RT" synth --format cifar10 --out "$DATA/src"
-fi
-if [ ! -f "$packed/manifest.json" ]; then
-    echo "packing $packed (ringtrain pack, codec raw)"
-    "$RT" pack "$DATA/src" --out "$packed" --force
-fi
+bench_dataset "$DATA/src" "$packed" "" ", codec raw"
 shards=("$packed"/train-*.rts)
 [ -f "${shards[0]}" ] || { echo "loader_vs_pytorch: no train-*.rts in $packed" >&2; exit 1; }
 
-t=$(mktemp -d "${TMPDIR:-/tmp}/rt-lvp-XXXXXX")
-trap 'rm -rf "$t"' EXIT
+bench_scratch rt-lvp
 # Every way reads from memory or the page cache: warm it once up front.
 cat "$src"/data_batch_*.bin "${shards[@]}" >/dev/null
 blocks=$("$PY" "$top/bench/zstd_blocks.py" "$t/blocks.zst" "${shards[@]}")
 read -r nshards zrecords zstored zraw <<<"$blocks"
 
 # --- the report helper: parses each result line, prints the table at the end --
-cat >"$t/report.py" <<'EOF'
-import json, statistics, sys
-
-def last_json(path):
-    """The last non-empty line of path as a JSON object, or None."""
-    try:
-        lines = [l for l in open(path, errors="replace").read().splitlines() if l.strip()]
-        obj = json.loads(lines[-1])
-    except (OSError, IndexError, ValueError):
-        return None
-    return obj if isinstance(obj, dict) else None
-
+bench_report_helper "$t/report.py" <<'EOF'
 def num(x):
     if isinstance(x, bool) or not isinstance(x, (int, float)):
         return str(x)
@@ -166,7 +119,7 @@ LABEL = {
 }
 
 def add(results, way, run, path, records="0"):
-    r = last_json(path)
+    r = last_line_json(path)
     if r is None or not isinstance(r.get("images_per_s"), (int, float)):
         if r is not None and "skipped" in r:
             print("  %-32s skipped: %s" % (LABEL[way], r["skipped"]))
@@ -197,11 +150,7 @@ def zstd(results, run, seconds, reps, raw_bytes, stored_bytes, path):
 
 def table(results, nproc, workers, runs, records):
     nproc, workers, runs, records = int(nproc), int(workers), int(runs), int(records)
-    rs = []
-    try:
-        rs = [json.loads(l) for l in open(results)]
-    except OSError:
-        pass
+    rs = load(results)
     by = {}
     for r in rs:
         by.setdefault(r["way"], {})[r["run"]] = r
@@ -279,8 +228,7 @@ def table(results, nproc, workers, runs, records):
             print(stages_text(mid["stages"], "    "))
 
 if __name__ == "__main__":
-    cmd, args = sys.argv[1], sys.argv[2:]
-    sys.exit({"add": add, "zstd": zstd, "table": table}[cmd](*args) or 0)
+    main({"add": add, "zstd": zstd, "table": table})
 EOF
 report() { "$PY" "$t/report.py" "$@"; }
 
@@ -302,7 +250,6 @@ cmd_tensor() {
 }
 
 echo "== ringtrain loader vs PyTorch input pipelines: augmented CIFAR-10 batches, no model =="
-. "$top/bench/lib.sh"
 bench_machine
 echo "software: $("$RT" --version 2>/dev/null | head -n 1); $torch_versions; $(zstd --version | sed 's/^\*\*\* //; s/ \*\*\*$//; s/, by .*//')"
 echo "dataset:  $packed (raw codec: zstd blocks; $zrecords train images, 3x32x32)"
@@ -332,12 +279,12 @@ echo "  zstd -q -d -c $t/blocks.zst > /dev/null   (x$ZSTD_REPS)"
 fails=0
 # measure WAY RUN: runs cmd with its output in files, records its JSON line.
 measure() {
-    local way=$1 i=$2 rc=0
-    "${cmd[@]}" >"$t/$way.out" 2>"$t/$way.err" || rc=$?
-    if ! report add "$t/results.jsonl" "$way" "$i" "$t/$way.out" "$zrecords" || [ $rc -ne 0 ]; then
+    # shellcheck disable=SC2034 # wall: loadbench and torch_loader.py time themselves
+    local way=$1 i=$2 rc wall
+    bench_run "$t/$way.out" "$t/$way.err"
+    if ! report add "$t/results.jsonl" "$way" "$i" "$t/$way.out" "$zrecords" || [ "$rc" -ne 0 ]; then
         fails=$((fails + 1))
-        echo "    exit status $rc from: ${cmd[*]}" >&2
-        tail -n 5 "$t/$way.err" | sed 's/^/    /' >&2
+        bench_show_failure "$rc" "$t/$way.err"
     fi
 }
 for i in $(seq "$RUNS"); do
@@ -352,8 +299,8 @@ for i in $(seq "$RUNS"); do
     t0=$EPOCHREALTIME
     for _ in $(seq "$ZSTD_REPS"); do zstd -q -d -c "$t/blocks.zst" >/dev/null; done
     t1=$EPOCHREALTIME
-    report zstd "$t/results.jsonl" "$i" "$(awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}')" \
-        "$ZSTD_REPS" "$zraw" "$zstored" "$t/zstd.out" || fails=$((fails + 1))
+    report zstd "$t/results.jsonl" "$i" "$(bench_seconds "$t0" "$t1")" "$ZSTD_REPS" "$zraw" "$zstored" "$t/zstd.out" ||
+        fails=$((fails + 1))
 done
 
 echo
@@ -366,7 +313,4 @@ if [ $have_lb = 0 ]; then
     echo "loader_vs_pytorch: $RT has no loadbench subcommand: no ringtrain rows" >&2
     exit 1
 fi
-if [ $fails -gt 0 ]; then
-    echo "loader_vs_pytorch: $fails measurement(s) failed (above)" >&2
-    exit 1
-fi
+bench_finish $fails

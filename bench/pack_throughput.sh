@@ -5,10 +5,10 @@
 #   bench/pack_throughput.sh [build/ringtrain] [RUNS]
 # MB/s counts decoded pixel bytes (records x 3072) per second of wall time.
 set -eu
+. "$(dirname "$0")/lib.sh"
 RT=${1:-build/ringtrain}
 RUNS=${2:-5}
-t=$(mktemp -d "${TMPDIR:-/tmp}/rt-bench-XXXXXX")
-trap 'rm -rf "$t"' EXIT
+bench_scratch rt-bench
 "$RT" synth --out "$t/src" >/dev/null
 # Warm the page cache so the first run is not the only one reading from disk.
 cat "$t"/src/cifar-10-batches-bin/* >/dev/null
@@ -18,9 +18,8 @@ for i in $(seq "$RUNS"); do
             sed -E 's/.*ratio ([0-9.]+), ([0-9.]+) s, ([0-9.]+) MB\/s.*/\1 \2 \3/' >>"$t/$codec.txt"
     done
 done
-median() { sort -n | awk '{a[NR]=$1} END{print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
 printf "%-6s %10s %10s %8s  (%s runs each, alternated, %s CPUs)\n" codec "MB/s" seconds ratio "$RUNS" "$(nproc)"
 for codec in raw jpeg; do
-    printf "%-6s %10s %10s %8s\n" "$codec" "$(cut -d' ' -f3 "$t/$codec.txt" | median)" \
-        "$(cut -d' ' -f2 "$t/$codec.txt" | median)" "$(cut -d' ' -f1 "$t/$codec.txt" | median)"
+    printf "%-6s %10s %10s %8s\n" "$codec" "$(cut -d' ' -f3 "$t/$codec.txt" | bench_median)" \
+        "$(cut -d' ' -f2 "$t/$codec.txt" | bench_median)" "$(cut -d' ' -f1 "$t/$codec.txt" | bench_median)"
 done

@@ -15,6 +15,7 @@
 # The dataset is packed once into ${STAGE_BENCH_DATA:-$TMPDIR/rt-stage-bench}
 # and reused by later runs; delete that directory to rebuild it.
 set -eu
+. "$(dirname "$0")/lib.sh"
 RT=${1:-build/ringtrain}
 RUNS=${2:-5}
 BASE=${TMPDIR:-/tmp}
@@ -23,12 +24,10 @@ DS=$DATA/ds
 
 if [ ! -f "$DS/manifest.json" ]; then
     rm -rf "$DATA"
-    "$RT" synth --out "$DATA/src" --train 100000 --test 10000 --seed 1 >/dev/null
-    "$RT" pack "$DATA/src" --out "$DS" >/dev/null
+    bench_dataset "$DATA/src" "$DS" "" "" --train 100000 --test 10000 --seed 1 >/dev/null
     rm -rf "$DATA/src"
 fi
-t=$(mktemp -d "$BASE/rt-stage-vs-cp-XXXXXX")
-trap 'rm -rf "$t"' EXIT
+bench_scratch rt-stage-vs-cp
 bytes=$(du -cb "$DS"/* | tail -1 | cut -f1)
 files=$(ls "$DS" | wc -l)
 cat "$DS"/* >/dev/null
@@ -52,9 +51,8 @@ for i in $(seq "$RUNS"); do
     run stage stage_run
     run cp cp_run
 done
-median() { sort -n | awk '{a[NR]=$1} END{print (NR%2 ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2)}'; }
-s_stage=$(median <"$t/stage.txt")
-s_cp=$(median <"$t/cp.txt")
+s_stage=$(bench_median <"$t/stage.txt")
+s_cp=$(bench_median <"$t/cp.txt")
 fs=$(df -T "$t" | awk 'NR==2{print $1" ("$2")"}')
 printf "dataset %s: %s files, %.1f MB; destination on %s; %s runs each, alternated, %s CPUs\n" \
     "$DS" "$files" "$(echo "$bytes" | awk '{print $1/1e6}')" "$fs" "$RUNS" "$(nproc)"

@@ -61,6 +61,7 @@
 set -eu
 export LC_ALL=C  # a decimal point in $EPOCHREALTIME and in awk, whatever the locale
 top=$(cd "$(dirname "$0")/.." && pwd)
+. "$top/bench/lib.sh"
 RT=$top/build/ringtrain
 DATA=$top/data/bench-train
 MODELS=resnet18,resnet9,mnist-net,wrn-16-4
@@ -88,103 +89,45 @@ steps_for() {
     esac
 }
 
-usage() {
-    sed -n '2,/^set -eu/p' "$0" | sed -n 's/^# \{0,1\}//p'
-    exit "${1:-0}"
-}
-while [ $# -gt 0 ]; do
-    case $1 in
-    --bin) RT=$2; shift 2 ;;
-    --models) MODELS=$2; shift 2 ;;
-    --runs) RUNS=$2; shift 2 ;;
-    --batch-size) B=$2; shift 2 ;;
-    --threads) THREADS=$2; shift 2 ;;
-    --steps-scale) SCALE=$2; shift 2 ;;
-    --data) DATA=$2; shift 2 ;;
-    --tta-model) TTA_MODEL=$2; shift 2 ;;
-    --target) TARGET=$2; shift 2 ;;
-    --epochs) EPOCHS=$2; shift 2 ;;
-    --only) ONLY=$2; shift 2 ;;
-    -h | --help) usage 0 ;;
-    *) echo "train_vs_pytorch: unknown option '$1'" >&2; usage 2 >&2 ;;
-    esac
-done
-for v in "$B" "$RUNS" "$THREADS" "$EPOCHS"; do
-    case $v in '' | *[!0-9]* | 0) echo "train_vs_pytorch: '$v' is not a positive integer" >&2; exit 2 ;; esac
-done
-if ! awk -v f="$SCALE" 'BEGIN { exit !(f ~ /^[0-9]*\.?[0-9]+$/ && f + 0 > 0) }'; then
-    echo "train_vs_pytorch: --steps-scale '$SCALE' is not a positive number" >&2; exit 2
-fi
-if ! awk -v a="$TARGET" 'BEGIN { exit !(a ~ /^[0-9]*\.?[0-9]+$/ && a + 0 > 0 && a + 0 <= 1) }'; then
-    echo "train_vs_pytorch: --target '$TARGET' is not an accuracy in (0, 1]" >&2; exit 2
-fi
-case $ONLY in '' | compute | tta) ;; *) echo "train_vs_pytorch: --only takes compute or tta" >&2; exit 2 ;; esac
-IFS=, read -r -a models <<<"$MODELS"
-[ ${#models[@]} -gt 0 ] || { echo "train_vs_pytorch: --models is empty" >&2; exit 2; }
-case $RT in */*) ;; *) RT=$(command -v "$RT" || echo "$RT") ;; esac
+bench_options --bin=RT --models=MODELS --runs=RUNS --batch-size=B --threads=THREADS --steps-scale=SCALE \
+    --data=DATA --tta-model=TTA_MODEL --target=TARGET --epochs=EPOCHS --only=ONLY -- "$@"
+bench_posint "$B" "$RUNS" "$THREADS" "$EPOCHS"
+bench_posnum "$SCALE" || bench_fail "--steps-scale '$SCALE' is not a positive number"
+bench_accuracy "$TARGET" || bench_fail "--target '$TARGET' is not an accuracy in (0, 1]"
+case $ONLY in '' | compute | tta) ;; *) bench_fail "--only takes compute or tta" ;; esac
+models=()
+bench_list models "$MODELS" --models
+RT=$(bench_bin "$RT")
 
 # --- prerequisites -----------------------------------------------------------
-sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo "
-if [ ! -x "$RT" ]; then
-    echo "train_vs_pytorch: no ringtrain binary at $RT; build it:" >&2
-    echo "  cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release && cmake --build build" >&2
-    exit 2
-fi
-if [ ! -x "$PY" ] || ! torch_versions=$("$PY" "$top/bench/torch_train.py" check); then
-    echo "train_vs_pytorch: PyTorch for $PY is missing or broken${torch_versions:+ ($torch_versions)}; install:" >&2
-    echo "  ${sudo}apt-get install -y python3-torch python3-torchvision" >&2
-    exit 2
-fi
+bench_sudo
+bench_need_bin
+bench_need_torch "PyTorch for $PY is missing or broken" "$PY" "$top/bench/torch_train.py" check
 # Every model's FLOPs up front: also fails early on a model name PyTorch lacks.
 flops_models=()
 [ "$ONLY" = tta ] || flops_models=("${models[@]}")
 [ "$ONLY" = compute ] || flops_models+=("$TTA_MODEL")
-flops_json=$("$PY" "$top/bench/torch_train.py" flops --model "$(IFS=,; echo "${flops_models[*]}")") || {
-    echo "train_vs_pytorch: could not build every model in PyTorch (above)" >&2
-    exit 2
-}
+flops_json=$("$PY" "$top/bench/torch_train.py" flops --model "$(IFS=,; echo "${flops_models[*]}")") ||
+    bench_fail "could not build every model in PyTorch (above)"
 
 # --- dataset (time to accuracy) ----------------------------------------------
 src=$DATA/src/cifar-10-batches-bin
 packed=$DATA/packed
 if [ "$ONLY" != compute ]; then
-    if [ ! -f "$src/test_batch.bin" ]; then
-        echo "making $DATA/src (ringtrain synth: 10000 train + 2000 test records)"
-        "$RT" synth --out "$DATA/src" --format cifar10 --train 10000 --test 2000
-    fi
-    if [ ! -f "$packed/manifest.json" ]; then
-        echo "packing $packed (ringtrain pack)"
-        "$RT" pack "$DATA/src" --out "$packed" --force
-    fi
+    bench_dataset "$DATA/src" "$packed" ": 10000 train + 2000 test records" "" --train 10000 --test 2000
     cat "$src"/*.bin "$packed"/* >/dev/null 2>&1 || true  # page cache warm for both ways
 fi
 
-t=$(mktemp -d "${TMPDIR:-/tmp}/rt-tvp-XXXXXX")
-trap 'rm -rf "$t"' EXIT
+bench_scratch rt-tvp
 echo "$flops_json" >"$t/flops.jsonl"
 
 # --- the report helper: parses each result line, prints the tables at the end -
-cat >"$t/report.py" <<'EOF'
-import json, statistics, sys
-
-def last_json(path):
-    """The last non-empty line of path as a JSON object, or None."""
-    try:
-        lines = [l for l in open(path, errors="replace").read().splitlines() if l.strip()]
-        obj = json.loads(lines[-1])
-    except (OSError, IndexError, ValueError):
-        return None
-    return obj if isinstance(obj, dict) else None
-
-def isnum(x):
-    return isinstance(x, (int, float)) and not isinstance(x, bool)
-
+bench_report_helper "$t/report.py" <<'EOF'
 WAY = {"rt": "ringtrain", "pt": "PyTorch"}
 
 def add(results, part, way, model, run, path, wall, target):
     """Appends one measurement to results; 0 when it holds what the part needs."""
-    r = last_json(path)
+    r = last_line_json(path)
     label = "%-9s %-10s" % (WAY[way], model)
     if part == "compute":
         key = "steady_images_per_s" if way == "rt" else "images_per_s"
@@ -207,29 +150,13 @@ def add(results, part, way, model, run, path, wall, target):
         print("  %s %7.1f s, %s epoch(s), test acc %.4f, %s  (training %.0f images/s)" % (
             label, r["time_s"], r.get("epochs", "?"), r["val_acc"],
             "target reached" if r["reached"] else "target NOT reached", r.get("images_per_s") or 0))
-    if way == "rt":  # its set-up line, e.g. "ringtrain train: world 1 (1 node, 1 rank per node), cpu: 2 threads, ..."
-        for l in open(path, errors="replace"):
-            if l.startswith("ringtrain train:"):
-                r["backend"] = l.split(":", 1)[1].strip()
-                break
+    if way == "rt":
+        r["backend"] = setup_line(path)
     r.update(part=part, way=way, model=model, run=int(run), process_s=float(wall))
     r.pop("history", None)
     with open(results, "a") as f:
         f.write(json.dumps(r) + "\n")
     return 0
-
-def backends(results):
-    """ringtrain's set-up lines (compute backend, BLAS core type), each once."""
-    seen = []
-    for r in load(results):
-        if r.get("backend") and r["backend"] not in seen:
-            seen.append(r["backend"])
-    for b in seen:
-        print("ringtrain: %s" % b)
-    return 0
-
-def med_lo_hi(xs):
-    return statistics.median(xs), min(xs), max(xs)
 
 def compute_table(results, flops_path, models, runs, batch, threads, scale):
     rs = [r for r in load(results) if r["part"] == "compute"]
@@ -269,50 +196,16 @@ def tta_table(results, model, target, epochs):
         print("records: %s train, %s test; %s steps per epoch" % (
             pt[0].get("train_records"), pt[0].get("test_records"), pt[0].get("steps_per_epoch")))
         print()
-    print("| way | time to %.0f %% (median s) | min - max | epochs (median) | test acc at the end "
-          "| runs reaching it | training images/s | process wall s |" % (100 * target))
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    med = {}
-    for w in ("rt", "pt"):
-        xs = [r for r in rs if r["way"] == w]
-        if not xs:
-            print("| %s | n/a | | | | | | |" % WAY[w])
-            continue
-        ok = [r for r in xs if r["reached"]]
-        tm, tlo, thi = med_lo_hi([r["time_s"] for r in xs])
-        med[w] = (tm, len(ok), len(xs))
-        print("| %s | %.1f | %.1f - %.1f | %s | %.4f | %d of %d | %.0f | %.1f |" % (
-            WAY[w], tm, tlo, thi, "%g" % statistics.median([r.get("epochs", 0) for r in xs]),
-            statistics.median([r["val_acc"] for r in xs]), len(ok), len(xs),
-            statistics.median([r.get("images_per_s") or 0 for r in xs]),
-            statistics.median([r["process_s"] for r in xs])))
+    med = tta_rows(rs, target)
     print()
     print("| goal | result |")
     print("|---|---|")
-    if "rt" in med and "pt" in med:
-        x = med["pt"][0] / med["rt"][0]
-        if med["rt"][1] < med["rt"][2]:
-            res = "%.2fx MISS (ringtrain reached %.0f %% in %d of %d runs)" % (x, 100 * target, med["rt"][1], med["rt"][2])
-        elif med["pt"][1] < med["pt"][2]:
-            res = "%.2fx %s (PyTorch missed %.0f %% in %d of %d runs: those times are its full %s epochs)" % (
-                x, "PASS" if x >= 1.0 else "MISS", 100 * target, med["pt"][2] - med["pt"][1], med["pt"][2], epochs)
-        else:
-            res = "%.2fx %s" % (x, "PASS" if x >= 1.0 else "MISS")
-    else:
-        res = "n/a"
     print("| %s time to %.0f %% test accuracy <= PyTorch's (PyTorch s / ringtrain s >= 1.0) | %s |" % (
-        model, 100 * target, res))
+        model, 100 * target, tta_goal(med, target, epochs) or "n/a"))
     return 0
 
-def load(results):
-    try:
-        return [json.loads(l) for l in open(results)]
-    except OSError:
-        return []
-
 if __name__ == "__main__":
-    cmd, args = sys.argv[1], sys.argv[2:]
-    sys.exit({"add": add, "compute": compute_table, "tta": tta_table, "backends": backends}[cmd](*args) or 0)
+    main({"add": add, "compute": compute_table, "tta": tta_table, "backends": backends})
 EOF
 report() { "$PY" "$t/report.py" "$@"; }
 
@@ -339,7 +232,6 @@ cmd_tta() { # way
 }
 
 echo "== ringtrain training vs PyTorch: fp32 on the CPU, batch $B, $THREADS threads =="
-. "$top/bench/lib.sh"
 bench_machine
 echo "software: $("$RT" --version 2>/dev/null | head -n 1); $torch_versions"
 echo "settings: $RUNS runs alternated (the way that goes first swaps each run); fp32; $THREADS compute"
@@ -349,7 +241,7 @@ if [ "$ONLY" != tta ]; then
     echo "compute:  synthetic 3x32x32 uint8 batch of $B, 10 classes, normalised every step; 3 warm-up"
     echo -n "          steps, then timed steps:"
     for m in "${models[@]}"; do
-        n=$(awk -v n="$(steps_for "$m")" -v f="$SCALE" 'BEGIN { s = int(n * f + 0.5); print s < 1 ? 1 : s }')
+        n=$(bench_scaled_steps "$(steps_for "$m")" "$SCALE")
         steps[$m]=$n
         echo -n " $m $n"
     done
@@ -362,26 +254,19 @@ fi
 
 fails=0
 measure() { # part way model run
-    local rc=0 t0 t1
-    t0=$EPOCHREALTIME
-    "${cmd[@]}" >"$t/$2.out" 2>"$t/$2.err" || rc=$?
-    t1=$EPOCHREALTIME
-    if ! report add "$t/results.jsonl" "$1" "$2" "$3" "$4" "$t/$2.out" \
-        "$(awk -v a="$t0" -v b="$t1" 'BEGIN {print b - a}')" "$TARGET" || [ $rc -ne 0 ]; then
+    local rc wall
+    bench_run "$t/$2.out" "$t/$2.err"
+    if ! report add "$t/results.jsonl" "$1" "$2" "$3" "$4" "$t/$2.out" "$wall" "$TARGET" || [ "$rc" -ne 0 ]; then
         fails=$((fails + 1))
-        echo "    exit status $rc from: ${cmd[*]}" >&2
-        tail -n 5 "$t/$2.err" | sed 's/^/    /' >&2
+        bench_show_failure "$rc" "$t/$2.err"
     fi
-}
-order() { # run -> the two ways, the first swapping every run
-    if [ $(($1 % 2)) = 1 ]; then echo rt pt; else echo pt rt; fi
 }
 
 if [ "$ONLY" != tta ]; then
     for i in $(seq "$RUNS"); do
         echo "compute run $i/$RUNS"
         for m in "${models[@]}"; do
-            for w in $(order "$i"); do
+            for w in $(bench_order "$i" rt pt); do
                 cmd_compute "$w" "$m" "${steps[$m]}" && measure compute "$w" "$m" "$i"
             done
         done
@@ -390,7 +275,7 @@ fi
 if [ "$ONLY" != compute ]; then
     for i in $(seq "$RUNS"); do
         echo "time-to-accuracy run $i/$RUNS"
-        for w in $(order "$i"); do
+        for w in $(bench_order "$i" rt pt); do
             cmd_tta "$w" && measure tta "$w" "$TTA_MODEL" "$i"
         done
     done
@@ -414,7 +299,4 @@ if [ "$ONLY" != compute ]; then
     echo
     report tta "$t/results.jsonl" "$TTA_MODEL" "$TARGET" "$EPOCHS"
 fi
-if [ $fails -gt 0 ]; then
-    echo "train_vs_pytorch: $fails measurement(s) failed (above)" >&2
-    exit 1
-fi
+bench_finish $fails
