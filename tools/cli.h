@@ -1,9 +1,10 @@
 /*
  * cli.h - glue shared by the `ringtrain` subcommands (tools/cmd_*.c): each
  * one parses its own options into a config struct, calls a library, and
- * prints. No pipeline logic lives in the cmd_*.c files: `train` and `eval`
- * call the pipeline driver in tools/train/ (train.h), which is the only
- * code that joins loader, ring, compute and comm; the others call one stage.
+ * prints. No pipeline logic lives in the cmd_*.c files: `train`, `eval`
+ * and `loadbench` call the pipeline driver in tools/train/ (train.h), which
+ * is the only code that joins loader, ring, compute and comm; the others
+ * call one stage's library.
  *
  * Exit codes: 0 success, 1 failure (the library's message is printed),
  * 2 bad usage.

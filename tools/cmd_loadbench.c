@@ -4,15 +4,14 @@
  * pipeline can deliver: images/s, each stage's throughput and share of
  * time, batch-wait percentiles, scaling over worker counts, a one-line
  * verdict, an optional digest of every batch, and an optional JSON line.
- * Option parsing and printing only; the pipeline lives in loader/ and
- * staging/.
+ * Option parsing and printing only; the measurement is the driver's
+ * train_loadbench (tools/train/loadbench.c).
  */
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "common/common.h"
 #include "loader/loader.h"
@@ -30,19 +29,6 @@ struct lb_config {
     enum rt_pin pin;
     double target;
     int digest, json;
-};
-
-struct lb_result {
-    int workers;
-    double wall_s, steady_s, images_per_s, steady_images_per_s;
-    uint64_t images, batches;
-    struct rt_loader_stats st;
-    struct rt_wait_stats prod, cons;
-    size_t ring_bytes;
-    int ring_locked;
-    uint32_t ring_slots;
-    uint64_t boundary_wait_max_ns;  /* worst wait for the first batch of epochs after the first */
-    char digest[17];
 };
 
 static void loadbench_help(void)
@@ -92,82 +78,6 @@ static int parse_workers(const char *s, struct lb_config *c)
 }
 
 /* One loader run at a given worker count. Returns 0 or a CLI exit code. */
-static int run_once(const struct lb_config *c, const struct rt_dataset *ds, int workers, struct lb_result *r)
-{
-    const struct rt_dataset_info *info = rt_dataset_info(ds);
-    struct rt_loader_opts lo = c->lo;
-    struct rt_ring *ring = NULL;
-    struct rt_loader *L = NULL;
-    XXH3_state_t *xs = NULL;
-    struct rt_batch *b;
-    uint64_t t_first = 0, first_images = 0;
-    int rc = RT_EXIT_OK;
-
-    memset(r, 0, sizeof(*r));
-    r->workers = workers;
-    lo.workers = workers;
-    struct rt_ring_opts ro = {.slots = c->ring_slots ? c->ring_slots : (uint32_t)RT_MAX(workers + 2, 4),
-                              .batch = lo.batch, .channels = info->channels, .height = info->height,
-                              .width = info->width, .pin = c->pin};
-    if (c->digest) {
-        xs = XXH3_createState();
-        if (!xs || XXH3_64bits_reset(xs) == XXH_ERROR) {
-            XXH3_freeState(xs);
-            fprintf(stderr, "error: cannot create the digest state\n");
-            return RT_EXIT_FAIL;
-        }
-    }
-    uint64_t t0 = rt_now_ns();
-    if (rt_ring_create(&ro, &ring) < 0 || rt_loader_create(ds, &lo, ring, &L) < 0) {
-        rc = cli_fail();
-        goto out;
-    }
-    const size_t img_bytes = (size_t)lo.batch * info->channels * info->height * info->width;
-    int more;
-    for (;;) {
-        uint64_t tw = rt_now_ns();
-        more = rt_loader_next(L, &b);
-        if (more <= 0)
-            break;
-        tw = rt_now_ns() - tw;
-        if (b->step == 0 && b->epoch > lo.start_epoch && tw > r->boundary_wait_max_ns)
-            r->boundary_wait_max_ns = tw;
-        if (!t_first) {
-            t_first = rt_now_ns();
-            first_images = b->valid;
-        }
-        if (xs) {
-            XXH3_64bits_update(xs, b->images, img_bytes);
-            XXH3_64bits_update(xs, b->labels, sizeof(int32_t) * b->batch);
-            XXH3_64bits_update(xs, b->ids, sizeof(uint64_t) * b->batch);
-        }
-        rt_loader_release(L, b);
-    }
-    if (more < 0) {
-        rc = cli_fail();
-        goto out;
-    }
-    uint64_t t1 = rt_now_ns();
-    rt_loader_stats(L, &r->st);
-    rt_ring_wait_stats(ring, &r->prod, &r->cons);
-    r->ring_bytes = rt_ring_bytes(ring);
-    r->ring_locked = rt_ring_locked(ring);
-    r->ring_slots = ro.slots;
-    r->images = r->st.images;
-    r->batches = r->st.batches;
-    r->wall_s = (double)(t1 - t0) * 1e-9;
-    r->steady_s = t_first ? (double)(t1 - t_first) * 1e-9 : 0;
-    r->images_per_s = r->wall_s > 0 ? (double)r->images / r->wall_s : 0;
-    r->steady_images_per_s = r->steady_s > 0 ? (double)(r->images - first_images) / r->steady_s : 0;
-    if (xs)
-        snprintf(r->digest, sizeof(r->digest), "%016llx", (unsigned long long)XXH3_64bits_digest(xs));
-out:
-    rt_loader_destroy(L);
-    rt_ring_destroy(ring);
-    XXH3_freeState(xs);
-    return rc;
-}
-
 struct stage_line {
     const char *name;
     double busy_s;     /* thread-seconds spent */
@@ -178,7 +88,7 @@ struct stage_line {
 
 static double per_s(double amount, uint64_t ns) { return ns ? amount / ((double)ns * 1e-9) : 0; }
 
-static void stage_lines(const struct lb_result *r, struct stage_line *lines, int *nlines)
+static void stage_lines(const struct loadbench_result *r, struct stage_line *lines, int *nlines)
 {
     const struct rt_loader_stats *s = &r->st;
     const double pool = r->wall_s * r->workers, wall = r->wall_s;
@@ -202,7 +112,7 @@ static void stage_lines(const struct lb_result *r, struct stage_line *lines, int
     *nlines = n;
 }
 
-static void verdict(const struct lb_config *c, const struct lb_result *r, const struct stage_line *lines, int n,
+static void verdict(const struct lb_config *c, const struct loadbench_result *r, const struct stage_line *lines, int n,
                     char *buf, size_t len)
 {
     /* The limiting stage is where the workers spend most time, unless reads keep the wall clock busy longer. */
@@ -238,10 +148,10 @@ static void verdict(const struct lb_config *c, const struct lb_result *r, const 
 
 static double ms(uint64_t ns) { return (double)ns * 1e-6; }
 
-static void print_json(const struct lb_config *c, const struct lb_result *res, int nruns,
+static void print_json(const struct lb_config *c, const struct loadbench_result *res, int nruns,
                        const struct stage_line *lines, int nl)
 {
-    const struct lb_result *r = &res[nruns - 1];
+    const struct loadbench_result *r = &res[nruns - 1];
     printf("{\"images_per_s\":%.1f,\"end_to_end_images_per_s\":%.1f,\"workers\":%d,\"batch_size\":%" PRIu32
            ",\"epochs\":%" PRIu64 ",\"images\":%" PRIu64 ",\"batches\":%" PRIu64 ",\"wall_s\":%.4f"
            ",\"shuffle\":\"%s\",\"io\":\"%s\",\"queue_depth\":%" PRIu32 ",\"cpus\":%d,\"load_s\":%.4f"
@@ -420,15 +330,16 @@ int cmd_loadbench(int argc, char **argv)
            rt_cpus_available());
 
     fflush(stdout);
-    struct lb_result res[MAX_WORKER_RUNS];
+    struct loadbench_result res[MAX_WORKER_RUNS];
     for (int i = 0; i < c.nruns; i++) {
-        int rc = run_once(&c, ds, c.worker_list[i], &res[i]);
-        if (rc) {
+        struct loadbench_opts lo = {.lo = c.lo, .ring_slots = c.ring_slots, .pin = c.pin, .digest = c.digest};
+        lo.lo.workers = c.worker_list[i];
+        if (train_loadbench(ds, &lo, &res[i]) < 0) {
             rt_dataset_close(ds);
-            return rc;
+            return cli_fail();
         }
     }
-    const struct lb_result *r = &res[c.nruns - 1];
+    const struct loadbench_result *r = &res[c.nruns - 1];
     printf("io: %s, queue depth %" PRIu32 "%s%s%s; ring %" PRIu32 " slots, %.1f MiB %s\n", r->st.io_kind,
            r->st.queue_depth, r->st.fixed_files ? ", registered files" : "",
            r->st.fixed_buffers ? ", registered buffers" : "", r->st.direct ? ", O_DIRECT" : "", r->ring_slots,
@@ -440,7 +351,7 @@ int cmd_loadbench(int argc, char **argv)
     printf("\n%7s %12s %12s %12s %8s   %s\n", "workers", "img/s", "steady img/s", "per worker", "speedup",
            "batch wait p50 / p99 / max (ms)");
     for (int i = 0; i < c.nruns; i++) {
-        const struct lb_result *x = &res[i];
+        const struct loadbench_result *x = &res[i];
         printf("%7d %12.0f %12.0f %12.0f %7.2fx   %.3f / %.3f / %.3f\n", x->workers, x->images_per_s,
                x->steady_images_per_s, x->steady_images_per_s / x->workers,
                res[0].steady_images_per_s > 0 ? x->steady_images_per_s / res[0].steady_images_per_s : 0,

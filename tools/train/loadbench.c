@@ -1,0 +1,93 @@
+/*
+ * loadbench.c - the input side alone, for `ringtrain loadbench`: the loader
+ * filling its ring and a consumer that takes every batch as it comes and
+ * does nothing with it, timed from the loader's start and from its first
+ * batch, with the ring's waits, the loader's stage times and, if asked, a
+ * digest of every batch in order.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <xxhash.h>
+
+#include "common/common.h"
+#include "tools/train/driver.h"
+
+/* Takes every batch, noting the first's arrival and the worst epoch-boundary wait. 0 or -errno. */
+static int drain(struct rt_loader *L, uint64_t start_epoch, size_t img_bytes, XXH3_state_t *xs,
+                 struct loadbench_result *r, uint64_t *t_first, uint64_t *first_images)
+{
+    struct rt_batch *b;
+    for (;;) {
+        uint64_t tw = rt_now_ns();
+        int more = rt_loader_next(L, &b);
+        if (more <= 0)
+            return more;
+        tw = rt_now_ns() - tw;
+        if (b->step == 0 && b->epoch > start_epoch && tw > r->boundary_wait_max_ns)
+            r->boundary_wait_max_ns = tw;
+        if (!*t_first) {
+            *t_first = rt_now_ns();
+            *first_images = b->valid;
+        }
+        if (xs) {
+            XXH3_64bits_update(xs, b->images, img_bytes);
+            XXH3_64bits_update(xs, b->labels, sizeof(int32_t) * b->batch);
+            XXH3_64bits_update(xs, b->ids, sizeof(uint64_t) * b->batch);
+        }
+        rt_loader_release(L, b);
+    }
+}
+
+static void summarise(struct rt_loader *L, struct rt_ring *ring, uint64_t t0, uint64_t t_first, uint64_t first_images,
+                      struct loadbench_result *r)
+{
+    const uint64_t t1 = rt_now_ns();
+    rt_loader_stats(L, &r->st);
+    rt_ring_wait_stats(ring, &r->prod, &r->cons);
+    r->ring_bytes = rt_ring_bytes(ring);
+    r->ring_locked = rt_ring_locked(ring);
+    r->images = r->st.images;
+    r->batches = r->st.batches;
+    r->wall_s = (double)(t1 - t0) * 1e-9;
+    r->steady_s = t_first ? (double)(t1 - t_first) * 1e-9 : 0;
+    r->images_per_s = r->wall_s > 0 ? (double)r->images / r->wall_s : 0;
+    r->steady_images_per_s = r->steady_s > 0 ? (double)(r->images - first_images) / r->steady_s : 0;
+}
+
+int train_loadbench(const struct rt_dataset *ds, const struct loadbench_opts *o, struct loadbench_result *r)
+{
+    const struct rt_dataset_info *info = rt_dataset_info(ds);
+    const struct rt_loader_opts *lo = &o->lo;
+    struct rt_ring *ring = NULL;
+    struct rt_loader *L = NULL;
+    XXH3_state_t *xs = NULL;
+    uint64_t t_first = 0, first_images = 0;
+    memset(r, 0, sizeof(*r));
+    r->workers = lo->workers;
+    struct rt_ring_opts ro = {.slots = o->ring_slots ? o->ring_slots : (uint32_t)RT_MAX(lo->workers + 2, 4),
+                              .batch = lo->batch, .channels = info->channels, .height = info->height,
+                              .width = info->width, .pin = o->pin};
+    r->ring_slots = ro.slots;
+    if (o->digest && (!(xs = XXH3_createState()) || XXH3_64bits_reset(xs) == XXH_ERROR)) {
+        XXH3_freeState(xs);
+        return rt_errf(-ENOMEM, "cannot create the digest state");
+    }
+    const uint64_t t0 = rt_now_ns();
+    int rc = rt_ring_create(&ro, &ring);
+    if (rc == 0)
+        rc = rt_loader_create(ds, lo, ring, &L);
+    if (rc == 0)
+        rc = drain(L, lo->start_epoch, (size_t)lo->batch * info->channels * info->height * info->width, xs, r,
+                   &t_first, &first_images);
+    if (rc == 0) {
+        summarise(L, ring, t0, t_first, first_images, r);
+        if (xs)
+            snprintf(r->digest, sizeof(r->digest), "%016llx", (unsigned long long)XXH3_64bits_digest(xs));
+    }
+    rt_loader_destroy(L);
+    rt_ring_destroy(ring);
+    XXH3_freeState(xs);
+    return rc < 0 ? -1 : 0;
+}
