@@ -105,11 +105,6 @@ int ckpt_save(struct train *T)
     return save_model(T) < 0 || save_state(T, ep) < 0 ? -1 : 0;
 }
 
-int train_save_checkpoint(struct train *T)
-{
-    return ckpt_save(T);
-}
-
 /* The safetensors file `name` of the checkpoint, if it carries the checkpoint's id; NULL on error. */
 static struct rt_st_file *open_part(struct train *T, const char *name, char *p, size_t len)
 {

@@ -87,11 +87,6 @@ int train_open_backend(enum train_device dev, int local_rank, int local_world, i
     return rc;
 }
 
-size_t train_batch_bytes(const struct train *T)
-{
-    return (size_t)T->cfg.batch * T->c * T->h * T->w;
-}
-
 /* ---- set-up, in train_create's order ------------------------------------------------- */
 
 static int open_comm(struct train *T)

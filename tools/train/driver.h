@@ -117,16 +117,13 @@ struct train {
 /* step.c: set by loop.c's SIGTERM/SIGUSR1 handler, read once per update (the control word) */
 extern volatile sig_atomic_t train_stop_signal;
 
-/* driver.c */
-size_t train_batch_bytes(const struct train *T); /* one batch's images, as a ring slot holds them */
-
 /* input.c */
 int input_start(struct train *T);           /* the loader and its ring, or the synthetic batch */
 void input_stop(struct train *T);           /* NULL-safe parts; the batch fetched ahead goes back */
 void input_labels(const struct rt_batch *slot, int32_t *labels); /* padding samples -> -1 */
 
 /* step.c */
-int step_stop_requested(const struct train *T); /* after an update: --steps reached or a signal */
+enum train_stop step_stop_requested(const struct train *T); /* after an update: --steps reached or a signal */
 
 /* epoch.c */
 int train_epoch_done(const struct train *T);

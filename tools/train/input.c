@@ -7,10 +7,15 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "common/common.h"
 #include "tools/train/driver.h"
+
+/* Bytes of one batch's images, as a ring slot and the synthetic batch hold them. */
+static size_t batch_bytes(const struct train *T)
+{
+    return (size_t)T->cfg.batch * T->c * T->h * T->w;
+}
 
 static void *ring_host_alloc(size_t bytes, void *ctx)
 {
@@ -63,7 +68,7 @@ static int start_loader(struct train *T)
 static int make_synthetic(struct train *T)
 {
     struct train_input *in = &T->in;
-    const size_t n = train_batch_bytes(T);
+    const size_t n = batch_bytes(T);
     const uint32_t B = T->cfg.batch;
     in->syn_images = rt_malloc(n, "synthetic batch");
     in->syn_labels = rt_malloc(B * sizeof(int32_t), "synthetic labels");
@@ -100,26 +105,24 @@ static int fetch(struct train *T, struct train_inflight *f)
 {
     int r = rt_loader_next(T->in.loader, &f->slot);
     if (r > 0)
-        f->dev = rt_backend_input_upload(T->be, f->slot->images, train_batch_bytes(T), &f->ticket);
+        f->dev = rt_backend_input_upload(T->be, f->slot->images, batch_bytes(T), &f->ticket);
     return r;
 }
 
-/* Gives a slot back to the ring once its copy has read it. */
-static void give_back(struct train *T, struct train_inflight *f)
+/* Gives a slot (NULL is fine) back to the ring once the copy `ticket` has read it. */
+static void give_back(struct train *T, struct rt_batch *slot, uint64_t ticket)
 {
-    if (!f->slot)
+    if (!slot)
         return;
-    rt_backend_input_wait(T->be, f->ticket);
-    rt_loader_release(T->in.loader, f->slot);
-    f->slot = NULL;
+    rt_backend_input_wait(T->be, ticket);
+    rt_loader_release(T->in.loader, slot);
 }
 
 int train_next_batch(struct train *T, struct train_batch *b)
 {
     struct train_input *in = &T->in;
     if (T->cfg.synthetic) {
-        memcpy(in->labels, in->syn_labels, T->cfg.batch * sizeof(int32_t));
-        *b = (struct train_batch){.images = in->syn_dev, .labels = in->labels, .valid = T->cfg.batch,
+        *b = (struct train_batch){.images = in->syn_dev, .labels = in->syn_labels, .valid = T->cfg.batch,
                                   .ticket = in->syn_ticket};
         return 1;
     }
@@ -141,8 +144,7 @@ int train_next_batch(struct train *T, struct train_batch *b)
 
 void train_release_batch(struct train *T, struct train_batch *b)
 {
-    struct train_inflight f = {.slot = b->slot, .ticket = b->ticket};
-    give_back(T, &f);
+    give_back(T, b->slot, b->ticket);
     b->slot = NULL;
 }
 
@@ -150,7 +152,7 @@ void input_stop(struct train *T)
 {
     struct train_input *in = &T->in;
     if (in->loader)
-        give_back(T, &in->next); /* fetched for a step that did not run */
+        give_back(T, in->next.slot, in->next.ticket); /* fetched for a step that did not run */
     rt_loader_destroy(in->loader);
     rt_ring_destroy(in->ring);
     free(in->labels);

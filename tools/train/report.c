@@ -113,8 +113,10 @@ void report_banner(const struct train *T)
 void report_progress(struct train *T)
 {
     struct train_meter *m = &T->meter;
+    if (!T->root || !T->cfg.progress)
+        return;
     const uint64_t now = rt_now_ns();
-    if (!T->root || !T->cfg.progress || now - m->last_bar <= 200000000ull)
+    if (now - m->last_bar <= 200000000ull)
         return;
     m->last_bar = now;
     const int width = 24;

@@ -164,7 +164,7 @@ void train_advance(struct train *T, const struct train_batch *b)
     T->pos.batch++;
 }
 
-int step_stop_requested(const struct train *T)
+enum train_stop step_stop_requested(const struct train *T)
 {
     if (T->cfg.max_updates && T->pos.update >= T->cfg.max_updates)
         return STOP_STEPS;

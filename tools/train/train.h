@@ -286,9 +286,6 @@ const struct rt_loss_stats *train_last_loss(const struct train *T); /* the last 
 uint64_t train_param_digest(struct train *T);
 int train_check_replicas(struct train *T, uint64_t *digest);
 
-/* Writes the checkpoint now (rank 0 writes; collective). 0 or -1. */
-int train_save_checkpoint(struct train *T);
-
 /* ---- the input side alone (`ringtrain loadbench`) ---------------------------------------- */
 
 struct loadbench_opts {
