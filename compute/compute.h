@@ -266,16 +266,23 @@ struct rt_loss_stats {
     X(void, gelu_fwd, (struct rt_stream *s, size_t n, const float *x, float *y))                                       \
     X(void, gelu_bwd, (struct rt_stream *s, size_t n, const float *x, const float *dy, float beta, float *dx))         \
     /*                                                                                                                 \
-     * Inverted dropout with probability p: element e = offset + i is kept                                             \
-     * iff u >= p, and scaled by 1/(1-p), where u = (w >> 8) * 2^-24 and w is                                          \
-     * word e % 4 of rt_philox4x32(key = {seed lo, seed hi}, counter =                                                 \
-     * {e/4 lo, e/4 hi, 0, 0x64726f70}). Every backend draws the same masks;                                           \
-     * backward regenerates them from (seed, offset): no mask is stored.                                               \
+     * Inverted dropout with probability p over a tensor of logical shape sh:                                          \
+     * spatial = 1 for a spatial tensor (N, C, H, W) in the backend's layout,                                          \
+     * spatial = 0 for features (N, F) row-major, passed as sh = (N, F, 1, 1).                                         \
+     * Element (n, c, h, w) -- (n, f) of features -- is stream element                                                 \
+     * e = offset + L, L = ((n*C + c)*H + h)*W + w its logical (NCHW) index                                            \
+     * wherever the layout stores it. It is kept iff u >= p, and scaled by                                             \
+     * 1/(1-p), where u = (w >> 8) * 2^-24 and w is word e % 4 of                                                      \
+     * rt_philox4x32(key = {seed lo, seed hi}, counter = {e/4 lo, e/4 hi, 0,                                           \
+     * 0x64726f70}). So every backend and table, whatever its layout, draws                                            \
+     * the same mask for the same logical element (compute/dropout_index.h is                                          \
+     * the one implementation); backward regenerates it from (seed, offset):                                           \
+     * no mask is stored.                                                                                              \
      */                                                                                                                \
-    X(void, dropout_fwd, (struct rt_stream *s, size_t n, float p, uint64_t seed, uint64_t offset, const float *x,      \
-                          float *y))                                                                                   \
-    X(void, dropout_bwd, (struct rt_stream *s, size_t n, float p, uint64_t seed, uint64_t offset, const float *dy,     \
-                          float beta, float *dx))                                                                      \
+    X(void, dropout_fwd, (struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,               \
+                          uint64_t offset, const float *x, float *y))                                                  \
+    X(void, dropout_bwd, (struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,               \
+                          uint64_t offset, const float *dy, float beta, float *dx))                                    \
     X(void, add, (struct rt_stream *s, size_t n, const float *a, const float *b, float *y)) /* y = a + b */            \
     X(void, scale, (struct rt_stream *s, size_t n, float alpha, float *x))                 /* x *= alpha */            \
     X(void, axpy, (struct rt_stream *s, size_t n, float alpha, const float *x, float *y))  /* y += alpha x */          \

@@ -695,10 +695,13 @@ static void node_fwd(struct net *n, int i, int batch, const struct rt_step_opts 
         op->linear_fwd(s, batch, d->lin_in, d->lin_out, x->data, P(n, d->w), P(n, d->b), y->data);
         break;
     case K_DROPOUT:
-        if (train && !o->no_dropout && d->p > 0.0f)
-            op->dropout_fwd(s, count_at(x, batch), d->p, n->seed, dropout_counter(o, i), x->data, y->data);
-        else
+        if (train && !o->no_dropout && d->p > 0.0f) {
+            struct rt_shape4 sh = x->sh;
+            sh.n = batch;
+            op->dropout_fwd(s, sh, x->spatial, d->p, n->seed, dropout_counter(o, i), x->data, y->data);
+        } else {
             op->copy(s, y->data, x->data, count_at(x, batch) * n->esz);
+        }
         break;
     case K_ADD:
         op->add(s, count_at(x, batch), x->data, n->t[d->in[1]].data, y->data);
@@ -802,10 +805,13 @@ static void node_bwd(struct net *n, int i, int batch, const struct rt_step_opts 
     case K_DROPOUT:
         if (!(dx = dx_of(n, d, 0, &beta)))
             break;
-        if (!o->no_dropout && d->p > 0.0f)
-            op->dropout_bwd(s, count_at(x, batch), d->p, n->seed, dropout_counter(o, i), dy, beta, dx);
-        else
+        if (!o->no_dropout && d->p > 0.0f) {
+            struct rt_shape4 sh = x->sh;
+            sh.n = batch;
+            op->dropout_bwd(s, sh, x->spatial, d->p, n->seed, dropout_counter(o, i), dy, beta, dx);
+        } else {
             pass_grad(n, count_at(x, batch), 1.0f, dy, beta, dx);
+        }
         break;
     case K_ADD:
         for (int k = 0; k < 2; k++)

@@ -988,57 +988,135 @@ static void test_relu_gelu(void)
     free(old);
 }
 
+/*
+ * Dropout keys each element on its logical (n, c, h, w) index (compute.h), so
+ * the masks must match position for position although the CPU stores
+ * spatial tensors (C, N, H, W), the fp32 table NCHW and the 16-bit tables
+ * NHWC; features (N, F) are row-major everywhere. Spatial cases go in and
+ * out through from_nchw / to_nchw, features through upload / download.
+ */
 static void test_dropout(void)
 {
     printf("dropout fwd / bwd (masks bit for bit)\n");
-    const size_t n = ((size_t)1 << 20) + 3;
-    struct rt_rng r;
-    rt_rng_init(&r, SEED, 700);
-    float *hx = hfloats(n), *hdy = hfloats(n), *old = hfloats(n), *a = hfloats(n), *b = hfloats(n);
-    fill_normal(&r, hx, n, 0.0f, 1.0f);
-    fill_normal(&r, hdy, n, 0.0f, 1.0f);
-    avoid_zero(hx, n);
-    avoid_zero(hdy, n);
-    fill_uniform(&r, old, n, -1, 1);
-    struct dual x = d_floats(n), y = d_floats(n), dy = d_floats(n), dx = d_floats(n);
-    d_put(&x, hx, n * sizeof(float));
-    d_put(&dy, hdy, n * sizeof(float));
     static const struct {
+        struct rt_shape4 sh;
+        int spatial;
         float p;
         uint64_t seed, offset;
-        size_t len;
     } cases[] = {
-        {0.5f, UINT64_C(0x9e3779b97f4a7c15), 0, ((size_t)1 << 20) + 3}, /* seed with the high word set */
-        {0.1f, 12345, 1000003, ((size_t)1 << 20) + 3},                  /* offset not a multiple of 4 */
-        {0.25f, 1, (UINT64_C(1) << 34) + 1, 4099},                     /* counter beyond 32 bits */
-        {0.5f, 77, 6, 5},                                               /* fewer than a Philox block */
-        {0.0f, 3, 11, 1000},                                            /* p = 0: the identity */
+        {{1, (1 << 20) + 3, 1, 1}, 0, 0.5f, UINT64_C(0x9e3779b97f4a7c15), 0}, /* seed's high word set; ragged tail */
+        {{1024, 1024, 1, 1}, 0, 0.1f, 12345, 1000003},                        /* offset not a multiple of 4 */
+        {{17, 241, 1, 1}, 0, 0.25f, 1, (UINT64_C(1) << 34) + 1},              /* counter beyond 32 bits */
+        {{1, 5, 1, 1}, 0, 0.5f, 77, 6},                                       /* fewer than a Philox block */
+        {{5, 64, 12, 12}, 1, 0.25f, 42, (UINT64_C(3) << 56) + 5},             /* mnist-net's dropout1 */
+        {{3, 5, 7, 9}, 1, 0.5f, UINT64_C(0x9e3779b97f4a7c15), 1000003},       /* odd sizes */
+        {{1, 3, 13, 11}, 1, 0.3f, 9, 2},                                      /* batch 1 */
+        {{4, 1, 28, 28}, 1, 0.3f, 10, 3},                                     /* one channel */
+        {{6, 7, 1, 1}, 1, 0.3f, 11, 0},                                       /* 1x1 planes */
+        {{4, 64, 4, 4}, 1, 0.0f, 3, 11},                                      /* p = 0: the identity */
     };
+    size_t nmax = 0;
+    for (size_t k = 0; k < RT_ARRAY_LEN(cases); k++)
+        nmax = RT_MAX(nmax, count4(cases[k].sh));
+    struct rt_rng r;
+    rt_rng_init(&r, SEED, 700);
+    float *hx = hfloats(nmax), *hdy = hfloats(nmax), *old = hfloats(nmax), *a = hfloats(nmax), *b = hfloats(nmax);
+    fill_normal(&r, hx, nmax, 0.0f, 1.0f);
+    fill_normal(&r, hdy, nmax, 0.0f, 1.0f);
+    avoid_zero(hx, nmax);
+    avoid_zero(hdy, nmax);
+    fill_uniform(&r, old, nmax, -1, 1);
+    struct dual x = d_floats(nmax), y = d_floats(nmax), dy = d_floats(nmax), dx = d_floats(nmax);
     for (size_t k = 0; k < RT_ARRAY_LEN(cases); k++) {
-        const size_t len = cases[k].len;
+        const struct rt_shape4 sh = cases[k].sh;
+        const int sp = cases[k].spatial;
+        const size_t len = count4(sh);
         const float p = cases[k].p;
         const uint64_t seed = cases[k].seed, off = cases[k].offset;
-        char shape[96];
-        snprintf(shape, sizeof(shape), "n=%zu p=%.2f seed %#llx offset %llu", len, (double)p, (unsigned long long)seed,
-                 (unsigned long long)off);
+        char shape[128];
+        snprintf(shape, sizeof(shape), "%s (%d,%d,%d,%d) p=%.2f seed %#llx offset %llu", sp ? "spatial" : "features",
+                 sh.n, sh.c, sh.h, sh.w, (double)p, (unsigned long long)seed, (unsigned long long)off);
+        /* every array in host NCHW (logical) order, whatever the backend keeps */
+        if (sp) {
+            d_put_sp(&x, sh, hx);
+            d_put_sp(&dy, sh, hdy);
+        } else {
+            d_put(&x, hx, len * sizeof(float));
+            d_put(&dy, hdy, len * sizeof(float));
+        }
         d_fill(&y, len, NAN);
-        BOTH OP(s, dropout_fwd, len, p, seed, off, DF(x, s), DF(y, s));
-        d_get(&y, a, b, len * sizeof(float));
+        BOTH OP(s, dropout_fwd, sh, sp, p, seed, off, DF(x, s), DF(y, s));
+        if (sp)
+            d_get_sp(&y, sh, a, b);
+        else
+            d_get(&y, a, b, len * sizeof(float));
         cmp_mask("dropout_fwd", shape, a, b, len);
         compare("dropout_fwd values", shape, a, b, len, T_ELEM);
         /* backward regenerates the same mask: compare it with the CUDA forward's mask too */
         float *fwd_gpu = hfloats(len);
         memcpy(fwd_gpu, b, len * sizeof(float));
         d_fill(&dx, len, NAN);
-        BOTH OP(s, dropout_bwd, len, p, seed, off, DF(dy, s), 0.0f, DF(dx, s));
-        d_get(&dx, a, b, len * sizeof(float));
+        BOTH OP(s, dropout_bwd, sh, sp, p, seed, off, DF(dy, s), 0.0f, DF(dx, s));
+        if (sp)
+            d_get_sp(&dx, sh, a, b);
+        else
+            d_get(&dx, a, b, len * sizeof(float));
         cmp_mask("dropout_bwd beta=0", shape, a, b, len);
         cmp_mask("dropout_bwd vs cuda fwd", shape, fwd_gpu, b, len);
         compare("dropout_bwd beta=0 values", shape, a, b, len, T_ELEM);
         free(fwd_gpu);
-        d_put(&dx, old, len * sizeof(float));
-        BOTH OP(s, dropout_bwd, len, p, seed, off, DF(dy, s), 1.0f, DF(dx, s));
-        cmp_flat("dropout_bwd beta=1", shape, &dx, len, T_ELEM);
+        if (sp) {
+            d_put_sp(&dx, sh, old);
+        } else {
+            d_put(&dx, old, len * sizeof(float));
+        }
+        BOTH OP(s, dropout_bwd, sh, sp, p, seed, off, DF(dy, s), 1.0f, DF(dx, s));
+        if (sp)
+            cmp_sp("dropout_bwd beta=1", shape, &dx, sh, T_ELEM);
+        else
+            cmp_flat("dropout_bwd beta=1", shape, &dx, len, T_ELEM);
+
+        /*
+         * The 16-bit tables (NHWC spatial tensors) against the fp32 CPU, masks
+         * only, on ones: a normal fp32 input could round to a 16-bit zero.
+         * Their buffers fit in the GPU side of dy (in) and dx (out).
+         */
+        for (int t = 0; t < 2; t++) {
+            const enum rt_dtype act = t ? RT_F16 : RT_BF16;
+            const struct rt_ops *o16 = rt_backend_ops_for(S[GPU].be, act);
+            if (!o16)
+                continue;
+            char op[64];
+            snprintf(op, sizeof(op), "dropout_fwd %s", rt_dtype_name(act));
+            float *ones = hfloats(len);
+            fill_const(ones, len, 1.0f);
+            uint16_t *h16 = xmalloc(len * sizeof(uint16_t));
+            if (sp) {
+                o16->from_nchw(S[GPU].st, sh, ones, DF(dy, GPU));
+                OP(CPU, from_nchw, sh, ones, DF(y, CPU));
+            } else {
+                for (size_t i = 0; i < len; i++)
+                    h16[i] = (uint16_t)(act == RT_BF16 ? 0x3f80u : 0x3c00u); /* 1.0 */
+                o16->upload(S[GPU].st, DF(dy, GPU), h16, len * sizeof(uint16_t));
+                OP(CPU, upload, DF(y, CPU), ones, len * sizeof(float));
+            }
+            o16->dropout_fwd(S[GPU].st, sh, sp, p, seed, off, DF(dy, GPU), DF(dx, GPU));
+            OP(CPU, dropout_fwd, sh, sp, p, seed, off, DF(y, CPU), DF(dx, CPU));
+            if (sp) {
+                o16->to_nchw(S[GPU].st, sh, DF(dx, GPU), b);
+                OP(CPU, to_nchw, sh, DF(dx, CPU), a);
+            } else {
+                o16->download(S[GPU].st, h16, DF(dx, GPU), len * sizeof(uint16_t));
+                OP(CPU, download, a, DF(dx, CPU), len * sizeof(float));
+            }
+            BOTH S[s].ops->sync(S[s].st);
+            if (!sp)
+                for (size_t i = 0; i < len; i++)
+                    b[i] = (h16[i] & 0x7fffu) ? 1.0f : 0.0f; /* only zero or not matters */
+            cmp_mask(op, shape, a, b, len);
+            free(ones);
+            free(h16);
+        }
     }
     d_free(&x);
     d_free(&y);

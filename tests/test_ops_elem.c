@@ -22,6 +22,7 @@
 #include "check.h"
 #include "common/common.h"
 #include "compute/compute.h"
+#include "compute/dropout_index.h"
 
 #define SEED UINT64_C(20240611)
 
@@ -536,10 +537,10 @@ static uint64_t drop_seed, drop_off;
 
 static void dropout_fixed(struct rt_stream *s, size_t n, const float *x, float *y)
 {
-    ops->dropout_fwd(s, n, drop_p, drop_seed, drop_off, x, y);
+    ops->dropout_fwd(s, (struct rt_shape4){1, (int)n, 1, 1}, 0, drop_p, drop_seed, drop_off, x, y);
 }
 
-/* The mask as elem.c documents it, for one element: 1 if kept. */
+/* The mask as compute.h documents it, for stream element e: 1 if kept. */
 static int dropout_kept_ref(uint64_t seed, uint64_t e, float p)
 {
     const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
@@ -553,6 +554,8 @@ static int dropout_kept_ref(uint64_t seed, uint64_t e, float p)
 static void test_dropout(void)
 {
     printf("dropout\n");
+    /* features (1024, 1024): memory order is the logical order, so element i draws offset + i */
+    const struct rt_shape4 fs = {1024, 1024, 1, 1};
     const size_t n = (size_t)1 << 20;
     const float p = 0.3f, scale = 1.0f / (1.0f - p);
     const uint64_t seed = 0x123456789abcdefULL, off = 1000003;
@@ -563,7 +566,7 @@ static void test_dropout(void)
             hx[i] = 1.0f; /* a zero input would hide the mask */
     float *x = dev_floats(n), *y = dev_floats(n);
     up(x, hx, n);
-    ops->dropout_fwd(st, n, p, seed, off, x, y);
+    ops->dropout_fwd(st, fs, 0, p, seed, off, x, y);
     down(a, y, n);
 
     size_t kept = 0, wrong = 0, ref_wrong = 0;
@@ -583,10 +586,10 @@ static void test_dropout(void)
     CHECKF(ref_wrong == 0, "dropout_fwd: %zu mask bits differ from the documented Philox draw", ref_wrong);
 
     /* same (seed, offset) -> same output; another offset -> another mask */
-    ops->dropout_fwd(st, n, p, seed, off, x, y);
+    ops->dropout_fwd(st, fs, 0, p, seed, off, x, y);
     down(b, y, n);
     CHECKF(memcmp(a, b, n * sizeof(float)) == 0, "dropout_fwd: same (seed, offset) gave another output");
-    ops->dropout_fwd(st, n, p, seed, off + n, x, y);
+    ops->dropout_fwd(st, fs, 0, p, seed, off + n, x, y);
     down(b, y, n);
     size_t agree = 0;
     for (size_t i = 0; i < n; i++)
@@ -594,7 +597,7 @@ static void test_dropout(void)
     const double fa = (double)agree / n, want_fa = p * p + (1 - p) * (1 - p);
     CHECKF(fabs(fa - want_fa) < 0.01, "dropout: masks at offsets %llu and %llu agree on %.4f, want ~%.4f",
            (unsigned long long)off, (unsigned long long)(off + n), fa, want_fa);
-    ops->dropout_fwd(st, n, p, seed + 1, off, x, y);
+    ops->dropout_fwd(st, fs, 0, p, seed + 1, off, x, y);
     down(b, y, n);
     agree = 0;
     for (size_t i = 0; i < n; i++)
@@ -605,7 +608,7 @@ static void test_dropout(void)
     /* offset + i addressing: a sub-range started at offset + k is the slice of the full output */
     const size_t k = 4099, len = 70001; /* k not a multiple of 4: lanes within a Philox block */
     float *ys = dev_floats(len);
-    ops->dropout_fwd(st, len, p, seed, off + k, x + k, ys);
+    ops->dropout_fwd(st, (struct rt_shape4){1, (int)len, 1, 1}, 0, p, seed, off + k, x + k, ys);
     down(b, ys, len);
     CHECKF(memcmp(a + k, b, len * sizeof(float)) == 0, "dropout: range at offset+%zu is not the slice", k);
     ops->free(be, ys);
@@ -620,7 +623,7 @@ static void test_dropout(void)
         CHECK(x1 && y1);
         if (x1 && y1) {
             o1->upload(s1, x1, hx, n * sizeof(float));
-            o1->dropout_fwd(s1, n, p, seed, off, x1, y1);
+            o1->dropout_fwd(s1, fs, 0, p, seed, off, x1, y1);
             o1->download(s1, b, y1, n * sizeof(float));
             CHECKF(memcmp(a, b, n * sizeof(float)) == 0, "dropout: 1 thread and 2 threads differ");
         }
@@ -630,6 +633,7 @@ static void test_dropout(void)
     }
 
     /* backward: mask * scale, the same mask, over NaN for beta 0; beta 1 adds */
+    const struct rt_shape4 fb = {100, 100, 1, 1};
     const size_t nb = 10000;
     float *hr = host_floats(nb), *hd = host_floats(nb);
     double *want = host_doubles(nb), *fd = host_doubles(nb);
@@ -637,7 +641,7 @@ static void test_dropout(void)
     float *r = dev_floats(nb), *dx = dev_floats(nb);
     up(r, hr, nb);
     fill_nan(dx, nb);
-    ops->dropout_bwd(st, nb, p, seed, off, r, 0.0f, dx);
+    ops->dropout_bwd(st, fb, 0, p, seed, off, r, 0.0f, dx);
     down(hd, dx, nb);
     for (size_t i = 0; i < nb; i++)
         want[i] = a[i] != 0.0f ? (double)(hr[i] * scale) : 0.0;
@@ -650,14 +654,14 @@ static void test_dropout(void)
     float *base = host_floats(nb);
     fill_normal(base, nb, 0.0f, 1.0f);
     up(dx, base, nb);
-    ops->dropout_bwd(st, nb, p, seed, off, r, 1.0f, dx);
+    ops->dropout_bwd(st, fb, 0, p, seed, off, r, 1.0f, dx);
     down(hd, dx, nb);
     for (size_t i = 0; i < nb; i++)
         want[i] += base[i];
     expect_close("dropout_bwd beta=1", hd, want, nb, 0, 1.2e-7);
 
     /* p = 0 is the identity */
-    ops->dropout_fwd(st, nb, 0.0f, seed, off, x, y);
+    ops->dropout_fwd(st, fb, 0, 0.0f, seed, off, x, y);
     down(hd, y, nb);
     CHECKF(memcmp(hd, hx, nb * sizeof(float)) == 0, "dropout p=0 is not the identity");
 
@@ -673,6 +677,250 @@ static void test_dropout(void)
     free(want);
     free(fd);
     free(base);
+}
+
+/* ---- dropout: masks keyed on the logical index ------------------------------------------ */
+
+/*
+ * Where element (n, c, h, w) of logical shape sh lies in each layout,
+ * written out here independently of dropout_index.h. at_nchw is also the
+ * logical index every layout must draw by (compute.h), and, for sh =
+ * (N, F, 1, 1), the row-major features' n*F + f.
+ */
+static size_t at_nchw(struct rt_shape4 sh, int n, int c, int h, int w)
+{
+    return (((size_t)n * sh.c + c) * sh.h + h) * sh.w + w;
+}
+
+static size_t at_cnhw(struct rt_shape4 sh, int n, int c, int h, int w)
+{
+    return (((size_t)c * sh.n + n) * sh.h + h) * sh.w + w;
+}
+
+static size_t at_nhwc(struct rt_shape4 sh, int n, int c, int h, int w)
+{
+    return (((size_t)n * sh.h + h) * sh.w + w) * sh.c + c;
+}
+
+static const struct drop_layout {
+    enum rt_dropout_layout id;
+    const char *name;
+    size_t (*at)(struct rt_shape4 sh, int n, int c, int h, int w);
+} drop_layouts[] = {
+    {RT_DROPOUT_NCHW, "NCHW", at_nchw},
+    {RT_DROPOUT_CNHW, "CNHW", at_cnhw},
+    {RT_DROPOUT_NHWC, "NHWC", at_nhwc},
+    {RT_DROPOUT_FEATURES, "features", at_nchw}, /* only for shapes (N, F, 1, 1) */
+};
+
+/* Shapes for both tests below: odd sizes, batch 1, one channel, 1x1 planes, mnist-net's two dropouts. */
+static const struct drop_case {
+    struct rt_shape4 sh;
+    int spatial;
+} drop_cases[] = {
+    {{5, 3, 7, 9}, 1},    {{1, 4, 5, 3}, 1},  {{3, 1, 6, 5}, 1},    {{4, 6, 1, 1}, 1},
+    {{4, 64, 12, 12}, 1}, {{7, 37, 1, 1}, 0}, {{64, 128, 1, 1}, 0},
+};
+
+/* Offsets: 0, not a multiple of 4, a counter beyond 32 bits, and net.c's node << 56 plus a micro-batch's base. */
+static const uint64_t drop_offsets[] = {0, 1000003, (UINT64_C(1) << 34) + 1,
+                                        (UINT64_C(9) << 56) + (UINT64_C(5) << 32) + 2};
+
+/*
+ * dropout_index.h on its own: for every layout, each memory index maps to
+ * the logical index of the (n, c, h, w) stored there, the runs it reports
+ * are runs, and the mask drawn through the mapping in memory order is, at
+ * every logical position, the same in all layouts and the same as
+ * common.h's rt_philox4x32 drawn at offset + logical index.
+ */
+static void test_dropout_index(void)
+{
+    printf("dropout_index.h: masks by logical index in every layout\n");
+    const float p = 0.3f, scale = rt_dropout_scale(p);
+    const uint64_t seed = UINT64_C(0xfedcba9876543210);
+
+    /* its Philox is common.h's, high words of key and counter included */
+    size_t philox_bad = 0;
+    for (uint64_t k = 0; k < 1000; k++) {
+        const uint64_t sd = rt_rng_u64(&rng), blk = rt_rng_u64(&rng) >> (k % 3 == 0 ? 2 : 34);
+        const uint32_t key[2] = {(uint32_t)sd, (uint32_t)(sd >> 32)};
+        const uint32_t ctr[4] = {(uint32_t)blk, (uint32_t)(blk >> 32), 0, RT_DROPOUT_CTR3};
+        uint32_t want[4], got[4];
+        rt_philox4x32(key, ctr, want);
+        rt_dropout_block(sd, blk, got);
+        philox_bad += memcmp(want, got, sizeof(want)) != 0;
+    }
+    CHECKF(philox_bad == 0, "rt_dropout_block differs from rt_philox4x32 in %zu of 1000 blocks", philox_bad);
+
+    for (size_t k = 0; k < RT_ARRAY_LEN(drop_cases); k++) {
+        const struct rt_shape4 sh = drop_cases[k].sh;
+        const size_t total = (size_t)sh.n * sh.c * sh.h * sh.w;
+        const size_t nlay = sh.h == 1 && sh.w == 1 ? RT_ARRAY_LEN(drop_layouts) : RT_ARRAY_LEN(drop_layouts) - 1;
+        unsigned char *mask[RT_ARRAY_LEN(drop_layouts)];
+        for (size_t l = 0; l < nlay; l++) {
+            mask[l] = malloc(total);
+            if (!mask[l]) {
+                fprintf(stderr, "out of memory\n");
+                exit(1);
+            }
+        }
+        for (size_t o = 0; o < RT_ARRAY_LEN(drop_offsets); o++) {
+            const uint64_t off = drop_offsets[o];
+            size_t map_bad = 0, run_bad = 0, mask_bad = 0, disagree = 0, dropped = 0;
+            for (size_t l = 0; l < nlay; l++) {
+                const enum rt_dropout_layout id = drop_layouts[l].id;
+                for (size_t i = 0; i < total; i++) {
+                    const uint64_t li = rt_dropout_logical(id, sh, i);
+                    mask[l][i] = rt_dropout_mul(seed, off + li, p, scale) != 0.0f;
+                    const uint64_t run = rt_dropout_run(id, sh, i);
+                    int ok = run >= 1 && run <= total - i;
+                    for (uint64_t j = 1; ok && j < run; j++)
+                        ok = rt_dropout_logical(id, sh, i + j) == li + j;
+                    if (!ok && run_bad++ < 3)
+                        fprintf(stderr, "  %s (%d,%d,%d,%d): run %llu from memory index %zu is not a run\n",
+                                drop_layouts[l].name, sh.n, sh.c, sh.h, sh.w, (unsigned long long)run, i);
+                }
+            }
+            /* every logical position (n, c, h, w), in logical order li */
+            for (size_t li = 0; li < total; li++) {
+                const size_t hw = (size_t)sh.h * sh.w;
+                const int w = (int)(li % (size_t)sh.w), h = (int)(li / (size_t)sh.w % (size_t)sh.h);
+                const int c = (int)(li / hw % (size_t)sh.c), n = (int)(li / (hw * (size_t)sh.c));
+                const int want = dropout_kept_ref(seed, off + li, p);
+                dropped += !want;
+                for (size_t l = 0; l < nlay; l++) {
+                    const struct drop_layout *L = &drop_layouts[l];
+                    const size_t mi = L->at(sh, n, c, h, w);
+                    const uint64_t got = rt_dropout_logical(L->id, sh, mi);
+                    if (got != li && map_bad++ < 3)
+                        fprintf(stderr, "  %s (%d,%d,%d,%d): memory %zu maps to %llu, not %zu = (%d,%d,%d,%d)\n",
+                                L->name, sh.n, sh.c, sh.h, sh.w, mi, (unsigned long long)got, li, n, c, h, w);
+                    disagree += mask[l][mi] != mask[0][at_nchw(sh, n, c, h, w)]; /* drop_layouts[0] is NCHW */
+                    if (mask[l][mi] != want && mask_bad++ < 3)
+                        fprintf(stderr, "  %s (%d,%d,%d,%d) offset %llu: (%d,%d,%d,%d) %s, reference %s\n", L->name,
+                                sh.n, sh.c, sh.h, sh.w, (unsigned long long)off, n, c, h, w,
+                                mask[l][mi] ? "kept" : "dropped", want ? "kept" : "dropped");
+                }
+            }
+            printf("  (%d,%d,%d,%d) offset %-20llu %zu layouts, %zu positions (%zu dropped): %zu maps, %zu runs, "
+                   "%zu masks wrong, %zu disagree\n",
+                   sh.n, sh.c, sh.h, sh.w, (unsigned long long)off, nlay, total, dropped, map_bad, run_bad, mask_bad,
+                   disagree);
+            CHECKF(map_bad == 0, "(%d,%d,%d,%d): %zu memory indices map to the wrong logical index", sh.n, sh.c, sh.h,
+                   sh.w, map_bad);
+            CHECKF(run_bad == 0, "(%d,%d,%d,%d): %zu runs are not runs of the logical index", sh.n, sh.c, sh.h, sh.w,
+                   run_bad);
+            CHECKF(mask_bad == 0 && disagree == 0,
+                   "(%d,%d,%d,%d) offset %llu: %zu mask bits differ from the reference, %zu between layouts", sh.n,
+                   sh.c, sh.h, sh.w, (unsigned long long)off, mask_bad, disagree);
+        }
+        for (size_t l = 0; l < nlay; l++)
+            free(mask[l]);
+    }
+}
+
+/*
+ * The CPU backend's dropout_fwd / dropout_bwd on real tensors -- spatial
+ * ones through from_nchw / to_nchw, features through upload / download --
+ * against a reference that draws each logical (n, c, h, w) with
+ * rt_philox4x32: a kernel keyed on the (C, N, H, W) memory index fails on
+ * every spatial shape with N > 1 and C > 1.
+ */
+static void test_dropout_logical(void)
+{
+    printf("dropout_fwd / dropout_bwd keyed on the logical index\n");
+    const float p = 0.4f, scale = rt_dropout_scale(p);
+    const uint64_t seed = 20240611;
+    for (size_t k = 0; k < RT_ARRAY_LEN(drop_cases); k++) {
+        const struct rt_shape4 sh = drop_cases[k].sh;
+        const int spatial = drop_cases[k].spatial;
+        const size_t total = (size_t)sh.n * sh.c * sh.h * sh.w;
+        float *hx = host_floats(total), *hdy = host_floats(total), *old = host_floats(total), *got = host_floats(total);
+        double *want = host_doubles(total);
+        fill_normal(hx, total, 0.0f, 1.0f);
+        fill_normal(hdy, total, 0.0f, 1.0f);
+        fill_normal(old, total, 0.0f, 1.0f);
+        for (size_t i = 0; i < total; i++) {
+            if (hx[i] == 0.0f)
+                hx[i] = 1.0f; /* a zero would hide the mask */
+            if (hdy[i] == 0.0f)
+                hdy[i] = 1.0f;
+        }
+        float *x = dev_floats(total), *y = dev_floats(total), *dy = dev_floats(total), *dx = dev_floats(total);
+        /* host arrays are NCHW, i.e. in logical order: host index = logical index */
+        if (spatial) {
+            ops->from_nchw(st, sh, hx, x);
+            ops->from_nchw(st, sh, hdy, dy);
+        } else {
+            up(x, hx, total);
+            up(dy, hdy, total);
+        }
+        for (size_t o = 1; o < RT_ARRAY_LEN(drop_offsets); o += 2) { /* 1000003 and net.c's kind */
+            const uint64_t off = drop_offsets[o];
+            char what[160];
+            snprintf(what, sizeof(what), "dropout %s (%d,%d,%d,%d) offset %llu", spatial ? "spatial" : "features",
+                     sh.n, sh.c, sh.h, sh.w, (unsigned long long)off);
+
+            ops->dropout_fwd(st, sh, spatial, p, seed, off, x, y);
+            if (spatial)
+                ops->to_nchw(st, sh, y, got);
+            else
+                down(got, y, total);
+            ops->sync(st);
+            size_t mask_bad = 0;
+            for (size_t li = 0; li < total; li++) {
+                const int kept = dropout_kept_ref(seed, off + li, p);
+                want[li] = kept ? (double)(hx[li] * scale) : 0.0;
+                if ((got[li] != 0.0f) != kept && mask_bad++ < 3)
+                    fprintf(stderr, "  %s: logical %zu = (%zu,%zu,%zu,%zu) %s, reference %s\n", what, li,
+                            li / ((size_t)sh.c * sh.h * sh.w), li / ((size_t)sh.h * sh.w) % (size_t)sh.c,
+                            li / (size_t)sh.w % (size_t)sh.h, li % (size_t)sh.w, got[li] != 0.0f ? "kept" : "dropped",
+                            kept ? "kept" : "dropped");
+            }
+            printf("  %-60s %zu of %zu mask bits differ from the reference\n", what, mask_bad, total);
+            CHECKF(mask_bad == 0, "%s: dropout_fwd's mask differs from the logical-index reference at %zu of %zu",
+                   what, mask_bad, total);
+            expect_close("dropout_fwd vs reference", got, want, total, 0, 0);
+
+            /* backward: the same mask; beta 0 overwrites (NaN before), beta 1 adds */
+            float *nan = host_floats(total);
+            for (size_t i = 0; i < total; i++)
+                nan[i] = NAN;
+            up(dx, nan, total);
+            free(nan);
+            ops->dropout_bwd(st, sh, spatial, p, seed, off, dy, 0.0f, dx);
+            if (spatial)
+                ops->to_nchw(st, sh, dx, got);
+            else
+                down(got, dx, total);
+            ops->sync(st);
+            for (size_t li = 0; li < total; li++)
+                want[li] = dropout_kept_ref(seed, off + li, p) ? (double)(hdy[li] * scale) : 0.0;
+            expect_close("dropout_bwd beta=0 vs reference", got, want, total, 0, 0);
+            if (spatial)
+                ops->from_nchw(st, sh, old, dx);
+            else
+                up(dx, old, total);
+            ops->dropout_bwd(st, sh, spatial, p, seed, off, dy, 1.0f, dx);
+            if (spatial)
+                ops->to_nchw(st, sh, dx, got);
+            else
+                down(got, dx, total);
+            ops->sync(st);
+            for (size_t li = 0; li < total; li++)
+                want[li] += (double)old[li];
+            expect_close("dropout_bwd beta=1 vs reference", got, want, total, 0, 1.2e-7);
+        }
+        ops->free(be, x);
+        ops->free(be, y);
+        ops->free(be, dy);
+        ops->free(be, dx);
+        free(hx);
+        free(hdy);
+        free(old);
+        free(got);
+        free(want);
+    }
 }
 
 /* ---- add, scale, axpy ------------------------------------------------------------------ */
@@ -1231,6 +1479,8 @@ int main(void)
     test_relu();
     test_gelu();
     test_dropout();
+    test_dropout_index();
+    test_dropout_logical();
     test_blas1();
     test_xent();
     test_reductions();

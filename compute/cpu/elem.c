@@ -16,14 +16,14 @@
  * sums are per-chunk doubles added in chunk order, so results do not even
  * depend on the thread count.
  *
- * Dropout's mask. Element i of a call with (seed, offset) is kept iff
- * u >= p, where u = (w >> 8) * 2^-24 and w is word (e % 4) of the
- * Philox4x32-10 block with key (seed lo, seed hi) and counter
- * (e/4 lo, e/4 hi, 0, 0x64726f70), e = offset + i. Any thread can compute
- * any element's draw, so chunks need no shared state, backward regenerates
- * the same mask, and another backend can reproduce it bit for bit. The
- * constant "drop" in the last counter word keeps these draws apart from the
- * rt_rng streams (common.h) of the same seed.
+ * Dropout's mask. Element (n, c, h, w) of a call with (seed, offset) draws
+ * Philox stream element e = offset + its logical NCHW index, not its place
+ * in the (C, N, H, W) memory (compute.h; compute/dropout_index.h draws, for
+ * every backend). Any thread can compute any element's draw, so chunks need
+ * no shared state, backward regenerates the same mask, and another backend
+ * and layout reproduce it bit for bit. Memory is walked in order, a tile at
+ * a time; within an (n, c) plane both indices advance together, so a plane
+ * shares Philox blocks between 4 consecutive elements as a flat buffer does.
  *
  * Optimizers follow PyTorch 1.13's single-tensor torch.optim code operation
  * by operation, with fused multiply-adds where ATen's AVX2 kernels fuse,
@@ -37,6 +37,7 @@
 
 #include "common/common.h"
 #include "compute/cpu/cpu.h"
+#include "compute/dropout_index.h"
 
 /* Clang would otherwise fuse a * b + c where FMA exists (GCC does not under
  * -std=c17), and the result would depend on the machine's clone. */
@@ -63,8 +64,6 @@
 /* Below this many elements an op runs on the calling thread: waking the team
  * costs more than the work. */
 #define PAR_MIN ((size_t)32768)
-/* "drop": the last Philox counter word of dropout draws (see the top of file). */
-#define DROPOUT_CTR3 0x64726f70u
 
 static inline int nthreads(const struct rt_stream *s)
 {
@@ -390,22 +389,18 @@ void rt_cpu_gelu_bwd(struct rt_stream *s, size_t n, const float *x, const float 
 #define DROP_TILE 1024
 
 /*
- * Multipliers for elements e0 .. e0+len-1 of the stream (seed): `scale` where
- * kept, 0 where dropped (the mask of the top of file).
+ * Multipliers for stream elements e0 .. e0+len-1 under `seed`: `scale` where
+ * kept, 0 where dropped (dropout_index.h).
  */
 static void dropout_mask(uint64_t seed, uint64_t e0, size_t len, float p, float scale, float *mul)
 {
-    const uint32_t key[2] = {(uint32_t)seed, (uint32_t)(seed >> 32)};
     size_t j = 0;
     while (j < len) {
-        const uint64_t e = e0 + j, blk = e >> 2;
-        const uint32_t ctr[4] = {(uint32_t)blk, (uint32_t)(blk >> 32), 0, DROPOUT_CTR3};
+        const uint64_t e = e0 + j;
         uint32_t w[4];
-        rt_philox4x32(key, ctr, w);
-        for (unsigned lane = (unsigned)(e & 3); lane < 4 && j < len; lane++, j++) {
-            const float u = (float)(w[lane] >> 8) * (1.0f / 16777216.0f);
-            mul[j] = u >= p ? scale : 0.0f;
-        }
+        rt_dropout_block(seed, e >> 2, w);
+        for (unsigned lane = (unsigned)(e & 3); lane < 4 && j < len; lane++, j++)
+            mul[j] = rt_dropout_mul_of(w[lane], p, scale);
     }
 }
 
@@ -414,17 +409,24 @@ static void dropout_mask(uint64_t seed, uint64_t e0, size_t len, float p, float 
  * ways, so backward's mask is forward's by construction. Multiplying (rather
  * than selecting) gives NaN for a dropped Inf, as torch's x * mask does.
  */
-static void dropout_apply(struct rt_stream *s, size_t n, float p, uint64_t seed, uint64_t offset, const float *x,
-                          float beta, float *y)
+static void dropout_apply(struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,
+                          uint64_t offset, const float *x, float beta, float *y)
 {
-    /* p >= 1 drops everything (torch returns zeros); 1/(1-p) would be Inf. */
-    const float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+    const size_t n = (size_t)sh.n * sh.c * sh.h * sh.w;
+    const enum rt_dropout_layout lay = spatial ? RT_DROPOUT_CNHW : RT_DROPOUT_FEATURES;
+    const float scale = rt_dropout_scale(p);
     const size_t nt = (n + DROP_TILE - 1) / DROP_TILE;
 #pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (n >= PAR_MIN / 8)
     for (size_t t = 0; t < nt; t++) {
         const size_t lo = t * DROP_TILE, len = RT_MIN(n - lo, (size_t)DROP_TILE);
         float mul[DROP_TILE];
-        dropout_mask(seed, offset + lo, len, p, scale, mul);
+        /* memory order, one run of consecutive logical indices at a time */
+        for (size_t j = 0; j < len;) {
+            const uint64_t i = lo + j;
+            const size_t run = (size_t)RT_MIN(rt_dropout_run(lay, sh, i), (uint64_t)(len - j));
+            dropout_mask(seed, offset + rt_dropout_logical(lay, sh, i), run, p, scale, mul + j);
+            j += run;
+        }
         const float *xt = x + lo;
         float *yt = y + lo;
         if (beta == 0.0f) {
@@ -439,16 +441,16 @@ static void dropout_apply(struct rt_stream *s, size_t n, float p, uint64_t seed,
     }
 }
 
-void rt_cpu_dropout_fwd(struct rt_stream *s, size_t n, float p, uint64_t seed, uint64_t offset, const float *x,
-                        float *y)
+void rt_cpu_dropout_fwd(struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,
+                        uint64_t offset, const float *x, float *y)
 {
-    dropout_apply(s, n, p, seed, offset, x, 0.0f, y);
+    dropout_apply(s, sh, spatial, p, seed, offset, x, 0.0f, y);
 }
 
-void rt_cpu_dropout_bwd(struct rt_stream *s, size_t n, float p, uint64_t seed, uint64_t offset, const float *dy,
-                        float beta, float *dx)
+void rt_cpu_dropout_bwd(struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,
+                        uint64_t offset, const float *dy, float beta, float *dx)
 {
-    dropout_apply(s, n, p, seed, offset, dy, beta, dx);
+    dropout_apply(s, sh, spatial, p, seed, offset, dy, beta, dx);
 }
 
 /* ==== add, scale, axpy ===================================================== */

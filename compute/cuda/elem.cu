@@ -27,9 +27,11 @@
  * tree. The grid of a reduction depends only on the element count, not on
  * the device, so the same data gives the same bits on every run and GPU.
  *
- * Dropout draws its mask exactly as elem.c does (compute.h spells out the
- * Philox4x32-10 mapping); one thread computes one Philox block, i.e. the
- * four consecutive elements that share its counter.
+ * Dropout draws its mask with elem.c's code (compute/dropout_index.h): each
+ * element by its logical NCHW index, so the NHWC tensors of the 16-bit
+ * tables get the masks of the fp32 table and of the CPU. One thread owns
+ * four consecutive elements of memory; in NCHW and features they share one
+ * Philox block, in NHWC each draws its own.
  */
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -41,6 +43,7 @@
 #include "common/common.h"
 #include "compute/cuda/cuda_be.h"
 #include "compute/cuda/kern.cuh"
+#include "compute/dropout_index.h"
 
 /* Threads per block of every kernel here; a power of two (block_sum's tree). */
 #define THREADS 256
@@ -50,8 +53,6 @@
  * partials, and a function of n alone so the summation tree is fixed. */
 #define RED_BLOCKS ((size_t)1024)
 #define RED_PER_BLOCK ((size_t)THREADS * 16)
-/* "drop": the last Philox counter word of dropout draws (compute.h, cpu/elem.c). */
-#define DROPOUT_CTR3 0x64726f70u
 #define FULL_MASK 0xffffffffu
 
 /* torch.nn.GELU(): x/2 (1 + erf(x/sqrt 2)); the same float constants as elem.c. */
@@ -156,32 +157,34 @@ template <typename T> static __global__ void gelu_bwd_k(size_t n, const T *x, co
  * y = x * mul (beta 0) or y = beta y + x * mul, mul = scale where kept and 0
  * where dropped: one routine both ways, as in elem.c, so backward's mask is
  * forward's. Multiplying (not selecting) gives NaN for a dropped Inf, as
- * torch's x * mask does. Thread g owns the elements whose stream index
- * e = offset + i falls in Philox block (offset - offset % 4) / 4 + g, so each
- * block is computed once; x may be y (each element is read, then written, by
+ * torch's x * mask does. Thread g owns memory indices i = 4 g + q - lead,
+ * q = 0..3, lead = offset % 4: where memory is in logical order (NCHW,
+ * features) their stream elements offset + i share one Philox block, which
+ * is then computed once. x may be y (each element is read, then written, by
  * one thread).
  */
 template <typename T>
-static __global__ void dropout_k(size_t n, float p, float scale, uint32_t k0, uint32_t k1, uint64_t offset,
-                                 const T *x, float beta, T *y)
+static __global__ void dropout_k(size_t n, enum rt_dropout_layout lay, struct rt_shape4 sh, float p, float scale,
+                                 uint64_t seed, uint64_t offset, const T *x, float beta, T *y)
 {
-    const size_t lead = (size_t)(offset & 3u);     /* elements of the first block before element 0 */
-    const uint64_t base = offset - (uint64_t)lead; /* a multiple of 4: e = base + q, q = i + lead */
+    const size_t lead = (size_t)(offset & 3u);
     const size_t groups = (n + lead + 3) / 4;
     GRID_STRIDE(grp, groups)
     {
-        /* base + 4 grp is a multiple of 4 (mod 2^64 too), so its four elements share e >> 2. */
-        const uint64_t blk = (base + 4 * (uint64_t)grp) >> 2;
-        uint32_t w[4] = {(uint32_t)blk, (uint32_t)(blk >> 32), 0u, DROPOUT_CTR3};
-        philox4x32(k0, k1, w);
+        uint64_t blk = UINT64_MAX; /* no block yet: e >> 2 < 2^62 */
+        uint32_t w[4];
 #pragma unroll
         for (unsigned l = 0; l < 4; l++) {
             const size_t q = 4 * grp + l;
             if (q < lead || q - lead >= n)
                 continue;
             const size_t i = q - lead;
-            const float u = (float)(w[l] >> 8) * (1.0f / 16777216.0f);
-            const float v = __fmul_rn(ldf(x[i]), u >= p ? scale : 0.0f);
+            const uint64_t e = offset + rt_dropout_logical(lay, sh, i);
+            if (e >> 2 != blk) {
+                blk = e >> 2;
+                rt_dropout_block(seed, blk, w);
+            }
+            const float v = __fmul_rn(ldf(x[i]), rt_dropout_mul_of(w[e & 3], p, scale));
             y[i] = stf<T>(beta == 0.0f ? v : __fadd_rn(__fmul_rn(beta, ldf(y[i])), v));
         }
     }
@@ -542,33 +545,44 @@ static void gelu_bwd_t(struct rt_stream *s, size_t n, const float *x, const floa
     RT_CUDA_LAUNCHED();
 }
 
-template <typename T>
-static void dropout_launch(struct rt_stream *s, size_t n, float p, uint64_t seed, uint64_t offset, const float *x,
-                           float beta, float *y)
+/* The layout of T's spatial tensors: NCHW in the fp32 table, NHWC in the 16-bit ones (nhwc16.cu). */
+template <typename T> static enum rt_dropout_layout spatial_layout()
 {
+    return RT_DROPOUT_NHWC;
+}
+template <> enum rt_dropout_layout spatial_layout<float>()
+{
+    return RT_DROPOUT_NCHW;
+}
+
+template <typename T>
+static void dropout_launch(struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,
+                           uint64_t offset, const float *x, float beta, float *y)
+{
+    const size_t n = (size_t)sh.n * sh.c * sh.h * sh.w;
     if (n == 0)
         return;
-    /* p >= 1 drops everything (torch returns zeros); 1/(1-p) would be Inf. Same float expression as elem.c. */
-    const float scale = p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+    const enum rt_dropout_layout lay = spatial ? spatial_layout<T>() : RT_DROPOUT_FEATURES;
+    /* on the host, the same float expression as elem.c */
+    const float scale = rt_dropout_scale(p);
     const size_t groups = (n + (size_t)(offset & 3u) + 3) / 4;
-    dropout_k<T><<<grid_for(groups), THREADS, 0, rt_cuda_stream(s)>>>(n, p, scale, (uint32_t)seed,
-                                                                      (uint32_t)(seed >> 32), offset, TP(x), beta,
-                                                                      TM(y));
+    dropout_k<T><<<grid_for(groups), THREADS, 0, rt_cuda_stream(s)>>>(n, lay, sh, p, scale, seed, offset, TP(x),
+                                                                      beta, TM(y));
     RT_CUDA_LAUNCHED();
 }
 
 template <typename T>
-static void dropout_fwd_t(struct rt_stream *s, size_t n, float p, uint64_t seed, uint64_t offset, const float *x,
-                          float *y)
+static void dropout_fwd_t(struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,
+                          uint64_t offset, const float *x, float *y)
 {
-    dropout_launch<T>(s, n, p, seed, offset, x, 0.0f, y);
+    dropout_launch<T>(s, sh, spatial, p, seed, offset, x, 0.0f, y);
 }
 
 template <typename T>
-static void dropout_bwd_t(struct rt_stream *s, size_t n, float p, uint64_t seed, uint64_t offset, const float *dy,
-                          float beta, float *dx)
+static void dropout_bwd_t(struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,
+                          uint64_t offset, const float *dy, float beta, float *dx)
 {
-    dropout_launch<T>(s, n, p, seed, offset, dy, beta, dx);
+    dropout_launch<T>(s, sh, spatial, p, seed, offset, dy, beta, dx);
 }
 
 template <typename T> static void add_t(struct rt_stream *s, size_t n, const float *a, const float *b, float *y)
@@ -663,16 +677,16 @@ void rt_cuda_gelu_bwd(struct rt_stream *s, size_t n, const float *x, const float
     gelu_bwd_t<float>(s, n, x, dy, beta, dx);
 }
 
-void rt_cuda_dropout_fwd(struct rt_stream *s, size_t n, float p, uint64_t seed, uint64_t offset, const float *x,
-                         float *y)
+void rt_cuda_dropout_fwd(struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,
+                         uint64_t offset, const float *x, float *y)
 {
-    dropout_fwd_t<float>(s, n, p, seed, offset, x, y);
+    dropout_fwd_t<float>(s, sh, spatial, p, seed, offset, x, y);
 }
 
-void rt_cuda_dropout_bwd(struct rt_stream *s, size_t n, float p, uint64_t seed, uint64_t offset, const float *dy,
-                         float beta, float *dx)
+void rt_cuda_dropout_bwd(struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,
+                         uint64_t offset, const float *dy, float beta, float *dx)
 {
-    dropout_bwd_t<float>(s, n, p, seed, offset, dy, beta, dx);
+    dropout_bwd_t<float>(s, sh, spatial, p, seed, offset, dy, beta, dx);
 }
 
 void rt_cuda_add(struct rt_stream *s, size_t n, const float *a, const float *b, float *y)

@@ -1,8 +1,8 @@
 /*
  * kern.cuh - device helpers shared by the CUDA backend's kernel files:
  * loads and stores of the activation types (fp32, bf16, fp16) through
- * float, the Philox block of dropout, and pooling-window arithmetic.
- * Private to compute/cuda/.
+ * float and pooling-window arithmetic (dropout's Philox draws are
+ * compute/dropout_index.h, shared with the CPU). Private to compute/cuda/.
  */
 #ifndef RT_COMPUTE_CUDA_KERN_CUH
 #define RT_COMPUTE_CUDA_KERN_CUH
@@ -36,24 +36,6 @@ template <> __device__ __forceinline__ __nv_bfloat16 stf<__nv_bfloat16>(float v)
 template <> __device__ __forceinline__ __half stf<__half>(float v)
 {
     return __float2half_rn(v);
-}
-
-/* One Philox4x32-10 block, round for round common.c's rt_philox4x32(). */
-static __device__ __forceinline__ void philox4x32(uint32_t k0, uint32_t k1, uint32_t c[4])
-{
-#pragma unroll
-    for (int round = 0; round < 10; round++) {
-        const uint32_t hi0 = __umulhi(0xD2511F53u, c[0]), lo0 = 0xD2511F53u * c[0];
-        const uint32_t hi1 = __umulhi(0xCD9E8D57u, c[2]), lo1 = 0xCD9E8D57u * c[2];
-        const uint32_t n0 = hi1 ^ c[1] ^ k0;
-        const uint32_t n2 = hi0 ^ c[3] ^ k1;
-        c[0] = n0;
-        c[1] = lo1;
-        c[2] = n2;
-        c[3] = lo0;
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
-    }
 }
 
 /* Channels per launch of the input kernels (the trainer takes at most 4); their mean and std

@@ -1,0 +1,142 @@
+/*
+ * dropout_index.h - which random draw each element of a dropout tensor gets:
+ * the one implementation of the mask of compute.h's dropout_fwd/dropout_bwd,
+ * shared by the CPU kernel (cpu/elem.c), the CUDA kernels of every table
+ * (cuda/elem.cu) and the tests, in C and in CUDA (host and device).
+ *
+ * The rule. Element (n, c, h, w) of a tensor of logical shape (N, C, H, W)
+ * -- element (n, f) of features (N, F), taken as (N, F, 1, 1) -- has the
+ * logical index L = ((n*C + c)*H + h)*W + w wherever its layout stores it,
+ * and under (seed, offset) it is stream element e = offset + L. It is kept
+ * iff u >= p, with u = (w >> 8) * 2^-24 and w word e % 4 of the
+ * Philox4x32-10 block with key (seed lo, seed hi) and counter
+ * (e/4 lo, e/4 hi, 0, RT_DROPOUT_CTR3); kept elements are scaled by 1/(1-p).
+ * Keying on L rather than on the place in memory is what makes the
+ * backends' masks agree: the CPU stores spatial tensors (C, N, H, W), the
+ * CUDA fp32 table NCHW, the CUDA 16-bit tables NHWC.
+ *
+ * A kernel walks its memory in order, maps each memory index to L with
+ * rt_dropout_logical(), and draws with rt_dropout_block() and
+ * rt_dropout_mul_of(). rt_dropout_run() says how far memory and L advance
+ * together, so that a run shares Philox blocks between 4 consecutive
+ * elements instead of computing one block per element.
+ *
+ * Everything here is a pure function of its arguments (thread-safe, no
+ * state). Indices are element counts (uint64_t); shapes must have every
+ * dimension >= 1 and memory indices must be below N*C*H*W. Private to the
+ * compute module and its tests; not part of the public API.
+ */
+#ifndef RT_COMPUTE_DROPOUT_INDEX_H
+#define RT_COMPUTE_DROPOUT_INDEX_H
+
+#include <stdint.h>
+
+#include "compute/compute.h"
+
+#ifdef __CUDACC__
+#define RT_DROPOUT_FN static inline __host__ __device__
+#else
+#define RT_DROPOUT_FN static inline
+#endif
+
+/* "drop": the last Philox counter word of dropout draws, keeping them apart
+ * from the rt_rng streams (common.h) of the same seed. */
+#define RT_DROPOUT_CTR3 0x64726f70u
+
+/* Where element (n, c, h, w) of logical shape (N, C, H, W) lies in memory. */
+enum rt_dropout_layout {
+    RT_DROPOUT_FEATURES = 0, /* (N, F) row-major as (N, F, 1, 1): n*F + f, every backend */
+    RT_DROPOUT_NCHW,         /* ((n*C + c)*H + h)*W + w: the CUDA fp32 table */
+    RT_DROPOUT_CNHW,         /* ((c*N + n)*H + h)*W + w: the CPU backend */
+    RT_DROPOUT_NHWC,         /* ((n*H + h)*W + w)*C + c: the CUDA 16-bit tables */
+};
+
+/* The logical index L of the element at memory index i of layout l. */
+RT_DROPOUT_FN uint64_t rt_dropout_logical(enum rt_dropout_layout l, struct rt_shape4 sh, uint64_t i)
+{
+    const uint64_t hw = (uint64_t)sh.h * (uint64_t)sh.w;
+    if (l == RT_DROPOUT_CNHW) {
+        const uint64_t plane = i / hw, s = i - plane * hw; /* plane = c*N + n, s = h*W + w */
+        const uint64_t c = plane / (uint64_t)sh.n, n = plane - c * (uint64_t)sh.n;
+        return (n * (uint64_t)sh.c + c) * hw + s;
+    }
+    if (l == RT_DROPOUT_NHWC) {
+        const uint64_t px = i / (uint64_t)sh.c, c = i - px * (uint64_t)sh.c; /* px = n*HW + s */
+        const uint64_t n = px / hw, s = px - n * hw;
+        return (n * (uint64_t)sh.c + c) * hw + s;
+    }
+    return i; /* NCHW and features are stored in logical order */
+}
+
+/*
+ * How many elements from memory index i on (i included, at least 1) have
+ * logical indices L(i), L(i) + 1, ...: the rest of an (n, c) plane in CNHW,
+ * one element in NHWC (unless C = 1), the rest of the tensor in NCHW and
+ * features. Not necessarily the longest such run.
+ */
+RT_DROPOUT_FN uint64_t rt_dropout_run(enum rt_dropout_layout l, struct rt_shape4 sh, uint64_t i)
+{
+    const uint64_t hw = (uint64_t)sh.h * (uint64_t)sh.w;
+    const uint64_t total = (uint64_t)sh.n * (uint64_t)sh.c * hw;
+    if (l == RT_DROPOUT_CNHW)
+        return hw - i % hw;
+    if (l == RT_DROPOUT_NHWC && sh.c > 1 && hw > 1)
+        return 1;
+    return total - i;
+}
+
+/*
+ * The Philox4x32-10 block of stream elements 4 blk .. 4 blk + 3 under
+ * `seed`: w[j] is the word of element 4 blk + j. Round for round
+ * common.c's rt_philox4x32() with counter (blk lo, blk hi, 0, RT_DROPOUT_CTR3).
+ */
+RT_DROPOUT_FN void rt_dropout_block(uint64_t seed, uint64_t blk, uint32_t w[4])
+{
+    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
+    uint32_t c0 = (uint32_t)blk, c1 = (uint32_t)(blk >> 32), c2 = 0, c3 = RT_DROPOUT_CTR3;
+#ifdef __CUDA_ARCH__
+#pragma unroll
+#endif
+    for (int round = 0; round < 10; round++) {
+        const uint64_t p0 = (uint64_t)0xD2511F53u * c0;
+        const uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
+        const uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
+        const uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
+        c0 = n0;
+        c1 = (uint32_t)p1;
+        c2 = n2;
+        c3 = (uint32_t)p0;
+        k0 += 0x9E3779B9u;
+        k1 += 0xBB67AE85u;
+    }
+    w[0] = c0;
+    w[1] = c1;
+    w[2] = c2;
+    w[3] = c3;
+}
+
+/* The factor `scale` multiplies kept elements by: 1/(1-p), or 0 for p >= 1
+ * (everything dropped, as torch returns zeros). Host code computes it once
+ * per call, so that every backend rounds the same float expression. */
+RT_DROPOUT_FN float rt_dropout_scale(float p)
+{
+    return p < 1.0f ? 1.0f / (1.0f - p) : 0.0f;
+}
+
+/* The multiplier of the element whose Philox word is w: scale if kept (u >= p), else 0. */
+RT_DROPOUT_FN float rt_dropout_mul_of(uint32_t w, float p, float scale)
+{
+    const float u = (float)(w >> 8) * (1.0f / 16777216.0f);
+    return u >= p ? scale : 0.0f;
+}
+
+/* The multiplier of stream element e: one Philox block per call, for
+ * elements that share no block with their neighbours in memory (NHWC). */
+RT_DROPOUT_FN float rt_dropout_mul(uint64_t seed, uint64_t e, float p, float scale)
+{
+    uint32_t w[4];
+    rt_dropout_block(seed, e >> 2, w);
+    return rt_dropout_mul_of(w[e & 3], p, scale);
+}
+
+#endif
