@@ -1,9 +1,12 @@
 /*
  * cmd_version.c - `ringtrain --version`: this build's version, the compute
  * backends compiled in with what they see, and the library versions (as
- * compiled against, and as loaded where the library can say).
+ * compiled against, and as loaded where the library can say). cuDNN, cuBLAS
+ * and NCCL are loaded here to ask them; one that is missing is reported as
+ * "not found (reason)", never an error.
  */
 #include <archive.h>
+#include <errno.h>
 #include <jansson.h>
 #include <png.h>
 #include <stdio.h>
@@ -11,9 +14,30 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include "common/cudalibs.h"
 #include "compute/compute.h"
 #include "rt_buildinfo.h"
 #include "tools/cli.h"
+
+/* cuDNN, cuBLAS, NCCL: "built / loaded (file)" or "built / not found (reason)". */
+static void print_cuda_libs(void)
+{
+#if RT_HAVE_CUDA
+    for (int i = 0; i < RT_CUDALIB_COUNT; i++) {
+        struct rt_cudalib_info li;
+        if (rt_cudalibs_info((enum rt_cudalib)i, &li) != 0)
+            continue;
+        if (!li.compiled)
+            printf("  %-12s not in this build\n", li.name);
+        else if (li.loaded)
+            printf("  %-12s %s / %d.%d.%d (%s)\n", li.name, li.built, li.version[0], li.version[1], li.version[2],
+                   li.path);
+        else
+            printf("  %-12s %s / %s (%s)\n", li.name, li.built, li.err == -ENOSYS ? "not usable" : "not found",
+                   li.why);
+    }
+#endif
+}
 
 int cmd_version(int argc, char **argv)
 {
@@ -44,5 +68,6 @@ int cmd_version(int argc, char **argv)
     printf("  jansson      %s / %s\n", RT_JANSSON_VERSION, jansson_version_str());
     printf("  zlib         %s / %s\n", RT_ZLIB_VERSION, zlibVersion());
     printf("  libpng       %s / %s\n", RT_LIBPNG_VERSION, png_get_libpng_ver(NULL));
+    print_cuda_libs();
     return RT_EXIT_OK;
 }
