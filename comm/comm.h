@@ -314,9 +314,11 @@ int rt_gpu_preflight(int visible_gpus, int local_rank, int local_size,
  * The GPU collective engine: one NCCL communicator over the process group's
  * ranks, one GPU per rank, used by the bucketer in NCCL mode (rt_bucket_opts
  * .nccl) to all-reduce device gradients on a comm stream while backward runs.
- * MPI stays the bootstrap (the ncclUniqueId travels by rt_comm_broadcast), the
- * carrier of every host collective and of the step's control word, and the
- * watchdog of peers (heartbeats, pidfds): a dead peer is still caught there.
+ * Across ranks MPI stays the bootstrap (the ncclUniqueId travels by
+ * rt_comm_broadcast), the carrier of every host collective and of the step's
+ * control word, and the watchdog of peers (heartbeats, pidfds): a dead peer
+ * is still caught there. A group of one may make its communicator in this
+ * process instead, without MPI (rt_nccl_create_local).
  *
  * Failures. Every NCCL call is checked; the communicator is non-blocking
  * (ncclConfig_t.blocking = 0), so a call that would wait on peers returns at
@@ -329,7 +331,7 @@ int rt_gpu_preflight(int visible_gpus, int local_rank, int local_size,
  */
 struct rt_nccl;
 
-/* 1 when this build has NCCL (and the CUDA runtime it needs), else 0. */
+/* 1 when this build has NCCL and libnccl loads here (it is loaded at run time, not linked), else 0. */
 int rt_nccl_available(void);
 
 /*
@@ -360,6 +362,26 @@ int rt_nccl_available(void);
  * (after the broadcast), failures and the deadline end the job instead.
  */
 int rt_nccl_create(struct rt_comm *c, int device, struct rt_nccl **out);
+
+/*
+ * The same communicator for a process group of one (rt_comm_info(c)->world
+ * is 1, as rt_comm_create makes it for a process no MPI launcher started),
+ * bootstrapped in this process: ncclGetUniqueId, ncclCommInitRankConfig for
+ * one rank (non-blocking, polled under the group's deadline), then the
+ * one-integer check all-reduce, on CUDA device `device` (it becomes the
+ * calling thread's current device). No MPI call, no launcher, no peer: one
+ * GPU's gradients go through the bucketer's NCCL mode as a run across GPUs
+ * would send them (`ringtrain train --allreduce nccl`, tests/test_nccl.c).
+ * Unlike rt_nccl_create it changes no environment variable (one rank has no
+ * transport to report), so other threads may be running. Prints one line:
+ * the NCCL version with the NCCL_* variables set.
+ * Returns 0 with *out set (destroy it with rt_nccl_destroy), -EINVAL when
+ * the group has more than one rank, -ENOTSUP when the build has no NCCL,
+ * -ENODEV when `device` cannot be used (rt_errmsg() says why). A failure of
+ * NCCL itself, or a set-up past the deadline, ends the process as in
+ * rt_nccl_create.
+ */
+int rt_nccl_create_local(struct rt_comm *c, int device, struct rt_nccl **out);
 
 /* One line for the banner: "NCCL 2.28.9 on GPU 0, transport: P2P/CUMEM
  * (intra-node)". Owned by `n`. */

@@ -1,10 +1,10 @@
 /*
  * nccl.c - the GPU half of comm/: the NCCL communicator (bootstrapped through
- * the MPI process group, set up non-blocking under the group's deadline), the
- * report of NCCL's version, variables and transport at creation, and the
- * bucketer's device path: a comm stream that follows the compute stream by
- * events, ncclAllReduce per bucket, and the host-side wait that is also the
- * NCCL watchdog.
+ * the MPI process group, or made in this process for a world of one; set up
+ * non-blocking under the group's deadline), the report of NCCL's version,
+ * variables and transport at creation, and the bucketer's device path: a
+ * comm stream that follows the compute stream by events, ncclAllReduce per
+ * bucket, and the host-side wait that is also the NCCL watchdog.
  *
  * It does not allocate gradients, know the compute backend (the compute
  * stream arrives as a void *), or replace the MPI watchdog: the comm thread
@@ -32,6 +32,8 @@
 #include <unistd.h>
 
 #include <nccl.h>
+
+#include "common/cudalibs.h"
 
 #if NCCL_VERSION_CODE < NCCL_VERSION(2, 14, 0)
 #error "comm/nccl.c needs NCCL 2.14 or later (non-blocking communicators, ncclCommFinalize)"
@@ -377,7 +379,8 @@ static void env_text(char *buf, size_t len)
 
 int rt_nccl_available(void)
 {
-    return 1;
+    /* In the build, and libnccl loads here (it is not linked: common/cudalibs.h). */
+    return rt_cudalibs_load(RT_CUDALIBS_NCCL) == 0;
 }
 
 const char *rt_nccl_describe(const struct rt_nccl *n)
@@ -438,10 +441,16 @@ static void check_allreduce(struct rt_nccl *n)
     }
 }
 
-int rt_nccl_create(struct rt_comm *c, int device, struct rt_nccl **out)
+/* rt_nccl_create (local 0: the ranks of `c` meet through MPI) and rt_nccl_create_local (local 1: a world of
+ * one made in this process; no collective of `c`, no environment changes, no transport report). */
+static int nccl_create(struct rt_comm *c, int device, int local, struct rt_nccl **out)
 {
     *out = NULL;
     const struct rt_rank_info *ri = rt_comm_info(c);
+    if (local && ri->world != 1)
+        return rt_errf(-EINVAL, "NCCL: a local communicator is a world of one process, but this one is rank %d of "
+                                "%d (%s): the ranks meet through rt_nccl_create",
+                       ri->rank, ri->world, ri->vars);
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
     if (e != cudaSuccess || device < 0 || device >= ndev) {
@@ -453,6 +462,10 @@ int rt_nccl_create(struct rt_comm *c, int device, struct rt_nccl **out)
         cudaGetLastError();
         return rt_errf(-ENODEV, "NCCL: cannot use GPU %d: %s", device, cudaGetErrorString(e));
     }
+    /* libnccl is loaded now, not linked (common/cudalibs.h). */
+    int lib_rc = rt_cudalibs_load(RT_CUDALIBS_NCCL); /* rt_errmsg(): which, why, what to do */
+    if (lib_rc)
+        return lib_rc;
     struct rt_nccl *n = rt_calloc(1, sizeof(*n), "NCCL communicator");
     if (!n)
         return -ENOMEM;
@@ -465,13 +478,15 @@ int rt_nccl_create(struct rt_comm *c, int device, struct rt_nccl **out)
     char vars[600];
     env_text(vars, sizeof(vars)); /* before log_start adds its own */
     struct nccl_log *L = &n->log;
-    log_start(L);
+    if (!local)
+        log_start(L);
 
     ncclUniqueId id;
     memset(&id, 0, sizeof(id));
     if (n->rank == 0)
         NCCL_CHECK(n, ncclGetUniqueId(&id));
-    rt_comm_broadcast(c, &id, sizeof(id), 0, "the NCCL unique id");
+    if (!local)
+        rt_comm_broadcast(c, &id, sizeof(id), 0, "the NCCL unique id");
     ncclConfig_t cfg = NCCL_CONFIG_INITIALIZER;
     cfg.blocking = 0; /* a peer that never joins must not hang us past the deadline */
     ncclResult_t r = ncclCommInitRankConfig(&n->comm, n->world, id, n->rank, &cfg);
@@ -481,6 +496,19 @@ int rt_nccl_create(struct rt_comm *c, int device, struct rt_nccl **out)
     if (r != ncclSuccess)
         nccl_fail(n, "NCCL", (int)r, ncclGetErrorString(r), "ncclCommInitRankConfig", __FILE__, __LINE__);
     check_allreduce(n);
+
+    int v = 0;
+    ncclGetVersion(&v);
+    char ver[32], tr[200];
+    snprintf(ver, sizeof(ver), "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
+    if (local) {
+        snprintf(n->describe, sizeof(n->describe), "NCCL %s on GPU %d, transport: none (one rank, set up in-process)",
+                 ver, device);
+        rt_info("NCCL %s, one rank set up in this process (no MPI); %s", ver, vars);
+        n->ready = 1;
+        *out = n;
+        return 0;
+    }
 
     /* Every rank's transports, by the node of each channel's peer. */
     int32_t *nodes = rt_calloc((size_t)n->world, sizeof(int32_t), "node table");
@@ -494,10 +522,6 @@ int rt_nccl_create(struct rt_comm *c, int device, struct rt_nccl **out)
     free(nodes);
     rt_comm_allreduce(c, seen, TR_COUNT + 1, RT_COMM_I32, RT_RED_MAX, "the NCCL transport report");
 
-    int v = 0;
-    ncclGetVersion(&v);
-    char ver[32], tr[200];
-    snprintf(ver, sizeof(ver), "%d.%d.%d", v / 10000, v / 100 % 100, v % 100);
     if (L->user_debug)
         snprintf(tr, sizeof(tr), "see NCCL_DEBUG output");
     else if (n->world == 1)
@@ -516,6 +540,16 @@ int rt_nccl_create(struct rt_comm *c, int device, struct rt_nccl **out)
     n->ready = 1;
     *out = n;
     return 0;
+}
+
+int rt_nccl_create(struct rt_comm *c, int device, struct rt_nccl **out)
+{
+    return nccl_create(c, device, 0, out);
+}
+
+int rt_nccl_create_local(struct rt_comm *c, int device, struct rt_nccl **out)
+{
+    return nccl_create(c, device, 1, out);
 }
 
 void rt_nccl_destroy(struct rt_nccl *n)
@@ -718,6 +752,11 @@ int rt_nccl_create(struct rt_comm *c, int device, struct rt_nccl **out)
     *out = NULL;
     return rt_errf(-ENOTSUP, "this build has no NCCL: the GPU all-reduce needs the CUDA toolkit and NCCL at "
                              "configure time (cmake -DNCCL_ROOT=..., see comm/README.md)");
+}
+
+int rt_nccl_create_local(struct rt_comm *c, int device, struct rt_nccl **out)
+{
+    return rt_nccl_create(c, device, out);
 }
 
 const char *rt_nccl_describe(const struct rt_nccl *n)

@@ -8,7 +8,10 @@
 #   - the run is on the GPU (its set-up line says "cuda: GPU ..."), and its
 #     --json line says so ("device", when the line has that field) and names
 #     the precision asked for ("amp", when the line has that field; the
-#     default is expected to be bf16 from compute capability 8.0 on, off below).
+#     default is expected to be bf16 from compute capability 8.0 on, off below);
+#   - with --allreduce nccl the MNIST recipe reaches the same bound with its
+#     gradients all-reduced through NCCL in a world of one (every update's
+#     buckets counted), where the plain run reduces nothing.
 # Skips (77) when `ringtrain train --device cuda --steps 1 --synthetic-data`
 # stops with "error: --device cuda: ..." (a build without CUDA, no driver, no
 # usable GPU); any other failure of that probe fails the test.
@@ -108,6 +111,30 @@ for amp in default fp16 off; do
     check mnist-net "$MNIST_MIN" "$amp" "${MNIST[@]}"
     check wrn-10-1 "$WRN_MIN" "$amp" "${WRN[@]}"
 done
+
+# One GPU through NCCL (--allreduce nccl: a world of one set up in-process, no MPI): the MNIST recipe reaches the
+# plain run's bound, the banner names the communicator, and every update's buckets went through NCCL
+# (bucket_allreduces = buckets x steps in the --json line, where the plain run, which reduces nothing, counts 0).
+out=$W/mnist-net-nccl.out
+"$RT" train "${MNIST[@]}" --device cuda --allreduce nccl --no-progress --json >"$out" 2>&1
+rc=$?
+acc=$(jfield "$out" val_acc || echo 0)
+nb=$(jfield "$out" buckets || echo 0); st=$(jfield "$out" steps || echo 0); ar=$(jfield "$out" bucket_allreduces || echo x)
+if [ $rc -eq 0 ] && "$PY" -c "import sys; sys.exit(0 if float('$acc') >= $MNIST_MIN else 1)" 2>/dev/null; then
+    pass "mnist-net --allreduce nccl: validation accuracy $acc (>= $MNIST_MIN)"
+else
+    fail "mnist-net --allreduce nccl: rc=$rc val_acc=$acc (bound $MNIST_MIN)"
+    tail -n 15 "$out"
+fi
+grep -q "^  gradients NCCL .* on GPU [0-9]*, transport: none (one rank" "$out" \
+    && pass "mnist-net --allreduce nccl: $(grep -o 'gradients NCCL.*' "$out")" \
+    || fail "mnist-net --allreduce nccl: no NCCL line in the banner: $(grep -E 'gradients|NCCL|error' "$out" | head -3)"
+[ "$st" -gt 0 ] 2>/dev/null && [ "$nb" -gt 0 ] && [ "$ar" = $((nb * st)) ] \
+    && pass "mnist-net --allreduce nccl: $ar bucket all-reduces through NCCL ($nb buckets x $st steps)" \
+    || fail "mnist-net --allreduce nccl: bucket_allreduces '$ar', expected buckets ($nb) x steps ($st)"
+plain=$(jfield "$W/mnist-net-default.out" bucket_allreduces || echo x)
+[ "$plain" = 0 ] && pass "mnist-net without --allreduce: no bucket all-reduce (one process)" \
+    || fail "mnist-net without --allreduce: bucket_allreduces '$plain', expected 0"
 
 # fp16 loss scaling with injected overflows (RINGTRAIN_TEST_OVERFLOW=STEP:COUNT puts an Inf into the first
 # gradient after the all-reduce): 3 skipped steps, the scale halved 3 times from 65536, 7 of 10 updates applied;

@@ -10,9 +10,18 @@
  * the counts the buckets. At np 1 the sum is the input, through NCCL all the
  * same. Then the plan check in NCCL mode and the device refusal.
  *
- * Exit 0 pass, 1 fail, 77 skip: not under an MPI launcher, no NCCL in this
- * build, no usable GPU, or fewer GPUs than ranks on the node (np 2 on a
- * machine with one GPU). The skip is agreed by all ranks.
+ * `test_nccl local`, a plain process (no mpirun): the world of one made in
+ * this process (rt_nccl_create_local) on GPU 0, no MPI at all. A plan with a
+ * first bucket at first_cap, body buckets at cap, a tensor larger than the
+ * cap alone, and a tail of three tensors within first_cap; each bucket's
+ * all-reduce must start as soon as its last tensor is reported final, and
+ * every float of the buffer (gaps too) must come back as the sum over the one
+ * rank, exactly: multiples of 1/4, overlapped and not, two steps each.
+ *
+ * Exit 0 pass, 1 fail, 77 skip: not under an MPI launcher (local: under one
+ * with more than one rank), no NCCL in this build, no usable GPU, or fewer
+ * GPUs than ranks on the node (np 2 on a machine with one GPU). The skip is
+ * agreed by all ranks.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -176,6 +185,153 @@ static void bucketer(struct rt_comm *c, struct rt_nccl *n, int rank, int world)
     CUDA_OK(cudaStreamDestroy(compute));
 }
 
+/* ---- the local world of one ------------------------------------------------------------ */
+
+/* Tensors in buffer order, floats; 64-float alignment gaps between them. With a first cap of 4096 floats and a
+ * cap of 16384 the plan is: {0, 1} (first bucket, up to first_cap), {2, 3} and {4} (up to cap), {5} (over the
+ * cap: alone), {6, 7, 8} (the tail: the last tensors within first_cap). */
+enum { LT = 9, LB = 5 };
+static const size_t local_count[LT] = {1000, 2000, 3000, 9000, 5000, 20000, 2500, 1000, 500};
+static const int local_first[LB + 1] = {0, 2, 4, 5, 6, LT}; /* bucket k holds tensors [first[k], first[k + 1]) */
+static const size_t local_first_cap = 4096 * sizeof(float), local_cap = 16384 * sizeof(float);
+
+/* A multiple of 1/4 in [-32, 31.75]: exact in floats, and so is any sum of a few. */
+static float local_value(size_t i)
+{
+    return (float)((int)(i % 256) - 128) * 0.25f;
+}
+
+static void local_world(struct rt_comm *c, struct rt_nccl *n)
+{
+    struct rt_bucket_tensor t[LT];
+    char tname[LT][16];
+    size_t start[LT], off = 0;
+    for (int i = 0; i < LT; i++) {
+        start[i] = off;
+        snprintf(tname[i], sizeof(tname[i]), "s%d", i);
+        /* The table in another order than the buffer, as a model hands it over. */
+        t[(i * 4) % LT] = (struct rt_bucket_tensor){tname[i], off, local_count[i]};
+        off = (off + local_count[i] + 63) / 64 * 64;
+    }
+    const size_t total = off;
+    float *dev = NULL, *pinned = NULL, *back = NULL;
+    cudaStream_t compute;
+    CUDA_OK(cudaStreamCreateWithFlags(&compute, cudaStreamNonBlocking));
+    CUDA_OK(cudaMalloc((void **)&dev, total * sizeof(float)));
+    CUDA_OK(cudaMallocHost((void **)&pinned, total * sizeof(float)));
+    CUDA_OK(cudaMallocHost((void **)&back, total * sizeof(float)));
+    for (size_t i = 0; i < total; i++)
+        pinned[i] = local_value(i);
+
+    for (int overlap = 0; overlap < 2; overlap++) {
+        struct rt_bucket_opts o = {.cap_bytes = local_cap, .first_cap_bytes = local_first_cap,
+                                   .no_overlap = !overlap, .nccl = n, .stream = compute};
+        struct rt_bucketer *b = NULL;
+        CHECK_OK(rt_bucketer_create(c, dev, total, t, LT, &o, &b));
+        if (!b)
+            continue;
+        const int nb = rt_bucketer_count(b);
+        CHECKF(nb == LB, "local: %d buckets, planned %d", nb, LB);
+        for (int k = 0; k < nb && nb == LB; k++) {
+            size_t bo, bc;
+            char bnames[120];
+            rt_bucketer_bucket(b, k, &bo, &bc, bnames, sizeof(bnames));
+            const size_t end = k + 1 < LB ? start[local_first[k + 1]] : total;
+            CHECKF(bo == start[local_first[k]] && bc == end - bo, "local: bucket %d is [%zu, +%zu), planned [%zu, %zu)",
+                   k, bo, bc, start[local_first[k]], end);
+            char want[120];
+            const int t0 = local_first[k], t1 = local_first[k + 1] - 1;
+            if (t0 == t1)
+                snprintf(want, sizeof(want), "s%d", t0);
+            else
+                snprintf(want, sizeof(want), "%d tensors, s%d .. s%d", t1 - t0 + 1, t0, t1);
+            CHECKF(!strcmp(bnames, want), "local: bucket %d names '%s', expected '%s'", k, bnames, want);
+        }
+        for (int step = 0; step < 2; step++) {
+            /* NaN bytes until "backward" writes: a float the copies or the all-reduces missed would show. */
+            CUDA_OK(cudaMemsetAsync(dev, 0xff, total * sizeof(float), compute));
+            struct rt_comm_counts c0, c1;
+            rt_comm_counts(c, &c0);
+            rt_bucketer_begin(b, (uint64_t)step);
+            int done = 0; /* buckets whose last tensor is final */
+            for (int i = 0; i < LT; i++) {
+                const size_t end = i + 1 < LT ? start[i + 1] : total;
+                CUDA_OK(cudaMemcpyAsync(dev + start[i], pinned + start[i], (end - start[i]) * sizeof(float),
+                                        cudaMemcpyHostToDevice, compute));
+                rt_bucketer_ready(b, end);
+                while (done < LB && local_first[done + 1] <= i + 1)
+                    done++;
+                rt_comm_counts(c, &c1);
+                CHECKF(c1.bucket_allreduces - c0.bucket_allreduces == (uint64_t)(overlap ? done : 0),
+                       "local overlap %d step %d: after tensor %d, %lu all-reduces started, expected %d", overlap,
+                       step, i, (unsigned long)(c1.bucket_allreduces - c0.bucket_allreduces), overlap ? done : 0);
+            }
+            uint32_t flags = 0;
+            uint64_t wait_ns = UINT64_MAX;
+            CHECK_OK(rt_bucketer_finish(b, 0x5u, &flags, &wait_ns));
+            CHECKF(flags == 0x5u, "local: flags %#x, expected this rank's 0x5", flags);
+            CHECKF(wait_ns < (uint64_t)60e9, "local: wait %lu ns", (unsigned long)wait_ns);
+            rt_comm_counts(c, &c1);
+            CHECK(c1.bucket_allreduces - c0.bucket_allreduces == (uint64_t)LB);
+            /* Behind finish on the compute stream, where the optimizer would read. */
+            CUDA_OK(cudaMemcpyAsync(back, dev, total * sizeof(float), cudaMemcpyDeviceToHost, compute));
+            CUDA_OK(cudaStreamSynchronize(compute));
+            size_t bad = 0, first = total;
+            for (size_t i = 0; i < total; i++)
+                if (back[i] != 1.0f * local_value(i)) { /* the sum over a world of one */
+                    bad++;
+                    first = RT_MIN(first, i);
+                }
+            CHECKF(bad == 0, "local overlap %d step %d: %zu of %zu sums wrong (first at %zu: %g, want %g)", overlap,
+                   step, bad, total, first, bad ? (double)back[first] : 0.0,
+                   bad ? (double)local_value(first) : 0.0);
+        }
+        rt_bucketer_destroy(b);
+    }
+    CUDA_OK(cudaFreeHost(back));
+    CUDA_OK(cudaFreeHost(pinned));
+    CUDA_OK(cudaFree(dev));
+    CUDA_OK(cudaStreamDestroy(compute));
+}
+
+/* `test_nccl local`: a plain process, no MPI launcher. */
+static int main_local(void)
+{
+    struct rt_comm *c;
+    struct rt_comm_opts co = {.timeout_s = 120};
+    if (rt_comm_create(&co, &c) < 0) {
+        fprintf(stderr, "rt_comm_create: %s\n", rt_errmsg());
+        return 1;
+    }
+    if (rt_comm_info(c)->world != 1) {
+        fprintf(stderr, "skip: the local world is one process; this is one of %d\n", rt_comm_info(c)->world);
+        rt_comm_destroy(c);
+        return 77;
+    }
+    int ngpu = 0;
+    cudaError_t e = cudaGetDeviceCount(&ngpu);
+    if (e != cudaSuccess || ngpu == 0) {
+        cudaGetLastError();
+        fprintf(stderr, "skip: no usable GPU (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "none visible");
+        rt_comm_destroy(c);
+        return 77;
+    }
+    struct rt_nccl *bad = NULL;
+    CHECK_ERR(rt_nccl_create_local(c, ngpu + 7, &bad), "GPU");
+    CHECK(bad == NULL);
+    struct rt_nccl *n = NULL;
+    CHECK_OK(rt_nccl_create_local(c, 0, &n));
+    if (n) {
+        const char *d = rt_nccl_describe(n);
+        CHECKF(strstr(d, "NCCL 2.") && strstr(d, "on GPU 0") && strstr(d, "one rank"), "describe: '%s'", d);
+        printf("test_nccl local: %s\n", d);
+        local_world(c, n);
+        rt_nccl_destroy(n);
+    }
+    rt_comm_destroy(c);
+    return check_result();
+}
+
 static const char *env_get(void *ctx, const char *name)
 {
     (void)ctx;
@@ -183,9 +339,10 @@ static const char *env_get(void *ctx, const char *name)
 }
 #endif /* RT_HAVE_NCCL */
 
-int main(void)
+int main(int argc, char **argv)
 {
-    if (!getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMIX_RANK")) {
+    const int local = argc > 1 && !strcmp(argv[1], "local");
+    if (!local && !getenv("OMPI_COMM_WORLD_SIZE") && !getenv("PMIX_RANK")) {
         fprintf(stderr, "skip: run under mpirun (ctest does)\n");
         return 77;
     }
@@ -194,6 +351,8 @@ int main(void)
         return 77;
     }
 #ifdef RT_HAVE_NCCL
+    if (local)
+        return main_local();
     struct rt_comm *c;
     struct rt_comm_opts co = {.timeout_s = 120};
     if (rt_comm_create(&co, &c) < 0) {
@@ -225,6 +384,8 @@ int main(void)
     struct rt_nccl *bad = NULL;
     CHECK_ERR(rt_nccl_create(c, ngpu + 7, &bad), "GPU");
     CHECK(bad == NULL);
+    if (world > 1) /* refused before any NCCL call: no peer is left waiting */
+        CHECK_ERR(rt_nccl_create_local(c, device, &bad), "world of one");
     struct rt_nccl *n = NULL;
     CHECK_OK(rt_nccl_create(c, device, &n));
     if (n) {

@@ -62,6 +62,8 @@ static void usage(FILE *f)
             "process per device, gradients all-reduced in buckets while backward runs.\n"
             "  --bucket-cap-mb MB     gradient bucket size (default 25; the first bucket 1)\n"
             "  --no-overlap           all-reduce only after backward (for comparison)\n"
+            "  --allreduce E          auto (default: NCCL across GPU ranks, MPI across CPU ranks, none for one\n"
+            "                         process) or nccl: through NCCL for one GPU too (needs --device cuda)\n"
             "  --comm-timeout S       a collective stalled this long ends the job (default 300)\n"
             "  --peer-timeout S       a rank silent this long is dead or stopped: end the job (default 20)\n"
             "  --check-replicas N     compare the ranks' parameter digests every N steps (default: at the end)\n"
@@ -85,7 +87,7 @@ int cmd_train(int argc, char **argv)
     enum {
         O_EPOCHS = 256, O_LR, O_OPT, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPEP, O_GAMMA, O_LS, O_ACCUM, O_CLIP,
         O_SEED, O_AUG, O_SHUF, O_TARGET, O_PAT, O_CKPT, O_RESUME, O_METRICS, O_SYN, O_STEPS, O_NOPROG, O_NOPIN,
-        O_BUCKET, O_NOOVL, O_CTO, O_PTO, O_REPL, O_STAGE, O_AMP, O_LSCALE, O_MAXSKIP, O_HELP
+        O_BUCKET, O_NOOVL, O_CTO, O_PTO, O_REPL, O_STAGE, O_AMP, O_LSCALE, O_MAXSKIP, O_ALLRED, O_HELP
     };
     static const struct option opts[] = {
         CLI_RUN_OPTIONS,
@@ -123,6 +125,7 @@ int cmd_train(int argc, char **argv)
         {"amp", required_argument, NULL, O_AMP},
         {"loss-scale", required_argument, NULL, O_LSCALE},
         {"max-skipped-steps", required_argument, NULL, O_MAXSKIP},
+        {"allreduce", required_argument, NULL, O_ALLRED},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0}};
     struct cli_run_opts run = {.model = "mnist-net", .batch = 128};
@@ -232,6 +235,10 @@ int cmd_train(int argc, char **argv)
                 return RT_EXIT_USAGE;
             break;
         case O_NOOVL: c.no_overlap = 1; break;
+        case O_ALLRED:
+            if (train_allreduce_parse(optarg, &c.allreduce) < 0)
+                return cli_usage_error("train", "%s", rt_errmsg());
+            break;
         case O_CTO:
             if (parse_float("--comm-timeout", optarg, 0.1, 1e6, &c.comm_timeout))
                 return RT_EXIT_USAGE;

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "common/cudalibs.h"
 #include "compute/cuda/cuda_be.h"
 
 /* Turing (7.5) is the oldest architecture the kernels are built for (CMake's
@@ -238,26 +239,35 @@ static const struct rt_ops cuda_ops = {.act = RT_F32, RT_OPS_LIST(CUDA_OP)};
 int rt_cuda_create(const struct rt_backend_opts *o, struct rt_backend **out)
 {
     *out = NULL;
-    int n = 0, driver = 0;
-    if (cudaDriverGetVersion(&driver) != cudaSuccess || driver == 0) {
-        cudaGetLastError();
-        return rt_errf(-ENODEV, "no NVIDIA driver on this machine (use --device cpu)");
+    int n = 0, driver = 0, runtime = 0;
+    char why[320];
+    if (cudaDriverGetVersion(&driver) != cudaSuccess)
+        driver = 0;
+    if (cudaRuntimeGetVersion(&runtime) != cudaSuccess)
+        runtime = 0;
+    /* The versions before the count: with a driver too old for the runtime, cudaGetDeviceCount fails with
+     * cudaErrorInsufficientDriver, whose message names neither version. */
+    int verdict = rt_cuda_driver_verdict(driver, runtime, -1, NULL, why, sizeof(why));
+    if (verdict == 0) {
+        const cudaError_t e = cudaGetDeviceCount(&n);
+        if (e != cudaSuccess)
+            verdict = rt_cuda_driver_verdict(driver, runtime, (int)e, cudaGetErrorString(e), why, sizeof(why));
+        else if (n == 0) {
+            snprintf(why, sizeof(why), "no usable GPU: the driver sees no device");
+            verdict = -ENODEV;
+        }
     }
-    cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess || n == 0) {
+    if (verdict < 0) {
         cudaGetLastError();
-        return rt_errf(-ENODEV, "no usable GPU: %s (use --device cpu)",
-                       e != cudaSuccess ? cudaGetErrorString(e) : "the driver sees no device");
+        return rt_errf(verdict, "%s (use --device cpu)", why);
     }
-    int runtime = 0;
-    cudaRuntimeGetVersion(&runtime);
-    if (driver < runtime)
-        return rt_errf(-ENODEV, "the NVIDIA driver supports CUDA %d.%d, older than the %d.%d this build needs: "
-                                "update the driver or use --device cpu",
-                       driver / 1000, driver % 1000 / 10, runtime / 1000, runtime % 1000 / 10);
     if (o->device < 0 || o->device >= n)
         return rt_errf(-ENODEV, "GPU %d asked for, but %d %s visible (CUDA_VISIBLE_DEVICES=%s)", o->device, n,
                        n == 1 ? "is" : "are", getenv("CUDA_VISIBLE_DEVICES") ? getenv("CUDA_VISIBLE_DEVICES") : "unset");
+    /* cuDNN and cuBLAS are loaded now, not linked: a CUDA build runs on the CPU where they are not installed. */
+    int lib_rc = rt_cudalibs_load(RT_CUDALIBS_CUDNN | RT_CUDALIBS_CUBLAS); /* rt_errmsg(): which, why, what to do */
+    if (lib_rc)
+        return lib_rc;
     struct rt_backend *be = rt_calloc(1, sizeof(*be), "cuda backend");
     struct rt_cuda *c = rt_calloc(1, sizeof(*c), "cuda backend");
     if (!be || !c) {

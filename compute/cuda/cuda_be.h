@@ -33,16 +33,27 @@ extern "C" {
 #endif
 
 /* Device scratch kept by the backend besides the workspace, one per use, so
- * that an op can hold one while it uses the workspace (all stream-ordered). */
-enum { RT_CUDA_SCRATCH_W = 0, RT_CUDA_SCRATCH_DW = 1, RT_CUDA_SCRATCH_SLOTS = 2 };
+ * that an op can hold one while it uses the workspace (all stream-ordered).
+ * X32 and Y32 hold the fp32 NCHW copies of a 16-bit convolution's input and
+ * output while it runs in fp32 (dnn.c, when no 16-bit algorithm supports it). */
+enum {
+    RT_CUDA_SCRATCH_W = 0,
+    RT_CUDA_SCRATCH_DW = 1,
+    RT_CUDA_SCRATCH_X32 = 2,
+    RT_CUDA_SCRATCH_Y32 = 3,
+    RT_CUDA_SCRATCH_SLOTS = 4
+};
 
-/* A convolution algorithm chosen by measurement, per shape and direction. */
+/* A convolution algorithm chosen by measurement, per shape and direction;
+ * or, for 16-bit activations, the decision that none supports the shape. */
 struct rt_cuda_algo {
     struct rt_conv_desc d;
     int dir;                /* 0 forward, 1 backward data, 2 backward filter */
     int dt;                 /* enum rt_dtype of the activations */
     int algo;               /* cudnnConvolution{Fwd,BwdData,BwdFilter}Algo_t */
     size_t workspace;
+    int in_f32;             /* 1: no cuDNN algorithm takes this shape and direction in dt (NHWC); the call
+                               converts to fp32 NCHW and runs the fp32 table's convolution (algo unused) */
 };
 
 struct rt_cuda {
@@ -68,6 +79,32 @@ struct rt_cuda {
     size_t inbuf_bytes[2];
     cudaEvent_t copied[2], consumed[2];
 };
+
+/*
+ * probe_cuda.c: whether this build's CUDA runtime can use the machine's
+ * NVIDIA driver, decided from what the runtime reported, so that every
+ * combination can be tested without a GPU (tests/test_cuda_version.c).
+ * `driver` and `runtime` are cudaDriverGetVersion's and
+ * cudaRuntimeGetVersion's figures (1000 * major + 10 * minor; driver 0: no
+ * driver). `count_err` is what cudaGetDeviceCount returned (a cudaError_t)
+ * and `count_text` its cudaGetErrorString; pass -1 and NULL before counting,
+ * to judge the versions alone. The checks, in order:
+ *   1. no driver: "no NVIDIA driver on this machine";
+ *   2. a driver of an older major CUDA version than the runtime, or
+ *      cudaErrorInsufficientDriver from the count with an older driver:
+ *      "the NVIDIA driver supports CUDA 12.4, older than the 13.0 this build
+ *      needs: update the driver". Within a major version an older driver
+ *      may serve a newer runtime (CUDA's minor version compatibility), so
+ *      only the count can refuse it;
+ *   3. cudaErrorInsufficientDriver with a driver as new as the runtime
+ *      (both versions named), cudaErrorSystemDriverMismatch (the kernel
+ *      module and the driver's libraries differ), any other count error
+ *      ("no usable GPU: <count_text>").
+ * Returns 0 (usable so far: the caller still checks that the count is not 0),
+ * or -ENODEV with `msg` (len bytes, len > 0) saying why, without the
+ * alternative (the caller adds "use --device cpu"). Pure and thread-safe.
+ */
+int rt_cuda_driver_verdict(int driver, int runtime, int count_err, const char *count_text, char *msg, size_t len);
 
 /* Prints "[rank/world] error: <lib> error <code> (<msg>) in <expr> at file:line" and aborts. */
 void rt_cuda_fail(const char *lib, int code, const char *msg, const char *expr, const char *file, int line)
@@ -145,6 +182,11 @@ void rt_cuda_h_dw_acc(struct rt_stream *s, enum rt_dtype dt, int k, int c, int r
 /* y (rows, c) 16-bit += b (c) fp32; db (c) fp32 += column sums of dy (rows, c) 16-bit. */
 void rt_cuda_h_bias_add(struct rt_stream *s, enum rt_dtype dt, size_t rows, size_t c, const float *b, void *y);
 void rt_cuda_h_bias_grad(struct rt_stream *s, enum rt_dtype dt, size_t rows, size_t c, const void *dy, float *db);
+/* x (sh) 16-bit NHWC -> y fp32 NCHW, device to device (exact). */
+void rt_cuda_h_to_f32(struct rt_stream *s, enum rt_dtype dt, struct rt_shape4 sh, const void *x, float *y);
+/* y (sh) 16-bit NHWC = beta * y + x (fp32 NCHW), rounded once; beta 0 does not read y. */
+void rt_cuda_h_from_f32(struct rt_stream *s, enum rt_dtype dt, struct rt_shape4 sh, const float *x, float beta,
+                        void *y);
 
 /* ---- elem.cu ---- */
 /* The 16-bit tables' element-wise, loss and reduction entries. */

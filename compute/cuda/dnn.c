@@ -68,15 +68,29 @@
  * cublasGemmEx with 16-bit operands, fp32 compute, and fp32 output for the
  * weight gradient, which is added to directly.
  *
+ * When cuDNN has no algorithm at all for a 16-bit convolution (a stem
+ * convolution over 1 or 3 input channels in NHWC, say), that layer runs in
+ * fp32: its tensors are converted to fp32 NCHW on the GPU, the fp32 entry
+ * point computes it, and the result is converted back with the op's
+ * semantics (conv16_*_in_f32). The decision is taken once per (shape,
+ * direction, type), when the algorithm would be searched, kept in the
+ * algorithm cache (rt_cuda_algo.in_f32), and announced once per layer shape
+ * and direction. An fp32 convolution cuDNN does not support, and one whose
+ * every supported algorithm needs more workspace than the search may take,
+ * are two different failures, each named as such with the layer's shape,
+ * direction, type and layout (and the sizes, for the second).
+ *
  * This file does not check shapes (the model did, through
  * rt_conv_desc_init), does no dilation, groups, or padding other than
  * square symmetric, and fuses nothing.
  */
 #include <errno.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/common.h"
 #include "compute/cuda/cuda_be.h"
 
 /* Upper bound of a convolution's workspace: beyond this the faster
@@ -218,11 +232,29 @@ static int conv_algo_count(int dir)
                                         .math = (src)[i_].mathType};                                                 \
     } while (0)
 
+/* 1 when cuDNN says a configuration is not supported (CUDNN_STATUS_NOT_SUPPORTED or one of its
+ * sub-codes, 3001 ... 3999: cuDNN 9 numbers a status's category in thousands), as opposed to failing. */
+static int dnn_unsupported(cudnnStatus_t st)
+{
+    return (int)st / 1000 * 1000 == (int)CUDNN_STATUS_NOT_SUPPORTED;
+}
+
+/* Checks a search call: "not supported" is an answer (0 candidates), anything else but success aborts. */
+static int find_checked(cudnnStatus_t st, int got, const char *call, int line)
+{
+    if (dnn_unsupported(st))
+        return 0;
+    if (st != CUDNN_STATUS_SUCCESS)
+        rt_cuda_fail("cuDNN", (int)st, cudnnGetErrorString(st), call, __FILE__, line);
+    return got;
+}
+
 /*
  * Runs cuDNN's measurement of direction `dir` on the stream: in0/in1 are the
  * inputs in the order of the direction's call (x, w / w, dy / x, dy), out a
  * buffer the candidates may overwrite. Fills r[] sorted fastest first, as
- * cuDNN returns them; returns how many.
+ * cuDNN returns them; returns how many, 0 when cuDNN refuses the search as a
+ * whole as not supported.
  */
 static int conv_find(struct rt_cuda *c, const struct conv_descs *dd, int dir, const void *in0, const void *in1,
                      void *out, void *ws, size_t ws_bytes, struct dnn_perf r[DNN_MAX_ALGOS])
@@ -233,8 +265,9 @@ static int conv_find(struct rt_cuda *c, const struct conv_descs *dd, int dir, co
         cudnnConvolutionFwdAlgoPerf_t p[DNN_MAX_ALGOS];
         RT_CUDNN_CHECK(cudnnGetConvolutionForwardAlgorithmMaxCount(c->dnn, &max));
         max = max < 1 ? 1 : max > DNN_MAX_ALGOS ? DNN_MAX_ALGOS : max;
-        RT_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(c->dnn, dd->x, in0, dd->w, in1, dd->conv, dd->y, out,
-                                                              max, &got, p, ws, ws_bytes));
+        const cudnnStatus_t st = cudnnFindConvolutionForwardAlgorithmEx(c->dnn, dd->x, in0, dd->w, in1, dd->conv,
+                                                                        dd->y, out, max, &got, p, ws, ws_bytes);
+        got = find_checked(st, got, "cudnnFindConvolutionForwardAlgorithmEx", __LINE__);
         DNN_PERF_COPY(p, got, r);
         break;
     }
@@ -242,8 +275,10 @@ static int conv_find(struct rt_cuda *c, const struct conv_descs *dd, int dir, co
         cudnnConvolutionBwdDataAlgoPerf_t p[DNN_MAX_ALGOS];
         RT_CUDNN_CHECK(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(c->dnn, &max));
         max = max < 1 ? 1 : max > DNN_MAX_ALGOS ? DNN_MAX_ALGOS : max;
-        RT_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(c->dnn, dd->w, in0, dd->y, in1, dd->conv, dd->x,
-                                                                   out, max, &got, p, ws, ws_bytes));
+        const cudnnStatus_t st = cudnnFindConvolutionBackwardDataAlgorithmEx(c->dnn, dd->w, in0, dd->y, in1,
+                                                                             dd->conv, dd->x, out, max, &got, p, ws,
+                                                                             ws_bytes);
+        got = find_checked(st, got, "cudnnFindConvolutionBackwardDataAlgorithmEx", __LINE__);
         DNN_PERF_COPY(p, got, r);
         break;
     }
@@ -251,8 +286,10 @@ static int conv_find(struct rt_cuda *c, const struct conv_descs *dd, int dir, co
         cudnnConvolutionBwdFilterAlgoPerf_t p[DNN_MAX_ALGOS];
         RT_CUDNN_CHECK(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(c->dnn, &max));
         max = max < 1 ? 1 : max > DNN_MAX_ALGOS ? DNN_MAX_ALGOS : max;
-        RT_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(c->dnn, dd->x, in0, dd->y, in1, dd->conv,
-                                                                     dd->w, out, max, &got, p, ws, ws_bytes));
+        const cudnnStatus_t st = cudnnFindConvolutionBackwardFilterAlgorithmEx(c->dnn, dd->x, in0, dd->y, in1,
+                                                                               dd->conv, dd->w, out, max, &got, p,
+                                                                               ws, ws_bytes);
+        got = find_checked(st, got, "cudnnFindConvolutionBackwardFilterAlgorithmEx", __LINE__);
         DNN_PERF_COPY(p, got, r);
         break;
     }
@@ -260,11 +297,44 @@ static int conv_find(struct rt_cuda *c, const struct conv_descs *dd, int dir, co
     return got;
 }
 
-/* "forward of N=128 Cin=64 32x32 -> Cout=128 3x3 stride 2 pad 1" for messages. */
-static void conv_describe(const struct rt_conv_desc *d, int dir, char *buf, size_t len)
+/* "convolution forward of N=128 Cin=64 32x32 -> Cout=128 3x3 stride 2 pad 1 in fp16 NHWC" for messages. */
+static void conv_describe(const struct rt_conv_desc *d, int dir, const struct dnn_type *ty, char *buf, size_t len)
 {
-    snprintf(buf, len, "convolution %s of N=%d Cin=%d %dx%d -> Cout=%d %dx%d stride %d pad %d", dir_name[dir],
-             d->in.n, d->in.c, d->in.h, d->in.w, d->cout, d->kh, d->kw, d->stride, d->pad);
+    snprintf(buf, len, "convolution %s of N=%d Cin=%d %dx%d -> Cout=%d %dx%d stride %d pad %d in %s %s",
+             dir_name[dir], d->in.n, d->in.c, d->in.h, d->in.w, d->cout, d->kh, d->kw, d->stride, d->pad,
+             rt_dtype_name(ty->dt), ty->fmt == CUDNN_TENSOR_NHWC ? "NHWC" : "NCHW");
+}
+
+/*
+ * No cuDNN algorithm supports (d, dir) in ty (`why` says how that showed):
+ * with 16-bit activations the decision to run the layer in fp32 (cached by
+ * conv_algo); in fp32 there is nothing to fall back to, and the process
+ * aborts naming the layer.
+ */
+static struct rt_cuda_algo conv_unsupported(const struct rt_conv_desc *d, int dir, const struct dnn_type *ty,
+                                            const char *why)
+{
+    if (ty->dt != RT_F32)
+        return (struct rt_cuda_algo){.d = *d, .dir = dir, .dt = (int)ty->dt, .in_f32 = 1};
+    char what[256], msg[256];
+    conv_describe(d, dir, ty, what, sizeof(what));
+    snprintf(msg, sizeof(msg), "no cuDNN algorithm supports this convolution (%s)", why);
+    rt_cuda_fail("cuDNN", (int)CUDNN_STATUS_NOT_SUPPORTED, msg, what, __FILE__, __LINE__);
+}
+
+/* Every algorithm that supports (d, dir) needs more workspace than the search may take (`limit`, from
+ * `free_b` of device memory free): abort with the sizes. */
+static _Noreturn void conv_fail_workspace(const struct rt_conv_desc *d, int dir, const struct dnn_type *ty,
+                                          size_t least, size_t limit, size_t free_b)
+{
+    char what[256], msg[400];
+    conv_describe(d, dir, ty, what, sizeof(what));
+    snprintf(msg, sizeof(msg), "every cuDNN algorithm that supports this convolution needs more workspace than can "
+                               "be allocated: the least needs %.1f MB, at most %.1f MB can be spared (%.1f MB of "
+                               "device memory free; a convolution takes at most half of it, never more than %.0f MB)",
+             (double)least / 1048576.0, (double)limit / 1048576.0, (double)free_b / 1048576.0,
+             (double)DNN_WORKSPACE_CAP / 1048576.0);
+    rt_cuda_fail("cuDNN", (int)CUDNN_STATUS_NOT_SUPPORTED, msg, what, __FILE__, __LINE__);
 }
 
 /*
@@ -294,13 +364,30 @@ static struct rt_cuda_algo conv_search(struct rt_stream *s, const struct rt_conv
     if (limit < held)
         limit = held;
 
-    /* The search's workspace: the largest any candidate needs within the limit (Find skips the rest). */
-    size_t need = 0;
+    /* Which algorithms take this configuration at all (their workspace query succeeds), the least workspace
+     * any of them needs, and the search's workspace: the most a candidate within the limit needs (Find skips
+     * the rest). No supported algorithm and none within the limit are two different failures. A query that
+     * fails otherwise than "not supported" decides nothing: the measurement below has the last word. */
+    int supported = 0, fit = 0, unclear = 0;
+    size_t need = 0, least = SIZE_MAX;
     for (int a = 0; a < conv_algo_count(dir); a++) {
         size_t sz;
-        if (conv_ws_size(c, dd, dir, a, &sz) == CUDNN_STATUS_SUCCESS && sz <= limit && sz > need)
-            need = sz;
+        const cudnnStatus_t q = conv_ws_size(c, dd, dir, a, &sz);
+        if (q != CUDNN_STATUS_SUCCESS) {
+            unclear += !dnn_unsupported(q);
+            continue;
+        }
+        supported++;
+        least = sz < least ? sz : least;
+        if (sz <= limit) {
+            fit++;
+            need = sz > need ? sz : need;
+        }
     }
+    if (supported == 0 && !unclear)
+        return conv_unsupported(d, dir, ty, "every algorithm's workspace query says so");
+    if (supported > 0 && fit == 0)
+        conv_fail_workspace(d, dir, ty, least, limit, free_b);
     void *ws = NULL, *tmp_ws = NULL, *tmp_out = NULL;
     if (need > 0) {
         if (need <= c->workspace_bytes) {
@@ -340,11 +427,33 @@ static struct rt_cuda_algo conv_search(struct rt_stream *s, const struct rt_conv
         }
     }
     if (pick < 0) {
-        char what[256];
-        conv_describe(d, dir, what, sizeof(what));
-        rt_cuda_fail("cuDNN", (int)CUDNN_STATUS_NOT_SUPPORTED,
-                     "no algorithm ran within the workspace limit (device memory nearly full?)", what, __FILE__,
-                     __LINE__);
+        /* Why none: every candidate said "not supported" (or the search as a whole did), one ran but needed
+         * more workspace than it was given, only tensor-core algorithms ran for fp32, or they failed. */
+        int ran = 0, too_big = 0;
+        size_t least_ran = SIZE_MAX;
+        cudnnStatus_t failed = CUDNN_STATUS_SUCCESS;
+        for (int i = 0; i < got; i++) {
+            if (r[i].status == CUDNN_STATUS_SUCCESS) {
+                ran++;
+                too_big += r[i].memory > need;
+                least_ran = r[i].memory < least_ran ? r[i].memory : least_ran;
+            } else if (!dnn_unsupported(r[i].status) && failed == CUDNN_STATUS_SUCCESS) {
+                failed = r[i].status;
+            }
+        }
+        if (ran == 0 && failed == CUDNN_STATUS_SUCCESS)
+            return conv_unsupported(d, dir, ty, "the measurement found no candidate that runs it");
+        if (too_big == ran && ran > 0)
+            conv_fail_workspace(d, dir, ty, least_ran, limit, free_b);
+        char what[256], msg[320];
+        conv_describe(d, dir, ty, what, sizeof(what));
+        if (ran)
+            snprintf(msg, sizeof(msg), "only tensor-core (TF32) algorithms ran, which fp32 here never takes");
+        else
+            snprintf(msg, sizeof(msg), "every algorithm that supports it failed in the measurement, the first with "
+                                       "%s",
+                     cudnnGetErrorString(failed));
+        rt_cuda_fail("cuDNN", (int)(ran ? CUDNN_STATUS_NOT_SUPPORTED : failed), msg, what, __FILE__, __LINE__);
     }
 
     struct rt_cuda_algo e = {.d = *d, .dir = dir, .dt = (int)ty->dt, .algo = r[pick].algo, .workspace = r[pick].memory};
@@ -355,21 +464,51 @@ static struct rt_cuda_algo conv_search(struct rt_stream *s, const struct rt_conv
     return e;
 }
 
+/* The cached choice for (d, dir, dt), or NULL before the first call. */
+static const struct rt_cuda_algo *conv_cached(const struct rt_cuda *c, const struct rt_conv_desc *d, int dir,
+                                              enum rt_dtype dt)
+{
+    for (int i = 0; i < c->nalgos; i++)
+        if (c->algos[i].dir == dir && c->algos[i].dt == (int)dt && conv_same(&c->algos[i].d, d))
+            return &c->algos[i];
+    return NULL;
+}
+
+/* 1 when a layer of this shape (any batch size), direction and type was already found to need fp32. */
+static int conv_in_f32_before(const struct rt_cuda *c, const struct rt_conv_desc *d, int dir, enum rt_dtype dt)
+{
+    for (int i = 0; i < c->nalgos; i++) {
+        struct rt_conv_desc o = c->algos[i].d;
+        o.in.n = d->in.n;
+        if (c->algos[i].in_f32 && c->algos[i].dir == dir && c->algos[i].dt == (int)dt && conv_same(&o, d))
+            return 1;
+    }
+    return 0;
+}
+
 /*
  * The algorithm for (d, dir): from the cache, or measured now and added to
  * it. in0/in1/out as for conv_find; out is written only for the forward
- * direction (backward searches use a scratch output).
+ * direction (backward searches use a scratch output). With 16-bit
+ * activations the entry may say in_f32 instead: the call runs in fp32
+ * (conv16_*_in_f32); that is noted once per layer shape and direction.
  */
 static struct rt_cuda_algo conv_algo(struct rt_stream *s, const struct rt_conv_desc *d, int dir,
                                      const struct dnn_type *ty, const struct conv_descs *dd, const void *in0,
                                      const void *in1, void *out)
 {
     struct rt_cuda *c = rt_cuda_of(s);
-    for (int i = 0; i < c->nalgos; i++) {
-        if (c->algos[i].dir == dir && c->algos[i].dt == (int)ty->dt && conv_same(&c->algos[i].d, d))
-            return c->algos[i];
-    }
+    const struct rt_cuda_algo *known = conv_cached(c, d, dir, ty->dt);
+    if (known)
+        return *known;
     const struct rt_cuda_algo e = conv_search(s, d, dir, ty, dd, in0, in1, out);
+    if (e.in_f32 && !conv_in_f32_before(c, d, dir, ty->dt)) {
+        char what[256];
+        conv_describe(d, dir, ty, what, sizeof(what));
+        rt_log(RT_LOG_INFO, "%s: no cuDNN algorithm supports it; this layer runs in fp32 NCHW instead (its tensors "
+                            "converted on the GPU)",
+               what);
+    }
     if (c->nalgos == c->cap_algos) {
         const int cap = c->cap_algos ? 2 * c->cap_algos : 16;
         struct rt_cuda_algo *p = realloc(c->algos, (size_t)cap * sizeof(*p));
@@ -381,6 +520,14 @@ static struct rt_cuda_algo conv_algo(struct rt_stream *s, const struct rt_conv_d
     }
     c->algos[c->nalgos++] = e;
     return e;
+}
+
+/* 1 when (d, dir) in ty was found to need fp32 (an earlier call decided it): the caller goes straight to
+ * the fp32 path, without the 16-bit weights or descriptors. */
+static int conv_runs_in_f32(struct rt_stream *s, const struct rt_conv_desc *d, int dir, const struct dnn_type *ty)
+{
+    const struct rt_cuda_algo *known = ty->dt == RT_F32 ? NULL : conv_cached(rt_cuda_of(s), d, dir, ty->dt);
+    return known && known->in_f32;
 }
 
 /* The backend workspace for an algorithm, or NULL when it needs none. */
@@ -401,18 +548,79 @@ static void *conv_weights16(struct rt_stream *s, const struct rt_conv_desc *d, c
     return wl;
 }
 
+/*
+ * The 16-bit calls no cuDNN algorithm supports (a stem convolution of 1 or 3
+ * channels in NHWC, say) run as the fp32 table's convolution: the 16-bit
+ * NHWC tensors are converted to fp32 NCHW in the backend's X32/Y32 scratch
+ * (exact), the fp32 call computes with the fp32 weights and biases, and the
+ * output is rounded once into the 16-bit NHWC tensor with the op's
+ * semantics: y overwritten, dx = beta * dx + result, dw and db added to (the
+ * fp32 call adds into them directly). All on the stream, nothing waits.
+ */
+static float *conv_f32_scratch(struct rt_stream *s, int slot, struct rt_shape4 sh)
+{
+    return (float *)rt_cuda_scratch(s, slot, (size_t)sh.n * sh.c * sh.h * sh.w * sizeof(float));
+}
+
+static struct rt_shape4 conv_out_shape(const struct rt_conv_desc *d)
+{
+    return (struct rt_shape4){d->in.n, d->cout, d->oh, d->ow};
+}
+
+static void conv16_fwd_in_f32(struct rt_stream *s, const struct rt_conv_desc *d, const struct dnn_type *ty,
+                              const void *x, const float *w, const float *bias, void *y)
+{
+    const struct rt_shape4 ysh = conv_out_shape(d);
+    float *x32 = conv_f32_scratch(s, RT_CUDA_SCRATCH_X32, d->in);
+    float *y32 = conv_f32_scratch(s, RT_CUDA_SCRATCH_Y32, ysh);
+    rt_cuda_h_to_f32(s, ty->dt, d->in, x, x32);
+    rt_cuda_conv2d_fwd(s, d, x32, w, bias, y32);
+    rt_cuda_h_from_f32(s, ty->dt, ysh, y32, 0.0f, y);
+}
+
+static void conv16_bwd_data_in_f32(struct rt_stream *s, const struct rt_conv_desc *d, const struct dnn_type *ty,
+                                   const void *dy, const float *w, float beta, void *dx)
+{
+    const struct rt_shape4 ysh = conv_out_shape(d);
+    float *dy32 = conv_f32_scratch(s, RT_CUDA_SCRATCH_Y32, ysh);
+    float *dx32 = conv_f32_scratch(s, RT_CUDA_SCRATCH_X32, d->in);
+    rt_cuda_h_to_f32(s, ty->dt, ysh, dy, dy32);
+    rt_cuda_conv2d_bwd_data(s, d, dy32, w, 0.0f, dx32);
+    rt_cuda_h_from_f32(s, ty->dt, d->in, dx32, beta, dx);
+}
+
+static void conv16_bwd_filter_in_f32(struct rt_stream *s, const struct rt_conv_desc *d, const struct dnn_type *ty,
+                                     const void *x, const void *dy, float *dw, float *dbias)
+{
+    const struct rt_shape4 ysh = conv_out_shape(d);
+    float *x32 = conv_f32_scratch(s, RT_CUDA_SCRATCH_X32, d->in);
+    float *dy32 = conv_f32_scratch(s, RT_CUDA_SCRATCH_Y32, ysh);
+    rt_cuda_h_to_f32(s, ty->dt, d->in, x, x32);
+    rt_cuda_h_to_f32(s, ty->dt, ysh, dy, dy32);
+    rt_cuda_conv2d_bwd_filter(s, d, x32, dy32, dw, dbias);
+}
+
 static void conv_fwd(struct rt_stream *s, const struct rt_conv_desc *d, const struct dnn_type *ty, const float *x,
                      const float *w, const float *bias, float *y)
 {
     /* cuDNN rejects empty tensors; an empty batch has nothing to compute. */
     if (d->in.n <= 0)
         return;
+    if (conv_runs_in_f32(s, d, DIR_FWD, ty)) {
+        conv16_fwd_in_f32(s, d, ty, x, w, bias, y);
+        return;
+    }
     struct rt_cuda *c = rt_cuda_of(s);
     const int f32 = ty->dt == RT_F32;
     const void *wt = f32 ? (const void *)w : conv_weights16(s, d, ty, w);
     struct conv_descs dd;
     conv_descs_make(d, f32 && bias != NULL, ty, &dd);
     const struct rt_cuda_algo a = conv_algo(s, d, DIR_FWD, ty, &dd, x, wt, y);
+    if (a.in_f32) { /* decided just now, by the search */
+        conv_descs_free(&dd);
+        conv16_fwd_in_f32(s, d, ty, x, w, bias, y);
+        return;
+    }
     void *ws = conv_workspace(s, &a);
     const float one = 1.0f, zero = 0.0f;
     RT_CUDNN_CHECK(cudnnConvolutionForward(c->dnn, &one, dd.x, x, dd.w, wt, dd.conv,
@@ -429,11 +637,20 @@ static void conv_bwd_data(struct rt_stream *s, const struct rt_conv_desc *d, con
 {
     if (d->in.n <= 0)
         return;
+    if (conv_runs_in_f32(s, d, DIR_BWD_DATA, ty)) {
+        conv16_bwd_data_in_f32(s, d, ty, dy, w, beta, dx);
+        return;
+    }
     struct rt_cuda *c = rt_cuda_of(s);
     const void *wt = ty->dt == RT_F32 ? (const void *)w : conv_weights16(s, d, ty, w);
     struct conv_descs dd;
     conv_descs_make(d, 0, ty, &dd);
     const struct rt_cuda_algo a = conv_algo(s, d, DIR_BWD_DATA, ty, &dd, wt, dy, NULL);
+    if (a.in_f32) {
+        conv_descs_free(&dd);
+        conv16_bwd_data_in_f32(s, d, ty, dy, w, beta, dx);
+        return;
+    }
     void *ws = conv_workspace(s, &a);
     const float one = 1.0f;
     /* dx = beta dx + result; cuDNN does not read dx when beta is 0. */
@@ -448,6 +665,10 @@ static void conv_bwd_filter(struct rt_stream *s, const struct rt_conv_desc *d, c
 {
     if (d->in.n <= 0)
         return;
+    if (conv_runs_in_f32(s, d, DIR_BWD_FILTER, ty)) {
+        conv16_bwd_filter_in_f32(s, d, ty, x, dy, dw, dbias);
+        return;
+    }
     struct rt_cuda *c = rt_cuda_of(s);
     const int f32 = ty->dt == RT_F32;
     const size_t count = (size_t)d->cout * d->in.c * d->kh * d->kw;
@@ -456,6 +677,11 @@ static void conv_bwd_filter(struct rt_stream *s, const struct rt_conv_desc *d, c
     struct conv_descs dd;
     conv_descs_make(d, f32 && dbias != NULL, ty, &dd);
     const struct rt_cuda_algo a = conv_algo(s, d, DIR_BWD_FILTER, ty, &dd, x, dy, NULL);
+    if (a.in_f32) {
+        conv_descs_free(&dd);
+        conv16_bwd_filter_in_f32(s, d, ty, x, dy, dw, dbias);
+        return;
+    }
     void *ws = conv_workspace(s, &a);
     /* fp32: parameter gradients accumulate over micro-batches, beta 1; 16-bit: the scratch is overwritten. */
     const float one = 1.0f, zero = 0.0f;

@@ -3,7 +3,8 @@
  * fp16 activations, rt_backend_ops_for): the uint8 input transform, layout
  * conversion, batchnorm, pooling, global pooling and flatten, and the small
  * kernels dnn.c's 16-bit convolutions and linear layers need (weight casts,
- * bias add, bias and weight gradient accumulation into fp32).
+ * bias add, bias and weight gradient accumulation into fp32, and the fp32
+ * NCHW copies of the layers no 16-bit cuDNN algorithm supports).
  *
  * Layout: spatial tensors are NHWC, element (n, c, y, x) at
  * ((n*H + y)*W + x)*C + c, the layout cuDNN's tensor-core convolutions
@@ -104,6 +105,54 @@ static void from_nchw_t(struct rt_stream *s, struct rt_shape4 sh, const float *h
     from_nchw_k<T><<<grid_for(n), THREADS, 0, st>>>(n, sh.c, (size_t)sh.h * sh.w, tmp, TM(x));
     RT_CUDA_LAUNCHED();
     RT_CUDA_CHECK(cudaFreeAsync(tmp, st));
+}
+
+/* ==== fp32 copies for the convolutions dnn.c runs in fp32 ==================== */
+
+template <typename T> static __global__ void from_nchw_beta_k(size_t n, int c, size_t hw, const float *x, float beta,
+                                                               T *y)
+{
+    FOR_EACH(i, n)
+    {
+        const size_t img = i / ((size_t)c * hw), r = i % ((size_t)c * hw), ch = r / hw, p = r % hw;
+        const size_t j = (img * hw + p) * (size_t)c + ch;
+        y[j] = stf<T>(beta == 0.0f ? x[i] : beta * ldf(y[j]) + x[i]);
+    }
+}
+
+template <typename T> static void h_to_f32_t(struct rt_stream *s, struct rt_shape4 sh, const void *x, float *y)
+{
+    const size_t n = shape_count(sh);
+    if (n == 0)
+        return;
+    to_nchw_k<T><<<grid_for(n), THREADS, 0, rt_cuda_stream(s)>>>(n, sh.c, (size_t)sh.h * sh.w, TP(x), y);
+    RT_CUDA_LAUNCHED();
+}
+
+template <typename T>
+static void h_from_f32_t(struct rt_stream *s, struct rt_shape4 sh, const float *x, float beta, void *y)
+{
+    const size_t n = shape_count(sh);
+    if (n == 0)
+        return;
+    from_nchw_beta_k<T><<<grid_for(n), THREADS, 0, rt_cuda_stream(s)>>>(n, sh.c, (size_t)sh.h * sh.w, x, beta, TM(y));
+    RT_CUDA_LAUNCHED();
+}
+
+void rt_cuda_h_to_f32(struct rt_stream *s, enum rt_dtype dt, struct rt_shape4 sh, const void *x, float *y)
+{
+    if (dt == RT_BF16)
+        h_to_f32_t<__nv_bfloat16>(s, sh, x, y);
+    else
+        h_to_f32_t<__half>(s, sh, x, y);
+}
+
+void rt_cuda_h_from_f32(struct rt_stream *s, enum rt_dtype dt, struct rt_shape4 sh, const float *x, float beta, void *y)
+{
+    if (dt == RT_BF16)
+        h_from_f32_t<__nv_bfloat16>(s, sh, x, beta, y);
+    else
+        h_from_f32_t<__half>(s, sh, x, beta, y);
 }
 
 /* ==== input ================================================================= */

@@ -1,30 +1,69 @@
 /*
  * probe_cuda.c - CUDA runtime/driver versions and device count for
- * rt_backend_probe(). Built only when CMake found the CUDA toolkit.
+ * rt_backend_probe(), and the verdict on the driver that the probe and the
+ * backend's creation share (rt_cuda_driver_verdict). Built only when CMake
+ * found the CUDA toolkit.
  */
-#include <cuda_runtime_api.h>
+#include <errno.h>
 #include <stdio.h>
 
-#include "compute/compute.h"
+#include "compute/cuda/cuda_be.h"
 #include "rt_buildinfo.h"
 
 int rt_cuda_probe(struct rt_backend_probe *p);
 
+int rt_cuda_driver_verdict(int driver, int runtime, int count_err, const char *count_text, char *msg, size_t len)
+{
+    const int dmaj = driver / 1000, dmin = driver % 1000 / 10, rmaj = runtime / 1000, rmin = runtime % 1000 / 10;
+    if (driver <= 0) {
+        snprintf(msg, len, "no NVIDIA driver on this machine");
+        return -ENODEV;
+    }
+    /* Another major version is never compatible; an older minor one of the same major may be (CUDA's minor
+     * version compatibility), and then only the count says whether this driver is too old after all. */
+    if (dmaj < rmaj || (count_err == (int)cudaErrorInsufficientDriver && driver < runtime)) {
+        snprintf(msg, len, "the NVIDIA driver supports CUDA %d.%d, older than the %d.%d this build needs: update the "
+                           "driver",
+                 dmaj, dmin, rmaj, rmin);
+        return -ENODEV;
+    }
+    if (count_err < 0 || count_err == (int)cudaSuccess)
+        return 0;
+    if (count_err == (int)cudaErrorInsufficientDriver)
+        snprintf(msg, len, "the NVIDIA driver (CUDA %d.%d) is too old for this build's CUDA %d.%d runtime (%s): "
+                           "update the driver",
+                 dmaj, dmin, rmaj, rmin, count_text ? count_text : "cudaErrorInsufficientDriver");
+    else if (count_err == (int)cudaErrorSystemDriverMismatch)
+        snprintf(msg, len, "the NVIDIA kernel module and the driver's libraries are different versions (%s): "
+                           "reboot after a driver update, or reinstall the driver",
+                 count_text ? count_text : "cudaErrorSystemDriverMismatch");
+    else
+        snprintf(msg, len, "no usable GPU: %s", count_text ? count_text : "cudaGetDeviceCount failed");
+    return -ENODEV;
+}
+
 int rt_cuda_probe(struct rt_backend_probe *p)
 {
     int n = 0;
-    cudaError_t err;
+    char why[sizeof(p->detail)];
 
-    cudaRuntimeGetVersion(&p->runtime_version);
+    if (cudaRuntimeGetVersion(&p->runtime_version) != cudaSuccess)
+        p->runtime_version = 0;
     if (cudaDriverGetVersion(&p->driver_version) != cudaSuccess)
         p->driver_version = 0;
-    err = cudaGetDeviceCount(&n);
-    if (err != cudaSuccess) {
+    /* The versions before the count: a driver too old for the runtime makes the count fail with a message
+     * that names neither version. */
+    int rc = rt_cuda_driver_verdict(p->driver_version, p->runtime_version, -1, NULL, why, sizeof(why));
+    if (rc == 0) {
+        const cudaError_t err = cudaGetDeviceCount(&n);
+        if (err != cudaSuccess)
+            rc = rt_cuda_driver_verdict(p->driver_version, p->runtime_version, (int)err, cudaGetErrorString(err),
+                                        why, sizeof(why));
+    }
+    if (rc < 0) {
         p->devices = 0;
-        if (p->driver_version == 0)
-            snprintf(p->detail, sizeof(p->detail), "no NVIDIA driver on this machine: the CPU backend is used");
-        else
-            snprintf(p->detail, sizeof(p->detail), "no usable GPU: %s", cudaGetErrorString(err));
+        snprintf(p->detail, sizeof(p->detail), "%.200s%s", why,
+                 p->driver_version == 0 ? ": the CPU backend is used" : "");
         /* Clear the sticky error so later CUDA use starts clean. */
         cudaGetLastError();
         return 0;

@@ -54,6 +54,14 @@ int train_amp_resolve(enum train_amp amp, struct rt_backend *be, enum rt_dtype *
     return 0;
 }
 
+int train_allreduce_parse(const char *s, enum train_allreduce *out)
+{
+    if (strcmp(s, "auto") && strcmp(s, "nccl"))
+        return rt_errf(-EINVAL, "--allreduce %s: expected auto or nccl", s);
+    *out = strcmp(s, "nccl") ? ALLREDUCE_AUTO : ALLREDUCE_NCCL;
+    return 0;
+}
+
 static const char *env_get(void *ctx, const char *name)
 {
     (void)ctx;
@@ -189,7 +197,7 @@ static int open_data(struct train *T)
     return 0;
 }
 
-/* The backend, NCCL for GPUs across ranks, and the activation precision. */
+/* The backend, NCCL for GPUs across ranks (or one GPU, --allreduce nccl), and the activation precision. */
 static int open_compute(struct train *T)
 {
     struct train_cfg *c = &T->cfg;
@@ -199,9 +207,17 @@ static int open_compute(struct train *T)
     if (train_open_backend(c->device, ri->local_rank, ri->local_world, c->threads, &T->be) < 0)
         return -1;
     /* Device gradients are reduced by NCCL on its own stream; set up before the loader's threads start
-     * (the transport probe sets NCCL's environment variables for a moment). */
-    if (T->world > 1 && rt_backend_kind_of(T->be) == RT_BACKEND_CUDA &&
-        rt_nccl_create(T->comm, rt_backend_device(T->be), &T->nccl) < 0)
+     * (the transport probe sets NCCL's environment variables for a moment). One process asked to use NCCL
+     * makes a world of one of its own, without MPI. */
+    const int gpu = rt_backend_kind_of(T->be) == RT_BACKEND_CUDA;
+    if (c->allreduce == ALLREDUCE_NCCL && !gpu)
+        return rt_errf(-EINVAL, "--allreduce nccl all-reduces gradients on GPUs, but this run computes on the CPU "
+                                "(%s): use --device cuda, or leave --allreduce out",
+                       c->device == DEVICE_CPU ? "--device cpu" : "--device auto found no usable GPU");
+    if (gpu && T->world > 1 && rt_nccl_create(T->comm, rt_backend_device(T->be), &T->nccl) < 0)
+        return -1;
+    if (gpu && T->world == 1 && c->allreduce == ALLREDUCE_NCCL &&
+        rt_nccl_create_local(T->comm, rt_backend_device(T->be), &T->nccl) < 0)
         return -1;
     return train_amp_resolve(c->amp, T->be, &T->act);
 }

@@ -64,6 +64,13 @@ int train_amp_parse(const char *s, enum train_amp *out);
 /* The activation type --amp gives on backend `be`: 0, or -ENOTSUP with the reason. */
 int train_amp_resolve(enum train_amp amp, struct rt_backend *be, enum rt_dtype *out);
 
+/* --allreduce: what reduces the gradients. auto: NCCL across GPU ranks, MPI across CPU ranks, nothing for one
+ * process; nccl: NCCL on the GPU, one process too (a world of one made in-process: rt_nccl_create_local). */
+enum train_allreduce { ALLREDUCE_AUTO = 0, ALLREDUCE_NCCL };
+
+/* Parses "auto" or "nccl"; 0 or -EINVAL with the message set. */
+int train_allreduce_parse(const char *s, enum train_allreduce *out);
+
 /*
  * Opens the compute backend --device asks for: cuda fails at once with the
  * reason when no usable GPU is there; auto takes a GPU when there is one,
@@ -146,6 +153,7 @@ struct train_cfg {
     /* several ranks */
     double bucket_cap_mb;       /* gradient bucket size */
     int no_overlap;             /* all-reduce after backward */
+    enum train_allreduce allreduce; /* nccl: through NCCL even for one GPU (needs the CUDA backend) */
     double comm_timeout, peer_timeout; /* seconds; 0: the defaults */
     uint64_t check_replicas;    /* compare parameter digests every N updates (0: at the end only) */
     const char *stage_to;       /* copy --data under this node-local directory first */
@@ -171,7 +179,7 @@ struct train;
 /*
  * Builds everything train_run's loop needs, in this order: the process
  * group (or cfg->comm), the node-local copy (--stage-to), the dataset, the
- * backend, NCCL (GPUs across ranks), the model, optimizer and loss scaler,
+ * backend, NCCL (GPUs across ranks; one GPU too with --allreduce nccl), the model, optimizer and loss scaler,
  * the bucket plan, the checkpoint (--resume), rank 0's parameters on every
  * rank, the input (loader and ring, or the synthetic batch), the schedule
  * and the metrics file. `cfg` is copied; its strings are borrowed for the
