@@ -37,6 +37,8 @@ struct rt_bucketer {
     uint32_t flags;
     struct comm_job flag_job;
     struct nccl_stream *dev;    /* NCCL mode; NULL for host buffers */
+    void (*fence_mark)(void *ctx, int bucket); /* rt_bucket_opts */
+    void *fence_ctx;
 };
 
 static int by_offset(const void *a, const void *b)
@@ -61,6 +63,8 @@ int rt_bucketer_create(struct rt_comm *c, float *grads, size_t count, const stru
     B->grads = grads;
     B->total = count;
     B->no_overlap = o && o->no_overlap;
+    B->fence_mark = o ? o->fence_mark : NULL;
+    B->fence_ctx = o ? o->fence_ctx : NULL;
     B->t = rt_malloc((size_t)nt * sizeof(*B->t), "bucket plan");
     B->b = rt_calloc((size_t)nt, sizeof(*B->b), "bucket plan");
     if (!B->t || !B->b) {
@@ -129,7 +133,8 @@ int rt_bucketer_create(struct rt_comm *c, float *grads, size_t count, const stru
         char names[120];
         rt_bucketer_bucket(B, k, NULL, NULL, names, sizeof(names));
         bk->job = (struct comm_job){.kind = JOB_ALLREDUCE, .buf = grads + bk->offset, .count = (int)bk->count,
-                                    .dt = MPI_FLOAT, .op = MPI_SUM, .bucket = k, .timeout_s = comm_timeout(c)};
+                                    .dt = MPI_FLOAT, .op = MPI_SUM, .bucket = k, .timeout_s = comm_timeout(c),
+                                    .fence = o ? o->fence_wait : NULL, .fence_ctx = o ? o->fence_ctx : NULL};
         snprintf(bk->job.what, sizeof(bk->job.what), "the all-reduce of gradient bucket %d of %d (%.2f MB: %s)", k + 1,
                  B->nb, (double)bk->count * 4e-6, names);
     }
@@ -198,8 +203,11 @@ static void launch(struct rt_bucketer *b, int upto)
         return;
     }
     for (; b->next < upto; b->next++)
-        if (comm_parallel(b->c))
+        if (comm_parallel(b->c)) {
+            if (b->fence_mark)
+                b->fence_mark(b->fence_ctx, b->next);
             comm_job_submit(b->c, &b->b[b->next].job);
+        }
 }
 
 void rt_bucketer_ready(void *bucketer, size_t ready)

@@ -226,6 +226,9 @@ static MPI_Comm job_comm(const struct rt_comm *c, const struct comm_job *j)
 static void job_start(struct rt_comm *c, struct comm_job *j)
 {
     MPI_Comm m = job_comm(c, j);
+    /* The buffer may still be being written by work queued before the job was submitted. */
+    if (j->fence)
+        j->fence(j->fence_ctx, j->bucket);
     j->t_start = rt_now_ns();
     switch (j->kind) {
     case JOB_ALLREDUCE:

@@ -210,6 +210,15 @@ struct rt_bucket_opts {
      * reduced over MPI by the comm thread. */
     struct rt_nccl *nccl;    /* borrowed; outlives the bucketer */
     void *stream;            /* the compute stream backward runs on (a cudaStream_t) */
+    /* Host gradients still being written by queued work (the CPU backend's
+     * asynchronous streams): fence_mark(fence_ctx, k) runs on the caller's
+     * thread when bucket k is handed to the comm thread (record an event
+     * after what backward has queued), fence_wait(fence_ctx, k) on the comm
+     * thread before the all-reduce reads it (wait for that event). NULL:
+     * the gradients are final when rt_bucketer_ready() reports them. */
+    void (*fence_mark)(void *ctx, int bucket);
+    void (*fence_wait)(void *ctx, int bucket);
+    void *fence_ctx;
 };
 
 /*

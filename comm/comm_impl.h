@@ -35,6 +35,8 @@ struct comm_job {
     int root;
     double timeout_s;           /* 0: none */
     int bucket;                 /* bucket index, -1 for other collectives */
+    void (*fence)(void *ctx, int bucket); /* the comm thread calls it before starting (rt_bucket_opts.fence_wait) */
+    void *fence_ctx;
     char what[200];
     uint64_t step;              /* the step it was submitted at */
     /* comm thread */

@@ -14,22 +14,62 @@ extern "C" {
 
 struct rt_cuda; /* cuda/cuda_be.h */
 
-/* A backend's side of compute.h's input-upload and host-memory functions
- * (the CUDA backend's copy stream and cudaHostAlloc). NULL on the CPU, whose
- * "device" memory is host memory: the upload is the host pointer itself and
- * the rest has nothing to do. */
+/* A backend's page-locked host memory (compute.h's rt_backend_host_alloc:
+ * cudaHostAlloc for the batch ring). NULL on the CPU, which needs none. */
 struct rt_backend_io {
-    const uint8_t *(*upload)(struct rt_backend *be, const uint8_t *host, size_t bytes, uint64_t ticket);
-    void (*wait)(struct rt_backend *be, uint64_t ticket);
-    void (*acquire)(struct rt_backend *be, uint64_t ticket);
-    void (*release)(struct rt_backend *be, uint64_t ticket);
     void *(*host_alloc)(struct rt_backend *be, size_t bytes);
     void (*host_free)(struct rt_backend *be, void *p);
 };
 
+struct cpu_queue; /* cpu/async.c: one asynchronous stream's worker thread */
+
 struct rt_stream {
     struct rt_backend *be;
     void *handle;           /* CUDA: the cudaStream_t ops are issued on; CPU: NULL */
+    struct cpu_queue *q;    /* CPU asynchronous streams: the stream's worker; NULL otherwise */
+};
+
+struct rt_event {
+    struct rt_backend *be;
+    void *handle;           /* CUDA: the cudaEvent_t */
+    struct cpu_queue *q;    /* CPU asynchronous streams: where it was last recorded (NULL: never) */
+    uint64_t seq;           /* ... and how many calls had been queued there then */
+};
+
+/*
+ * A backend's streams and events beyond the default stream: the machinery
+ * that compute.h's events and the input uploads' copy stream (input.c) are
+ * written once over. NULL on the ordinary CPU backend, where every op has
+ * finished when it returns. create returns NULL with rt_errmsg() set;
+ * event_init 0 or -errno; the rest cannot fail (CUDA errors abort through
+ * the check macros). alloc/free are ordered on the stream (cudaMallocAsync);
+ * copy_from_host reads `host` when the copy runs, not when it is issued, as a
+ * DMA from page-locked memory does: the caller keeps it until an event
+ * recorded after the copy has passed.
+ */
+struct rt_backend_streams {
+    struct rt_stream *(*create)(struct rt_backend *be);
+    void (*destroy)(struct rt_stream *s);
+    int (*event_init)(struct rt_event *e);
+    void (*event_fini)(struct rt_event *e);
+    void (*record)(struct rt_event *e, struct rt_stream *s);
+    void (*wait)(struct rt_stream *s, struct rt_event *e);
+    void (*synchronize)(struct rt_event *e);
+    void *(*alloc)(struct rt_stream *s, size_t bytes);
+    void (*free)(struct rt_stream *s, void *p);
+    void (*copy_from_host)(struct rt_stream *s, void *dst, const void *host, size_t bytes);
+};
+
+/*
+ * The input uploads (compute.h, rt_backend_input_upload): a copy stream and
+ * two device buffers used in turn, each with the event of its copy and the
+ * event of compute having read it. input.c, over the backend's streams.
+ */
+struct rt_input_pair {
+    struct rt_stream *copy;
+    uint8_t *buf[2];
+    size_t bytes[2];
+    struct rt_event copied[2], consumed[2];
 };
 
 struct rt_backend {
@@ -43,17 +83,24 @@ struct rt_backend {
     char why_not_bf16[160], why_not_f16[160];
     void *scratch;          /* CPU: see rt_cpu_scratch() */
     size_t scratch_bytes;
-    char describe[160];
+    char describe[224];
     struct rt_cuda *cuda;   /* CUDA: the device, handles and caches; NULL on the CPU */
     const struct rt_backend_io *io; /* NULL on the CPU */
     uint64_t input_tickets; /* rt_backend_input_upload calls so far */
     int device;             /* CUDA device ordinal; -1 on the CPU */
+    const struct rt_backend_streams *streams; /* NULL on the ordinary CPU backend */
+    struct rt_input_pair input; /* with `streams`: rt_backend_input_* (input.c) */
+    struct cpu_async *async;    /* CPU asynchronous streams (cpu/async.c); NULL otherwise */
 };
 
 /* The compute stream waits for upload `ticket`'s copy; then marks its buffer consumed (after the ops issued
  * in between). No-ops on the CPU. */
 void rt_backend_input_acquire(struct rt_backend *be, uint64_t ticket);
 void rt_backend_input_release(struct rt_backend *be, uint64_t ticket);
+
+/* Sets up / tears down be->input over be->streams (input.c): 0 or -errno. */
+int rt_input_pair_init(struct rt_backend *be);
+void rt_input_pair_fini(struct rt_backend *be);
 
 /* The CUDA backend's constructor (cuda/backend_cuda.c), built with the toolkit;
  * -ENOTSUP / -ENODEV with the reason in rt_errmsg() otherwise. */

@@ -64,10 +64,14 @@ int rt_backend_probe(enum rt_backend_kind b, struct rt_backend_probe *p);
 
 /* ==== backend and op table ============================================== */
 
+/* How the CPU backend runs ops (rt_backend_async): ENV reads RINGTRAIN_CPU_STREAMS ("async" or "sync", unset: sync). */
+enum rt_cpu_streams { RT_CPU_STREAMS_ENV = 0, RT_CPU_STREAMS_SYNC, RT_CPU_STREAMS_ASYNC };
+
 struct rt_backend_opts {
     enum rt_backend_kind kind;
     int threads;           /* CPU: worker threads (0 = the CPUs this process may use) */
     int device;            /* CUDA: device ordinal */
+    enum rt_cpu_streams cpu_streams; /* CPU: synchronous ops (default) or asynchronous streams */
 };
 
 struct rt_backend;         /* opaque: a device, its memory and its streams */
@@ -123,6 +127,42 @@ const char *rt_backend_describe(const struct rt_backend *be);
  */
 const uint8_t *rt_backend_input_upload(struct rt_backend *be, const uint8_t *host, size_t bytes, uint64_t *ticket);
 void rt_backend_input_wait(struct rt_backend *be, uint64_t ticket);
+
+/*
+ * Events: a point in a stream's queue, for work on another thread or stream
+ * that must follow it (the comm stage's all-reduce of a gradient bucket
+ * follows the backward ops that wrote it). CUDA events on the CUDA backend;
+ * fences between worker threads on the CPU backend's asynchronous streams
+ * (rt_backend_async); on the ordinary CPU backend every op has finished when
+ * it returns, so an event is always passed.
+ *
+ * rt_event_create() returns 0 and the event in *out, or -errno (rt_errmsg()).
+ * rt_event_record() marks the point after everything issued on `s` so far (a
+ * later record moves it). rt_event_synchronize() blocks the calling thread
+ * until that point has passed (at once if the event was never recorded); it
+ * may be called from another thread than the one that records, provided the
+ * record happened before (the comm thread is handed the bucket after it was
+ * recorded). rt_stream_wait_event() makes ops issued on `s` after it wait for
+ * the point, without blocking the caller. destroy(NULL) is fine; an event
+ * must not be in use when destroyed.
+ */
+struct rt_event;
+int rt_event_create(struct rt_backend *be, struct rt_event **out);
+void rt_event_destroy(struct rt_event *e);
+void rt_event_record(struct rt_event *e, struct rt_stream *s);
+void rt_event_synchronize(struct rt_event *e);
+void rt_stream_wait_event(struct rt_stream *s, struct rt_event *e);
+
+/*
+ * 1 when `be` is the CPU backend with asynchronous streams
+ * (RINGTRAIN_CPU_STREAMS=async when it was created): each stream is a worker
+ * thread running its ops in order, as a GPU would, so that an op returns
+ * before it has run and a missing wait between streams shows up as wrong
+ * results (and as a race under ThreadSanitizer). Results equal the ordinary
+ * CPU backend's bit for bit. A mode for testing the stream protocol, slower
+ * than the default.
+ */
+int rt_backend_async(const struct rt_backend *be);
 
 /*
  * Page-locked host memory the device copies from by DMA (cudaHostAlloc, for
@@ -184,8 +224,9 @@ struct rt_loss_stats {
  *    the model's shape checks, and CUDA failures abort through the check
  *    macros. Allocation returns NULL with rt_errmsg() set.
  *
- * The ops are written once, here, as X(return type, name, (parameters)) in
- * table order; RT_OPS_LIST(X) applies X to each. struct rt_ops below has one
+ * The ops are written once, here, as X(return type, name, (parameters),
+ * (argument names)) in table order; RT_OPS_LIST(X) applies X to each (the
+ * names let a wrapper forward a call: cpu/async.c queues every op that way). struct rt_ops below has one
  * member per op, `ret (*name) params`; each backend implements every op as a
  * function of that signature named after it (rt_cpu_<name> in cpu/cpu.h,
  * rt_cuda_<name> in cuda/cuda_be.h, both declared from this list), and its
@@ -194,19 +235,21 @@ struct rt_loss_stats {
  * has it). The CUDA backend's 16-bit tables start from its fp32 table and
  * replace the activation ops one by one (the fill16 functions of cuda/).
  */
-#define RT_OPS_LIST(X)                                                                                                 \
+/* The ops that read or write host memory, or allocate: a backend with streams
+ * stages or waits for the host data in each (cpu/async.c does it by hand). */
+#define RT_OPS_HOST_LIST(X)                                                                                            \
     /* -- memory -- */                                                                                                 \
-    X(void *, alloc, (struct rt_backend *be, size_t bytes)) /* 256-byte aligned, zeroed */                             \
-    X(void, free, (struct rt_backend *be, void *p))         /* NULL is fine */                                         \
-    X(void, upload, (struct rt_stream *s, void *dst, const void *host_src, size_t bytes))                              \
-    X(void, download, (struct rt_stream *s, void *host_dst, const void *src, size_t bytes))                            \
-    X(void, copy, (struct rt_stream *s, void *dst, const void *src, size_t bytes))                                     \
-    X(void, zero, (struct rt_stream *s, void *dst, size_t bytes))                                                      \
-    X(void, sync, (struct rt_stream *s)) /* wait for everything issued */                                              \
+    X(void *, alloc, (struct rt_backend *be, size_t bytes), (be, bytes)) /* 256-byte aligned, zeroed */                \
+    X(void, free, (struct rt_backend *be, void *p), (be, p))         /* NULL is fine */                                \
+    X(void, upload, (struct rt_stream *s, void *dst, const void *host_src, size_t bytes), (s, dst, host_src, bytes))   \
+    X(void, download, (struct rt_stream *s, void *host_dst, const void *src, size_t bytes), (s, host_dst, src, bytes)) \
+    X(void, sync, (struct rt_stream *s), (s)) /* wait for everything issued */                                         \
                                                                                                                        \
     /* -- layout: host NCHW float <-> backend spatial layout (tests, debugging) -- */                                  \
-    X(void, to_nchw, (struct rt_stream *s, struct rt_shape4 sh, const float *x, float *host_nchw))                     \
-    X(void, from_nchw, (struct rt_stream *s, struct rt_shape4 sh, const float *host_nchw, float *x))                   \
+    X(void, to_nchw, (struct rt_stream *s, struct rt_shape4 sh, const float *x, float *host_nchw),                     \
+          (s, sh, x, host_nchw))                                                                                       \
+    X(void, from_nchw, (struct rt_stream *s, struct rt_shape4 sh, const float *host_nchw, float *x),                   \
+          (s, sh, host_nchw, x))                                                                                       \
                                                                                                                        \
     /*                                                                                                                 \
      * Input: a host uint8 batch (N, C, H, W) as the ring slot holds it, turned                                        \
@@ -214,57 +257,71 @@ struct rt_loss_stats {
      * std are host arrays of C values in 0..1 units.                                                                  \
      */                                                                                                                \
     X(void, input_u8, (struct rt_stream *s, struct rt_shape4 sh, const uint8_t *host_images, const float *mean,        \
-                       const float *std, float *y))                                                                    \
+                       const float *std, float *y), (s, sh, host_images, mean, std, y))                                \
     /* The same from device memory (rt_backend_input_upload's buffer); no staging, no host wait. */                    \
     X(void, input_u8_dev, (struct rt_stream *s, struct rt_shape4 sh, const uint8_t *dev_images, const float *mean,     \
-                           const float *std, float *y))                                                                \
+                           const float *std, float *y), (s, sh, dev_images, mean, std, y))
+
+/* The ops that touch device memory only: queued on their stream as they are. */
+#define RT_OPS_DEVICE_LIST(X)                                                                                          \
+    /* -- device memory -- */                                                                                          \
+    X(void, copy, (struct rt_stream *s, void *dst, const void *src, size_t bytes), (s, dst, src, bytes))               \
+    X(void, zero, (struct rt_stream *s, void *dst, size_t bytes), (s, dst, bytes))                                     \
                                                                                                                        \
     /* -- convolution; w (Cout, Cin, kh, kw), bias (Cout) or NULL -- */                                                \
     X(void, conv2d_fwd, (struct rt_stream *s, const struct rt_conv_desc *d, const float *x, const float *w,            \
-                         const float *bias, float *y))                                                                 \
+                         const float *bias, float *y), (s, d, x, w, bias, y))                                          \
     X(void, conv2d_bwd_data, (struct rt_stream *s, const struct rt_conv_desc *d, const float *dy, const float *w,      \
-                              float beta, float *dx))                                                                  \
+                              float beta, float *dx), (s, d, dy, w, beta, dx))                                         \
     X(void, conv2d_bwd_filter, (struct rt_stream *s, const struct rt_conv_desc *d, const float *x, const float *dy,    \
-                                float *dw, float *dbias /* NULL: no bias */))                                          \
+                                float *dw, float *dbias /* NULL: no bias */), (s, d, x, dy, dw, dbias))                \
                                                                                                                        \
     /* -- batchnorm (per channel over N, H, W); gamma/beta/running_* (C) -- */                                         \
     X(void, bn_train_fwd, (struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *gamma,        \
                            const float *beta, float *running_mean, float *running_var, float *save_mean,               \
-                           float *save_invstd, float *y))                                                              \
+                           float *save_invstd, float *y),                                                              \
+                                 (s, d, x, gamma, beta, running_mean, running_var, save_mean, save_invstd, y))         \
     X(void, bn_infer_fwd, (struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *gamma,        \
-                           const float *beta, const float *running_mean, const float *running_var, float *y))          \
+                           const float *beta, const float *running_mean, const float *running_var, float *y),          \
+                                 (s, d, x, gamma, beta, running_mean, running_var, y))                                 \
     X(void, bn_bwd, (struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *dy,                 \
                      const float *gamma, const float *save_mean, const float *save_invstd, float beta_dx, float *dx,   \
-                     float *dgamma, float *dbeta))                                                                     \
+                     float *dgamma, float *dbeta),                                                                     \
+                           (s, d, x, dy, gamma, save_mean, save_invstd, beta_dx, dx, dgamma, dbeta))                   \
                                                                                                                        \
     /* -- pooling: y (N, C, oh, ow); backward recomputes the max positions from x -- */                                \
-    X(void, maxpool_fwd, (struct rt_stream *s, const struct rt_pool_desc *d, const float *x, float *y))                \
+    X(void, maxpool_fwd, (struct rt_stream *s, const struct rt_pool_desc *d, const float *x, float *y), (s, d, x, y))  \
     X(void, maxpool_bwd, (struct rt_stream *s, const struct rt_pool_desc *d, const float *x, const float *y,           \
-                          const float *dy, float beta, float *dx))                                                     \
+                          const float *dy, float beta, float *dx), (s, d, x, y, dy, beta, dx))                         \
     /* Average pooling counts padding in the divisor (PyTorch's count_include_pad=True). */                            \
-    X(void, avgpool_fwd, (struct rt_stream *s, const struct rt_pool_desc *d, const float *x, float *y))                \
-    X(void, avgpool_bwd, (struct rt_stream *s, const struct rt_pool_desc *d, const float *dy, float beta, float *dx))  \
+    X(void, avgpool_fwd, (struct rt_stream *s, const struct rt_pool_desc *d, const float *x, float *y), (s, d, x, y))  \
+    X(void, avgpool_bwd, (struct rt_stream *s, const struct rt_pool_desc *d, const float *dy, float beta, float *dx),  \
+          (s, d, dy, beta, dx))                                                                                        \
     /* Global average pooling: spatial (N, C, H, W) -> features (N, C). */                                             \
-    X(void, gap_fwd, (struct rt_stream *s, struct rt_shape4 sh, const float *x, float *y))                             \
-    X(void, gap_bwd, (struct rt_stream *s, struct rt_shape4 sh, const float *dy, float beta, float *dx))               \
+    X(void, gap_fwd, (struct rt_stream *s, struct rt_shape4 sh, const float *x, float *y), (s, sh, x, y))              \
+    X(void, gap_bwd, (struct rt_stream *s, struct rt_shape4 sh, const float *dy, float beta, float *dx),               \
+          (s, sh, dy, beta, dx))                                                                                       \
     /* Flatten: spatial (N, C, H, W) -> features (N, C*H*W) in PyTorch's order (c, h, w). */                           \
-    X(void, flatten_fwd, (struct rt_stream *s, struct rt_shape4 sh, const float *x, float *y))                         \
-    X(void, flatten_bwd, (struct rt_stream *s, struct rt_shape4 sh, const float *dy, float beta, float *dx))           \
+    X(void, flatten_fwd, (struct rt_stream *s, struct rt_shape4 sh, const float *x, float *y), (s, sh, x, y))          \
+    X(void, flatten_bwd, (struct rt_stream *s, struct rt_shape4 sh, const float *dy, float beta, float *dx),           \
+          (s, sh, dy, beta, dx))                                                                                       \
                                                                                                                        \
     /* -- linear on features: x (N, in), w (out, in), b (out) or NULL, y (N, out) -- */                                \
     X(void, linear_fwd, (struct rt_stream *s, int n, int in, int out, const float *x, const float *w,                  \
-                         const float *b, float *y))                                                                    \
+                         const float *b, float *y), (s, n, in, out, x, w, b, y))                                       \
     X(void, linear_bwd_data, (struct rt_stream *s, int n, int in, int out, const float *dy, const float *w,            \
-                              float beta, float *dx))                                                                  \
+                              float beta, float *dx), (s, n, in, out, dy, w, beta, dx))                                \
     X(void, linear_bwd_filter, (struct rt_stream *s, int n, int in, int out, const float *x, const float *dy,          \
-                                float *dw, float *db))                                                                 \
+                                float *dw, float *db), (s, n, in, out, x, dy, dw, db))                                 \
                                                                                                                        \
     /* -- element-wise over `n` floats (any layout) -- */                                                              \
-    X(void, relu_fwd, (struct rt_stream *s, size_t n, const float *x, float *y)) /* y may be x */                      \
-    X(void, relu_bwd, (struct rt_stream *s, size_t n, const float *y, const float *dy, float beta, float *dx))         \
+    X(void, relu_fwd, (struct rt_stream *s, size_t n, const float *x, float *y), (s, n, x, y)) /* y may be x */        \
+    X(void, relu_bwd, (struct rt_stream *s, size_t n, const float *y, const float *dy, float beta, float *dx),         \
+          (s, n, y, dy, beta, dx))                                                                                     \
     /* GELU, exact (erf) form as torch.nn.GELU() */                                                                    \
-    X(void, gelu_fwd, (struct rt_stream *s, size_t n, const float *x, float *y))                                       \
-    X(void, gelu_bwd, (struct rt_stream *s, size_t n, const float *x, const float *dy, float beta, float *dx))         \
+    X(void, gelu_fwd, (struct rt_stream *s, size_t n, const float *x, float *y), (s, n, x, y))                         \
+    X(void, gelu_bwd, (struct rt_stream *s, size_t n, const float *x, const float *dy, float beta, float *dx),         \
+          (s, n, x, dy, beta, dx))                                                                                     \
     /*                                                                                                                 \
      * Inverted dropout with probability p over a tensor of logical shape sh:                                          \
      * spatial = 1 for a spatial tensor (N, C, H, W) in the backend's layout,                                          \
@@ -280,12 +337,14 @@ struct rt_loss_stats {
      * no mask is stored.                                                                                              \
      */                                                                                                                \
     X(void, dropout_fwd, (struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,               \
-                          uint64_t offset, const float *x, float *y))                                                  \
+                          uint64_t offset, const float *x, float *y), (s, sh, spatial, p, seed, offset, x, y))         \
     X(void, dropout_bwd, (struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,               \
-                          uint64_t offset, const float *dy, float beta, float *dx))                                    \
-    X(void, add, (struct rt_stream *s, size_t n, const float *a, const float *b, float *y)) /* y = a + b */            \
-    X(void, scale, (struct rt_stream *s, size_t n, float alpha, float *x))                 /* x *= alpha */            \
-    X(void, axpy, (struct rt_stream *s, size_t n, float alpha, const float *x, float *y))  /* y += alpha x */          \
+                          uint64_t offset, const float *dy, float beta, float *dx),                                    \
+                                (s, sh, spatial, p, seed, offset, dy, beta, dx))                                       \
+    /* y = a + b; x *= alpha; y += alpha x */                                                                          \
+    X(void, add, (struct rt_stream *s, size_t n, const float *a, const float *b, float *y), (s, n, a, b, y))           \
+    X(void, scale, (struct rt_stream *s, size_t n, float alpha, float *x), (s, n, alpha, x))                           \
+    X(void, axpy, (struct rt_stream *s, size_t n, float alpha, const float *x, float *y), (s, n, alpha, x, y))         \
                                                                                                                        \
     /*                                                                                                                 \
      * Softmax cross-entropy with label smoothing eps (PyTorch's                                                       \
@@ -296,25 +355,27 @@ struct rt_loss_stats {
      * (zero rows for padding); pass grad_scale = 1 / (samples in the step).                                           \
      */                                                                                                                \
     X(void, xent_fwd_bwd, (struct rt_stream *s, int n, int k, const float *logits, const int32_t *labels,              \
-                           float label_smoothing, float grad_scale, struct rt_loss_stats *stats, float *dlogits))      \
+                           float label_smoothing, float grad_scale, struct rt_loss_stats *stats, float *dlogits),      \
+                                 (s, n, k, logits, labels, label_smoothing, grad_scale, stats, dlogits))               \
                                                                                                                        \
     /* -- reductions and checks over flat buffers -- */                                                                \
     /* *out (device float) = sum of x[i]^2 in double precision, stored as float */                                     \
-    X(void, sumsq, (struct rt_stream *s, size_t n, const float *x, float *out))                                        \
+    X(void, sumsq, (struct rt_stream *s, size_t n, const float *x, float *out), (s, n, x, out))                        \
     /* *out (device float) = number of NaN/Inf entries */                                                              \
-    X(void, count_nonfinite, (struct rt_stream *s, size_t n, const float *x, float *out))                              \
+    X(void, count_nonfinite, (struct rt_stream *s, size_t n, const float *x, float *out), (s, n, x, out))              \
     /*                                                                                                                 \
      * Loss scaling (fp32 gradients in every table): g *= inv_scale, and                                               \
      * *found (device float) = 1 if any g was NaN/Inf before scaling, else                                             \
      * 0. PyTorch's _amp_foreach_non_finite_check_and_unscale_.                                                        \
      */                                                                                                                \
-    X(void, unscale_check, (struct rt_stream *s, size_t n, float *g, float inv_scale, float *found))                   \
+    X(void, unscale_check, (struct rt_stream *s, size_t n, float *g, float inv_scale, float *found),                   \
+          (s, n, g, inv_scale, found))                                                                                 \
                                                                                                                        \
     /* -- casts (mixed precision); half/bf16 as raw uint16 bits, round to nearest even -- */                           \
-    X(void, cast_f32_f16, (struct rt_stream *s, size_t n, const float *x, uint16_t *y))                                \
-    X(void, cast_f16_f32, (struct rt_stream *s, size_t n, const uint16_t *x, float *y))                                \
-    X(void, cast_f32_bf16, (struct rt_stream *s, size_t n, const float *x, uint16_t *y))                               \
-    X(void, cast_bf16_f32, (struct rt_stream *s, size_t n, const uint16_t *x, float *y))                               \
+    X(void, cast_f32_f16, (struct rt_stream *s, size_t n, const float *x, uint16_t *y), (s, n, x, y))                  \
+    X(void, cast_f16_f32, (struct rt_stream *s, size_t n, const uint16_t *x, float *y), (s, n, x, y))                  \
+    X(void, cast_f32_bf16, (struct rt_stream *s, size_t n, const float *x, uint16_t *y), (s, n, x, y))                 \
+    X(void, cast_bf16_f32, (struct rt_stream *s, size_t n, const uint16_t *x, float *y), (s, n, x, y))                 \
                                                                                                                        \
     /*                                                                                                                 \
      * Optimizer updates over n parameters, torch.optim's semantics exactly                                            \
@@ -328,12 +389,16 @@ struct rt_loss_stats {
      *      p -= lr / (1 - b1^step) * m / (sqrt(v) / sqrt(1 - b2^step) + eps).                                         \
      */                                                                                                                \
     X(void, sgd_update, (struct rt_stream *s, size_t n, float *p, const float *g, float *buf, float lr,                \
-                         float momentum, float dampening, float weight_decay, int nesterov, int first))                \
+                         float momentum, float dampening, float weight_decay, int nesterov, int first),                \
+                               (s, n, p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first))              \
     X(void, adam_update, (struct rt_stream *s, size_t n, float *p, const float *g, float *m, float *v, float lr,       \
-                          float beta1, float beta2, float eps, float weight_decay, int decoupled, int64_t step))
+                          float beta1, float beta2, float eps, float weight_decay, int decoupled, int64_t step),       \
+                                (s, n, p, g, m, v, lr, beta1, beta2, eps, weight_decay, decoupled, step))
+
+#define RT_OPS_LIST(X) RT_OPS_HOST_LIST(X) RT_OPS_DEVICE_LIST(X)
 
 /* One member of struct rt_ops: a pointer to the op's function. */
-#define RT_OPS_MEMBER(ret, name, params) ret(*name) params;
+#define RT_OPS_MEMBER(ret, name, params, args) ret(*name) params;
 
 struct rt_ops {
     enum rt_dtype act; /* the activations' element type in this table (rt_backend_ops_for) */

@@ -30,12 +30,20 @@
 static struct rt_comm *g_comm;
 static char g_dir[512], g_data[600];
 
+/* Compute threads: 2, or RT_TEST_THREADS (the ThreadSanitizer build uses 1: OpenMP's own synchronisation is
+ * invisible to it). */
+static int test_threads(void)
+{
+    const char *e = getenv("RT_TEST_THREADS");
+    return e && atoi(e) > 0 ? atoi(e) : 2;
+}
+
 /* A synthetic-data run on the CPU: one random batch, used for every micro-batch. */
 static struct train_cfg synthetic_cfg(const char *model, uint32_t c, uint32_t hw)
 {
     return (struct train_cfg){
         .model = model, .epochs = 1, .batch = 8, .lr = 0.05f, .sched = RT_SCHED_CONSTANT, .gamma = 0.1f,
-        .warmup_epochs = -1, .step_epochs = 30, .grad_accum = 1, .seed = 3, .workers = 1, .threads = 2,
+        .warmup_epochs = -1, .step_epochs = 30, .grad_accum = 1, .seed = 3, .workers = 1, .threads = test_threads(),
         .synthetic = 1, .syn_c = c, .syn_h = hw, .syn_w = hw, .syn_classes = 10, .pin = RT_PIN_OFF,
         .device = DEVICE_CPU, .bucket_cap_mb = 25, .loss_scale = 0, .comm = g_comm,
         .optim = {.kind = RT_OPT_SGD, .momentum = 0.9f, .weight_decay = 5e-4f, .beta1 = 0.9f, .beta2 = 0.999f,

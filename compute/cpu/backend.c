@@ -91,7 +91,7 @@ float *rt_cpu_scratch(struct rt_stream *s, size_t bytes)
 }
 
 /* Every slot of the table is the kernel of its name: .conv2d_fwd = rt_cpu_conv2d_fwd, and so on. */
-#define CPU_OP(ret, name, params) .name = rt_cpu_##name,
+#define CPU_OP(ret, name, params, args) .name = rt_cpu_##name,
 static const struct rt_ops cpu_ops = {.act = RT_F32, RT_OPS_LIST(CPU_OP)};
 #undef CPU_OP
 
@@ -114,6 +114,29 @@ static void flush_denormals(int threads)
 #endif
 }
 
+void rt_cpu_thread_setup(int threads)
+{
+    /* One pool for everything: our kernels' OpenMP regions and OpenBLAS
+     * (built for OpenMP) share it, so they never oversubscribe the cores. */
+    omp_set_num_threads(threads);
+    flush_denormals(threads);
+}
+
+/* Synchronous ops unless asked otherwise, by the options or the environment. */
+static int want_async(enum rt_cpu_streams mode, int *out)
+{
+    *out = mode == RT_CPU_STREAMS_ASYNC;
+    if (mode != RT_CPU_STREAMS_ENV)
+        return 0;
+    const char *e = getenv("RINGTRAIN_CPU_STREAMS");
+    if (!e || !*e || !strcmp(e, "sync"))
+        return 0;
+    if (strcmp(e, "async") != 0)
+        return rt_errf(-EINVAL, "RINGTRAIN_CPU_STREAMS=%s: expected sync or async", e);
+    *out = 1;
+    return 0;
+}
+
 static int cpu_create(const struct rt_backend_opts *o, struct rt_backend **out)
 {
     struct rt_backend *be = rt_calloc(1, sizeof(*be), "cpu backend");
@@ -124,18 +147,23 @@ static int cpu_create(const struct rt_backend_opts *o, struct rt_backend **out)
     be->threads = o->threads > 0 ? o->threads : rt_cpus_available();
     be->stream.be = be;
     be->ops = &cpu_ops;
-    /* One pool for everything: our kernels' OpenMP regions and OpenBLAS
-     * (built for OpenMP) share it, so they never oversubscribe the cores. */
-    omp_set_num_threads(be->threads);
-    flush_denormals(be->threads);
-    char blas[128];
-    int rc = rt_cpu_blas_init(be->threads, blas, sizeof(blas));
+    int async = 0;
+    int rc = want_async(o->cpu_streams, &async);
     if (rc < 0) {
         free(be);
         return rc;
     }
-    snprintf(be->describe, sizeof(be->describe), "cpu: %d thread%s, %s", be->threads, be->threads == 1 ? "" : "s",
-             blas);
+    rt_cpu_thread_setup(be->threads);
+    char blas[128];
+    rc = rt_cpu_blas_init(be->threads, blas, sizeof(blas));
+    if (rc == 0 && async)
+        rc = rt_cpu_async_start(be);
+    if (rc < 0) {
+        rt_backend_destroy(be);
+        return rc;
+    }
+    snprintf(be->describe, sizeof(be->describe), "cpu: %d thread%s, %s%s", be->threads, be->threads == 1 ? "" : "s",
+             blas, async ? ", asynchronous streams (RINGTRAIN_CPU_STREAMS=async)" : "");
     *out = be;
     return 0;
 }
@@ -164,6 +192,7 @@ void rt_backend_destroy(struct rt_backend *be)
 #if RT_HAVE_CUDA
     rt_cuda_destroy(be);
 #endif
+    rt_cpu_async_stop(be);
     free(be->scratch);
     free(be);
 }
@@ -187,30 +216,6 @@ const struct rt_ops *rt_backend_ops_for(const struct rt_backend *be, enum rt_dty
     const char *why = act == RT_BF16 ? be->why_not_bf16 : act == RT_F16 ? be->why_not_f16 : "";
     rt_errf(-ENOTSUP, "%s activations: %s", rt_dtype_name(act), why[0] ? why : "not supported by this backend");
     return NULL;
-}
-
-const uint8_t *rt_backend_input_upload(struct rt_backend *be, const uint8_t *host, size_t bytes, uint64_t *ticket)
-{
-    *ticket = ++be->input_tickets;
-    return be->io ? be->io->upload(be, host, bytes, *ticket) : host;
-}
-
-void rt_backend_input_wait(struct rt_backend *be, uint64_t ticket)
-{
-    if (be->io)
-        be->io->wait(be, ticket);
-}
-
-void rt_backend_input_acquire(struct rt_backend *be, uint64_t ticket)
-{
-    if (be->io)
-        be->io->acquire(be, ticket);
-}
-
-void rt_backend_input_release(struct rt_backend *be, uint64_t ticket)
-{
-    if (be->io)
-        be->io->release(be, ticket);
 }
 
 void *rt_backend_host_alloc(struct rt_backend *be, size_t bytes)
@@ -243,6 +248,11 @@ const char *rt_dtype_name(enum rt_dtype t)
 struct rt_stream *rt_backend_stream(struct rt_backend *be)
 {
     return &be->stream;
+}
+
+int rt_backend_async(const struct rt_backend *be)
+{
+    return be->async != NULL;
 }
 
 enum rt_backend_kind rt_backend_kind_of(const struct rt_backend *be)

@@ -30,13 +30,29 @@ float *rt_cpu_scratch(struct rt_stream *s, size_t bytes);
 int rt_cpu_blas_init(int threads, char *describe, size_t len);
 
 /*
+ * What every thread that runs kernels needs once: the OpenMP thread count
+ * (`threads`) and denormals flushed to zero in it and its OpenMP team.
+ */
+void rt_cpu_thread_setup(int threads);
+
+/*
+ * Asynchronous streams (async.c, compute.h's rt_backend_async): start turns
+ * the backend `be` (fully set up otherwise) into one whose default stream is
+ * a worker thread, with the queued op table, events and the input copy
+ * stream; 0 or -errno. stop drains and joins every stream; fine when start
+ * was never called.
+ */
+int rt_cpu_async_start(struct rt_backend *be);
+void rt_cpu_async_stop(struct rt_backend *be);
+
+/*
  * The ops: rt_cpu_<op> for every op of compute.h's RT_OPS_LIST, with the
  * signature given there. backend.c holds memory; conv.c the convolutions
  * (im2col + sgemm over the whole batch); pool.c layout conversion, pooling,
  * gap, flatten and linear; elem.c input, batchnorm, activations, dropout,
  * loss, reductions, casts and the optimizer updates.
  */
-#define RT_CPU_OP_DECLARE(ret, name, params) ret rt_cpu_##name params;
+#define RT_CPU_OP_DECLARE(ret, name, params, args) ret rt_cpu_##name params;
 RT_OPS_LIST(RT_CPU_OP_DECLARE)
 #undef RT_CPU_OP_DECLARE
 

@@ -159,43 +159,7 @@ const uint8_t *rt_cuda_stage_images(struct rt_stream *s, const uint8_t *host, si
     return dev;
 }
 
-/* ---- input uploads on the copy stream ----------------------------------------------- */
-
-static const uint8_t *rt_cuda_input_upload(struct rt_backend *be, const uint8_t *host, size_t bytes, uint64_t ticket)
-{
-    struct rt_cuda *c = be->cuda;
-    const int b = (int)(ticket & 1u);
-    /* The buffer's previous batch must have been read by compute (never recorded: no wait). */
-    RT_CUDA_CHECK(cudaStreamWaitEvent(c->copy, c->consumed[b], 0));
-    if (bytes > c->inbuf_bytes[b]) {
-        /* Stream-ordered on the copy stream, after the wait above. */
-        if (c->inbuf[b])
-            RT_CUDA_CHECK(cudaFreeAsync(c->inbuf[b], c->copy));
-        c->inbuf[b] = NULL;
-        c->inbuf_bytes[b] = 0;
-        RT_CUDA_CHECK(cudaMallocAsync((void **)&c->inbuf[b], bytes, c->copy));
-        c->inbuf_bytes[b] = bytes;
-    }
-    RT_CUDA_CHECK(cudaMemcpyAsync(c->inbuf[b], host, bytes, cudaMemcpyHostToDevice, c->copy));
-    RT_CUDA_CHECK(cudaEventRecord(c->copied[b], c->copy));
-    return c->inbuf[b];
-}
-
-static void rt_cuda_input_wait(struct rt_backend *be, uint64_t ticket)
-{
-    /* A later upload into the same buffer re-records the event: waiting for it covers this one too. */
-    RT_CUDA_CHECK(cudaEventSynchronize(be->cuda->copied[ticket & 1u]));
-}
-
-static void rt_cuda_input_acquire(struct rt_backend *be, uint64_t ticket)
-{
-    RT_CUDA_CHECK(cudaStreamWaitEvent(be->cuda->compute, be->cuda->copied[ticket & 1u], 0));
-}
-
-static void rt_cuda_input_release(struct rt_backend *be, uint64_t ticket)
-{
-    RT_CUDA_CHECK(cudaEventRecord(be->cuda->consumed[ticket & 1u], be->cuda->compute));
-}
+/* ---- page-locked host memory for the batch ring ----------------------------------- */
 
 static void *rt_cuda_host_alloc(struct rt_backend *be, size_t bytes)
 {
@@ -219,10 +183,6 @@ static void rt_cuda_host_free(struct rt_backend *be, void *p)
 }
 
 static const struct rt_backend_io cuda_io = {
-    .upload = rt_cuda_input_upload,
-    .wait = rt_cuda_input_wait,
-    .acquire = rt_cuda_input_acquire,
-    .release = rt_cuda_input_release,
     .host_alloc = rt_cuda_host_alloc,
     .host_free = rt_cuda_host_free,
 };
@@ -230,7 +190,7 @@ static const struct rt_backend_io cuda_io = {
 /* ---- the table ------------------------------------------------------------------- */
 
 /* The fp32 table: every slot is the function of its name (.conv2d_fwd = rt_cuda_conv2d_fwd, ...). */
-#define CUDA_OP(ret, name, params) .name = rt_cuda_##name,
+#define CUDA_OP(ret, name, params, args) .name = rt_cuda_##name,
 static const struct rt_ops cuda_ops = {.act = RT_F32, RT_OPS_LIST(CUDA_OP)};
 #undef CUDA_OP
 
@@ -278,6 +238,7 @@ int rt_cuda_create(const struct rt_backend_opts *o, struct rt_backend **out)
     be->kind = RT_BACKEND_CUDA;
     be->cuda = c;
     be->io = &cuda_io;
+    be->streams = &rt_cuda_streams;
     be->device = o->device;
     be->ops = &cuda_ops;
     c->device = o->device;
@@ -293,11 +254,6 @@ int rt_cuda_create(const struct rt_backend_opts *o, struct rt_backend **out)
     }
     RT_CUDA_CHECK(cudaSetDevice(c->device));
     RT_CUDA_CHECK(cudaStreamCreateWithFlags(&c->compute, cudaStreamNonBlocking));
-    RT_CUDA_CHECK(cudaStreamCreateWithFlags(&c->copy, cudaStreamNonBlocking));
-    for (int i = 0; i < 2; i++) {
-        RT_CUDA_CHECK(cudaEventCreateWithFlags(&c->copied[i], cudaEventDisableTiming));
-        RT_CUDA_CHECK(cudaEventCreateWithFlags(&c->consumed[i], cudaEventDisableTiming));
-    }
     RT_CUDNN_CHECK(cudnnCreate(&c->dnn));
     RT_CUDNN_CHECK(cudnnSetStream(c->dnn, c->compute));
     RT_CUBLAS_CHECK(cublasCreate(&c->blas));
@@ -306,6 +262,9 @@ int rt_cuda_create(const struct rt_backend_opts *o, struct rt_backend **out)
     RT_CUBLAS_CHECK(cublasSetPointerMode(c->blas, CUBLAS_POINTER_MODE_HOST));
     be->stream.be = be;
     be->stream.handle = c->compute;
+    /* The input uploads' copy stream, buffers and events (compute/input.c). */
+    if (rt_input_pair_init(be) < 0)
+        rt_cuda_fail("CUDA", 0, rt_errmsg(), "rt_input_pair_init(be)", __FILE__, __LINE__);
     /* The 16-bit tables: the fp32 table with the activation ops replaced. */
     const enum rt_dtype dts[2] = {RT_BF16, RT_F16};
     for (int i = 0; i < 2; i++) {
@@ -345,15 +304,7 @@ void rt_cuda_destroy(struct rt_backend *be)
     for (int i = 0; i < RT_CUDA_SCRATCH_SLOTS; i++)
         if (c->scratch[i])
             cudaFreeAsync(c->scratch[i], c->compute);
-    cudaStreamSynchronize(c->copy);
-    for (int i = 0; i < 2; i++) {
-        if (c->inbuf[i])
-            cudaFreeAsync(c->inbuf[i], c->copy);
-        cudaEventDestroy(c->copied[i]);
-        cudaEventDestroy(c->consumed[i]);
-    }
-    cudaStreamSynchronize(c->copy);
-    cudaStreamDestroy(c->copy);
+    rt_input_pair_fini(be);
     cudaStreamSynchronize(c->compute);
     if (c->host_stage)
         cudaFreeHost(c->host_stage);

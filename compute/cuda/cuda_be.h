@@ -71,14 +71,10 @@ struct rt_cuda {
     void *scratch[RT_CUDA_SCRATCH_SLOTS]; /* rt_cuda_scratch */
     size_t scratch_bytes[RT_CUDA_SCRATCH_SLOTS];
     struct rt_ops ops16[2]; /* the bf16 and fp16 tables (rt_backend_ops_for) */
-    /* Input uploads (rt_backend_input_upload): a copy stream and two device
-     * buffers used in turn, each with the event of its copy and the event of
-     * compute having read it. */
-    cudaStream_t copy;
-    uint8_t *inbuf[2];
-    size_t inbuf_bytes[2];
-    cudaEvent_t copied[2], consumed[2];
 };
+
+/* Streams, events and stream-ordered memory (streams_cuda.c), over which compute/input.c runs the input uploads. */
+extern const struct rt_backend_streams rt_cuda_streams;
 
 /*
  * probe_cuda.c: whether this build's CUDA runtime can use the machine's
@@ -162,7 +158,7 @@ const uint8_t *rt_cuda_stage_images(struct rt_stream *s, const uint8_t *host, si
  * linear layers; elem.cu the element-wise ops, loss, reductions, casts and
  * optimizer updates.
  */
-#define RT_CUDA_OP_DECLARE(ret, name, params) ret rt_cuda_##name params;
+#define RT_CUDA_OP_DECLARE(ret, name, params, args) ret rt_cuda_##name params;
 RT_OPS_LIST(RT_CUDA_OP_DECLARE)
 #undef RT_CUDA_OP_DECLARE
 

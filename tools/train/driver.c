@@ -248,9 +248,14 @@ static int make_bucketer(struct train *T)
     for (int i = 0; i < count; i++)
         if (tab[i].kind == RT_PARAM)
             bt[np++] = (struct rt_bucket_tensor){tab[i].name, tab[i].offset, tab[i].count};
+    if (fence_create(T, np) < 0) {
+        free(bt);
+        return -1;
+    }
     struct rt_bucket_opts bo = {.cap_bytes = (size_t)(T->cfg.bucket_cap_mb * 1048576.0),
                                 .no_overlap = T->cfg.no_overlap, .nccl = T->nccl,
-                                .stream = T->nccl ? rt_backend_native_stream(T->be) : NULL};
+                                .stream = T->nccl ? rt_backend_native_stream(T->be) : NULL,
+                                .fence_mark = fence_mark, .fence_wait = fence_wait, .fence_ctx = T};
     int rc = rt_bucketer_create(T->comm, rt_model_grads(T->model), rt_model_param_count(T->model), bt, np, &bo,
                                 &T->bucketer);
     free(bt);
@@ -320,6 +325,7 @@ void train_destroy(struct train *T)
     input_stop(T);
     /* NCCL's stream work is over before the memory it reduced goes. */
     rt_bucketer_destroy(T->bucketer);
+    fence_destroy(T);
     rt_nccl_destroy(T->nccl);
     rt_optim_destroy(T->opt);
     rt_model_destroy(T->model);

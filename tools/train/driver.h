@@ -79,6 +79,8 @@ struct train {
     struct rt_comm *comm;
     int own_comm;               /* created here (else borrowed from cfg) */
     struct rt_bucketer *bucketer;
+    struct rt_event **bucket_done; /* per bucket (fence.c); as many as parameter tensors */
+    int nbucket_done;
     struct rt_nccl *nccl;       /* GPUs across ranks: the gradient all-reduce; NULL otherwise */
     int rank, world, root;      /* root: this is rank 0, which prints and saves */
     /* data */
@@ -124,6 +126,12 @@ void input_labels(const struct rt_batch *slot, int32_t *labels); /* padding samp
 
 /* step.c */
 enum train_stop step_stop_requested(const struct train *T); /* after an update: --steps reached or a signal */
+
+/* fence.c: the buckets' events, for rt_bucket_opts' fence_mark / fence_wait */
+int fence_create(struct train *T, int n);
+void fence_destroy(struct train *T);
+void fence_mark(void *ctx, int bucket);
+void fence_wait(void *ctx, int bucket);
 
 /* epoch.c */
 int train_epoch_done(const struct train *T);

@@ -1,0 +1,99 @@
+/*
+ * streams_cuda.c - the CUDA backend's struct rt_backend_streams: streams,
+ * events, stream-ordered allocation and copies from page-locked host memory,
+ * for compute.h's events and the input uploads (compute/input.c). Each is
+ * the CUDA runtime call of the same meaning; errors abort through the check
+ * macros, as every op does.
+ */
+#include <errno.h>
+#include <stdlib.h>
+
+#include "common/common.h"
+#include "compute/cuda/cuda_be.h"
+
+static struct rt_stream *stream_create(struct rt_backend *be)
+{
+    struct rt_stream *s = rt_calloc(1, sizeof(*s), "cuda stream");
+    if (!s)
+        return NULL;
+    cudaStream_t h;
+    RT_CUDA_CHECK(cudaStreamCreateWithFlags(&h, cudaStreamNonBlocking));
+    s->be = be;
+    s->handle = h;
+    return s;
+}
+
+static void stream_destroy(struct rt_stream *s)
+{
+    RT_CUDA_CHECK(cudaStreamSynchronize(rt_cuda_stream(s)));
+    RT_CUDA_CHECK(cudaStreamDestroy(rt_cuda_stream(s)));
+    free(s);
+}
+
+static int event_init(struct rt_event *e)
+{
+    cudaEvent_t h;
+    cudaError_t rc = cudaEventCreateWithFlags(&h, cudaEventDisableTiming);
+    if (rc != cudaSuccess) {
+        cudaGetLastError();
+        return rt_errf(-EIO, "cudaEventCreate: %s", cudaGetErrorString(rc));
+    }
+    e->handle = h;
+    return 0;
+}
+
+static void event_fini(struct rt_event *e)
+{
+    if (e->handle)
+        cudaEventDestroy((cudaEvent_t)e->handle);
+    e->handle = NULL;
+}
+
+static void event_record(struct rt_event *e, struct rt_stream *s)
+{
+    RT_CUDA_CHECK(cudaEventRecord((cudaEvent_t)e->handle, rt_cuda_stream(s)));
+}
+
+static void event_wait(struct rt_stream *s, struct rt_event *e)
+{
+    /* An event never recorded has completed: no wait. */
+    RT_CUDA_CHECK(cudaStreamWaitEvent(rt_cuda_stream(s), (cudaEvent_t)e->handle, 0));
+}
+
+static void event_synchronize(struct rt_event *e)
+{
+    RT_CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)e->handle));
+}
+
+static void *stream_alloc(struct rt_stream *s, size_t bytes)
+{
+    void *p = NULL;
+    RT_CUDA_CHECK(cudaMallocAsync(&p, bytes ? bytes : 1, rt_cuda_stream(s)));
+    return p;
+}
+
+static void stream_free(struct rt_stream *s, void *p)
+{
+    if (p)
+        RT_CUDA_CHECK(cudaFreeAsync(p, rt_cuda_stream(s)));
+}
+
+static void copy_from_host(struct rt_stream *s, void *dst, const void *host, size_t bytes)
+{
+    /* From page-locked memory (the ring's cudaHostAlloc slots) a DMA that reads `host` as it runs. */
+    if (bytes)
+        RT_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, rt_cuda_stream(s)));
+}
+
+const struct rt_backend_streams rt_cuda_streams = {
+    .create = stream_create,
+    .destroy = stream_destroy,
+    .event_init = event_init,
+    .event_fini = event_fini,
+    .record = event_record,
+    .wait = event_wait,
+    .synchronize = event_synchronize,
+    .alloc = stream_alloc,
+    .free = stream_free,
+    .copy_from_host = copy_from_host,
+};

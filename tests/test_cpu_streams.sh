@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# test_cpu_streams.sh - the stream protocol on the CPU backend's asynchronous
+# streams (RINGTRAIN_CPU_STREAMS=async: compute, the input copies and the
+# gradient buckets' all-reduces each on their own thread, ordered only by the
+# events the code records and waits for). `ringtrain train` must give the
+# same weights, bit for bit (the param digest), as the ordinary synchronous
+# backend:
+#   - one rank, real data through the loader and the copy stream: mnist-net
+#     (dropout on a spatial tensor and on features) and resnet18 (batchnorm,
+#     residual adds), with gradient accumulation;
+#   - two ranks under mpirun: the gradient buckets' all-reduces on the comm
+#     thread while backward is still queued, with small buckets and with no
+#     overlap;
+#   - a resume from a checkpoint written in the asynchronous mode.
+# A wait left out anywhere (an input copy not waited for, a bucket reduced
+# before backward wrote it) changes the digest; under ThreadSanitizer (CI's
+# TSan build runs this script) it is also reported as a race.
+# Usage: test_cpu_streams.sh path/to/ringtrain. RT_TEST_THREADS: compute threads of the one-rank runs (default 2;
+# the TSan build uses 1: OpenMP's own synchronisation is invisible to ThreadSanitizer). Exit 0 pass, 1 fail, 77 skip.
+set -u
+RT=${1:?usage: test_cpu_streams.sh path/to/ringtrain}
+THREADS=${RT_TEST_THREADS:-2}
+HERE=$(cd "$(dirname "$0")" && pwd)
+W=$(mktemp -d)
+trap 'rm -rf "$W"' EXIT
+PY=/usr/bin/python3
+[ -x "$PY" ] || PY=$(command -v python3 || true)
+. "$HERE/train_lib.sh"
+unset RINGTRAIN_CPU_STREAMS
+
+# RT_TEST_SMALL=1 (the ThreadSanitizer build, ten times slower): fewer records, mnist-net only.
+SMALL=${RT_TEST_SMALL:-0}
+NTRAIN=1024
+[ "$SMALL" = 1 ] && NTRAIN=384
+PER_EPOCH=$((NTRAIN / 32))
+"$RT" synth --format mnist --out "$W/src-mnist" --train $NTRAIN --test 256 --seed 5 >/dev/null || { echo "synth failed"; exit 1; }
+"$RT" pack "$W/src-mnist" --out "$W/mnist" >/dev/null || { echo "pack failed"; exit 1; }
+"$RT" synth --format cifar10 --out "$W/src-cifar" --train 512 --test 128 --seed 6 >/dev/null || { echo "synth failed"; exit 1; }
+"$RT" pack "$W/src-cifar" --out "$W/cifar" >/dev/null || { echo "pack failed"; exit 1; }
+
+digest() { sed -n 's/.*param digest: \([0-9a-f]*\).*/\1/p' "$1" | sort -u | tr '\n' ' ' | sed 's/ $//'; }
+
+# same NAME CMD...: runs CMD synchronously and asynchronously; the digests must be equal (one per run).
+same() {
+    local name=$1
+    shift
+    RINGTRAIN_CPU_STREAMS=sync "$@" >"$W/$name.sync" 2>&1
+    local rs=$?
+    RINGTRAIN_CPU_STREAMS=async "$@" >"$W/$name.async" 2>&1
+    local ra=$?
+    local ds da
+    ds=$(digest "$W/$name.sync")
+    da=$(digest "$W/$name.async")
+    if [ $rs -ne 0 ] || [ $ra -ne 0 ]; then
+        fail "$name: exit $rs (sync), $ra (async)"
+        tail -5 "$W/$name.sync" "$W/$name.async"
+    elif ! grep -q "asynchronous streams (RINGTRAIN_CPU_STREAMS=async)" "$W/$name.async"; then
+        fail "$name: the banner does not say the asynchronous streams are on"
+        head -3 "$W/$name.async"
+    elif [ -z "$ds" ] || [ "$ds" != "$da" ] || [ "${ds#* }" != "$ds" ]; then
+        fail "$name: param digest '$ds' (sync) vs '$da' (async)"
+    else
+        pass "$name: same param digest $ds in both modes"
+    fi
+}
+
+COMMON=(--epochs 1 --no-progress --threads "$THREADS" --workers 2)
+same mnist-net "$RT" train --data "$W/mnist" --model mnist-net --batch-size 32 --steps 12 --grad-accum 2 "${COMMON[@]}"
+[ "$SMALL" = 1 ] || same resnet18 "$RT" train --data "$W/cifar" --model resnet18 --batch-size 16 --steps 6 "${COMMON[@]}"
+
+# Resume: a checkpoint written asynchronously, resumed asynchronously, equals an uninterrupted synchronous run.
+RINGTRAIN_CPU_STREAMS=sync "$RT" train --data "$W/mnist" --model mnist-net --batch-size 32 --epochs 2 --no-progress \
+    --threads "$THREADS" >"$W/full.out" 2>&1
+RINGTRAIN_CPU_STREAMS=async "$RT" train --data "$W/mnist" --model mnist-net --batch-size 32 --epochs 2 --no-progress \
+    --threads "$THREADS" --steps $((PER_EPOCH * 3 / 2)) --checkpoint-dir "$W/ck" >"$W/part.out" 2>&1
+RINGTRAIN_CPU_STREAMS=async "$RT" train --data "$W/mnist" --model mnist-net --batch-size 32 --epochs 2 --no-progress \
+    --threads "$THREADS" --checkpoint-dir "$W/ck" --resume >"$W/rest.out" 2>&1
+d1=$(digest "$W/full.out")
+d2=$(digest "$W/rest.out")
+[ -n "$d1" ] && [ "$d1" = "$d2" ] && pass "resume in the asynchronous mode: digest $d2 = the uninterrupted run's" ||
+    { fail "resume: '$d2' vs uninterrupted '$d1'"; tail -3 "$W/part.out" "$W/rest.out"; }
+
+# Two ranks: the buckets' all-reduces on the comm thread while backward is queued on the compute thread.
+MPIRUN=$(command -v mpirun || true)
+if [ -n "$MPIRUN" ]; then
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    MPI=("$MPIRUN" -np 2 --oversubscribe --bind-to none -x RINGTRAIN_CPU_STREAMS)
+    R2=(--epochs 1 --no-progress --threads 1 --workers 1 --steps 6)
+    same np2-mnist-net "${MPI[@]}" "$RT" train --data "$W/mnist" --model mnist-net --batch-size 16 --bucket-cap-mb 0.05 "${R2[@]}"
+    if [ "$SMALL" != 1 ]; then
+        same np2-resnet18 "${MPI[@]}" "$RT" train --data "$W/cifar" --model resnet18 --batch-size 8 --bucket-cap-mb 1 "${R2[@]}"
+        same np2-no-overlap "${MPI[@]}" "$RT" train --data "$W/cifar" --model resnet18 --batch-size 8 --no-overlap "${R2[@]}"
+    fi
+else
+    echo "skip two ranks: no mpirun"
+fi
+
+[ $fails -eq 0 ] && echo "all passed" && exit 0
+echo "$fails failed"
+exit 1
