@@ -4,6 +4,7 @@
  * behind the caller's back except rt_file_read().
  */
 #include "common.h"
+#include "philox.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -90,25 +91,7 @@ uint64_t rt_now_ns(void)
 
 void rt_philox4x32(const uint32_t key_in[2], const uint32_t ctr_in[4], uint32_t out[4])
 {
-    uint32_t k0 = key_in[0], k1 = key_in[1];
-    uint32_t c0 = ctr_in[0], c1 = ctr_in[1], c2 = ctr_in[2], c3 = ctr_in[3];
-
-    for (int round = 0; round < 10; round++) {
-        uint64_t p0 = (uint64_t)0xD2511F53u * c0;
-        uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
-        uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
-        uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-        c0 = n0;
-        c1 = (uint32_t)p1;
-        c2 = n2;
-        c3 = (uint32_t)p0;
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
-    }
-    out[0] = c0;
-    out[1] = c1;
-    out[2] = c2;
-    out[3] = c3;
+    rt_philox4x32_10(key_in[0], key_in[1], ctr_in[0], ctr_in[1], ctr_in[2], ctr_in[3], out);
 }
 
 void rt_rng_init(struct rt_rng *r, uint64_t seed, uint64_t stream)

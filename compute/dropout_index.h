@@ -31,6 +31,7 @@
 
 #include <stdint.h>
 
+#include "common/philox.h"
 #include "compute/compute.h"
 
 #ifdef __CUDACC__
@@ -87,32 +88,13 @@ RT_DROPOUT_FN uint64_t rt_dropout_run(enum rt_dropout_layout l, struct rt_shape4
 
 /*
  * The Philox4x32-10 block of stream elements 4 blk .. 4 blk + 3 under
- * `seed`: w[j] is the word of element 4 blk + j. Round for round
- * common.c's rt_philox4x32() with counter (blk lo, blk hi, 0, RT_DROPOUT_CTR3).
+ * `seed`: w[j] is the word of element 4 blk + j; rt_philox4x32() with
+ * counter (blk lo, blk hi, 0, RT_DROPOUT_CTR3).
  */
 RT_DROPOUT_FN void rt_dropout_block(uint64_t seed, uint64_t blk, uint32_t w[4])
 {
-    uint32_t k0 = (uint32_t)seed, k1 = (uint32_t)(seed >> 32);
-    uint32_t c0 = (uint32_t)blk, c1 = (uint32_t)(blk >> 32), c2 = 0, c3 = RT_DROPOUT_CTR3;
-#ifdef __CUDA_ARCH__
-#pragma unroll
-#endif
-    for (int round = 0; round < 10; round++) {
-        const uint64_t p0 = (uint64_t)0xD2511F53u * c0;
-        const uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
-        const uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
-        const uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-        c0 = n0;
-        c1 = (uint32_t)p1;
-        c2 = n2;
-        c3 = (uint32_t)p0;
-        k0 += 0x9E3779B9u;
-        k1 += 0xBB67AE85u;
-    }
-    w[0] = c0;
-    w[1] = c1;
-    w[2] = c2;
-    w[3] = c3;
+    rt_philox4x32_10((uint32_t)seed, (uint32_t)(seed >> 32), (uint32_t)blk, (uint32_t)(blk >> 32), 0u,
+                     RT_DROPOUT_CTR3, w);
 }
 
 /* The factor `scale` multiplies kept elements by: 1/(1-p), or 0 for p >= 1
