@@ -92,6 +92,9 @@ static int run(struct rt_comm *comm, double cap_mb, int no_overlap, uint64_t *di
     for (int step = 0; step < STEPS; step++) {
         struct train_batch b;
         CHECK(train_next_batch(T, &b) == 1 && train_at_update(T));
+        /* b.images is the backend's input buffer (host memory on the CPU backend): read it once its copy is done
+         * (with asynchronous streams the copy may still be under way). */
+        rt_backend_input_wait(rt_model_backend(train_model(T)), b.ticket);
         rt_comm_allgather(comm, b.images, img, B * per, "the batches");
         rt_comm_allgather(comm, b.labels, lab, B * sizeof(int32_t), "the labels");
         const uint64_t micro = train_position(T).micro;
