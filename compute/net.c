@@ -644,6 +644,14 @@ static size_t count_at(const struct tensor *t, int batch)
     return t->per_sample * (size_t)batch;
 }
 
+/* The tensor's logical shape at `batch` samples. */
+static struct rt_shape4 shape_at(const struct tensor *t, int batch)
+{
+    struct rt_shape4 sh = t->sh;
+    sh.n = batch;
+    return sh;
+}
+
 /* Dropout masks: each node draws from its own range of Philox counters. */
 static uint64_t dropout_counter(const struct rt_step_opts *o, int node)
 {
@@ -685,23 +693,18 @@ static void node_fwd(struct net *n, int i, int batch, const struct rt_step_opts 
         break;
     }
     case K_GAP:
-    case K_FLATTEN: {
-        struct rt_shape4 sh = x->sh;
-        sh.n = batch;
-        (d->kind == K_GAP ? op->gap_fwd : op->flatten_fwd)(s, sh, x->data, y->data);
+    case K_FLATTEN:
+        (d->kind == K_GAP ? op->gap_fwd : op->flatten_fwd)(s, shape_at(x, batch), x->data, y->data);
         break;
-    }
     case K_LINEAR:
         op->linear_fwd(s, batch, d->lin_in, d->lin_out, x->data, P(n, d->w), P(n, d->b), y->data);
         break;
     case K_DROPOUT:
-        if (train && !o->no_dropout && d->p > 0.0f) {
-            struct rt_shape4 sh = x->sh;
-            sh.n = batch;
-            op->dropout_fwd(s, sh, x->spatial, d->p, n->seed, dropout_counter(o, i), x->data, y->data);
-        } else {
+        if (train && !o->no_dropout && d->p > 0.0f)
+            op->dropout_fwd(s, shape_at(x, batch), x->spatial, d->p, n->seed, dropout_counter(o, i), x->data,
+                            y->data);
+        else
             op->copy(s, y->data, x->data, count_at(x, batch) * n->esz);
-        }
         break;
     case K_ADD:
         op->add(s, count_at(x, batch), x->data, n->t[d->in[1]].data, y->data);
@@ -789,13 +792,10 @@ static void node_bwd(struct net *n, int i, int batch, const struct rt_step_opts 
         break;
     }
     case K_GAP:
-    case K_FLATTEN: {
-        struct rt_shape4 sh = x->sh;
-        sh.n = batch;
+    case K_FLATTEN:
         if ((dx = dx_of(n, d, 0, &beta)))
-            (d->kind == K_GAP ? op->gap_bwd : op->flatten_bwd)(s, sh, dy, beta, dx);
+            (d->kind == K_GAP ? op->gap_bwd : op->flatten_bwd)(s, shape_at(x, batch), dy, beta, dx);
         break;
-    }
     case K_LINEAR:
         op->linear_bwd_filter(s, batch, d->lin_in, d->lin_out, x->data, dy, G(n, d->w), G(n, d->b));
         grads_done(n, d, o);
@@ -805,13 +805,10 @@ static void node_bwd(struct net *n, int i, int batch, const struct rt_step_opts 
     case K_DROPOUT:
         if (!(dx = dx_of(n, d, 0, &beta)))
             break;
-        if (!o->no_dropout && d->p > 0.0f) {
-            struct rt_shape4 sh = x->sh;
-            sh.n = batch;
-            op->dropout_bwd(s, sh, x->spatial, d->p, n->seed, dropout_counter(o, i), dy, beta, dx);
-        } else {
+        if (!o->no_dropout && d->p > 0.0f)
+            op->dropout_bwd(s, shape_at(x, batch), x->spatial, d->p, n->seed, dropout_counter(o, i), dy, beta, dx);
+        else
             pass_grad(n, count_at(x, batch), 1.0f, dy, beta, dx);
-        }
         break;
     case K_ADD:
         for (int k = 0; k < 2; k++)

@@ -826,6 +826,26 @@ static void test_dropout_index(void)
  * rt_philox4x32: a kernel keyed on the (C, N, H, W) memory index fails on
  * every spatial shape with N > 1 and C > 1.
  */
+/* A tensor of logical shape sh from / to host memory in logical (NCHW) order: spatial tensors through the backend's
+ * layout conversion, features row-major as they are. */
+static void put_logical(struct rt_shape4 sh, int spatial, float *dev, const float *host)
+{
+    if (spatial)
+        ops->from_nchw(st, sh, host, dev);
+    else
+        up(dev, host, (size_t)sh.n * sh.c * sh.h * sh.w);
+}
+
+static void get_logical(struct rt_shape4 sh, int spatial, float *host, const float *dev)
+{
+    if (spatial) {
+        ops->to_nchw(st, sh, dev, host);
+        ops->sync(st);
+    } else {
+        down(host, dev, (size_t)sh.n * sh.c * sh.h * sh.w);
+    }
+}
+
 static void test_dropout_logical(void)
 {
     printf("dropout_fwd / dropout_bwd keyed on the logical index\n");
@@ -848,13 +868,8 @@ static void test_dropout_logical(void)
         }
         float *x = dev_floats(total), *y = dev_floats(total), *dy = dev_floats(total), *dx = dev_floats(total);
         /* host arrays are NCHW, i.e. in logical order: host index = logical index */
-        if (spatial) {
-            ops->from_nchw(st, sh, hx, x);
-            ops->from_nchw(st, sh, hdy, dy);
-        } else {
-            up(x, hx, total);
-            up(dy, hdy, total);
-        }
+        put_logical(sh, spatial, x, hx);
+        put_logical(sh, spatial, dy, hdy);
         for (size_t o = 1; o < RT_ARRAY_LEN(drop_offsets); o += 2) { /* 1000003 and net.c's kind */
             const uint64_t off = drop_offsets[o];
             char what[160];
@@ -862,11 +877,7 @@ static void test_dropout_logical(void)
                      sh.n, sh.c, sh.h, sh.w, (unsigned long long)off);
 
             ops->dropout_fwd(st, sh, spatial, p, seed, off, x, y);
-            if (spatial)
-                ops->to_nchw(st, sh, y, got);
-            else
-                down(got, y, total);
-            ops->sync(st);
+            get_logical(sh, spatial, got, y);
             size_t mask_bad = 0;
             for (size_t li = 0; li < total; li++) {
                 const int kept = dropout_kept_ref(seed, off + li, p);
@@ -889,24 +900,13 @@ static void test_dropout_logical(void)
             up(dx, nan, total);
             free(nan);
             ops->dropout_bwd(st, sh, spatial, p, seed, off, dy, 0.0f, dx);
-            if (spatial)
-                ops->to_nchw(st, sh, dx, got);
-            else
-                down(got, dx, total);
-            ops->sync(st);
+            get_logical(sh, spatial, got, dx);
             for (size_t li = 0; li < total; li++)
                 want[li] = dropout_kept_ref(seed, off + li, p) ? (double)(hdy[li] * scale) : 0.0;
             expect_close("dropout_bwd beta=0 vs reference", got, want, total, 0, 0);
-            if (spatial)
-                ops->from_nchw(st, sh, old, dx);
-            else
-                up(dx, old, total);
+            put_logical(sh, spatial, dx, old);
             ops->dropout_bwd(st, sh, spatial, p, seed, off, dy, 1.0f, dx);
-            if (spatial)
-                ops->to_nchw(st, sh, dx, got);
-            else
-                down(got, dx, total);
-            ops->sync(st);
+            get_logical(sh, spatial, got, dx);
             for (size_t li = 0; li < total; li++)
                 want[li] += (double)old[li];
             expect_close("dropout_bwd beta=1 vs reference", got, want, total, 0, 1.2e-7);

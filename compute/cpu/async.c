@@ -57,8 +57,6 @@ struct cpu_call {
         struct rt_bn_desc bn;
     } desc;
     void *host;                 /* host data copied at issue time, freed with the call */
-    struct cpu_queue *wait_q;   /* a wait: the stream and count it waits for */
-    uint64_t wait_seq;
     alignas(max_align_t) unsigned char data[];
 };
 
@@ -96,16 +94,14 @@ static void *queue_main(void *arg)
         /* c stays at the head while it runs: call_submit links new calls behind the tail. */
         pthread_mutex_unlock(&q->mu);
         c->run(c);
+        free(c->host);
         pthread_mutex_lock(&q->mu);
         q->head = c->next;
         if (!q->head)
             q->tail = NULL;
         q->done++;
         pthread_cond_broadcast(&q->cv);
-        pthread_mutex_unlock(&q->mu);
-        free(c->host);
         free(c);
-        pthread_mutex_lock(&q->mu);
     }
     pthread_mutex_unlock(&q->mu);
     return NULL;
@@ -212,9 +208,16 @@ static void drain_all(struct rt_backend *be)
 
 /* ---- waits ------------------------------------------------------------------------- */
 
+/* A stream's wait for an event: the stream and count the event pointed at when the wait was issued. */
+struct args_wait {
+    struct cpu_queue *q;
+    uint64_t seq;
+};
+
 static void run_wait(struct cpu_call *c)
 {
-    queue_wait_for(c->wait_q, c->wait_seq);
+    const struct args_wait *a = (const struct args_wait *)(const void *)c->data;
+    queue_wait_for(a->q, a->seq);
 }
 
 /* ---- the device-only ops: one generic wrapper ------------------------------------ */
@@ -466,9 +469,8 @@ static void event_wait(struct rt_stream *s, struct rt_event *e)
 {
     if (!e->q)
         return;
-    struct cpu_call *c = call_new(0, run_wait);
-    c->wait_q = e->q;
-    c->wait_seq = e->seq;
+    struct cpu_call *c = call_new(sizeof(struct args_wait), run_wait);
+    *(struct args_wait *)(void *)c->data = (struct args_wait){e->q, e->seq};
     call_submit(s, c);
 }
 

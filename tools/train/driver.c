@@ -248,17 +248,18 @@ static int make_bucketer(struct train *T)
     for (int i = 0; i < count; i++)
         if (tab[i].kind == RT_PARAM)
             bt[np++] = (struct rt_bucket_tensor){tab[i].name, tab[i].offset, tab[i].count};
-    if (fence_create(T, np) < 0) {
-        free(bt);
-        return -1;
-    }
+    /* NCCL mode orders its comm stream with events of its own; the MPI path's comm thread waits on ours. */
     struct rt_bucket_opts bo = {.cap_bytes = (size_t)(T->cfg.bucket_cap_mb * 1048576.0),
                                 .no_overlap = T->cfg.no_overlap, .nccl = T->nccl,
                                 .stream = T->nccl ? rt_backend_native_stream(T->be) : NULL,
-                                .fence_mark = fence_mark, .fence_wait = fence_wait, .fence_ctx = T};
+                                .fence_mark = T->nccl ? NULL : fence_mark, .fence_wait = T->nccl ? NULL : fence_wait,
+                                .fence_ctx = T};
     int rc = rt_bucketer_create(T->comm, rt_model_grads(T->model), rt_model_param_count(T->model), bt, np, &bo,
                                 &T->bucketer);
     free(bt);
+    /* One event per bucket; none is recorded before the first step. */
+    if (rc == 0 && !T->nccl)
+        rc = fence_create(T, rt_bucketer_count(T->bucketer));
     return rc < 0 ? -1 : 0;
 }
 

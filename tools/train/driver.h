@@ -79,7 +79,7 @@ struct train {
     struct rt_comm *comm;
     int own_comm;               /* created here (else borrowed from cfg) */
     struct rt_bucketer *bucketer;
-    struct rt_event **bucket_done; /* per bucket (fence.c); as many as parameter tensors */
+    struct rt_event **bucket_done; /* per bucket (fence.c), on the MPI path; NULL in NCCL mode */
     int nbucket_done;
     struct rt_nccl *nccl;       /* GPUs across ranks: the gradient all-reduce; NULL otherwise */
     int rank, world, root;      /* root: this is rank 0, which prints and saves */
