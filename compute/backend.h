@@ -58,6 +58,22 @@ struct rt_backend_streams {
     void *(*alloc)(struct rt_stream *s, size_t bytes);
     void (*free)(struct rt_stream *s, void *p);
     void (*copy_from_host)(struct rt_stream *s, void *dst, const void *host, size_t bytes);
+    /* Timelines (timeline.c): native marks for t->cap points; the anchor; a mark; their times after a
+     * host wait (filling t->m[i].ns for i < t->n). */
+    int (*marks_init)(struct rt_timeline *t);
+    void (*marks_fini)(struct rt_timeline *t);
+    void (*marks_start)(struct rt_timeline *t, int exact);
+    void (*mark)(struct rt_timeline *t, int i);
+    void (*marks_read)(struct rt_timeline *t);
+};
+
+struct rt_timeline {
+    struct rt_backend *be;
+    struct rt_stream *s;        /* the stream of the marks since the last start */
+    int cap, n;
+    struct rt_timeline_mark *m;
+    void **native;              /* CUDA: cap events, then the anchor */
+    uint64_t anchor_ns;         /* CUDA: the host time the anchor passed */
 };
 
 /*
@@ -84,6 +100,7 @@ struct rt_backend {
     void *scratch;          /* CPU: see rt_cpu_scratch() */
     size_t scratch_bytes;
     char describe[224];
+    char pci_bus_id[32];    /* CUDA: the GPU's PCI bus id ("0000:3B:00.0"); "" otherwise */
     struct rt_cuda *cuda;   /* CUDA: the device, handles and caches; NULL on the CPU */
     const struct rt_backend_io *io; /* NULL on the CPU */
     uint64_t input_tickets; /* rt_backend_input_upload calls so far */

@@ -105,6 +105,8 @@ struct rt_stream *rt_backend_stream(struct rt_backend *be);
 enum rt_backend_kind rt_backend_kind_of(const struct rt_backend *be);
 /* The CUDA device ordinal `be` drives, -1 on the CPU. */
 int rt_backend_device(const struct rt_backend *be);
+/* The GPU's PCI bus id ("0000:3B:00.0", which NVML finds it by), NULL on the CPU. Owned by `be`. */
+const char *rt_backend_pci_bus_id(const struct rt_backend *be);
 /* The default stream's native handle (a cudaStream_t), NULL on the CPU: for
  * the comm stage, which orders its NCCL stream against it with events. */
 void *rt_backend_native_stream(struct rt_backend *be);
@@ -152,6 +154,38 @@ void rt_event_destroy(struct rt_event *e);
 void rt_event_record(struct rt_event *e, struct rt_stream *s);
 void rt_event_synchronize(struct rt_event *e);
 void rt_stream_wait_event(struct rt_stream *s, struct rt_event *e);
+
+/*
+ * Timelines: when queued work ran, on the host's clock (rt_now_ns), for the
+ * step profile and the trace's device tracks. A mark is a point in a
+ * stream's queue, like an event; its time is the moment the stream passed
+ * it: a CUDA event with timing, read against an anchor event; a stamp the
+ * worker writes on the CPU backend's asynchronous streams; the time of the
+ * call on the ordinary CPU backend, whose ops are done when they return.
+ *
+ * rt_timeline_start() forgets the marks and anchors the clock on `s`. With
+ * `exact`, on CUDA it waits for `s` to pass the anchor, so that the marks'
+ * host times are right (the trace; call it when `s` is nearly idle, as at the
+ * start of a step); without, the anchor's host time is when it was issued,
+ * and only the differences between marks are exact (the step profile). rt_timeline_mark()
+ * marks the point after everything issued on `s` so far, with a borrowed
+ * label (a layer's name, which must outlive the read) and a kind of the
+ * caller's; it returns the mark's index, or -1 when the timeline is full.
+ * rt_timeline_read(), after a host wait that covers every mark (the step's
+ * loss download), returns the count and the marks with their times filled.
+ * One thread uses a timeline. Returns of create: 0, or -errno.
+ */
+struct rt_timeline_mark {
+    const char *label;
+    int kind;
+    uint64_t ns;
+};
+struct rt_timeline;
+int rt_timeline_create(struct rt_backend *be, int capacity, struct rt_timeline **out);
+void rt_timeline_destroy(struct rt_timeline *t); /* NULL is fine */
+void rt_timeline_start(struct rt_timeline *t, struct rt_stream *s, int exact);
+int rt_timeline_mark(struct rt_timeline *t, const char *label, int kind);
+int rt_timeline_read(struct rt_timeline *t, const struct rt_timeline_mark **marks);
 
 /*
  * 1 when `be` is the CPU backend with asynchronous streams
@@ -452,6 +486,7 @@ const char *rt_model_names(void);
 /* The tensor table in state_dict order of the PyTorch module; owned by m. */
 const struct rt_tensor_info *rt_model_tensors(const struct rt_model *m, int *count);
 size_t rt_model_param_count(const struct rt_model *m);   /* floats in the parameter buffer */
+int rt_model_node_count(const struct rt_model *m);       /* layers (ops) of the graph: a step's timeline marks */
 size_t rt_model_buffer_count(const struct rt_model *m);  /* floats in the buffer buffer */
 float *rt_model_params(struct rt_model *m);              /* device */
 float *rt_model_grads(struct rt_model *m);               /* device */
@@ -507,7 +542,14 @@ struct rt_step_opts {
     void *grads_ready_arg;
     /* `images` is rt_backend_input_upload()'s device buffer for this ticket (0: images are host memory) */
     uint64_t input_ticket;
+    /* Marks on the model's stream, or NULL: RT_MARK_FORWARD after the loss, RT_MARK_BACKWARD after
+     * backward; with per_layer, also one after each layer's forward (RT_MARK_LAYER_FWD) and backward
+     * (RT_MARK_LAYER_BWD), labelled with the layer's name, and RT_MARK_INPUT after the input's
+     * normalisation. The caller started the timeline before the step. */
+    struct rt_timeline *timeline;
+    int per_layer;
 };
+enum rt_mark_kind { RT_MARK_INPUT = 1, RT_MARK_LAYER_FWD, RT_MARK_FORWARD, RT_MARK_LAYER_BWD, RT_MARK_BACKWARD };
 
 /*
  * Runs one micro-batch: normalise the host uint8 images (n, c, h, w), forward,

@@ -239,6 +239,11 @@ const struct rt_tensor_info *rt_model_tensors(const struct rt_model *m, int *cou
     return net_tensors(m->net, count);
 }
 
+int rt_model_node_count(const struct rt_model *m)
+{
+    return net_node_count(m->net);
+}
+
 size_t rt_model_param_count(const struct rt_model *m)
 {
     return net_param_count(m->net);

@@ -838,8 +838,15 @@ int net_step(struct net *n, const struct rt_step_opts *o, int batch, const uint8
     } else {
         op->input_u8(s, in, images, o->mean, o->std, n->t[0].data);
     }
-    for (int i = 0; i < n->nn; i++)
+    struct rt_timeline *tl = o->timeline;
+    const int per_layer = tl && o->per_layer;
+    if (per_layer)
+        rt_timeline_mark(tl, "input", RT_MARK_INPUT);
+    for (int i = 0; i < n->nn; i++) {
         node_fwd(n, i, batch, o);
+        if (per_layer)
+            rt_timeline_mark(tl, n->nd[i].name, RT_MARK_LAYER_FWD);
+    }
     n->last_batch = batch;
     n->last_mode = o->mode;
 
@@ -849,12 +856,19 @@ int net_step(struct net *n, const struct rt_step_opts *o, int batch, const uint8
     op->zero(s, n->stats, sizeof(struct rt_loss_stats));
     op->xent_fwd_bwd(s, batch, n->classes, lt->data, n->labels, o->label_smoothing, o->grad_scale, n->stats,
                      backward ? lt->grad : NULL);
+    if (tl)
+        rt_timeline_mark(tl, "loss", RT_MARK_FORWARD);
     if (backward) {
         for (int i = 0; i < n->nt; i++)
             n->t[i].grad_written = 0;
         lt->grad_written = 1;
-        for (int i = n->nn - 1; i >= 0; i--)
+        for (int i = n->nn - 1; i >= 0; i--) {
             node_bwd(n, i, batch, o);
+            if (per_layer)
+                rt_timeline_mark(tl, n->nd[i].name, RT_MARK_LAYER_BWD);
+        }
+        if (tl)
+            rt_timeline_mark(tl, "backward", RT_MARK_BACKWARD);
     }
     if (o->mode == RT_TRAIN)
         n->batches_tracked++;
@@ -951,6 +965,11 @@ enum rt_dtype net_act(const struct net *n)
 struct rt_backend *net_backend(const struct net *n)
 {
     return n->be;
+}
+
+int net_node_count(const struct net *n)
+{
+    return n->nn;
 }
 
 size_t net_param_count(const struct net *n)

@@ -51,6 +51,7 @@ int net_finish(struct net *n, int logits, uint64_t seed);
 /* What struct rt_model exposes, forwarded. */
 const struct rt_tensor_info *net_tensors(const struct net *n, int *count);
 size_t net_param_count(const struct net *n);
+int net_node_count(const struct net *n); /* layers (ops) in the graph */
 struct rt_backend *net_backend(const struct net *n);
 size_t net_buffer_count(const struct net *n);
 float *net_params(struct net *n);

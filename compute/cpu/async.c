@@ -511,6 +511,19 @@ static void stream_copy_from_host(struct rt_stream *s, void *dst, const void *ho
     call_submit(s, c);
 }
 
+/* A timeline mark: the worker writes the time it reached the call (the host reads it after a wait). */
+static void run_stamp(struct cpu_call *c)
+{
+    **(uint64_t **)(void *)c->data = rt_now_ns();
+}
+
+static void stream_mark(struct rt_timeline *t, int i)
+{
+    struct cpu_call *c = call_new(sizeof(uint64_t *), run_stamp);
+    *(uint64_t **)(void *)c->data = &t->m[i].ns;
+    call_submit(t->s, c);
+}
+
 static const struct rt_backend_streams async_streams = {
     .create = stream_create,
     .destroy = stream_destroy,
@@ -522,6 +535,7 @@ static const struct rt_backend_streams async_streams = {
     .alloc = stream_alloc,
     .free = stream_free,
     .copy_from_host = stream_copy_from_host,
+    .mark = stream_mark,
 };
 
 /* ---- set-up ---------------------------------------------------------------------- */

@@ -265,6 +265,11 @@ int rt_backend_device(const struct rt_backend *be)
     return be->device;
 }
 
+const char *rt_backend_pci_bus_id(const struct rt_backend *be)
+{
+    return be->pci_bus_id[0] ? be->pci_bus_id : NULL;
+}
+
 void *rt_backend_native_stream(struct rt_backend *be)
 {
     return be->stream.handle;

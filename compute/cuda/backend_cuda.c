@@ -243,6 +243,11 @@ int rt_cuda_create(const struct rt_backend_opts *o, struct rt_backend **out)
     be->ops = &cuda_ops;
     c->device = o->device;
     RT_CUDA_CHECK(cudaGetDeviceProperties(&c->prop, c->device));
+    /* For NVML, which numbers GPUs its own way (CUDA_VISIBLE_DEVICES does not apply): the bus id is the GPU. */
+    if (cudaDeviceGetPCIBusId(be->pci_bus_id, (int)sizeof(be->pci_bus_id), c->device) != cudaSuccess) {
+        cudaGetLastError();
+        be->pci_bus_id[0] = 0;
+    }
     if (c->prop.major * 10 + c->prop.minor < RT_CUDA_MIN_CC) {
         int rc = rt_errf(-ENODEV, "GPU %d (%s) is compute capability %d.%d; this build needs %d.%d or newer (use "
                                   "--device cpu)",

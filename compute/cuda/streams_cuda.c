@@ -85,6 +85,59 @@ static void copy_from_host(struct rt_stream *s, void *dst, const void *host, siz
         RT_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, rt_cuda_stream(s)));
 }
 
+/* Timelines: cap timing events and an anchor (native[cap]); times are the anchor's host time plus
+ * cudaEventElapsedTime from it (0.5 us resolution; re-anchored at every start, so a step's float
+ * milliseconds keep their precision). */
+static int marks_init(struct rt_timeline *t)
+{
+    t->native = rt_calloc((size_t)t->cap + 1, sizeof(void *), "timeline events");
+    if (!t->native)
+        return -ENOMEM;
+    for (int i = 0; i <= t->cap; i++) {
+        cudaEvent_t h;
+        cudaError_t rc = cudaEventCreate(&h);
+        if (rc != cudaSuccess) {
+            cudaGetLastError();
+            return rt_errf(-EIO, "cudaEventCreate (timing): %s", cudaGetErrorString(rc));
+        }
+        t->native[i] = h;
+    }
+    return 0;
+}
+
+static void marks_fini(struct rt_timeline *t)
+{
+    for (int i = 0; t->native && i <= t->cap; i++)
+        if (t->native[i])
+            cudaEventDestroy((cudaEvent_t)t->native[i]);
+    free(t->native);
+    t->native = NULL;
+}
+
+static void marks_start(struct rt_timeline *t, int exact)
+{
+    cudaEvent_t a = (cudaEvent_t)t->native[t->cap];
+    RT_CUDA_CHECK(cudaEventRecord(a, rt_cuda_stream(t->s)));
+    if (exact)
+        RT_CUDA_CHECK(cudaEventSynchronize(a));
+    t->anchor_ns = rt_now_ns();
+}
+
+static void mark(struct rt_timeline *t, int i)
+{
+    RT_CUDA_CHECK(cudaEventRecord((cudaEvent_t)t->native[i], rt_cuda_stream(t->s)));
+}
+
+static void marks_read(struct rt_timeline *t)
+{
+    for (int i = 0; i < t->n; i++) {
+        float ms = 0.0f;
+        RT_CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)t->native[i]));
+        RT_CUDA_CHECK(cudaEventElapsedTime(&ms, (cudaEvent_t)t->native[t->cap], (cudaEvent_t)t->native[i]));
+        t->m[i].ns = t->anchor_ns + (uint64_t)((double)ms * 1e6);
+    }
+}
+
 const struct rt_backend_streams rt_cuda_streams = {
     .create = stream_create,
     .destroy = stream_destroy,
@@ -96,4 +149,9 @@ const struct rt_backend_streams rt_cuda_streams = {
     .alloc = stream_alloc,
     .free = stream_free,
     .copy_from_host = copy_from_host,
+    .marks_init = marks_init,
+    .marks_fini = marks_fini,
+    .marks_start = marks_start,
+    .mark = mark,
+    .marks_read = marks_read,
 };
