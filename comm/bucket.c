@@ -14,12 +14,14 @@
 #include <string.h>
 
 #include "comm/comm_impl.h"
+#include "common/trace.h"
 #include "common/common.h"
 
 struct bucket {
     size_t offset, count;       /* floats */
     int t0, t1;                 /* tensors [t0, t1) in offset order */
     struct comm_job job;
+    uint64_t t_ready;           /* NCCL mode, tracing: when it was queued */
 };
 
 struct rt_bucketer {
@@ -197,6 +199,7 @@ static void launch(struct rt_bucketer *b, int upto)
         nccl_stream_follow(b->dev);
         for (; b->next < upto; b->next++) {
             struct bucket *bk = &b->b[b->next];
+            bk->t_ready = rt_trace_live() ? rt_now_ns() : 0;
             nccl_stream_allreduce(b->dev, b->next, b->grads + bk->offset, bk->count, bk->job.what);
             comm_count_bucket(b->c);
         }
@@ -228,6 +231,21 @@ void rt_bucketer_ready(void *bucketer, size_t ready)
         upto++;
     }
     launch(b, upto);
+}
+
+/* NCCL mode on the trace: each bucket from queued to the host seeing every all-reduce done (the device's
+ * own times are not read back). */
+static void trace_nccl(const struct rt_bucketer *b)
+{
+    const int track = rt_trace_track("NCCL buckets (host view)", 7);
+    const uint64_t now = rt_now_ns();
+    for (int k = 0; k < b->nb; k++) {
+        char label[24];
+        snprintf(label, sizeof(label), "%d", k);
+        if (b->b[k].t_ready)
+            rt_trace_async(track, RT_TRACE_COMM, "bucket queued->reduced", label, (b->step << 12) | (uint64_t)k,
+                           b->b[k].t_ready, now);
+    }
 }
 
 int rt_bucketer_finish(struct rt_bucketer *b, uint32_t flags, uint32_t *global_flags, uint64_t *wait_ns)
@@ -272,8 +290,10 @@ int rt_bucketer_finish(struct rt_bucketer *b, uint32_t flags, uint32_t *global_f
         b->flags = flags;
         comm_job_submit(b->c, &b->flag_job);
     }
-    if (b->dev)
+    if (b->dev) {
         nccl_stream_wait(b->dev);
+        trace_nccl(b);
+    }
     if (comm_parallel(b->c)) {
         for (int k = 0; k < b->nb && !b->dev; k++)
             comm_job_wait(b->c, &b->b[k].job);

@@ -32,9 +32,11 @@
 #include <unistd.h>
 
 #include "comm/comm_impl.h"
+#include "common/trace.h"
 #include "common/common.h"
 
 #define HB_TAG 7301
+#define GATHER_TAG 7302
 #define HB_ALL_PEERS_MAX 64 /* above this many ranks, heartbeats go to the ring neighbours only */
 
 struct hb_msg {
@@ -250,6 +252,12 @@ static void job_start(struct rt_comm *c, struct comm_job *j)
     case JOB_BARRIER:
         MPI_CHECK(c, MPI_Ibarrier(m, &j->req));
         break;
+    case JOB_SEND:
+        MPI_CHECK(c, MPI_Isend(j->buf, j->count, MPI_BYTE, j->root, GATHER_TAG, m, &j->req));
+        break;
+    case JOB_RECV:
+        MPI_CHECK(c, MPI_Irecv(j->buf, j->count, MPI_BYTE, j->root, GATHER_TAG, m, &j->req));
+        break;
     }
 }
 
@@ -365,10 +373,28 @@ static void watch(struct rt_comm *c, struct comm_job *active, const struct pollf
     }
 }
 
+/* A finished job on the trace: from hand-over to done, and the part the comm thread ran it (async spans:
+ * several are in flight at once). Read here, before `done` hands the job back to its owner. */
+static void trace_job(const struct comm_job *j)
+{
+    const int track = rt_trace_track("all-reduce (comm thread)", 6);
+    const uint64_t now = rt_now_ns(), id = (j->step << 12) | (uint64_t)(j->bucket & 0xfff);
+    char label[24];
+    if (j->bucket >= 0) {
+        snprintf(label, sizeof(label), "%d", j->bucket);
+        rt_trace_async(track, RT_TRACE_COMM, "bucket ready->reduced", label, id, j->t_submit, now);
+        rt_trace_async(track, RT_TRACE_COMM, "bucket all-reduce", label, id, j->t_start, now);
+    } else {
+        snprintf(label, sizeof(label), "%.23s", j->what);
+        rt_trace_async(track, RT_TRACE_COMM, "collective", label, id | 0xfff, j->t_submit, now);
+    }
+}
+
 static void *comm_main(void *arg)
 {
     struct rt_comm *c = arg;
     struct comm_job *active = NULL, **tail = &active;
+    rt_trace_thread_name("comm", 5);
     uint64_t next_hb = 0, hb_period = (uint64_t)(c->o.heartbeat_s * 1e9);
     int npf = 1;
     struct pollfd *pf = rt_calloc((size_t)c->info.world + 1, sizeof(*pf), "comm poll set");
@@ -410,6 +436,8 @@ static void *comm_main(void *arg)
             *pp = j->next;
             if (!*pp)
                 tail = pp;
+            if (j->t_submit)
+                trace_job(j);
             pthread_mutex_lock(&c->mu);
             j->done = 1;
             pthread_cond_broadcast(&c->cv);
@@ -459,6 +487,7 @@ static void *comm_main(void *arg)
 void comm_job_submit(struct rt_comm *c, struct comm_job *j)
 {
     j->step = atomic_load(&c->step);
+    j->t_submit = rt_trace_live() ? rt_now_ns() : 0;
     j->next = NULL;
     j->req = MPI_REQUEST_NULL;
     pthread_mutex_lock(&c->mu);
@@ -580,6 +609,17 @@ int rt_comm_allgather(struct rt_comm *c, const void *send, void *recv, size_t by
     snprintf(j.what, sizeof(j.what), "%s", what);
     comm_job_submit(c, &j);
     comm_job_wait(c, &j);
+    return 0;
+}
+
+int rt_comm_gather_one(struct rt_comm *c, int from, void *buf, size_t bytes, const char *what)
+{
+    const int me = c->info.rank;
+    if (from == 0 || (me != 0 && me != from) || bytes == 0)
+        return 0;
+    /* Point to point: only the two ranks meet, in the order every rank calls it. */
+    run_job(c, me == 0 ? JOB_RECV : JOB_SEND, 0, buf, NULL, bytes, 1, MPI_BYTE, MPI_OP_NULL, me == 0 ? from : 0, -1,
+            what);
     return 0;
 }
 

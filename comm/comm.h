@@ -166,6 +166,10 @@ int rt_comm_reduce(struct rt_comm *c, void *buf, size_t count, enum rt_dtype_com
 int rt_comm_broadcast(struct rt_comm *c, void *buf, size_t bytes, int root, const char *what);
 /* recv holds world x bytes: rank r's `send` at r * bytes. */
 int rt_comm_allgather(struct rt_comm *c, const void *send, void *recv, size_t bytes, const char *what);
+/* Rank `from`'s `bytes` at `buf` into rank 0's `buf` (of that size): every rank calls it, in the same
+ * order; only rank 0 and `from` take part, the others return at once. For collecting per-rank results one
+ * rank at a time (the trace), so that rank 0 never holds more than one. */
+int rt_comm_gather_one(struct rt_comm *c, int from, void *buf, size_t bytes, const char *what);
 /* timeout_s < 0: the group's; 0: none (peers are still watched). */
 int rt_comm_barrier(struct rt_comm *c, double timeout_s, const char *what);
 /* The same, among the ranks of this node. */

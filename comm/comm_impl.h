@@ -17,6 +17,8 @@ enum job_kind {
     JOB_BCAST,
     JOB_ALLGATHER,
     JOB_BARRIER,
+    JOB_SEND,                   /* to `root` (rt_comm_gather_one) */
+    JOB_RECV,                   /* from `root` */
 };
 
 /*
@@ -41,7 +43,7 @@ struct comm_job {
     uint64_t step;              /* the step it was submitted at */
     /* comm thread */
     MPI_Request req;
-    uint64_t t_start;
+    uint64_t t_submit, t_start; /* handed over (a bucket: ready); started on the comm thread */
     struct comm_job *next;
     int done;                   /* under the group's lock */
 };
