@@ -3,6 +3,10 @@
  * checksum first, then zstd (raw codec) or TurboJPEG (jpeg codec). Also the
  * JPEG helpers that pack uses to encode. One rt_decoder per thread; nothing
  * here is shared between threads.
+ *
+ * While a trace records, each decoded block leaves its stages as spans on
+ * the calling thread's track ("checksum", "decompress", "decode"), timed by
+ * the same clock readings that feed rt_decode_times.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -13,6 +17,7 @@
 #include <zstd.h>
 
 #include "common/common.h"
+#include "common/trace.h"
 #include "loader/codec.h"
 #include "loader/format.h"
 #include "loader/loader.h"
@@ -183,7 +188,7 @@ int rt_block_decode(struct rt_decoder *d, const struct rt_shard_header *h,
     const uint8_t *payload = stored;
     uint8_t *hwc;
     size_t need;
-    uint64_t t0 = rt_now_ns(), t1;
+    uint64_t t0 = rt_now_ns(), t1, t2;
     int rc;
 
     if (XXH64(stored, e->stored_size, 0) != e->xxh64)
@@ -204,9 +209,14 @@ int rt_block_decode(struct rt_decoder *d, const struct rt_shard_header *h,
         if (n != e->raw_size)
             return rt_errf(-EBADMSG, "%s: block %" PRIu32 ": decompressed to %zu bytes, expected %" PRIu32,
                            name, block, n, e->raw_size);
-        d->t.decompress_ns += rt_now_ns() - t1;
+        t2 = rt_now_ns();
+        d->t.decompress_ns += t2 - t1;
         d->t.raw_bytes += e->raw_size;
         d->t.records += e->record_count;
+        if (rt_trace_live()) {
+            rt_trace_span(RT_TRACE_LOADER, "checksum", NULL, t0, t1);
+            rt_trace_span(RT_TRACE_LOADER, "decompress", NULL, t1, t2);
+        }
         return 0;
     }
 
@@ -224,14 +234,21 @@ int rt_block_decode(struct rt_decoder *d, const struct rt_shard_header *h,
                            ZSTD_isError(n) ? ZSTD_getErrorName(n) : "wrong decompressed size");
         payload = buf;
     }
-    t0 = rt_now_ns();
-    d->t.decompress_ns += t0 - t1;
+    t2 = rt_now_ns();
+    d->t.decompress_ns += t2 - t1;
     rc = decode_jpeg_payload(d, h, e, block, payload, out, hwc, name);
-    d->t.decode_ns += rt_now_ns() - t0;
+    const uint64_t t3 = rt_now_ns();
+    d->t.decode_ns += t3 - t2;
     if (rc == 0) {
         if (h->compression == RT_COMPRESSION_ZSTD)
             d->t.raw_bytes += e->raw_size;
         d->t.records += e->record_count;
+    }
+    if (rc == 0 && rt_trace_live()) {
+        rt_trace_span(RT_TRACE_LOADER, "checksum", NULL, t0, t1);
+        if (h->compression == RT_COMPRESSION_ZSTD)
+            rt_trace_span(RT_TRACE_LOADER, "decompress", NULL, t1, t2);
+        rt_trace_span(RT_TRACE_LOADER, "decode", NULL, t2, t3);
     }
     return rc;
 }

@@ -12,21 +12,33 @@
  *
  * valgrind does not see the kernel fill io_uring buffers and flags their
  * bytes as uninitialised; under valgrind use the pread engine.
+ *
+ * Trace tracks: "loader io" (the io_uring thread: "read blocks" from submit
+ * to the first completion, "reap" for handing the completions on) or
+ * "loader io N" (each pread thread: "read blocks" per request, of one
+ * block), each name followed by the caller's trace_tag.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
 #include <liburing.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
 #include "common/common.h"
+#include "common/trace.h"
 #include "loader/io.h"
 
 #define ALIGN 4096u
+
+/* Trace track order: the io_uring thread, then the pread threads (the loader's threads sort in 10..99). */
+#define TRACE_SORT_URING 11
+#define TRACE_SORT_PREAD 60
+#define TRACE_SORT_LAST 99
 
 /* A read in progress: where it lives in its buffer and how much has arrived. */
 struct pending {
@@ -60,6 +72,8 @@ struct rt_io {
 
     pthread_t *threads;
     uint32_t nthreads;
+    uint32_t started;           /* atomic: pread threads numbered so far (their track names) */
+    char tag[16];               /* trace_tag */
 };
 
 static uint64_t align_down(uint64_t v) { return v / ALIGN * ALIGN; }
@@ -147,10 +161,21 @@ static void uring_prep(struct rt_io *io, struct pending *p)
     io_uring_sqe_set_data(sqe, p);
 }
 
+/* Ends span `name` begun at t0 (non-zero: it was recording) on this thread's track, labelled "<n> <what>". */
+static void trace_count_end(uint64_t t0, const char *name, unsigned n, const char *what)
+{
+    char label[64]; /* the recorder keeps 23 characters */
+    snprintf(label, sizeof(label), "%u %s", n, what);
+    rt_trace_span(RT_TRACE_LOADER, name, label, t0, rt_now_ns());
+}
+
 static void *uring_thread(void *arg)
 {
     struct rt_io *io = arg;
+    char name[32];
 
+    snprintf(name, sizeof(name), "loader io%s", io->tag);
+    rt_trace_thread_name(name, TRACE_SORT_URING);
     for (;;) {
         struct pending *p;
         unsigned prepped = 0;
@@ -168,6 +193,8 @@ static void *uring_thread(void *arg)
             prepped++;
         }
         pthread_mutex_unlock(&io->mu);
+        /* Spans: the submission and the wait for a completion, then the reaping; both end in this pass. */
+        uint64_t t_read = rt_trace_begin();
         if (prepped) {
             int rc = io_uring_submit(&io->ring);
             if (rc < 0) {
@@ -196,6 +223,9 @@ static void *uring_thread(void *arg)
             pthread_mutex_unlock(&io->mu);
             continue;
         }
+        if (t_read)
+            trace_count_end(t_read, "read blocks", inflight, "in flight");
+        uint64_t t_reap = rt_trace_begin();
         /* Reap everything that is ready, requeueing short reads at once. */
         unsigned head, seen = 0, requeued = 0;
         int done_count = 0;
@@ -219,6 +249,8 @@ static void *uring_thread(void *arg)
         pthread_mutex_lock(&io->mu);
         inflight_add(io, -done_count);
         pthread_mutex_unlock(&io->mu);
+        if (t_reap)
+            trace_count_end(t_reap, "reap", (unsigned)done_count, "done");
     }
     return NULL;
 }
@@ -228,7 +260,12 @@ static void *uring_thread(void *arg)
 static void *pread_thread(void *arg)
 {
     struct rt_io *io = arg;
+    const uint32_t idx = __atomic_fetch_add(&io->started, 1, __ATOMIC_RELAXED);
+    char name[32];
 
+    snprintf(name, sizeof(name), "loader io %" PRIu32 "%s", idx, io->tag);
+    rt_trace_thread_name(name, idx < TRACE_SORT_LAST - TRACE_SORT_PREAD ? TRACE_SORT_PREAD + (int)idx
+                                                                        : TRACE_SORT_LAST);
     for (;;) {
         struct pending *p;
 
@@ -243,6 +280,9 @@ static void *pread_thread(void *arg)
         inflight_add(io, 1);
         pthread_mutex_unlock(&io->mu);
 
+        /* Read before the callback: once the buffer is handed on, another thread may reuse p. */
+        const uint32_t bytes = p->req.len;
+        const uint64_t t0 = rt_trace_begin();
         int st = 0;
         while (st == 0) {
             ssize_t n = pread(io->fds[p->req.file], io->bufmem + io->buf_size * p->req.buf + p->got,
@@ -253,6 +293,8 @@ static void *pread_thread(void *arg)
         }
         if (st == 1)
             complete(io, p);
+        if (t0)
+            trace_count_end(t0, "read blocks", bytes, "bytes");
         pthread_mutex_lock(&io->mu);
         inflight_add(io, -1);
         pthread_mutex_unlock(&io->mu);
@@ -331,6 +373,8 @@ int rt_io_create(const struct rt_io_opts *o, struct rt_io **out)
         return -ENOMEM;
     io->o = *o;
     io->o.paths = NULL;
+    io->o.trace_tag = NULL;
+    snprintf(io->tag, sizeof(io->tag), "%s", o->trace_tag ? o->trace_tag : "");
     pthread_mutex_init(&io->mu, NULL);
     pthread_cond_init(&io->cond, NULL);
     io->fds = rt_malloc(sizeof(int) * o->nfiles, "io files");

@@ -44,6 +44,7 @@ struct rt_io_opts {
     uint32_t nfiles;
     rt_io_done_fn done;
     void *done_ctx;
+    const char *trace_tag;       /* appended to the threads' trace track names (" (val)"); NULL = none */
 };
 
 struct rt_io_stats {

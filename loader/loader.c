@@ -22,6 +22,19 @@
  * Errors (a read that fails, a block that does not decode) close the ring
  * with the message; the consumer's next rt_loader_next() returns -errno with
  * it, and no partly filled batch is ever marked READY.
+ *
+ * Trace (common/trace.h), one track per thread, spans nested as listed (a
+ * loader of another split than train adds " (val)" or " (test)" to its
+ * tracks' names and to its ring's occupancy counter):
+ *   "loader planner"   "plan epoch" (the sampler's order); "load resident"
+ *                      > "wait for blocks"; "plan batch" per step > "start
+ *                      window", "wait for window buffer", "wait for blocks",
+ *                      "ring wait (slot)" (the ring's).
+ *   "loader io"...     see io.c.
+ *   "loader worker N"  "decode block" per block > "checksum", "decompress",
+ *                      "decode" (decode.c); "batch" per step > "augment".
+ * Spans whose stage already takes clock readings for rt_loader_stats reuse
+ * them; the others read the clock only while recording.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -34,12 +47,23 @@
 #include <sys/resource.h>
 
 #include "common/common.h"
+#include "common/trace.h"
 #include "loader/format.h"
 #include "loader/io.h"
 #include "loader/loader.h"
 #include "staging/ring.h"
 
 #define NWIN 4            /* window buffers in WINDOW mode: two in use, two loading */
+
+/* Trace track order (the loader's threads sort in 10..99; io.c takes 11 and 60..99). */
+#define TRACE_SORT_PLANNER 10
+#define TRACE_SORT_WORKER 20
+#define TRACE_SORT_WORKER_LAST 59
+
+/* Per split: the suffix of the track names and the ring's occupancy counter (static strings). */
+static const char *const trace_tag[RT_SPLIT_COUNT] = {"", " (val)", " (test)"};
+static const char *const trace_counter[RT_SPLIT_COUNT] = {"ring occupancy", "ring occupancy (val)",
+                                                          "ring occupancy (test)"};
 
 enum win_state { WIN_FREE = 0, WIN_LOADING, WIN_READY };
 
@@ -130,6 +154,16 @@ struct rt_loader {
     uint64_t batches, images;
 };
 
+/* ---- tracing ------------------------------------------------------------------ */
+
+/* Span [t0, t1) labelled "epoch E step S" on this thread's track; call only while recording. */
+static void trace_step_span(const char *name, uint64_t epoch, uint64_t step, uint64_t t0, uint64_t t1)
+{
+    char label[64]; /* the recorder keeps 23 characters */
+    snprintf(label, sizeof(label), "epoch %" PRIu64 " step %" PRIu64, epoch, step);
+    rt_trace_span(RT_TRACE_LOADER, name, label, t0, t1);
+}
+
 /* ---- failure ------------------------------------------------------------------ */
 
 /* Records the first error (message in this thread's rt_errmsg) and closes the ring. */
@@ -172,7 +206,8 @@ static struct window *cookie_window(struct rt_loader *L, uint64_t cookie)
     return slot == NWIN ? &L->cache : &L->win[slot];
 }
 
-static void run_decode(struct worker *wk, struct decode_job *j)
+/* Decodes one block into its window; t_start is when the job was taken (the trace span's start). */
+static void run_decode(struct worker *wk, struct decode_job *j, uint64_t t_start)
 {
     struct rt_loader *L = wk->L;
     struct window *win = cookie_window(L, j->req.cookie);
@@ -200,16 +235,22 @@ static void run_decode(struct worker *wk, struct decode_job *j)
         pthread_cond_broadcast(&L->planner_cv);
     }
     pthread_mutex_unlock(&L->mu);
+    if (rt_trace_live()) {
+        char label[64];
+        snprintf(label, sizeof(label), "shard %" PRIu32 " block %" PRIu32, br->shard, br->index);
+        rt_trace_span(RT_TRACE_LOADER, "decode block", label, t_start, rt_now_ns());
+    }
 }
 
 /* ---- batch jobs ------------------------------------------------------------------- */
 
-static void run_batch(struct worker *wk, struct batch_job *j)
+/* Augments one batch into its slot and publishes it; t_start is when the job was taken. */
+static void run_batch(struct worker *wk, struct batch_job *j, uint64_t t_start)
 {
     struct rt_loader *L = wk->L;
     struct rt_batch *b = j->b;
     const uint32_t B = L->o.batch;
-    uint64_t t0 = rt_now_ns();
+    const uint64_t t0 = rt_now_ns();
     uint32_t valid = 0;
 
     for (uint32_t i = 0; i < B; i++) {
@@ -228,7 +269,11 @@ static void run_batch(struct worker *wk, struct batch_job *j)
     b->valid = valid;
     b->epoch = j->epoch;
     b->step = j->step;
-    __atomic_fetch_add(&wk->augment_ns, rt_now_ns() - t0, __ATOMIC_RELAXED);
+    const uint64_t t1 = rt_now_ns();
+    __atomic_fetch_add(&wk->augment_ns, t1 - t0, __ATOMIC_RELAXED);
+    if (L->o.on_batch)
+        L->o.on_batch(L->o.on_batch_ctx, b);
+    /* From here on the slot is the consumer's: only the job (a copy) is read. */
     rt_ring_fill_end(L->ring, b);
 
     pthread_mutex_lock(&L->mu);
@@ -244,13 +289,22 @@ static void run_batch(struct worker *wk, struct batch_job *j)
     L->jobs_done++;
     pthread_cond_broadcast(&L->planner_cv);
     pthread_mutex_unlock(&L->mu);
+    if (rt_trace_live()) {
+        rt_trace_span(RT_TRACE_LOADER, "augment", NULL, t0, t1);
+        trace_step_span("batch", j->epoch, j->step, t_start, rt_now_ns());
+    }
 }
 
 static void *worker_main(void *arg)
 {
     struct worker *wk = arg;
     struct rt_loader *L = wk->L;
+    const int idx = (int)(wk - L->workers);
+    char name[32];
 
+    snprintf(name, sizeof(name), "loader worker %d%s", idx, trace_tag[L->o.split]);
+    rt_trace_thread_name(name, idx < TRACE_SORT_WORKER_LAST - TRACE_SORT_WORKER ? TRACE_SORT_WORKER + idx
+                                                                                : TRACE_SORT_WORKER_LAST);
     for (;;) {
         struct decode_job dj;
         struct batch_job bj;
@@ -276,11 +330,12 @@ static void *worker_main(void *arg)
             kind = 2;
         }
         pthread_mutex_unlock(&L->mu);
-        __atomic_fetch_add(&wk->idle_ns, rt_now_ns() - t0, __ATOMIC_RELAXED);
+        const uint64_t t1 = rt_now_ns();
+        __atomic_fetch_add(&wk->idle_ns, t1 - t0, __ATOMIC_RELAXED);
         if (kind == 1)
-            run_decode(wk, &dj);
+            run_decode(wk, &dj, t1);
         else
-            run_batch(wk, &bj);
+            run_batch(wk, &bj, t1);
     }
     return NULL;
 }
@@ -305,11 +360,18 @@ static int window_load(struct rt_loader *L, uint32_t slot, struct window *win)
 /* Waits until `win` is READY (or the loader stops). Returns 0, or -1 to stop. */
 static int window_wait(struct rt_loader *L, struct window *win)
 {
+    const uint64_t t0 = rt_trace_begin();
+    int waited = 0;
+
     pthread_mutex_lock(&L->mu);
-    while (!L->stop && !L->failed && win->state != WIN_READY)
+    while (!L->stop && !L->failed && win->state != WIN_READY) {
         pthread_cond_wait(&L->planner_cv, &L->mu);
+        waited = 1;
+    }
     int stop = L->stop || L->failed;
     pthread_mutex_unlock(&L->mu);
+    if (waited)
+        rt_trace_end(t0, RT_TRACE_LOADER, "wait for blocks", NULL);
     return stop ? -1 : 0;
 }
 
@@ -331,7 +393,13 @@ static int load_resident(struct rt_loader *L)
         return rc;
     if (window_wait(L, c) < 0)
         return -1;
-    L->load_ns = rt_now_ns() - t0;
+    const uint64_t t1 = rt_now_ns();
+    L->load_ns = t1 - t0;
+    if (rt_trace_live()) {
+        char label[64];
+        snprintf(label, sizeof(label), "%" PRIu32 " blocks", L->nblocks);
+        rt_trace_span(RT_TRACE_LOADER, "load resident", label, t0, t1);
+    }
     return 0;
 }
 
@@ -368,6 +436,7 @@ static int run_resident_epoch(struct rt_loader *L, const struct rt_epoch_plan *p
     const uint32_t B = L->o.batch;
 
     for (uint64_t s = step0; s < p->steps; s++) {
+        const uint64_t t0 = rt_trace_begin();
         struct batch_job *j = claim(L, (*seq)++, p->epoch, s);
         if (!j)
             return -1;
@@ -377,6 +446,8 @@ static int run_resident_epoch(struct rt_loader *L, const struct rt_epoch_plan *p
             j->src[i] = id == RT_PAD_ID ? NULL : L->cache.mem + id * L->rec;
         }
         queue_batch(L, j);
+        if (t0)
+            trace_step_span("plan batch", p->epoch, s, t0, rt_now_ns());
     }
     return 0;
 }
@@ -426,6 +497,7 @@ static int window_start(struct rt_loader *L, const struct rt_epoch_plan *p, uint
     pthread_mutex_unlock(&L->mu);
     if (slot < 0)
         return -1;
+    const uint64_t t0 = rt_trace_begin();
     /* Only the planner touches a FREE window's fields. */
     struct window *win = &L->win[slot];
     const uint32_t b0 = p->win_block[w], n = p->win_block[w + 1] - b0;
@@ -466,7 +538,13 @@ static int window_start(struct rt_loader *L, const struct rt_epoch_plan *p, uint
     win->state = n ? WIN_LOADING : WIN_READY;
     pthread_mutex_unlock(&L->mu);
     *slot_out = slot;
-    return window_load(L, (uint32_t)slot, win);
+    int rc = window_load(L, (uint32_t)slot, win);
+    if (t0) {
+        char label[64];
+        snprintf(label, sizeof(label), "%" PRIu32 " (%" PRIu32 " blocks)", w, n);
+        rt_trace_span(RT_TRACE_LOADER, "start window", label, t0, rt_now_ns());
+    }
+    return rc;
 }
 
 /* Marks a window as needing no more jobs; frees it at once if none are queued. */
@@ -525,6 +603,7 @@ static int run_window_epoch(struct rt_loader *L, const struct rt_epoch_plan *p, 
     pre->n = 0;
 
     for (uint64_t s = step0; s < p->steps; s++) {
+        const uint64_t t_plan = rt_trace_begin();
         const uint64_t k0 = s * B, k1 = k0 + B;
         uint32_t wa = UINT32_MAX, wb = UINT32_MAX;
         if (k0 < real_end) {
@@ -571,14 +650,18 @@ static int run_window_epoch(struct rt_loader *L, const struct rt_epoch_plan *p, 
             if (wb == UINT32_MAX || next_load > wb)
                 break;
             /* Wait for a buffer to free up (a queued job finishing). */
+            uint64_t t_wait = 0;
             pthread_mutex_lock(&L->mu);
             int any_free = 0;
             for (int i = 0; i < NWIN; i++)
                 any_free |= L->win[i].state == WIN_FREE;
-            if (!any_free && !L->stop && !L->failed)
+            if (!any_free && !L->stop && !L->failed) {
+                t_wait = rt_trace_begin();
                 pthread_cond_wait(&L->planner_cv, &L->mu);
+            }
             int stop = L->stop || L->failed;
             pthread_mutex_unlock(&L->mu);
+            rt_trace_end(t_wait, RT_TRACE_LOADER, "wait for window buffer", NULL);
             if (stop)
                 return -1;
         }
@@ -614,10 +697,25 @@ static int run_window_epoch(struct rt_loader *L, const struct rt_epoch_plan *p, 
         j->win[0] = js[0];
         j->win[1] = js[1] != js[0] ? js[1] : -1;
         queue_batch(L, j);
+        if (t_plan)
+            trace_step_span("plan batch", p->epoch, s, t_plan, rt_now_ns());
     }
     for (int i = 0; i < nloaded; i++)
         window_retire(L, loaded[i]);
     return 0;
+}
+
+/* The sampler's plan of epoch e, traced as "plan epoch". */
+static int plan_epoch(struct rt_loader *L, uint64_t e, struct rt_epoch_plan **out)
+{
+    const uint64_t t0 = rt_trace_begin();
+    int rc = rt_sampler_plan(L->sampler, e, out);
+    if (t0) {
+        char label[64];
+        snprintf(label, sizeof(label), "%" PRIu64, e);
+        rt_trace_span(RT_TRACE_LOADER, "plan epoch", label, t0, rt_now_ns());
+    }
+    return rc;
 }
 
 static void *planner_main(void *arg)
@@ -625,7 +723,10 @@ static void *planner_main(void *arg)
     struct rt_loader *L = arg;
     uint64_t seq = 0;
     int rc = 0;
+    char name[32];
 
+    snprintf(name, sizeof(name), "loader planner%s", trace_tag[L->o.split]);
+    rt_trace_thread_name(name, TRACE_SORT_PLANNER);
     if (!L->streaming) {
         rc = load_resident(L);
         if (rc)
@@ -634,12 +735,12 @@ static void *planner_main(void *arg)
     /* Plans are made one epoch ahead so window mode can start the next epoch's reads early. */
     struct rt_epoch_plan *p = NULL, *pn = NULL;
     struct preload pre = {0};
-    rc = rt_sampler_plan(L->sampler, L->o.start_epoch, &p);
+    rc = plan_epoch(L, L->o.start_epoch, &p);
     for (uint64_t e = L->o.start_epoch; rc == 0 && (!L->o.epochs || e < L->o.epochs); e++) {
         uint64_t step0 = e == L->o.start_epoch ? L->o.start_step : 0;
         pn = NULL;
         if (!L->o.epochs || e + 1 < L->o.epochs)
-            rc = rt_sampler_plan(L->sampler, e + 1, &pn);
+            rc = plan_epoch(L, e + 1, &pn);
         if (rc == 0)
             rc = L->streaming ? run_window_epoch(L, p, step0, &seq, &pre, pn) : run_resident_epoch(L, p, step0, &seq);
         rt_epoch_plan_free(p);
@@ -894,10 +995,12 @@ int rt_loader_create(const struct rt_dataset *ds, const struct rt_loader_opts *o
     }
     struct rt_io_opts io = {.kind = L->o.io, .depth = L->o.queue_depth, .direct = L->o.direct,
                             .max_len = max_stored, .nbufs = nbufs, .paths = (const char *const *)L->shard_paths,
-                            .nfiles = L->nshards, .done = io_done, .done_ctx = L};
+                            .nfiles = L->nshards, .done = io_done, .done_ctx = L,
+                            .trace_tag = trace_tag[L->o.split]};
     rc = rt_io_create(&io, &L->io);
     if (rc < 0)
         goto err;
+    rt_ring_set_trace_name(ring, trace_counter[L->o.split]);
     rc = start_threads(L);
     if (rc < 0)
         goto err;

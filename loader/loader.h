@@ -269,6 +269,11 @@ struct rt_loader_opts {
     int direct;                  /* O_DIRECT reads (falls back with a notice where unsupported) */
     uint64_t epochs;             /* stop after this epoch count (0 = run until destroyed) */
     uint64_t start_epoch, start_step; /* resume point (see rt_loader_state) */
+    /* Called by the worker that filled batch `b`, just before it is handed to
+     * the consumer (progress; the tests' slow storage). NULL: none. It must not
+     * touch the ring or the loader. */
+    void (*on_batch)(void *ctx, const struct rt_batch *b);
+    void *on_batch_ctx;
 };
 
 /* Where the time went, summed over the loader's threads. */

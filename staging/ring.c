@@ -11,6 +11,11 @@
  *
  * Memory is one allocation (slots x slot bytes), page-aligned, mlock()ed
  * unless pinning is off, or from the caller's allocator (cudaHostAlloc).
+ *
+ * While a trace records, a wait that blocked becomes a span on the waiting
+ * thread's track, timed by the readings that feed the histograms, and the
+ * number of full slots is a counter updated under the mutex (so its values
+ * are in time order).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -23,6 +28,7 @@
 #include <unistd.h>
 
 #include "common/common.h"
+#include "common/trace.h"
 #include "staging/ring.h"
 
 /* Log-linear histogram: exact below 64 ns, then 16 sub-buckets per power of two. */
@@ -49,6 +55,8 @@ struct rt_ring {
     uint32_t nslots;
     uint32_t batch, c, h, w;
     uint64_t take_seq;      /* next seq the consumer takes */
+    uint32_t full;          /* slots READY or IN_FLIGHT: the trace's occupancy */
+    const char *counter;    /* the occupancy counter's name (static) */
     int closed;
     int err;
     char errmsg[512];
@@ -199,6 +207,7 @@ int rt_ring_create(const struct rt_ring_opts *o, struct rt_ring **out)
         return -ENOMEM;
     }
     r->nslots = o->slots;
+    r->counter = "ring occupancy";
     r->batch = o->batch;
     r->c = o->channels;
     r->h = o->height;
@@ -285,22 +294,36 @@ void rt_ring_shape(const struct rt_ring *r, uint32_t *batch, uint32_t *channels,
     *width = r->w;
 }
 
+/* A wait on the ring that blocked, [t0, t1), as a span labelled with the batch's seq. */
+static void trace_wait(const char *name, uint64_t seq, uint64_t t0, uint64_t t1)
+{
+    char label[64]; /* the recorder keeps 23 characters */
+    snprintf(label, sizeof(label), "seq %" PRIu64, seq);
+    rt_trace_span(RT_TRACE_RING, name, label, t0, t1);
+}
+
 struct rt_batch *rt_ring_fill_begin(struct rt_ring *r, uint64_t seq)
 {
     struct slot *s = &r->slots[seq % r->nslots];
-    uint64_t t0 = rt_now_ns();
+    uint64_t t0 = rt_now_ns(), t1 = 0;
     struct rt_batch *b = NULL;
+    int waited = 0;
 
     pthread_mutex_lock(&r->mu);
-    while (!r->closed && !(s->state == RT_SLOT_FREE && s->next_seq == seq))
+    while (!r->closed && !(s->state == RT_SLOT_FREE && s->next_seq == seq)) {
         pthread_cond_wait(&s->cond, &r->mu);
+        waited = 1;
+    }
     if (!r->closed) {
         s->state = RT_SLOT_FILLING;
         s->b.seq = seq;
         b = &s->b;
-        hist_add(&r->prod, rt_now_ns() - t0);
+        t1 = rt_now_ns();
+        hist_add(&r->prod, t1 - t0);
     }
     pthread_mutex_unlock(&r->mu);
+    if (waited && b && rt_trace_live())
+        trace_wait("ring wait (slot)", seq, t0, t1);
     return b;
 }
 
@@ -308,6 +331,9 @@ void rt_ring_fill_end(struct rt_ring *r, struct rt_batch *b)
 {
     pthread_mutex_lock(&r->mu);
     r->slots[b->slot].state = RT_SLOT_READY;
+    r->full++;
+    if (rt_trace_live())
+        rt_trace_counter(r->counter, r->full, 0);
     if (b->seq == r->take_seq)
         pthread_cond_signal(&r->ready);
     pthread_mutex_unlock(&r->mu);
@@ -315,8 +341,9 @@ void rt_ring_fill_end(struct rt_ring *r, struct rt_batch *b)
 
 struct rt_batch *rt_ring_take(struct rt_ring *r)
 {
-    uint64_t t0 = rt_now_ns();
+    uint64_t t0 = rt_now_ns(), t1 = 0;
     struct rt_batch *b = NULL;
+    int waited = 0;
 
     pthread_mutex_lock(&r->mu);
     struct slot *s = &r->slots[r->take_seq % r->nslots];
@@ -325,14 +352,18 @@ struct rt_batch *rt_ring_take(struct rt_ring *r)
         if (r->closed)
             break;
         pthread_cond_wait(&r->ready, &r->mu);
+        waited = 1;
     }
     if (!(r->closed && r->err) && s->state == RT_SLOT_READY && s->b.seq == r->take_seq) {
         s->state = RT_SLOT_IN_FLIGHT;
         r->take_seq++;
         b = &s->b;
-        hist_add(&r->cons, rt_now_ns() - t0);
+        t1 = rt_now_ns();
+        hist_add(&r->cons, t1 - t0);
     }
     pthread_mutex_unlock(&r->mu);
+    if (waited && b && rt_trace_live())
+        trace_wait("ring wait (consumer)", b->seq, t0, t1);
     return b;
 }
 
@@ -342,6 +373,9 @@ void rt_ring_release(struct rt_ring *r, struct rt_batch *b)
     struct slot *s = &r->slots[b->slot];
     s->state = RT_SLOT_FREE;
     s->next_seq = b->seq + r->nslots;
+    r->full--;
+    if (rt_trace_live())
+        rt_trace_counter(r->counter, r->full, 0);
     pthread_cond_broadcast(&s->cond);
     pthread_mutex_unlock(&r->mu);
 }
@@ -358,6 +392,13 @@ void rt_ring_close(struct rt_ring *r, int err)
     pthread_cond_broadcast(&r->ready);
     for (uint32_t i = 0; i < r->nslots; i++)
         pthread_cond_broadcast(&r->slots[i].cond);
+    pthread_mutex_unlock(&r->mu);
+}
+
+void rt_ring_set_trace_name(struct rt_ring *r, const char *counter)
+{
+    pthread_mutex_lock(&r->mu);
+    r->counter = counter;
     pthread_mutex_unlock(&r->mu);
 }
 

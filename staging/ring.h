@@ -8,6 +8,14 @@
  * allocator switch (struct rt_ring_allocator) lets the CUDA backend put the
  * slots in cudaHostAlloc memory instead. Functions return 0 or -errno with
  * the reason in rt_errmsg(), unless a comment says otherwise.
+ *
+ * Tracing (common/trace.h): while a trace records, a producer that blocked
+ * in rt_ring_fill_begin() leaves a "ring wait (slot)" span and a consumer
+ * that blocked in rt_ring_take() a "ring wait (consumer)" span on its own
+ * thread's track (labelled with the batch's seq), and every
+ * rt_ring_fill_end() / rt_ring_release() sets the counter "ring occupancy"
+ * (see rt_ring_set_trace_name) to the slots holding a finished batch (READY
+ * or IN_FLIGHT).
  */
 #ifndef RT_STAGING_RING_H
 #define RT_STAGING_RING_H
@@ -125,6 +133,13 @@ void rt_ring_close(struct rt_ring *r, int err);
 /* 0, or the -errno of the close; rt_ring_errmsg() gives its message. */
 int rt_ring_error(const struct rt_ring *r);
 const char *rt_ring_errmsg(const struct rt_ring *r);
+
+/*
+ * Names the ring's occupancy counter in a trace, so that two rings alive at
+ * once (training and evaluation) draw two graphs. `counter` must be a static
+ * string; the default is "ring occupancy". Thread-safe.
+ */
+void rt_ring_set_trace_name(struct rt_ring *r, const char *counter);
 
 /* Waits so far: producers (for a FREE slot) and the consumer (for READY). */
 void rt_ring_wait_stats(struct rt_ring *r, struct rt_wait_stats *producer,
