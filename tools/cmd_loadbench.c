@@ -7,11 +7,14 @@
  * Option parsing and printing only; the measurement is the driver's
  * train_loadbench (tools/train/loadbench.c).
  */
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <jansson.h>
 
 #include "common/common.h"
 #include "loader/loader.h"
@@ -56,10 +59,44 @@ static void loadbench_help(void)
            "  --direct              O_DIRECT reads (bypass the page cache)\n"
            "  --ring-slots N        batch slots in the ring (default workers + 2, at least 4)\n"
            "  --no-pin              pageable ring memory instead of page-locked\n"
-           "  --target IMG_PER_S    say whether the pipeline can feed this rate\n"
+           "  --target IMG_PER_S|FILE  say whether the pipeline can feed this rate, or the rate a model\n"
+           "                        trained at per rank: FILE is `ringtrain train --json` output (its last\n"
+           "                        JSON line; steady images/s over the ranks)\n"
            "  --digest              print one hex digest over every batch (images, labels, ids) in order\n"
            "  --json                end with one line holding a JSON summary\n\n"
            "example: ringtrain loadbench data/cifar10 --workers 1,2 --epochs 3 --target 50000 --digest\n");
+}
+
+/* The per-rank rate of a `train --json` run: the last JSON line of `path`, its steady images/s (else its
+ * images/s) over its world size. Says which on stdout. 0, or -errno with rt_errmsg() set. */
+static int target_from_train(const char *path, double *out)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return rt_errf(-errno, "not a number, and cannot open it as a train --json file: %s", strerror(errno));
+    char line[65536], last[65536] = "";
+    while (fgets(line, sizeof(line), f))
+        if (line[0] == '{')
+            memcpy(last, line, sizeof(last));
+    fclose(f);
+    json_error_t err;
+    json_t *o = last[0] ? json_loads(last, 0, &err) : NULL;
+    if (!o)
+        return rt_errf(-EINVAL, "no JSON summary line in it (the output of `ringtrain train --json`)");
+    json_t *ips = json_object_get(o, "steady_images_per_s");
+    if (!json_is_number(ips))
+        ips = json_object_get(o, "images_per_s");
+    const json_int_t world = json_integer_value(json_object_get(o, "world_size"));
+    const char *model = json_string_value(json_object_get(o, "model"));
+    if (!json_is_number(ips) || world < 1) {
+        json_decref(o);
+        return rt_errf(-EINVAL, "its JSON line has no images_per_s and world_size: not `ringtrain train --json`");
+    }
+    *out = json_number_value(ips) / (double)world;
+    printf("target: %.0f img/s per rank, the rate %s trained at on %d rank%s (%s)\n", *out, model ? model : "the model",
+           (int)world, world > 1 ? "s" : "", path);
+    json_decref(o);
+    return 0;
 }
 
 static int parse_workers(const char *s, struct lb_config *c)
@@ -290,8 +327,11 @@ int cmd_loadbench(int argc, char **argv)
         case 't': {
             char *end;
             c.target = strtod(optarg, &end);
-            if (*end || !(c.target > 0))
-                return cli_usage_error("loadbench", "--target needs images per second, not '%s'", optarg);
+            if (*end && target_from_train(optarg, &c.target) < 0)
+                return cli_usage_error("loadbench", "--target %s: %s", optarg, rt_errmsg());
+            if (!(c.target > 0))
+                return cli_usage_error("loadbench", "--target needs images per second or a train --json file, not '%s'",
+                                       optarg);
             break;
         }
         case 'D': c.digest = 1; break;

@@ -4,6 +4,7 @@
  * training and prints as it goes.
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -57,7 +58,11 @@ static void usage(FILE *f)
             "  --steps N              stop after N optimizer steps\n"
             "  --no-progress          no progress bar (shown when stderr is a terminal)\n"
             "  --no-pin               do not mlock the batch ring\n"
-            "  --json                 end with one JSON line summing up the run\n\n"
+            "  --json                 end with one JSON line summing up the run\n"
+            "  --trace FILE           Chrome trace of the pipeline (Perfetto, chrome://tracing): every thread,\n"
+            "                         the compute stream's layers, the buckets; one file for all ranks\n"
+            "  --trace-steps A:B|all  optimizer steps recorded (default 3:13: ten after the warm-up)\n"
+            "  --trace-mb MB          memory for events per rank (default 64); past it events are dropped\n\n"
             "Several ranks (mpirun -np N ringtrain train ..., or srun --mpi=pmix): data-parallel, one\n"
             "process per device, gradients all-reduced in buckets while backward runs.\n"
             "  --bucket-cap-mb MB     gradient bucket size (default 25; the first bucket 1)\n"
@@ -87,7 +92,8 @@ int cmd_train(int argc, char **argv)
     enum {
         O_EPOCHS = 256, O_LR, O_OPT, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPEP, O_GAMMA, O_LS, O_ACCUM, O_CLIP,
         O_SEED, O_AUG, O_SHUF, O_TARGET, O_PAT, O_CKPT, O_RESUME, O_METRICS, O_SYN, O_STEPS, O_NOPROG, O_NOPIN,
-        O_BUCKET, O_NOOVL, O_CTO, O_PTO, O_REPL, O_STAGE, O_AMP, O_LSCALE, O_MAXSKIP, O_ALLRED, O_HELP
+        O_BUCKET, O_NOOVL, O_CTO, O_PTO, O_REPL, O_STAGE, O_AMP, O_LSCALE, O_MAXSKIP, O_ALLRED, O_TRACE, O_TRSTEPS,
+        O_TRMB, O_HELP
     };
     static const struct option opts[] = {
         CLI_RUN_OPTIONS,
@@ -126,6 +132,9 @@ int cmd_train(int argc, char **argv)
         {"loss-scale", required_argument, NULL, O_LSCALE},
         {"max-skipped-steps", required_argument, NULL, O_MAXSKIP},
         {"allreduce", required_argument, NULL, O_ALLRED},
+        {"trace", required_argument, NULL, O_TRACE},
+        {"trace-steps", required_argument, NULL, O_TRSTEPS},
+        {"trace-mb", required_argument, NULL, O_TRMB},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0}};
     struct cli_run_opts run = {.model = "mnist-net", .batch = 128};
@@ -133,7 +142,7 @@ int cmd_train(int argc, char **argv)
         .epochs = 10, .lr = 0.1f, .sched = RT_SCHED_COSINE,
         .warmup_epochs = -1, .step_epochs = 30, .gamma = 0.1f, .grad_accum = 1, .patience = 1,
         .syn_c = 3, .syn_h = 32, .syn_w = 32, .syn_classes = 10, .progress = -1, .pin = RT_PIN_ON,
-        .shuffle = RT_SHUFFLE_EXACT, .bucket_cap_mb = 25, .loss_scale = -1,
+        .shuffle = RT_SHUFFLE_EXACT, .bucket_cap_mb = 25, .loss_scale = -1, .trace_first = 3, .trace_last = 13,
         .optim = {.kind = RT_OPT_SGD, .momentum = 0.9f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f},
     };
     const char *aug = NULL;
@@ -252,6 +261,21 @@ int cmd_train(int argc, char **argv)
                 return RT_EXIT_USAGE;
             break;
         case O_STAGE: c.stage_to = optarg; break;
+        case O_TRACE: c.trace = optarg; break;
+        case O_TRSTEPS: {
+            char tail;
+            if (!strcmp(optarg, "all"))
+                c.trace_all = 1;
+            else if (sscanf(optarg, "%" SCNu64 ":%" SCNu64 "%c", &c.trace_first, &c.trace_last, &tail) != 2 ||
+                     c.trace_last <= c.trace_first)
+                return cli_usage_error("train", "--trace-steps %s: expected A:B with A < B (steps A to B-1), or all",
+                                       optarg);
+            break;
+        }
+        case O_TRMB:
+            if (parse_float("--trace-mb", optarg, 1, 65536, &c.trace_mb))
+                return RT_EXIT_USAGE;
+            break;
         case O_AMP:
             if (train_amp_parse(optarg, &c.amp) < 0)
                 return cli_usage_error("train", "%s", rt_errmsg());

@@ -311,8 +311,10 @@ int train_create(const struct train_cfg *cfg, struct train **out)
         open_compute(T) < 0 || make_model(T) < 0 || make_bucketer(T) < 0 ||
         (T->cfg.resume && T->cfg.checkpoint_dir && ckpt_resume(T) < 0) ||
         replicas_sync_from_root(T, RT_MODEL_PARAMS, "initial parameters") < 0 ||
-        replicas_sync_from_root(T, RT_MODEL_BUFFERS, "initial buffers") < 0 || input_start(T) < 0)
+        replicas_sync_from_root(T, RT_MODEL_BUFFERS, "initial buffers") < 0 || trace_start(T) < 0 ||
+        profile_create(T) < 0 || input_start(T) < 0)
         return -1;
+    gpu_counters_start(T);
     make_schedule(T);
     return open_metrics(T) < 0 ? -1 : 0;
 }
@@ -324,6 +326,9 @@ void train_destroy(struct train *T)
     if (T->metrics)
         fclose(T->metrics);
     input_stop(T);
+    profile_destroy(T);
+    gpu_counters_stop(T);
+    trace_stop(T);
     /* NCCL's stream work is over before the memory it reduced goes. */
     rt_bucketer_destroy(T->bucketer);
     fence_destroy(T);

@@ -9,6 +9,7 @@
 #include <stdio.h>
 
 #include "comm/comm.h"
+#include "common/nvml.h"
 #include "tools/train/train.h"
 
 /*
@@ -62,6 +63,50 @@ struct train_input {
     uint64_t batches_per_epoch; /* micro-batches per epoch */
 };
 
+/*
+ * The step profile (profile.c): each optimizer step's time split into the
+ * phases below, kept as log-spaced histograms (2 % wide bins) so that p50 and
+ * p99 cost no memory per step. Device phases (forward, backward, optimizer)
+ * come from a timeline on the compute stream, the others from the host.
+ */
+enum prof_phase { PROF_DATA, PROF_COPY, PROF_FORWARD, PROF_BACKWARD, PROF_COMM, PROF_OPTIM, PROF_REST, PROF_STEP,
+                  PROF_N };
+enum { PROF_BINS = 1100, PROF_WARMUP = 3 };
+/* The driver's own timeline marks (compute.h's rt_mark_kind are the model's). */
+enum { MARK_MICRO = 100, MARK_OPTIM_START, MARK_OPTIM_END };
+
+struct train_profile {
+    uint64_t cur[PROF_N];       /* this optimizer step so far, ns */
+    uint64_t t_step0;           /* its first micro-batch's start */
+    uint32_t (*hist)[PROF_BINS]; /* PROF_N rows: the steps after the warm-up ... */
+    uint32_t (*hist_all)[PROF_BINS]; /* ... and every step (for runs shorter than the warm-up) */
+    uint64_t steps, steps_all;
+    struct rt_timeline *tl;     /* on the compute stream */
+    int per_layer;              /* this step marks every layer (tracing) */
+    uint64_t copy_in_wait;      /* copy time inside this micro-batch's data wait */
+};
+
+/* Percentiles of each phase, ns, and the verdict drawn from them (profile_report). */
+struct prof_stats {
+    double p50[PROF_N], p99[PROF_N];
+    uint64_t steps;
+    int warm;                   /* the warm-up steps are included (a short run) */
+};
+struct prof_verdict {
+    int have;
+    struct prof_stats st;
+    char limit[16], evidence[320], advice[480];
+};
+
+/* --trace (tracefile.c): the recorder and its window of optimizer steps. */
+struct train_trace {
+    struct rt_trace *rec;       /* NULL: not tracing */
+    int device_track;           /* the compute stream's spans */
+    uint64_t first, last;       /* record steps [first, last) ... */
+    int all;                    /* ... or the whole run */
+    uint64_t file_bytes;
+};
+
 /* What the epoch's end and the summary report. */
 struct train_results {
     double train_loss, train_acc, val_loss, val_acc; /* the last epoch's, global */
@@ -99,6 +144,10 @@ struct train {
     enum rt_dtype act;          /* activations' type (--amp) */
     int scaling;                /* dynamic loss scaling on */
     struct rt_scaler scaler;
+    struct train_profile prof;
+    struct prof_verdict verdict;
+    struct train_trace tr;
+    struct rt_nvml_sampler *gpu; /* the GPU's counters (NVML), NULL on the CPU or without NVML */
     /* the stages' meeting points */
     struct train_input in;
     struct train_pos pos;
@@ -168,8 +217,29 @@ void meter_data_ready(struct train_meter *m);
 void meter_step(struct train_meter *m, const struct rt_loss_stats *loss, uint32_t valid, uint64_t comm_ns);
 void meter_epoch_reset(struct train_meter *m);
 
+/* profile.c */
+int profile_create(struct train *T);
+void profile_destroy(struct train *T);
+void profile_step_begin(struct train *T);   /* at a micro-batch's start: a new step at an update's first */
+void profile_data_ready(struct train *T, uint64_t t_start, uint64_t t_data);
+void profile_model_opts(struct train *T, struct rt_step_opts *so); /* the timeline for rt_model_step */
+void profile_step_end(struct train *T);     /* after the update: read the timeline, add the step */
+void profile_stats(const struct train *T, struct prof_stats *out);
+void profile_report(struct train *T);       /* the table and the verdict (rank 0), collective */
+struct json_t;
+void profile_json(const struct train *T, struct json_t *o); /* "profile" and "verdict" for --json */
+
+/* tracefile.c */
+int trace_start(struct train *T);           /* --trace: the recorder, before the loader starts */
+void trace_window(struct train *T, uint64_t update, int begin); /* recording on/off around the window */
+int trace_finish(struct train *T, uint64_t t_end); /* t_end: just after the run's last collective; collective */
+void trace_stop(struct train *T);
+void gpu_counters_start(struct train *T);   /* NVML where the backend is a GPU; silent without it */
+void gpu_counters_stop(struct train *T);
+
 /* faults.c: the named points */
 void fault_before_compute(const struct train *T);
 void fault_before_unscale(struct train *T);
+void fault_before_allreduce(const struct train *T); /* on the comm thread, before a bucket's all-reduce */
 
 #endif

@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "common/common.h"
+#include "common/trace.h"
 #include "tools/train/driver.h"
 
 int train_epoch_done(const struct train *T)
@@ -24,6 +25,8 @@ static int validate(struct train *T, char *line, size_t len)
     if (evaluate_split(T->model, T->ds, (enum rt_split)T->val_split, T->cfg.batch, T->cfg.workers, T->cfg.pin,
                        T->comm, T->mean, T->std, &vs) < 0)
         return -1;
+    if (rt_trace_live())
+        rt_trace_span(RT_TRACE_EVAL, "validation", NULL, v0, rt_now_ns());
     r->have_val = 1;
     r->val_loss = vs.count ? vs.loss_sum / vs.count : NAN;
     r->val_acc = vs.count ? vs.correct / vs.count : NAN;
@@ -70,8 +73,11 @@ int epoch_next(struct train *T)
     T->pos.epoch++;
     T->pos.batch = 0;
     meter_epoch_reset(&T->meter);
+    const uint64_t t0 = rt_trace_begin();
     if (ckpt_save(T) < 0)
         return -1;
+    if (T->cfg.checkpoint_dir)
+        rt_trace_end(t0, RT_TRACE_CKPT, "checkpoint", NULL);
     if (hit)
         T->stop = STOP_TARGET;
     return hit;

@@ -29,6 +29,20 @@ static int parse_pair(const char *var, const char *s, int64_t *a, uint64_t *b)
     return 0;
 }
 
+/* A variable in milliseconds (at most a minute) into *out, unchanged when unset; 0 or -EINVAL naming it. */
+static int parse_ms(const char *var, uint32_t *out)
+{
+    const char *s = getenv(var);
+    if (!s || !*s)
+        return 0;
+    char *end;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (*end || *s == '-')
+        return rt_errf(-EINVAL, "%s=%s: expected milliseconds", var, s);
+    *out = (uint32_t)RT_MIN(v, 60000);
+    return 0;
+}
+
 int train_faults_from_env(struct train_faults *f)
 {
     const char *s;
@@ -47,14 +61,33 @@ int train_faults_from_env(struct train_faults *f)
         f->overflow_update = (uint64_t)a;
         f->overflow_count = b;
     }
-    if ((s = getenv("RT_STAGE_TEST_DELAY_MS")) && *s) {
-        char *end;
-        unsigned long long v = strtoull(s, &end, 10);
-        if (*end || *s == '-')
-            return rt_errf(-EINVAL, "RT_STAGE_TEST_DELAY_MS=%s: expected milliseconds", s);
-        f->copy_delay_ms = (uint32_t)RT_MIN(v, 60000);
-    }
+    if (parse_ms("RT_STAGE_TEST_DELAY_MS", &f->copy_delay_ms) < 0 ||
+        parse_ms("RINGTRAIN_TEST_SLOW_ALLREDUCE", &f->allreduce_delay_ms) < 0 ||
+        parse_ms("RINGTRAIN_TEST_SLOW_LOADER", &f->loader_delay_ms) < 0)
+        return -EINVAL;
     return 0;
+}
+
+static void sleep_ms(uint32_t ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+}
+
+/* Named point: a loader worker, after it filled a batch (slow storage); ctx: the struct train_faults. */
+void train_fault_loader_batch(void *ctx, const struct rt_batch *b)
+{
+    const struct train_faults *f = ctx;
+    (void)b;
+    sleep_ms(f->loader_delay_ms);
+}
+
+/* Named point: on the comm thread, before each bucket's all-reduce starts (a slow link). */
+void fault_before_allreduce(const struct train *T)
+{
+    if (T->faults.allreduce_delay_ms)
+        sleep_ms(T->faults.allreduce_delay_ms);
 }
 
 /* Named point: a rank that hangs in compute before update stall_update (a stalled peer). */
@@ -79,8 +112,6 @@ void fault_before_unscale(struct train *T)
 void train_fault_copy_progress(void *ctx, const struct rt_local_copy_progress *p)
 {
     const struct train_faults *f = ctx;
-    struct timespec ts = {f->copy_delay_ms / 1000, (long)(f->copy_delay_ms % 1000) * 1000000L};
     (void)p;
-    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-        ;
+    sleep_ms(f->copy_delay_ms);
 }

@@ -48,4 +48,5 @@ void fence_wait(void *ctx, int k)
 {
     struct train *T = ctx;
     rt_event_synchronize(T->bucket_done[k]);
+    fault_before_allreduce(T);
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "common/common.h"
+#include "common/trace.h"
 #include "tools/train/driver.h"
 
 /* Bytes of one batch's images, as a ring slot and the synthetic batch hold them. */
@@ -44,6 +45,8 @@ static int start_loader(struct train *T)
         .epochs = c->epochs,
         .start_epoch = T->pos.epoch,
         .start_step = T->pos.batch,
+        .on_batch = T->faults.loader_delay_ms ? train_fault_loader_batch : NULL,
+        .on_batch_ctx = &T->faults,
     };
     struct rt_ring_opts ro = {.slots = (uint32_t)RT_MAX(lo.workers + 2, 4), .batch = c->batch, .channels = T->c,
                               .height = T->h, .width = T->w, .pin = c->pin};
@@ -104,8 +107,15 @@ void input_labels(const struct rt_batch *slot, int32_t *labels)
 static int fetch(struct train *T, struct train_inflight *f)
 {
     int r = rt_loader_next(T->in.loader, &f->slot);
-    if (r > 0)
+    if (r > 0) {
+        const uint64_t t0 = rt_now_ns();
         f->dev = rt_backend_input_upload(T->be, f->slot->images, batch_bytes(T), &f->ticket);
+        const uint64_t t1 = rt_now_ns();
+        T->prof.copy_in_wait += t1 - t0;
+        T->prof.cur[PROF_COPY] += t1 - t0;
+        if (rt_trace_live())
+            rt_trace_span(RT_TRACE_COPY, "h2d copy (issue)", NULL, t0, t1);
+    }
     return r;
 }
 
@@ -114,7 +124,12 @@ static void give_back(struct train *T, struct rt_batch *slot, uint64_t ticket)
 {
     if (!slot)
         return;
+    const uint64_t t0 = rt_now_ns();
     rt_backend_input_wait(T->be, ticket);
+    const uint64_t t1 = rt_now_ns();
+    T->prof.cur[PROF_COPY] += t1 - t0;
+    if (rt_trace_live())
+        rt_trace_span(RT_TRACE_COPY, "h2d copy (wait)", NULL, t0, t1);
     rt_loader_release(T->in.loader, slot);
 }
 

@@ -8,6 +8,7 @@
 #include <stdio.h>
 
 #include "common/common.h"
+#include "common/trace.h"
 #include "tools/train/driver.h"
 
 int train_loop(struct train *T)
@@ -18,9 +19,11 @@ int train_loop(struct train *T)
     T->meter.epoch_t0 = rt_now_ns();
     while (T->pos.epoch < T->cfg.epochs) {
         meter_begin(&T->meter);
+        profile_step_begin(T);
         if ((r = train_next_batch(T, &b)) <= 0)
             return r;
         meter_data_ready(&T->meter);
+        profile_data_ready(T, T->meter.t_start, T->meter.t_data);
         const int update = train_at_update(T);
         r = train_forward_backward(T, &b);
         train_release_batch(T, &b);
@@ -28,6 +31,8 @@ int train_loop(struct train *T)
             return -1;
         train_advance(T, &b);
         report_progress(T);
+        if (update)
+            profile_step_end(T);
         if (update && replicas_due(T) && train_check_replicas(T, NULL) < 0)
             return -1;
         if (train_epoch_done(T) && (r = epoch_next(T)) != 0)
@@ -72,7 +77,11 @@ int train_finish(struct train *T)
     /* The run's exposed-communication share, averaged over the ranks. */
     double ct[2] = {(double)T->meter.run.comm_ns, (double)T->meter.run.train_ns};
     rt_comm_allreduce(T->comm, ct, 2, RT_COMM_F64, RT_RED_SUM, "the run's communication share");
+    const uint64_t t_end = rt_now_ns(); /* the ranks leave this collective together: the trace's clocks */
     T->res.run_comm_frac = ct[1] > 0 ? ct[0] / ct[1] : 0;
+    profile_report(T);
+    if (trace_finish(T, t_end) < 0)
+        return -1;
     report_summary(T, (double)(rt_now_ns() - T->t_created) * 1e-9);
     rt_comm_set_phase(T->comm, T->pos.update, RT_PHASE_DONE);
     return 0;

@@ -141,7 +141,24 @@ void report_clear_bar(const struct train *T)
         fprintf(stderr, "\r\033[K");
 }
 
-static void write_metrics(struct train *T, double time_s, double ips, double wait, double comm)
+/* The GPU counters' members of a metrics line: those NVML gave. */
+static void gpu_members(json_t *o, const struct rt_nvml_summary *g)
+{
+    if (!g->samples)
+        return;
+    json_object_set_new(o, "gpu_samples", json_integer(g->samples));
+    if (g->valid_mask & RT_NVML_UTIL)
+        json_object_set_new(o, "gpu_util_pct", json_real(g->util_gpu_pct_mean));
+    if (g->valid_mask & RT_NVML_MEM)
+        json_object_set_new(o, "gpu_mem_used_gib", json_real((double)g->mem_used_bytes_max / 1073741824.0));
+    if (g->valid_mask & RT_NVML_POWER)
+        json_object_set_new(o, "gpu_power_w", json_real(g->power_w_mean));
+    if (g->valid_mask & RT_NVML_SM_CLOCK)
+        json_object_set_new(o, "gpu_sm_clock_mhz", json_real(g->sm_clock_mhz_mean));
+}
+
+static void write_metrics(struct train *T, double time_s, double ips, double wait, double comm,
+                          const struct rt_nvml_summary *gpu)
 {
     const struct train_results *r = &T->res;
     const int64_t applied = rt_optim_steps(T->opt);
@@ -154,6 +171,7 @@ static void write_metrics(struct train *T, double time_s, double ips, double wai
         return;
     json_object_set_new(o, "val_loss", r->have_val ? json_real(r->val_loss) : json_null());
     json_object_set_new(o, "val_acc", r->have_val ? json_real(r->val_acc) : json_null());
+    gpu_members(o, gpu);
     char *s = json_dumps(o, JSON_COMPACT);
     if (s) {
         fprintf(T->metrics, "%s\n", s);
@@ -165,19 +183,27 @@ static void write_metrics(struct train *T, double time_s, double ips, double wai
 
 void report_epoch(struct train *T, int partial, double time_s, double ips, double wait, double comm, const char *val)
 {
+    /* The GPU's counters over the epoch (rank 0's GPU); none on the CPU or without NVML. */
+    struct rt_nvml_summary gpu;
+    rt_nvml_sampler_window(T->gpu, &gpu);
     if (!T->root)
         return;
+    char gpu_s[96] = "";
+    if (gpu.samples) {
+        gpu_s[0] = gpu_s[1] = ' ';
+        rt_nvml_summary_format(&gpu, gpu_s + 2, sizeof(gpu_s) - 2);
+    }
     report_clear_bar(T);
     char comm_s[32] = "";
     if (T->world > 1)
         snprintf(comm_s, sizeof(comm_s), "  comm %4.1f%%", 100 * comm);
     printf("epoch %3" PRIu64 "/%" PRIu64 "%s  %6.1fs  train loss %.4f acc %5.2f%%%s  %6.0f img/s  data wait "
-           "%4.1f%%%s\n",
+           "%4.1f%%%s%s\n",
            T->pos.epoch + 1, T->cfg.epochs, partial ? " (partial)" : "", time_s, T->res.train_loss,
-           100 * T->res.train_acc, val, ips, 100 * wait, comm_s);
+           100 * T->res.train_acc, val, ips, 100 * wait, comm_s, gpu_s);
     fflush(stdout);
     if (T->metrics)
-        write_metrics(T, time_s, ips, wait, comm);
+        write_metrics(T, time_s, ips, wait, comm, &gpu);
 }
 
 void report_stopped(const struct train *T)
@@ -228,6 +254,9 @@ static void summary_json(const struct train *T, double wall_s, double train_s, d
     json_object_set_new(o, "bucket_cap_mb", json_real(c->bucket_cap_mb));
     json_object_set_new(o, "overlap", json_boolean(!c->no_overlap));
     json_object_set_new(o, "bucket_allreduces", json_integer((json_int_t)cc.bucket_allreduces));
+    profile_json(T, o);
+    if (c->trace)
+        json_object_set_new(o, "trace", json_pack("{s:s, s:I}", "file", c->trace, "bytes", (json_int_t)T->tr.file_bytes));
     if (r->best_acc > 0 || r->have_val) {
         json_object_set_new(o, "val_loss", json_real(r->val_loss));
         json_object_set_new(o, "val_acc", json_real(r->val_acc));

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "common/trace.h"
 #include "tools/train/driver.h"
 
 /* Set by the SIGTERM/SIGUSR1 handler loop.c installs; read once per update. */
@@ -57,8 +58,11 @@ int train_forward_backward(struct train *T, const struct train_batch *b)
     rt_comm_set_phase(T->comm, T->pos.update, RT_PHASE_COMPUTE);
     fault_before_compute(T);
     T->step_loss = (struct rt_loss_stats){0};
+    profile_model_opts(T, &so);
+    const uint64_t t0 = rt_trace_begin();
     if (rt_model_step(T->model, &so, (int)T->cfg.batch, b->images, b->labels, &T->step_loss) < 0)
         return -1;
+    rt_trace_end(t0, RT_TRACE_COMPUTE, "forward+backward", NULL);
     if (!isfinite(T->step_loss.loss_sum) && !T->nonfinite[0]) {
         char where[160];
         snprintf(T->nonfinite, sizeof(T->nonfinite),
@@ -82,8 +86,10 @@ int train_reduce(struct train *T)
 {
     uint32_t all = 0;
     rt_comm_set_phase(T->comm, T->pos.update, RT_PHASE_GRAD_WAIT);
+    const uint64_t t0 = rt_trace_begin();
     if (rt_bucketer_finish(T->bucketer, control_word(T), &all, &T->step_comm_ns) < 0)
         return -1;
+    rt_trace_end(t0, RT_TRACE_COMM, "all-reduce wait", NULL);
     T->ctl = all;
     if (all & CTL_NONFINITE) {
         if (T->nonfinite[0])
@@ -139,7 +145,7 @@ static int clip(struct train *T)
                    T->pos.update, first_nonfinite(T, where, sizeof(where), "(not found)"));
 }
 
-int train_update(struct train *T)
+static int update(struct train *T)
 {
     if (T->scaling) {
         int r = unscale(T);
@@ -152,6 +158,17 @@ int train_update(struct train *T)
     rt_optim_step(T->opt, rt_model_params(T->model), rt_model_grads(T->model),
                   rt_sched_lr(&T->sched, (uint64_t)rt_optim_steps(T->opt)));
     return 0;
+}
+
+int train_update(struct train *T)
+{
+    /* Timed on the compute stream for the step profile (the marks' gap before is the all-reduce's). */
+    rt_timeline_mark(T->prof.tl, "optimizer start", MARK_OPTIM_START);
+    const uint64_t t0 = rt_trace_begin();
+    const int rc = update(T);
+    rt_trace_end(t0, RT_TRACE_OPTIM, "optimizer", NULL);
+    rt_timeline_mark(T->prof.tl, "optimizer", MARK_OPTIM_END);
+    return rc;
 }
 
 void train_advance(struct train *T, const struct train_batch *b)

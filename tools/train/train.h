@@ -97,6 +97,8 @@ struct train_faults {
     uint64_t overflow_update;   /* updates [overflow_update, +overflow_count) find an Inf in the */
     uint64_t overflow_count;    /* first gradient before unscaling (loss scaling's overflow path) */
     uint32_t copy_delay_ms;     /* node-local copies sleep this long after each block (interrupt midway) */
+    uint32_t allreduce_delay_ms; /* each bucket's all-reduce starts this much late (a slow link) */
+    uint32_t loader_delay_ms;   /* each loader batch takes this much longer (slow storage) */
 };
 
 /* No fault anywhere. */
@@ -105,13 +107,15 @@ void train_faults_none(struct train_faults *f);
 /*
  * Fills `f` from the environment, none where a variable is unset:
  *   RINGTRAIN_TEST_STALL=RANK:UPDATE, RINGTRAIN_TEST_OVERFLOW=UPDATE:COUNT,
- *   RT_STAGE_TEST_DELAY_MS=MS.
+ *   RT_STAGE_TEST_DELAY_MS=MS, RINGTRAIN_TEST_SLOW_ALLREDUCE=MS, RINGTRAIN_TEST_SLOW_LOADER=MS.
  * Returns 0, or -EINVAL naming the variable that does not parse.
  */
 int train_faults_from_env(struct train_faults *f);
 
 /* The copy-delay fault as a node-local copy's progress callback (ctx: the struct train_faults). */
 void train_fault_copy_progress(void *ctx, const struct rt_local_copy_progress *p);
+/* The slow-loader fault as the loader's on_batch callback (ctx: the struct train_faults). */
+void train_fault_loader_batch(void *ctx, const struct rt_batch *b);
 
 /* ---- the configuration ------------------------------------------------------------ */
 
@@ -157,6 +161,11 @@ struct train_cfg {
     double comm_timeout, peer_timeout; /* seconds; 0: the defaults */
     uint64_t check_replicas;    /* compare parameter digests every N updates (0: at the end only) */
     const char *stage_to;       /* copy --data under this node-local directory first */
+    /* observing */
+    const char *trace;          /* Chrome trace file (rank 0 writes the merged file), NULL: none */
+    uint64_t trace_first, trace_last; /* optimizer steps [first, last) recorded ... */
+    int trace_all;              /* ... or the whole run */
+    double trace_mb;            /* memory for events per rank (0: 64 MiB) */
     /* what the driver is plugged into (not options) */
     struct rt_comm *comm;       /* borrowed process group; NULL: the driver creates one from the launcher */
     const struct train_faults *faults; /* borrowed, read at create; NULL: none */
