@@ -4,8 +4,9 @@
 #   1. the normal build and its ctest suite,
 #   2. an ASan+UBSan build (-DRT_SANITIZE=ON) and the same suite,
 #   3. a ThreadSanitizer build (-DRT_TSAN=ON) of the threaded stages' tests (the comm
-#      thread's under mpirun -np 2) and of the stream protocol on the CPU backend's
-#      asynchronous streams (RINGTRAIN_CPU_STREAMS=async, one compute thread),
+#      thread's under mpirun -np 2), of the stream protocol on the CPU backend's
+#      asynchronous streams (RINGTRAIN_CPU_STREAMS=async, one compute thread), and of
+#      the trace recorder, alone and under every thread of a traced run, and NVML's sampler,
 #   4. the libFuzzer targets (clang, -DRT_FUZZ=ON), each for a bounded time
 #      (RT_FUZZ_SECONDS, default 30) from the seed corpus.
 # Exits non-zero if anything fails. `.ci/run` calls exactly this.
@@ -29,10 +30,10 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:ha
 echo "== build (ThreadSanitizer) for the threaded stages"
 cmake -S . -B build-tsan -G Ninja -DRT_TSAN=ON -DRT_CUDA=OFF >/dev/null
 cmake --build build-tsan -j "$jobs" --target test_pack test_synth test_ring test_loader test_comm test_ddp \
-    test_train_step ringtrain
+    test_train_step test_trace test_nvml fake_nvml ringtrain
 RT_TEST_SMALL=1 RT_TEST_THREADS=1 TSAN_OPTIONS=halt_on_error=1:suppressions="$top/tests/tsan-openmpi.supp" \
     ctest --test-dir build-tsan --output-on-failure \
-    -R '^test_(pack|synth|ring|loader|comm_np2|ddp_np2|train_step_async|ddp_async_np2|cpu_streams)$'
+    -R '^test_(pack|synth|ring|loader|comm_np2|ddp_np2|train_step_async|ddp_async_np2|cpu_streams|trace|trace_run|nvml)$'
 
 echo "== fuzz (libFuzzer, ${RT_FUZZ_SECONDS:-30} s per target)"
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DRT_FUZZ=ON -DRT_CUDA=OFF >/dev/null
