@@ -11,7 +11,12 @@
 #     default is expected to be bf16 from compute capability 8.0 on, off below);
 #   - with --allreduce nccl the MNIST recipe reaches the same bound with its
 #     gradients all-reduced through NCCL in a world of one (every update's
-#     buckets counted), where the plain run reduces nothing.
+#     buckets counted), where the plain run reduces nothing;
+#   - a traced GPU run: the compute stream's per-layer spans from CUDA events
+#     pass tools/check_trace.py (nesting, names) and lie inside the training
+#     thread's steps (the anchor puts device times on the host clock), the
+#     step profile's forward and backward are not zero, and where NVML is
+#     there its counters are in the trace.
 # Skips (77) when `ringtrain train --device cuda --steps 1 --synthetic-data`
 # stops with "error: --device cuda: ..." (a build without CUDA, no driver, no
 # usable GPU); any other failure of that probe fails the test.
@@ -152,6 +157,36 @@ RINGTRAIN_TEST_OVERFLOW=0:1000 "$RT" train --device cuda --amp fp16 --synthetic-
 rc=$?
 [ $rc -ne 0 ] && grep -q "error: 5 optimizer steps in a row overflowed.*first non-finite tensor: [a-z0-9_.]*weight gradient" "$W/ovf2.out" \
     && pass "fp16: 5 overflows in a row stop the run naming the tensor" || fail "fp16 skip limit: rc=$rc $(tail -2 "$W/ovf2.out")"
+
+# A traced run on the GPU: device spans from CUDA events, placed on the host's clock.
+"$RT" train --device cuda --synthetic-data --model resnet9 --batch-size 64 --steps 12 --trace "$W/gpu.json" \
+    --trace-steps 4:10 --json --no-progress >"$W/trace.out" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && "$PY" "$HERE/../tools/check_trace.py" "$W/gpu.json" --ranks 1 --require '^fwd ' --require '^bwd ' \
+    --require '^optimizer$' --require-track '^compute stream$' >"$W/trace.chk" 2>&1; then
+    pass "a traced GPU run: $(tail -n 1 "$W/trace.chk")"
+else
+    fail "a traced GPU run: rc=$rc $(tail -n 3 "$W/trace.chk" "$W/trace.out" 2>/dev/null)"
+fi
+"$PY" - "$W/gpu.json" "$W/trace.out" >"$W/trace.inside" 2>&1 <<'PYEOF'
+import json, sys
+ev = json.load(open(sys.argv[1]))["traceEvents"]
+tid = {e["args"]["name"]: e["tid"] for e in ev if e.get("ph") == "M" and e["name"] == "thread_name"}
+steps = [(e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("ph") == "X" and e["tid"] == tid["training"] and e["name"].startswith("step ")]
+dev = [(e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("ph") == "X" and e["tid"] == tid["compute stream"]]
+# Each device span inside some step, give or take 50 us for the anchor.
+out = [d for d in dev if not any(s0 - 50 <= d[0] and d[1] <= s1 + 50 for s0, s1 in steps)]
+assert dev and not out, f"{len(out)} of {len(dev)} device spans outside the steps"
+prof = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")][-1]["profile"]["phases"]
+assert prof["forward"]["p50_ms"] > 0 and prof["backward"]["p50_ms"] > 0, prof
+print(f"{len(dev)} device spans inside {len(steps)} steps; forward {prof['forward']['p50_ms']:.2f} ms, backward {prof['backward']['p50_ms']:.2f} ms")
+PYEOF
+[ $? -eq 0 ] && pass "the GPU trace's device spans: $(tail -n 1 "$W/trace.inside")" || fail "the GPU trace: $(tail -n 2 "$W/trace.inside")"
+if grep -q '"gpu utilisation %"' "$W/gpu.json"; then
+    pass "NVML's counters are in the trace"
+else
+    echo "note: no NVML counters in the trace (no libnvidia-ml.so.1 here, or a short run)"
+fi
 
 [ $fails -eq 0 ] && echo "all GPU train checks passed" || echo "$fails GPU train check(s) failed"
 [ $fails -eq 0 ]
