@@ -14,13 +14,14 @@ KIND, and what A and B are:
                 for checkpoint_id (which is new for every checkpoint)
   state         two state.json files, but for checkpoint_id and train_ns
   metrics       two --metrics JSON Lines files, row by row, but for the timing
-                fields (time_s, images_per_s, data_wait_frac, exposed_comm_frac)
+                fields (time_s, images_per_s, data_wait_frac, exposed_comm_frac,
+                the GPU counters)
   metrics-final the same, keeping the last row of each epoch only: an
                 interrupted run that was resumed writes a "(partial)" row for
                 the epoch it stopped in, and the resumed run the whole epoch's
   summary       the last JSON line of two `train --json` outputs, but for the
                 timing fields (images_per_s, steady_images_per_s, time_s,
-                train_time_s, exposed_comm_frac)
+                train_time_s, exposed_comm_frac, profile, verdict, trace)
   eval          the last JSON line of two `eval --json` outputs: model,
                 images, loss and accuracy
 
@@ -40,8 +41,10 @@ import sys
 
 sys.dont_write_bytecode = True  # no __pycache__ in tools/
 
-METRICS_TIMING = ("time_s", "images_per_s", "data_wait_frac", "exposed_comm_frac")
-SUMMARY_TIMING = ("images_per_s", "steady_images_per_s", "time_s", "train_time_s", "exposed_comm_frac")
+METRICS_TIMING = ("time_s", "images_per_s", "data_wait_frac", "exposed_comm_frac", "gpu_samples", "gpu_util_pct",
+                  "gpu_mem_used_gib", "gpu_power_w", "gpu_sm_clock_mhz")
+SUMMARY_TIMING = ("images_per_s", "steady_images_per_s", "time_s", "train_time_s", "exposed_comm_frac", "profile",
+                  "verdict", "trace")
 STATE_VOLATILE = ("checkpoint_id", "train_ns")
 META_VOLATILE = ("checkpoint_id",)
 EVAL_FIELDS = ("model", "images", "loss", "accuracy")
