@@ -130,14 +130,14 @@ verdict() { # verdict FILE: the --json summary's verdict.limit
 grep -q "^step profile (rank 0" "$W/run1" && grep -q "^verdict: " "$W/run1" && grep -q "^  try: " "$W/run1" &&
     pass "the step profile and verdict print at the end of a run" || { fail "no step profile"; show "$W/run1"; }
 
-# A throttled loader: every batch 150 ms late, a small model.
-RINGTRAIN_TEST_SLOW_LOADER=150 "$RT" train "${COMMON[@]}" --workers 1 --steps 12 --json >"$W/slow_loader" 2>&1
+# A throttled loader: every batch 500 ms late (several times a step of this model, even under ASan).
+RINGTRAIN_TEST_SLOW_LOADER=500 "$RT" train "${COMMON[@]}" --workers 1 --steps 8 --json >"$W/slow_loader" 2>&1
 v=$(verdict "$W/slow_loader")
 [ "$v" = input ] && pass "a throttled loader: input-bound ($(grep '^verdict' "$W/slow_loader" | cut -c1-110))" ||
     { fail "a throttled loader gave '$v'"; show "$W/slow_loader"; }
 
 # A heavy model with the data in hand: the batches wait for the model.
-"$RT" train "${COMMON[@]}" --model resnet9 --steps 6 --json >"$W/heavy" 2>&1
+"$RT" train "${COMMON[@]}" --model resnet9 --steps 5 --json >"$W/heavy" 2>&1
 v=$(verdict "$W/heavy")
 [ "$v" = compute ] && pass "a heavy model: compute-bound ($(grep '^verdict' "$W/heavy" | cut -c1-110))" ||
     { fail "a heavy model gave '$v'"; show "$W/heavy"; }
