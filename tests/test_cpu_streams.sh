@@ -53,7 +53,7 @@ same() {
     da=$(digest "$W/$name.async")
     if [ $rs -ne 0 ] || [ $ra -ne 0 ]; then
         fail "$name: exit $rs (sync), $ra (async)"
-        tail -5 "$W/$name.sync" "$W/$name.async"
+        tail -n 5 "$W/$name.sync" "$W/$name.async"
     elif ! grep -q "asynchronous streams (RINGTRAIN_CPU_STREAMS=async)" "$W/$name.async"; then
         fail "$name: the banner does not say the asynchronous streams are on"
         head -3 "$W/$name.async"
@@ -78,7 +78,7 @@ RINGTRAIN_CPU_STREAMS=async "$RT" train --data "$W/mnist" --model mnist-net --ba
 d1=$(digest "$W/full.out")
 d2=$(digest "$W/rest.out")
 [ -n "$d1" ] && [ "$d1" = "$d2" ] && pass "resume in the asynchronous mode: digest $d2 = the uninterrupted run's" ||
-    { fail "resume: '$d2' vs uninterrupted '$d1'"; tail -3 "$W/part.out" "$W/rest.out"; }
+    { fail "resume: '$d2' vs uninterrupted '$d1'"; tail -n 3 "$W/part.out" "$W/rest.out"; }
 
 # Two ranks: the buckets' all-reduces on the comm thread while backward is queued on the compute thread.
 MPIRUN=$(command -v mpirun || true)

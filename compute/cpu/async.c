@@ -524,6 +524,13 @@ static void stream_mark(struct rt_timeline *t, int i)
     call_submit(t->s, c);
 }
 
+/* Like cudaEventSynchronize on each mark: the stamps are written by the worker, so wait for the last. A
+ * step's loss download has waited for most of them, but not for what was queued after it (the optimizer). */
+static void marks_read(struct rt_timeline *t)
+{
+    queue_drain(t->s->q);
+}
+
 static const struct rt_backend_streams async_streams = {
     .create = stream_create,
     .destroy = stream_destroy,
@@ -536,6 +543,7 @@ static const struct rt_backend_streams async_streams = {
     .free = stream_free,
     .copy_from_host = stream_copy_from_host,
     .mark = stream_mark,
+    .marks_read = marks_read,
 };
 
 /* ---- set-up ---------------------------------------------------------------------- */
