@@ -394,7 +394,10 @@ static int load_resident(struct rt_loader *L)
     if (window_wait(L, c) < 0)
         return -1;
     const uint64_t t1 = rt_now_ns();
+    /* rt_loader_stats reads it under the lock, perhaps while the load is still going. */
+    pthread_mutex_lock(&L->mu);
     L->load_ns = t1 - t0;
+    pthread_mutex_unlock(&L->mu);
     if (rt_trace_live()) {
         char label[64];
         snprintf(label, sizeof(label), "%" PRIu32 " blocks", L->nblocks);
