@@ -234,17 +234,20 @@ void rt_bucketer_ready(void *bucketer, size_t ready)
 }
 
 /* NCCL mode on the trace: each bucket from queued to the host seeing every all-reduce done (the device's
- * own times are not read back). */
+ * own times are not read back). Only buckets queued while the trace recorded carry a time. */
 static void trace_nccl(const struct rt_bucketer *b)
 {
-    const int track = rt_trace_track("NCCL buckets (host view)", 7);
+    int track = -1;
     const uint64_t now = rt_now_ns();
     for (int k = 0; k < b->nb; k++) {
+        if (!b->b[k].t_ready)
+            continue;
+        if (track < 0)
+            track = rt_trace_track("NCCL buckets (host view)", 7);
         char label[24];
         snprintf(label, sizeof(label), "%d", k);
-        if (b->b[k].t_ready)
-            rt_trace_async(track, RT_TRACE_COMM, "bucket queued->reduced", label, (b->step << 12) | (uint64_t)k,
-                           b->b[k].t_ready, now);
+        rt_trace_async(track, RT_TRACE_COMM, "bucket queued->reduced", label, (b->step << 12) | (uint64_t)k,
+                       b->b[k].t_ready, now);
     }
 }
 

@@ -75,7 +75,8 @@ int rt_trace_create(const struct rt_trace_opts *o, struct rt_trace **out);
 /* Uninstalls and frees it. NULL is fine. */
 void rt_trace_destroy(struct rt_trace *t);
 
-/* Starts (1) or stops (0) recording. Spans already begun when it stops are still recorded at their end. */
+/* Starts (1) or stops (0) recording. A span that ends after recording stopped is not recorded (its
+ * children, recorded before, stay). */
 void rt_trace_set_recording(struct rt_trace *t, int on);
 
 /* What the recorder holds. */

@@ -74,13 +74,17 @@ static int target_from_train(const char *path, double *out)
     FILE *f = fopen(path, "r");
     if (!f)
         return rt_errf(-errno, "not a number, and cannot open it as a train --json file: %s", strerror(errno));
-    char line[65536], last[65536] = "";
-    while (fgets(line, sizeof(line), f))
-        if (line[0] == '{')
-            memcpy(last, line, sizeof(last));
+    char *line = NULL, *last = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, f) > 0)
+        if (line[0] == '{') {
+            free(last);
+            last = strdup(line);
+        }
+    free(line);
     fclose(f);
-    json_error_t err;
-    json_t *o = last[0] ? json_loads(last, 0, &err) : NULL;
+    json_t *o = last ? json_loads(last, 0, NULL) : NULL;
+    free(last);
     if (!o)
         return rt_errf(-EINVAL, "no JSON summary line in it (the output of `ringtrain train --json`)");
     json_t *ips = json_object_get(o, "steady_images_per_s");

@@ -16,6 +16,7 @@
 #include <jansson.h>
 
 #include "common/common.h"
+#include "common/trace.h"
 #include "tools/train/driver.h"
 
 void json_floats(char *buf, size_t len, const float *v, uint32_t n)
@@ -86,10 +87,9 @@ static int save_state(struct train *T, const double ep[3])
     return rc < 0 ? -1 : 0;
 }
 
-int ckpt_save(struct train *T)
+/* The checkpoint's three files, written by rank 0 (every rank takes part in the epoch sums). */
+static int save(struct train *T)
 {
-    if (!T->cfg.checkpoint_dir)
-        return 0;
     /* The partial epoch's sums, over all ranks: rank 0 alone restores them. */
     const struct rt_loss_stats *e = &T->meter.ep_loss;
     double ep[3] = {e->loss_sum, e->correct, e->count};
@@ -103,6 +103,16 @@ int ckpt_save(struct train *T)
     snprintf(T->ckpt_id, sizeof(T->ckpt_id), "%" PRIu64 "-%016" PRIx64, T->pos.update,
              rt_now_ns() ^ ((uint64_t)getpid() << 40));
     return save_model(T) < 0 || save_state(T, ep) < 0 ? -1 : 0;
+}
+
+int ckpt_save(struct train *T)
+{
+    if (!T->cfg.checkpoint_dir)
+        return 0;
+    const uint64_t t0 = rt_trace_begin();
+    const int rc = save(T);
+    rt_trace_end(t0, RT_TRACE_CKPT, "checkpoint", NULL);
+    return rc;
 }
 
 /* The safetensors file `name` of the checkpoint, if it carries the checkpoint's id; NULL on error. */

@@ -98,12 +98,9 @@ struct prof_verdict {
     char limit[16], evidence[320], advice[480];
 };
 
-/* --trace (tracefile.c): the recorder and its window of optimizer steps. */
+/* --trace (tracefile.c): the recorder (its window is cfg.trace_first/last/all) and the file it made. */
 struct train_trace {
     struct rt_trace *rec;       /* NULL: not tracing */
-    int device_track;           /* the compute stream's spans */
-    uint64_t first, last;       /* record steps [first, last) ... */
-    int all;                    /* ... or the whole run */
     uint64_t file_bytes;
 };
 

@@ -73,11 +73,8 @@ int epoch_next(struct train *T)
     T->pos.epoch++;
     T->pos.batch = 0;
     meter_epoch_reset(&T->meter);
-    const uint64_t t0 = rt_trace_begin();
     if (ckpt_save(T) < 0)
         return -1;
-    if (T->cfg.checkpoint_dir)
-        rt_trace_end(t0, RT_TRACE_CKPT, "checkpoint", NULL);
     if (hit)
         T->stop = STOP_TARGET;
     return hit;

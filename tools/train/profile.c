@@ -204,42 +204,40 @@ void profile_stats(const struct train *T, struct prof_stats *out)
  * exposed is 15 % or more on every rank -- where it is so on some ranks only,
  * or the ranks' forward + backward differ by half the wait or more, the wait
  * is for the slowest rank's compute, not for the link (in lock-step data
- * parallelism the rank that finishes backward last waits least); the host when the time outside the measured phases (and
- * the copy) is 25 % or more; else compute. Thresholds are where fixing the
- * phase pays more than the run-to-run noise of these machines. `ranks`:
- * each rank's data, step, comm and forward + backward p50s.
+ * parallelism the rank that finishes backward last waits least); the host
+ * when the time outside the measured phases (and the copy) is 25 % or more;
+ * else compute. Thresholds are where fixing the phase pays more than the
+ * run-to-run noise of these machines.
  */
-static void verdict(struct train *T, const struct prof_stats *st, const double *ranks)
+struct rank_p50 {
+    double data, step, comm, compute; /* ns; compute: forward + backward */
+};
+
+static double share_of(double part, double step)
+{
+    return step > 0 ? part / step : 0;
+}
+
+static void verdict(struct train *T, const struct prof_stats *st, const struct rank_p50 *ranks)
 {
     struct prof_verdict *p = &T->verdict;
     const struct train_cfg *c = &T->cfg;
     const double step = st->p50[PROF_STEP] > 0 ? st->p50[PROF_STEP] : 1;
-    int worst = 0, slow = 0, fast = 0;
-    double worst_data = 0, worst_step = step;
+    int worst = 0, slow = 0, fast = 0, least = 0; /* most data wait; most and least compute; least comm wait */
     for (int r = 1; r < T->world; r++) {
-        if (ranks[4 * r + 3] > ranks[4 * slow + 3])
-            slow = r;
-        if (ranks[4 * r + 3] < ranks[4 * fast + 3])
-            fast = r;
-    }
-    const double imbalance = ranks[4 * slow + 3] - ranks[4 * fast + 3];
-    double least_comm = 1;
-    int least = 0;
-    for (int r = 0; r < T->world; r++) {
-        const double share = ranks[4 * r + 1] > 0 ? ranks[4 * r + 2] / ranks[4 * r + 1] : 0;
-        if (share < least_comm) {
-            least_comm = share;
-            least = r;
-        }
-    }
-    for (int r = 0; r < T->world; r++) {
-        const double share = ranks[4 * r + 1] > 0 ? ranks[4 * r] / ranks[4 * r + 1] : 0;
-        if (share > worst_data) {
-            worst_data = share;
+        const struct rank_p50 *k = &ranks[r];
+        if (share_of(k->data, k->step) > share_of(ranks[worst].data, ranks[worst].step))
             worst = r;
-            worst_step = ranks[4 * r + 1];
-        }
+        if (k->compute > ranks[slow].compute)
+            slow = r;
+        if (k->compute < ranks[fast].compute)
+            fast = r;
+        if (share_of(k->comm, k->step) < share_of(ranks[least].comm, ranks[least].step))
+            least = r;
     }
+    const double imbalance = ranks[slow].compute - ranks[fast].compute;
+    const double least_comm = share_of(ranks[least].comm, ranks[least].step);
+    const double worst_data = share_of(ranks[worst].data, ranks[worst].step), worst_step = ranks[worst].step;
     const double comm = st->p50[PROF_COMM] / step, rest = (st->p50[PROF_REST] + st->p50[PROF_COPY]) / step;
     const double compute = (st->p50[PROF_FORWARD] + st->p50[PROF_BACKWARD] + st->p50[PROF_OPTIM]) / step;
     const double imgs = (double)c->batch * c->grad_accum * T->world;
@@ -248,8 +246,8 @@ static void verdict(struct train *T, const struct prof_stats *st, const double *
         snprintf(p->evidence, sizeof(p->evidence),
                  "rank %d waits %.1f ms for data in a %.1f ms step (%.0f%%); the model alone would run at about "
                  "%.0f img/s",
-                 worst, ranks[4 * worst] * 1e-6, worst_step * 1e-6, 100 * worst_data,
-                 imgs / ((worst_step - ranks[4 * worst]) * 1e-9));
+                 worst, ranks[worst].data * 1e-6, worst_step * 1e-6, 100 * worst_data,
+                 imgs / ((worst_step - ranks[worst].data) * 1e-9));
         snprintf(p->advice, sizeof(p->advice),
                  "more loader workers (--workers %d; now %d)%s; `ringtrain loadbench DIR --target FILE.json` with "
                  "this run's --json output shows whether the loader can feed the model",
@@ -260,8 +258,8 @@ static void verdict(struct train *T, const struct prof_stats *st, const double *
         snprintf(p->evidence, sizeof(p->evidence),
                  "the all-reduce wait here (%.1f ms, %.0f%% of the step) is for a slower rank: rank %d waits %.0f%%; "
                  "forward + backward take %.1f ms on rank %d and %.1f ms on rank %d",
-                 st->p50[PROF_COMM] * 1e-6, 100 * comm, least, 100 * least_comm, ranks[4 * slow + 3] * 1e-6, slow,
-                 ranks[4 * fast + 3] * 1e-6, fast);
+                 st->p50[PROF_COMM] * 1e-6, 100 * comm, least, 100 * least_comm, ranks[slow].compute * 1e-6, slow,
+                 ranks[fast].compute * 1e-6, fast);
         snprintf(p->advice, sizeof(p->advice),
                  "give every rank the same cores and device (ranks sharing cores, or a busy node, run out of step); "
                  "`ringtrain ranks` shows each rank's CPUs");
@@ -306,12 +304,12 @@ void profile_report(struct train *T)
 {
     struct prof_stats st;
     profile_stats(T, &st);
-    double mine[4] = {st.p50[PROF_DATA], st.p50[PROF_STEP], st.p50[PROF_COMM],
-                      st.p50[PROF_FORWARD] + st.p50[PROF_BACKWARD]};
-    double *ranks = rt_calloc((size_t)T->world * 4, sizeof(double), "step profiles");
+    const struct rank_p50 mine = {st.p50[PROF_DATA], st.p50[PROF_STEP], st.p50[PROF_COMM],
+                                  st.p50[PROF_FORWARD] + st.p50[PROF_BACKWARD]};
+    struct rank_p50 *ranks = rt_calloc((size_t)T->world, sizeof(*ranks), "step profiles");
     if (!ranks)
         return;
-    rt_comm_allgather(T->comm, mine, ranks, sizeof(mine), "the ranks' step profiles");
+    rt_comm_allgather(T->comm, &mine, ranks, sizeof(mine), "the ranks' step profiles");
     verdict(T, &st, ranks);
     free(ranks);
     T->verdict.have = 1;

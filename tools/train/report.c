@@ -8,6 +8,7 @@
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
+#include <string.h>
 #include <stdlib.h>
 
 #include <jansson.h>
@@ -141,20 +142,17 @@ void report_clear_bar(const struct train *T)
         fprintf(stderr, "\r\033[K");
 }
 
-/* The GPU counters' members of a metrics line: those NVML gave. */
+/* The GPU counters' members of a metrics line, as nvml.c names and rounds them: those NVML gave. */
 static void gpu_members(json_t *o, const struct rt_nvml_summary *g)
 {
-    if (!g->samples)
+    char text[300] = "{";
+    if (rt_nvml_summary_json(g, text + 1, sizeof(text) - 2) < 0 || !text[1])
         return;
-    json_object_set_new(o, "gpu_samples", json_integer(g->samples));
-    if (g->valid_mask & RT_NVML_UTIL)
-        json_object_set_new(o, "gpu_util_pct", json_real(g->util_gpu_pct_mean));
-    if (g->valid_mask & RT_NVML_MEM)
-        json_object_set_new(o, "gpu_mem_used_gib", json_real((double)g->mem_used_bytes_max / 1073741824.0));
-    if (g->valid_mask & RT_NVML_POWER)
-        json_object_set_new(o, "gpu_power_w", json_real(g->power_w_mean));
-    if (g->valid_mask & RT_NVML_SM_CLOCK)
-        json_object_set_new(o, "gpu_sm_clock_mhz", json_real(g->sm_clock_mhz_mean));
+    strcat(text, "}");
+    json_t *m = json_loads(text, 0, NULL);
+    if (m)
+        json_object_update(o, m);
+    json_decref(m);
 }
 
 static void write_metrics(struct train *T, double time_s, double ips, double wait, double comm,

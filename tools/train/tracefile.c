@@ -37,22 +37,19 @@ int trace_start(struct train *T)
     struct rt_trace_opts o = {.cap_bytes = (size_t)(c->trace_mb * 1048576.0), .pid = T->rank, .process = name};
     if (rt_trace_create(&o, &T->tr.rec) < 0)
         return -1;
-    T->tr.all = c->trace_all;
-    T->tr.first = c->trace_first;
-    T->tr.last = c->trace_last;
     rt_trace_thread_name("training", 0);
     return 0;
 }
 
 void trace_window(struct train *T, uint64_t update, int begin)
 {
-    struct train_trace *t = &T->tr;
-    if (!t->rec)
+    const struct train_cfg *c = &T->cfg;
+    if (!T->tr.rec)
         return;
     if (begin)
-        rt_trace_set_recording(t->rec, t->all || (update >= t->first && update < t->last));
-    else if (!t->all && update >= t->last)
-        rt_trace_set_recording(t->rec, 0);
+        rt_trace_set_recording(T->tr.rec, c->trace_all || (update >= c->trace_first && update < c->trace_last));
+    else if (!c->trace_all && update >= c->trace_last)
+        rt_trace_set_recording(T->tr.rec, 0);
 }
 
 /* Rank 0: the file, written beside its final name and renamed when whole. */
@@ -71,8 +68,12 @@ static int write_root(struct train *T, uint64_t base, const struct rt_trace_stat
         uint64_t len = 0;
         rt_comm_gather_one(T->comm, r, &len, sizeof(len), "the trace's size");
         char *buf = len ? malloc(len) : NULL;
-        if (len && !buf)
+        if (len && !buf) {
+            /* The caller ends the job: rank r waits to send. */
+            fclose(f);
+            unlink(tmp);
             return rt_errf(-ENOMEM, "out of memory for rank %d's trace (%" PRIu64 " bytes)", r, len);
+        }
         rt_comm_gather_one(T->comm, r, buf, len, "the trace");
         if (!rc && len && fwrite(buf, 1, len, f) != len)
             rc = rt_errf(-EIO, "writing the trace %s: %s", tmp, strerror(errno));
@@ -131,10 +132,10 @@ int trace_finish(struct train *T, uint64_t t_end)
     rt_comm_allreduce(T->comm, v, 3, RT_COMM_U64, RT_RED_SUM, "the trace's counts");
     sum = (struct rt_trace_stats){.events = v[0], .dropped = v[1], .bytes = v[2], .cap_bytes = st.cap_bytes};
     char window[64];
-    if (t->all)
+    if (T->cfg.trace_all)
         snprintf(window, sizeof(window), "all");
     else
-        snprintf(window, sizeof(window), "%" PRIu64 ":%" PRIu64, t->first, t->last);
+        snprintf(window, sizeof(window), "%" PRIu64 ":%" PRIu64, T->cfg.trace_first, T->cfg.trace_last);
     int rc = T->root ? write_root(T, base, &sum, window) : send_part(T, shift, base);
     if (rc < 0)
         return -1;
