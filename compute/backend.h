@@ -22,6 +22,7 @@ struct rt_backend_io {
 };
 
 struct cpu_queue; /* cpu/async.c: one asynchronous stream's worker thread */
+struct cpu_dnnl;  /* cpu/dnnl.c */
 
 struct rt_stream {
     struct rt_backend *be;
@@ -99,7 +100,10 @@ struct rt_backend {
     char why_not_bf16[160], why_not_f16[160];
     void *scratch;          /* CPU: see rt_cpu_scratch() */
     size_t scratch_bytes;
-    char describe[224];
+    void *scratch16;        /* CPU bf16 table: its own scratch (cpu/bf16.c), apart from rt_cpu_scratch()'s */
+    size_t scratch16_bytes;
+    struct cpu_dnnl *dnnl;  /* CPU: oneDNN's engine, stream and primitive cache (cpu/dnnl.c); NULL until used */
+    char describe[352];
     char pci_bus_id[32];    /* CUDA: the GPU's PCI bus id ("0000:3B:00.0"); "" otherwise */
     struct rt_cuda *cuda;   /* CUDA: the device, handles and caches; NULL on the CPU */
     const struct rt_backend_io *io; /* NULL on the CPU */

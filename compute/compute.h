@@ -21,10 +21,11 @@
  * Tensor layout. Parameters are always in PyTorch's layout (conv weights
  * (Cout, Cin, kh, kw), linear weights (out, in)). Activations -- the
  * "spatial" tensors of logical shape (N, C, H, W) -- are in the backend's own
- * layout: the CPU backend keeps them channel-major with the batch folded in,
- * (C, N, H, W), so that a convolution over the whole batch is one GEMM and a
- * batchnorm channel is one contiguous run. "Feature" tensors, (N, F) row-major,
- * are the same on every backend; flatten and global pooling convert.
+ * layout: the CPU backend keeps them in oneDNN's blocked nChw16c when C is a
+ * multiple of 16 (what its convolutions run on, so no reorder between layers)
+ * and channel-major (C, N, H, W) otherwise (cpu/cpu.h); the CUDA backend NCHW
+ * in fp32 and NHWC in 16 bits. "Feature" tensors, (N, F) row-major, are the
+ * same on every backend; flatten and global pooling convert.
  *
  * This module never calls MPI or NCCL; it knows nothing of the loader beyond
  * the uint8 batch it is handed.
@@ -89,9 +90,9 @@ void rt_backend_destroy(struct rt_backend *be); /* NULL is fine */
 const struct rt_ops *rt_backend_ops(const struct rt_backend *be);
 /*
  * The op table whose activations are of type `act` (rt_backend_ops() is the
- * RT_F32 one), or NULL with rt_errmsg() saying why the backend cannot (the
- * CPU computes in fp32 only; bf16 needs a GPU of compute capability 8.0 or
- * later). In such a table every activation argument -- x, y, dx, dy,
+ * RT_F32 one), or NULL with rt_errmsg() saying why the backend cannot (bf16
+ * needs a CPU with AVX512_BF16 or AMX, or a GPU of compute capability 8.0 or
+ * later; the CPU has no fp16 table). In such a table every activation argument -- x, y, dx, dy,
  * logits, dlogits and the element-wise ops' operands -- points at `act`
  * elements, and spatial tensors may be in another layout than the fp32
  * table's (the CUDA backend's 16-bit tables are NHWC, for the tensor cores).
@@ -233,6 +234,9 @@ struct rt_bn_desc {
     struct rt_shape4 in;
     float eps;             /* 1e-5 */
     float momentum;        /* running = (1 - momentum) * running + momentum * batch; 0.1 */
+    /* Batchnorm and ReLU in one pass, only in a table whose bn_relu is set: y = max(0, bn(x)) in both forward ops,
+     * and bn_bwd takes dy as the gradient of that y, passing it only where bn(x), recomputed from x, is > 0. */
+    int relu;
 };
 
 /* Outputs of the loss, left in device memory (read back after the step). */
@@ -318,10 +322,11 @@ struct rt_loss_stats {
     X(void, bn_infer_fwd, (struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *gamma,        \
                            const float *beta, const float *running_mean, const float *running_var, float *y),          \
                                  (s, d, x, gamma, beta, running_mean, running_var, y))                                 \
+    /* beta (the shift) is read only with d->relu, to recompute the forward's output */                                \
     X(void, bn_bwd, (struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *dy,                 \
-                     const float *gamma, const float *save_mean, const float *save_invstd, float beta_dx, float *dx,   \
-                     float *dgamma, float *dbeta),                                                                     \
-                           (s, d, x, dy, gamma, save_mean, save_invstd, beta_dx, dx, dgamma, dbeta))                   \
+                     const float *gamma, const float *beta, const float *save_mean, const float *save_invstd,          \
+                     float beta_dx, float *dx, float *dgamma, float *dbeta),                                           \
+                           (s, d, x, dy, gamma, beta, save_mean, save_invstd, beta_dx, dx, dgamma, dbeta))             \
                                                                                                                        \
     /* -- pooling: y (N, C, oh, ow); backward recomputes the max positions from x -- */                                \
     X(void, maxpool_fwd, (struct rt_stream *s, const struct rt_pool_desc *d, const float *x, float *y), (s, d, x, y))  \
@@ -436,6 +441,7 @@ struct rt_loss_stats {
 
 struct rt_ops {
     enum rt_dtype act; /* the activations' element type in this table (rt_backend_ops_for) */
+    int bn_relu;       /* 1: the batchnorm ops honour rt_bn_desc.relu (the model then fuses BN + ReLU) */
     RT_OPS_LIST(RT_OPS_MEMBER)
 };
 

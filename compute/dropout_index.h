@@ -12,14 +12,18 @@
  * Philox4x32-10 block with key (seed lo, seed hi) and counter
  * (e/4 lo, e/4 hi, 0, RT_DROPOUT_CTR3); kept elements are scaled by 1/(1-p).
  * Keying on L rather than on the place in memory is what makes the
- * backends' masks agree: the CPU stores spatial tensors (C, N, H, W), the
- * CUDA fp32 table NCHW, the CUDA 16-bit tables NHWC.
+ * backends' masks agree: the CPU stores spatial tensors (C, N, H, W), or
+ * blocked nChw16c when C is a multiple of 16, the CUDA fp32 table NCHW, the
+ * CUDA 16-bit tables NHWC.
  *
  * A kernel walks its memory in order, maps each memory index to L with
  * rt_dropout_logical(), and draws with rt_dropout_block() and
  * rt_dropout_mul_of(). rt_dropout_run() says how far memory and L advance
  * together, so that a run shares Philox blocks between 4 consecutive
- * elements instead of computing one block per element.
+ * elements instead of computing one block per element. In a layout where
+ * neighbours in memory lie far apart in L (NHWC, nChw16c) a kernel can
+ * walk an (n, c) plane instead: its H*W elements have consecutive L and lie
+ * rt_dropout_plane_step() apart in memory.
  *
  * Everything here is a pure function of its arguments (thread-safe, no
  * state). Indices are element counts (uint64_t); shapes must have every
@@ -48,8 +52,9 @@
 enum rt_dropout_layout {
     RT_DROPOUT_FEATURES = 0, /* (N, F) row-major as (N, F, 1, 1): n*F + f, every backend */
     RT_DROPOUT_NCHW,         /* ((n*C + c)*H + h)*W + w: the CUDA fp32 table */
-    RT_DROPOUT_CNHW,         /* ((c*N + n)*H + h)*W + w: the CPU backend */
+    RT_DROPOUT_CNHW,         /* ((c*N + n)*H + h)*W + w: the CPU backend when 16 does not divide C */
     RT_DROPOUT_NHWC,         /* ((n*H + h)*W + w)*C + c: the CUDA 16-bit tables */
+    RT_DROPOUT_NCHW16C,      /* (((n*(C/16) + c/16)*H + h)*W + w)*16 + c%16: the CPU backend when 16 divides C */
 };
 
 /* The logical index L of the element at memory index i of layout l. */
@@ -66,14 +71,21 @@ RT_DROPOUT_FN uint64_t rt_dropout_logical(enum rt_dropout_layout l, struct rt_sh
         const uint64_t n = px / hw, s = px - n * hw;
         return (n * (uint64_t)sh.c + c) * hw + s;
     }
+    if (l == RT_DROPOUT_NCHW16C) {
+        const uint64_t q = i >> 4, lane = i & 15u; /* q = (n*(C/16) + c/16)*HW + s */
+        const uint64_t nb = q / hw, s = q - nb * hw;
+        const uint64_t cb = (uint64_t)sh.c >> 4, n = nb / cb, c = ((nb - n * cb) << 4) + lane;
+        return (n * (uint64_t)sh.c + c) * hw + s;
+    }
     return i; /* NCHW and features are stored in logical order */
 }
 
 /*
  * How many elements from memory index i on (i included, at least 1) have
  * logical indices L(i), L(i) + 1, ...: the rest of an (n, c) plane in CNHW,
- * one element in NHWC (unless C = 1), the rest of the tensor in NCHW and
- * features. Not necessarily the longest such run.
+ * one element in NHWC (unless C = 1) and in nChw16c (unless H*W = 1, where
+ * nChw16c is NCHW), the rest of the tensor in NCHW and features. Not
+ * necessarily the longest such run.
  */
 RT_DROPOUT_FN uint64_t rt_dropout_run(enum rt_dropout_layout l, struct rt_shape4 sh, uint64_t i)
 {
@@ -83,7 +95,25 @@ RT_DROPOUT_FN uint64_t rt_dropout_run(enum rt_dropout_layout l, struct rt_shape4
         return hw - i % hw;
     if (l == RT_DROPOUT_NHWC && sh.c > 1 && hw > 1)
         return 1;
+    if (l == RT_DROPOUT_NCHW16C && hw > 1)
+        return 1;
     return total - i;
+}
+
+/*
+ * The distance in memory from element (n, c, s) of an (n, c) plane to
+ * (n, c, s + 1), s = h*W + w: 1 in NCHW, CNHW and features, C in NHWC, 16
+ * in nChw16c. So memory indices i, i + step, i + 2 step, ... hold logical
+ * indices L(i), L(i) + 1, ... up to the end of i's plane: H*W - L(i) % (H*W)
+ * elements, every layout.
+ */
+RT_DROPOUT_FN uint64_t rt_dropout_plane_step(enum rt_dropout_layout l, struct rt_shape4 sh)
+{
+    if (l == RT_DROPOUT_NHWC)
+        return (uint64_t)sh.c;
+    if (l == RT_DROPOUT_NCHW16C)
+        return 16;
+    return 1;
 }
 
 /*

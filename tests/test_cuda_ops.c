@@ -686,14 +686,14 @@ static void test_bn_case(struct rt_shape4 sh, uint64_t stream)
     d_put(&dg, hc, c * sizeof(float));
     fill_uniform(&r, hc, c, -1, 1);
     d_put(&dbt, hc, c * sizeof(float));
-    BOTH OP(s, bn_bwd, &d, DF(x, s), DF(dy, s), DF(g, s), DF(sm, s), DF(si, s), 0.0f, DF(dx, s), DF(dg, s),
+    BOTH OP(s, bn_bwd, &d, DF(x, s), DF(dy, s), DF(g, s), DF(b, s), DF(sm, s), DF(si, s), 0.0f, DF(dx, s), DF(dg, s),
             DF(dbt, s));
     cmp_sp("bn_bwd beta_dx=0 dx", shape, &dx, sh, T_REDUCE);
     cmp_flat("bn_bwd dgamma (+=)", shape, &dg, c, T_REDUCE);
     cmp_flat("bn_bwd dbeta (+=)", shape, &dbt, c, T_REDUCE);
     fill_uniform(&r, old, n, -1, 1);
     d_put_sp(&dx, sh, old);
-    BOTH OP(s, bn_bwd, &d, DF(x, s), DF(dy, s), DF(g, s), DF(sm, s), DF(si, s), 1.0f, DF(dx, s), DF(dg, s),
+    BOTH OP(s, bn_bwd, &d, DF(x, s), DF(dy, s), DF(g, s), DF(b, s), DF(sm, s), DF(si, s), 1.0f, DF(dx, s), DF(dg, s),
             DF(dbt, s));
     cmp_sp("bn_bwd beta_dx=1 dx", shape, &dx, sh, T_REDUCE);
     cmp_flat("bn_bwd dgamma (+= twice)", shape, &dg, c, T_REDUCE);
@@ -991,7 +991,7 @@ static void test_relu_gelu(void)
 /*
  * Dropout keys each element on its logical (n, c, h, w) index (compute.h), so
  * the masks must match position for position although the CPU stores
- * spatial tensors (C, N, H, W), the fp32 table NCHW and the 16-bit tables
+ * spatial tensors blocked (nChw16c) or (C, N, H, W), the fp32 table NCHW and the 16-bit tables
  * NHWC; features (N, F) are row-major everywhere. Spatial cases go in and
  * out through from_nchw / to_nchw, features through upload / download.
  */

@@ -11,6 +11,12 @@
  * the torch.optim formulas in double. Each comparison prints its worst error
  * next to its tolerance; failures print op, index and values. PyTorch
  * fixtures are compared elsewhere (the model and optimizer tests).
+ *
+ * The ops on spatial tensors (input, batchnorm, dropout) run on both of the
+ * CPU backend's layouts: channel-major (C, N, H, W) for C not a multiple of
+ * 16, blocked nChw16c for C = 16, 32, 64. Tensors go in and out through
+ * from_nchw / to_nchw, so the references do not depend on the layout; only
+ * input_u8's test and dropout_index.h's look at the memory.
  */
 #include <float.h>
 #include <math.h>
@@ -135,70 +141,158 @@ static double dot_fr(const float *y, const float *r, size_t n)
 
 /* ---- input ---------------------------------------------------------------------- */
 
-static void test_input_u8(void)
+/*
+ * Where the CPU backend keeps element (n, c, s) of shape sh, s = h*W + w,
+ * written out here from cpu.h's contract: nChw16c when 16 divides C, else
+ * (C, N, H, W).
+ */
+static size_t cpu_at(struct rt_shape4 sh, size_t n, size_t c, size_t s)
 {
-    printf("input_u8\n");
-    const struct rt_shape4 sh = {.n = 3, .c = 3, .h = 4, .w = 5};
-    const size_t hw = 20, total = 3 * 3 * hw;
-    uint8_t img[3 * 3 * 20];
+    const size_t hw = (size_t)sh.h * sh.w;
+    if (sh.c % 16 == 0)
+        return ((n * (size_t)(sh.c / 16) + c / 16) * hw + s) * 16 + c % 16;
+    return (c * (size_t)sh.n + n) * hw + s;
+}
+
+/* Both entry points, bit for bit ((float)v / 255 - mean) / std at the layout's place for (n, c, s). */
+static void test_input_u8_case(struct rt_shape4 sh)
+{
+    const size_t hw = (size_t)sh.h * sh.w, nc = (size_t)sh.c, total = (size_t)sh.n * nc * hw;
+    uint8_t *img = malloc(total);
+    float *mean = host_floats(nc), *sd = host_floats(nc), *h = host_floats(total);
+    if (!img) {
+        fprintf(stderr, "out of memory\n");
+        exit(1);
+    }
     for (size_t i = 0; i < total; i++)
         img[i] = (uint8_t)rt_rng_below(&rng, 256);
     img[0] = 0;
     img[1] = 255;
-    const float mean[3] = {0.4914f, 0.4822f, 0.4465f}, sd[3] = {0.2470f, 0.2435f, 0.2616f};
-    float *y = dev_floats(total), *h = host_floats(total);
-    ops->input_u8(st, sh, img, mean, sd, y);
-    down(h, y, total);
-    size_t bad = 0;
-    for (size_t n = 0; n < 3; n++)
-        for (size_t c = 0; c < 3; c++)
-            for (size_t i = 0; i < hw; i++) {
-                const uint8_t v = img[(n * 3 + c) * hw + i];   /* host NCHW */
-                const float want = ((float)v / 255.0f - mean[c]) / sd[c];
-                const float got = h[(c * 3 + n) * hw + i];     /* backend (C, N, H, W) */
-                if (memcmp(&got, &want, sizeof(got)) != 0 && bad++ < 5)
-                    fprintf(stderr, "  input_u8 n=%zu c=%zu i=%zu: got %.9g want %.9g\n", n, c, i, (double)got,
-                            (double)want);
-            }
-    CHECKF(bad == 0, "input_u8: %zu values differ from ((float)v / 255 - mean) / std in (C,N,H,W)", bad);
+    static const float m3[3] = {0.4914f, 0.4822f, 0.4465f}, s3[3] = {0.2470f, 0.2435f, 0.2616f};
+    for (size_t c = 0; c < nc; c++) {
+        /* distinct per channel, so that a channel mix-up changes values */
+        mean[c] = m3[c % 3] + 0.01f * (float)(c / 3);
+        sd[c] = s3[c % 3] + 0.003f * (float)(c / 3);
+    }
+    float *y = dev_floats(total);
+    for (int dev = 0; dev < 2; dev++) {
+        fill_nan(y, total);
+        if (dev)
+            ops->input_u8_dev(st, sh, img, mean, sd, y);
+        else
+            ops->input_u8(st, sh, img, mean, sd, y);
+        down(h, y, total);
+        size_t bad = 0;
+        for (size_t n = 0; n < (size_t)sh.n; n++)
+            for (size_t c = 0; c < nc; c++)
+                for (size_t i = 0; i < hw; i++) {
+                    const uint8_t v = img[(n * nc + c) * hw + i]; /* host NCHW */
+                    const float want = ((float)v / 255.0f - mean[c]) / sd[c];
+                    const float got = h[cpu_at(sh, n, c, i)];
+                    if (memcmp(&got, &want, sizeof(got)) != 0 && bad++ < 5)
+                        fprintf(stderr, "  %s (%d,%d,%d,%d) n=%zu c=%zu i=%zu: got %.9g want %.9g\n",
+                                dev ? "input_u8_dev" : "input_u8", sh.n, sh.c, sh.h, sh.w, n, c, i, (double)got,
+                                (double)want);
+                }
+        printf("  %-12s (%d,%d,%d,%d) %s: %zu of %zu values differ\n", dev ? "input_u8_dev" : "input_u8", sh.n, sh.c,
+               sh.h, sh.w, sh.c % 16 ? "(C,N,H,W)" : "nChw16c", bad, total);
+        CHECKF(bad == 0, "%s (%d,%d,%d,%d): %zu values differ from ((float)v / 255 - mean) / std in %s",
+               dev ? "input_u8_dev" : "input_u8", sh.n, sh.c, sh.h, sh.w, bad, sh.c % 16 ? "(C,N,H,W)" : "nChw16c");
+    }
     ops->free(be, y);
+    free(img);
+    free(mean);
+    free(sd);
     free(h);
 }
 
+static void test_input_u8(void)
+{
+    printf("input_u8\n");
+    static const struct rt_shape4 shapes[] = {
+        {3, 3, 4, 5}, {2, 1, 3, 3}, {2, 16, 3, 5}, {3, 32, 4, 4},
+        {8, 3, 32, 32}, {4, 16, 24, 24}, /* big enough for the threads */
+    };
+    for (size_t i = 0; i < RT_ARRAY_LEN(shapes); i++)
+        test_input_u8_case(shapes[i]);
+}
+
 /* ---- batchnorm ---------------------------------------------------------------------- */
+
+/*
+ * Host arrays of a batchnorm test are (C, M): channel rows of M = N*H*W
+ * values, m = n*H*W + h*W + w, as the references want them. They reach the
+ * backend's layout through NCHW and from_nchw (for (C, N, H, W) the same
+ * bytes as an upload).
+ */
+static void put_cm(struct rt_shape4 sh, float *dev, const float *cm)
+{
+    const size_t c = (size_t)sh.c, hw = (size_t)sh.h * sh.w, m = (size_t)sh.n * hw;
+    float *nchw = host_floats(c * m);
+    for (size_t ch = 0; ch < c; ch++)
+        for (size_t n = 0; n < (size_t)sh.n; n++)
+            memcpy(nchw + (n * c + ch) * hw, cm + ch * m + n * hw, hw * sizeof(float));
+    ops->from_nchw(st, sh, nchw, dev);
+    ops->sync(st);
+    free(nchw);
+}
+
+static void get_cm(struct rt_shape4 sh, float *cm, const float *dev)
+{
+    const size_t c = (size_t)sh.c, hw = (size_t)sh.h * sh.w, m = (size_t)sh.n * hw;
+    float *nchw = host_floats(c * m);
+    ops->to_nchw(st, sh, dev, nchw);
+    ops->sync(st);
+    for (size_t ch = 0; ch < c; ch++)
+        for (size_t n = 0; n < (size_t)sh.n; n++)
+            memcpy(cm + ch * m + n * hw, nchw + (n * c + ch) * hw, hw * sizeof(float));
+    free(nchw);
+}
 
 /* x (C, M) with a distinct mean and spread per channel, so a wrong channel stride shows. */
 static void fill_bn_input(float *x, size_t c, size_t m)
 {
     static const float mu[] = {0.0f, 5.0f, -20.0f, 1.5f}, sd[] = {1.0f, 3.0f, 0.5f, 2.0f};
     for (size_t ch = 0; ch < c; ch++)
-        fill_normal(x + ch * m, m, mu[ch % 4], sd[ch % 4]);
+        fill_normal(x + ch * m, m, mu[ch % 4] + 0.25f * (float)(ch / 4), sd[ch % 4]);
 }
 
-static void test_bn_forward(void)
+/* Per-channel parameters: distinct, gamma within 0.5..1.5 so that the error floors below hold for any C. */
+static float bn_gamma(size_t ch)
 {
-    printf("batchnorm forward\n");
-    /* M = 105 per channel: not a multiple of the kernels' 8-wide loop, so the tail is covered */
-    const struct rt_bn_desc d = {.in = {.n = 3, .c = 5, .h = 5, .w = 7}, .eps = 1e-5f, .momentum = 0.1f};
-    const size_t c = 5, m = 3 * 5 * 7, total = c * m;
-    float *hx = host_floats(total), *hy = host_floats(total), g[5], b[5], rm[5], rv[5];
+    return 0.5f + 0.25f * (float)(ch % 5);
+}
+
+static float bn_beta(size_t ch)
+{
+    return 0.1f * (float)(ch % 7) - 0.2f;
+}
+
+static void test_bn_forward_case(struct rt_shape4 sh)
+{
+    const struct rt_bn_desc d = {.in = sh, .eps = 1e-5f, .momentum = 0.1f};
+    const size_t c = (size_t)sh.c, m = (size_t)sh.n * sh.h * sh.w, total = c * m;
+    float *hx = host_floats(total), *hy = host_floats(total), *g = host_floats(c), *b = host_floats(c),
+          *rm = host_floats(c), *rv = host_floats(c), *got = host_floats(c);
     fill_bn_input(hx, c, m);
     for (size_t ch = 0; ch < c; ch++) {
-        g[ch] = 0.5f + 0.25f * (float)ch;
-        b[ch] = 0.1f * (float)ch - 0.2f;
+        g[ch] = bn_gamma(ch);
+        b[ch] = bn_beta(ch);
         rm[ch] = 0.3f * (float)ch;
         rv[ch] = 1.0f + 0.5f * (float)ch;
     }
     float *x = dev_floats(total), *y = dev_floats(total), *dg = dev_floats(c), *db = dev_floats(c),
           *drm = dev_floats(c), *drv = dev_floats(c), *smean = dev_floats(c), *sinv = dev_floats(c);
-    up(x, hx, total);
+    put_cm(sh, x, hx);
     up(dg, g, c);
     up(db, b, c);
     up(drm, rm, c);
     up(drv, rv, c);
+    fill_nan(y, total);
     ops->bn_train_fwd(st, &d, x, dg, db, drm, drv, smean, sinv, y);
 
-    double *wy = host_doubles(total), wmean[5], winv[5], wrm[5], wrv[5];
+    double *wy = host_doubles(total), *wmean = host_doubles(c), *winv = host_doubles(c), *wrm = host_doubles(c),
+           *wrv = host_doubles(c);
     for (size_t ch = 0; ch < c; ch++) {
         double s = 0.0, q = 0.0;
         for (size_t i = 0; i < m; i++)
@@ -214,8 +308,8 @@ static void test_bn_forward(void)
         for (size_t i = 0; i < m; i++)
             wy[ch * m + i] = (hx[ch * m + i] - mu) * winv[ch] * g[ch] + b[ch];
     }
-    float got[5];
-    down(hy, y, total);
+    printf("  (%d,%d,%d,%d) %s\n", sh.n, sh.c, sh.h, sh.w, sh.c % 16 ? "(C,N,H,W)" : "nChw16c");
+    get_cm(sh, hy, y);
     /* the floor is the float rounding of the saved mean: ulp(20) / std 0.5 ~ 4e-6 on channel 2 */
     expect_close("bn_train_fwd y", hy, wy, total, 6e-6, 2e-6);
     down(got, smean, c);
@@ -228,141 +322,175 @@ static void test_bn_forward(void)
     expect_close("bn_train_fwd running_var (unbiased)", got, wrv, c, 0, 1e-6);
 
     /* inference with the updated running statistics */
-    float hrm[5], hrv[5];
+    float *hrm = host_floats(c), *hrv = host_floats(c);
     down(hrm, drm, c);
     down(hrv, drv, c);
+    fill_nan(y, total);
     ops->bn_infer_fwd(st, &d, x, dg, db, drm, drv, y);
     for (size_t ch = 0; ch < c; ch++)
         for (size_t i = 0; i < m; i++)
             wy[ch * m + i] = (hx[ch * m + i] - (double)hrm[ch]) / sqrt((double)hrv[ch] + 1e-5) * g[ch] + b[ch];
-    down(hy, y, total);
+    get_cm(sh, hy, y);
     expect_close("bn_infer_fwd y", hy, wy, total, 2e-6, 2e-6);
 
-    ops->free(be, x);
-    ops->free(be, y);
-    ops->free(be, dg);
-    ops->free(be, db);
-    ops->free(be, drm);
-    ops->free(be, drv);
-    ops->free(be, smean);
-    ops->free(be, sinv);
-    free(hx);
-    free(hy);
-    free(wy);
+    float *ptrs[] = {x, y, dg, db, drm, drv, smean, sinv};
+    for (size_t i = 0; i < RT_ARRAY_LEN(ptrs); i++)
+        ops->free(be, ptrs[i]);
+    float *hp[] = {hx, hy, g, b, rm, rv, got, hrm, hrv};
+    for (size_t i = 0; i < RT_ARRAY_LEN(hp); i++)
+        free(hp[i]);
+    double *dp[] = {wy, wmean, winv, wrm, wrv};
+    for (size_t i = 0; i < RT_ARRAY_LEN(dp); i++)
+        free(dp[i]);
 }
 
-/* loss = sum(bn_train_fwd(x; gamma, beta) * r), in double from the op's float output. */
+static void test_bn_forward(void)
+{
+    printf("batchnorm forward\n");
+    static const struct rt_shape4 shapes[] = {
+        {3, 5, 5, 7},   /* M = 105 per channel: not a multiple of the kernels' 8-wide loop, so the tail is covered */
+        {2, 16, 5, 3},  /* blocked: one block of channels */
+        {3, 32, 4, 4},  /* blocked: two */
+        {4, 32, 16, 16}, /* blocked, big enough for the threads */
+        {4, 8, 32, 32}, /* channel-major, big enough for the threads */
+    };
+    for (size_t i = 0; i < RT_ARRAY_LEN(shapes); i++)
+        test_bn_forward_case(shapes[i]);
+}
+
+/* loss = sum(bn_train_fwd(x; gamma, beta) * r), in double from the op's float output; hy and r are (C, M). */
 static double bn_loss(const struct rt_bn_desc *d, const float *x, const float *g, const float *b, float *y,
                       const float *r, float *hy, float *work)
 {
     const size_t c = (size_t)d->in.c, total = c * d->in.n * d->in.h * d->in.w;
     /* running stats and saved stats go to scratch: only y matters here */
     ops->bn_train_fwd(st, d, x, g, b, work, work + c, work + 2 * c, work + 3 * c, y);
-    down(hy, y, total);
+    get_cm(d->in, hy, y);
     return dot_fr(hy, r, total);
 }
 
-static void test_bn_backward(void)
+/*
+ * bn_bwd against a double-precision gradient from the saved statistics
+ * (dx, dgamma, dbeta), and, with `fd`, against central differences of the
+ * op's own forward: every dx element and every dgamma / dbeta. The
+ * differences need a small tensor: loss sums every y, whose rounding errors
+ * grow with the tensor.
+ */
+static void test_bn_backward_case(struct rt_shape4 sh, int fd)
 {
-    printf("batchnorm backward\n");
-    /* M = 30 per channel: the mean and projection terms of dx are ~1/sqrt(M) of dy, far above the FD
-     * error; 30 is not a multiple of the kernels' 8-wide loop, so the tail is covered. */
-    const struct rt_bn_desc d = {.in = {.n = 2, .c = 3, .h = 3, .w = 5}, .eps = 1e-5f, .momentum = 0.1f};
-    const size_t c = 3, m = 30, total = c * m;
+    const struct rt_bn_desc d = {.in = sh, .eps = 1e-5f, .momentum = 0.1f};
+    const size_t c = (size_t)sh.c, m = (size_t)sh.n * sh.h * sh.w, total = c * m;
+    printf("  (%d,%d,%d,%d) %s%s\n", sh.n, sh.c, sh.h, sh.w, sh.c % 16 ? "(C,N,H,W)" : "nChw16c",
+           fd ? ", finite differences" : "");
     float *hx = host_floats(total), *hr = host_floats(total), *hy = host_floats(total), *hdx = host_floats(total);
-    float g[3] = {0.8f, 1.3f, -0.6f}, b[3] = {0.1f, -0.4f, 0.25f};
+    float *g = host_floats(c), *b = host_floats(c), *got = host_floats(c), *half = host_floats(c);
+    for (size_t ch = 0; ch < c; ch++) {
+        g[ch] = ch % 3 == 2 ? -0.6f : bn_gamma(ch); /* a negative gamma too */
+        b[ch] = bn_beta(ch);
+        half[ch] = 0.5f;
+    }
     fill_bn_input(hx, c, m);
     fill_normal(hr, total, 0.0f, 1.0f);
     float *x = dev_floats(total), *y = dev_floats(total), *r = dev_floats(total), *dx = dev_floats(total),
           *dg = dev_floats(c), *db = dev_floats(c), *work = dev_floats(4 * c), *smean = dev_floats(c),
           *sinv = dev_floats(c), *dgamma = dev_floats(c), *dbeta = dev_floats(c);
-    up(x, hx, total);
-    up(r, hr, total);
+    put_cm(sh, x, hx);
+    put_cm(sh, r, hr);
     up(dg, g, c);
     up(db, b, c);
     ops->bn_train_fwd(st, &d, x, dg, db, work, work + c, smean, sinv, y);
 
     /* dx over NaN (beta 0 must not read it); dgamma/dbeta start at 0.5 and are added to */
     fill_nan(dx, total);
-    const float half[3] = {0.5f, 0.5f, 0.5f};
     up(dgamma, half, c);
     up(dbeta, half, c);
-    ops->bn_bwd(st, &d, x, r, dg, smean, sinv, 0.0f, dx, dgamma, dbeta);
-    down(hdx, dx, total);
-
-    /* central differences, h = 1e-2 on inputs of spread 0.5..3 */
-    const float h = 1e-2f;
-    double *fd = host_doubles(total);
-    float *px = host_floats(total);
-    memcpy(px, hx, total * sizeof(float));
-    for (size_t i = 0; i < total; i++) {
-        px[i] = hx[i] + h;
-        up(x, px, total);
-        const double lp = bn_loss(&d, x, dg, db, y, hr, hy, work);
-        px[i] = hx[i] - h;
-        up(x, px, total);
-        const double lm = bn_loss(&d, x, dg, db, y, hr, hy, work);
-        px[i] = hx[i];
-        fd[i] = (lp - lm) / ((double)(hx[i] + h) - (double)(hx[i] - h));
-    }
-    up(x, hx, total);
-    expect_close("bn_bwd dx vs finite differences", hdx, fd, total, 2e-3, 1e-2);
-
-    double fg[3], fb[3];
-    for (size_t ch = 0; ch < c; ch++) {
-        float pg[3], pb[3];
-        memcpy(pg, g, sizeof(pg));
-        memcpy(pb, b, sizeof(pb));
-        pg[ch] = g[ch] + h;
-        up(dg, pg, c);
-        const double lp = bn_loss(&d, x, dg, db, y, hr, hy, work);
-        pg[ch] = g[ch] - h;
-        up(dg, pg, c);
-        const double lm = bn_loss(&d, x, dg, db, y, hr, hy, work);
-        up(dg, g, c);
-        fg[ch] = 0.5 + (lp - lm) / ((double)(g[ch] + h) - (double)(g[ch] - h));
-        pb[ch] = b[ch] + h;
-        up(db, pb, c);
-        const double lbp = bn_loss(&d, x, dg, db, y, hr, hy, work);
-        pb[ch] = b[ch] - h;
-        up(db, pb, c);
-        const double lbm = bn_loss(&d, x, dg, db, y, hr, hy, work);
-        up(db, b, c);
-        fb[ch] = 0.5 + (lbp - lbm) / ((double)(b[ch] + h) - (double)(b[ch] - h));
-    }
-    float got[3];
-    down(got, dgamma, c);
-    expect_close("bn_bwd dgamma (+= 0.5) vs fd", got, fg, c, 2e-3, 1e-3);
-    down(got, dbeta, c);
-    expect_close("bn_bwd dbeta (+= 0.5) vs fd", got, fb, c, 2e-3, 1e-3);
+    ops->bn_bwd(st, &d, x, r, dg, db, smean, sinv, 0.0f, dx, dgamma, dbeta);
+    get_cm(sh, hdx, dx);
 
     /* exact double-precision gradient from the saved statistics: a tight bound */
-    float hmean[3], hinv[3];
+    float *hmean = host_floats(c), *hinv = host_floats(c);
     down(hmean, smean, c);
     down(hinv, sinv, c);
-    double *want = host_doubles(total);
+    double *want = host_doubles(total), *wg = host_doubles(c), *wb = host_doubles(c);
     for (size_t ch = 0; ch < c; ch++) {
         double sdy = 0.0, sdyx = 0.0;
         for (size_t i = 0; i < m; i++) {
             sdy += hr[ch * m + i];
             sdyx += hr[ch * m + i] * ((double)hx[ch * m + i] - hmean[ch]);
         }
+        wb[ch] = 0.5 + sdy;
+        wg[ch] = 0.5 + sdyx * hinv[ch];
         for (size_t i = 0; i < m; i++) {
             const double xh = ((double)hx[ch * m + i] - hmean[ch]) * hinv[ch];
-            want[ch * m + i] =
-                (double)g[ch] * hinv[ch] * (hr[ch * m + i] - sdy / m - xh * sdyx * hinv[ch] / m);
+            want[ch * m + i] = (double)g[ch] * hinv[ch] * (hr[ch * m + i] - sdy / m - xh * sdyx * hinv[ch] / m);
         }
     }
     expect_close("bn_bwd dx vs double reference", hdx, want, total, 1e-6, 1e-5);
+    down(got, dgamma, c);
+    expect_close("bn_bwd dgamma (+= 0.5) vs double ref", got, wg, c, 1e-6, 1e-6);
+    down(got, dbeta, c);
+    expect_close("bn_bwd dbeta (+= 0.5) vs double ref", got, wb, c, 1e-6, 1e-6);
+
+    double *fb = host_doubles(c);
+    for (size_t ch = 0; ch < c; ch++)
+        fb[ch] = wb[ch];
+    if (fd) {
+        /* central differences, h = 1e-2 on inputs of spread 0.5..3 */
+        const float h = 1e-2f;
+        double *fdx = host_doubles(total), *fg = host_doubles(c);
+        float *px = host_floats(total), *pp = host_floats(c);
+        memcpy(px, hx, total * sizeof(float));
+        for (size_t i = 0; i < total; i++) {
+            px[i] = hx[i] + h;
+            put_cm(sh, x, px);
+            const double lp = bn_loss(&d, x, dg, db, y, hr, hy, work);
+            px[i] = hx[i] - h;
+            put_cm(sh, x, px);
+            const double lm = bn_loss(&d, x, dg, db, y, hr, hy, work);
+            px[i] = hx[i];
+            fdx[i] = (lp - lm) / ((double)(hx[i] + h) - (double)(hx[i] - h));
+        }
+        put_cm(sh, x, hx);
+        expect_close("bn_bwd dx vs finite differences", hdx, fdx, total, 2e-3, 1e-2);
+
+        for (size_t ch = 0; ch < c; ch++) {
+            memcpy(pp, g, c * sizeof(float));
+            pp[ch] = g[ch] + h;
+            up(dg, pp, c);
+            const double lp = bn_loss(&d, x, dg, db, y, hr, hy, work);
+            pp[ch] = g[ch] - h;
+            up(dg, pp, c);
+            const double lm = bn_loss(&d, x, dg, db, y, hr, hy, work);
+            up(dg, g, c);
+            fg[ch] = 0.5 + (lp - lm) / ((double)(g[ch] + h) - (double)(g[ch] - h));
+            memcpy(pp, b, c * sizeof(float));
+            pp[ch] = b[ch] + h;
+            up(db, pp, c);
+            const double lbp = bn_loss(&d, x, dg, db, y, hr, hy, work);
+            pp[ch] = b[ch] - h;
+            up(db, pp, c);
+            const double lbm = bn_loss(&d, x, dg, db, y, hr, hy, work);
+            up(db, b, c);
+            fb[ch] = 0.5 + (lbp - lbm) / ((double)(b[ch] + h) - (double)(b[ch] - h));
+        }
+        down(got, dgamma, c);
+        expect_close("bn_bwd dgamma (+= 0.5) vs fd", got, fg, c, 2e-3, 1e-3);
+        down(got, dbeta, c);
+        expect_close("bn_bwd dbeta (+= 0.5) vs fd", got, fb, c, 2e-3, 1e-3);
+        free(fdx);
+        free(fg);
+        free(px);
+        free(pp);
+    }
 
     /* beta_dx = 1 adds to what dx holds */
     float *base = host_floats(total);
     fill_normal(base, total, 0.0f, 1.0f);
-    up(dx, base, total);
-    ops->bn_bwd(st, &d, x, r, dg, smean, sinv, 1.0f, dx, dgamma, dbeta);
+    put_cm(sh, dx, base);
+    ops->bn_bwd(st, &d, x, r, dg, db, smean, sinv, 1.0f, dx, dgamma, dbeta);
     for (size_t i = 0; i < total; i++)
         want[i] = (double)base[i] + hdx[i];
-    down(hy, dx, total);
+    get_cm(sh, hy, dx);
     expect_close("bn_bwd beta_dx=1 accumulates", hy, want, total, 1e-6, 1e-6);
     down(got, dbeta, c);
     for (size_t ch = 0; ch < c; ch++)
@@ -372,14 +500,166 @@ static void test_bn_backward(void)
     float *ptrs[] = {x, y, r, dx, dg, db, work, smean, sinv, dgamma, dbeta};
     for (size_t i = 0; i < RT_ARRAY_LEN(ptrs); i++)
         ops->free(be, ptrs[i]);
-    free(hx);
-    free(hr);
-    free(hy);
-    free(hdx);
-    free(fd);
-    free(px);
+    float *hp[] = {hx, hr, hy, hdx, g, b, got, half, hmean, hinv, base};
+    for (size_t i = 0; i < RT_ARRAY_LEN(hp); i++)
+        free(hp[i]);
     free(want);
-    free(base);
+    free(wg);
+    free(wb);
+    free(fb);
+}
+
+static void test_bn_backward(void)
+{
+    printf("batchnorm backward\n");
+    /* M = 30 per channel: the mean and projection terms of dx are ~1/sqrt(M) of dy, far above the FD
+     * error; 30 is not a multiple of the kernels' 8-wide loop, so the tail is covered. */
+    test_bn_backward_case((struct rt_shape4){2, 3, 3, 5}, 1);
+    test_bn_backward_case((struct rt_shape4){2, 16, 3, 5}, 1);
+    test_bn_backward_case((struct rt_shape4){3, 32, 2, 2}, 1);
+    test_bn_backward_case((struct rt_shape4){4, 32, 16, 16}, 0);
+    test_bn_backward_case((struct rt_shape4){4, 8, 32, 32}, 0);
+}
+
+/*
+ * Batchnorm's statistics are sums over a channel, which the kernels split
+ * between threads (per block plane when blocked): one thread and two give
+ * the same bits, forward and backward.
+ */
+static void test_bn_threads(void)
+{
+    printf("batchnorm: 1 thread and 2 threads agree bit for bit\n");
+    struct rt_backend *be1 = NULL;
+    CHECK_OK(rt_backend_create(&(struct rt_backend_opts){.kind = RT_BACKEND_CPU, .threads = 1}, &be1));
+    if (!be1)
+        return;
+    static const struct rt_shape4 shapes[] = {{4, 32, 16, 16}, {2, 16, 32, 32}, {4, 8, 32, 32}};
+    for (size_t k = 0; k < RT_ARRAY_LEN(shapes); k++) {
+        const struct rt_bn_desc d = {.in = shapes[k], .eps = 1e-5f, .momentum = 0.1f};
+        const size_t c = (size_t)d.in.c, total = c * d.in.n * d.in.h * d.in.w;
+        const size_t nbuf = 3 * total + 7 * c;
+        float *host = host_floats(nbuf), *out[2];
+        for (size_t i = 0; i < nbuf; i++)
+            host[i] = 0.5f;
+        fill_bn_input(host, c, total / c);             /* x */
+        fill_normal(host + total, total, 0.0f, 1.0f); /* dy */
+        for (int t = 0; t < 2; t++) {
+            struct rt_backend *b = t ? be : be1;
+            const struct rt_ops *o = rt_backend_ops(b);
+            struct rt_stream *s = rt_backend_stream(b);
+            float *dev = o->alloc(b, nbuf * sizeof(float));
+            out[t] = host_floats(nbuf);
+            CHECK(dev != NULL);
+            if (!dev)
+                continue;
+            /* x, dy, dx (C, M) in any layout: the op's result only has to match the other team's */
+            float *x = dev, *dy = x + total, *dx = dy + total, *p = dx + total;
+            o->upload(s, dev, host, nbuf * sizeof(float));
+            o->bn_train_fwd(s, &d, x, p, p + c, p + 2 * c, p + 3 * c, p + 4 * c, p + 5 * c, dx);
+            o->bn_bwd(s, &d, x, dy, p, p + c, p + 4 * c, p + 5 * c, 0.0f, dx, p + 6 * c, p + c);
+            o->download(s, out[t], dev, nbuf * sizeof(float));
+            o->sync(s);
+            o->free(b, dev);
+        }
+        CHECKF(memcmp(out[0], out[1], nbuf * sizeof(float)) == 0,
+               "batchnorm (%d,%d,%d,%d): 1 thread and 2 threads differ", d.in.n, d.in.c, d.in.h, d.in.w);
+        free(out[0]);
+        free(out[1]);
+        free(host);
+    }
+    rt_backend_destroy(be1);
+}
+
+/*
+ * Batchnorm with a fused ReLU (rt_bn_desc.relu, which the CPU tables honour: rt_ops.bn_relu) against the two ops
+ * it replaces, bit for bit: bn_train_fwd then relu_fwd in place, bn_infer_fwd then relu_fwd; relu_bwd (on that
+ * output) then bn_bwd, with beta_dx 0 and 1. The fused kernels compute the same float expressions, the mask
+ * included, so nothing may differ; a gamma of each sign and betas around 0 put the mask everywhere.
+ */
+static void test_bn_relu_case(struct rt_shape4 sh)
+{
+    printf("  (%d,%d,%d,%d) %s\n", sh.n, sh.c, sh.h, sh.w, sh.c % 16 ? "(C,N,H,W)" : "nChw16c");
+    struct rt_bn_desc plain = {.in = sh, .eps = 1e-5f, .momentum = 0.1f}, fused = plain;
+    fused.relu = 1;
+    const size_t c = (size_t)sh.c, m = (size_t)sh.n * sh.h * sh.w, total = c * m;
+    float *hx = host_floats(total), *hr = host_floats(total), *g = host_floats(c), *b = host_floats(c);
+    float *got[2] = {host_floats(total), host_floats(total)}, *st2[2] = {host_floats(4 * c), host_floats(4 * c)};
+    for (size_t ch = 0; ch < c; ch++) {
+        g[ch] = ch % 3 == 2 ? -0.6f : bn_gamma(ch);
+        b[ch] = bn_beta(ch) - 0.2f;
+    }
+    fill_bn_input(hx, c, m);
+    fill_normal(hr, total, 0.0f, 1.0f);
+    float *x = dev_floats(total), *r = dev_floats(total), *y = dev_floats(total), *dx = dev_floats(total),
+          *t = dev_floats(total), *dg = dev_floats(c), *db = dev_floats(c), *sv = dev_floats(4 * c),
+          *gr = dev_floats(2 * c);
+    put_cm(sh, x, hx);
+    put_cm(sh, r, hr);
+    up(dg, g, c);
+    up(db, b, c);
+    static const char *const what[] = {"bn_train_fwd", "bn_infer_fwd", "bn_bwd beta_dx 0", "bn_bwd beta_dx 1"};
+    for (int k = 0; k < 4; k++) {
+        for (int f = 0; f < 2; f++) {
+            /* running stats start equal in both; save_mean/invstd of a training forward feed the backward */
+            const float init[4] = {0.1f, 0.9f, 0.0f, 0.0f};
+            for (size_t i = 0; i < 4 * c; i++)
+                st2[f][i] = init[i / c];
+            up(sv, st2[f], 4 * c);
+            const struct rt_bn_desc *d = f ? &fused : &plain;
+            if (k == 1) {
+                ops->bn_infer_fwd(st, d, x, dg, db, sv, sv + c, y);
+            } else {
+                ops->bn_train_fwd(st, d, x, dg, db, sv, sv + c, sv + 2 * c, sv + 3 * c, y);
+            }
+            if (!f)
+                ops->relu_fwd(st, total, y, y);
+            if (k >= 2) {
+                const float beta_dx = k == 3 ? 1.0f : 0.0f;
+                put_cm(sh, dx, hr); /* what beta_dx 1 adds to */
+                up(gr, g, c);      /* dgamma, dbeta start at gamma (added to) */
+                up(gr + c, b, c);
+                const float *dyb = r;
+                if (!f) {
+                    ops->relu_bwd(st, total, y, r, 0.0f, t);
+                    dyb = t;
+                }
+                ops->bn_bwd(st, d, x, dyb, dg, db, sv + 2 * c, sv + 3 * c, beta_dx, dx, gr, gr + c);
+                get_cm(sh, got[f], dx);
+                down(st2[f], gr, 2 * c);
+            } else {
+                get_cm(sh, got[f], y);
+                down(st2[f], sv, 4 * c);
+            }
+        }
+        CHECKF(memcmp(got[0], got[1], total * sizeof(float)) == 0, "%s (%d,%d,%d,%d) with relu: fused differs from "
+               "the ops it replaces", what[k], sh.n, sh.c, sh.h, sh.w);
+        CHECKF(memcmp(st2[0], st2[1], (k >= 2 ? 2 : 4) * c * sizeof(float)) == 0,
+               "%s (%d,%d,%d,%d) with relu: %s differ", what[k], sh.n, sh.c, sh.h, sh.w,
+               k >= 2 ? "dgamma/dbeta" : "statistics");
+    }
+    /* the mask is not empty nor everything: some outputs are clipped, some pass */
+    size_t zeros = 0;
+    ops->bn_train_fwd(st, &fused, x, dg, db, sv, sv + c, sv + 2 * c, sv + 3 * c, y);
+    get_cm(sh, got[0], y);
+    for (size_t i = 0; i < total; i++)
+        zeros += got[0][i] == 0.0f;
+    CHECKF(zeros > total / 10 && zeros < total * 9 / 10, "bn+relu (%d,%d,%d,%d): %zu of %zu outputs clipped", sh.n,
+           sh.c, sh.h, sh.w, zeros, total);
+    float *ptrs[] = {x, r, y, dx, t, dg, db, sv, gr};
+    for (size_t i = 0; i < RT_ARRAY_LEN(ptrs); i++)
+        ops->free(be, ptrs[i]);
+    float *hp[] = {hx, hr, g, b, got[0], got[1], st2[0], st2[1]};
+    for (size_t i = 0; i < RT_ARRAY_LEN(hp); i++)
+        free(hp[i]);
+}
+
+static void test_bn_relu(void)
+{
+    printf("batchnorm with a fused ReLU = batchnorm then ReLU, bit for bit\n");
+    CHECKF(rt_backend_ops(be)->bn_relu == 1, "the CPU's fp32 table does not fuse batchnorm and ReLU");
+    test_bn_relu_case((struct rt_shape4){2, 3, 3, 5});
+    test_bn_relu_case((struct rt_shape4){2, 16, 3, 5});
+    test_bn_relu_case((struct rt_shape4){4, 32, 16, 16});
 }
 
 /* ---- activations -------------------------------------------------------------------- */
@@ -702,24 +982,46 @@ static size_t at_nhwc(struct rt_shape4 sh, int n, int c, int h, int w)
     return (((size_t)n * sh.h + h) * sh.w + w) * sh.c + c;
 }
 
+static size_t at_nchw16c(struct rt_shape4 sh, int n, int c, int h, int w)
+{
+    return ((((size_t)n * (sh.c / 16) + c / 16) * sh.h + h) * sh.w + w) * 16 + c % 16;
+}
+
 static const struct drop_layout {
     enum rt_dropout_layout id;
     const char *name;
     size_t (*at)(struct rt_shape4 sh, int n, int c, int h, int w);
+    size_t step; /* rt_dropout_plane_step: memory distance from (n, c, h, w) to the next pixel; 0 = C */
 } drop_layouts[] = {
-    {RT_DROPOUT_NCHW, "NCHW", at_nchw},
-    {RT_DROPOUT_CNHW, "CNHW", at_cnhw},
-    {RT_DROPOUT_NHWC, "NHWC", at_nhwc},
-    {RT_DROPOUT_FEATURES, "features", at_nchw}, /* only for shapes (N, F, 1, 1) */
+    {RT_DROPOUT_NCHW, "NCHW", at_nchw, 1},
+    {RT_DROPOUT_CNHW, "CNHW", at_cnhw, 1},
+    {RT_DROPOUT_NHWC, "NHWC", at_nhwc, 0},
+    {RT_DROPOUT_NCHW16C, "NCHW16C", at_nchw16c, 16}, /* only for C a multiple of 16 */
+    {RT_DROPOUT_FEATURES, "features", at_nchw, 1},   /* only for shapes (N, F, 1, 1) */
 };
 
-/* Shapes for both tests below: odd sizes, batch 1, one channel, 1x1 planes, mnist-net's two dropouts. */
+/* Whether layout L can hold shape sh. */
+static int drop_layout_fits(const struct drop_layout *L, struct rt_shape4 sh)
+{
+    if (L->id == RT_DROPOUT_NCHW16C)
+        return sh.c % 16 == 0;
+    if (L->id == RT_DROPOUT_FEATURES)
+        return sh.h == 1 && sh.w == 1;
+    return 1;
+}
+
+/*
+ * Shapes for both tests below: odd sizes, batch 1, one channel, 1x1 planes, mnist-net's two dropouts;
+ * C = 16, 32 and 64 are blocked on the CPU (64 with planes of 144 pixels, which the kernel's tiles
+ * of 64 pixels cross), and 1x1 planes make the blocked layout NCHW.
+ */
 static const struct drop_case {
     struct rt_shape4 sh;
     int spatial;
 } drop_cases[] = {
-    {{5, 3, 7, 9}, 1},    {{1, 4, 5, 3}, 1},  {{3, 1, 6, 5}, 1},    {{4, 6, 1, 1}, 1},
-    {{4, 64, 12, 12}, 1}, {{7, 37, 1, 1}, 0}, {{64, 128, 1, 1}, 0},
+    {{5, 3, 7, 9}, 1},    {{1, 4, 5, 3}, 1},    {{3, 1, 6, 5}, 1},  {{4, 6, 1, 1}, 1},
+    {{4, 64, 12, 12}, 1}, {{2, 16, 5, 3}, 1},   {{3, 32, 4, 4}, 1}, {{2, 16, 1, 1}, 1},
+    {{1, 32, 3, 1}, 1},   {{7, 37, 1, 1}, 0},   {{64, 128, 1, 1}, 0},
 };
 
 /* Offsets: 0, not a multiple of 4, a counter beyond 32 bits, and net.c's node << 56 plus a micro-batch's base. */
@@ -755,7 +1057,12 @@ static void test_dropout_index(void)
     for (size_t k = 0; k < RT_ARRAY_LEN(drop_cases); k++) {
         const struct rt_shape4 sh = drop_cases[k].sh;
         const size_t total = (size_t)sh.n * sh.c * sh.h * sh.w;
-        const size_t nlay = sh.h == 1 && sh.w == 1 ? RT_ARRAY_LEN(drop_layouts) : RT_ARRAY_LEN(drop_layouts) - 1;
+        /* the layouts that fit sh, NCHW (every shape) first */
+        const struct drop_layout *lays[RT_ARRAY_LEN(drop_layouts)];
+        size_t nlay = 0;
+        for (size_t l = 0; l < RT_ARRAY_LEN(drop_layouts); l++)
+            if (drop_layout_fits(&drop_layouts[l], sh))
+                lays[nlay++] = &drop_layouts[l];
         unsigned char *mask[RT_ARRAY_LEN(drop_layouts)];
         for (size_t l = 0; l < nlay; l++) {
             mask[l] = malloc(total);
@@ -764,21 +1071,50 @@ static void test_dropout_index(void)
                 exit(1);
             }
         }
+        uint64_t *lmap = malloc(total * sizeof(uint64_t)), *longest = malloc(total * sizeof(uint64_t));
+        if (!lmap || !longest) {
+            fprintf(stderr, "out of memory\n");
+            exit(1);
+        }
+        /* plane steps: pixel s + 1 of every (n, c) plane lies step after pixel s */
+        size_t step_bad = 0;
+        for (size_t l = 0; l < nlay; l++) {
+            const struct drop_layout *L = lays[l];
+            const uint64_t step = rt_dropout_plane_step(L->id, sh), want = L->step ? L->step : (size_t)sh.c;
+            if (step != want && step_bad++ < 3)
+                fprintf(stderr, "  %s (%d,%d,%d,%d): plane step %llu, want %llu\n", L->name, sh.n, sh.c, sh.h, sh.w,
+                        (unsigned long long)step, (unsigned long long)want);
+            for (size_t li = 0; li + 1 < total && step == want; li++) {
+                const size_t hw = (size_t)sh.h * sh.w, s = li % hw;
+                if (s + 1 == hw)
+                    continue;
+                const int w = (int)(s % (size_t)sh.w), h = (int)(s / (size_t)sh.w);
+                const int w1 = (int)((s + 1) % (size_t)sh.w), h1 = (int)((s + 1) / (size_t)sh.w);
+                const int c = (int)(li / hw % (size_t)sh.c), n = (int)(li / (hw * (size_t)sh.c));
+                if (L->at(sh, n, c, h1, w1) != L->at(sh, n, c, h, w) + step && step_bad++ < 3)
+                    fprintf(stderr, "  %s (%d,%d,%d,%d): pixel %zu of plane (%d,%d) is not a step after pixel %zu\n",
+                            L->name, sh.n, sh.c, sh.h, sh.w, s + 1, n, c, s);
+            }
+        }
+        CHECKF(step_bad == 0, "(%d,%d,%d,%d): %zu plane steps wrong", sh.n, sh.c, sh.h, sh.w, step_bad);
         for (size_t o = 0; o < RT_ARRAY_LEN(drop_offsets); o++) {
             const uint64_t off = drop_offsets[o];
             size_t map_bad = 0, run_bad = 0, mask_bad = 0, disagree = 0, dropped = 0;
             for (size_t l = 0; l < nlay; l++) {
-                const enum rt_dropout_layout id = drop_layouts[l].id;
+                const enum rt_dropout_layout id = lays[l]->id;
+                /* the longest run from each memory index, from the end back: a run's check is then one compare */
+                for (size_t i = total; i-- > 0;) {
+                    lmap[i] = rt_dropout_logical(id, sh, i);
+                    longest[i] = i + 1 < total && lmap[i + 1] == lmap[i] + 1 ? longest[i + 1] + 1 : 1;
+                }
                 for (size_t i = 0; i < total; i++) {
-                    const uint64_t li = rt_dropout_logical(id, sh, i);
+                    const uint64_t li = lmap[i];
                     mask[l][i] = rt_dropout_mul(seed, off + li, p, scale) != 0.0f;
                     const uint64_t run = rt_dropout_run(id, sh, i);
-                    int ok = run >= 1 && run <= total - i;
-                    for (uint64_t j = 1; ok && j < run; j++)
-                        ok = rt_dropout_logical(id, sh, i + j) == li + j;
+                    const int ok = run >= 1 && run <= longest[i];
                     if (!ok && run_bad++ < 3)
                         fprintf(stderr, "  %s (%d,%d,%d,%d): run %llu from memory index %zu is not a run\n",
-                                drop_layouts[l].name, sh.n, sh.c, sh.h, sh.w, (unsigned long long)run, i);
+                                lays[l]->name, sh.n, sh.c, sh.h, sh.w, (unsigned long long)run, i);
                 }
             }
             /* every logical position (n, c, h, w), in logical order li */
@@ -789,13 +1125,13 @@ static void test_dropout_index(void)
                 const int want = dropout_kept_ref(seed, off + li, p);
                 dropped += !want;
                 for (size_t l = 0; l < nlay; l++) {
-                    const struct drop_layout *L = &drop_layouts[l];
+                    const struct drop_layout *L = lays[l];
                     const size_t mi = L->at(sh, n, c, h, w);
                     const uint64_t got = rt_dropout_logical(L->id, sh, mi);
                     if (got != li && map_bad++ < 3)
                         fprintf(stderr, "  %s (%d,%d,%d,%d): memory %zu maps to %llu, not %zu = (%d,%d,%d,%d)\n",
                                 L->name, sh.n, sh.c, sh.h, sh.w, mi, (unsigned long long)got, li, n, c, h, w);
-                    disagree += mask[l][mi] != mask[0][at_nchw(sh, n, c, h, w)]; /* drop_layouts[0] is NCHW */
+                    disagree += mask[l][mi] != mask[0][at_nchw(sh, n, c, h, w)]; /* lays[0] is NCHW */
                     if (mask[l][mi] != want && mask_bad++ < 3)
                         fprintf(stderr, "  %s (%d,%d,%d,%d) offset %llu: (%d,%d,%d,%d) %s, reference %s\n", L->name,
                                 sh.n, sh.c, sh.h, sh.w, (unsigned long long)off, n, c, h, w,
@@ -816,6 +1152,8 @@ static void test_dropout_index(void)
         }
         for (size_t l = 0; l < nlay; l++)
             free(mask[l]);
+        free(lmap);
+        free(longest);
     }
 }
 
@@ -823,8 +1161,8 @@ static void test_dropout_index(void)
  * The CPU backend's dropout_fwd / dropout_bwd on real tensors -- spatial
  * ones through from_nchw / to_nchw, features through upload / download --
  * against a reference that draws each logical (n, c, h, w) with
- * rt_philox4x32: a kernel keyed on the (C, N, H, W) memory index fails on
- * every spatial shape with N > 1 and C > 1.
+ * rt_philox4x32: a kernel keyed on the memory index fails on every spatial
+ * shape with N > 1 and C > 1 (channel-major) or H*W > 1 (blocked).
  */
 /* A tensor of logical shape sh from / to host memory in logical (NCHW) order: spatial tensors through the backend's
  * layout conversion, features row-major as they are. */
@@ -1476,6 +1814,8 @@ int main(void)
     test_input_u8();
     test_bn_forward();
     test_bn_backward();
+    test_bn_threads();
+    test_bn_relu();
     test_relu();
     test_gelu();
     test_dropout();

@@ -19,7 +19,13 @@
  *   finite differences vs the reference gradient: atol 1e-3, rtol 3e-3
  * (an index mistake moves an element by the order of max|want|).
  *
- * Seeds are fixed and printed; the whole test runs in well under a second
+ * The CPU backend stores spatial tensors blocked (nChw16c) when C is a
+ * multiple of 16 and channel-major (C, N, H, W) otherwise, with a kernel
+ * path for each, so every op runs with both kinds of C (1..7; 16, 32, 64).
+ * Only test_layout looks at the memory; the others go through from_nchw /
+ * to_nchw and need not know the layout.
+ *
+ * Seeds are fixed and printed; the whole test runs in about a second
  * (a few seconds under AddressSanitizer).
  */
 #include <math.h>
@@ -605,6 +611,17 @@ static void test_pool(void)
         {{2, 2, 6, 5}, 2, 2, 1, 1},   /* padding on a 2x2 window */
         {{2, 3, 7, 8}, 3, 2, 2, 1},   /* non-square window */
         {{3, 1, 4, 4}, 4, 4, 4, 0},   /* one window per plane */
+        /* blocked (C a multiple of 16): the same windows with 16 channels as lanes */
+        {{2, 16, 7, 7}, 2, 2, 2, 0},  /* 2x2/2 backward's store path, with a row and a column outside every window */
+        {{3, 32, 4, 4}, 2, 2, 2, 0},  /* two blocks of channels */
+        {{2, 16, 9, 7}, 3, 3, 2, 1},  /* overlapping windows with padding */
+        {{1, 32, 5, 6}, 3, 3, 1, 1},  /* batch 1, stride 1 */
+        {{2, 16, 6, 5}, 2, 2, 1, 1},  /* padding on a 2x2 window */
+        {{2, 16, 7, 8}, 3, 2, 2, 1},  /* non-square window */
+        {{2, 16, 10, 8}, 3, 3, 3, 0}, /* windows that tile the plane, with rows and columns outside every window */
+        {{1, 16, 4, 70}, 2, 2, 2, 0}, /* rows of more outputs than the kernel handles at once */
+        {{1, 32, 5, 70}, 3, 3, 2, 1}, /* the same, windows overlapping across the kernel's spans */
+        {{4, 32, 16, 16}, 2, 2, 2, 0}, /* big enough for the threads */
     };
     uint64_t stream = 200;
     for (size_t i = 0; i < RT_ARRAY_LEN(cases); i++)
@@ -733,7 +750,11 @@ static void test_feat_case(struct rt_shape4 sh, int flatten, uint64_t stream)
 
 static void test_feat(void)
 {
-    static const struct rt_shape4 shapes[] = {{3, 4, 5, 3}, {1, 2, 1, 1}, {2, 3, 8, 8}, {5, 7, 2, 3}};
+    static const struct rt_shape4 shapes[] = {
+        {3, 4, 5, 3},   {1, 2, 1, 1},   {2, 3, 8, 8}, {5, 7, 2, 3},
+        {2, 16, 5, 3},  {3, 32, 4, 4},  {2, 16, 1, 1}, /* blocked; 1x1 planes make it NCHW */
+        {4, 64, 12, 12},                              /* mnist-net's flatten, big enough for the threads */
+    };
     uint64_t stream = 300;
     for (size_t i = 0; i < RT_ARRAY_LEN(shapes); i++) {
         test_feat_case(shapes[i], 0, stream++);
@@ -743,11 +764,22 @@ static void test_feat(void)
 
 /* ---- layout -------------------------------------------------------------------- */
 
-static void test_layout(void)
+/*
+ * Where the CPU backend keeps element (n, c, h, w), written out here from
+ * cpu.h's contract: nChw16c when 16 divides C, else (C, N, H, W).
+ */
+static size_t cpu_at(struct rt_shape4 sh, int n, int c, int h, int w)
 {
-    /* The CPU layout is (C, N, H, W); a round trip through it is the identity. */
-    const struct rt_shape4 sh = {3, 4, 5, 2};
+    if (sh.c % 16 == 0)
+        return ((((size_t)n * (sh.c / 16) + c / 16) * sh.h + h) * sh.w + w) * 16 + c % 16;
+    return (((size_t)c * sh.n + n) * sh.h + h) * sh.w + w;
+}
+
+static void test_layout_case(struct rt_shape4 sh)
+{
     const size_t n = shape_count(sh);
+    char shape[64];
+    snprintf(shape, sizeof(shape), "x(%d,%d,%d,%d)", sh.n, sh.c, sh.h, sh.w);
     float *a = xmalloc(n * sizeof(float)), *b = xmalloc(n * sizeof(float)), *dev = xmalloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++)
         a[i] = (float)i;
@@ -760,20 +792,32 @@ static void test_layout(void)
             for (int h = 0; h < sh.h; h++)
                 for (int w = 0; w < sh.w; w++) {
                     size_t nchw = (((size_t)in * sh.c + c) * sh.h + h) * sh.w + w;
-                    size_t cnhw = (((size_t)c * sh.n + in) * sh.h + h) * sh.w + w;
-                    if (dev[cnhw] != a[nchw]) {
+                    size_t at = cpu_at(sh, in, c, h, w);
+                    if (dev[at] != a[nchw]) {
                         if (bad++ < 5)
-                            fprintf(stderr, "  from_nchw x(3,4,5,2): (n%d,c%d,h%d,w%d) at %zu is %g, want %g\n",
-                                    in, c, h, w, cnhw, (double)dev[cnhw], (double)a[nchw]);
+                            fprintf(stderr, "  from_nchw %s: (n%d,c%d,h%d,w%d) at %zu is %g, want %g\n", shape, in, c,
+                                    h, w, at, (double)dev[at], (double)a[nchw]);
                     }
                 }
-    CHECKF(bad == 0, "from_nchw x(3,4,5,2): %zu elements not in (C,N,H,W) order", bad);
+    CHECKF(bad == 0, "from_nchw %s: %zu elements not in the %s order", shape, bad,
+           sh.c % 16 ? "(C,N,H,W)" : "nChw16c");
     get_spatial(sh, x, b);
-    CHECKF(memcmp(a, b, n * sizeof(float)) == 0, "to_nchw(from_nchw(x)) != x for x(3,4,5,2)");
+    CHECKF(memcmp(a, b, n * sizeof(float)) == 0, "to_nchw(from_nchw(x)) != x for %s", shape);
     ops->free(be, x);
     free(a);
     free(b);
     free(dev);
+}
+
+static void test_layout(void)
+{
+    /* A round trip through either layout is the identity, and memory holds what cpu.h says. */
+    static const struct rt_shape4 shapes[] = {
+        {3, 4, 5, 2}, {2, 16, 5, 3}, {3, 32, 4, 4}, {1, 48, 1, 1}, {2, 17, 3, 3},
+        {4, 32, 17, 15}, /* big enough for the threads; pixels not a multiple of 16 */
+    };
+    for (size_t i = 0; i < RT_ARRAY_LEN(shapes); i++)
+        test_layout_case(shapes[i]);
 }
 
 /* ---- linear --------------------------------------------------------------------- */

@@ -7,7 +7,7 @@
 set -eu
 
 build_pkgs=(gcc libc6-dev make cmake ninja-build pkg-config liburing-dev libzstd-dev libturbojpeg0-dev
-    libarchive-dev libxxhash-dev libjansson-dev zlib1g-dev libpng-dev libopenblas-openmp-dev
+    libarchive-dev libxxhash-dev libjansson-dev zlib1g-dev libpng-dev libopenblas-openmp-dev libdnnl-dev
     libopenmpi-dev openmpi-bin)
 test_pkgs=(clang libclang-rt-14-dev python3 python3-numpy python3-torch python3-torchvision)
 

@@ -426,7 +426,7 @@ static void async_input_u8_dev(struct rt_stream *s, struct rt_shape4 sh, const u
 /* ---- the table ------------------------------------------------------------------- */
 
 #define ASYNC_SLOT(ret, name, params, args) .name = async_##name,
-static const struct rt_ops async_ops = {.act = RT_F32, RT_OPS_LIST(ASYNC_SLOT)};
+static const struct rt_ops async_ops = {.act = RT_F32, .bn_relu = 1, RT_OPS_LIST(ASYNC_SLOT)};
 #undef ASYNC_SLOT
 
 /* ---- streams and events ---------------------------------------------------------- */
@@ -560,6 +560,10 @@ int rt_cpu_async_start(struct rt_backend *be)
         return -EAGAIN;
     be->stream.q = q;
     be->ops = &async_ops;
+    /* The queued table wraps the fp32 kernels only: bf16 runs on the ordinary (synchronous) CPU backend. */
+    be->ops_bf16 = NULL;
+    snprintf(be->why_not_bf16, sizeof(be->why_not_bf16),
+             "the CPU's asynchronous streams (RINGTRAIN_CPU_STREAMS=async, a test mode) run fp32 only");
     be->streams = &async_streams;
     return rt_input_pair_init(be);
 }

@@ -5,6 +5,7 @@
  */
 #include <errno.h>
 #include <omp.h>
+#include <pthread.h>
 #if defined(__x86_64__) || defined(__i386__)
 #include <xmmintrin.h>
 #endif
@@ -92,8 +93,29 @@ float *rt_cpu_scratch(struct rt_stream *s, size_t bytes)
 
 /* Every slot of the table is the kernel of its name: .conv2d_fwd = rt_cpu_conv2d_fwd, and so on. */
 #define CPU_OP(ret, name, params, args) .name = rt_cpu_##name,
-static const struct rt_ops cpu_ops = {.act = RT_F32, RT_OPS_LIST(CPU_OP)};
+static const struct rt_ops cpu_ops = {.act = RT_F32, .bn_relu = 1, RT_OPS_LIST(CPU_OP)};
 #undef CPU_OP
+
+/* The bf16 table: the fp32 one with its activation ops replaced (cpu.h), the same for every CPU backend. */
+static struct rt_ops cpu_bf16_ops;
+static pthread_once_t cpu_bf16_once = PTHREAD_ONCE_INIT;
+
+static void cpu_bf16_build(void)
+{
+    cpu_bf16_ops = cpu_ops;
+    cpu_bf16_ops.act = RT_BF16;
+    rt_cpu_fill_bf16(&cpu_bf16_ops);
+    rt_cpu_dnnl_fill_bf16(&cpu_bf16_ops);
+}
+
+/* be->ops_bf16 where this CPU computes bf16 natively; why_not_bf16 otherwise. */
+static void cpu_bf16_setup(struct rt_backend *be)
+{
+    if (!rt_cpu_bf16_isa(be->why_not_bf16, sizeof(be->why_not_bf16)))
+        return;
+    pthread_once(&cpu_bf16_once, cpu_bf16_build);
+    be->ops_bf16 = &cpu_bf16_ops;
+}
 
 /*
  * Denormal floats are flushed to zero (FTZ) and read as zero (DAZ) in the
@@ -154,6 +176,8 @@ static int cpu_create(const struct rt_backend_opts *o, struct rt_backend **out)
         return rc;
     }
     rt_cpu_thread_setup(be->threads);
+    cpu_bf16_setup(be);
+    snprintf(be->why_not_f16, sizeof(be->why_not_f16), "the CPU backend has no fp16 table: use --amp bf16 or a GPU");
     char blas[128];
     rc = rt_cpu_blas_init(be->threads, blas, sizeof(blas));
     if (rc == 0 && async)
@@ -162,8 +186,10 @@ static int cpu_create(const struct rt_backend_opts *o, struct rt_backend **out)
         rt_backend_destroy(be);
         return rc;
     }
-    snprintf(be->describe, sizeof(be->describe), "cpu: %d thread%s, %s%s", be->threads, be->threads == 1 ? "" : "s",
-             blas, async ? ", asynchronous streams (RINGTRAIN_CPU_STREAMS=async)" : "");
+    char dnnl[96];
+    rt_cpu_dnnl_describe(dnnl, sizeof(dnnl));
+    snprintf(be->describe, sizeof(be->describe), "cpu: %d thread%s, %s, %s%s", be->threads,
+             be->threads == 1 ? "" : "s", dnnl, blas, async ? ", asynchronous streams (RINGTRAIN_CPU_STREAMS=async)" : "");
     *out = be;
     return 0;
 }
@@ -193,7 +219,9 @@ void rt_backend_destroy(struct rt_backend *be)
     rt_cuda_destroy(be);
 #endif
     rt_cpu_async_stop(be);
+    rt_cpu_dnnl_release(be);
     free(be->scratch);
+    free(be->scratch16);
     free(be);
 }
 
@@ -209,10 +237,6 @@ const struct rt_ops *rt_backend_ops_for(const struct rt_backend *be, enum rt_dty
     const struct rt_ops *t = act == RT_BF16 ? be->ops_bf16 : act == RT_F16 ? be->ops_f16 : NULL;
     if (t)
         return t;
-    if (be->kind == RT_BACKEND_CPU) {
-        rt_errf(-ENOTSUP, "the CPU backend computes in fp32 only: use --amp off, or a GPU");
-        return NULL;
-    }
     const char *why = act == RT_BF16 ? be->why_not_bf16 : act == RT_F16 ? be->why_not_f16 : "";
     rt_errf(-ENOTSUP, "%s activations: %s", rt_dtype_name(act), why[0] ? why : "not supported by this backend");
     return NULL;

@@ -1,9 +1,9 @@
 /*
  * cpu.h - the CPU backend's kernels, private to compute/. Each rt_cpu_<op>
  * is one slot of struct rt_ops (compute.h says what it computes);
- * cpu/backend.c puts them in the table. Spatial tensors are (C, N, H, W);
- * kernels thread with OpenMP over the backend's thread count, GEMMs go to
- * OpenBLAS.
+ * cpu/backend.c puts them in the table. Spatial tensors are in the layout
+ * below; kernels thread with OpenMP over the backend's thread count;
+ * convolutions are oneDNN primitives (dnnl.c).
  *
  * Kernels never fail: shapes were checked when the model was built. Scratch
  * memory (im2col columns) comes from rt_cpu_scratch(), one growing buffer
@@ -14,6 +14,35 @@
 
 #include "compute/backend.h"
 #include "compute/compute.h"
+
+/*
+ * The CPU backend's spatial layout, the same in the fp32 and the bf16
+ * table. A tensor of logical shape (N, C, H, W) whose C is a multiple of
+ * RT_CPU_BLOCK is blocked, oneDNN's "nChw16c": channels in blocks of 16,
+ * the 16 of a block contiguous, so that element (n, c, h, w) lies at
+ *   (((n*(C/16) + c/16)*H + h)*W + w)*16 + c%16,
+ * the format oneDNN's AVX-512 convolutions (fp32 and bf16) choose for
+ * themselves, so a network keeps it from layer to layer with no reorder.
+ * Any other C (the input image's 1 or 3 channels, odd test shapes) stays
+ * channel-major with the batch folded in, (C, N, H, W):
+ *   ((c*N + n)*H + h)*W + w.
+ * Neither pads: a tensor is always N*C*H*W elements, so the element-wise
+ * ops do not care which it is. rt_cpu_offset() is the rule; kernels that
+ * walk a blocked tensor loop over (n, c/16, h, w, c%16) instead.
+ */
+#define RT_CPU_BLOCK 16
+static inline int rt_cpu_blocked(struct rt_shape4 sh)
+{
+    return sh.c % RT_CPU_BLOCK == 0;
+}
+static inline size_t rt_cpu_offset(struct rt_shape4 sh, int n, int c, int h, int w)
+{
+    const size_t H = (size_t)sh.h, W = (size_t)sh.w;
+    if (rt_cpu_blocked(sh))
+        return ((((size_t)n * (size_t)(sh.c / RT_CPU_BLOCK) + (size_t)(c / RT_CPU_BLOCK)) * H + (size_t)h) * W +
+                (size_t)w) * RT_CPU_BLOCK + (size_t)(c % RT_CPU_BLOCK);
+    return (((size_t)c * (size_t)sh.n + (size_t)n) * H + (size_t)h) * W + (size_t)w;
+}
 
 /*
  * Returns at least `bytes` of 64-byte aligned scratch owned by the stream's
@@ -46,9 +75,31 @@ int rt_cpu_async_start(struct rt_backend *be);
 void rt_cpu_async_stop(struct rt_backend *be);
 
 /*
+ * oneDNN (dnnl.c): the engine and primitive cache of `be`, created on first
+ * use and released by rt_cpu_dnnl_release (fine when never used).
+ * rt_cpu_bf16_isa() says whether this CPU computes bf16 natively
+ * (AVX512_BF16 or AMX): 1, or 0 with `why` naming what is missing.
+ */
+void rt_cpu_dnnl_release(struct rt_backend *be);
+int rt_cpu_bf16_isa(char *why, size_t len);
+/* "oneDNN 2.6.3 (AVX-512 with AVX512_BF16)": the library and the instruction set it runs with, for the banner. */
+void rt_cpu_dnnl_describe(char *buf, size_t len);
+
+/*
+ * The bf16 table (compute.h's rt_backend_ops_for(be, RT_BF16)): `t` starts as
+ * a copy of the fp32 table with act = RT_BF16. rt_cpu_fill_bf16 (bf16.c)
+ * replaces every op that reads or writes activations, except the
+ * convolutions, which rt_cpu_dnnl_fill_bf16 (dnnl.c) replaces. Its
+ * functions take the fp32 signatures; their activation pointers hold bf16
+ * (uint16_t bits) in the layout above.
+ */
+void rt_cpu_fill_bf16(struct rt_ops *t);
+void rt_cpu_dnnl_fill_bf16(struct rt_ops *t);
+
+/*
  * The ops: rt_cpu_<op> for every op of compute.h's RT_OPS_LIST, with the
- * signature given there. backend.c holds memory; conv.c the convolutions
- * (im2col + sgemm over the whole batch); pool.c layout conversion, pooling,
+ * signature given there. backend.c holds memory; dnnl.c the convolutions
+ * (oneDNN primitives, cached per shape); pool.c layout conversion, pooling,
  * gap, flatten and linear; elem.c input, batchnorm, activations, dropout,
  * loss, reductions, casts and the optimizer updates.
  */

@@ -9,21 +9,29 @@
  * (conv.c, pool.c), and it never allocates: the input lookup table and the
  * per-call partial sums live in the backend's scratch buffer.
  *
+ * Spatial tensors are in either of the CPU layouts (cpu.h): channel-major
+ * (C, N, H, W), where a channel is one contiguous row of N*H*W floats, or
+ * blocked nChw16c (C a multiple of 16), where block plane j = n*(C/16) +
+ * c/16 holds H*W pixels of 16 channels and the per-channel kernels run with
+ * the 16 channels as vector lanes.
+ *
  * Threading. Every parallel loop is `omp parallel for schedule(static)` over
- * fixed-size chunks (element ops) or channels (batchnorm), with the
- * backend's thread count. Reductions never use float atomics: one thread
- * sums a channel's statistics in double in a fixed order, and flat-buffer
- * sums are per-chunk doubles added in chunk order, so results do not even
- * depend on the thread count.
+ * fixed-size chunks (element ops), channels (channel-major batchnorm) or
+ * block planes (blocked batchnorm), with the backend's thread count.
+ * Reductions never use float atomics: a channel's statistics are summed in
+ * double in a fixed order -- by one thread, or per block plane and then over
+ * the images in order -- and flat-buffer sums are per-chunk doubles added in
+ * chunk order, so results do not even depend on the thread count.
  *
  * Dropout's mask. Element (n, c, h, w) of a call with (seed, offset) draws
  * Philox stream element e = offset + its logical NCHW index, not its place
- * in the (C, N, H, W) memory (compute.h; compute/dropout_index.h draws, for
- * every backend). Any thread can compute any element's draw, so chunks need
- * no shared state, backward regenerates the same mask, and another backend
- * and layout reproduce it bit for bit. Memory is walked in order, a tile at
- * a time; within an (n, c) plane both indices advance together, so a plane
- * shares Philox blocks between 4 consecutive elements as a flat buffer does.
+ * in memory (compute.h; compute/dropout_index.h draws, for every backend).
+ * Any thread can compute any element's draw, so chunks need no shared
+ * state, backward regenerates the same mask, and another backend and layout
+ * reproduce it bit for bit. Memory is walked a tile at a time; within an
+ * (n, c) plane the logical index advances by one per pixel -- contiguous in
+ * (C, N, H, W), 16 floats apart in nChw16c -- so a plane shares Philox
+ * blocks between 4 consecutive pixels as a flat buffer does.
  *
  * Optimizers follow PyTorch 1.13's single-tensor torch.optim code operation
  * by operation, with fused multiply-adds where ATen's AVX2 kernels fuse,
@@ -46,10 +54,11 @@
 #endif
 
 /*
- * The batchnorm normalising loops and the optimizer loops get an AVX2+FMA
- * clone picked at load time (the portable build is SSE2 only, where fmaf is
- * a library call). The clones compute the same bits: a * b + c is not
- * contracted (above), and fmaf is exact in both. Sanitizer builds define
+ * The batchnorm normalising loops (and the blocked layout's sums) and the
+ * optimizer loops get an AVX2+FMA clone picked at load time (the portable
+ * build is SSE2 only, where fmaf is a library call). The clones compute the
+ * same bits: a * b + c is not contracted (above), fmaf is exact in both,
+ * and a vector of lanes adds each lane in the scalar order. Sanitizer builds define
  * RT_NO_IFUNC: their runtimes crash in ifunc resolvers.
  */
 #if defined(__x86_64__) && !defined(RT_NO_IFUNC)
@@ -57,6 +66,8 @@
 #else
 #define ELEM_CLONES
 #endif
+
+#define BLK RT_CPU_BLOCK
 
 /* Elements per parallel chunk: big enough to amortise the loop overhead, small
  * enough to balance threads on the smallest activation tensors. */
@@ -114,6 +125,20 @@ void rt_cpu_input_u8(struct rt_stream *s, struct rt_shape4 sh, const uint8_t *ho
         for (int v = 0; v < 256; v++)
             lut[ch * 256 + (size_t)v] = ((float)v / 255.0f - mean[ch]) / std[ch];
 
+    if (rt_cpu_blocked(sh)) {
+        /* block plane j = img*(C/16) + c0/16 reads the 16 image planes that start at j*16*hw */
+        const size_t blocks = n * (c / BLK);
+#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (blocks * BLK * hw >= PAR_MIN)
+        for (size_t j = 0; j < blocks; j++) {
+            const size_t c0 = j % (c / BLK) * BLK;
+            const uint8_t *src = host_images + j * BLK * hw;
+            float *dst = y + j * BLK * hw;
+            for (size_t i = 0; i < hw; i++)
+                for (size_t l = 0; l < BLK; l++)
+                    dst[i * BLK + l] = lut[(c0 + l) * 256 + src[l * hw + i]];
+        }
+        return;
+    }
     const size_t rows = n * c;
 #pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (rows * hw >= PAR_MIN)
     for (size_t r = 0; r < rows; r++) {
@@ -190,12 +215,28 @@ static void bn_row_sums(const float *x, size_t m, double *s1, double *s2)
     *s2 = b;
 }
 
-/* y = (x - mean) * a + b: subtracting the mean first keeps the result accurate when |mean| >> std. */
-ELEM_CLONES static void bn_row_affine(const float *x, size_t m, float mean, float a, float b, float *y)
+/* y = (x - mean) * a + b: subtracting the mean first keeps the result accurate when |mean| >> std. With `relu`,
+ * y = max(0, that) as rt_cpu_relu_fwd writes it (NaN passes). */
+ELEM_CLONES static void bn_row_affine(const float *x, size_t m, float mean, float a, float b, int relu, float *y)
 {
+    if (relu) {
+#pragma omp simd
+        for (size_t i = 0; i < m; i++) {
+            const float v = (x[i] - mean) * a + b;
+            y[i] = v < 0.0f ? 0.0f : v;
+        }
+        return;
+    }
 #pragma omp simd
     for (size_t i = 0; i < m; i++)
         y[i] = (x[i] - mean) * a + b;
+}
+
+/* The gradient a fused ReLU passes back: dy where the batchnorm's output, recomputed exactly as the forward wrote
+ * it, is > 0 (rt_cpu_relu_bwd's rule), else 0. */
+static inline float bn_relu_grad(float dy, float x, float mean, float a, float b)
+{
+    return (x - mean) * a + b > 0.0f ? dy : 0.0f;
 }
 
 /* sum(dy) and sum(dy * (x - mean)) over one channel, in double. */
@@ -242,10 +283,225 @@ ELEM_CLONES static void bn_row_bwd_dx(const float *x, const float *dy, size_t m,
     }
 }
 
+/*
+ * Blocked batchnorm. A channel's N*H*W values lie 16 floats apart in N
+ * block planes, so the kernels take a block plane at a time and 16
+ * channels as lanes: first the sums per block plane (in double, as above:
+ * 16 independent lanes keep the adders busy without partial sums), then
+ * per channel the sums over the images in order, then the element-wise
+ * pass with per-lane constants. A blocked tensor has at least as many block
+ * planes as images, so the batch keeps the threads busy when C is 16.
+ */
+
+/* Per-lane sums of (x - k) and (x - k)^2 over one block plane's hw pixels, in double. */
+ELEM_CLONES static void bn_blk_sums(const float *x, size_t hw, const double *k, double *s1, double *s2)
+{
+    double a[BLK] = {0}, b[BLK] = {0};
+    for (size_t i = 0; i < hw; i++) {
+        const float *v = x + i * BLK;
+#pragma omp simd
+        for (int l = 0; l < BLK; l++) {
+            const double dd = (double)v[l] - k[l];
+            a[l] += dd;
+            b[l] += dd * dd;
+        }
+    }
+    for (int l = 0; l < BLK; l++) {
+        s1[l] = a[l];
+        s2[l] = b[l];
+    }
+}
+
+/*
+ * y = (x - mean) * a + b over one block plane, constants per lane:
+ * bn_row_affine's expression. The constants are copied first: y might
+ * alias them, so the compiler would otherwise reload them after each
+ * store.
+ */
+ELEM_CLONES static void bn_blk_affine(const float *x, size_t hw, const float *mean, const float *a, const float *b,
+                                      int relu, float *y)
+{
+    float mu[BLK], sc[BLK], sh[BLK];
+    for (int l = 0; l < BLK; l++) {
+        mu[l] = mean[l];
+        sc[l] = a[l];
+        sh[l] = b[l];
+    }
+    if (relu) {
+        for (size_t i = 0; i < hw; i++) {
+#pragma omp simd
+            for (int l = 0; l < BLK; l++) {
+                const float v = (x[i * BLK + l] - mu[l]) * sc[l] + sh[l];
+                y[i * BLK + l] = v < 0.0f ? 0.0f : v;
+            }
+        }
+        return;
+    }
+    for (size_t i = 0; i < hw; i++) {
+#pragma omp simd
+        for (int l = 0; l < BLK; l++)
+            y[i * BLK + l] = (x[i * BLK + l] - mu[l]) * sc[l] + sh[l];
+    }
+}
+
+/* Per-lane sum(dy) and sum(dy * (x - mean)) over one block plane, in double. With a fused ReLU (`ra` not NULL), dy
+ * passes where (x - mean_f) * ra + rb > 0 (bn_relu_grad, per lane). */
+ELEM_CLONES static void bn_blk_bwd_sums(const float *x, const float *dy, size_t hw, const double *mean,
+                                        const float *mean_f, const float *ra, const float *rb, double *sdy,
+                                        double *sdyx)
+{
+    double a[BLK] = {0}, b[BLK] = {0};
+    if (ra) {
+        float mu[BLK], sc[BLK], sh[BLK];
+        for (int l = 0; l < BLK; l++) {
+            mu[l] = mean_f[l];
+            sc[l] = ra[l];
+            sh[l] = rb[l];
+        }
+        for (size_t i = 0; i < hw; i++) {
+            const float *v = x + i * BLK, *g = dy + i * BLK;
+#pragma omp simd
+            for (int l = 0; l < BLK; l++) {
+                const double gd = bn_relu_grad(g[l], v[l], mu[l], sc[l], sh[l]);
+                a[l] += gd;
+                b[l] += gd * ((double)v[l] - mean[l]);
+            }
+        }
+    } else {
+        for (size_t i = 0; i < hw; i++) {
+            const float *v = x + i * BLK, *g = dy + i * BLK;
+#pragma omp simd
+            for (int l = 0; l < BLK; l++) {
+                const double gd = g[l];
+                a[l] += gd;
+                b[l] += gd * ((double)v[l] - mean[l]);
+            }
+        }
+    }
+    for (int l = 0; l < BLK; l++) {
+        sdy[l] = a[l];
+        sdyx[l] = b[l];
+    }
+}
+
+/* bn_row_bwd_dx over one block plane, constants per lane (copied first, as in bn_blk_affine); with `ra`, the fused
+ * ReLU's mask as in bn_blk_bwd_sums. */
+ELEM_CLONES static void bn_blk_bwd_dx(const float *x, const float *dy, size_t hw, const float *mean,
+                                      const float *grad_mean, const float *proj, const float *scale, const float *ra,
+                                      const float *rb, float beta_dx, float *dx)
+{
+    float mu[BLK], gm[BLK], pj[BLK], sc[BLK];
+    for (int l = 0; l < BLK; l++) {
+        mu[l] = mean[l];
+        gm[l] = grad_mean[l];
+        pj[l] = proj[l];
+        sc[l] = scale[l];
+    }
+    if (ra) {
+        float a[BLK], b[BLK];
+        for (int l = 0; l < BLK; l++) {
+            a[l] = ra[l];
+            b[l] = rb[l];
+        }
+        for (size_t i = 0; i < hw; i++) {
+#pragma omp simd
+            for (int l = 0; l < BLK; l++) {
+                const float xv = x[i * BLK + l], g = bn_relu_grad(dy[i * BLK + l], xv, mu[l], a[l], b[l]);
+                const float v = (g - gm[l] - (xv - mu[l]) * pj[l]) * sc[l];
+                dx[i * BLK + l] = beta_dx == 0.0f ? v : beta_dx * dx[i * BLK + l] + v;
+            }
+        }
+        return;
+    }
+    if (beta_dx == 0.0f) {
+        for (size_t i = 0; i < hw; i++) {
+#pragma omp simd
+            for (int l = 0; l < BLK; l++)
+                dx[i * BLK + l] = (dy[i * BLK + l] - gm[l] - (x[i * BLK + l] - mu[l]) * pj[l]) * sc[l];
+        }
+    } else {
+        for (size_t i = 0; i < hw; i++) {
+#pragma omp simd
+            for (int l = 0; l < BLK; l++)
+                dx[i * BLK + l] =
+                    beta_dx * dx[i * BLK + l] + (dy[i * BLK + l] - gm[l] - (x[i * BLK + l] - mu[l]) * pj[l]) * sc[l];
+        }
+    }
+}
+
+/*
+ * Scratch of a blocked batchnorm call: two double sums per (block plane,
+ * lane), then four float constants and one double per channel.
+ */
+struct bn_blk_scratch {
+    double *s1, *s2; /* [block plane * 16 + lane] */
+    double *k;       /* per channel: the shift (forward) or the mean (backward), in double */
+    float *f0, *f1, *f2, *f3;
+};
+
+static struct bn_blk_scratch bn_blk_scratch(struct rt_stream *s, size_t blocks, size_t c)
+{
+    const size_t nd = 2 * blocks * BLK + c;
+    double *d = scratch(s, nd * sizeof(double) + 4 * c * sizeof(float));
+    float *f = (float *)(d + nd);
+    return (struct bn_blk_scratch){.s1 = d, .s2 = d + blocks * BLK, .k = d + 2 * blocks * BLK,
+                                   .f0 = f, .f1 = f + c, .f2 = f + 2 * c, .f3 = f + 3 * c};
+}
+
+static void bn_train_fwd_blocked(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *gamma,
+                                 const float *beta, float *running_mean, float *running_var, float *save_mean,
+                                 float *save_invstd, float *y)
+{
+    const size_t c = (size_t)d->in.c, cb = c / BLK, hw = (size_t)d->in.h * d->in.w;
+    const size_t n = (size_t)d->in.n, m = n * hw, blocks = n * cb;
+    const double eps = rt_decimal_double(d->eps), mom = rt_decimal_double(d->momentum);
+    const double unbias = m > 1 ? (double)m / (double)(m - 1) : 1.0;
+    const struct bn_blk_scratch t = bn_blk_scratch(s, blocks, c);
+    /* the shift of bn_row_sums: each channel's first value, (0, c, 0, 0) */
+    for (size_t ch = 0; ch < c; ch++)
+        t.k[ch] = x[(ch / BLK) * hw * BLK + ch % BLK];
+#pragma omp parallel num_threads(nthreads(s)) if (c * m >= PAR_MIN)
+    {
+#pragma omp for schedule(static)
+        for (size_t j = 0; j < blocks; j++)
+            bn_blk_sums(x + j * hw * BLK, hw, t.k + j % cb * BLK, t.s1 + j * BLK, t.s2 + j * BLK);
+#pragma omp for schedule(static)
+        for (size_t ch = 0; ch < c; ch++) {
+            double s1 = 0.0, s2 = 0.0;
+            for (size_t img = 0; img < n; img++) {
+                s1 += t.s1[(img * cb + ch / BLK) * BLK + ch % BLK];
+                s2 += t.s2[(img * cb + ch / BLK) * BLK + ch % BLK];
+            }
+            const double dm = s1 / (double)m;
+            double var = s2 / (double)m - dm * dm;
+            if (var < 0.0)
+                var = 0.0;
+            const double mean = t.k[ch] + dm;
+            const float mean_f = (float)mean, invstd_f = (float)(1.0 / sqrt(var + eps));
+            save_mean[ch] = mean_f;
+            save_invstd[ch] = invstd_f;
+            running_mean[ch] = (float)(mom * mean + (1.0 - mom) * running_mean[ch]);
+            running_var[ch] = (float)(mom * var * unbias + (1.0 - mom) * running_var[ch]);
+            t.f0[ch] = mean_f;
+            t.f1[ch] = invstd_f * gamma[ch];
+        }
+        /* backwards: the block planes summed last are the likeliest to be still in the cache */
+#pragma omp for schedule(static)
+        for (size_t r = 0; r < blocks; r++) {
+            const size_t j = blocks - 1 - r, c0 = j % cb * BLK;
+            bn_blk_affine(x + j * hw * BLK, hw, t.f0 + c0, t.f1 + c0, beta + c0, d->relu, y + j * hw * BLK);
+        }
+    }
+}
+
 void rt_cpu_bn_train_fwd(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *gamma,
                          const float *beta, float *running_mean, float *running_var, float *save_mean,
                          float *save_invstd, float *y)
 {
+    if (rt_cpu_blocked(d->in)) {
+        bn_train_fwd_blocked(s, d, x, gamma, beta, running_mean, running_var, save_mean, save_invstd, y);
+        return;
+    }
     const size_t c = (size_t)d->in.c, m = (size_t)d->in.n * d->in.h * d->in.w;
     const double eps = rt_decimal_double(d->eps), mom = rt_decimal_double(d->momentum);
     /* PyTorch refuses one value per channel in training; the unbiased
@@ -266,7 +522,7 @@ void rt_cpu_bn_train_fwd(struct rt_stream *s, const struct rt_bn_desc *d, const 
         save_invstd[ch] = invstd_f;
         running_mean[ch] = (float)(mom * mean + (1.0 - mom) * running_mean[ch]);
         running_var[ch] = (float)(mom * var * unbias + (1.0 - mom) * running_var[ch]);
-        bn_row_affine(xr, m, mean_f, invstd_f * gamma[ch], beta[ch], y + ch * m);
+        bn_row_affine(xr, m, mean_f, invstd_f * gamma[ch], beta[ch], d->relu, y + ch * m);
     }
 }
 
@@ -275,21 +531,90 @@ void rt_cpu_bn_infer_fwd(struct rt_stream *s, const struct rt_bn_desc *d, const 
 {
     const size_t c = (size_t)d->in.c, m = (size_t)d->in.n * d->in.h * d->in.w;
     const double eps = rt_decimal_double(d->eps);
+    if (rt_cpu_blocked(d->in)) {
+        const size_t cb = c / BLK, hw = (size_t)d->in.h * d->in.w, blocks = (size_t)d->in.n * cb;
+        const struct bn_blk_scratch t = bn_blk_scratch(s, 0, c);
+        for (size_t ch = 0; ch < c; ch++)
+            t.f1[ch] = (float)(1.0 / sqrt((double)running_var[ch] + eps)) * gamma[ch];
+#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (c * m >= PAR_MIN)
+        for (size_t j = 0; j < blocks; j++) {
+            const size_t c0 = j % cb * BLK;
+            bn_blk_affine(x + j * hw * BLK, hw, running_mean + c0, t.f1 + c0, beta + c0, d->relu, y + j * hw * BLK);
+        }
+        return;
+    }
 #pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (c * m >= PAR_MIN)
     for (size_t ch = 0; ch < c; ch++) {
         const float invstd = (float)(1.0 / sqrt((double)running_var[ch] + eps));
-        bn_row_affine(x + ch * m, m, running_mean[ch], invstd * gamma[ch], beta[ch], y + ch * m);
+        bn_row_affine(x + ch * m, m, running_mean[ch], invstd * gamma[ch], beta[ch], d->relu, y + ch * m);
+    }
+}
+
+static void bn_bwd_blocked(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *dy,
+                           const float *gamma, const float *beta, const float *save_mean, const float *save_invstd,
+                           float beta_dx, float *dx, float *dgamma, float *dbeta)
+{
+    const size_t c = (size_t)d->in.c, cb = c / BLK, hw = (size_t)d->in.h * d->in.w;
+    const size_t n = (size_t)d->in.n, m = n * hw, blocks = n * cb;
+    const struct bn_blk_scratch t = bn_blk_scratch(s, blocks, c);
+    for (size_t ch = 0; ch < c; ch++) {
+        t.k[ch] = save_mean[ch];
+        t.f3[ch] = save_invstd[ch] * gamma[ch]; /* the forward's scale, in float as it computed it */
+    }
+    /* a fused ReLU: its mask from the forward's constants (bn_blk_bwd_sums) */
+    const float *ra = d->relu ? t.f3 : NULL;
+#pragma omp parallel num_threads(nthreads(s)) if (c * m >= PAR_MIN)
+    {
+#pragma omp for schedule(static)
+        for (size_t j = 0; j < blocks; j++)
+            bn_blk_bwd_sums(x + j * hw * BLK, dy + j * hw * BLK, hw, t.k + j % cb * BLK, save_mean + j % cb * BLK,
+                            ra ? ra + j % cb * BLK : NULL, beta + j % cb * BLK, t.s1 + j * BLK, t.s2 + j * BLK);
+#pragma omp for schedule(static)
+        for (size_t ch = 0; ch < c; ch++) {
+            double sdy = 0.0, sdyx = 0.0;
+            for (size_t img = 0; img < n; img++) {
+                sdy += t.s1[(img * cb + ch / BLK) * BLK + ch % BLK];
+                sdyx += t.s2[(img * cb + ch / BLK) * BLK + ch % BLK];
+            }
+            const double invstd = save_invstd[ch];
+            dbeta[ch] += (float)sdy;
+            dgamma[ch] += (float)(sdyx * invstd);
+            t.f0[ch] = (float)(sdy / (double)m);
+            t.f1[ch] = (float)(sdyx * invstd * invstd / (double)m);
+            t.f2[ch] = (float)(invstd * gamma[ch]);
+        }
+        /* backwards: the block planes summed last are the likeliest to be still in the cache */
+#pragma omp for schedule(static)
+        for (size_t r = 0; r < blocks; r++) {
+            const size_t j = blocks - 1 - r, c0 = j % cb * BLK, o = j * hw * BLK;
+            bn_blk_bwd_dx(x + o, dy + o, hw, save_mean + c0, t.f0 + c0, t.f1 + c0, t.f2 + c0, ra ? ra + c0 : NULL,
+                          beta + c0, beta_dx, dx + o);
+        }
     }
 }
 
 void rt_cpu_bn_bwd(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *dy,
-                   const float *gamma, const float *save_mean, const float *save_invstd, float beta_dx, float *dx,
-                   float *dgamma, float *dbeta)
+                   const float *gamma, const float *beta, const float *save_mean, const float *save_invstd,
+                   float beta_dx, float *dx, float *dgamma, float *dbeta)
 {
+    if (rt_cpu_blocked(d->in)) {
+        bn_bwd_blocked(s, d, x, dy, gamma, beta, save_mean, save_invstd, beta_dx, dx, dgamma, dbeta);
+        return;
+    }
     const size_t c = (size_t)d->in.c, m = (size_t)d->in.n * d->in.h * d->in.w;
+    /* A fused ReLU on this (C, N, H, W) path, which no model's batchnorm takes (their channels are multiples of
+     * 16): the masked gradient is made first, into scratch. */
+    float *masked = d->relu ? scratch(s, c * m * sizeof(float)) : NULL;
 #pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (c * m >= PAR_MIN)
     for (size_t ch = 0; ch < c; ch++) {
         const float *xr = x + ch * m, *gr = dy + ch * m;
+        if (masked) {
+            const float a = save_invstd[ch] * gamma[ch], b = beta[ch], mu = save_mean[ch];
+            float *mr = masked + ch * m;
+            for (size_t i = 0; i < m; i++)
+                mr[i] = bn_relu_grad(gr[i], xr[i], mu, a, b);
+            gr = mr;
+        }
         const float mean = save_mean[ch];
         const double invstd = save_invstd[ch];
         double sdy, sdyx;
@@ -389,10 +714,11 @@ void rt_cpu_gelu_bwd(struct rt_stream *s, size_t n, const float *x, const float 
 #define DROP_TILE 1024
 
 /*
- * Multipliers for stream elements e0 .. e0+len-1 under `seed`: `scale` where
- * kept, 0 where dropped (dropout_index.h).
+ * Multipliers for stream elements e0 .. e0+len-1 under `seed`, into mul[0],
+ * mul[step], mul[2 step], ...: `scale` where kept, 0 where dropped
+ * (dropout_index.h).
  */
-static void dropout_mask(uint64_t seed, uint64_t e0, size_t len, float p, float scale, float *mul)
+static void dropout_mask(uint64_t seed, uint64_t e0, size_t len, float p, float scale, float *mul, size_t step)
 {
     size_t j = 0;
     while (j < len) {
@@ -400,7 +726,7 @@ static void dropout_mask(uint64_t seed, uint64_t e0, size_t len, float p, float 
         uint32_t w[4];
         rt_dropout_block(seed, e >> 2, w);
         for (unsigned lane = (unsigned)(e & 3); lane < 4 && j < len; lane++, j++)
-            mul[j] = rt_dropout_mul_of(w[lane], p, scale);
+            mul[j * step] = rt_dropout_mul_of(w[lane], p, scale);
     }
 }
 
@@ -412,20 +738,37 @@ static void dropout_mask(uint64_t seed, uint64_t e0, size_t len, float p, float 
 static void dropout_apply(struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,
                           uint64_t offset, const float *x, float beta, float *y)
 {
-    const size_t n = (size_t)sh.n * sh.c * sh.h * sh.w;
-    const enum rt_dropout_layout lay = spatial ? RT_DROPOUT_CNHW : RT_DROPOUT_FEATURES;
+    const size_t n = (size_t)sh.n * sh.c * sh.h * sh.w, hw = (size_t)sh.h * sh.w;
+    const enum rt_dropout_layout lay = !spatial              ? RT_DROPOUT_FEATURES
+                                       : rt_cpu_blocked(sh) ? RT_DROPOUT_NCHW16C
+                                                            : RT_DROPOUT_CNHW;
+    /* nChw16c with H*W > 1: neighbours in memory lie in different (n, c)
+     * planes, so a tile is walked one channel (every 16th float) at a time */
+    const size_t step = hw > 1 ? (size_t)rt_dropout_plane_step(lay, sh) : 1;
     const float scale = rt_dropout_scale(p);
     const size_t nt = (n + DROP_TILE - 1) / DROP_TILE;
 #pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (n >= PAR_MIN / 8)
     for (size_t t = 0; t < nt; t++) {
         const size_t lo = t * DROP_TILE, len = RT_MIN(n - lo, (size_t)DROP_TILE);
         float mul[DROP_TILE];
-        /* memory order, one run of consecutive logical indices at a time */
-        for (size_t j = 0; j < len;) {
-            const uint64_t i = lo + j;
-            const size_t run = (size_t)RT_MIN(rt_dropout_run(lay, sh, i), (uint64_t)(len - j));
-            dropout_mask(seed, offset + rt_dropout_logical(lay, sh, i), run, p, scale, mul + j);
-            j += run;
+        if (step == 1) {
+            /* memory order, one run of consecutive logical indices at a time */
+            for (size_t j = 0; j < len;) {
+                const uint64_t i = lo + j;
+                const size_t run = (size_t)RT_MIN(rt_dropout_run(lay, sh, i), (uint64_t)(len - j));
+                dropout_mask(seed, offset + rt_dropout_logical(lay, sh, i), run, p, scale, mul + j, 1);
+                j += run;
+            }
+        } else {
+            /* lane by lane: memory j, j + step, ... is one plane until the plane ends */
+            for (size_t l = 0; l < step && l < len; l++) {
+                for (size_t j = l; j < len;) {
+                    const uint64_t li = rt_dropout_logical(lay, sh, lo + j);
+                    const size_t run = RT_MIN((size_t)(hw - li % hw), (len - j + step - 1) / step);
+                    dropout_mask(seed, offset + li, run, p, scale, mul + j, step);
+                    j += run * step;
+                }
+            }
         }
         const float *xt = x + lo;
         float *yt = y + lo;

@@ -3,7 +3,7 @@
  * function is one slot of struct rt_ops with the semantics compute.h states
  * (the CPU backend, compute/cpu/, is the reference the GPU tests compare to).
  *
- * Layout: spatial tensors are NCHW on the GPU (the CPU backend's are CNHW;
+ * Layout: spatial tensors are NCHW on the GPU (the CPU backend's nChw16c or CNHW;
  * the op table hides it: to_nchw/from_nchw convert, gap/flatten produce the
  * same (N, F) row-major features). Every op is issued on the stream's
  * cudaStream_t, asynchronously; nothing in an op synchronises the device

@@ -504,9 +504,10 @@ static __global__ void bn_bwd_dx_k(size_t n, size_t c, const T *x, const T *dy, 
 
 template <typename T>
 static void bn_bwd_t(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *dy,
-                     const float *gamma, const float *save_mean, const float *save_invstd, float beta_dx, float *dx,
-                     float *dgamma, float *dbeta)
+                     const float *gamma, const float *beta, const float *save_mean, const float *save_invstd,
+                     float beta_dx, float *dx, float *dgamma, float *dbeta)
 {
+    (void)beta; /* only for a fused ReLU, which the CUDA tables do not offer (rt_ops.bn_relu 0) */
     const size_t c = (size_t)d->in.c, m = (size_t)d->in.n * d->in.h * d->in.w;
     if (c == 0 || m == 0)
         return;

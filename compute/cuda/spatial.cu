@@ -4,8 +4,8 @@
  * batchnorm, max and average pooling, global average pooling and flatten.
  *
  * Spatial tensors are NCHW on the GPU: every (image, channel) plane is H*W
- * contiguous floats, as on the CPU, whose (C, N, H, W) only orders the
- * planes differently. So pooling runs plane by plane as pool.c does, the
+ * contiguous floats, as in the CPU's (C, N, H, W) layout (which only orders
+ * the planes differently). So pooling runs plane by plane, the
  * layout conversions are plain copies, and flatten's (N, C*H*W) features are
  * the tensor itself.
  *
@@ -374,9 +374,10 @@ static __global__ void bn_bwd_dx_kernel(I n, size_t hw_, size_t c_, const float 
 }
 
 void rt_cuda_bn_bwd(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *dy,
-                    const float *gamma, const float *save_mean, const float *save_invstd, float beta_dx, float *dx,
-                    float *dgamma, float *dbeta)
+                    const float *gamma, const float *beta, const float *save_mean, const float *save_invstd,
+                    float beta_dx, float *dx, float *dgamma, float *dbeta)
 {
+    (void)beta; /* only for a fused ReLU, which the CUDA tables do not offer (rt_ops.bn_relu 0) */
     const size_t c = (size_t)d->in.c, hw = (size_t)d->in.h * d->in.w;
     const struct bn_split b = bn_split_of(d);
     if (c == 0 || b.m == 0)
