@@ -64,17 +64,19 @@ same() {
     fi
 }
 
-COMMON=(--epochs 1 --no-progress --threads "$THREADS" --workers 2)
+# --amp off: the asynchronous streams queue the fp32 table only, so both modes must train in fp32 (on a CPU with
+# AVX512_BF16 the default would be bf16 in the synchronous mode).
+COMMON=(--epochs 1 --no-progress --threads "$THREADS" --workers 2 --amp off)
 same mnist-net "$RT" train --data "$W/mnist" --model mnist-net --batch-size 32 --steps 12 --grad-accum 2 "${COMMON[@]}"
 [ "$SMALL" = 1 ] || same resnet18 "$RT" train --data "$W/cifar" --model resnet18 --batch-size 16 --steps 6 "${COMMON[@]}"
 
 # Resume: a checkpoint written asynchronously, resumed asynchronously, equals an uninterrupted synchronous run.
 RINGTRAIN_CPU_STREAMS=sync "$RT" train --data "$W/mnist" --model mnist-net --batch-size 32 --epochs 2 --no-progress \
-    --threads "$THREADS" >"$W/full.out" 2>&1
+    --threads "$THREADS" --amp off >"$W/full.out" 2>&1
 RINGTRAIN_CPU_STREAMS=async "$RT" train --data "$W/mnist" --model mnist-net --batch-size 32 --epochs 2 --no-progress \
-    --threads "$THREADS" --steps $((PER_EPOCH * 3 / 2)) --checkpoint-dir "$W/ck" >"$W/part.out" 2>&1
+    --threads "$THREADS" --amp off --steps $((PER_EPOCH * 3 / 2)) --checkpoint-dir "$W/ck" >"$W/part.out" 2>&1
 RINGTRAIN_CPU_STREAMS=async "$RT" train --data "$W/mnist" --model mnist-net --batch-size 32 --epochs 2 --no-progress \
-    --threads "$THREADS" --checkpoint-dir "$W/ck" --resume >"$W/rest.out" 2>&1
+    --threads "$THREADS" --amp off --checkpoint-dir "$W/ck" --resume >"$W/rest.out" 2>&1
 d1=$(digest "$W/full.out")
 d2=$(digest "$W/rest.out")
 [ -n "$d1" ] && [ "$d1" = "$d2" ] && pass "resume in the asynchronous mode: digest $d2 = the uninterrupted run's" ||
@@ -85,7 +87,7 @@ MPIRUN=$(command -v mpirun || true)
 if [ -n "$MPIRUN" ]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     MPI=("$MPIRUN" -np 2 --oversubscribe --bind-to none -x RINGTRAIN_CPU_STREAMS)
-    R2=(--epochs 1 --no-progress --threads 1 --workers 1 --steps 6)
+    R2=(--epochs 1 --no-progress --threads 1 --workers 1 --steps 6 --amp off)
     same np2-mnist-net "${MPI[@]}" "$RT" train --data "$W/mnist" --model mnist-net --batch-size 16 --bucket-cap-mb 0.05 "${R2[@]}"
     if [ "$SMALL" != 1 ]; then
         same np2-resnet18 "${MPI[@]}" "$RT" train --data "$W/cifar" --model resnet18 --batch-size 8 --bucket-cap-mb 1 "${R2[@]}"

@@ -68,6 +68,7 @@ static int run(struct rt_comm *comm, double cap_mb, int no_overlap, uint64_t *di
         .model = "mnist-net", .epochs = 1, .batch = B, .lr = LR, .sched = RT_SCHED_CONSTANT, .warmup_epochs = -1,
         .step_epochs = 30, .gamma = 0.1f, .grad_accum = 1, .seed = 11, .workers = 1, .threads = 1, .synthetic = 1,
         .syn_c = C, .syn_h = H, .syn_w = WD, .syn_classes = CLASSES, .pin = RT_PIN_OFF, .device = DEVICE_CPU,
+        .amp = AMP_OFF, /* fp32, as the whole-batch reference model: auto would take bf16 on a CPU that has it */
         .bucket_cap_mb = cap_mb, .no_overlap = no_overlap, .comm = comm,
         .optim = {.kind = RT_OPT_SGD, .momentum = 0.9f, .weight_decay = 5e-4f}};
     struct train *T = NULL;

@@ -111,8 +111,10 @@ if "$RT" train "${T4[@]}" --checkpoint-dir "$W/full" >"$W/full.out" 2>&1; then
     else
         fail "resume after --steps: rc $rc1/$rc2"; tail -n 3 "$W/p1.out" "$W/p2.out"
     fi
-    # SIGTERM once the first epoch is done: finish the step, save, exit 0.
-    "$RT" train "${T4[@]}" --checkpoint-dir "$W/sig" --metrics "$W/sig.jsonl" >"$W/s1.out" 2>&1 &
+    # SIGTERM once the first epoch is done: finish the step, save, exit 0. The loader is slowed (100 ms a batch,
+    # the data unchanged) so that the signal lands mid-run however fast the machine trains.
+    RINGTRAIN_TEST_SLOW_LOADER=100 "$RT" train "${T4[@]}" --checkpoint-dir "$W/sig" --metrics "$W/sig.jsonl" \
+        >"$W/s1.out" 2>&1 &
     pid=$!
     for _ in $(seq 1 600); do [ -s "$W/sig.jsonl" ] && break; sleep 0.1; done
     sleep 0.3
@@ -223,13 +225,40 @@ rc=$?
 [ $rc -ne 0 ] && grep -q "error: 4 optimizer steps in a row overflowed (step 4, loss scale now 4096); first non-finite tensor: fc2.weight gradient" "$W/ovf2.out" \
     && pass "4 overflows in a row stop the run: $(grep -o 'first non-finite tensor: [^.]*\.[^ .]*' "$W/ovf2.out")" \
     || fail "skip limit: rc=$rc $(tail -2 "$W/ovf2.out")"
-# --amp: the CPU computes in fp32; auto says so in the JSON, a 16-bit request is refused at once.
-"$RT" train --synthetic-data --steps 1 --threads 2 --amp bf16 --no-progress >"$W/amp.out" 2>&1
+# --amp on the CPU: bf16 where the CPU computes it natively (AVX512_BF16 or AMX, as the banner's oneDNN line says),
+# and then the default (auto); fp32 elsewhere, where a bf16 request is refused naming the missing instruction set.
+# ONEDNN_MAX_CPU_ISA=AVX2 caps oneDNN's instruction set, so every CPU also takes the refusing path.
+# (The asynchronous CPU streams, a test mode, run fp32 only.)
+if grep -qE "cpu: .*oneDNN [^,]*(AVX512_BF16|AMX)" "$W/syn.out" && ! grep -q "asynchronous streams" "$W/syn.out"; then
+    cpu_bf16=1 want=bf16
+else
+    cpu_bf16=0 want=off
+fi
+[ "$(jfield "$W/syn.out" amp 2>/dev/null)" = $want ] && [ "$(jfield "$W/syn.out" device 2>/dev/null)" = cpu ] \
+    && pass "--amp auto on this CPU: $want (JSON amp=$want, device=cpu)" || fail "JSON amp/device: $(tail -1 "$W/syn.out")"
+ONEDNN_MAX_CPU_ISA=AVX2 "$RT" train --synthetic-data --steps 1 --threads 2 --amp bf16 --no-progress >"$W/amp.out" 2>&1
 rc=$?
-[ $rc -ne 0 ] && grep -q "error: --amp bf16: the CPU backend computes in fp32 only" "$W/amp.out" \
-    && pass "--amp bf16 on the CPU is refused: $(grep error "$W/amp.out")" || fail "--amp bf16 on CPU: rc=$rc $(cat "$W/amp.out")"
-[ "$(jfield "$W/syn.out" amp 2>/dev/null)" = off ] && [ "$(jfield "$W/syn.out" device 2>/dev/null)" = cpu ] \
-    && pass "--amp auto on the CPU: fp32 (JSON amp=off, device=cpu)" || fail "JSON amp/device: $(tail -1 "$W/syn.out")"
+refusal="this CPU has neither AVX512_BF16 nor AMX"
+[ "${RINGTRAIN_CPU_STREAMS:-}" = async ] && refusal="the CPU's asynchronous streams (RINGTRAIN_CPU_STREAMS=async, a test mode) run fp32 only"
+[ $rc -ne 0 ] && grep -qF "error: --amp bf16: bf16 activations: $refusal" "$W/amp.out" \
+    && pass "--amp bf16 on a CPU without bf16 is refused: $(grep error "$W/amp.out")" \
+    || fail "--amp bf16 without AVX512_BF16: rc=$rc $(cat "$W/amp.out")"
+ONEDNN_MAX_CPU_ISA=AVX2 "$RT" train --synthetic-data --model mnist-net --batch-size 32 --steps 2 --threads 2 --json \
+    --no-progress >"$W/amp2.out" 2>&1
+[ "$(jfield "$W/amp2.out" amp 2>/dev/null)" = off ] && pass "--amp auto on a CPU without bf16: fp32" \
+    || fail "--amp auto without AVX512_BF16: $(tail -1 "$W/amp2.out")"
+"$RT" train --synthetic-data --steps 1 --threads 2 --amp fp16 --no-progress >"$W/amp3.out" 2>&1
+rc=$?
+[ $rc -ne 0 ] && grep -q "error: --amp fp16: fp16 activations: the CPU backend has no fp16 table" "$W/amp3.out" \
+    && pass "--amp fp16 on the CPU is refused: $(grep error "$W/amp3.out")" || fail "--amp fp16 on CPU: rc=$rc $(cat "$W/amp3.out")"
+if [ $cpu_bf16 = 1 ]; then
+    "$RT" train --synthetic-data --model mnist-net --batch-size 32 --steps 5 --threads 2 --amp off --json \
+        --no-progress >"$W/f32.out" 2>&1
+    [ "$(jfield "$W/f32.out" amp 2>/dev/null)" = off ] && pass "--amp off on a bf16 CPU: fp32" \
+        || fail "--amp off: $(tail -1 "$W/f32.out")"
+else
+    echo "note: this CPU has no AVX512_BF16/AMX: the bf16 runs above trained in fp32"
+fi
 
 [ $fails -eq 0 ] && echo "all train checks passed" || echo "$fails train check(s) failed"
 [ $fails -eq 0 ]

@@ -45,7 +45,7 @@ static struct train_cfg synthetic_cfg(const char *model, uint32_t c, uint32_t hw
         .model = model, .epochs = 1, .batch = 8, .lr = 0.05f, .sched = RT_SCHED_CONSTANT, .gamma = 0.1f,
         .warmup_epochs = -1, .step_epochs = 30, .grad_accum = 1, .seed = 3, .workers = 1, .threads = test_threads(),
         .synthetic = 1, .syn_c = c, .syn_h = hw, .syn_w = hw, .syn_classes = 10, .pin = RT_PIN_OFF,
-        .device = DEVICE_CPU, .bucket_cap_mb = 25, .loss_scale = 0, .comm = g_comm,
+        .device = DEVICE_CPU, .amp = AMP_OFF /* the same precision on every CPU */, .bucket_cap_mb = 25, .loss_scale = 0, .comm = g_comm,
         .optim = {.kind = RT_OPT_SGD, .momentum = 0.9f, .weight_decay = 5e-4f, .beta1 = 0.9f, .beta2 = 0.999f,
                   .eps = 1e-8f}};
 }

@@ -20,23 +20,29 @@ static void usage(FILE *f)
                "  --workers N         loader threads (default 1)\n"
                "  --threads N         compute threads (default: the CPUs this process may use)\n"
                "  --device D          auto (default: a GPU when there is one), cpu or cuda\n"
+               "  --amp P             auto (default: bf16 where the device computes it, as train's), off, bf16, fp16\n"
                "  --json              also print one JSON line\n");
 }
 
 int cmd_eval(int argc, char **argv)
 {
-    enum { O_CKPT = 256, O_HELP };
+    enum { O_CKPT = 256, O_AMP, O_HELP };
     static const struct option opts[] = {CLI_RUN_OPTIONS,
                                          {"checkpoint", required_argument, NULL, O_CKPT},
+                                         {"amp", required_argument, NULL, O_AMP},
                                          {"help", no_argument, NULL, O_HELP},
                                          {NULL, 0, NULL, 0}};
     struct cli_run_opts run = {.batch = 256};
     const char *checkpoint = NULL;
+    enum train_amp amp = AMP_AUTO;
     int ch;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (ch == O_CKPT) {
             checkpoint = optarg;
+        } else if (ch == O_AMP) {
+            if (train_amp_parse(optarg, &amp) < 0)
+                return cli_usage_error("eval", "%s", rt_errmsg());
         } else if (ch == O_HELP) {
             usage(stdout);
             return RT_EXIT_OK;
@@ -54,7 +60,7 @@ int cmd_eval(int argc, char **argv)
     if (!run.data || !checkpoint)
         return cli_usage_error("eval", "--data DIR and --checkpoint FILE are required");
     struct eval_cfg c = {.data = run.data, .checkpoint = checkpoint, .model = run.model, .batch = run.batch,
-                         .workers = run.workers, .threads = run.threads, .device = run.device};
+                         .workers = run.workers, .threads = run.threads, .device = run.device, .amp = amp};
     struct eval_result r;
     if (eval_checkpoint(&c, &r) < 0)
         return cli_fail();

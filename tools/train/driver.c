@@ -41,9 +41,8 @@ int train_amp_parse(const char *s, enum train_amp *out)
 int train_amp_resolve(enum train_amp amp, struct rt_backend *be, enum rt_dtype *out)
 {
     if (amp == AMP_AUTO) {
-        *out = RT_F32;
-        if (rt_backend_kind_of(be) == RT_BACKEND_CUDA)
-            *out = rt_backend_ops_for(be, RT_BF16) ? RT_BF16 : RT_F16;
+        /* bf16 wherever the device computes it natively; else fp16 on a GPU (tensor cores), fp32 on a CPU */
+        *out = rt_backend_ops_for(be, RT_BF16) ? RT_BF16 : rt_backend_kind_of(be) == RT_BACKEND_CUDA ? RT_F16 : RT_F32;
         rt_errclear();
         return 0;
     }

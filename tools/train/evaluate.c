@@ -125,8 +125,8 @@ static int evaluate_model(const struct eval_cfg *cfg, const struct rt_st_file *f
     struct rt_loss_stats vs;
     int rc = -1;
     uint64_t t0 = 0;
-    if (train_open_backend(cfg->device, 0, 1, cfg->threads, &be) == 0 && rt_model_create(be, &mo, &m) == 0 &&
-        rt_model_load(m, f, cfg->checkpoint) == 0) {
+    if (train_open_backend(cfg->device, 0, 1, cfg->threads, &be) == 0 && train_amp_resolve(cfg->amp, be, &mo.act) == 0 &&
+        rt_model_create(be, &mo, &m) == 0 && rt_model_load(m, f, cfg->checkpoint) == 0) {
         t0 = rt_now_ns();
         rc = evaluate_split(m, ds, RT_SPLIT_TEST, cfg->batch, cfg->workers, RT_PIN_ON, NULL, mean, std, &vs);
     }

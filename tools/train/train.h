@@ -343,6 +343,7 @@ struct eval_cfg {
     uint32_t batch;
     int workers, threads;
     enum train_device device;
+    enum train_amp amp;         /* as train's --amp: auto = bf16 where the device computes it */
 };
 
 struct eval_result {
