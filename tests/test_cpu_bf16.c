@@ -41,7 +41,9 @@
  * and sizes with vector tails and several threads' chunks. Max pooling is
  * also checked against a host reference of pool.c's rule (the first
  * maximum wins, a NaN wins), on signed values, on ties, and on
- * non-negative values with NaNs (the kernel's integer fast path); dropout
+ * non-negative values with NaNs (the kernel's integer fast path); the
+ * batchnorm with a fused ReLU against this table's batchnorm then ReLU,
+ * bit for bit (it is their replacement, not an approximation); dropout
  * at offsets not a multiple of 4 and across 2^34, where the Philox
  * counter's low word carries. The table itself: every activation op is
  * the bf16 table's own, every other op (memory, casts, optimizer,
@@ -69,6 +71,10 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#if defined(__x86_64__)
+#include <xmmintrin.h>
+#endif
 
 #include "check.h"
 #include "common/common.h"
@@ -554,6 +560,183 @@ static void test_bn(void)
     test_bn_shape((struct rt_shape4){8, 64, 16, 16}, -2.0f, 3.0f); /* threads, and many flushes of the fp32 sums */
 }
 
+/*
+ * A ReLU fused into the batchnorm (rt_bn_desc.relu) against this table's
+ * batchnorm then its ReLU, which the fusion replaces: bit for bit, y and the
+ * statistics of training, y of inference, and for beta_dx 0 and 1 dx,
+ * dgamma and dbeta of bn_bwd against relu_bwd then bn_bwd. Gamma is negative
+ * on some channels and beta straddles 0, so the mask is mixed. Channels 0
+ * and 1 hold -1, 0, 1 (mean exactly 0) with beta +0 and -0 (gamma < 0 on
+ * channel 1), so some outputs are exactly +0 and -0: the ReLU passes both
+ * forward and blocks their gradient, which a mask of `>= 0` or `<= 0` gets
+ * wrong. With `denormals`, a small shape runs on this thread with FTZ and
+ * DAZ off (the backend's threads have them on, which rules denormals out)
+ * and gamma ~2^-125, beta 0 on every fourth channel, so that some v =
+ * (x - mean) invstd gamma + beta are denormal: the store flushes those to
+ * zeros of their sign, so the ReLU's masks must follow the stored y, not
+ * v's sign.
+ */
+struct bnr_out {
+    uint16_t *ytr, *yin, *dx[2];
+    float *stats, *pgrad[2]; /* running mean, var, save mean, invstd; dgamma, dbeta per beta_dx */
+};
+
+static void *dev_bits(const float *d, size_t bytes)
+{
+    void *h = xmalloc(bytes);
+    o16->download(st, h, d, bytes);
+    return h;
+}
+
+/* a and b (n elements of `size` bytes: 2 bf16, 4 float) the same bits, else a failure naming the first difference */
+static void same_bits(const char *what, const char *shape, const void *a, const void *b, size_t n, size_t size)
+{
+    size_t bad = 0, first = 0;
+    for (size_t i = 0; i < n; i++)
+        if (memcmp((const char *)a + i * size, (const char *)b + i * size, size) && bad++ == 0)
+            first = i;
+    printf("  %-34s %-28s bit-identical %s\n", what, shape, bad ? "FAIL" : "ok");
+    if (!bad)
+        return;
+    float va, vb;
+    if (size == 2) {
+        uint16_t ha, hb;
+        memcpy(&ha, (const char *)a + first * size, 2);
+        memcpy(&hb, (const char *)b + first * size, 2);
+        va = wid(ha);
+        vb = wid(hb);
+    } else {
+        memcpy(&va, (const char *)a + first * size, 4);
+        memcpy(&vb, (const char *)b + first * size, 4);
+    }
+    CHECKF(0, "%s %s, ReLU fused: %zu of %zu elements differ from batchnorm then ReLU, first [%zu] (in memory): "
+              "fused %.9g, unfused %.9g", what, shape, bad, n, first, (double)vb, (double)va);
+}
+
+static void test_bn_relu_case(struct rt_shape4 sh, int denormals)
+{
+    const size_t n = count4(sh), C = (size_t)sh.c, hw = (size_t)sh.h * sh.w, m = (size_t)sh.n * hw;
+    char ss[64];
+    snprintf(ss, sizeof(ss), "%s%s", shape_str(sh), denormals ? " denormals" : "");
+    const struct rt_bn_desc plain = {.in = sh, .eps = 1e-5f, .momentum = 0.1f};
+    struct rt_bn_desc fused = plain;
+    /* the ops must run on this thread: below PAR_MIN elements */
+    if (denormals && n >= 32768)
+        CHECKF(0, "bn+relu %s: too large to run on the calling thread", ss);
+    fused.relu = 1;
+    float *x = random_bf16(n, -1.0f, 1.0f), *gamma = random_bf16(C, 0.5f, 1.5f), *beta = random_bf16(C, -0.3f, 0.3f);
+    float *rm0 = random_bf16(C, -0.1f, 0.1f), *rv0 = random_bf16(C, 0.2f, 0.5f);
+    for (size_t c = 0; c < C; c++) {
+        if (c % 3 == 2 || c == 1)
+            gamma[c] = -gamma[c];
+        if (denormals && c % 4 == 2) { /* v = (x - mean) invstd gamma: a mix of denormals and normals */
+            gamma[c] *= 0x1p-125f;    /* still normal: this thread flushes denormals yet */
+            beta[c] = 0.0f;
+        }
+    }
+    for (size_t c = 0; c < 2; c++) {
+        beta[c] = c ? -0.0f : 0.0f;
+        rm0[c] = 0.0f;
+        /* in logical order j (image, pixel): -1, 0, 1 repeated, then zeros: the sum, and so the mean, is 0 */
+        for (size_t j = 0; j < m; j++)
+            x[(j / hw * C + c) * hw + j % hw] = j < m - m % 3 ? (float)((int)(j % 3) - 1) : 0.0f;
+    }
+    float *dy = random_bf16(n, -1.0f, 1.0f), *dx0 = random_bf16(n, -1.0f, 1.0f);
+    float *dg0 = random_bf16(C, -1.0f, 1.0f), *db0 = random_bf16(C, -1.0f, 1.0f);
+    float *x16 = put16(x, n, &sh), *dy16 = put16(dy, n, &sh), *dx16 = put16(dx0, n, &sh);
+    float *g32 = put32(gamma, C, NULL), *b32 = put32(beta, C, NULL);
+    float *rmi = put32(rm0, C, NULL), *rvi = put32(rv0, C, NULL); /* inference's, never written */
+    float *ytr = dev(n * sizeof(uint16_t)), *yin = dev(n * sizeof(uint16_t)), *t16 = dev(n * sizeof(uint16_t));
+    float *sv = dev(4 * C * sizeof(float)), *pg = dev(2 * C * sizeof(float));
+    struct bnr_out out[2];
+#if defined(__x86_64__)
+    const unsigned csr = _mm_getcsr();
+    if (denormals)
+        _mm_setcsr(csr & ~0x8040u); /* FTZ is bit 15, DAZ bit 6 */
+#endif
+    for (int f = 0; f < 2; f++) { /* 0: batchnorm then ReLU, 1: fused */
+        const struct rt_bn_desc *d = f ? &fused : &plain;
+        o32->upload(st, sv, rm0, C * sizeof(float));
+        o32->upload(st, sv + C, rv0, C * sizeof(float));
+        o16->bn_train_fwd(st, d, x16, g32, b32, sv, sv + C, sv + 2 * C, sv + 3 * C, ytr);
+        o16->bn_infer_fwd(st, d, x16, g32, b32, rmi, rvi, yin);
+        if (!f) {
+            o16->relu_fwd(st, n, ytr, ytr);
+            o16->relu_fwd(st, n, yin, yin);
+        }
+        out[f].ytr = dev_bits(ytr, n * sizeof(uint16_t));
+        out[f].yin = dev_bits(yin, n * sizeof(uint16_t));
+        out[f].stats = get32(sv, 4 * C, NULL);
+        for (int bd = 0; bd < 2; bd++) {
+            if (bd)
+                o16->from_nchw(st, sh, dx0, dx16);
+            else
+                fill16(dx16, n, 0x7fc0u); /* beta_dx 0 must not read dx */
+            o32->upload(st, pg, dg0, C * sizeof(float));
+            o32->upload(st, pg + C, db0, C * sizeof(float));
+            if (f) {
+                o16->bn_bwd(st, d, x16, dy16, g32, b32, sv + 2 * C, sv + 3 * C, (float)bd, dx16, pg, pg + C);
+            } else {
+                o16->relu_bwd(st, n, ytr, dy16, 0.0f, t16);
+                o16->bn_bwd(st, d, x16, t16, g32, b32, sv + 2 * C, sv + 3 * C, (float)bd, dx16, pg, pg + C);
+            }
+            out[f].dx[bd] = dev_bits(dx16, n * sizeof(uint16_t));
+            out[f].pgrad[bd] = get32(pg, 2 * C, NULL);
+        }
+    }
+#if defined(__x86_64__)
+    _mm_setcsr(csr);
+#endif
+    same_bits("bn_train_fwd+relu y", ss, out[0].ytr, out[1].ytr, n, 2);
+    same_bits("bn_train_fwd+relu statistics", ss, out[0].stats, out[1].stats, 4 * C, 4);
+    same_bits("bn_infer_fwd+relu y", ss, out[0].yin, out[1].yin, n, 2);
+    for (int bd = 0; bd < 2; bd++) {
+        char op[64];
+        snprintf(op, sizeof(op), "relu_bwd+bn_bwd dx beta %d", bd);
+        same_bits(op, ss, out[0].dx[bd], out[1].dx[bd], n, 2);
+        snprintf(op, sizeof(op), "relu_bwd+bn_bwd dgamma, dbeta %d", bd);
+        same_bits(op, ss, out[0].pgrad[bd], out[1].pgrad[bd], 2 * C, 4);
+    }
+    /* the mask is mixed, and the exact zeros of channels 0 and 1 are there: +0 and -0 pass forward */
+    size_t zeros = 0, negz = 0;
+    for (size_t i = 0; i < n; i++) {
+        zeros += (out[1].ytr[i] & 0x7fffu) == 0;
+        negz += out[1].ytr[i] == 0x8000u;
+    }
+    printf("  %-34s %-28s %zu of %zu clipped or zero, %zu -0\n", "bn_train_fwd+relu mask", ss, zeros, n, negz);
+    CHECKF(zeros > n / 10 && zeros < n * 9 / 10, "bn+relu %s: %zu of %zu outputs clipped", ss, zeros, n);
+    CHECKF(negz > 0, "bn+relu %s: no output is -0 (channel 1's x = 0)", ss);
+    const size_t xzeros = (m - m % 3) / 3 + m % 3; /* channel 1's x = 0 */
+    if (denormals)
+        CHECKF(negz > xzeros, "bn+relu %s: no negative v was denormal (%zu outputs -0)", ss, negz);
+    for (int f = 0; f < 2; f++) {
+        free(out[f].ytr);
+        free(out[f].yin);
+        free(out[f].stats);
+        for (int bd = 0; bd < 2; bd++) {
+            free(out[f].dx[bd]);
+            free(out[f].pgrad[bd]);
+        }
+    }
+    float *dp[] = {x16, dy16, dx16, g32, b32, rmi, rvi, ytr, yin, t16, sv, pg};
+    for (size_t i = 0; i < RT_ARRAY_LEN(dp); i++)
+        dfree(dp[i]);
+    float *hp[] = {x, gamma, beta, rm0, rv0, dy, dx0, dg0, db0};
+    for (size_t i = 0; i < RT_ARRAY_LEN(hp); i++)
+        free(hp[i]);
+}
+
+static void test_bn_relu(void)
+{
+    printf("batchnorm with a fused ReLU = batchnorm then ReLU, bit for bit\n");
+    CHECKF(o16->bn_relu == 1, "the bf16 table does not fuse batchnorm and ReLU (bn_relu %d)", o16->bn_relu);
+    test_bn_relu_case((struct rt_shape4){2, 3, 3, 5}, 0);
+    test_bn_relu_case((struct rt_shape4){2, 16, 3, 5}, 0);
+    test_bn_relu_case((struct rt_shape4){4, 32, 16, 16}, 0);
+    test_bn_relu_case((struct rt_shape4){2, 3, 3, 5}, 1);
+    test_bn_relu_case((struct rt_shape4){2, 16, 3, 5}, 1);
+}
+
 /* ---- pooling, global pooling, flatten ------------------------------------------------------- */
 
 /*
@@ -870,6 +1053,106 @@ static void test_linear(void)
     test_linear_case(8, 100, 37, 1);
     test_linear_case(5, 16, 10, 0);
     test_linear_case(8, 1152, 128, 1);
+}
+
+/* ---- convolutions ---------------------------------------------------------------------------------- */
+
+/*
+ * The bf16 convolutions (cpu/dnnl.c: oneDNN in bf16 with fp32 accumulation, weights rounded per call) against
+ * the fp32 ones on the same bf16-exact inputs and weights. Products of bf16 values are exact in fp32, so the
+ * differences are the order of each K-term sum, K 2^-24 of the sum of |terms|, bounded here by K times the
+ * largest |product|, and the output's one rounding, u |ref|. Shapes: blocked in and out, the first layer's 3
+ * channels, odd channels both sides, a 1x1 stride-2 shortcut, and the smallest maps (2x2, 1x1), whose filter
+ * gradient takes the widened fp32 path.
+ */
+static void test_conv_case(struct rt_shape4 in, int cout, int k, int stride, int pad, int bias)
+{
+    struct rt_conv_desc d = {.in = in, .cout = cout, .kh = k, .kw = k, .stride = stride, .pad = pad};
+    CHECK(rt_conv_desc_init(&d) == 0);
+    const struct rt_shape4 ys = {in.n, cout, d.oh, d.ow};
+    char ss[96];
+    snprintf(ss, sizeof(ss), "%s k%d s%d p%d -> %s%s", shape_str(in), k, stride, pad, shape_str(ys),
+             bias ? " bias" : "");
+    const size_t nx = count4(in), ny = count4(ys), nw = (size_t)cout * in.c * k * k;
+    const double kf = (double)in.c * k * k, kd = (double)cout * k * k, kw = (double)in.n * d.oh * d.ow;
+    float *x = random_bf16(nx, -1.0f, 1.0f), *w = random_bf16(nw, -0.5f, 0.5f), *b = random_bf16((size_t)cout, -1, 1);
+    float *x32 = put32(x, nx, &in), *x16 = put16(x, nx, &in), *w32 = put32(w, nw, NULL);
+    float *b32 = bias ? put32(b, (size_t)cout, NULL) : NULL;
+    float *y32 = dev(ny * sizeof(float)), *y16 = dev(ny * sizeof(uint16_t));
+    o32->conv2d_fwd(st, &d, x32, w32, b32, y32);
+    o16->conv2d_fwd(st, &d, x16, w32, b32, y16);
+    float *r = get32(y32, ny, &ys), *g = get16(y16, ny, &ys);
+    compare("conv2d_fwd", ss, r, g, ny, 0, U, (kf + 2) * (kf * 0.5 + 1.0) / 16777216.0, NULL);
+    free(r);
+    free(g);
+
+    float *dy = random_bf16(ny, -1.0f, 1.0f);
+    float *dy32 = put32(dy, ny, &ys), *dy16 = put16(dy, ny, &ys);
+    for (int beta = 0; beta < 2; beta++) {
+        float *dx0 = random_bf16(nx, -1.0f, 1.0f);
+        float *dx32 = put32(dx0, nx, &in), *dx16 = put16(dx0, nx, &in);
+        if (!beta) { /* beta 0 must not read dx */
+            fill32(dx32, nx, NAN);
+            fill16(dx16, nx, 0x7fc0u);
+        }
+        o32->conv2d_bwd_data(st, &d, dy32, w32, (float)beta, dx32);
+        o16->conv2d_bwd_data(st, &d, dy16, w32, (float)beta, dx16);
+        r = get32(dx32, nx, &in);
+        g = get16(dx16, nx, &in);
+        char op[48];
+        snprintf(op, sizeof(op), "conv2d_bwd_data beta %d", beta);
+        /* beta 1: the sum is rounded once more, after the add (u of |dx0| + |sum| at most) */
+        compare(op, ss, r, g, nx, 0, beta ? 2 * U : U, (kd + 2) * (kd * 0.5 + 1.0) / 16777216.0 + (beta ? U : 0.0),
+                NULL);
+        free(r);
+        free(g);
+        free(dx0);
+        dfree(dx32);
+        dfree(dx16);
+    }
+    /* filter and bias gradients: fp32, added to what they hold */
+    float *dw0 = random_bf16(nw, -1.0f, 1.0f), *db0 = random_bf16((size_t)cout, -1.0f, 1.0f);
+    float *dw[2] = {put32(dw0, nw, NULL), put32(dw0, nw, NULL)};
+    float *db[2] = {put32(db0, (size_t)cout, NULL), put32(db0, (size_t)cout, NULL)};
+    o32->conv2d_bwd_filter(st, &d, x32, dy32, dw[0], bias ? db[0] : NULL);
+    o16->conv2d_bwd_filter(st, &d, x16, dy16, dw[1], bias ? db[1] : NULL);
+    float *pw[2] = {get32(dw[0], nw, NULL), get32(dw[1], nw, NULL)};
+    float *pb[2] = {get32(db[0], (size_t)cout, NULL), get32(db[1], (size_t)cout, NULL)};
+    compare("conv2d_bwd_filter dw (adds)", ss, pw[0], pw[1], nw, 0, 0, (kw + 2) * (kw + 1.0) / 16777216.0, NULL);
+    if (bias)
+        compare("conv2d_bwd_filter db (adds)", ss, pb[0], pb[1], (size_t)cout, 0, 0, (kw + 2) * (kw + 1.0) / 16777216.0,
+                NULL);
+    for (int t = 0; t < 2; t++) {
+        free(pw[t]);
+        free(pb[t]);
+        dfree(dw[t]);
+        dfree(db[t]);
+    }
+    free(dw0);
+    free(db0);
+    free(dy);
+    dfree(dy32);
+    dfree(dy16);
+    free(x);
+    free(w);
+    free(b);
+    dfree(x32);
+    dfree(x16);
+    dfree(w32);
+    dfree(b32);
+    dfree(y32);
+    dfree(y16);
+}
+
+static void test_conv(void)
+{
+    printf("convolutions\n");
+    test_conv_case((struct rt_shape4){2, 16, 8, 8}, 32, 3, 1, 1, 1);
+    test_conv_case((struct rt_shape4){2, 3, 9, 9}, 16, 3, 1, 1, 0);
+    test_conv_case((struct rt_shape4){2, 5, 6, 6}, 7, 3, 2, 1, 1);
+    test_conv_case((struct rt_shape4){2, 16, 8, 8}, 32, 1, 2, 0, 0);
+    test_conv_case((struct rt_shape4){8, 32, 2, 2}, 32, 3, 1, 1, 0);
+    test_conv_case((struct rt_shape4){8, 64, 1, 1}, 16, 3, 1, 1, 1);
 }
 
 /* ---- element-wise -------------------------------------------------------------------------------- */
@@ -1285,6 +1568,7 @@ int main(int argc, char **argv)
     test_layout();
     test_input();
     test_bn();
+    test_bn_relu();
     test_pool();
     test_feat();
     test_linear();
@@ -1293,6 +1577,7 @@ int main(int argc, char **argv)
     test_xent();
     test_reductions();
     if (own_convs) {
+        test_conv();
         /*
          * Every activation is rounded to 8 significant bits 10-20 times on
          * the way to the logits and again on the way back, and the

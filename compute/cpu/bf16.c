@@ -2,7 +2,8 @@
  * bf16.c - the activation ops of the CPU backend's bf16 table (compute.h's
  * rt_backend_ops_for(be, RT_BF16); cpu.h's rt_cpu_fill_bf16). Every op the
  * CUDA backend's 16-bit tables replace is replaced here, except the three
- * convolutions (dnnl.c): layout conversion, input, batchnorm, pooling,
+ * convolutions (dnnl.c): layout conversion, input, batchnorm (with the
+ * ReLU fused where rt_bn_desc.relu asks: bn_relu is 1), pooling,
  * global pooling, flatten, the linear layer, ReLU/GELU, dropout,
  * add/scale/axpy, the loss and the two reductions. Each takes the fp32
  * signature; its activation pointers hold bf16 (uint16_t bits), in the
@@ -34,6 +35,7 @@
  * so these kernels do not even depend on the thread count; oneDNN's matmul
  * in the linear layer repeats exactly for a given thread count.
  */
+#include <float.h>
 #include <math.h>
 #include <omp.h>
 #include <stdint.h>
@@ -202,9 +204,13 @@ BF16_INLINE void stf(float *p, v16f v)
     memcpy(p, &v, sizeof(v));
 }
 
+/* A broadcast: (v16f){0} + a would turn a -0 into +0 (a batchnorm shift of -0 then gave a +0 where elem.c gives -0). */
 BF16_INLINE v16f splat(float a)
 {
-    return (v16f){0} + a;
+    v16f v;
+    for (int l = 0; l < LANES; l++)
+        v[l] = a;
+    return v;
 }
 
 /* Per-lane conditions: an AVX-512 mask register where there is one, else a vector of all-ones/zero lanes. */
@@ -214,6 +220,11 @@ typedef __mmask16 vmask;
 BF16_INLINE vmask gt(v16f a, v16f b)
 {
     return _mm512_cmp_ps_mask((__m512)a, (__m512)b, _CMP_GT_OQ);
+}
+
+BF16_INLINE vmask ge(v16f a, v16f b)
+{
+    return _mm512_cmp_ps_mask((__m512)a, (__m512)b, _CMP_GE_OQ);
 }
 
 BF16_INLINE vmask isnan16(v16f a)
@@ -242,6 +253,11 @@ typedef v16i vmask;
 BF16_INLINE vmask gt(v16f a, v16f b)
 {
     return a > b;
+}
+
+BF16_INLINE vmask ge(v16f a, v16f b)
+{
+    return a >= b;
 }
 
 BF16_INLINE vmask isnan16(v16f a)
@@ -465,6 +481,39 @@ static void bf16_input_u8_dev(struct rt_stream *s, struct rt_shape4 sh, const ui
 /* ==== batchnorm ============================================================ */
 
 /*
+ * A fused ReLU (rt_bn_desc.relu; this table's bn_relu is 1) gives what this
+ * table's batchnorm then its ReLU give, bit for bit. Those see the
+ * batchnorm's output as stored: v = (x - mean) a + b rounded to bf16. A
+ * normal v keeps its sign and stays nonzero there (bf16 has fp32's exponent
+ * range), and a v below fp32's smallest normal in magnitude becomes a zero
+ * of its sign (f32_to_bf16). So the ReLU's forward (`y < 0 ? 0 : y`) clips
+ * exactly where v <= -FLT_MIN, and its backward (`y > 0 ? dy : 0`) passes
+ * exactly where v >= FLT_MIN; a NaN fails both tests, as on the stored y.
+ * Testing v > 0 instead would differ on a positive denormal v, which the
+ * store flushes; these tests hold whether or not the arithmetic flushes
+ * denormals too. The backward recomputes v with the training forward's very
+ * operands (save_mean; save_invstd * gamma, the forward's float scale;
+ * beta) and expression, so its mask is the forward's. The mask is applied
+ * inside the loops that read x and dy anyway: the fusion saves the ReLU's
+ * own passes over memory, and adds none.
+ */
+BF16_INLINE v16f relu_clip(v16f v)
+{
+    return sel(ge(splat(-FLT_MIN), v), (v16f){0}, v);
+}
+
+/* g where the stored (x - mean) a + b is > 0, else 0 (even for a NaN g); t = x - mean. */
+BF16_INLINE v16f relu_pass(v16f g, v16f t, v16f a, v16f b)
+{
+    return sel(ge(t * a + b, splat(FLT_MIN)), g, (v16f){0});
+}
+
+static inline float relu_pass1(float g, float t, float a, float b)
+{
+    return t * a + b >= FLT_MIN ? g : 0.0f;
+}
+
+/*
  * Per-channel sums, as elem.c takes them: forward sum(x - k) and
  * sum((x - k)^2) with k the channel's first element (so that E[x^2] - E[x]^2
  * does not cancel when the mean is large against the spread); backward
@@ -473,12 +522,15 @@ static void bf16_input_u8_dev(struct rt_stream *s, struct rt_shape4 sh, const ui
  * double. Blocked tensors: sums_block takes one channel block over a run of
  * nimg images (planes `stride` apart) into 16 doubles of partials per
  * quantity, which bn_sums adds over the runs in order; otherwise a channel
- * is one contiguous run summed by one thread (sums_row).
+ * is one contiguous run summed by one thread (sums_row). Backward with a
+ * fused ReLU (ra, rb not NULL: its scale and shift, per lane or the
+ * channel's; k is then the mean): dy is masked by relu_pass first.
  */
 BF16_TARGET static void sums_block(const uint16_t *x, const uint16_t *dy, size_t hw, size_t nimg, size_t stride,
-                                   const float *k16, double *o1, double *o2)
+                                   const float *k16, const float *ra16, const float *rb16, double *o1, double *o2)
 {
     const v16f k = ldf(k16);
+    const v16f ra = ra16 ? ldf(ra16) : (v16f){0}, rb = rb16 ? ldf(rb16) : (v16f){0};
     double d1[LANES] = {0}, d2[LANES] = {0};
     v16f a0 = {0}, a1 = {0}, b0 = {0}, b1 = {0};
     size_t run = 0; /* pixels in the fp32 accumulators */
@@ -490,16 +542,24 @@ BF16_TARGET static void sums_block(const uint16_t *x, const uint16_t *dy, size_t
             /* two pixels per step in separate accumulators: the adds' latency, not the loads, would bound one */
             if (gi) {
                 for (; p + 2 <= p1; p += 2) {
-                    const v16f g0 = ld16(gi + p * LANES), g1 = ld16(gi + (p + 1) * LANES);
+                    const v16f t0 = ld16(xi + p * LANES) - k, t1 = ld16(xi + (p + 1) * LANES) - k;
+                    v16f g0 = ld16(gi + p * LANES), g1 = ld16(gi + (p + 1) * LANES);
+                    if (ra16) {
+                        g0 = relu_pass(g0, t0, ra, rb);
+                        g1 = relu_pass(g1, t1, ra, rb);
+                    }
                     a0 += g0;
                     a1 += g1;
-                    b0 += g0 * (ld16(xi + p * LANES) - k);
-                    b1 += g1 * (ld16(xi + (p + 1) * LANES) - k);
+                    b0 += g0 * t0;
+                    b1 += g1 * t1;
                 }
                 if (p < p1) {
-                    const v16f g0 = ld16(gi + p * LANES);
+                    const v16f t0 = ld16(xi + p * LANES) - k;
+                    v16f g0 = ld16(gi + p * LANES);
+                    if (ra16)
+                        g0 = relu_pass(g0, t0, ra, rb);
                     a0 += g0;
-                    b0 += g0 * (ld16(xi + p * LANES) - k);
+                    b0 += g0 * t0;
                 }
             } else {
                 for (; p + 2 <= p1; p += 2) {
@@ -532,10 +592,13 @@ BF16_TARGET static void sums_block(const uint16_t *x, const uint16_t *dy, size_t
     memcpy(o2, d2, sizeof(d2));
 }
 
-/* The same over one contiguous channel of m elements, shift (or mean) k. */
-BF16_TARGET static void sums_row(const uint16_t *x, const uint16_t *dy, size_t m, float kf, double *o1, double *o2)
+/* The same over one contiguous channel of m elements, shift (or mean) k; ra, rb: the channel's, or NULL. */
+BF16_TARGET static void sums_row(const uint16_t *x, const uint16_t *dy, size_t m, float kf, const float *ra1,
+                                 const float *rb1, double *o1, double *o2)
 {
     const v16f k = splat(kf);
+    const float raf = ra1 ? *ra1 : 0.0f, rbf = rb1 ? *rb1 : 0.0f;
+    const v16f ra = splat(raf), rb = splat(rbf);
     double s1 = 0.0, s2 = 0.0;
     const size_t full = m - m % LANES;
     size_t i = 0;
@@ -545,7 +608,9 @@ BF16_TARGET static void sums_row(const uint16_t *x, const uint16_t *dy, size_t m
         for (; i < end; i += LANES) {
             const v16f t = ld16(x + i) - k;
             if (dy) {
-                const v16f g = ld16(dy + i);
+                v16f g = ld16(dy + i);
+                if (ra1)
+                    g = relu_pass(g, t, ra, rb);
                 a += g;
                 b += g * t;
             } else {
@@ -561,7 +626,9 @@ BF16_TARGET static void sums_row(const uint16_t *x, const uint16_t *dy, size_t m
     for (; i < m; i++) {
         const float t = bf16_to_f32(x[i]) - kf;
         if (dy) {
-            const float g = bf16_to_f32(dy[i]);
+            float g = bf16_to_f32(dy[i]);
+            if (ra1)
+                g = relu_pass1(g, t, raf, rbf);
             s1 += (double)g;
             s2 += (double)(g * t);
         } else {
@@ -575,16 +642,19 @@ BF16_TARGET static void sums_row(const uint16_t *x, const uint16_t *dy, size_t m
 
 /*
  * Channel sums S1[c], S2[c] (doubles, C each) of x (and dy) with per-channel
- * k (C floats); part is scratch for the blocked partials (planes x 32 doubles).
+ * k (C floats); ra, rb (C floats each, or NULL): a fused ReLU's scale and
+ * shift, which mask dy; part is scratch for the blocked partials (planes x
+ * 32 doubles).
  */
 static void bn_sums(struct rt_stream *s, const struct geo *g, const uint16_t *x, const uint16_t *dy, const float *k,
-                    double *part, double *s1, double *s2)
+                    const float *ra, const float *rb, double *part, double *s1, double *s2)
 {
     const size_t m = g->n * g->hw;
     if (!g->blocked) {
 #pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (g->c * m >= PAR_MIN)
         for (size_t c = 0; c < g->c; c++)
-            sums_row(x + c * m, dy ? dy + c * m : NULL, m, k[c], &s1[c], &s2[c]);
+            sums_row(x + c * m, dy ? dy + c * m : NULL, m, k[c], ra ? ra + c : NULL, rb ? rb + c : NULL, &s1[c],
+                     &s2[c]);
         return;
     }
     /*
@@ -598,7 +668,8 @@ static void bn_sums(struct rt_stream *s, const struct geo *g, const uint16_t *x,
     for (size_t t = 0; t < cbs * runs; t++) {
         const size_t cb = t % cbs, i0 = t / cbs * ipt, o = (i0 * cbs + cb) * g->plane; /* in memory order */
         sums_block(x + o, dy ? dy + o : NULL, g->hw, RT_MIN(ipt, g->n - i0), cbs * g->plane, k + cb * LANES,
-                   part + t * 2 * LANES, part + t * 2 * LANES + LANES);
+                   ra ? ra + cb * LANES : NULL, rb ? rb + cb * LANES : NULL, part + t * 2 * LANES,
+                   part + t * 2 * LANES + LANES);
     }
     for (size_t c = 0; c < g->c; c++) {
         const size_t cb = c / LANES, l = c % LANES;
@@ -613,41 +684,47 @@ static void bn_sums(struct rt_stream *s, const struct geo *g, const uint16_t *x,
     }
 }
 
-/* y = (x - mean) a + b over one plane: per-lane parameters (blocked) or one channel's. */
+/* y = (x - mean) a + b over one plane: per-lane parameters (blocked) or one channel's; relu: relu_clip'ed. */
 BF16_TARGET static void affine_block(const uint16_t *x, size_t hw, const float *mean16, const float *a16,
-                                     const float *b16, uint16_t *y)
+                                     const float *b16, int relu, uint16_t *y)
 {
     const v16f mu = ldf(mean16), a = ldf(a16), b = ldf(b16);
-    for (size_t p = 0; p < hw; p++)
-        st16(y + p * LANES, (ld16(x + p * LANES) - mu) * a + b);
+    for (size_t p = 0; p < hw; p++) {
+        const v16f v = (ld16(x + p * LANES) - mu) * a + b;
+        st16(y + p * LANES, relu ? relu_clip(v) : v);
+    }
 }
 
-BF16_TARGET static void affine_row(const uint16_t *x, size_t m, float muf, float af, float bf, uint16_t *y)
+BF16_TARGET static void affine_row(const uint16_t *x, size_t m, float muf, float af, float bf, int relu, uint16_t *y)
 {
     const v16f mu = splat(muf), a = splat(af), b = splat(bf);
     size_t i = 0;
-    for (; i + LANES <= m; i += LANES)
-        st16(y + i, (ld16(x + i) - mu) * a + b);
-    if (i < m)
-        stn(y + i, (ldn(x + i, m - i) - mu) * a + b, m - i);
+    for (; i + LANES <= m; i += LANES) {
+        const v16f v = (ld16(x + i) - mu) * a + b;
+        st16(y + i, relu ? relu_clip(v) : v);
+    }
+    if (i < m) {
+        const v16f v = (ldn(x + i, m - i) - mu) * a + b;
+        stn(y + i, relu ? relu_clip(v) : v, m - i);
+    }
 }
 
-/* y = (x - mean[c]) a[c] + b[c] over the whole tensor. */
+/* y = (x - mean[c]) a[c] + b[c] over the whole tensor, then max(0, y) with relu. */
 static void bn_affine(struct rt_stream *s, const struct geo *g, const uint16_t *x, const float *mean, const float *a,
-                      const float *b, uint16_t *y)
+                      const float *b, int relu, uint16_t *y)
 {
     const size_t m = g->n * g->hw;
     if (!g->blocked) {
 #pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (g->c * m >= PAR_MIN)
         for (size_t c = 0; c < g->c; c++)
-            affine_row(x + c * m, m, mean[c], a[c], b[c], y + c * m);
+            affine_row(x + c * m, m, mean[c], a[c], b[c], relu, y + c * m);
         return;
     }
     const size_t cbs = g->c / LANES;
 #pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (g->c * m >= PAR_MIN)
     for (size_t j = 0; j < g->planes; j++) {
         const size_t c0 = (j % cbs) * LANES;
-        affine_block(x + j * g->plane, g->hw, mean + c0, a + c0, b + c0, y + j * g->plane);
+        affine_block(x + j * g->plane, g->hw, mean + c0, a + c0, b + c0, relu, y + j * g->plane);
     }
 }
 
@@ -686,7 +763,7 @@ static void bf16_bn_train_fwd(struct rt_stream *s, const struct rt_bn_desc *d, c
     bn_scratch_get(s, &g, &w);
     for (size_t c = 0; c < g.c; c++) /* the channel's first element: image 0, pixel 0 */
         w.k[c] = bf16_to_f32(xh[rt_cpu_offset(d->in, 0, (int)c, 0, 0)]);
-    bn_sums(s, &g, xh, NULL, w.k, w.part, w.s1, w.s2);
+    bn_sums(s, &g, xh, NULL, w.k, NULL, NULL, w.part, w.s1, w.s2);
     const double eps = rt_decimal_double(d->eps), mom = rt_decimal_double(d->momentum);
     /* one value per channel: the unbiased variance is undefined; keep the biased one (0), as elem.c */
     const double unbias = m > 1 ? (double)m / (double)(m - 1) : 1.0;
@@ -702,10 +779,10 @@ static void bf16_bn_train_fwd(struct rt_stream *s, const struct rt_bn_desc *d, c
         running_mean[c] = (float)(mom * mean + (1.0 - mom) * running_mean[c]);
         running_var[c] = (float)(mom * var * unbias + (1.0 - mom) * running_var[c]);
         w.c[c] = mean_f;
-        w.a[c] = invstd_f * gamma[c];
+        w.a[c] = invstd_f * gamma[c]; /* a fused ReLU's backward recomputes this product (bf16_bn_bwd) */
         w.b[c] = beta[c];
     }
-    bn_affine(s, &g, xh, w.c, w.a, w.b, mb16(y));
+    bn_affine(s, &g, xh, w.c, w.a, w.b, d->relu, mb16(y));
 }
 
 static void bf16_bn_infer_fwd(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *gamma,
@@ -721,34 +798,52 @@ static void bf16_bn_infer_fwd(struct rt_stream *s, const struct rt_bn_desc *d, c
         w.a[c] = invstd * gamma[c];
         w.b[c] = beta[c];
     }
-    bn_affine(s, &g, cb16(x), w.c, w.a, w.b, mb16(y));
+    bn_affine(s, &g, cb16(x), w.c, w.a, w.b, d->relu, mb16(y));
 }
 
-/* dx = beta_dx dx + (dy - grad_mean - (x - mean) proj) scale over one plane or channel; beta_dx 0 never reads dx. */
+/*
+ * dx = beta_dx dx + (dy - grad_mean - (x - mean) proj) scale over one plane
+ * or channel; beta_dx 0 never reads dx. ra, rb (per lane, or the channel's;
+ * NULL: none): a fused ReLU's scale and shift, which mask dy as in bn_sums.
+ */
 BF16_TARGET static void bn_dx_block(const uint16_t *x, const uint16_t *dy, size_t hw, const float *mean16,
-                                    const float *gm16, const float *proj16, const float *scale16, float beta_dx,
-                                    uint16_t *dx)
+                                    const float *gm16, const float *proj16, const float *scale16, const float *ra16,
+                                    const float *rb16, float beta_dx, uint16_t *dx)
 {
     const v16f mu = ldf(mean16), gm = ldf(gm16), pr = ldf(proj16), sc = ldf(scale16), bd = splat(beta_dx);
+    const v16f ra = ra16 ? ldf(ra16) : (v16f){0}, rb = rb16 ? ldf(rb16) : (v16f){0};
     for (size_t p = 0; p < hw; p++) {
         const size_t o = p * LANES;
-        const v16f v = (ld16(dy + o) - gm - (ld16(x + o) - mu) * pr) * sc;
+        const v16f t = ld16(x + o) - mu;
+        v16f g = ld16(dy + o);
+        if (ra16)
+            g = relu_pass(g, t, ra, rb);
+        const v16f v = (g - gm - t * pr) * sc;
         st16(dx + o, beta_dx == 0.0f ? v : bd * ld16(dx + o) + v);
     }
 }
 
 BF16_TARGET static void bn_dx_row(const uint16_t *x, const uint16_t *dy, size_t m, float muf, float gmf, float prf,
-                                  float scf, float beta_dx, uint16_t *dx)
+                                  float scf, const float *ra1, const float *rb1, float beta_dx, uint16_t *dx)
 {
     const v16f mu = splat(muf), gm = splat(gmf), pr = splat(prf), sc = splat(scf), bd = splat(beta_dx);
+    const v16f ra = splat(ra1 ? *ra1 : 0.0f), rb = splat(rb1 ? *rb1 : 0.0f);
     size_t i = 0;
     for (; i + LANES <= m; i += LANES) {
-        const v16f v = (ld16(dy + i) - gm - (ld16(x + i) - mu) * pr) * sc;
+        const v16f t = ld16(x + i) - mu;
+        v16f g = ld16(dy + i);
+        if (ra1)
+            g = relu_pass(g, t, ra, rb);
+        const v16f v = (g - gm - t * pr) * sc;
         st16(dx + i, beta_dx == 0.0f ? v : bd * ld16(dx + i) + v);
     }
     if (i < m) {
         const size_t r = m - i;
-        const v16f v = (ldn(dy + i, r) - gm - (ldn(x + i, r) - mu) * pr) * sc;
+        const v16f t = ldn(x + i, r) - mu;
+        v16f g = ldn(dy + i, r);
+        if (ra1)
+            g = relu_pass(g, t, ra, rb);
+        const v16f v = (g - gm - t * pr) * sc;
         stn(dx + i, beta_dx == 0.0f ? v : bd * ldn(dx + i, r) + v, r);
     }
 }
@@ -757,14 +852,21 @@ static void bf16_bn_bwd(struct rt_stream *s, const struct rt_bn_desc *d, const f
                         const float *gamma, const float *beta, const float *save_mean, const float *save_invstd,
                         float beta_dx, float *dx, float *dgamma, float *dbeta)
 {
-    (void)beta; /* a fused ReLU's mask only: this table does not fuse (bn_relu 0) */
     const struct geo g = geo_of(d->in);
     const uint16_t *xh = cb16(x), *gh = cb16(dy);
     uint16_t *dxh = mb16(dx);
     const size_t m = g.n * g.hw;
     struct bn_scratch w;
     bn_scratch_get(s, &g, &w);
-    bn_sums(s, &g, xh, gh, save_mean, w.part, w.s1, w.s2);
+    /* A fused ReLU's mask: the training forward's scale, the same float product (w.c is free here), and shift. */
+    const float *ra = NULL, *rb = NULL;
+    if (d->relu) {
+        for (size_t c = 0; c < g.c; c++)
+            w.c[c] = save_invstd[c] * gamma[c];
+        ra = w.c;
+        rb = beta;
+    }
+    bn_sums(s, &g, xh, gh, save_mean, ra, rb, w.part, w.s1, w.s2);
     /* per channel: w.k = grad_mean, w.a = proj, w.b = scale (PyTorch's form, as elem.c) */
     for (size_t c = 0; c < g.c; c++) {
         const double invstd = save_invstd[c], sdy = w.s1[c], sdyx = w.s2[c];
@@ -777,14 +879,16 @@ static void bf16_bn_bwd(struct rt_stream *s, const struct rt_bn_desc *d, const f
     if (!g.blocked) {
 #pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (g.c * m >= PAR_MIN)
         for (size_t c = 0; c < g.c; c++)
-            bn_dx_row(xh + c * m, gh + c * m, m, save_mean[c], w.k[c], w.a[c], w.b[c], beta_dx, dxh + c * m);
+            bn_dx_row(xh + c * m, gh + c * m, m, save_mean[c], w.k[c], w.a[c], w.b[c], ra ? ra + c : NULL,
+                      rb ? rb + c : NULL, beta_dx, dxh + c * m);
         return;
     }
     const size_t cbs = g.c / LANES;
 #pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (g.c * m >= PAR_MIN)
     for (size_t j = 0; j < g.planes; j++) {
         const size_t c0 = (j % cbs) * LANES, o = j * g.plane;
-        bn_dx_block(xh + o, gh + o, g.hw, save_mean + c0, w.k + c0, w.a + c0, w.b + c0, beta_dx, dxh + o);
+        bn_dx_block(xh + o, gh + o, g.hw, save_mean + c0, w.k + c0, w.a + c0, w.b + c0, ra ? ra + c0 : NULL,
+                    rb ? rb + c0 : NULL, beta_dx, dxh + o);
     }
 }
 
@@ -1938,9 +2042,9 @@ static void bf16_count_nonfinite(struct rt_stream *s, size_t n, const float *x, 
 
 void rt_cpu_fill_bf16(struct rt_ops *t)
 {
-    /* The batchnorm ops here do not fuse a ReLU (rt_bn_desc.relu), whatever the fp32 table they start from does:
-     * bn_bwd would have to recompute bn(x) > 0, which needs the batchnorm's bias, and it is not passed. */
-    t->bn_relu = 0;
+    /* The batchnorm ops fuse a ReLU (rt_bn_desc.relu) bit for bit as this table's batchnorm then ReLU (see
+     * relu_clip), so the model may fuse them. */
+    t->bn_relu = 1;
     t->to_nchw = bf16_to_nchw;
     t->from_nchw = bf16_from_nchw;
     t->input_u8 = bf16_input_u8;

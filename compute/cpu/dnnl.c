@@ -247,15 +247,17 @@ struct conv_mds {
     dnnl_dims_t strides, pad;
 };
 
-static void conv_mds_init(struct conv_mds *m, const struct conv_key *k)
+/* The convolution's descriptors with activations of type `dt` (which may differ from the tensors': see
+ * conv_need_bwd_weights). */
+static void conv_mds_init(struct conv_mds *m, const struct conv_key *k, dnnl_data_type_t dt)
 {
     const struct rt_conv_desc *cd = &k->d;
     const dnnl_dims_t sd = {cd->in.n, cd->in.c, cd->in.h, cd->in.w}, wd = {cd->cout, cd->in.c, cd->kh, cd->kw},
                       dd = {cd->in.n, cd->cout, cd->oh, cd->ow}, bd = {cd->cout};
-    DN(dnnl_memory_desc_init_by_tag(&m->src, 4, sd, k->dt, dnnl_format_tag_any));
-    DN(dnnl_memory_desc_init_by_tag(&m->w, 4, wd, k->dt, dnnl_format_tag_any));
+    DN(dnnl_memory_desc_init_by_tag(&m->src, 4, sd, dt, dnnl_format_tag_any));
+    DN(dnnl_memory_desc_init_by_tag(&m->w, 4, wd, dt, dnnl_format_tag_any));
     DN(dnnl_memory_desc_init_by_tag(&m->w32, 4, wd, dnnl_f32, dnnl_format_tag_any));
-    DN(dnnl_memory_desc_init_by_tag(&m->dst, 4, dd, k->dt, dnnl_format_tag_any));
+    DN(dnnl_memory_desc_init_by_tag(&m->dst, 4, dd, dt, dnnl_format_tag_any));
     DN(dnnl_memory_desc_init_by_tag(&m->bias, 1, bd, dnnl_f32, dnnl_x));
     m->strides[0] = m->strides[1] = cd->stride;
     m->pad[0] = m->pad[1] = cd->pad;
@@ -295,7 +297,7 @@ static struct conv_entry *conv_get(struct rt_stream *s, const struct rt_conv_des
         abort();
     e->key = k;
     struct conv_mds m;
-    conv_mds_init(&m, &k);
+    conv_mds_init(&m, &k, k.dt);
     e->bias_md = m.bias;
     dnnl_convolution_desc_t cdesc;
     DN(dnnl_convolution_forward_desc_init(&cdesc, dnnl_forward_training, dnnl_convolution_direct, &m.src, &m.w,
@@ -328,7 +330,7 @@ static void conv_need_bwd_data(struct rt_stream *s, struct conv_entry *e)
         return;
     struct cpu_dnnl *d = dn_of(s->be);
     struct conv_mds m;
-    conv_mds_init(&m, &e->key);
+    conv_mds_init(&m, &e->key, e->key.dt);
     dnnl_convolution_desc_t cdesc;
     DN(dnnl_convolution_backward_data_desc_init(&cdesc, dnnl_convolution_direct, &m.src, &m.w, &m.dst, m.strides,
                                                 m.pad, m.pad));
@@ -351,15 +353,31 @@ static void conv_need_bwd_weights(struct rt_stream *s, struct conv_entry *e)
     if (e->have_bwd_w)
         return;
     struct cpu_dnnl *d = dn_of(s->be);
+    /*
+     * oneDNN 2.6's bf16 filter gradient is slow on the smallest maps: at 1x1 and 2x2 outputs (resnet18's last
+     * stages on 32x32 images) it ran at 27 % and 55 % of the fp32 kernel's speed (512 channels, batch 128, 2
+     * threads, AVX512_BF16). There the bf16 tensors are widened (the reorders of arg_init convert) and the fp32
+     * primitive runs: the maps are tiny, so the widening costs little, and the gradient is the same fp32 sum of
+     * products of bf16 values.
+     */
+    const dnnl_data_type_t cdt = e->key.dt == dnnl_bf16 && e->key.d.oh * e->key.d.ow <= 4 ? dnnl_f32 : e->key.dt;
     struct conv_mds m;
-    conv_mds_init(&m, &e->key);
+    conv_mds_init(&m, &e->key, cdt);
     dnnl_convolution_desc_t cdesc;
     /* Filter (and bias) gradients in fp32 whatever the activations are: they are added into the fp32 buffer. */
     DN(dnnl_convolution_backward_weights_desc_init(&cdesc, dnnl_convolution_direct, &m.src, &m.w32,
                                                    e->key.bias ? &m.bias : NULL, &m.dst, m.strides, m.pad, m.pad));
     dnnl_primitive_attr_t attr = user_scratchpad();
-    dnnl_primitive_desc_t pd;
-    DN(dnnl_primitive_desc_create(&pd, &cdesc, attr, d->eng, e->fwd_pd));
+    dnnl_primitive_desc_t pd, hint = e->fwd_pd;
+    if (cdt != e->key.dt) { /* the hint must be a forward of the same types */
+        dnnl_convolution_desc_t fdesc;
+        DN(dnnl_convolution_forward_desc_init(&fdesc, dnnl_forward_training, dnnl_convolution_direct, &m.src, &m.w,
+                                              e->key.bias ? &m.bias : NULL, &m.dst, m.strides, m.pad, m.pad));
+        DN(dnnl_primitive_desc_create(&hint, &fdesc, NULL, d->eng, NULL));
+    }
+    DN(dnnl_primitive_desc_create(&pd, &cdesc, attr, d->eng, hint));
+    if (hint != e->fwd_pd)
+        dnnl_primitive_desc_destroy(hint);
     dnnl_primitive_attr_destroy(attr);
     prim_init(&e->bwd_w, pd);
     dnnl_memory_desc_t x, w, y;
