@@ -236,6 +236,82 @@ bench_finish() {
     fi
 }
 
+# --- the machine's ceiling -----------------------------------------------------------------
+
+# bench_ceiling THREADS OUT [brief]: the GFLOP/s of one large fp32 and one
+# bf16 matrix product through oneDNN on THREADS threads (bench/gemm_ceiling.c,
+# built once into $t with `cc -O2 ... -ldnnl`, run with
+# OMP_NUM_THREADS=THREADS). Writes its JSON line to OUT and prints
+# "ceiling:  fp32 ... GFLOP/s, bf16 ..." and a line on how (with "brief": one
+# indented line, for a run among others); bf16 says "n/a (why)" where oneDNN
+# has no native bf16 matmul here. Returns 1, having printed "ceiling: n/a
+# (why)" and left OUT empty, when it cannot be built or run (no C compiler,
+# no libdnnl-dev).
+# shellcheck disable=SC2154 # top and t are the caller's
+bench_ceiling() {
+    local threads=$1 out=$2 brief=${3:-} src=$top/bench/gemm_ceiling.c
+    : >"$out"
+    if [ ! -x "$t/gemm_ceiling" ]; then
+        if ! command -v cc >/dev/null 2>&1; then
+            echo "${brief:+  }ceiling:  n/a (no C compiler 'cc' to build bench/gemm_ceiling.c)"
+            return 1
+        fi
+        if ! cc -O2 "$src" -o "$t/gemm_ceiling" -ldnnl 2>"$t/gemm_ceiling.err"; then
+            echo "${brief:+  }ceiling:  n/a (bench/gemm_ceiling.c does not build: $({ grep -m 1 -i 'error' "$t/gemm_ceiling.err" ||
+                head -n 1 "$t/gemm_ceiling.err"; } | sed 's/^[^ ]*: //');"
+            echo "${brief:+  }          ${sudo:-}apt-get install -y libdnnl-dev)"
+            rm -f "$t/gemm_ceiling"
+            return 1
+        fi
+    fi
+    if ! OMP_NUM_THREADS=$threads "$t/gemm_ceiling" >"$out" 2>"$t/gemm_ceiling.err" || ! [ -s "$out" ]; then
+        echo "${brief:+  }ceiling:  n/a (gemm_ceiling failed: $(tail -n 1 "$t/gemm_ceiling.err"))"
+        : >"$out"
+        return 1
+    fi
+    "${PY:-python3}" -c 'import json, sys
+c = json.loads(open(sys.argv[1]).read())
+if sys.argv[2]:
+    print("  ceiling   fp32 %.1f GFLOP/s (%.1f - %.1f), bf16 %s" % (
+        c["fp32_gflops"], c["fp32_gflops_min"], c["fp32_gflops_max"], "%.1f GFLOP/s (%.1f - %.1f)" % (
+            c["bf16_gflops"], c["bf16_gflops_min"], c["bf16_gflops_max"]) if c["bf16_gflops"] else "n/a"))
+    sys.exit(0)
+b = "%.1f GFLOP/s (%.1f - %.1f; matmul, bf16 in, fp32 out, %s)" % (
+    c["bf16_gflops"], c["bf16_gflops_min"], c["bf16_gflops_max"], c["bf16_impl"]) if c["bf16_gflops"] else \
+    "n/a (%s)" % c["bf16_note"]
+print("ceiling:  fp32 %.1f GFLOP/s (%.1f - %.1f; dnnl_sgemm), bf16 %s:" % (
+    c["fp32_gflops"], c["fp32_gflops_min"], c["fp32_gflops_max"], b))
+print("          %dx%dx%d products on %s threads, median of %d after %d warm-up; oneDNN %s, ISA %s" % (
+    c["size"], c["size"], c["size"], c["threads"], c["repeats"], c["warmup"], c["onednn"], c["isa"]))' "$out" "$brief"
+}
+
+# bench_ceiling_merge OUT FILE...: OUT = the first FILE's JSON with each
+# GFLOP/s the median of the FILEs' medians (min of the mins, max of the
+# maxima) and "rounds" their count; the empty FILEs (failed runs) left out.
+# Returns 1, OUT empty, when none holds a figure.
+bench_ceiling_merge() {
+    local out=$1
+    shift
+    "${PY:-python3}" -c 'import json, statistics, sys
+cs = []
+for p in sys.argv[2:]:
+    try:
+        cs.append(json.loads(open(p).read()))
+    except (OSError, ValueError):
+        pass
+if not cs:
+    open(sys.argv[1], "w").close()
+    sys.exit(1)
+m = dict(cs[0], rounds=len(cs))
+for k in ("fp32", "bf16"):
+    xs = [c[k + "_gflops"] for c in cs if c.get(k + "_gflops")]
+    if xs:
+        m[k + "_gflops"] = statistics.median(xs)
+        m[k + "_gflops_min"] = min(c[k + "_gflops_min"] for c in cs if c.get(k + "_gflops"))
+        m[k + "_gflops_max"] = max(c[k + "_gflops_max"] for c in cs if c.get(k + "_gflops"))
+open(sys.argv[1], "w").write(json.dumps(m) + "\n")' "$out" "$@"
+}
+
 # --- numbers -----------------------------------------------------------------------------
 
 # bench_median: the median of the numbers on stdin, one a line (the mean of

@@ -1,9 +1,10 @@
 #!/usr/bin/python3
-"""torch_train.py - the PyTorch side of bench/train_vs_pytorch.sh (CPU, fp32)
-and bench/gpu_vs_pytorch.sh (one CUDA GPU, fp32 or mixed precision).
+"""torch_train.py - the PyTorch side of bench/train_vs_pytorch.sh (CPU, fp32
+and bf16), bench/layer_times.sh (CPU, per layer) and bench/gpu_vs_pytorch.sh
+(one CUDA GPU, fp32 or mixed precision).
 
 Trains ringtrain's models as PyTorch defines them (tools/reference_models.py,
-build(name, C, H, W, classes)), in two modes:
+build(name, C, H, W, classes)), in these modes:
 
   compute  forward + backward + optimizer step on one fixed synthetic batch:
            a random uint8 (B,3,32,32) batch and random labels made once (on
@@ -39,6 +40,16 @@ build(name, C, H, W, classes)), in two modes:
            `train` to its end.
   flops    prints the training FLOPs per image of each --model (a comma-separated
            list), one JSON line each; no training.
+  layers   the compute step of `compute` with every leaf module's forward and
+           backward time (bench/layer_times.sh): forward pre-hooks and hooks on
+           the gradients of each module's output and input stamp the clock,
+           each module's time runs to the next stamp (see bench_layers);
+           --warmup untimed steps, then the means over --steps. CPU only.
+  check    exits 0 when torch, torchvision, numpy and reference_models.py
+           import and --device/--amp can run, printing the versions; with
+           --amp bf16 on the CPU also that a Conv2d under autocast yields
+           bfloat16 (compute with --amp bf16 checks it again on the model's
+           first convolution, "conv_dtype" in its JSON, and fails otherwise).
 
 Device and precision (compute and tta):
   --device cpu   (default) torch.set_num_threads(--threads).
@@ -50,11 +61,25 @@ Device and precision (compute and tta):
   --amp off      (default) fp32.
   --amp bf16     torch.autocast(device, dtype=torch.bfloat16) around the
                  forward pass and the loss; weights and optimizer fp32; on the
-                 CPU that is torch.autocast('cpu', dtype=torch.bfloat16).
+                 CPU that is torch.autocast('cpu', dtype=torch.bfloat16)
+                 (in 1.13 the Conv2d outputs under it are bfloat16, computed by
+                 oneDNN's native bf16 kernels, brgconv/jit avx512_core_bf16 on
+                 an AMD EPYC Zen 4, for forward, backward data and weights).
   --amp fp16     torch.autocast('cuda', dtype=torch.float16) + a
                  torch.cuda.amp.GradScaler (dynamic loss scaling); CUDA only.
-  With bf16 or fp16 the model and every input batch are channels_last
-  (NHWC), the layout tensor cores take without a transpose.
+  On the CPU, bf16 is PyTorch 1.13's own mixed precision: autocast runs
+  convolutions and linear layers in bfloat16 (oneDNN's AVX512_BF16 or AMX
+  kernels where the CPU has them), weights, gradients and the SGD step stay
+  fp32; `check --amp bf16` says whether a convolution under autocast yields
+  bfloat16 here.
+  --memory-format auto           (default) channels_last with bf16 or fp16,
+                                 contiguous NCHW with fp32.
+  --memory-format channels_last  model and every input batch channels_last
+                                 (NHWC; on a GPU the layout tensor cores take
+                                 without a transpose; on the CPU oneDNN's
+                                 NHWC kernels, no reorder per layer).
+  --memory-format contiguous     model and batches contiguous NCHW (oneDNN
+                                 reorders to its blocked layouts per call).
 
 FLOPs: forward multiply-adds of every Conv2d and Linear layer, counted with
 forward hooks on one forward pass, x 2 (a multiply-add is 2 FLOPs) x 3
@@ -69,12 +94,15 @@ Usage:
   torch_train.py check [--device cpu|cuda] [--amp off|bf16|fp16]
   torch_train.py compute --model M [--batch-size B] [--threads T] [--steps N]
                          [--warmup W] [--device D] [--amp A]
+                         [--memory-format F]
   torch_train.py tta --data DIR [--model M] [--epochs E] [--batch-size B]
                      [--lr LR] [--target-accuracy A] [--threads T] [--seed S]
                      [--schedule cosine|onecycle] [--warmup-epochs E]
                      [--nesterov] [--label-smoothing EPS] [--weight-decay WD]
-                     [--device D] [--amp A]
+                     [--device D] [--amp A] [--memory-format F]
   torch_train.py flops --model M[,M...]
+  torch_train.py layers --model M [--batch-size B] [--threads T] [--steps N]
+                        [--warmup W] [--amp off|bf16] [--memory-format F]
 """
 import argparse
 import contextlib
@@ -133,12 +161,15 @@ class Precision:
     context, the memory format and, for fp16, the loss scaler. Precision(torch)
     is the CPU in fp32, what train_vs_pytorch.sh and torch_ddp.py measure."""
 
-    def __init__(self, torch, device="cpu", amp="off"):
+    def __init__(self, torch, device="cpu", amp="off", memory_format="auto"):
         self.torch = torch
         self.device = torch.device(device)
         self.amp = amp
         self.dtype = {"off": None, "bf16": torch.bfloat16, "fp16": torch.float16}[amp]
-        self.channels_last = amp != "off"
+        if memory_format == "auto":
+            memory_format = "contiguous" if amp == "off" else "channels_last"
+        self.memory_format = memory_format
+        self.channels_last = memory_format == "channels_last"
         self.scaler = torch.cuda.amp.GradScaler() if amp == "fp16" else None
 
     def autocast(self):
@@ -147,7 +178,7 @@ class Precision:
         return self.torch.autocast(device_type=self.device.type, dtype=self.dtype)
 
     def model(self, m):
-        """m moved to the device (and to channels_last under autocast); returns m."""
+        """m moved to the device (and to channels_last when that is the format); returns m."""
         m = m.to(self.device)
         return m.to(memory_format=self.torch.channels_last) if self.channels_last else m
 
@@ -169,13 +200,15 @@ class Precision:
             self.torch.cuda.synchronize(self.device)
 
     def describe(self):
-        """e.g. "cuda NVIDIA H100 80GB HBM3, amp bf16, channels_last" or "cpu, fp32"."""
+        """e.g. "cuda NVIDIA H100 80GB HBM3, amp bf16, channels_last" or "cpu, fp32"
+        (the memory format named where it is not the precision's default)."""
         where = "cpu"
         if self.device.type == "cuda":
             where = "cuda " + self.torch.cuda.get_device_name(self.device)
         if self.amp == "off":
-            return where + ", fp32"
-        return "%s, amp %s%s, channels_last" % (where, self.amp, " + GradScaler" if self.scaler else "")
+            return where + ", fp32" + (", channels_last" if self.channels_last else "")
+        return "%s, amp %s%s, %s" % (where, self.amp, " + GradScaler" if self.scaler else "",
+                                     "channels_last" if self.channels_last else "contiguous NCHW")
 
 
 def precision_problem(torch, device, amp):
@@ -201,7 +234,7 @@ def setup_precision(torch, a):
         torch.backends.cudnn.benchmark = True
         torch.backends.cudnn.allow_tf32 = False
         torch.backends.cuda.matmul.allow_tf32 = False
-    return Precision(torch, a.device, a.amp)
+    return Precision(torch, a.device, a.amp, a.memory_format)
 
 
 def make_optimizer(torch, model, lr, nesterov=False, weight_decay=5e-4):
@@ -233,6 +266,23 @@ def synthetic_step(torch, model, opt, batch_size, seed, prec=None):
     return step
 
 
+def watch_conv_dtype(torch, model):
+    """A dict whose "dtype" becomes the output dtype of model's first Conv2d
+    (its name, e.g. "bfloat16") the first time it runs; the hook then removes
+    itself. None when the model has no Conv2d."""
+    conv = next((m for m in model.modules() if isinstance(m, torch.nn.Conv2d)), None)
+    if conv is None:
+        return None
+    seen = {}
+
+    def hook(m, inp, out):
+        seen["dtype"] = str(out.dtype).replace("torch.", "")
+        handle.remove()
+
+    handle = conv.register_forward_hook(hook)
+    return seen
+
+
 def bench_compute(a):
     import torch
 
@@ -245,6 +295,7 @@ def bench_compute(a):
     model.train()
     opt = make_optimizer(torch, model, 0.01)
     step = synthetic_step(torch, model, opt, a.batch_size, a.seed, prec)
+    conv = watch_conv_dtype(torch, model)
 
     for _ in range(a.warmup):
         step()
@@ -257,16 +308,170 @@ def bench_compute(a):
     loss = float(loss)
     if loss != loss:
         sys.exit("torch_train.py: %s: the loss is NaN" % a.model)
+    conv_dtype = conv.get("dtype") if conv is not None else None
+    if prec.dtype is not None and conv_dtype not in (None, str(prec.dtype).replace("torch.", "")):
+        sys.exit("torch_train.py: %s: --amp %s, but the first convolution's output is %s under autocast"
+                 % (a.model, a.amp, conv_dtype))
     ips = a.steps * a.batch_size / secs
-    if a.device == "cpu" and a.amp == "off":
+    if a.device == "cpu" and a.amp == "off" and not prec.channels_last:
         how = "%d threads" % torch.get_num_threads()
+    elif a.device == "cpu":
+        how = "%d threads, %s" % (torch.get_num_threads(), prec.describe())
     else:
         how = prec.describe()
     return {"mode": "compute", "model": a.model, "batch_size": a.batch_size, "threads": torch.get_num_threads(),
-            "device": a.device, "amp": a.amp, "steps": a.steps, "warmup": a.warmup, "images": a.steps * a.batch_size,
+            "device": a.device, "amp": a.amp, "memory_format": prec.memory_format, "steps": a.steps, "warmup": a.warmup, "images": a.steps * a.batch_size,
             "seconds": secs, "images_per_s": ips, "train_flops_per_image": flops, "forward_macs_per_image": macs,
-            "gflops_per_s": ips * flops / 1e9, "loss": loss,
+            "gflops_per_s": ips * flops / 1e9, "loss": loss, "conv_dtype": conv_dtype,
             "note": "%d steps after %d warm-up, %s, %.2f GFLOP/s" % (a.steps, a.warmup, how, ips * flops / 1e9)}
+
+
+def layer_macs(torch, model, c, h, w):
+    """{module: forward multiply-adds per image} of every Conv2d and Linear (as
+    train_flops_per_image counts them)."""
+    nn = torch.nn
+    macs = {}
+
+    def hook(m, inp, out):
+        if isinstance(m, nn.Conv2d):
+            k = m.kernel_size[0] * m.kernel_size[1] * (m.in_channels // m.groups)
+            macs[m] = macs.get(m, 0) + out.numel() // out.shape[0] * k
+        else:
+            macs[m] = macs.get(m, 0) + out.numel() // out.shape[0] * m.in_features
+
+    hs = [m.register_forward_hook(hook) for m in model.modules() if isinstance(m, (nn.Conv2d, nn.Linear))]
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        model(torch.zeros(1, c, h, w))
+    model.train(was_training)
+    for x in hs:
+        x.remove()
+    return macs
+
+
+def bench_layers(a):
+    """Per-layer forward and backward times of the compute step, from clock
+    stamps as a timeline's marks. Forward: a pre-hook on every leaf module
+    stamps its start; a module's forward runs to the next module's start, so
+    the functional operations after it (F.relu, a residual add, a flatten)
+    count with it. Backward: a hook on the gradient of the module's output
+    stamps when its backward starts, a hook on the gradient of its input when
+    it ends; the time from its end to the next stamp (the backward of the
+    functional operations between it and the module before it) counts with
+    the module before it, as in the forward. Each call of a module is an entry
+    of its own (torchvision's BasicBlock calls its ReLU twice). In-place
+    modules (ReLU(inplace=True)) run out of place here, so that every output is
+    a tensor of its own and its hooks stamp the right moment. Also: the input's
+    normalisation, the loss (its forward; its backward up to the first stamp),
+    the optimizer step. --warmup steps untimed, then the means over --steps."""
+    import torch
+
+    prec = setup_precision(torch, a)
+    torch.manual_seed(a.seed)
+    rm = reference_models()
+    model = rm.build(a.model, 3, 32, 32, 10)
+    macs = layer_macs(torch, model, 3, 32, 32)
+    model = prec.model(model)
+    model.train()
+    opt = make_optimizer(torch, model, 0.01)
+    crit = torch.nn.CrossEntropyLoss()
+    g = torch.Generator().manual_seed(a.seed)
+    xb = torch.randint(0, 256, (a.batch_size, 3, 32, 32), dtype=torch.uint8, generator=g)
+    yb = torch.randint(0, 10, (a.batch_size,), dtype=torch.int64, generator=g)
+    mean = torch.tensor([0.5, 0.5, 0.5]).view(1, 3, 1, 1)
+    std = torch.tensor([0.25, 0.25, 0.25]).view(1, 3, 1, 1)
+    clock = time.perf_counter_ns
+
+    calls = []  # this step's module calls in forward order: [name, module type, macs per image]
+    fwd = []    # (ns, call) at each call's start; call -1: the loss
+    bwd = []    # (ns, call, 0 at the start of its backward | 1 at its end)
+    leaves = [(n, m) for n, m in model.named_modules() if n and not any(True for _ in m.children())]
+
+    def stamp(i, end):
+        def hook(grad):
+            bwd.append((clock(), i, end))
+        return hook
+
+    def pre(name):
+        def hook(m, inp):
+            i = len(calls)
+            fwd.append((clock(), i))
+            calls.append([name, type(m).__name__, macs.get(m, 0)])
+            for x in inp:
+                if isinstance(x, torch.Tensor) and x.requires_grad:
+                    x.register_hook(stamp(i, 1))
+        return hook
+
+    def post(m, inp, out):
+        if isinstance(out, torch.Tensor) and out.requires_grad and not any(out is x for x in inp):
+            out.register_hook(stamp(len(calls) - 1, 0))
+
+    for n, m in leaves:
+        m.register_forward_pre_hook(pre(n))
+        m.register_forward_hook(post)
+        # An in-place module returns its input: a tensor hook on it would sit
+        # on the producer's gradient function and stamp both modules at once.
+        if getattr(m, "inplace", False):
+            m.inplace = False
+    conv = watch_conv_dtype(torch, model)
+
+    totals = {}  # (call, "fwd"|"bwd") -> ns over the recorded steps
+    other = {"input": 0, "loss_fwd": 0, "loss_bwd": 0, "optimizer": 0, "step": 0}
+    names = None
+    for it in range(a.warmup + a.steps):
+        del calls[:], fwd[:], bwd[:]
+        t0 = clock()
+        x = prec.batch((xb.float() / 255 - mean) / std)
+        with prec.autocast():
+            out = model(x)
+            fwd.append((clock(), -1))
+            loss = crit(out, yb)
+        t1 = clock()
+        opt.zero_grad(set_to_none=True)
+        t2 = clock()
+        loss.backward()
+        t3 = clock()
+        opt.step()
+        t4 = clock()
+        if it < a.warmup:
+            continue
+        if names is None:
+            names = [c[:] for c in calls]
+        elif [c[0] for c in calls] != [c[0] for c in names]:
+            sys.exit("torch_train.py: layers: the modules ran in another order in step %d" % (it + 1))
+        other["input"] += fwd[0][0] - t0
+        other["loss_fwd"] += t1 - fwd[-1][0]
+        for (ta, i), (tb, _) in zip(fwd, fwd[1:]):
+            totals[i, "fwd"] = totals.get((i, "fwd"), 0) + tb - ta
+        bwd.sort(key=lambda e: e[0])
+        other["loss_bwd"] += (bwd[0][0] if bwd else t3) - t2
+        for k, (ta, i, end) in enumerate(bwd):
+            tb = bwd[k + 1][0] if k + 1 < len(bwd) else t3
+            j = max(i - 1, 0) if end else i  # after a module's end: the operations before it
+            totals[j, "bwd"] = totals.get((j, "bwd"), 0) + tb - ta
+        other["optimizer"] += t4 - t3
+        other["step"] += t4 - t0
+    loss = float(loss)
+    if loss != loss:
+        sys.exit("torch_train.py: %s: the loss is NaN" % a.model)
+    ms = 1e-6 / a.steps
+    layers = [{"name": c[0], "type": c[1], "fwd_ms": totals.get((i, "fwd"), 0) * ms,
+               "bwd_ms": totals.get((i, "bwd"), 0) * ms, "train_flops": 6 * c[2] * a.batch_size}
+              for i, c in enumerate(names)]
+    res = {"mode": "layers", "model": a.model, "batch_size": a.batch_size, "threads": torch.get_num_threads(),
+           "device": a.device, "amp": a.amp, "memory_format": prec.memory_format, "steps": a.steps,
+           "warmup": a.warmup, "conv_dtype": conv.get("dtype") if conv is not None else None,
+           "input_ms": other["input"] * ms, "loss_fwd_ms": other["loss_fwd"] * ms,
+           "loss_bwd_ms": other["loss_bwd"] * ms, "optimizer_ms": other["optimizer"] * ms,
+           "step_ms": other["step"] * ms,
+           "forward_ms": (other["input"] + other["loss_fwd"]) * ms + sum(l["fwd_ms"] for l in layers),
+           "backward_ms": other["loss_bwd"] * ms + sum(l["bwd_ms"] for l in layers),
+           "layers": layers, "loss": loss}
+    res["note"] = "%d steps after %d warm-up, %d threads, %s: step %.1f ms (forward %.1f, backward %.1f, " \
+                  "optimizer %.1f)" % (a.steps, a.warmup, res["threads"], prec.describe(), res["step_ms"],
+                                       res["forward_ms"], res["backward_ms"], res["optimizer_ms"])
+    return res
 
 
 def read_records(paths):
@@ -435,7 +640,7 @@ def bench_tta(a):
     time_s = time.perf_counter() - t_start
     reached = a.target_accuracy is not None and acc >= a.target_accuracy
     return {"mode": "tta", "model": a.model, "batch_size": B, "threads": torch.get_num_threads(), "lr": a.lr,
-            "device": a.device, "amp": a.amp, "schedule": a.schedule, "nesterov": a.nesterov,
+            "device": a.device, "amp": a.amp, "memory_format": prec.memory_format, "schedule": a.schedule, "nesterov": a.nesterov,
             "label_smoothing": a.label_smoothing, "weight_decay": a.weight_decay,
             "train_records": n, "test_records": int(xte.shape[0]), "steps_per_epoch": steps_per_epoch,
             "planned_epochs": a.epochs, "epochs": epochs, "steps": epochs * steps_per_epoch,
@@ -446,7 +651,8 @@ def bench_tta(a):
             "history": history,
             "note": "%s after %d epoch(s), test acc %.4f, %.1f s (%.1f s setup, %.1f s train, %.1f s eval)%s"
                     % ("target reached" if reached else "target NOT reached", epochs, acc, time_s, setup_s,
-                       train_s, eval_s, "" if a.device == "cpu" and a.amp == "off" else "; " + prec.describe())}
+                       train_s, eval_s,
+                       "" if a.device == "cpu" and a.amp == "off" and not prec.channels_last else "; " + prec.describe())}
 
 
 def check(device="cpu", amp="off"):
@@ -478,14 +684,25 @@ def check(device="cpu", amp="off"):
                                              torch.cuda.get_device_name(0))
     elif torch.backends.mkldnn.is_available():
         line += " (oneDNN)"
+    if device == "cpu" and amp == "bf16":
+        # Autocast's rules in this torch: is a convolution under it computed in bfloat16?
+        conv = torch.nn.Conv2d(3, 8, 3, padding=1).to(memory_format=torch.channels_last)
+        x = torch.randn(2, 3, 8, 8).contiguous(memory_format=torch.channels_last)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = conv(x)
+        if y.dtype != torch.bfloat16:
+            print("torch %s: a Conv2d under torch.autocast('cpu', dtype=torch.bfloat16) yields %s, not bfloat16"
+                  % (torch.__version__, y.dtype))
+            return 1
+        line += ", autocast('cpu', bfloat16): Conv2d -> bfloat16, weights %s" % str(conv.weight.dtype)[6:]
     print(line)
     return 0
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
-                                epilog="Modes: compute, tta, flops, check (see the module docstring).")
-    p.add_argument("mode", choices=["check", "compute", "tta", "flops"])
+                                epilog="Modes: compute, tta, flops, layers, check (see the module docstring).")
+    p.add_argument("mode", choices=["check", "compute", "tta", "flops", "layers"])
     p.add_argument("--model", default="mnist-net", help="mnist-net, resnet18, resnet9, wrn-D-K (default mnist-net)")
     p.add_argument("--data", help="tta: directory holding the CIFAR-10 binary or python files")
     p.add_argument("--batch-size", type=int, default=128)
@@ -493,6 +710,9 @@ def main():
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="compute, tta, check (default cpu)")
     p.add_argument("--amp", choices=["off", "bf16", "fp16"], default="off",
                    help="compute, tta, check: autocast precision (default off: fp32; fp16 on CUDA only)")
+    p.add_argument("--memory-format", choices=["auto", "channels_last", "contiguous"], default="auto",
+                   help="compute, tta: layout of the model and batches (default auto: channels_last with "
+                        "--amp bf16/fp16, contiguous NCHW with fp32)")
     p.add_argument("--steps", type=int, default=20, help="compute: timed steps (default 20)")
     p.add_argument("--warmup", type=int, default=3, help="compute: untimed steps first (default 3)")
     p.add_argument("--epochs", type=int, default=10, help="tta: planned epochs, the schedule's length (default 10)")
@@ -528,6 +748,13 @@ def main():
         return 0
     if a.mode == "tta" and not a.data:
         p.error("tta needs --data DIR")
+    if a.mode == "layers":
+        if a.device != "cpu":
+            p.error("layers runs on the CPU only (--device cpu)")
+        result = bench_layers(a)
+        print("layers     %-10s %s" % (a.model, result["note"]), file=sys.stderr)
+        print(json.dumps(result), flush=True)
+        return 0
     result = bench_compute(a) if a.mode == "compute" else bench_tta(a)
     if a.mode == "compute":
         print("%-10s %-10s %9.1f images/s  (%d images in %.2f s)  %s" % (
