@@ -1153,6 +1153,7 @@ static void test_conv(void)
     test_conv_case((struct rt_shape4){2, 16, 8, 8}, 32, 1, 2, 0, 0);
     test_conv_case((struct rt_shape4){8, 32, 2, 2}, 32, 3, 1, 1, 0);
     test_conv_case((struct rt_shape4){8, 64, 1, 1}, 16, 3, 1, 1, 1);
+    test_conv_case((struct rt_shape4){2, 64, 8, 8}, 128, 3, 1, 1, 1); /* fp32 Winograd on the widened tensors */
 }
 
 /* ---- element-wise -------------------------------------------------------------------------------- */

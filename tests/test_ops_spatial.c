@@ -413,6 +413,12 @@ static void test_conv(void)
         {2, 2, 7, 6, 3, 1, 1, 3, 1, 0},      /* 1x1 kernel, stride 3, padding: outputs that see only padding */
         {2, 8, 200, 200, 2, 3, 3, 1, 1, 0},  /* three chunks that split images */
         {2, 16, 251, 249, 2, 3, 3, 2, 1, 1}, /* stride 2, odd sizes, chunks that split images */
+        /* blocked in and out (C multiples of 16): oneDNN reads and writes the tensors in place */
+        {4, 16, 8, 8, 32, 3, 3, 1, 1, 1},    /* 3x3 stride 1: the Winograd kernels */
+        {2, 32, 4, 4, 16, 3, 3, 1, 1, 0},    /* Winograd's smallest map */
+        {2, 32, 2, 2, 32, 3, 3, 1, 1, 1},    /* below it: direct */
+        {2, 16, 9, 9, 32, 3, 3, 2, 1, 0},    /* blocked, stride 2 */
+        {3, 3, 12, 12, 16, 3, 3, 1, 1, 1},   /* the image's 3 channels into a blocked output */
     };
     for (size_t i = 0; i < RT_ARRAY_LEN(cases); i++)
         test_conv_case(&cases[i], 100 + i);
