@@ -436,6 +436,21 @@ struct rt_loss_stats {
 
 #define RT_OPS_LIST(X) RT_OPS_HOST_LIST(X) RT_OPS_DEVICE_LIST(X)
 
+/*
+ * The 16-bit tables' rule, shared by every backend: the ops whose activation
+ * arguments take the table's type. A bf16 or fp16 table (rt_backend_ops_for)
+ * replaces exactly these and keeps every other op of its fp32 table -- the
+ * memory ops, the casts, loss scaling and the optimizer updates, all on fp32
+ * buffers. rt_ops_check_act_table() checks a table against the rule (the CPU's
+ * bf16 table in test_cpu_bf16, the CUDA tables in test_cuda_ops).
+ */
+#define RT_OPS_ACT_LIST(X)                                                                                             \
+    X(to_nchw) X(from_nchw) X(input_u8) X(input_u8_dev) X(conv2d_fwd) X(conv2d_bwd_data) X(conv2d_bwd_filter)         \
+    X(bn_train_fwd) X(bn_infer_fwd) X(bn_bwd) X(maxpool_fwd) X(maxpool_bwd) X(avgpool_fwd) X(avgpool_bwd)             \
+    X(gap_fwd) X(gap_bwd) X(flatten_fwd) X(flatten_bwd) X(linear_fwd) X(linear_bwd_data) X(linear_bwd_filter)        \
+    X(relu_fwd) X(relu_bwd) X(gelu_fwd) X(gelu_bwd) X(dropout_fwd) X(dropout_bwd) X(add) X(scale) X(axpy)            \
+    X(xent_fwd_bwd) X(sumsq) X(count_nonfinite)
+
 /* One member of struct rt_ops: a pointer to the op's function. */
 #define RT_OPS_MEMBER(ret, name, params, args) ret(*name) params;
 
@@ -446,6 +461,10 @@ struct rt_ops {
 };
 
 #undef RT_OPS_MEMBER
+
+/* 0 if `t16` replaces exactly the RT_OPS_ACT_LIST ops of `t32` (each non-NULL) and shares every other; -EINVAL
+ * naming the first op that breaks the rule in rt_errmsg() otherwise. */
+int rt_ops_check_act_table(const struct rt_ops *t16, const struct rt_ops *t32);
 
 /* ==== models ============================================================== */
 

@@ -1735,10 +1735,13 @@ int main(void)
     /* mixed precision: the 16-bit tables (NHWC, tensor cores) against the fp32 CPU */
     for (int a = 0; a < 2; a++) {
         const enum rt_dtype act = a ? RT_F16 : RT_BF16;
-        if (!rt_backend_ops_for(S[GPU].be, act)) {
+        const struct rt_ops *t16 = rt_backend_ops_for(S[GPU].be, act);
+        if (!t16) {
             printf("skip %s models: %s\n", rt_dtype_name(act), rt_errmsg());
             continue;
         }
+        /* the rule every 16-bit table keeps (compute.h's RT_OPS_ACT_LIST), as the CPU's bf16 table does */
+        CHECKF(rt_ops_check_act_table(t16, rt_backend_ops(S[GPU].be)) == 0, "%s", rt_errmsg());
         test_model("mnist-net", 0, act);
         test_model("resnet18", 0, act);
         test_model("resnet9", 0, act);

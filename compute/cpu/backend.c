@@ -11,6 +11,7 @@
 #endif
 #include <stdio.h>
 #include <stdlib.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "common/common.h"
@@ -240,6 +241,39 @@ const struct rt_ops *rt_backend_ops_for(const struct rt_backend *be, enum rt_dty
     const char *why = act == RT_BF16 ? be->why_not_bf16 : act == RT_F16 ? be->why_not_f16 : "";
     rt_errf(-ENOTSUP, "%s activations: %s", rt_dtype_name(act), why[0] ? why : "not supported by this backend");
     return NULL;
+}
+
+int rt_ops_check_act_table(const struct rt_ops *t16, const struct rt_ops *t32)
+{
+    static const char *const act[] = {
+#define ACT_NAME(name) #name,
+        RT_OPS_ACT_LIST(ACT_NAME)
+#undef ACT_NAME
+    };
+    struct slot {
+        const char *name;
+        size_t off;
+    };
+#define SLOT(ret, name, params, args) {#name, offsetof(struct rt_ops, name)},
+    static const struct slot slots[] = {RT_OPS_LIST(SLOT)};
+#undef SLOT
+    for (size_t i = 0; i < sizeof(slots) / sizeof(slots[0]); i++) {
+        void *a, *b;
+        memcpy(&a, (const char *)t32 + slots[i].off, sizeof(a));
+        memcpy(&b, (const char *)t16 + slots[i].off, sizeof(b));
+        int is_act = 0;
+        for (size_t k = 0; k < sizeof(act) / sizeof(act[0]); k++)
+            is_act |= !strcmp(act[k], slots[i].name);
+        if (!b)
+            return rt_errf(-EINVAL, "%s table: %s is NULL", rt_dtype_name(t16->act), slots[i].name);
+        if (is_act && a == b)
+            return rt_errf(-EINVAL, "%s table: %s takes activations but is the fp32 kernel", rt_dtype_name(t16->act),
+                           slots[i].name);
+        if (!is_act && a != b)
+            return rt_errf(-EINVAL, "%s table: %s works on fp32 buffers but is not the fp32 table's",
+                           rt_dtype_name(t16->act), slots[i].name);
+    }
+    return 0;
 }
 
 void *rt_backend_host_alloc(struct rt_backend *be, size_t bytes)

@@ -21,6 +21,10 @@
  * to dw as the op table requires. Weight tensors are small next to the
  * activations, so this costs a few percent of a convolution at most.
  *
+ * Algorithms: Winograd where it measured faster (conv_alg), direct elsewhere;
+ * a bf16 convolution may compute in fp32 on widened copies of its tensors
+ * (Winograd; the smallest maps' filter gradient), the reorders converting.
+ *
  * The primitives of a shape (forward, backward data, backward weights, and
  * their reorders) are created on first use and cached per backend; a step
  * of a model then creates nothing. Scratch -- the primitives' scratchpads
