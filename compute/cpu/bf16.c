@@ -117,33 +117,7 @@ static inline uint16_t *mb16(float *p)
 
 /* ==== conversions ========================================================== */
 
-static inline float bf16_to_f32(uint16_t h)
-{
-    const uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, sizeof(f));
-    return f;
-}
-
-/*
- * Round to nearest even, as the AVX512_BF16 instruction the vector stores
- * use (VCVTNEPS2BF16), so that an element rounds the same in a vector and
- * in a scalar tail: a NaN stays a NaN, quiet, with its top payload bits, as
- * elem.c's cast; the carry takes the largest finite floats to Inf; and a
- * denormal float becomes a zero of its sign (the instruction reads
- * denormals as zero, as the compute threads' DAZ/FTZ do in every fp32
- * operation; elem.c's cast alone keeps them).
- */
-static inline uint16_t f32_to_bf16(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof(u));
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x0040u);
-    if ((u & 0x7f800000u) == 0)
-        return (uint16_t)((u >> 16) & 0x8000u);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
+/* Scalar conversions: rt_cpu_bf16_to_f32 and rt_cpu_f32_to_bf16 (cpu.h), shared with dnnl.c. */
 
 #if defined(__x86_64__)
 BF16_INLINE v16f ld16(const uint16_t *p)
@@ -288,7 +262,7 @@ BF16_TARGET static void widen_chunk(size_t n, const uint16_t *x, float *y)
     for (; i + LANES <= n; i += LANES)
         stf(y + i, ld16(x + i));
     for (; i < n; i++)
-        y[i] = bf16_to_f32(x[i]);
+        y[i] = rt_cpu_bf16_to_f32(x[i]);
 }
 
 BF16_TARGET static void narrow_chunk(size_t n, const float *x, uint16_t *y)
@@ -297,7 +271,7 @@ BF16_TARGET static void narrow_chunk(size_t n, const float *x, uint16_t *y)
     for (; i + LANES <= n; i += LANES)
         st16(y + i, ldf(x + i));
     for (; i < n; i++)
-        y[i] = f32_to_bf16(x[i]);
+        y[i] = rt_cpu_f32_to_bf16(x[i]);
 }
 
 static void widen(struct rt_stream *s, size_t n, const uint16_t *x, float *y)
@@ -413,7 +387,7 @@ static void bf16_to_nchw(struct rt_stream *s, struct rt_shape4 sh, const float *
         }
         for (size_t l = 0; l < LANES; l++)
             for (size_t p = 0; p < g.hw; p++)
-                dst[l * g.hw + p] = bf16_to_f32(src[p * LANES + l]);
+                dst[l * g.hw + p] = rt_cpu_bf16_to_f32(src[p * LANES + l]);
     }
 }
 
@@ -433,7 +407,7 @@ static void bf16_from_nchw(struct rt_stream *s, struct rt_shape4 sh, const float
         }
         for (size_t l = 0; l < LANES; l++)
             for (size_t p = 0; p < g.hw; p++)
-                dst[p * LANES + l] = f32_to_bf16(src[l * g.hw + p]);
+                dst[p * LANES + l] = rt_cpu_f32_to_bf16(src[l * g.hw + p]);
     }
 }
 
@@ -449,7 +423,7 @@ static void bf16_input_u8(struct rt_stream *s, struct rt_shape4 sh, const uint8_
     uint16_t *lut = scratch16(s, g.c * 256 * sizeof(uint16_t));
     for (size_t ch = 0; ch < g.c; ch++)
         for (int v = 0; v < 256; v++)
-            lut[ch * 256 + (size_t)v] = f32_to_bf16(((float)v / 255.0f - mean[ch]) / std[ch]);
+            lut[ch * 256 + (size_t)v] = rt_cpu_f32_to_bf16(((float)v / 255.0f - mean[ch]) / std[ch]);
 #pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (g.planes * g.plane >= PAR_MIN)
     for (size_t j = 0; j < g.planes; j++) {
         size_t n, c;
@@ -624,9 +598,9 @@ BF16_TARGET static void sums_row(const uint16_t *x, const uint16_t *dy, size_t m
         }
     }
     for (; i < m; i++) {
-        const float t = bf16_to_f32(x[i]) - kf;
+        const float t = rt_cpu_bf16_to_f32(x[i]) - kf;
         if (dy) {
-            float g = bf16_to_f32(dy[i]);
+            float g = rt_cpu_bf16_to_f32(dy[i]);
             if (ra1)
                 g = relu_pass1(g, t, raf, rbf);
             s1 += (double)g;
@@ -762,7 +736,7 @@ static void bf16_bn_train_fwd(struct rt_stream *s, const struct rt_bn_desc *d, c
     struct bn_scratch w;
     bn_scratch_get(s, &g, &w);
     for (size_t c = 0; c < g.c; c++) /* the channel's first element: image 0, pixel 0 */
-        w.k[c] = bf16_to_f32(xh[rt_cpu_offset(d->in, 0, (int)c, 0, 0)]);
+        w.k[c] = rt_cpu_bf16_to_f32(xh[rt_cpu_offset(d->in, 0, (int)c, 0, 0)]);
     bn_sums(s, &g, xh, NULL, w.k, NULL, NULL, w.part, w.s1, w.s2);
     const double eps = rt_decimal_double(d->eps), mom = rt_decimal_double(d->momentum);
     /* one value per channel: the unbiased variance is undefined; keep the biased one (0), as elem.c */
@@ -1158,7 +1132,7 @@ static void mp_block_bwd(const struct rt_pool_desc *d, const uint16_t *x, const 
         memset(acc, 0, hw * LANES * sizeof(*acc));
     } else {
         for (size_t p = 0; p < hw * LANES; p++)
-            acc[p] = beta * bf16_to_f32(dx[p]);
+            acc[p] = beta * rt_cpu_bf16_to_f32(dx[p]);
     }
     const mp_row_fn row = mp_row_for(d);
     uint16_t m[MP_COLS * LANES];
@@ -1180,11 +1154,11 @@ static size_t plane_argmax(const struct rt_pool_desc *d, const uint16_t *x, stru
 {
     const size_t w = (size_t)d->in.w;
     size_t best = (size_t)b.y0 * w + (size_t)b.x0;
-    float m = bf16_to_f32(x[best]);
+    float m = rt_cpu_bf16_to_f32(x[best]);
     for (int iy = b.y0; iy < b.y1; iy++)
         for (int ix = b.x0; ix < b.x1; ix++) {
             const size_t i = (size_t)iy * w + (size_t)ix;
-            const float v = bf16_to_f32(x[i]);
+            const float v = rt_cpu_bf16_to_f32(x[i]);
             if (v > m || isnan(v)) {
                 m = v;
                 best = i;
@@ -1197,7 +1171,7 @@ static void maxpool_plane_fwd(const struct rt_pool_desc *d, const uint16_t *x, u
 {
     for (int oy = 0; oy < d->oh; oy++)
         for (int ox = 0; ox < d->ow; ox++)
-            y[(size_t)oy * d->ow + ox] = f32_to_bf16(bf16_to_f32(x[plane_argmax(d, x, window_of(d, oy, ox))]));
+            y[(size_t)oy * d->ow + ox] = rt_cpu_f32_to_bf16(rt_cpu_bf16_to_f32(x[plane_argmax(d, x, window_of(d, oy, ox))]));
 }
 
 static void maxpool_plane_bwd(const struct rt_pool_desc *d, const uint16_t *x, const uint16_t *dy, float beta,
@@ -1205,12 +1179,12 @@ static void maxpool_plane_bwd(const struct rt_pool_desc *d, const uint16_t *x, c
 {
     const size_t hw = (size_t)d->in.h * d->in.w;
     for (size_t i = 0; i < hw; i++)
-        acc[i] = beta == 0.0f ? 0.0f : beta * bf16_to_f32(dx[i]);
+        acc[i] = beta == 0.0f ? 0.0f : beta * rt_cpu_bf16_to_f32(dx[i]);
     for (int oy = 0; oy < d->oh; oy++)
         for (int ox = 0; ox < d->ow; ox++)
-            acc[plane_argmax(d, x, window_of(d, oy, ox))] += bf16_to_f32(dy[(size_t)oy * d->ow + ox]);
+            acc[plane_argmax(d, x, window_of(d, oy, ox))] += rt_cpu_bf16_to_f32(dy[(size_t)oy * d->ow + ox]);
     for (size_t i = 0; i < hw; i++)
-        dx[i] = f32_to_bf16(acc[i]);
+        dx[i] = rt_cpu_f32_to_bf16(acc[i]);
 }
 
 static void bf16_maxpool_fwd(struct rt_stream *s, const struct rt_pool_desc *d, const float *x, float *y)
@@ -1298,8 +1272,8 @@ static void bf16_gap_fwd(struct rt_stream *s, struct rt_shape4 sh, const float *
         }
         float acc = 0.0f;
         for (size_t p = 0; p < g.hw; p++)
-            acc += bf16_to_f32(src[p]);
-        *dst = f32_to_bf16(acc * inv);
+            acc += rt_cpu_bf16_to_f32(src[p]);
+        *dst = rt_cpu_f32_to_bf16(acc * inv);
     }
 }
 
@@ -1324,9 +1298,9 @@ static void bf16_gap_bwd(struct rt_stream *s, struct rt_shape4 sh, const float *
             gap_bwd_block(src, g.hw, inv, beta, dst);
             continue;
         }
-        const float v = bf16_to_f32(*src) * inv;
+        const float v = rt_cpu_bf16_to_f32(*src) * inv;
         for (size_t p = 0; p < g.hw; p++)
-            dst[p] = f32_to_bf16(beta == 0.0f ? v : beta * bf16_to_f32(dst[p]) + v);
+            dst[p] = rt_cpu_f32_to_bf16(beta == 0.0f ? v : beta * rt_cpu_bf16_to_f32(dst[p]) + v);
     }
 }
 
@@ -1419,7 +1393,7 @@ static void bf16_flatten_bwd(struct rt_stream *s, struct rt_shape4 sh, const flo
             for (size_t p = p0; p < g.hw; p++) {
                 uint16_t *o = dst + p * lanes + l;
                 const uint16_t v = src[l * g.hw + p];
-                *o = beta == 0.0f ? v : f32_to_bf16(beta * bf16_to_f32(*o) + bf16_to_f32(v));
+                *o = beta == 0.0f ? v : rt_cpu_f32_to_bf16(beta * rt_cpu_bf16_to_f32(*o) + rt_cpu_bf16_to_f32(v));
             }
     }
 }
@@ -1586,7 +1560,7 @@ static void bf16_linear_bwd_filter(struct rt_stream *s, int n, int in, int out, 
         for (int o = 0; o < out; o++) {
             float acc = 0.0f;
             for (int i = 0; i < n; i++)
-                acc += bf16_to_f32(gh[(size_t)i * out + o]);
+                acc += rt_cpu_bf16_to_f32(gh[(size_t)i * out + o]);
             db[o] += acc;
         }
     }
@@ -1669,8 +1643,8 @@ static void bf16_gelu_fwd(struct rt_stream *s, size_t n, const float *x, float *
     for (size_t b = 0; b < nb; b++) {
         const size_t lo = b * CHUNK, hi = RT_MIN(n, lo + CHUNK);
         for (size_t i = lo; i < hi; i++) {
-            const float v = bf16_to_f32(xh[i]);
-            yh[i] = f32_to_bf16(v * 0.5f * (1.0f + erff(v * GELU_ALPHA)));
+            const float v = rt_cpu_bf16_to_f32(xh[i]);
+            yh[i] = rt_cpu_f32_to_bf16(v * 0.5f * (1.0f + erff(v * GELU_ALPHA)));
         }
     }
 }
@@ -1684,11 +1658,11 @@ static void bf16_gelu_bwd(struct rt_stream *s, size_t n, const float *x, const f
     for (size_t b = 0; b < nb; b++) {
         const size_t lo = b * CHUNK, hi = RT_MIN(n, lo + CHUNK);
         for (size_t i = lo; i < hi; i++) {
-            const float v = bf16_to_f32(xh[i]);
+            const float v = rt_cpu_bf16_to_f32(xh[i]);
             const float cdf = 0.5f * (1.0f + erff(v * GELU_ALPHA));
             const float pdf = GELU_BETA * expf(v * v * -0.5f);
-            const float g = bf16_to_f32(gh[i]) * (cdf + v * pdf);
-            dxh[i] = f32_to_bf16(beta == 0.0f ? g : beta * bf16_to_f32(dxh[i]) + g);
+            const float g = rt_cpu_bf16_to_f32(gh[i]) * (cdf + v * pdf);
+            dxh[i] = rt_cpu_f32_to_bf16(beta == 0.0f ? g : beta * rt_cpu_bf16_to_f32(dxh[i]) + g);
         }
     }
 }
@@ -1836,8 +1810,8 @@ BF16_TARGET static void dropout_mul(size_t n, const uint16_t *x, const float *mu
         st16(y + i, beta == 0.0f ? v : bv * ld16(y + i) + v);
     }
     for (; i < n; i++) {
-        const float v = bf16_to_f32(x[i]) * mul[i];
-        y[i] = f32_to_bf16(beta == 0.0f ? v : beta * bf16_to_f32(y[i]) + v);
+        const float v = rt_cpu_bf16_to_f32(x[i]) * mul[i];
+        y[i] = rt_cpu_f32_to_bf16(beta == 0.0f ? v : beta * rt_cpu_bf16_to_f32(y[i]) + v);
     }
 }
 
@@ -2002,11 +1976,11 @@ static void bf16_sumsq(struct rt_stream *s, size_t n, const float *x, float *out
         size_t i = lo;
         for (; i + 4 <= hi; i += 4)
             for (int q = 0; q < 4; q++) {
-                const double v = bf16_to_f32(xh[i + (size_t)q]);
+                const double v = rt_cpu_bf16_to_f32(xh[i + (size_t)q]);
                 a[q] += v * v;
             }
         for (; i < hi; i++) {
-            const double v = bf16_to_f32(xh[i]);
+            const double v = rt_cpu_bf16_to_f32(xh[i]);
             a[0] += v * v;
         }
         part[b] = (a[0] + a[1]) + (a[2] + a[3]);

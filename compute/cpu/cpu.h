@@ -12,6 +12,9 @@
 #ifndef RT_COMPUTE_CPU_H
 #define RT_COMPUTE_CPU_H
 
+#include <stdint.h>
+#include <string.h>
+
 #include "compute/backend.h"
 #include "compute/compute.h"
 
@@ -42,6 +45,35 @@ static inline size_t rt_cpu_offset(struct rt_shape4 sh, int n, int c, int h, int
         return ((((size_t)n * (size_t)(sh.c / RT_CPU_BLOCK) + (size_t)(c / RT_CPU_BLOCK)) * H + (size_t)h) * W +
                 (size_t)w) * RT_CPU_BLOCK + (size_t)(c % RT_CPU_BLOCK);
     return (((size_t)c * (size_t)sh.n + (size_t)n) * H + (size_t)h) * W + (size_t)w;
+}
+
+/* bf16 bits (uint16_t) and floats. */
+static inline float rt_cpu_bf16_to_f32(uint16_t h)
+{
+    const uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+/*
+ * The bf16 table's rounding (bf16.c, dnnl.c): to nearest even, as the
+ * AVX512_BF16 instruction the vector stores use (VCVTNEPS2BF16), so that an element rounds the same in a vector and
+ * in a scalar tail: a NaN stays a NaN, quiet, with its top payload bits, as
+ * elem.c's cast; the carry takes the largest finite floats to Inf; and a
+ * denormal float becomes a zero of its sign (the instruction reads
+ * denormals as zero, as the compute threads' DAZ/FTZ do in every fp32
+ * operation; elem.c's cast alone keeps them).
+ */
+static inline uint16_t rt_cpu_f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    if ((u & 0x7fffffffu) > 0x7f800000u)
+        return (uint16_t)((u >> 16) | 0x0040u);
+    if ((u & 0x7f800000u) == 0)
+        return (uint16_t)((u >> 16) & 0x8000u);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
 /*

@@ -519,7 +519,7 @@ static void conv_fwd(struct rt_stream *s, const struct rt_conv_desc *cd, const v
         reorder(d, e->f_dst.re, &e->f_dst.prim, yp, &e->f_dst.ours, y);
 }
 
-/* dx += t, both n elements of type dt (bf16 rounded to nearest even). */
+/* dx += t, both n elements of type dt (bf16: rounded as the bf16 table rounds). */
 static void add_into(void *dx, const void *t, size_t n, dnnl_data_type_t dt, int threads)
 {
     if (dt == dnnl_f32) {
@@ -533,17 +533,8 @@ static void add_into(void *dx, const void *t, size_t n, dnnl_data_type_t dt, int
     uint16_t *restrict a = dx;
     const uint16_t *restrict b = t;
 #pragma omp parallel for schedule(static) num_threads(threads) if (n > ((size_t)1 << 15))
-    for (size_t i = 0; i < n; i++) {
-        uint32_t ua = (uint32_t)a[i] << 16, ub = (uint32_t)b[i] << 16, u;
-        float fa, fb;
-        memcpy(&fa, &ua, 4);
-        memcpy(&fb, &ub, 4);
-        const float f = fa + fb;
-        memcpy(&u, &f, 4);
-        /* NaN stays NaN (quiet); everything else rounds to nearest even */
-        a[i] = (u & 0x7fffffffu) > 0x7f800000u ? (uint16_t)((u >> 16) | 0x40u)
-                                                : (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-    }
+    for (size_t i = 0; i < n; i++)
+        a[i] = rt_cpu_f32_to_bf16(rt_cpu_bf16_to_f32(a[i]) + rt_cpu_bf16_to_f32(b[i]));
 }
 
 static void conv_bwd_data(struct rt_stream *s, const struct rt_conv_desc *cd, const void *dy, const float *w,
