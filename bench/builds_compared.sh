@@ -67,6 +67,9 @@ median() {
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { r = b / a; printf "%.3f%s", r, r < 0.95 ? "  (slower)" : "" }'; }
 
+# Both builds in fp32: a build from before the CPU's bf16 table trains fp32 under the default --amp auto, a later
+# one bf16 on a CPU with AVX512_BF16; --amp off (which every build accepts) compares like with like.
+AMP=(--amp off)
 echo "compute: train --synthetic-data, 1 rank, batch $BATCH, $THREADS threads, $STEPS timed steps, $RUNS runs each"
 printf "  %-12s %14s %14s %10s\n" model "old img/s" "new img/s" "new/old"
 for m in ${MODELS//,/ }; do
@@ -75,7 +78,7 @@ for m in ${MODELS//,/ }; do
             bin=$OLD
             [ "$side" = new ] && bin=$NEW
             one "$bin" "$W/c-$m-$side-$r" "$bin" train --synthetic-data --model "$m" --batch-size "$BATCH" \
-                --threads "$THREADS" --steps $((STEPS + 3)) --json --no-progress
+                --threads "$THREADS" --steps $((STEPS + 3)) --json --no-progress "${AMP[@]}"
         done
     done
     o=$(median "$W/c-$m-old-*[0-9]" steady_images_per_s)
@@ -91,7 +94,8 @@ if [ "$NP" -gt 1 ]; then
             bin=$OLD
             [ "$side" = new ] && bin=$NEW
             one "$bin" "$W/d-$side-$r" mpirun --oversubscribe --bind-to none -np "$NP" "$bin" train --synthetic-data \
-                --model "$DDP_MODEL" --batch-size "$BATCH" --threads 1 --steps $((DDP_STEPS + 3)) --json --no-progress
+                --model "$DDP_MODEL" --batch-size "$BATCH" --threads 1 --steps $((DDP_STEPS + 3)) --json --no-progress \
+                "${AMP[@]}"
         done
     done
     o=$(median "$W/d-old-*[0-9]" steady_images_per_s)

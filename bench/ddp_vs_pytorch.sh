@@ -244,7 +244,7 @@ cmd_rt() { # np bucket_mb [extra ringtrain options...]
     # --steps S+3: its steady figure leaves out the first 3 steps, as
     # torch_ddp.py leaves out its 3 warm-up steps.
     cmd=("$MPIRUN" --allow-run-as-root --oversubscribe -np "$n" --bind-to none
-        "$RT" train --model "$MODEL" --synthetic-data --batch-size "$B" --threads "$THREADS"
+        "$RT" train --model "$MODEL" --synthetic-data --batch-size "$B" --threads "$THREADS" --amp off
         --bucket-cap-mb "$x" --steps $((STEPS + 3)) --json --no-progress "$@")
 }
 free_port() {

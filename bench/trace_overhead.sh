@@ -64,7 +64,7 @@ one() {
     [ "$way" = old ] && bin=$OLD
     [ "$way" = on ] && extra=(--trace "$W/trace-$r.json" --trace-steps all)
     local out=$W/$way-$r
-    if ! "$bin" train --data "$DATA" --model "$MODEL" --batch-size "$BATCH" --threads "$THREADS" \
+    if ! "$bin" train --data "$DATA" --model "$MODEL" --batch-size "$BATCH" --threads "$THREADS" --amp off \
         --workers "$WORKERS" --steps $((STEPS + 3)) --epochs 1000 --json --no-progress ${extra[@]+"${extra[@]}"} \
         >"$out" 2>"$out.err" || [ -z "$(bench_json_field "$PY" "$out" steady_images_per_s)" ]; then
         echo "$bench_name: a run ($way) failed:" >&2
