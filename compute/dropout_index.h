@@ -33,6 +33,7 @@
 #ifndef RT_COMPUTE_DROPOUT_INDEX_H
 #define RT_COMPUTE_DROPOUT_INDEX_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "common/philox.h"
@@ -149,6 +150,24 @@ RT_DROPOUT_FN float rt_dropout_mul(uint64_t seed, uint64_t e, float p, float sca
     uint32_t w[4];
     rt_dropout_block(seed, e >> 2, w);
     return rt_dropout_mul_of(w[e & 3], p, scale);
+}
+
+/*
+ * The multipliers of stream elements e0 .. e0+len-1 under `seed` into
+ * mul[0], mul[step], mul[2 step], ...: `scale` where kept, 0 where dropped,
+ * one Philox block per 4 consecutive elements (the CPU kernels' scalar path).
+ */
+RT_DROPOUT_FN void rt_dropout_mask(uint64_t seed, uint64_t e0, size_t len, float p, float scale, float *mul,
+                                   size_t step)
+{
+    size_t j = 0;
+    while (j < len) {
+        const uint64_t e = e0 + j;
+        uint32_t w[4];
+        rt_dropout_block(seed, e >> 2, w);
+        for (unsigned lane = (unsigned)(e & 3); lane < 4 && j < len; lane++, j++)
+            mul[j * step] = rt_dropout_mul_of(w[lane], p, scale);
+    }
 }
 
 #endif

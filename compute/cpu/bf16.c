@@ -43,9 +43,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <cblas.h>
-#include <dnnl.h>
-#include <pthread.h>
 
 #include "common/common.h"
 #include "compute/cpu/cpu.h"
@@ -1403,124 +1400,23 @@ static void bf16_flatten_bwd(struct rt_stream *s, struct rt_shape4 sh, const flo
 /*
  * PyTorch's autocast: activations and weights in bf16 (the weights rounded
  * per call), products summed in fp32, the bias added in fp32, the output
- * rounded once. oneDNN's bf16 matmul does that on the AVX512_BF16 dot
- * products; should it refuse a shape, the same is computed by OpenBLAS's
- * sgemm on widened copies (a product of two bf16 values is exact in fp32,
- * so the two differ only in the order of the sums).
+ * rounded once: oneDNN's bf16 matmul on the AVX512_BF16 dot products
+ * (rt_cpu_dnnl_matmul, its primitive kept per shape).
  */
-
-/* The engine of the matmuls: one per process, made on first use (NULL if oneDNN could not). */
-static struct {
-    pthread_once_t once;
-    dnnl_engine_t eng;
-} mm_engine = {PTHREAD_ONCE_INIT, NULL};
-
-static void mm_engine_init(void)
-{
-    if (dnnl_engine_create(&mm_engine.eng, dnnl_cpu, 0) != dnnl_success)
-        mm_engine.eng = NULL;
-}
-
-/* One operand of a matmul: rows x cols at p, element (i, j) at p[i*rs + j*cs]. */
-struct mm_arg {
-    const void *p;
-    dnnl_data_type_t t;
-    int64_t rows, cols, rs, cs;
-};
-
-/*
- * c = a b (+ bias, 1 x N fp32) (+ c when accumulate), a M x K, b K x N, c
- * M x N: 0, or -1 when oneDNN refused to make the primitive (nothing was
- * written; the caller computes it another way). A failure while running
- * would leave c half written, so it aborts, as an op that cannot finish
- * does. The primitive is made per call: oneDNN's primitive cache returns
- * the one made for the same shapes before.
- */
-static int mm_run(const struct mm_arg *a, const struct mm_arg *b, const float *bias, const struct mm_arg *c,
-                  int accumulate)
-{
-    pthread_once(&mm_engine.once, mm_engine_init);
-    if (!mm_engine.eng)
-        return -1;
-    const struct mm_arg *ops[3] = {a, b, c};
-    dnnl_memory_desc_t md[4];
-    for (int i = 0; i < 3; i++) {
-        const dnnl_dims_t dims = {ops[i]->rows, ops[i]->cols}, strides = {ops[i]->rs, ops[i]->cs};
-        if (dnnl_memory_desc_init_by_strides(&md[i], 2, dims, ops[i]->t, strides) != dnnl_success)
-            return -1;
-    }
-    const dnnl_dims_t bdims = {1, c->cols}, bstrides = {c->cols, 1};
-    if (bias && dnnl_memory_desc_init_by_strides(&md[3], 2, bdims, dnnl_f32, bstrides) != dnnl_success)
-        return -1;
-    int rc = -1;
-    dnnl_matmul_desc_t desc;
-    dnnl_primitive_attr_t attr = NULL;
-    dnnl_post_ops_t po = NULL;
-    dnnl_primitive_desc_t pd = NULL;
-    dnnl_primitive_t prim = NULL;
-    dnnl_stream_t strm = NULL;
-    dnnl_memory_t mem[4] = {NULL, NULL, NULL, NULL};
-    if (dnnl_matmul_desc_init(&desc, &md[0], &md[1], bias ? &md[3] : NULL, &md[2]) != dnnl_success ||
-        dnnl_primitive_attr_create(&attr) != dnnl_success)
-        goto out;
-    if (accumulate &&
-        (dnnl_post_ops_create(&po) != dnnl_success || dnnl_post_ops_append_sum(po, 1.0f) != dnnl_success ||
-         dnnl_primitive_attr_set_post_ops(attr, po) != dnnl_success))
-        goto out;
-    if (dnnl_primitive_desc_create(&pd, &desc, attr, mm_engine.eng, NULL) != dnnl_success ||
-        dnnl_primitive_create(&prim, pd) != dnnl_success ||
-        dnnl_stream_create(&strm, mm_engine.eng, dnnl_stream_default_flags) != dnnl_success)
-        goto out;
-    const void *ptr[4] = {a->p, b->p, c->p, bias};
-    for (int i = 0; i < (bias ? 4 : 3); i++)
-        if (dnnl_memory_create(&mem[i], &md[i], mm_engine.eng, (void *)(uintptr_t)ptr[i]) != dnnl_success)
-            goto out;
-    dnnl_exec_arg_t args[4] = {
-        {DNNL_ARG_SRC, mem[0]}, {DNNL_ARG_WEIGHTS, mem[1]}, {DNNL_ARG_DST, mem[2]}, {DNNL_ARG_BIAS, mem[3]}};
-    if (dnnl_primitive_execute(prim, strm, bias ? 4 : 3, args) != dnnl_success ||
-        dnnl_stream_wait(strm) != dnnl_success) {
-        fprintf(stderr, "ringtrain: oneDNN failed running a bf16 matmul (%lld x %lld x %lld)\n", (long long)a->rows,
-                (long long)a->cols, (long long)c->cols);
-        abort();
-    }
-    rc = 0;
-out:
-    for (int i = 0; i < 4; i++)
-        dnnl_memory_destroy(mem[i]);
-    dnnl_stream_destroy(strm);
-    dnnl_primitive_destroy(prim);
-    dnnl_primitive_desc_destroy(pd);
-    dnnl_post_ops_destroy(po);
-    dnnl_primitive_attr_destroy(attr);
-    return rc;
-}
 
 static void bf16_linear_fwd(struct rt_stream *s, int n, int in, int out, const float *x, const float *w,
                             const float *b, float *y)
 {
     if (n <= 0)
         return;
-    const size_t nx = (size_t)n * in, nw = (size_t)out * in, ny = (size_t)n * out;
-    const size_t bytes[4] = {nw * sizeof(uint16_t), nx * sizeof(float), nw * sizeof(float), ny * sizeof(float)};
-    void *p[4];
-    scratch16_parts(s, bytes, p, 4);
+    const size_t nw = (size_t)out * in, bytes[1] = {nw * sizeof(uint16_t)};
+    void *p[1];
+    scratch16_parts(s, bytes, p, 1);
     uint16_t *wb = p[0];
     narrow(s, nw, w, wb); /* the weights cast per call, as autocast */
     /* y (n, out) = x (n, in) w^T: w^T's element (k, o) at wb[o*in + k] */
-    const struct mm_arg a = {x, dnnl_bf16, n, in, in, 1}, bw = {wb, dnnl_bf16, in, out, 1, in},
-                        c = {y, dnnl_bf16, n, out, out, 1};
-    if (mm_run(&a, &bw, b, &c, 0) == 0)
-        return;
-    float *x32 = p[1], *w32 = p[2], *y32 = p[3];
-    widen(s, nx, cb16(x), x32);
-    widen(s, nw, wb, w32);
-    /* the bias rows first, so the GEMM adds into them and the sum is rounded once */
-    if (b)
-        for (int i = 0; i < n; i++)
-            memcpy(y32 + (size_t)i * out, b, (size_t)out * sizeof(float));
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, out, in, 1.0f, x32, in, w32, in, b ? 1.0f : 0.0f, y32,
-                out);
-    narrow(s, ny, y32, mb16(y));
+    const struct rt_cpu_mm_arg a = {x, 1, n, in, in, 1}, bw = {wb, 1, in, out, 1, in}, c = {y, 1, n, out, out, 1};
+    rt_cpu_dnnl_matmul(s, &a, &bw, b, &c, 0);
 }
 
 static void bf16_linear_bwd_data(struct rt_stream *s, int n, int in, int out, const float *dy, const float *w,
@@ -1528,24 +1424,14 @@ static void bf16_linear_bwd_data(struct rt_stream *s, int n, int in, int out, co
 {
     if (n <= 0)
         return;
-    const size_t ng = (size_t)n * out, nw = (size_t)out * in, nx = (size_t)n * in;
-    const size_t bytes[4] = {nw * sizeof(uint16_t), ng * sizeof(float), nw * sizeof(float), nx * sizeof(float)};
-    void *p[4];
-    scratch16_parts(s, bytes, p, 4);
+    const size_t nw = (size_t)out * in, bytes[1] = {nw * sizeof(uint16_t)};
+    void *p[1];
+    scratch16_parts(s, bytes, p, 1);
     uint16_t *wb = p[0];
     narrow(s, nw, w, wb); /* the weights cast per call, as autocast */
     /* dx (n, in) = dy (n, out) w (out, in), plus dx when beta is 1 (the sum post-op: one rounding) */
-    const struct mm_arg a = {dy, dnnl_bf16, n, out, out, 1}, bw = {wb, dnnl_bf16, out, in, in, 1},
-                        c = {dx, dnnl_bf16, n, in, in, 1};
-    if ((beta == 0.0f || beta == 1.0f) && mm_run(&a, &bw, NULL, &c, beta == 1.0f) == 0)
-        return;
-    float *g32 = p[1], *w32 = p[2], *dx32 = p[3];
-    widen(s, ng, cb16(dy), g32);
-    widen(s, nw, wb, w32);
-    if (beta != 0.0f) /* the GEMM adds into beta dx: widen it first */
-        widen(s, nx, cb16(dx), dx32);
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, in, out, 1.0f, g32, out, w32, in, beta, dx32, in);
-    narrow(s, nx, dx32, mb16(dx));
+    const struct rt_cpu_mm_arg a = {dy, 1, n, out, out, 1}, bw = {wb, 1, out, in, in, 1}, c = {dx, 1, n, in, in, 1};
+    rt_cpu_dnnl_matmul(s, &a, &bw, NULL, &c, beta != 0.0f);
 }
 
 static void bf16_linear_bwd_filter(struct rt_stream *s, int n, int in, int out, const float *x, const float *dy,
@@ -1553,7 +1439,6 @@ static void bf16_linear_bwd_filter(struct rt_stream *s, int n, int in, int out, 
 {
     if (n <= 0)
         return;
-    const size_t nx = (size_t)n * in, ng = (size_t)n * out;
     const uint16_t *gh = cb16(dy);
     if (db) {
         /* column sums of dy over the batch, in order, as pool.c */
@@ -1565,17 +1450,8 @@ static void bf16_linear_bwd_filter(struct rt_stream *s, int n, int in, int out, 
         }
     }
     /* fp32 parameter gradients: dw (out, in) += dy^T (out, n) x (n, in), added to by the sum post-op */
-    const struct mm_arg a = {dy, dnnl_bf16, out, n, 1, out}, bx = {x, dnnl_bf16, n, in, in, 1},
-                        c = {dw, dnnl_f32, out, in, in, 1};
-    if (mm_run(&a, &bx, NULL, &c, 1) == 0)
-        return;
-    const size_t bytes[2] = {nx * sizeof(float), ng * sizeof(float)};
-    void *p[2];
-    scratch16_parts(s, bytes, p, 2);
-    float *x32 = p[0], *g32 = p[1];
-    widen(s, nx, cb16(x), x32);
-    widen(s, ng, gh, g32);
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, g32, out, x32, in, 1.0f, dw, in);
+    const struct rt_cpu_mm_arg a = {dy, 1, out, n, 1, out}, bx = {x, 1, n, in, in, 1}, c = {dw, 0, out, in, in, 1};
+    rt_cpu_dnnl_matmul(s, &a, &bx, NULL, &c, 1);
 }
 
 /* ==== activations ========================================================== */
@@ -1673,25 +1549,6 @@ static void bf16_gelu_bwd(struct rt_stream *s, size_t n, const float *x, const f
 #define DROP_TILE 1024
 #define DROP_PIX 64
 
-#if !defined(__x86_64__)
-/*
- * Multipliers for stream elements e0 .. e0+len-1 under `seed` (compute.h,
- * dropout_index.h): `scale` where kept, 0 where dropped, the i-th at
- * mul[i * stride], one Philox block per 4 elements, as elem.c draws them.
- */
-static void dropout_mask(uint64_t seed, uint64_t e0, size_t len, float p, float scale, float *mul, size_t stride)
-{
-    size_t j = 0;
-    while (j < len) {
-        const uint64_t e = e0 + j;
-        uint32_t w[4];
-        rt_dropout_block(seed, e >> 2, w);
-        for (unsigned lane = (unsigned)(e & 3); lane < 4 && j < len; lane++, j++)
-            mul[j * stride] = rt_dropout_mul_of(w[lane], p, scale);
-    }
-}
-
-#endif
 
 #if defined(__x86_64__)
 /*
@@ -1742,7 +1599,7 @@ BF16_INLINE void blk_add(__m512i lo, __m512i hi, __m512i add, __m512i *c0, __m51
     *c1 = _mm512_mask_add_epi32(hi, _mm512_cmplt_epu32_mask(*c0, lo), hi, _mm512_set1_epi32(1));
 }
 
-/* dropout_mask with stride 1, 16 Philox blocks (64 elements) at a time. */
+/* rt_dropout_mask with step 1, 16 Philox blocks (64 elements) at a time. */
 BF16_TARGET static void dropout_mask_vec(uint64_t seed, uint64_t e0, size_t len, float p, float scale, float *mul)
 {
     const uint64_t end = e0 + len;
@@ -1844,7 +1701,7 @@ static void dropout_apply(struct rt_stream *s, struct rt_shape4 sh, int spatial,
                 dropout_mask_lanes(seed, e, len, p, scale, mul);
 #else
                 for (size_t l = 0; l < LANES; l++)
-                    dropout_mask(seed, offset + (img * g.c + c0 + l) * g.hw + p0, len, p, scale, mul + l, LANES);
+                    rt_dropout_mask(seed, offset + (img * g.c + c0 + l) * g.hw + p0, len, p, scale, mul + l, LANES);
 #endif
                 const size_t o = j * g.plane + p0 * LANES;
                 dropout_mul(len * LANES, x + o, mul, beta, y + o);
@@ -1864,7 +1721,7 @@ static void dropout_apply(struct rt_stream *s, struct rt_shape4 sh, int spatial,
 #if defined(__x86_64__)
             dropout_mask_vec(seed, offset + rt_dropout_logical(lay, sh, i), run, p, scale, mul + j);
 #else
-            dropout_mask(seed, offset + rt_dropout_logical(lay, sh, i), run, p, scale, mul + j, 1);
+            rt_dropout_mask(seed, offset + rt_dropout_logical(lay, sh, i), run, p, scale, mul + j, 1);
 #endif
             j += run;
         }

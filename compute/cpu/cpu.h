@@ -118,6 +118,21 @@ int rt_cpu_bf16_isa(char *why, size_t len);
 void rt_cpu_dnnl_describe(char *buf, size_t len);
 
 /*
+ * A matrix product on oneDNN (dnnl.c), for the bf16 table's linear layers:
+ * c = a b (+ bias, 1 x N fp32) (+ c when `accumulate`), a M x K, b K x N,
+ * c M x N, each operand rows x cols at p with element (i, j) at
+ * p[i*rs + j*cs], bf16 or fp32; products summed in fp32, c rounded once.
+ * The primitive is made once per shape and kept, as the convolutions'.
+ */
+struct rt_cpu_mm_arg {
+    const void *p;
+    int bf16; /* 1: bf16 (uint16_t bits); 0: fp32 */
+    int64_t rows, cols, rs, cs;
+};
+void rt_cpu_dnnl_matmul(struct rt_stream *s, const struct rt_cpu_mm_arg *a, const struct rt_cpu_mm_arg *b,
+                        const float *bias, const struct rt_cpu_mm_arg *c, int accumulate);
+
+/*
  * The bf16 table (compute.h's rt_backend_ops_for(be, RT_BF16)): `t` starts as
  * a copy of the fp32 table with act = RT_BF16. rt_cpu_fill_bf16 (bf16.c)
  * replaces every op that reads or writes activations, except the

@@ -103,8 +103,6 @@ static void dn_fail(const char *what, dnnl_status_t st, const char *file, int li
 
 /* ---- one convolution shape: its primitives and reorders ---------------------------- */
 
-enum { ARG_OURS = 0, ARG_PRIM = 1 };
-
 /* A tensor as we hold it and as a primitive wants it; `re` converts ours -> the primitive's (inputs) or back
  * (outputs), NULL when they are the same. */
 struct dn_arg {
@@ -125,17 +123,13 @@ struct conv_key {
     dnnl_data_type_t dt;
 };
 
+enum conv_dir { CONV_FWD = 0, CONV_BWD_DATA, CONV_BWD_WEIGHTS, CONV_DIRS };
+
 struct conv_entry {
     struct conv_key key;
-    dnnl_primitive_desc_t fwd_pd;
-    struct dn_prim fwd, bwd_d, bwd_w; /* bwd_* created on first backward */
-    struct dn_arg f_src, f_w, f_dst;  /* forward */
-    struct dn_arg d_ddst, d_w, d_dsrc; /* backward data */
-    struct dn_arg w_src, w_ddst, w_dw; /* backward weights (w_dw's reorder adds into dw) */
     dnnl_memory_desc_t bias_md;
-    dnnl_alg_kind_t alg;  /* Winograd or direct (conv_alg) */
-    dnnl_data_type_t cdt; /* the type the primitives compute in: the tensors', or fp32 for Winograd */
-    int have_bwd_d, have_bwd_w;
+    struct dn_prim prim[CONV_DIRS];         /* each created on first use */
+    struct dn_arg arg[CONV_DIRS][3];        /* per direction: its two inputs, then its output */
 };
 
 /*
@@ -164,12 +158,23 @@ static dnnl_alg_kind_t conv_alg(const struct conv_key *k)
     return dnnl_convolution_direct;
 }
 
+/* A matmul of rt_cpu_dnnl_matmul: its shape (the key) and primitive. */
+struct mm_entry {
+    struct {
+        int64_t dims[3][4]; /* per operand: rows, cols, rs, cs */
+        int bf16[3], bias, accumulate;
+    } key;
+    dnnl_memory_desc_t md[4]; /* a, b, c, bias */
+    dnnl_primitive_t p;
+};
 
 struct cpu_dnnl {
     dnnl_engine_t eng;
     dnnl_stream_t st;
     struct conv_entry **conv;
     int nconv, capconv;
+    struct mm_entry **mm;
+    int nmm, capmm;
 };
 
 static struct cpu_dnnl *dn_of(struct rt_backend *be)
@@ -185,12 +190,6 @@ static struct cpu_dnnl *dn_of(struct rt_backend *be)
     return d;
 }
 
-static void arg_fini(struct dn_arg *a)
-{
-    if (a->re)
-        dnnl_primitive_destroy(a->re);
-}
-
 void rt_cpu_dnnl_release(struct rt_backend *be)
 {
     struct cpu_dnnl *d = be->dnnl;
@@ -198,18 +197,21 @@ void rt_cpu_dnnl_release(struct rt_backend *be)
         return;
     for (int i = 0; i < d->nconv; i++) {
         struct conv_entry *e = d->conv[i];
-        struct dn_prim *ps[3] = {&e->fwd, &e->bwd_d, &e->bwd_w};
-        for (int k = 0; k < 3; k++)
-            if (ps[k]->p)
-                dnnl_primitive_destroy(ps[k]->p);
-        struct dn_arg *as[9] = {&e->f_src, &e->f_w, &e->f_dst, &e->d_ddst, &e->d_w, &e->d_dsrc,
-                                &e->w_src, &e->w_ddst, &e->w_dw};
-        for (int k = 0; k < 9; k++)
-            arg_fini(as[k]);
-        dnnl_primitive_desc_destroy(e->fwd_pd);
+        for (int k = 0; k < CONV_DIRS; k++) {
+            if (e->prim[k].p)
+                dnnl_primitive_destroy(e->prim[k].p);
+            for (int j = 0; j < 3; j++)
+                if (e->arg[k][j].re)
+                    dnnl_primitive_destroy(e->arg[k][j].re);
+        }
         free(e);
     }
     free(d->conv);
+    for (int i = 0; i < d->nmm; i++) {
+        dnnl_primitive_destroy(d->mm[i]->p);
+        free(d->mm[i]);
+    }
+    free(d->mm);
     dnnl_stream_destroy(d->st);
     dnnl_engine_destroy(d->eng);
     free(d);
@@ -259,190 +261,134 @@ static void arg_init(struct cpu_dnnl *d, struct dn_arg *a, const dnnl_memory_des
         dnnl_primitive_attr_destroy(attr);
 }
 
-static void prim_init(struct dn_prim *p, dnnl_primitive_desc_t pd)
+/*
+ * The primitive descriptor of direction `dir` of convolution k with algorithm `alg`, its activations computed in
+ * `cdt` (which may differ from the tensors': the reorders convert), formats left to the library, scratchpad ours;
+ * NULL where the library has no kernel for it. A backward one is hinted by the forward of the same algorithm and
+ * types, as oneDNN asks.
+ */
+static dnnl_primitive_desc_t conv_pd_try(struct cpu_dnnl *d, const struct conv_key *k, enum conv_dir dir,
+                                         dnnl_alg_kind_t alg, dnnl_data_type_t cdt)
 {
-    p->scratch_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-    p->scratchpad = dnnl_memory_desc_get_size(&p->scratch_md);
-    DN(dnnl_primitive_create(&p->p, pd));
-}
-
-static dnnl_primitive_attr_t user_scratchpad(void)
-{
+    dnnl_primitive_desc_t hint = NULL, pd = NULL;
+    if (dir != CONV_FWD && !(hint = conv_pd_try(d, k, CONV_FWD, alg, cdt)))
+        return NULL;
+    const struct rt_conv_desc *c = &k->d;
+    const dnnl_dims_t sd = {c->in.n, c->in.c, c->in.h, c->in.w}, wd = {c->cout, c->in.c, c->kh, c->kw},
+                      dd = {c->in.n, c->cout, c->oh, c->ow}, strides = {c->stride, c->stride}, pad = {c->pad, c->pad};
+    dnnl_memory_desc_t src, w, dst;
+    DN(dnnl_memory_desc_init_by_tag(&src, 4, sd, cdt, dnnl_format_tag_any));
+    /* the filter gradient in fp32 whatever the activations: it is added into the fp32 buffer */
+    DN(dnnl_memory_desc_init_by_tag(&w, 4, wd, dir == CONV_BWD_WEIGHTS ? dnnl_f32 : cdt, dnnl_format_tag_any));
+    DN(dnnl_memory_desc_init_by_tag(&dst, 4, dd, cdt, dnnl_format_tag_any));
+    dnnl_memory_desc_t bmd;
+    const dnnl_dims_t bd = {c->cout};
+    DN(dnnl_memory_desc_init_by_tag(&bmd, 1, bd, dnnl_f32, dnnl_x));
+    const dnnl_memory_desc_t *bias = k->bias ? &bmd : NULL;
+    dnnl_convolution_desc_t cd;
+    if (dir == CONV_FWD)
+        DN(dnnl_convolution_forward_desc_init(&cd, dnnl_forward_training, alg, &src, &w, bias, &dst, strides, pad,
+                                              pad));
+    else if (dir == CONV_BWD_DATA)
+        DN(dnnl_convolution_backward_data_desc_init(&cd, alg, &src, &w, &dst, strides, pad, pad));
+    else
+        DN(dnnl_convolution_backward_weights_desc_init(&cd, alg, &src, &w, bias, &dst, strides, pad, pad));
     dnnl_primitive_attr_t attr;
     DN(dnnl_primitive_attr_create(&attr));
     DN(dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user));
-    return attr;
+    if (dnnl_primitive_desc_create(&pd, &cd, attr, d->eng, hint) != dnnl_success)
+        pd = NULL;
+    dnnl_primitive_attr_destroy(attr);
+    if (hint)
+        dnnl_primitive_desc_destroy(hint);
+    return pd;
 }
 
-/* The plain descriptors of a convolution: src, weights (any), dst, all with formats left to the library. */
-struct conv_mds {
-    dnnl_memory_desc_t src, w, w32, dst, bias;
-    dnnl_dims_t strides, pad;
-};
-
-/* The convolution's descriptors with activations of type `dt` (which may differ from the tensors': see
- * conv_need_bwd_weights). */
-static void conv_mds_init(struct conv_mds *m, const struct conv_key *k, dnnl_data_type_t dt)
+/*
+ * Creates direction `dir` of entry e: the algorithm conv_alg chose (Winograd computes in fp32, on widened copies
+ * where the tensors are bf16), else direct in the tensors' own type; and the reorders between our tensors and
+ * the formats the library chose.
+ */
+static void conv_ready(struct cpu_dnnl *d, struct conv_entry *e, enum conv_dir dir)
 {
-    const struct rt_conv_desc *cd = &k->d;
-    const dnnl_dims_t sd = {cd->in.n, cd->in.c, cd->in.h, cd->in.w}, wd = {cd->cout, cd->in.c, cd->kh, cd->kw},
-                      dd = {cd->in.n, cd->cout, cd->oh, cd->ow}, bd = {cd->cout};
-    DN(dnnl_memory_desc_init_by_tag(&m->src, 4, sd, dt, dnnl_format_tag_any));
-    DN(dnnl_memory_desc_init_by_tag(&m->w, 4, wd, dt, dnnl_format_tag_any));
-    DN(dnnl_memory_desc_init_by_tag(&m->w32, 4, wd, dnnl_f32, dnnl_format_tag_any));
-    DN(dnnl_memory_desc_init_by_tag(&m->dst, 4, dd, dt, dnnl_format_tag_any));
-    DN(dnnl_memory_desc_init_by_tag(&m->bias, 1, bd, dnnl_f32, dnnl_x));
-    m->strides[0] = m->strides[1] = cd->stride;
-    m->pad[0] = m->pad[1] = cd->pad;
+    if (e->prim[dir].p)
+        return;
+    const struct conv_key *k = &e->key;
+    const dnnl_alg_kind_t alg = conv_alg(k);
+    dnnl_data_type_t cdt = alg == dnnl_convolution_winograd ? dnnl_f32 : k->dt;
+    /*
+     * oneDNN 2.6's bf16 filter gradient is slow on the smallest maps: at 1x1 and 2x2 outputs (resnet18's last
+     * stages on 32x32 images) it ran at 27 % and 55 % of the fp32 kernel's speed (512 channels, batch 128, 2
+     * threads, AVX512_BF16). There the bf16 tensors are widened and the fp32 primitive runs: the maps are tiny, so
+     * the widening costs little, and the gradient is the same fp32 sum of products of bf16 values.
+     */
+    if (dir == CONV_BWD_WEIGHTS && k->dt == dnnl_bf16 && k->d.oh * k->d.ow <= 4)
+        cdt = dnnl_f32;
+    dnnl_primitive_desc_t pd = conv_pd_try(d, k, dir, alg, cdt);
+    if (!pd && alg != dnnl_convolution_direct) /* no Winograd kernel for this one */
+        pd = conv_pd_try(d, k, dir, dnnl_convolution_direct, k->dt);
+    if (!pd)
+        dn_fail("dnnl_primitive_desc_create (convolution)", dnnl_unimplemented, __FILE__, __LINE__);
+
+    struct dn_prim *p = &e->prim[dir];
+    p->scratch_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    p->scratchpad = dnnl_memory_desc_get_size(&p->scratch_md);
+    DN(dnnl_primitive_create(&p->p, pd));
+
+    /* our tensors: x and y in cpu.h's layout, the weights PyTorch's (Cout, Cin, kh, kw) fp32 */
+    enum { X, W, Y };
+    dnnl_memory_desc_t ours[3];
+    spatial_md(&ours[X], k->d.in, k->dt);
+    spatial_md(&ours[Y], (struct rt_shape4){k->d.in.n, k->d.cout, k->d.oh, k->d.ow}, k->dt);
+    const dnnl_dims_t wd = {k->d.cout, k->d.in.c, k->d.kh, k->d.kw};
+    DN(dnnl_memory_desc_init_by_tag(&ours[W], 4, wd, dnnl_f32, dnnl_oihw));
+    static const struct {
+        int tensor;
+        dnnl_query_t q;
+    } args[CONV_DIRS][3] = {
+        [CONV_FWD] = {{X, dnnl_query_src_md}, {W, dnnl_query_weights_md}, {Y, dnnl_query_dst_md}},
+        [CONV_BWD_DATA] = {{Y, dnnl_query_diff_dst_md}, {W, dnnl_query_weights_md}, {X, dnnl_query_diff_src_md}},
+        [CONV_BWD_WEIGHTS] = {{X, dnnl_query_src_md}, {Y, dnnl_query_diff_dst_md}, {W, dnnl_query_diff_weights_md}},
+    };
+    /* the filter gradient's reorder always runs: its sum post-op is what adds it to dw */
+    for (int j = 0; j < 3; j++)
+        arg_init(d, &e->arg[dir][j], &ours[args[dir][j].tensor], pd, args[dir][j].q, j < 2,
+                 dir == CONV_BWD_WEIGHTS && j == 2);
+    dnnl_primitive_desc_destroy(pd);
 }
 
-static void conv_ours(const struct conv_key *k, dnnl_memory_desc_t *x, dnnl_memory_desc_t *w,
-                      dnnl_memory_desc_t *y)
+/* The array v of n entries of `elem` bytes with room for one more (capacity *cap, doubled when full); aborts when
+ * memory is exhausted, as an op cannot fail. */
+static void *room_for_one(void *v, int n, int *cap, size_t elem)
 {
-    const struct rt_conv_desc *cd = &k->d;
-    spatial_md(x, cd->in, k->dt);
-    spatial_md(y, (struct rt_shape4){cd->in.n, cd->cout, cd->oh, cd->ow}, k->dt);
-    const dnnl_dims_t wd = {cd->cout, cd->in.c, cd->kh, cd->kw};
-    DN(dnnl_memory_desc_init_by_tag(w, 4, wd, dnnl_f32, dnnl_oihw));
+    if (n < *cap)
+        return v;
+    *cap = *cap ? 2 * *cap : 16;
+    v = rt_realloc(v, (size_t)*cap * elem, "oneDNN primitive cache");
+    if (!v)
+        abort();
+    return v;
 }
 
-static struct conv_entry *conv_get(struct rt_stream *s, const struct rt_conv_desc *cd, int bias, dnnl_data_type_t dt)
+static struct conv_entry *conv_get(struct cpu_dnnl *d, const struct rt_conv_desc *cd, int bias, dnnl_data_type_t dt)
 {
-    struct cpu_dnnl *d = dn_of(s->be);
     struct conv_key k;
     memset(&k, 0, sizeof(k));
-    k.d.in = cd->in;
-    k.d.cout = cd->cout;
-    k.d.kh = cd->kh;
-    k.d.kw = cd->kw;
-    k.d.stride = cd->stride;
-    k.d.pad = cd->pad;
-    k.d.oh = cd->oh;
-    k.d.ow = cd->ow;
+    k.d = *cd;
     k.bias = bias;
     k.dt = dt;
     for (int i = 0; i < d->nconv; i++)
         if (!memcmp(&d->conv[i]->key, &k, sizeof(k)))
             return d->conv[i];
-
     struct conv_entry *e = rt_calloc(1, sizeof(*e), "convolution primitives");
     if (!e)
         abort();
     e->key = k;
-    struct conv_mds m;
-    dnnl_convolution_desc_t cdesc;
-    dnnl_primitive_attr_t attr = user_scratchpad();
-    e->alg = conv_alg(&k);
-    for (;;) {
-        e->cdt = e->alg == dnnl_convolution_winograd ? dnnl_f32 : k.dt;
-        conv_mds_init(&m, &k, e->cdt);
-        e->bias_md = m.bias;
-        DN(dnnl_convolution_forward_desc_init(&cdesc, dnnl_forward_training, e->alg, &m.src, &m.w,
-                                              bias ? &m.bias : NULL, &m.dst, m.strides, m.pad, m.pad));
-        const dnnl_status_t st = dnnl_primitive_desc_create(&e->fwd_pd, &cdesc, attr, d->eng, NULL);
-        if (st == dnnl_success)
-            break;
-        if (e->alg == dnnl_convolution_direct)
-            dn_fail("dnnl_primitive_desc_create (convolution forward)", st, __FILE__, __LINE__);
-        e->alg = dnnl_convolution_direct; /* no Winograd kernel for this one */
-    }
-    dnnl_primitive_attr_destroy(attr);
-    prim_init(&e->fwd, e->fwd_pd);
-    dnnl_memory_desc_t x, w, y;
-    conv_ours(&k, &x, &w, &y);
-    arg_init(d, &e->f_src, &x, e->fwd_pd, dnnl_query_src_md, 1, 0);
-    arg_init(d, &e->f_w, &w, e->fwd_pd, dnnl_query_weights_md, 1, 0);
-    arg_init(d, &e->f_dst, &y, e->fwd_pd, dnnl_query_dst_md, 0, 0);
-
-    if (d->nconv == d->capconv) {
-        int cap = d->capconv ? 2 * d->capconv : 16;
-        struct conv_entry **n = realloc(d->conv, (size_t)cap * sizeof(*n));
-        if (!n)
-            abort();
-        d->conv = n;
-        d->capconv = cap;
-    }
+    const dnnl_dims_t bd = {cd->cout};
+    DN(dnnl_memory_desc_init_by_tag(&e->bias_md, 1, bd, dnnl_f32, dnnl_x));
+    d->conv = room_for_one(d->conv, d->nconv, &d->capconv, sizeof(*d->conv));
     d->conv[d->nconv++] = e;
     return e;
-}
-
-static void conv_need_bwd_data(struct rt_stream *s, struct conv_entry *e)
-{
-    if (e->have_bwd_d)
-        return;
-    struct cpu_dnnl *d = dn_of(s->be);
-    struct conv_mds m;
-    conv_mds_init(&m, &e->key, e->cdt);
-    dnnl_convolution_desc_t cdesc;
-    dnnl_primitive_attr_t attr = user_scratchpad();
-    dnnl_primitive_desc_t pd;
-    DN(dnnl_convolution_backward_data_desc_init(&cdesc, e->alg, &m.src, &m.w, &m.dst, m.strides, m.pad, m.pad));
-    if (dnnl_primitive_desc_create(&pd, &cdesc, attr, d->eng, e->fwd_pd) != dnnl_success) {
-        /* no Winograd kernel for this direction: direct, in the tensors' type */
-        conv_mds_init(&m, &e->key, e->key.dt);
-        DN(dnnl_convolution_backward_data_desc_init(&cdesc, dnnl_convolution_direct, &m.src, &m.w, &m.dst,
-                                                    m.strides, m.pad, m.pad));
-        DN(dnnl_primitive_desc_create(&pd, &cdesc, attr, d->eng, e->alg == dnnl_convolution_direct ? e->fwd_pd : NULL));
-    }
-    dnnl_primitive_attr_destroy(attr);
-    prim_init(&e->bwd_d, pd);
-    dnnl_memory_desc_t x, w, y;
-    conv_ours(&e->key, &x, &w, &y);
-    arg_init(d, &e->d_ddst, &y, pd, dnnl_query_diff_dst_md, 1, 0);
-    arg_init(d, &e->d_w, &w, pd, dnnl_query_weights_md, 1, 0);
-    arg_init(d, &e->d_dsrc, &x, pd, dnnl_query_diff_src_md, 0, 0);
-    dnnl_primitive_desc_destroy(pd);
-    e->have_bwd_d = 1;
-}
-
-static void conv_need_bwd_weights(struct rt_stream *s, struct conv_entry *e)
-{
-    if (e->have_bwd_w)
-        return;
-    struct cpu_dnnl *d = dn_of(s->be);
-    /*
-     * oneDNN 2.6's bf16 filter gradient is slow on the smallest maps: at 1x1 and 2x2 outputs (resnet18's last
-     * stages on 32x32 images) it ran at 27 % and 55 % of the fp32 kernel's speed (512 channels, batch 128, 2
-     * threads, AVX512_BF16). There the bf16 tensors are widened (the reorders of arg_init convert) and the fp32
-     * primitive runs: the maps are tiny, so the widening costs little, and the gradient is the same fp32 sum of
-     * products of bf16 values.
-     */
-    const dnnl_data_type_t cdt = e->key.dt == dnnl_bf16 && e->key.d.oh * e->key.d.ow <= 4 ? dnnl_f32 : e->cdt;
-    struct conv_mds m;
-    conv_mds_init(&m, &e->key, cdt);
-    dnnl_convolution_desc_t cdesc;
-    /* Filter (and bias) gradients in fp32 whatever the activations are: they are added into the fp32 buffer. */
-    const dnnl_alg_kind_t alg = cdt == e->cdt ? e->alg : dnnl_convolution_direct;
-    DN(dnnl_convolution_backward_weights_desc_init(&cdesc, alg, &m.src, &m.w32, e->key.bias ? &m.bias : NULL, &m.dst,
-                                                   m.strides, m.pad, m.pad));
-    dnnl_primitive_attr_t attr = user_scratchpad();
-    dnnl_primitive_desc_t pd, hint = e->fwd_pd;
-    if (alg == dnnl_convolution_winograd && dnnl_primitive_desc_create(&pd, &cdesc, attr, d->eng, hint) == dnnl_success)
-        goto created;
-    if (alg == dnnl_convolution_winograd) { /* no Winograd kernel for this direction: direct, in the tensors' type */
-        conv_mds_init(&m, &e->key, e->key.dt);
-        DN(dnnl_convolution_backward_weights_desc_init(&cdesc, dnnl_convolution_direct, &m.src, &m.w32,
-                                                       e->key.bias ? &m.bias : NULL, &m.dst, m.strides, m.pad, m.pad));
-    }
-    if (alg == dnnl_convolution_winograd || cdt != e->cdt) { /* the hint must be a direct forward of the same types */
-        dnnl_convolution_desc_t fdesc;
-        DN(dnnl_convolution_forward_desc_init(&fdesc, dnnl_forward_training, dnnl_convolution_direct, &m.src, &m.w,
-                                              e->key.bias ? &m.bias : NULL, &m.dst, m.strides, m.pad, m.pad));
-        DN(dnnl_primitive_desc_create(&hint, &fdesc, NULL, d->eng, NULL));
-    }
-    DN(dnnl_primitive_desc_create(&pd, &cdesc, attr, d->eng, hint));
-    if (hint != e->fwd_pd)
-        dnnl_primitive_desc_destroy(hint);
-created:
-    dnnl_primitive_attr_destroy(attr);
-    prim_init(&e->bwd_w, pd);
-    dnnl_memory_desc_t x, w, y;
-    conv_ours(&e->key, &x, &w, &y);
-    arg_init(d, &e->w_src, &x, pd, dnnl_query_src_md, 1, 0);
-    arg_init(d, &e->w_ddst, &y, pd, dnnl_query_diff_dst_md, 1, 0);
-    arg_init(d, &e->w_dw, &w, pd, dnnl_query_diff_weights_md, 0, 1);
-    dnnl_primitive_desc_destroy(pd);
-    e->have_bwd_w = 1;
 }
 
 /* ---- execution ------------------------------------------------------------------ */
@@ -483,113 +429,133 @@ static void reorder(struct cpu_dnnl *d, dnnl_primitive_t re, const dnnl_memory_d
     run(d, re, 2, a);
 }
 
-/* Where input `a` is in the primitive's format: `p` itself, or scratch at `off` after a reorder. */
-static const void *in_arg(struct cpu_dnnl *d, const struct dn_arg *a, const void *p, char *at)
+/*
+ * Runs direction `dir` of the convolution cd on our tensors: inputs in0, in1 (x and w forward, dy and w
+ * backward data, x and dy backward weights), the output into `out` (y; dx; dw, added to), each through scratch
+ * and its reorder where the library's format is not ours. `bias`: the forward's bias, or the bias gradient the
+ * backward weights add to (fp32, or NULL). `beta` 1 (backward data): dx += the gradient, with the activation
+ * table's own axpy.
+ */
+static void conv_exec(struct rt_stream *s, const struct rt_conv_desc *cd, dnnl_data_type_t dt, enum conv_dir dir,
+                      const void *in0, const void *in1, void *out, float *bias, float beta)
 {
-    if (!a->re)
-        return p;
-    reorder(d, a->re, &a->ours, p, &a->prim, at);
-    return at;
-}
-
-static size_t act_size(struct rt_shape4 sh, dnnl_data_type_t dt)
-{
-    return (size_t)sh.n * (size_t)sh.c * (size_t)sh.h * (size_t)sh.w * (dt == dnnl_f32 ? 4u : 2u);
+    static const int ids[CONV_DIRS][4] = {
+        [CONV_FWD] = {DNNL_ARG_SRC, DNNL_ARG_WEIGHTS, DNNL_ARG_DST, DNNL_ARG_BIAS},
+        [CONV_BWD_DATA] = {DNNL_ARG_DIFF_DST, DNNL_ARG_WEIGHTS, DNNL_ARG_DIFF_SRC, 0},
+        [CONV_BWD_WEIGHTS] = {DNNL_ARG_SRC, DNNL_ARG_DIFF_DST, DNNL_ARG_DIFF_WEIGHTS, DNNL_ARG_DIFF_BIAS},
+    };
+    struct cpu_dnnl *d = dn_of(s->be);
+    struct conv_entry *e = conv_get(d, cd, bias != NULL, dt);
+    conv_ready(d, e, dir);
+    const struct dn_prim *p = &e->prim[dir];
+    const struct dn_arg *a = e->arg[dir];
+    const int add = dir == CONV_BWD_DATA && beta != 0.0f;
+    const size_t n_out = (size_t)cd->in.n * cd->in.c * cd->in.h * cd->in.w; /* dx's elements */
+    struct carve c = {0};
+    const size_t o_pad = carve_add(&c, p->scratchpad), o_in0 = carve_add(&c, a[0].bytes),
+                 o_in1 = carve_add(&c, a[1].bytes), o_out = carve_add(&c, a[2].bytes),
+                 o_sum = carve_add(&c, add ? n_out * (dt == dnnl_f32 ? 4 : 2) : 0),
+                 o_db = carve_add(&c, dir == CONV_BWD_WEIGHTS && bias ? (size_t)cd->cout * sizeof(float) : 0);
+    c.base = (char *)rt_cpu_scratch(s, c.need);
+    const void *ip0 = a[0].re ? c.base + o_in0 : in0, *ip1 = a[1].re ? c.base + o_in1 : in1;
+    if (a[0].re)
+        reorder(d, a[0].re, &a[0].ours, in0, &a[0].prim, c.base + o_in0);
+    if (a[1].re)
+        reorder(d, a[1].re, &a[1].ours, in1, &a[1].prim, c.base + o_in1);
+    void *target = add ? c.base + o_sum : out; /* where the result lands in our format */
+    void *op = a[2].re ? c.base + o_out : target;
+    float *db = dir == CONV_BWD_WEIGHTS ? (float *)(void *)(c.base + o_db) : bias;
+    dnnl_exec_arg_t args[5] = {{ids[dir][0], mem(d, &a[0].prim, ip0)},
+                               {ids[dir][1], mem(d, &a[1].prim, ip1)},
+                               {ids[dir][2], mem(d, &a[2].prim, op)},
+                               {DNNL_ARG_SCRATCHPAD, mem(d, &p->scratch_md, c.base + o_pad)},
+                               {ids[dir][3], bias ? mem(d, &e->bias_md, db) : NULL}};
+    run(d, p->p, bias ? 5 : 4, args);
+    if (a[2].re)
+        reorder(d, a[2].re, &a[2].prim, op, &a[2].ours, target);
+    if (add) {
+        const struct rt_ops *t = dt == dnnl_f32 ? NULL : rt_backend_ops_for(s->be, RT_BF16);
+        /* the kernels themselves, not the (possibly queued) table of the backend: this runs on its stream */
+        (t ? t->axpy : rt_cpu_axpy)(s, n_out, 1.0f, (const float *)target, (float *)out);
+    }
+    if (dir == CONV_BWD_WEIGHTS && bias)
+        for (int i = 0; i < cd->cout; i++)
+            bias[i] += db[i];
 }
 
 static void conv_fwd(struct rt_stream *s, const struct rt_conv_desc *cd, const void *x, const float *w,
                      const float *bias, void *y, dnnl_data_type_t dt)
 {
-    struct conv_entry *e = conv_get(s, cd, bias != NULL, dt);
-    struct cpu_dnnl *d = s->be->dnnl;
-    struct carve c = {0};
-    const size_t o_pad = carve_add(&c, e->fwd.scratchpad), o_x = carve_add(&c, e->f_src.bytes),
-                 o_w = carve_add(&c, e->f_w.bytes), o_y = carve_add(&c, e->f_dst.bytes);
-    c.base = (char *)rt_cpu_scratch(s, c.need);
-    const void *xp = in_arg(d, &e->f_src, x, c.base + o_x);
-    const void *wp = in_arg(d, &e->f_w, w, c.base + o_w);
-    void *yp = e->f_dst.re ? c.base + o_y : y;
-    dnnl_exec_arg_t a[5] = {{DNNL_ARG_SRC, mem(d, &e->f_src.prim, xp)},
-                            {DNNL_ARG_WEIGHTS, mem(d, &e->f_w.prim, wp)},
-                            {DNNL_ARG_DST, mem(d, &e->f_dst.prim, yp)},
-                            {DNNL_ARG_SCRATCHPAD, mem(d, &e->fwd.scratch_md, c.base + o_pad)},
-                            {DNNL_ARG_BIAS, bias ? mem(d, &e->bias_md, bias) : NULL}};
-    run(d, e->fwd.p, bias ? 5 : 4, a);
-    if (e->f_dst.re)
-        reorder(d, e->f_dst.re, &e->f_dst.prim, yp, &e->f_dst.ours, y);
-}
-
-/* dx += t, both n elements of type dt (bf16: rounded as the bf16 table rounds). */
-static void add_into(void *dx, const void *t, size_t n, dnnl_data_type_t dt, int threads)
-{
-    if (dt == dnnl_f32) {
-        float *restrict a = dx;
-        const float *restrict b = t;
-#pragma omp parallel for schedule(static) num_threads(threads) if (n > ((size_t)1 << 15))
-        for (size_t i = 0; i < n; i++)
-            a[i] += b[i];
-        return;
-    }
-    uint16_t *restrict a = dx;
-    const uint16_t *restrict b = t;
-#pragma omp parallel for schedule(static) num_threads(threads) if (n > ((size_t)1 << 15))
-    for (size_t i = 0; i < n; i++)
-        a[i] = rt_cpu_f32_to_bf16(rt_cpu_bf16_to_f32(a[i]) + rt_cpu_bf16_to_f32(b[i]));
+    conv_exec(s, cd, dt, CONV_FWD, x, w, y, (float *)bias /* only read forward */, 0.0f);
 }
 
 static void conv_bwd_data(struct rt_stream *s, const struct rt_conv_desc *cd, const void *dy, const float *w,
                           float beta, void *dx, dnnl_data_type_t dt)
 {
-    struct conv_entry *e = conv_get(s, cd, 0, dt);
-    conv_need_bwd_data(s, e);
-    struct cpu_dnnl *d = s->be->dnnl;
-    const int add = beta != 0.0f;
-    struct carve c = {0};
-    const size_t o_pad = carve_add(&c, e->bwd_d.scratchpad), o_dy = carve_add(&c, e->d_ddst.bytes),
-                 o_w = carve_add(&c, e->d_w.bytes), o_dx = carve_add(&c, e->d_dsrc.bytes),
-                 o_sum = carve_add(&c, add ? act_size(cd->in, dt) : 0);
-    c.base = (char *)rt_cpu_scratch(s, c.need);
-    const void *dyp = in_arg(d, &e->d_ddst, dy, c.base + o_dy);
-    const void *wp = in_arg(d, &e->d_w, w, c.base + o_w);
-    /* the gradient lands in ours (or a copy in ours' format when it is to be added) */
-    void *out = add ? c.base + o_sum : dx;
-    void *dxp = e->d_dsrc.re ? c.base + o_dx : out;
-    dnnl_exec_arg_t a[4] = {{DNNL_ARG_DIFF_DST, mem(d, &e->d_ddst.prim, dyp)},
-                            {DNNL_ARG_WEIGHTS, mem(d, &e->d_w.prim, wp)},
-                            {DNNL_ARG_DIFF_SRC, mem(d, &e->d_dsrc.prim, dxp)},
-                            {DNNL_ARG_SCRATCHPAD, mem(d, &e->bwd_d.scratch_md, c.base + o_pad)}};
-    run(d, e->bwd_d.p, 4, a);
-    if (e->d_dsrc.re)
-        reorder(d, e->d_dsrc.re, &e->d_dsrc.prim, dxp, &e->d_dsrc.ours, out);
-    if (add)
-        add_into(dx, out, act_size(cd->in, dt) / (dt == dnnl_f32 ? 4 : 2), dt, s->be->threads);
+    conv_exec(s, cd, dt, CONV_BWD_DATA, dy, w, dx, NULL, beta);
 }
 
 static void conv_bwd_filter(struct rt_stream *s, const struct rt_conv_desc *cd, const void *x, const void *dy,
                             float *dw, float *dbias, dnnl_data_type_t dt)
 {
-    struct conv_entry *e = conv_get(s, cd, dbias != NULL, dt);
-    conv_need_bwd_weights(s, e);
-    struct cpu_dnnl *d = s->be->dnnl;
-    struct carve c = {0};
-    const size_t o_pad = carve_add(&c, e->bwd_w.scratchpad), o_x = carve_add(&c, e->w_src.bytes),
-                 o_dy = carve_add(&c, e->w_ddst.bytes), o_dw = carve_add(&c, e->w_dw.bytes),
-                 o_db = carve_add(&c, dbias ? (size_t)cd->cout * sizeof(float) : 0);
-    c.base = (char *)rt_cpu_scratch(s, c.need);
-    const void *xp = in_arg(d, &e->w_src, x, c.base + o_x);
-    const void *dyp = in_arg(d, &e->w_ddst, dy, c.base + o_dy);
-    float *db = (float *)(void *)(c.base + o_db);
-    dnnl_exec_arg_t a[5] = {{DNNL_ARG_SRC, mem(d, &e->w_src.prim, xp)},
-                            {DNNL_ARG_DIFF_DST, mem(d, &e->w_ddst.prim, dyp)},
-                            {DNNL_ARG_DIFF_WEIGHTS, mem(d, &e->w_dw.prim, c.base + o_dw)},
-                            {DNNL_ARG_SCRATCHPAD, mem(d, &e->bwd_w.scratch_md, c.base + o_pad)},
-                            {DNNL_ARG_DIFF_BIAS, dbias ? mem(d, &e->bias_md, db) : NULL}};
-    run(d, e->bwd_w.p, dbias ? 5 : 4, a);
-    /* dw += the gradient, back in PyTorch's layout (the reorder's sum post-op) */
-    reorder(d, e->w_dw.re, &e->w_dw.prim, c.base + o_dw, &e->w_dw.ours, dw);
-    if (dbias)
-        for (int i = 0; i < cd->cout; i++)
-            dbias[i] += db[i];
+    conv_exec(s, cd, dt, CONV_BWD_WEIGHTS, x, dy, dw, dbias, 0.0f);
+}
+
+/* ---- matrix products (the bf16 linear layers) ------------------------------------ */
+
+void rt_cpu_dnnl_matmul(struct rt_stream *s, const struct rt_cpu_mm_arg *a, const struct rt_cpu_mm_arg *b,
+                        const float *bias, const struct rt_cpu_mm_arg *c, int accumulate)
+{
+    struct cpu_dnnl *d = dn_of(s->be);
+    const struct rt_cpu_mm_arg *ops[3] = {a, b, c};
+    struct mm_entry k;
+    memset(&k, 0, sizeof(k));
+    for (int i = 0; i < 3; i++) {
+        const int64_t v[4] = {ops[i]->rows, ops[i]->cols, ops[i]->rs, ops[i]->cs};
+        memcpy(k.key.dims[i], v, sizeof(v));
+        k.key.bf16[i] = ops[i]->bf16;
+    }
+    k.key.bias = bias != NULL;
+    k.key.accumulate = accumulate;
+    struct mm_entry *e = NULL;
+    for (int i = 0; i < d->nmm && !e; i++)
+        if (!memcmp(&d->mm[i]->key, &k.key, sizeof(k.key)))
+            e = d->mm[i];
+    if (!e) {
+        e = rt_calloc(1, sizeof(*e), "matmul primitive");
+        if (!e)
+            abort();
+        e->key = k.key;
+        for (int i = 0; i < 3; i++) {
+            const dnnl_dims_t dims = {ops[i]->rows, ops[i]->cols}, strides = {ops[i]->rs, ops[i]->cs};
+            DN(dnnl_memory_desc_init_by_strides(&e->md[i], 2, dims, ops[i]->bf16 ? dnnl_bf16 : dnnl_f32, strides));
+        }
+        const dnnl_dims_t bdims = {1, c->cols}, bstrides = {c->cols, 1};
+        DN(dnnl_memory_desc_init_by_strides(&e->md[3], 2, bdims, dnnl_f32, bstrides));
+        dnnl_matmul_desc_t desc;
+        DN(dnnl_matmul_desc_init(&desc, &e->md[0], &e->md[1], bias ? &e->md[3] : NULL, &e->md[2]));
+        dnnl_primitive_attr_t attr;
+        DN(dnnl_primitive_attr_create(&attr));
+        if (accumulate) { /* c += the product: one rounding of the sum */
+            dnnl_post_ops_t po;
+            DN(dnnl_post_ops_create(&po));
+            DN(dnnl_post_ops_append_sum(po, 1.0f));
+            DN(dnnl_primitive_attr_set_post_ops(attr, po));
+            dnnl_post_ops_destroy(po);
+        }
+        dnnl_primitive_desc_t pd;
+        DN(dnnl_primitive_desc_create(&pd, &desc, attr, d->eng, NULL));
+        DN(dnnl_primitive_create(&e->p, pd));
+        dnnl_primitive_desc_destroy(pd);
+        dnnl_primitive_attr_destroy(attr);
+        d->mm = room_for_one(d->mm, d->nmm, &d->capmm, sizeof(*d->mm));
+        d->mm[d->nmm++] = e;
+    }
+    dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, mem(d, &e->md[0], a->p)},
+                               {DNNL_ARG_WEIGHTS, mem(d, &e->md[1], b->p)},
+                               {DNNL_ARG_DST, mem(d, &e->md[2], c->p)},
+                               {DNNL_ARG_BIAS, bias ? mem(d, &e->md[3], bias) : NULL}};
+    run(d, e->p, bias ? 4 : 3, args);
 }
 
 /* ---- the op table's entries ------------------------------------------------------ */

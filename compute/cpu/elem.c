@@ -714,23 +714,6 @@ void rt_cpu_gelu_bwd(struct rt_stream *s, size_t n, const float *x, const float 
 #define DROP_TILE 1024
 
 /*
- * Multipliers for stream elements e0 .. e0+len-1 under `seed`, into mul[0],
- * mul[step], mul[2 step], ...: `scale` where kept, 0 where dropped
- * (dropout_index.h).
- */
-static void dropout_mask(uint64_t seed, uint64_t e0, size_t len, float p, float scale, float *mul, size_t step)
-{
-    size_t j = 0;
-    while (j < len) {
-        const uint64_t e = e0 + j;
-        uint32_t w[4];
-        rt_dropout_block(seed, e >> 2, w);
-        for (unsigned lane = (unsigned)(e & 3); lane < 4 && j < len; lane++, j++)
-            mul[j * step] = rt_dropout_mul_of(w[lane], p, scale);
-    }
-}
-
-/*
  * y = mask(x) (fwd, beta 0) or dx = beta dx + mask(dy): the same routine both
  * ways, so backward's mask is forward's by construction. Multiplying (rather
  * than selecting) gives NaN for a dropped Inf, as torch's x * mask does.
@@ -756,7 +739,7 @@ static void dropout_apply(struct rt_stream *s, struct rt_shape4 sh, int spatial,
             for (size_t j = 0; j < len;) {
                 const uint64_t i = lo + j;
                 const size_t run = (size_t)RT_MIN(rt_dropout_run(lay, sh, i), (uint64_t)(len - j));
-                dropout_mask(seed, offset + rt_dropout_logical(lay, sh, i), run, p, scale, mul + j, 1);
+                rt_dropout_mask(seed, offset + rt_dropout_logical(lay, sh, i), run, p, scale, mul + j, 1);
                 j += run;
             }
         } else {
@@ -765,7 +748,7 @@ static void dropout_apply(struct rt_stream *s, struct rt_shape4 sh, int spatial,
                 for (size_t j = l; j < len;) {
                     const uint64_t li = rt_dropout_logical(lay, sh, lo + j);
                     const size_t run = RT_MIN((size_t)(hw - li % hw), (len - j + step - 1) / step);
-                    dropout_mask(seed, offset + li, run, p, scale, mul + j, step);
+                    rt_dropout_mask(seed, offset + li, run, p, scale, mul + j, step);
                     j += run * step;
                 }
             }
