@@ -574,7 +574,13 @@ static int build_file_list(struct stage *st)
 static void lock_holder(int fd, char *out, size_t len)
 {
     ssize_t n = pread(fd, out, len - 1, 0);
-
+    /* The holder writes who it is just after taking the lock, so a process that tries the lock in between finds
+     * the file empty: give the holder a moment (up to 0.1 s) before settling for "another process". */
+    for (int i = 0; n <= 0 && i < 20; i++) {
+        struct timespec ts = {0, 5000000L};
+        nanosleep(&ts, NULL);
+        n = pread(fd, out, len - 1, 0);
+    }
     if (n <= 0) {
         snprintf(out, len, "another process");
         return;
