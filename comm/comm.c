@@ -10,10 +10,18 @@
  *    srun with --kill-on-bad-exit. Neither says where the survivors were.
  *  - Neither notices a rank that hangs or is stopped (SIGSTOP, a dead NFS
  *    mount, a deadlock): the job waits until its time limit.
- * The watchdog covers both: a node-local peer's death is seen at once through
- * a pidfd; any peer whose heartbeat goes silent for peer_timeout_s, and any
- * collective still running after timeout_s, ends the job with a message naming
- * the step, the operation and the rank that is behind.
+ *  - srun --kill-on-bad-exit ends the others with SIGTERM, which the trainer
+ *    takes for "finish the step and checkpoint": a step that cannot end
+ *    without the dead rank.
+ * The watchdog covers all three. Every rank holds a TCP connection to each
+ * heartbeat partner (lifeline.c): a peer that dies, on any node, closes it,
+ * which is seen at once; any peer whose heartbeats on it stop for
+ * peer_timeout_s (stopped, hung, its node unreachable), and any collective
+ * still running after timeout_s, ends the job with a message naming the step,
+ * the operation and the rank that is behind. A rank that ends the job says
+ * why on every connection first, so that its peers name it rather than blame
+ * each other; and a rank that was itself stopped long enough for the others
+ * to give up on it says so when it runs again, instead of blaming them.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -27,7 +35,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -35,7 +42,6 @@
 #include "common/trace.h"
 #include "common/common.h"
 
-#define HB_TAG 7301
 #define GATHER_TAG 7302
 #define HB_ALL_PEERS_MAX 64 /* above this many ranks, heartbeats go to the ring neighbours only */
 
@@ -57,7 +63,7 @@ struct rt_comm {
     int threads_default;
     struct peer *peers;         /* world entries */
 
-    MPI_Comm world, data, hb, local;
+    MPI_Comm world, data, local;
 
     /* comm thread */
     pthread_t thread;
@@ -72,13 +78,16 @@ struct rt_comm {
     struct rt_comm_counts counts;
 
     /* watchdog state, comm thread only */
-    int *pidfd;                 /* world entries, -1 for remote peers and self */
+    struct lifeline *ll;        /* the connections to the heartbeat partners */
     uint64_t *hb_seen;          /* world entries, ns */
-    struct hb_msg *hb_last, *hb_out;
-    MPI_Request *hb_sreq;
+    struct hb_msg *hb_last;
     int *hb_peer;               /* world entries: 1 if a heartbeat partner */
-    struct hb_msg hb_in;
-    MPI_Request hb_rreq;
+    int *gone;                  /* world entries: 1 once it said it is leaving (LL_BYE) */
+    uint64_t woke_ns;           /* when this process ran again after not running for idle_s */
+    double idle_s;
+    int abort_from;             /* the first peer that said it is ending the job (LL_ABORT), or -1 */
+    uint64_t abort_step;
+    char abort_text[LL_TEXT_MAX + 1];
 };
 
 static const char *const phase_names[] = {"starting",   "forward/backward", "waiting for gradients",
@@ -92,15 +101,45 @@ static const char *phase_name(int p)
 
 /* ---- fatal paths --------------------------------------------------------------- */
 
-_Noreturn void rt_comm_abort(struct rt_comm *c, int code, const char *msg)
+/* The safety net under MPI_Abort, which waits on the launcher: a launcher
+ * that lost a node may never answer. */
+static void *exit_soon(void *arg)
+{
+    struct timespec ts = {1, 0};
+    while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+        ;
+    _exit((int)(intptr_t)arg);
+}
+
+/* Ends the job; `tell`: say why to every peer first (not when repeating a
+ * peer's own reason back to it). */
+static _Noreturn void end_job(struct rt_comm *c, int code, const char *msg, int tell)
 {
     if (msg)
         rt_log(RT_LOG_ERROR, "%s", msg);
     fflush(stdout);
     fflush(stderr);
-    if (c && c->info.mpi)
+    if (c && c->ll && tell) {
+        struct ll_msg m = {.kind = LL_ABORT, .rank = c->info.rank, .step = atomic_load(&c->step)};
+        snprintf(m.text, sizeof(m.text), "%s", msg ? msg : "an error (see its output)");
+        for (int r = 0; r < c->info.world; r++)
+            if (c->hb_peer[r])
+                lifeline_send(c->ll, r, &m);
+    }
+    if (c && c->info.mpi) {
+        pthread_t t;
+        pthread_attr_t a;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        pthread_create(&t, &a, exit_soon, (void *)(intptr_t)code);
         MPI_Abort(MPI_COMM_WORLD, code);
+    }
     _exit(code);
+}
+
+_Noreturn void rt_comm_abort(struct rt_comm *c, int code, const char *msg)
+{
+    end_job(c, code, msg, 1);
 }
 
 static _Noreturn void fatal(struct rt_comm *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -111,7 +150,7 @@ static _Noreturn void fatal(struct rt_comm *c, const char *fmt, ...)
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
-    rt_comm_abort(c, 1, msg);
+    end_job(c, 1, msg, 1);
 }
 
 /* Every MPI call after MPI_Init goes through this: the library's own message,
@@ -283,43 +322,93 @@ static void lagging(const struct rt_comm *c, char *buf, size_t len)
              (double)(now - c->hb_seen[worst]) * 1e-9);
 }
 
-static void hb_post(struct rt_comm *c)
-{
-    MPI_CHECK(c, MPI_Irecv(&c->hb_in, (int)sizeof(c->hb_in), MPI_BYTE, MPI_ANY_SOURCE, HB_TAG, c->hb, &c->hb_rreq));
-}
-
 static void hb_send(struct rt_comm *c)
 {
-    for (int r = 0; r < c->info.world; r++) {
-        if (!c->hb_peer[r])
-            continue;
-        if (c->hb_sreq[r] != MPI_REQUEST_NULL) {
-            int done = 0;
-            MPI_CHECK(c, MPI_Test(&c->hb_sreq[r], &done, MPI_STATUS_IGNORE));
-            if (!done)
-                continue; /* that peer is not taking them: its own deadline will tell */
+    struct ll_msg m = {.kind = LL_HEARTBEAT, .rank = c->info.rank, .phase = atomic_load(&c->phase),
+                       .step = atomic_load(&c->step)};
+    for (int r = 0; r < c->info.world; r++)
+        if (c->hb_peer[r] && !c->gone[r])
+            lifeline_send(c->ll, r, &m);
+}
+
+/* This process did not run for a while (SIGSTOP, a suspended job, a starved
+ * node) when woke_ns is recent: the others may have ended the job meanwhile,
+ * and what this rank sees on waking is their doing, not their failure. */
+static int was_stopped(const struct rt_comm *c, uint64_t now)
+{
+    return c->woke_ns && (double)(now - c->woke_ns) * 1e-9 < c->o.peer_timeout_s;
+}
+
+struct reader {
+    struct rt_comm *c;
+    int r;
+};
+
+static void on_message(void *ctx, const struct ll_msg *m)
+{
+    struct rt_comm *c = ((struct reader *)ctx)->c;
+    const int r = ((struct reader *)ctx)->r;
+    switch (m->kind) {
+    case LL_HEARTBEAT:
+        c->hb_seen[r] = rt_now_ns();
+        c->hb_last[r] = (struct hb_msg){.rank = r, .phase = m->phase, .step = m->step};
+        break;
+    case LL_BYE:
+        c->gone[r] = 1;
+        break;
+    case LL_ABORT:
+        c->gone[r] = 1;
+        if (c->abort_from < 0) {
+            c->abort_from = r;
+            c->abort_step = m->step;
+            snprintf(c->abort_text, sizeof(c->abort_text), "%s", m->text);
         }
-        c->hb_out[r] = (struct hb_msg){.rank = c->info.rank, .phase = atomic_load(&c->phase),
-                                       .step = atomic_load(&c->step)};
-        MPI_CHECK(c, MPI_Isend(&c->hb_out[r], (int)sizeof(c->hb_out[r]), MPI_BYTE, r, HB_TAG, c->hb, &c->hb_sreq[r]));
+        break;
     }
 }
 
-static void hb_receive(struct rt_comm *c)
+/* Reads rank r's connection. Returns 1 when it ended without a word: the
+ * peer's process died (its end after a goodbye or an abort is no death). */
+static int hb_receive(struct rt_comm *c, int r)
 {
-    for (;;) {
-        int done = 0;
-        MPI_Status st;
-        MPI_CHECK(c, MPI_Test(&c->hb_rreq, &done, &st));
-        if (!done)
-            return;
-        int r = st.MPI_SOURCE;
-        if (r >= 0 && r < c->info.world) {
-            c->hb_seen[r] = rt_now_ns();
-            c->hb_last[r] = c->hb_in;
-        }
-        hb_post(c);
+    struct reader x = {c, r};
+    int rc = lifeline_read(c->ll, r, on_message, &x);
+    if (rc == -EPROTO)
+        fatal(c, "rank %d (%s, pid %d) sent garbage on its lifeline connection. Ending the job.", r, c->peers[r].host,
+              c->peers[r].pid);
+    if (rc == 0)
+        return 0;
+    lifeline_close(c->ll, r);
+    return !c->gone[r];
+}
+
+/* After reading every connection that had something: a death this rank saw
+ * itself comes first (each survivor names the dead rank), then a peer's
+ * reason for ending the job. A rank that did not run for a while names
+ * neither as a failure of the others. */
+static void judge(struct rt_comm *c, int dead, const char *jt)
+{
+    const int stopped = was_stopped(c, rt_now_ns());
+    if (c->abort_from >= 0 && (dead < 0 || stopped)) {
+        const int r = c->abort_from;
+        char msg[1200];
+        snprintf(msg, sizeof(msg), "rank %d (%s, pid %d) ended the job at its step %" PRIu64 ": %s", r,
+                 c->peers[r].host, c->peers[r].pid, c->abort_step, c->abort_text);
+        end_job(c, 1, msg, 0); /* its reason names the rank at fault: repeating it to the others would only echo */
     }
+    if (dead < 0)
+        return;
+    const int r = dead;
+    if (stopped)
+        fatal(c, "this rank did not run for %.1f s (stopped, or starved of CPU), and meanwhile rank %d (%s, pid %d) "
+                 "ended (last heard at step %" PRIu64 ", %s): the job was ended while this rank was not running. "
+                 "This rank: step %" PRIu64 ", %s.",
+              c->idle_s, r, c->peers[r].host, c->peers[r].pid, c->hb_last[r].step, phase_name(c->hb_last[r].phase),
+              atomic_load(&c->step), phase_name(atomic_load(&c->phase)));
+    fatal(c, "rank %d (%s, pid %d) died (last heard at step %" PRIu64 ", %s) while this rank was at step %" PRIu64
+             ", %s; in flight: %s. Ending the job.",
+          r, c->peers[r].host, c->peers[r].pid, c->hb_last[r].step, phase_name(c->hb_last[r].phase),
+          atomic_load(&c->step), phase_name(atomic_load(&c->phase)), jt);
 }
 
 /* The active job description for messages. */
@@ -328,35 +417,32 @@ static void job_text(const struct comm_job *j, char *buf, size_t len)
     snprintf(buf, len, "%s (submitted at step %" PRIu64 ")", j->what, j->step);
 }
 
-static void watch(struct rt_comm *c, struct comm_job *active, const struct pollfd *pf, int npf)
+/* pf[1 + i] is the connection of rank pr[i]. */
+static void watch(struct rt_comm *c, struct comm_job *active, struct pollfd *pf, const int *pr, int npf)
 {
     uint64_t now = rt_now_ns();
     char lag[256], jt[300] = "no collective in flight";
     struct comm_job *oldest = active;
     if (oldest)
         job_text(oldest, jt, sizeof(jt));
+    int dead = -1;
     for (int i = 1; i < npf; i++) {
         if (!(pf[i].revents & (POLLIN | POLLHUP | POLLERR)))
             continue;
-        int r = -1;
-        for (int k = 0; k < c->info.world; k++)
-            if (c->pidfd[k] == pf[i].fd)
-                r = k;
-        if (r < 0)
-            continue;
-        fatal(c, "rank %d (%s, pid %d) died (last heard at step %" PRIu64 ", %s) while this rank was at step %" PRIu64
-                 ", %s; in flight: %s. Ending the job.",
-              r, c->peers[r].host, c->peers[r].pid, c->hb_last[r].step, phase_name(c->hb_last[r].phase),
-              atomic_load(&c->step), phase_name(atomic_load(&c->phase)), jt);
+        if (hb_receive(c, pr[i - 1]) && dead < 0)
+            dead = pr[i - 1];
+        pf[i].fd = lifeline_fd(c->ll, pr[i - 1]); /* -1 once it ended: poll skips it */
     }
+    judge(c, dead, jt);
+    now = rt_now_ns(); /* after the heartbeats just read */
     for (int r = 0; r < c->info.world; r++) {
-        if (!c->hb_peer[r])
+        if (!c->hb_peer[r] || c->gone[r])
             continue;
         double quiet = (double)(now - c->hb_seen[r]) * 1e-9;
         if (quiet > c->o.peer_timeout_s)
-            fatal(c, "rank %d (%s, pid %d) has sent no heartbeat for %.1f s (--peer-timeout %.0f): it died or "
-                     "stopped (last heard at step %" PRIu64 ", %s). This rank: step %" PRIu64 ", %s; in flight: %s. "
-                     "Ending the job.",
+            fatal(c, "rank %d (%s, pid %d) has sent no heartbeat for %.1f s (--peer-timeout %g): it is stopped or "
+                     "hung, or its node is unreachable (last heard at step %" PRIu64 ", %s). This rank: step %" PRIu64
+                     ", %s; in flight: %s. Ending the job.",
                   r, c->peers[r].host, c->peers[r].pid, quiet, c->o.peer_timeout_s, c->hb_last[r].step,
                   phase_name(c->hb_last[r].phase), atomic_load(&c->step), phase_name(atomic_load(&c->phase)), jt);
     }
@@ -398,16 +484,18 @@ static void *comm_main(void *arg)
     uint64_t next_hb = 0, hb_period = (uint64_t)(c->o.heartbeat_s * 1e9);
     int npf = 1;
     struct pollfd *pf = rt_calloc((size_t)c->info.world + 1, sizeof(*pf), "comm poll set");
-    if (!pf)
+    int *pr = rt_calloc((size_t)c->info.world, sizeof(*pr), "comm poll set");
+    if (!pf || !pr)
         fatal(c, "out of memory starting the comm thread");
     pf[0] = (struct pollfd){.fd = c->efd, .events = POLLIN};
     for (int r = 0; r < c->info.world; r++)
-        if (c->pidfd[r] >= 0)
-            pf[npf++] = (struct pollfd){.fd = c->pidfd[r], .events = POLLIN};
-    uint64_t t0 = rt_now_ns();
+        if (lifeline_fd(c->ll, r) >= 0) {
+            pr[npf - 1] = r;
+            pf[npf++] = (struct pollfd){.fd = lifeline_fd(c->ll, r), .events = POLLIN};
+        }
+    uint64_t t0 = rt_now_ns(), last_wake = t0;
     for (int r = 0; r < c->info.world; r++)
         c->hb_seen[r] = t0; /* silence counts from the start */
-    hb_post(c);
     long backoff_us = 0;
     for (;;) {
         pthread_mutex_lock(&c->mu);
@@ -447,7 +535,6 @@ static void *comm_main(void *arg)
         if (stop && !active)
             break;
         uint64_t now = rt_now_ns();
-        hb_receive(c);
         if (now >= next_hb) {
             hb_send(c);
             next_hb = now + hb_period;
@@ -467,20 +554,31 @@ static void *comm_main(void *arg)
         for (int i = 0; i < npf; i++)
             pf[i].revents = 0;
         int n = ppoll(pf, (nfds_t)npf, &ts, NULL);
+        /* The loop wakes at least every heartbeat period: a longer gap is time this process did not run,
+         * and the silence of the others over it is not theirs. */
+        uint64_t woke = rt_now_ns();
+        double gap = (double)(woke - last_wake) * 1e-9;
+        last_wake = woke;
+        if (gap > RT_MAX(3 * c->o.heartbeat_s, c->o.peer_timeout_s / 2)) {
+            c->woke_ns = woke;
+            c->idle_s = gap;
+            for (int r = 0; r < c->info.world; r++)
+                c->hb_seen[r] = woke;
+        }
         if (n > 0 && (pf[0].revents & POLLIN)) {
             uint64_t v;
             if (read(c->efd, &v, sizeof(v)) < 0 && errno != EAGAIN)
                 fatal(c, "comm thread: eventfd read: %s", strerror(errno));
         }
-        watch(c, active, pf, npf);
+        watch(c, active, pf, pr, npf);
     }
-    /* Heartbeats stop here: cancel the receive, let go of unfinished sends. */
-    MPI_CHECK(c, MPI_Cancel(&c->hb_rreq));
-    MPI_CHECK(c, MPI_Wait(&c->hb_rreq, MPI_STATUS_IGNORE));
+    /* Past the last collective: the connections' end from here on is no death. */
+    struct ll_msg bye = {.kind = LL_BYE, .rank = c->info.rank, .step = atomic_load(&c->step)};
     for (int r = 0; r < c->info.world; r++)
-        if (c->hb_sreq[r] != MPI_REQUEST_NULL)
-            MPI_CHECK(c, MPI_Request_free(&c->hb_sreq[r]));
+        if (c->hb_peer[r])
+            lifeline_send(c->ll, r, &bye);
     free(pf);
+    free(pr);
     return NULL;
 }
 
@@ -670,7 +768,6 @@ static void mpi_setup(struct rt_comm *c)
     MPI_Comm w = MPI_COMM_WORLD;
     MPI_CHECK(c, MPI_Comm_set_errhandler(w, MPI_ERRORS_RETURN));
     MPI_CHECK(c, MPI_Comm_dup(w, &c->data));
-    MPI_CHECK(c, MPI_Comm_dup(w, &c->hb));
     MPI_CHECK(c, MPI_Comm_split_type(w, MPI_COMM_TYPE_SHARED, c->info.rank, MPI_INFO_NULL, &c->local));
     MPI_CHECK(c, MPI_Comm_rank(c->local, &c->info.local_rank));
     MPI_CHECK(c, MPI_Comm_size(c->local, &c->info.local_world));
@@ -709,18 +806,12 @@ static void mpi_setup(struct rt_comm *c)
     me.node = c->info.node;
     MPI_CHECK(c, MPI_Allgather(&me, (int)sizeof(me), MPI_BYTE, c->peers, (int)sizeof(me), MPI_BYTE, w));
 
-    /* Node-local peers are watched through pidfds: their death is seen at once. */
     for (int r = 0; r < c->info.world; r++) {
-        c->pidfd[r] = -1;
-        c->hb_sreq[r] = MPI_REQUEST_NULL;
         int d = (r - c->info.rank + c->info.world) % c->info.world;
         c->hb_peer[r] = r != c->info.rank && (c->info.world <= HB_ALL_PEERS_MAX || d == 1 || d == c->info.world - 1);
-        if (r != c->info.rank && c->peers[r].node == c->info.node && strcmp(c->peers[r].host, me.host) == 0) {
-#ifdef SYS_pidfd_open
-            c->pidfd[r] = (int)syscall(SYS_pidfd_open, (pid_t)c->peers[r].pid, 0);
-#endif
-        }
     }
+    if (c->info.world > 1 && lifeline_create(w, c->hb_peer, RT_MAX(60, c->o.peer_timeout_s), &c->ll) < 0)
+        fatal(c, "%s (the watchdog's connections between ranks go over TCP, beside MPI)", rt_errmsg());
 }
 
 int rt_comm_create(const struct rt_comm_opts *o, struct rt_comm **out)
@@ -733,12 +824,13 @@ int rt_comm_create(const struct rt_comm_opts *o, struct rt_comm **out)
     if (c->o.timeout_s <= 0)
         c->o.timeout_s = 300;
     if (c->o.peer_timeout_s <= 0)
-        c->o.peer_timeout_s = 20;
+        c->o.peer_timeout_s = 3;
     if (c->o.heartbeat_s <= 0)
-        c->o.heartbeat_s = 1;
+        c->o.heartbeat_s = 0.5;
     if (c->o.heartbeat_s > c->o.peer_timeout_s / 4)
         c->o.heartbeat_s = c->o.peer_timeout_s / 4;
     c->efd = -1;
+    c->abort_from = -1;
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
 
@@ -779,13 +871,11 @@ int rt_comm_create(const struct rt_comm_opts *o, struct rt_comm **out)
         return -EINVAL;
     }
     c->peers = rt_calloc((size_t)c->info.world, sizeof(*c->peers), "rank table");
-    c->pidfd = rt_calloc((size_t)c->info.world, sizeof(int), "rank table");
     c->hb_seen = rt_calloc((size_t)c->info.world, sizeof(uint64_t), "rank table");
     c->hb_last = rt_calloc((size_t)c->info.world, sizeof(struct hb_msg), "rank table");
-    c->hb_out = rt_calloc((size_t)c->info.world, sizeof(struct hb_msg), "rank table");
-    c->hb_sreq = rt_calloc((size_t)c->info.world, sizeof(MPI_Request), "rank table");
     c->hb_peer = rt_calloc((size_t)c->info.world, sizeof(int), "rank table");
-    if (!c->peers || !c->pidfd || !c->hb_seen || !c->hb_last || !c->hb_out || !c->hb_sreq || !c->hb_peer) {
+    c->gone = rt_calloc((size_t)c->info.world, sizeof(int), "rank table");
+    if (!c->peers || !c->hb_seen || !c->hb_last || !c->hb_peer || !c->gone) {
         if (lv.mpi)
             fatal(c, "out of memory");
         rt_comm_destroy(c);
@@ -795,7 +885,6 @@ int rt_comm_create(const struct rt_comm_opts *o, struct rt_comm **out)
         snprintf(c->backend, sizeof(c->backend), "none (one process)");
         c->threads_default = rt_cpus_available();
         fill_self(&c->peers[0], c->threads_default);
-        c->pidfd[0] = -1;
         c->info.local_world = 1;
         c->info.nodes = 1;
         *out = c;
@@ -867,23 +956,18 @@ void rt_comm_destroy(struct rt_comm *c)
     }
     if (c->info.mpi) {
         MPI_Comm_free(&c->data);
-        MPI_Comm_free(&c->hb);
         MPI_Comm_free(&c->local);
         MPI_Finalize();
     }
-    for (int r = 0; c->pidfd && r < c->info.world; r++)
-        if (c->pidfd[r] >= 0)
-            close(c->pidfd[r]);
+    lifeline_destroy(c->ll);
     if (c->efd >= 0)
         close(c->efd);
     pthread_mutex_destroy(&c->mu);
     pthread_cond_destroy(&c->cv);
     free(c->peers);
-    free(c->pidfd);
     free(c->hb_seen);
     free(c->hb_last);
-    free(c->hb_out);
-    free(c->hb_sreq);
     free(c->hb_peer);
+    free(c->gone);
     free(c);
 }

@@ -61,6 +61,47 @@ int comm_parallel(const struct rt_comm *c);
  * queue (NCCL mode), so rt_comm_counts() covers both paths. */
 void comm_count_bucket(struct rt_comm *c);
 
+/* ---- lifeline.c: a TCP connection to each heartbeat partner ---------------------
+ * Beside MPI, for the watchdog: a peer process that dies closes it (seen at
+ * once, on any node), heartbeats go over it, and a rank that ends the job
+ * says why on it. Set-up is collective; the rest is the comm thread's, except
+ * lifeline_send(), which any thread may call.
+ */
+#define LL_TEXT_MAX 1000
+
+enum ll_kind {
+    LL_HEARTBEAT = 1, /* step and phase */
+    LL_ABORT,         /* the sender is ending the job: text says why */
+    LL_BYE,           /* the sender is past its last collective and leaving: its end is no death */
+};
+
+struct ll_msg {
+    enum ll_kind kind;
+    int rank, phase;
+    uint64_t step;
+    char text[LL_TEXT_MAX + 1];
+};
+
+struct lifeline;
+
+/* Collective over `world`, before the comm thread: connects this rank with
+ * every rank r for which partner[r] is set (the partner relation must be
+ * symmetric), waiting at most timeout_s for all of them. Returns 0, or -errno
+ * with rt_errmsg() naming the rank that could not be reached; every rank
+ * returns (an error here is for the caller to abort the job on). */
+int lifeline_create(MPI_Comm world, const int *partner, double timeout_s, struct lifeline **out);
+void lifeline_destroy(struct lifeline *l); /* NULL is fine */
+/* The connection to rank r, for poll(); -1 when there is none or it closed. */
+int lifeline_fd(const struct lifeline *l, int r);
+/* Best effort, never blocks: a peer that stopped taking messages gets none
+ * from then on. Thread-safe. */
+void lifeline_send(struct lifeline *l, int r, const struct ll_msg *m);
+/* Reads what rank r's connection holds and calls on() for each whole
+ * message, in order. Returns 0, or -EPIPE once the connection ended (the
+ * peer closed it, or its process died), -EPROTO on garbage. */
+int lifeline_read(struct lifeline *l, int r, void (*on)(void *ctx, const struct ll_msg *m), void *ctx);
+void lifeline_close(struct lifeline *l, int r);
+
 /* ---- nccl.c: the bucketer's device path --------------------------------------
  * One bucketer's comm stream, its events and the record of what is in flight.
  * All calls from the training thread, on the communicator's device. Without

@@ -101,8 +101,14 @@ int rt_comm_resolve(const char *(*get)(void *ctx, const char *name), void *ctx, 
     memset(out, 0, sizeof(*out));
     struct view mpi = {0}, slurm = {0}, torch = {0};
     if (lv && lv->mpi) {
-        mpi = (struct view){.mpi = 1, .have = 1, .rank = lv->rank, .world = lv->world,
-                            .rank_var = lv->mpirun ? "mpirun" : "the MPI launcher", .world_var = ""};
+        /* The launcher by name: mpirun's daemons set OMPI_COMM_WORLD_*; srun sets its step id (and, with
+         * --mpi=pmix, the PMIx rank) in each task. */
+        const char *by = lv->mpirun                                           ? "mpirun"
+                         : get(ctx, "SLURM_STEP_ID") && get(ctx, "PMIX_RANK") ? "srun --mpi=pmix"
+                         : get(ctx, "SLURM_STEP_ID")                          ? "srun"
+                                                                              : "the MPI launcher";
+        mpi = (struct view){.mpi = 1, .have = 1, .rank = lv->rank, .world = lv->world, .rank_var = by,
+                            .world_var = ""};
         if (lv->world < 1 || lv->rank < 0 || lv->rank >= lv->world)
             return rt_errf(-EINVAL, "MPI reports rank %d of %d", lv->rank, lv->world);
     }

@@ -72,6 +72,13 @@ int main(void)
     const char *stale[] = {"SLURM_PROCID=2", "SLURM_NTASKS=3", NULL};
     CHECK_ERR(resolve(&srun, &ri, stale), "SLURM_NTASKS=3");
     CHECK_ERR(resolve(&srun, &ri, stale), "rank 2 of 4");
+    CHECK_ERR(resolve(&srun, &ri, stale), "the MPI launcher: rank 2 of 4");
+    /* The banner names srun when it is the launcher. */
+    const char *srun_env[] = {"SLURM_PROCID=2", "SLURM_NTASKS=4", "SLURM_STEP_ID=0", "PMIX_RANK=2", NULL};
+    CHECK_OK(resolve(&srun, &ri, srun_env));
+    CHECK(strcmp(ri.vars, "srun --mpi=pmix") == 0);
+    const char *srun_stale[] = {"SLURM_PROCID=2", "SLURM_NTASKS=3", "SLURM_STEP_ID=0", "PMIX_RANK=2", NULL};
+    CHECK_ERR(resolve(&srun, &ri, srun_stale), "srun --mpi=pmix: rank 2 of 4");
     /* Under mpirun the Slurm variables are its daemons': not compared... */
     struct rt_launch_view mpirun = {.mpi = 1, .mpirun = 1, .rank = 0, .world = 2};
     CHECK_OK(resolve(&mpirun, &ri, stale));

@@ -70,7 +70,7 @@ static void usage(FILE *f)
             "  --allreduce E          auto (default: NCCL across GPU ranks, MPI across CPU ranks, none for one\n"
             "                         process) or nccl: through NCCL for one GPU too (needs --device cuda)\n"
             "  --comm-timeout S       a collective stalled this long ends the job (default 300)\n"
-            "  --peer-timeout S       a rank silent this long is dead or stopped: end the job (default 20)\n"
+            "  --peer-timeout S       a rank silent this long is stopped, hung or unreachable: end the job (default 3)\n"
             "  --check-replicas N     compare the ranks' parameter digests every N steps (default: at the end)\n"
             "  --stage-to DIR         copy --data to node-local DIR first, once per node\n",
             rt_model_names());
