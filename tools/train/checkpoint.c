@@ -211,6 +211,8 @@ static void restore(struct train *T, const struct saved_state *s, json_t *st)
         T->meter.ep_loss = (struct rt_loss_stats){(float)s->ep_loss, (float)s->ep_correct, (float)s->ep_count};
     T->meter.run.images = (uint64_t)s->images;
     T->meter.run.train_ns = (uint64_t)s->train_ns;
+    T->meter.before = T->meter.run;
+    T->meter.update_before = T->pos.update;
 }
 
 int ckpt_load(struct train *T)
@@ -236,6 +238,24 @@ int ckpt_load(struct train *T)
     if (rc < 0 || load_weights(T) < 0)
         return -1;
     return 1;
+}
+
+int ckpt_mark_finished(struct train *T, int finished)
+{
+    char p[4096];
+    if (!T->root || !T->cfg.checkpoint_dir)
+        return 0;
+    if (ckpt_path(T, "finished", p, sizeof(p)) < 0)
+        return -1;
+    if (!finished) {
+        if (unlink(p) < 0 && errno != ENOENT)
+            return rt_errf(-errno, "%s: cannot remove: %s", p, strerror(errno));
+        return 0;
+    }
+    char text[160];
+    int n = snprintf(text, sizeof(text), "epoch %" PRIu64 " of %" PRIu64 ", optimizer step %" PRIu64 "\n",
+                     T->pos.epoch, T->cfg.epochs, T->pos.update);
+    return rt_file_write_atomic(p, text, (size_t)n);
 }
 
 int ckpt_resume(struct train *T)

@@ -37,6 +37,8 @@ struct train_span {
 struct train_meter {
     struct rt_loss_stats ep_loss; /* this epoch's loss sums (global on rank 0 after a resume) */
     struct train_span epoch, run; /* this epoch so far; the whole run (resumes included) */
+    struct train_span before;   /* the run's span when this process resumed it (zero on a fresh run) */
+    uint64_t update_before;     /* the optimizer steps before this process */
     uint64_t run_micro;         /* micro-batches this process ran (not restored on resume) */
     uint64_t steady_images, steady_ns; /* after the first 3 of them: caches, pools and pages warm */
     uint64_t t_start, t_data;   /* this micro-batch: started, batch in hand */
@@ -193,6 +195,10 @@ int evaluate_split(struct rt_model *m, struct rt_dataset *ds, enum rt_split spli
 int ckpt_save(struct train *T);
 int ckpt_load(struct train *T);             /* 1 loaded, 0 none there, -1 */
 int ckpt_resume(struct train *T);           /* --resume: load, agree across ranks, say where */
+/* DIR/finished, which a job script tests to tell a run that ended as planned (its epochs, or the
+ * target accuracy) from one stopped by a signal with its checkpoint saved (requeue it): written by
+ * rank 0 after the last checkpoint (finished = 1), removed when a run starts (0). 0 or -1. */
+int ckpt_mark_finished(struct train *T, int finished);
 void json_floats(char *buf, size_t len, const float *v, uint32_t n);
 
 /* replicas.c */

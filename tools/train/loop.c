@@ -84,7 +84,7 @@ int train_finish(struct train *T)
         return -1;
     report_summary(T, (double)(rt_now_ns() - T->t_created) * 1e-9);
     rt_comm_set_phase(T->comm, T->pos.update, RT_PHASE_DONE);
-    return 0;
+    return T->stop == STOP_DONE || T->stop == STOP_TARGET ? ckpt_mark_finished(T, 1) : 0;
 }
 
 int train_run(const struct train_cfg *cfg)
@@ -93,8 +93,10 @@ int train_run(const struct train_cfg *cfg)
     int rc = train_create(cfg, &T);
     if (rc == 0) {
         report_banner(T);
-        rc = loop_with_signals(T);
+        rc = ckpt_mark_finished(T, 0);
     }
+    if (rc == 0)
+        rc = loop_with_signals(T);
     if (rc == 0)
         rc = train_finish(T);
     if (rc < 0)

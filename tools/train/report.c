@@ -234,6 +234,16 @@ static void summary_json(const struct train *T, double wall_s, double train_s, d
     if (!o)
         return;
     json_object_set_new(o, "train_acc", json_real(r->train_acc));
+    const struct train_meter *m = &T->meter;
+    if (m->update_before || m->before.train_ns) {
+        /* The run's counters above include the processes before this one; time_s is this one's alone. */
+        const double here_s = (double)(m->run.train_ns - m->before.train_ns) * 1e-9;
+        json_object_set_new(o, "resumed_at_step", json_integer((json_int_t)m->update_before));
+        json_object_set_new(o, "process_steps", json_integer((json_int_t)(T->pos.update - m->update_before)));
+        json_object_set_new(o, "process_train_time_s", json_real(here_s));
+        json_object_set_new(o, "process_images_per_s",
+                            json_real(here_s > 0 ? (double)(m->run.images - m->before.images) * T->world / here_s : 0));
+    }
     if (T->meter.steady_ns)
         json_object_set_new(o, "steady_images_per_s", json_real((double)T->meter.steady_images * T->world /
                                                                 ((double)T->meter.steady_ns * 1e-9)));
@@ -276,8 +286,19 @@ void report_summary(const struct train *T, double wall_s)
     const double ips = train_s > 0 ? images / train_s : 0;
     if (!T->root)
         return;
-    printf("done (%s): %" PRIu64 " steps, %.1fs (%.1fs training), %.0f img/s", stop_reasons[T->stop], T->pos.update, wall_s,
-           train_s, ips);
+    const struct train_meter *m = &T->meter;
+    if (m->update_before || m->before.train_ns) {
+        /* Resumed: the run's counters span several processes, the wall time is this one's: say which is which. */
+        const double here_s = (double)(m->run.train_ns - m->before.train_ns) * 1e-9;
+        const double here_images = (double)(m->run.images - m->before.images) * T->world;
+        printf("done (%s): %" PRIu64 " steps, resumed at step %" PRIu64 ": this process %" PRIu64
+               " steps in %.1fs (%.1fs training, %.0f img/s); the whole run %.1fs training, %.0f img/s",
+               stop_reasons[T->stop], T->pos.update, m->update_before, T->pos.update - m->update_before, wall_s,
+               here_s, here_s > 0 ? here_images / here_s : 0, train_s, ips);
+    } else {
+        printf("done (%s): %" PRIu64 " steps, %.1fs (%.1fs training), %.0f img/s", stop_reasons[T->stop],
+               T->pos.update, wall_s, train_s, ips);
+    }
     if (T->res.best_acc > 0)
         printf(", best val acc %.2f%%", 100 * T->res.best_acc);
     printf("\n");
