@@ -103,6 +103,7 @@ T4=(--data "$W/cifar" --model wrn-10-1 --epochs 2 --batch-size 32 --lr 0.05 --th
 if "$RT" train "${T4[@]}" --checkpoint-dir "$W/full" >"$W/full.out" 2>&1; then
     "$RT" train "${T4[@]}" --checkpoint-dir "$W/part" --steps 7 >"$W/p1.out" 2>&1
     rc1=$?
+    [ -e "$W/part/finished" ] && had_finished=1 || had_finished=0
     "$RT" train "${T4[@]}" --checkpoint-dir "$W/part" --resume >"$W/p2.out" 2>&1
     rc2=$?
     if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && grep -q "resuming from" "$W/p2.out" && same_weights "$W/full/model.safetensors" "$W/part/model.safetensors" \
@@ -110,6 +111,21 @@ if "$RT" train "${T4[@]}" --checkpoint-dir "$W/full" >"$W/full.out" 2>&1; then
         pass "stopped at step 7 mid-epoch and resumed: weights and optimizer state bit-identical"
     else
         fail "resume after --steps: rc $rc1/$rc2"; tail -n 3 "$W/p1.out" "$W/p2.out"
+    fi
+    # The file a job script tests to know whether to requeue: absent after --steps, there once the run ended.
+    if [ $had_finished = 0 ] && [ -e "$W/part/finished" ] && [ -e "$W/full/finished" ]; then
+        pass "'finished': absent after a --steps stop, written when the run ends (resumed or not)"
+    else
+        fail "'finished' marker: after --steps $had_finished (want 0), at the end: $(ls "$W/part" "$W/full")"
+    fi
+    # After a resume the summary keeps this process's steps apart from the whole run's.
+    total=$(sed -n 's/^done (completed): \([0-9]*\) steps.*/\1/p' "$W/full.out")
+    line=$(grep '^done (completed)' "$W/p2.out")
+    if [[ "$line" =~ ^done\ \(completed\):\ ([0-9]+)\ steps,\ resumed\ at\ step\ 7:\ this\ process\ ([0-9]+)\ steps\ in ]] &&
+        [ "${BASH_REMATCH[1]}" = "$total" ] && [ "${BASH_REMATCH[2]}" = $((total - 7)) ]; then
+        pass "resumed summary: $total steps in all, resumed at 7, this process $((total - 7))"
+    else
+        fail "resumed summary line: '$line' (uninterrupted: $total steps)"
     fi
     # SIGTERM once the first epoch is done: finish the step, save, exit 0. The loader is slowed (100 ms a batch,
     # the data unchanged) so that the signal lands mid-run however fast the machine trains.
