@@ -86,7 +86,7 @@ struct rt_comm {
     uint64_t woke_ns;           /* when this process ran again after not running for idle_s */
     double idle_s;
     int abort_from;             /* the first peer that said it is ending the job (LL_ABORT), or -1 */
-    uint64_t abort_step;
+    uint64_t abort_step, abort_seen_ns;
     char abort_text[LL_TEXT_MAX + 1];
 };
 
@@ -360,6 +360,7 @@ static void on_message(void *ctx, const struct ll_msg *m)
         c->gone[r] = 1;
         if (c->abort_from < 0) {
             c->abort_from = r;
+            c->abort_seen_ns = rt_now_ns();
             c->abort_step = m->step;
             snprintf(c->abort_text, sizeof(c->abort_text), "%s", m->text);
         }
@@ -382,13 +383,21 @@ static int hb_receive(struct rt_comm *c, int r)
     return !c->gone[r];
 }
 
+/* How long a peer's reason for ending the job waits for this rank's own
+ * evidence: the peer saw a death first, and the dead rank's closed connection
+ * may reach this rank a moment after the peer's message. */
+#define ABORT_GRACE_NS 200000000ull
+
 /* After reading every connection that had something: a death this rank saw
  * itself comes first (each survivor names the dead rank), then a peer's
  * reason for ending the job. A rank that did not run for a while names
  * neither as a failure of the others. */
 static void judge(struct rt_comm *c, int dead, const char *jt)
 {
-    const int stopped = was_stopped(c, rt_now_ns());
+    const uint64_t now = rt_now_ns();
+    const int stopped = was_stopped(c, now);
+    if (c->abort_from >= 0 && dead < 0 && !stopped && now - c->abort_seen_ns < ABORT_GRACE_NS)
+        return;
     if (c->abort_from >= 0 && (dead < 0 || stopped)) {
         const int r = c->abort_from;
         char msg[1200];
@@ -549,6 +558,8 @@ static void *comm_main(void *arg)
         } else {
             backoff_us = 0;
             uint64_t d = next_hb > now ? next_hb - now : 0;
+            if (c->abort_from >= 0)
+                d = RT_MIN(d, ABORT_GRACE_NS / 4); /* a peer's abort is pending: judge it on time */
             ts = (struct timespec){(time_t)(d / 1000000000ull), (long)(d % 1000000000ull)};
         }
         for (int i = 0; i < npf; i++)

@@ -240,7 +240,7 @@ ok=1
 for r in 0 2; do
     grep -qE "^\[$r/3\] error: rank 1 \($VHOST, pid $VPID\) died \(last heard at step [0-9]+, [a-z /]+\) while this rank was at step [0-9]+, [a-z /]+; in flight: [^.]+" "$W/kill3.err" || ok=0
 done
-if [ $ok = 1 ] && lt "$KSECS" 30; then
+if [ $ok = 1 ] && lt "$KSECS" 5; then
     pass "np 3, SIGKILL of rank 1 (pid $VPID) at a random step: job over ${KSECS}s later, ranks 0 and 2 name rank 1, its pid and the steps"
     grep -oE '^\[0/3\] error: .*in flight: [^.(]+' "$W/kill3.err" | sed 's/^/     /'
 else
@@ -257,14 +257,14 @@ ok=1
 for r in 0 2; do
     grep -qE "^\[$r/3\] error: rank 1 \($VHOST, pid $VPID\) died .* while this rank was at step 4, [a-z /]+; in flight: the all-reduce of gradient bucket [0-9]+ of [0-9]+ .*submitted at step 4" "$W/killb.err" || ok=0
 done
-if [ $ok = 1 ] && lt "$KSECS" 30; then
+if [ $ok = 1 ] && lt "$KSECS" 5; then
     pass "np 3, SIGKILL of rank 1 held before step 4: over ${KSECS}s later; ranks 0 and 2 name rank 1, step 4 and the bucket in flight"
 else
     fail "np 3 SIGKILL of the held rank 1 (pid $VPID): ${KSECS}s, rc=$KRC"
     show "$W/killb.out" "$W/killb.err"
 fi
 kill_run killp 3 1 --
-if [ -n "$VPID" ] && [ "$KRC" -ne 0 ] && lt "$KSECS" 30; then # (under 30 s: not the 180 s guard's exit)
+if [ -n "$VPID" ] && [ "$KRC" -ne 0 ] && lt "$KSECS" 10; then # (mpirun's own SIGTERM, then SIGKILL)
     pass "plain mpirun, SIGKILL of rank 1: exit $KRC ${KSECS}s later"
 else
     fail "plain mpirun SIGKILL of rank 1 (pid $VPID): rc=$KRC after ${KSECS}s"
@@ -306,8 +306,13 @@ S=$(secs "$T0" "$(now)")
 [ -n "$p2" ] && { kill -CONT "$p2"; kill -KILL "$p2"; } 2>/dev/null
 if [ $rc -ne 0 ] && [ -n "$p2" ] \
     && grep -qE "^\[[01]/3\] error: rank 2 \($h2, pid $p2\) has sent no heartbeat for [0-9.]+ s \(--peer-timeout 3\)" "$W/stop.err" \
-    && ! grep -E '^\[[01]/3\] .*has sent no heartbeat' "$W/stop.err" | grep -qv "rank 2 (" && lt "$S" 30; then
-    pass "SIGSTOP of rank 2 (pid $p2), --peer-timeout 3: exit $rc ${S}s later, rank 2 named as silent"
+    && ! grep -E '^\[[01]/3\] .*has sent no heartbeat' "$W/stop.err" | grep -qv "rank 2 (" \
+    && ! grep -qE '^\[2/3\] error: rank [01] \([^)]*\) (died|has sent no heartbeat)' "$W/stop.err" && lt "$S" 6; then
+    # (mpirun continues a stopped rank before it kills it: rank 2 then wakes to the job ending and must not
+    # blame the ranks that ended it.)
+    pass "SIGSTOP of rank 2 (pid $p2), --peer-timeout 3: exit $rc ${S}s later, rank 2 named as silent, and blames no one"
+    grep -E '^\[2/3\] error' "$W/stop.err" | cut -c1-160 | sed 's/^/     /'
+
 else
     fail "SIGSTOP of rank 2 (pid $p2): rc=$rc after ${S}s"
     show "$W/stop.out" "$W/stop.err"
