@@ -11,10 +11,12 @@
 #include <fcntl.h>
 #include <math.h>
 #include <pthread.h>
+#include <pwd.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -252,13 +254,16 @@ uint64_t rt_mem_available(void)
 
 /* ---- files ----------------------------------------------------------------- */
 
-int rt_file_read(const char *path, uint8_t **buf, size_t *len)
+/* rt_file_read() and rt_file_read_at(): `name` under `at`, opened with open(2) flags `oflags` added. */
+static int read_whole(int at, const char *name, const char *path, int oflags, uint8_t **buf, size_t *len)
 {
     struct stat st;
     uint8_t *data;
     size_t got = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = openat(at, name, O_RDONLY | O_CLOEXEC | oflags);
 
+    if (fd < 0 && errno == ELOOP && (oflags & O_NOFOLLOW))
+        return rt_errf(-ELOOP, "%s: is a symbolic link: refusing to read through it", path);
     if (fd < 0)
         return rt_errf(-errno, "%s: cannot open: %s", path, strerror(errno));
     if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
@@ -289,6 +294,16 @@ int rt_file_read(const char *path, uint8_t **buf, size_t *len)
     *buf = data;
     *len = got;
     return 0;
+}
+
+int rt_file_read(const char *path, uint8_t **buf, size_t *len)
+{
+    return read_whole(AT_FDCWD, path, path, 0, buf, len);
+}
+
+int rt_file_read_at(int at, const char *name, const char *shown, uint8_t **buf, size_t *len)
+{
+    return read_whole(at, name, shown ? shown : name, O_NOFOLLOW | O_NONBLOCK, buf, len);
 }
 
 int rt_write_full(int fd, const void *data, size_t len, const char *path)
@@ -338,11 +353,8 @@ int rt_file_write_atomic(const char *path, const void *data, size_t len)
     char tmp[4096], dir[4096];
     int fd, rc;
 
-    if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= sizeof(tmp))
-        return rt_errf(-ENAMETOOLONG, "%s: path too long", path);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return rt_errf(-errno, "%s: cannot create: %s", tmp, strerror(errno));
+    if ((rc = rt_file_create_temp(path, tmp, sizeof(tmp), &fd)) < 0)
+        return rc;
     rc = rt_write_full(fd, data, len, tmp);
     if (rc == 0 && fsync(fd) < 0)
         rc = rt_errf(-errno, "%s: fsync failed: %s", tmp, strerror(errno));
@@ -418,6 +430,219 @@ int rt_remove_tree(const char *path)
     closedir(d);
     if (rmdir(path) < 0 && rc == 0)
         rc = rt_errf(-errno, "%s: cannot remove directory: %s", path, strerror(errno));
+    return rc;
+}
+
+/* ---- files on a node other users share ------------------------------------- */
+
+/* "name (uid N)", or "uid N" where the user database does not know the uid. */
+static void user_desc(uid_t uid, char *out, size_t len)
+{
+    struct passwd pw, *found = NULL;
+    char buf[4096];
+
+    if (getpwuid_r(uid, &pw, buf, sizeof(buf), &found) == 0 && found && found->pw_name && found->pw_name[0])
+        snprintf(out, len, "%s (uid %u)", found->pw_name, (unsigned)uid);
+    else
+        snprintf(out, len, "uid %u", (unsigned)uid);
+}
+
+/* Who may write besides the owner, for messages; mode has S_IWGRP or S_IWOTH. */
+static const char *other_writers(mode_t mode)
+{
+    if ((mode & S_IWGRP) && (mode & S_IWOTH))
+        return "group and others";
+    return (mode & S_IWGRP) ? "group" : "others";
+}
+
+/* 0 if the directory `st` describes may be trusted as `r` says; else the refusal. */
+static int dir_check(const struct stat *st, const char *shown, const struct rt_dir_rules *r)
+{
+    const uid_t me = geteuid();
+    const int shared = (r->flags & RT_DIR_SHARED) != 0;
+    const unsigned mode = (unsigned)st->st_mode & 07777;
+    char owner[300], self[300];
+
+    if (st->st_uid != me && !(shared && st->st_uid == 0)) {
+        user_desc(st->st_uid, owner, sizeof(owner));
+        user_desc(me, self, sizeof(self));
+        if (shared)
+            return rt_errf(-EPERM, "%s: owned by %s, neither by %s nor by root: that user could rename or replace "
+                           "what is created in it; refusing to %s it; %s", shown, owner, self, r->doing, r->advice);
+        return rt_errf(-EPERM, "%s: owned by %s, not by %s: refusing to %s a directory another user controls; %s",
+                       shown, owner, self, r->doing, r->advice);
+    }
+    if (!(mode & (S_IWGRP | S_IWOTH)))
+        return 0;
+    /* In a sticky directory only an entry's owner (and the directory's) may rename or remove it. */
+    if (shared && (mode & S_ISVTX))
+        return 0;
+    if (shared)
+        return rt_errf(-EPERM, "%s: writable by %s and not sticky (mode %04o): they could rename or replace what is "
+                       "created in it; refusing to %s it; %s", shown, other_writers(mode), mode, r->doing, r->advice);
+    return rt_errf(-EPERM, "%s: writable by %s (mode %04o): refusing to %s a directory other users can write; %s",
+                   shown, other_writers(mode), mode, r->doing, r->advice);
+}
+
+/* mkdirat(at, name, mode), an existing entry left to the caller's checks; with AT_FDCWD, mkdir -p of the rest. */
+static int make_dir(int at, const char *name, const char *shown, unsigned mode)
+{
+    if (mkdirat(at, name, (mode_t)mode) == 0 || errno == EEXIST)
+        return 0;
+    const char *slash = strrchr(name, '/');
+    if (errno == ENOENT && at == AT_FDCWD && slash && slash != name) {
+        char lead[4096];
+        snprintf(lead, sizeof(lead), "%.*s", (int)(slash - name), name);
+        int rc = rt_mkdirs(lead, 0755);
+        if (rc < 0)
+            return rc;
+        if (mkdirat(at, name, (mode_t)mode) == 0 || errno == EEXIST)
+            return 0;
+    }
+    return rt_errf(-errno, "%s: cannot create the directory: %s", shown, strerror(errno));
+}
+
+int rt_dir_open_owned(int at, const char *name, const char *shown, const struct rt_dir_rules *r, int *fd)
+{
+    const int follow = (r->flags & RT_DIR_FOLLOW) != 0;
+    char trimmed[4096];
+    struct stat st;
+    int dfd, rc;
+
+    *fd = -1;
+    if (!shown)
+        shown = name;
+    /* "link/" resolves the link whatever O_NOFOLLOW says: the last component must be the name itself. */
+    size_t n = strlen(name);
+    if (!follow && n > 1 && name[n - 1] == '/') {
+        if (n >= sizeof(trimmed))
+            return rt_errf(-ENAMETOOLONG, "%s: path too long", shown);
+        memcpy(trimmed, name, n + 1);
+        while (n > 1 && trimmed[n - 1] == '/')
+            trimmed[--n] = '\0';
+        name = trimmed;
+    }
+    if ((r->flags & RT_DIR_CREATE) && (rc = make_dir(at, name, shown, r->mode)) < 0)
+        return rc;
+    dfd = openat(at, name, O_RDONLY | O_DIRECTORY | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW));
+    if (dfd < 0) {
+        const int e = errno;
+        /* O_DIRECTORY|O_NOFOLLOW on a link fails with ENOTDIR or ELOOP: look again only to word the message. */
+        if ((e == ENOTDIR || e == ELOOP) && !follow && fstatat(at, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+            S_ISLNK(st.st_mode))
+            return rt_errf(-ELOOP, "%s: is a symbolic link: refusing to %s a directory reached through a link; %s",
+                           shown, r->doing, r->advice);
+        if (e == ENOTDIR)
+            return rt_errf(-ENOTDIR, "%s: exists and is not a directory: refusing to %s it; %s", shown, r->doing,
+                           r->advice);
+        return rt_errf(-e, "%s: cannot open the directory: %s", shown, strerror(e));
+    }
+    if (fstat(dfd, &st) < 0) {
+        rc = rt_errf(-errno, "%s: %s", shown, strerror(errno));
+        close(dfd);
+        return rc;
+    }
+    if ((rc = dir_check(&st, shown, r)) < 0) {
+        close(dfd);
+        return rc;
+    }
+    *fd = dfd;
+    return 0;
+}
+
+int rt_file_create_fresh(int at, const char *name, const char *shown, unsigned mode, int *fd)
+{
+    int f;
+
+    if (!shown)
+        shown = name;
+    if (unlinkat(at, name, 0) < 0 && errno != ENOENT)
+        return rt_errf(-errno, "%s: cannot remove the old one: %s", shown, strerror(errno));
+    f = openat(at, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, (mode_t)mode);
+    if (f < 0 && errno == EEXIST)
+        return rt_errf(-EEXIST, "%s: created again by someone else between its removal and its creation: refusing "
+                       "to write through it", shown);
+    if (f < 0)
+        return rt_errf(-errno, "%s: cannot create: %s", shown, strerror(errno));
+    *fd = f;
+    return 0;
+}
+
+/* 64 bits nobody else can guess, for temporary names: getrandom(), else the clock and pid, mixed (splitmix64). */
+static uint64_t random_u64(void)
+{
+    static _Atomic uint64_t counter;
+    uint64_t x;
+
+    if (getrandom(&x, sizeof(x), GRND_NONBLOCK) == (ssize_t)sizeof(x))
+        return x;
+    x = rt_now_ns() ^ ((uint64_t)getpid() << 32) ^ (counter++ * 0x9e3779b97f4a7c15ull);
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+int rt_file_create_temp(const char *path, char *tmp, size_t len, int *fd)
+{
+    static const char digits[] = "0123456789abcdefghijklmnopqrstuvwxyz";
+
+    /* A name taken (by a crashed run, or by someone guessing) just means another draw. */
+    for (int attempt = 0; attempt < 100; attempt++) {
+        char suffix[11];
+        uint64_t x = random_u64();
+        for (size_t i = 0; i + 1 < sizeof(suffix); i++, x /= 36)
+            suffix[i] = digits[x % 36];
+        suffix[sizeof(suffix) - 1] = '\0';
+        if ((size_t)snprintf(tmp, len, "%s.tmp-%s", path, suffix) >= len)
+            return rt_errf(-ENAMETOOLONG, "%s: path too long", path);
+        int f = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        if (f >= 0) {
+            *fd = f;
+            return 0;
+        }
+        if (errno != EEXIST)
+            return rt_errf(-errno, "%s: cannot create a temporary file beside it (%s): %s", path, tmp,
+                           strerror(errno));
+    }
+    return rt_errf(-EEXIST, "%s: cannot create a temporary file beside it: 100 names in a row were taken", path);
+}
+
+int rt_file_open_write(const char *path, int append, const char *doing, int *fd)
+{
+    /* O_NONBLOCK: a FIFO planted under the name must not block the open (it is refused below). */
+    int f = open(path, O_WRONLY | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | (append ? O_APPEND : 0), 0644);
+    struct stat st;
+    char owner[300], self[300];
+    int rc;
+
+    if (f < 0 && errno == ELOOP)
+        return rt_errf(-ELOOP, "%s: is a symbolic link: refusing to %s through it (it could point anywhere); remove "
+                       "it or name another file", path, doing);
+    if (f < 0 && errno == ENXIO)
+        return rt_errf(-EINVAL, "%s: not a regular file: refusing to %s into it", path, doing);
+    if (f < 0)
+        return rt_errf(-errno, "%s: cannot open: %s", path, strerror(errno));
+    if (fstat(f, &st) < 0) {
+        rc = rt_errf(-errno, "%s: %s", path, strerror(errno));
+    } else if (!S_ISREG(st.st_mode)) {
+        rc = rt_errf(-EINVAL, "%s: not a regular file: refusing to %s into it", path, doing);
+    } else if (st.st_uid != geteuid()) {
+        user_desc(st.st_uid, owner, sizeof(owner));
+        user_desc(geteuid(), self, sizeof(self));
+        rc = rt_errf(-EPERM, "%s: owned by %s, not by %s: refusing to %s into a file another user controls; remove "
+                     "it or name another file", path, owner, self, doing);
+    } else if (st.st_nlink > 1) {
+        rc = rt_errf(-EPERM, "%s: has %lu names (hard links): writing would change the file behind the others too; "
+                     "refusing to %s into it; remove it or name another file", path, (unsigned long)st.st_nlink,
+                     doing);
+    } else if (!append && ftruncate(f, 0) < 0) {
+        rc = rt_errf(-errno, "%s: cannot empty it: %s", path, strerror(errno));
+    } else {
+        fcntl(f, F_SETFL, fcntl(f, F_GETFL) & ~O_NONBLOCK);
+        *fd = f;
+        return 0;
+    }
+    close(f);
     return rc;
 }
 

@@ -158,9 +158,12 @@ int rt_file_read(const char *path, uint8_t **buf, size_t *len);
 int rt_write_full(int fd, const void *data, size_t len, const char *path);
 
 /*
- * Writes a file atomically: `path`.tmp, fsync, rename over `path`, fsync of
- * the directory. On failure nothing is left at `path` that was not there
- * before, and the temporary file is removed. Returns 0 or -errno.
+ * Writes a file atomically: a temporary file beside it (rt_file_create_temp:
+ * a new name, created exclusively, never through a link), fsync, rename over
+ * `path`, fsync of the directory. The rename replaces whatever entry `path`
+ * is, a link included, without following it. On failure nothing is left at
+ * `path` that was not there before, and the temporary file is removed.
+ * Returns 0 or -errno.
  */
 int rt_file_write_atomic(const char *path, const void *data, size_t len);
 
@@ -178,6 +181,107 @@ int rt_mkdirs(const char *path, unsigned mode);
 
 /* Removes a directory tree (like `rm -rf`); missing is not an error. */
 int rt_remove_tree(const char *path);
+
+/* ---- files on a node other users share ---------------------------------------------
+ *
+ * Another user who can write a directory we use can replace a file after we
+ * checked it, or plant a link where we are about to create a file, so that we
+ * write through it into a file of theirs choosing. So: a directory we write
+ * into or trust is opened first (O_DIRECTORY, O_NOFOLLOW) and then checked
+ * with fstat() on that fd -- never stat() then open() by name, which another
+ * process can swap in between -- and everything under it is reached relative
+ * to that fd (openat, mkdirat, renameat, unlinkat) with O_NOFOLLOW; files we
+ * create are created with O_CREAT|O_EXCL, which neither opens an existing file
+ * nor follows a link.
+ *
+ * A directory is "owned" when it is a real directory (the last component is
+ * not a link), its owner is this process's effective uid, and neither group
+ * nor others may write it. The group bits also carry the mask of an ACL, so
+ * a write ACL granted to anyone else is refused too. Links earlier in a path
+ * the user gave (/scratch -> /lustre/...) are the user's own and followed.
+ */
+
+enum rt_dir_flags {
+    RT_DIR_CREATE = 1u << 0, /* missing: created with `mode` (its missing parents, with AT_FDCWD, 0755) */
+    RT_DIR_FOLLOW = 1u << 1, /* a link as the last component is followed: for a path the user gave
+                                (the parent of our own directories), never for a name of ours */
+    RT_DIR_SHARED = 1u << 2, /* a directory we only create our own directories in (/tmp): owned by us
+                                or by root, and if group or others may write it, sticky, so that none of
+                                them can rename or remove what we create there */
+};
+
+/* How rt_dir_open_owned() checks a directory, and what its refusals say. */
+struct rt_dir_rules {
+    unsigned flags;         /* enum rt_dir_flags */
+    unsigned mode;          /* for RT_DIR_CREATE: 0700, 0755 */
+    const char *doing;      /* what is refused, for messages: "stage into" */
+    const char *advice;     /* ends a refusal: "remove it or use --to DIR" */
+};
+
+/*
+ * Opens directory `name` relative to `at` (a directory fd, or AT_FDCWD and a
+ * path) with O_DIRECTORY and, unless RT_DIR_FOLLOW, O_NOFOLLOW; creates it
+ * first when missing and RT_DIR_CREATE is set; then checks the opened
+ * directory with fstat(): owned (above), or with RT_DIR_SHARED owned by us or
+ * root and sticky if others may write it. `shown` is its full path for
+ * messages (NULL: `name`). On success *fd is the directory's fd (O_CLOEXEC;
+ * the caller closes it). Returns 0 or -errno with rt_errmsg() set:
+ *  -ENOENT  missing (without RT_DIR_CREATE)
+ *  -ELOOP   "PATH: is a symbolic link: refusing to <doing> a directory reached through a link; <advice>"
+ *  -ENOTDIR "PATH: exists and is not a directory: refusing to <doing> it; <advice>"
+ *  -EPERM   "PATH: owned by NAME (uid N), not by NAME (uid M): refusing to <doing> a directory another
+ *           user controls; <advice>"
+ *           "PATH: writable by group and others (mode 0777): refusing to <doing> a directory other users
+ *           can write; <advice>"
+ *           and with RT_DIR_SHARED: "PATH: owned by NAME (uid N), neither by NAME (uid M) nor by root:
+ *           that user could rename or replace what is created in it; refusing to <doing> it; <advice>",
+ *           "PATH: writable by others and not sticky (mode 0777): they could rename or replace what is
+ *           created in it; refusing to <doing> it; <advice>"
+ * (a user the user database does not know is "uid N").
+ * Thread-safe.
+ */
+int rt_dir_open_owned(int at, const char *name, const char *shown, const struct rt_dir_rules *r, int *fd);
+
+/*
+ * Creates file `name` in directory `at` afresh and opens it for writing
+ * (O_WRONLY, O_CLOEXEC; `mode` less the umask). Whatever entry has that name
+ * -- a file a crashed run left, a planted link -- is first removed with
+ * unlinkat(), which never follows a link, and the file is then created with
+ * O_CREAT|O_EXCL, so it is a new inode nothing else refers to. Meant for
+ * fixed names in a directory we own (rt_dir_open_owned); where someone else
+ * could recreate the name in between it fails (-EEXIST), never writing
+ * through what they put there. `shown` names the file in messages. Returns 0
+ * with the fd in *fd, or -errno.
+ */
+int rt_file_create_fresh(int at, const char *name, const char *shown, unsigned mode, int *fd);
+
+/*
+ * Creates a temporary file beside `path`: "<path>.tmp-XXXXXXXX", the suffix
+ * random, created exclusively (O_CREAT|O_EXCL: never an existing file, never
+ * through a link) with mode 0644 less the umask and opened for writing, so a
+ * file or link someone planted under a predictable name is never written
+ * through. Its name goes to tmp[len] (for the caller's rename, or unlink on
+ * failure), its fd to *fd. Returns 0 or -errno naming the path.
+ */
+int rt_file_create_temp(const char *path, char *tmp, size_t len, int *fd);
+
+/*
+ * Opens `path` for writing, created when missing (mode 0644 less the umask),
+ * else appended to (`append`: O_APPEND) or emptied. The last component is
+ * never followed (O_NOFOLLOW), and before anything is emptied the file is
+ * refused when it is a link (-ELOOP), not a regular file (-EINVAL), owned by
+ * another user or linked under other names too (-EPERM): writing would then
+ * change a file that is not this path's own. `doing` says what for in those
+ * refusals ("write metrics"). Returns 0 with the fd (O_CLOEXEC) in *fd, or
+ * -errno with a message naming the path.
+ */
+int rt_file_open_write(const char *path, int append, const char *doing, int *fd);
+
+/*
+ * rt_file_read() of file `name` relative to directory `at`, never through a
+ * link (O_NOFOLLOW: -ELOOP); `shown` names it in messages (NULL: `name`).
+ */
+int rt_file_read_at(int at, const char *name, const char *shown, uint8_t **buf, size_t *len);
 
 #ifdef __cplusplus
 }

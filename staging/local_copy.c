@@ -1,14 +1,22 @@
 /*
  * local_copy.c - node-local dataset copies (`ringtrain stage`): copies a
- * packed dataset's shards and manifest.json into PARENT/ringtrain-<h> with
- * io_uring (or pread/pwrite where io_uring is unavailable), checks every byte
- * against the manifest, and serializes the processes of a node on an flock so
- * that the dataset is copied once. local_copy.h states the guarantees.
+ * packed dataset's shards and manifest.json into PARENT/ringtrain-<uid>/<h>
+ * with io_uring (or pread/pwrite where io_uring is unavailable), checks every
+ * byte against the manifest, and serializes the processes of a node on an
+ * flock so that the dataset is copied once. local_copy.h states the
+ * guarantees.
  *
  * It does not parse shards: the manifest's file list, sizes and whole-file
  * XXH64 are all it needs (the manifest itself is read and validated by the
  * dataset reader, loader/dataset.h). Temporary files are <file>.partial in
  * the destination.
+ *
+ * Other users share the node (and PARENT, typically /tmp): everything below
+ * PARENT is reached through directory fds checked after opening them
+ * (rt_dir_open_owned: ours, not writable by anyone else), with openat,
+ * renameat and unlinkat and O_NOFOLLOW, and files are created with O_EXCL
+ * (rt_file_create_fresh), so no link is ever followed and nothing checked
+ * can be replaced by someone else afterwards.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -30,7 +38,7 @@
 #include "loader/dataset.h"
 #include "staging/local_copy.h"
 
-#define STAGE_PREFIX "ringtrain-"
+#define STAGE_PREFIX "ringtrain-" /* PARENT/ringtrain-<uid>: this user's space */
 #define STAGE_MANIFEST "manifest.json"
 #define STAGE_PARTIAL ".partial"
 #define STAGE_DEFAULT_DEPTH 32u
@@ -43,6 +51,17 @@
 #define STAGE_MAX_ATTEMPTS 100u
 /* How often a lock wait with a timeout retries; flock() itself cannot time out. */
 #define STAGE_LOCK_POLL_NS 50000000L
+/* The lock file's second line, written by a holder that checked or copied every byte before it let go. */
+#define STAGE_LOCK_CHECKED "checked: size and xxh64 at "
+
+/*
+ * PARENT may be shared (/tmp): created in, never trusted beyond what its
+ * sticky bit promises. PARENT/ringtrain-<uid> and the directories in it are
+ * this user's alone.
+ */
+static const struct rt_dir_rules parent_rules = {RT_DIR_CREATE | RT_DIR_FOLLOW | RT_DIR_SHARED, 0755,
+                                                 "stage under", "use --to DIR"};
+static const struct rt_dir_rules own_rules = {RT_DIR_CREATE, 0700, "stage into", "remove it or use --to DIR"};
 
 /* ---- paths ------------------------------------------------------------------ */
 
@@ -108,12 +127,12 @@ static int manifest_load(const char *src, uint8_t **text, size_t *len, uint64_t 
     return 0;
 }
 
-/* Writes PARENT/ringtrain-<hash> and PARENT/ringtrain-<hash>.lock. */
+/* Writes PARENT/ringtrain-<uid>/<hash> (and, given `lock`, PARENT/ringtrain-<uid>/<hash>.lock). */
 static int dest_paths(const char *parent_abs, uint64_t hash, char *dest, size_t dlen, char *lock, size_t llen)
 {
     char name[64];
 
-    snprintf(name, sizeof(name), STAGE_PREFIX "%016" PRIx64, hash);
+    snprintf(name, sizeof(name), STAGE_PREFIX "%u/%016" PRIx64, (unsigned)geteuid(), hash);
     if (rt_path_join(dest, dlen, parent_abs, name) < 0)
         return -ENAMETOOLONG;
     if (lock && (size_t)snprintf(lock, llen, "%s.lock", dest) >= llen)
@@ -478,14 +497,19 @@ struct stage_file {
 struct stage {
     struct rt_local_copy_opts o;    /* with defaults filled in */
     const char *src;
-    char dest[PATH_MAX], lock_path[PATH_MAX];
+    char dest[PATH_MAX], lock_path[PATH_MAX], user_path[PATH_MAX];
+    char user_name[32];             /* ringtrain-<uid> */
+    char name[24];                  /* <h>: the dataset directory in it */
+    char lock_name[32];             /* <h>.lock */
     uint8_t *manifest;              /* the source's manifest.json bytes */
     size_t manifest_len;
     uint64_t manifest_hash;
     struct rt_dataset *ds;
     struct stage_file *files;       /* shards in manifest order, then manifest.json */
     uint32_t nfiles;
-    int dirfd, lockfd;
+    int userfd, dirfd, lockfd;      /* PARENT/ringtrain-<uid>, the dataset directory, the lock */
+    size_t lock_len;                /* bytes of the lock file's first line (who holds it) */
+    int holder_checked;             /* the holder this process waited for checked every byte (its record) */
     uint8_t *hashbuf;               /* block_bytes, for checking staged files */
     struct copier cp;
     struct rt_local_copy_result *res;
@@ -589,29 +613,64 @@ static void lock_holder(int fd, char *out, size_t len)
     out[strcspn(out, "\n")] = '\0';
 }
 
+/* The realtime clock in nanoseconds: comparable across the nodes that may share a PARENT, unlike the monotonic one. */
+static int64_t wall_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
 /*
- * Takes the exclusive flock on the destination's lock file, waiting (up to
- * lock_timeout_s) while another process holds it. The lock file stays in
- * place for good: unlinking it while someone waits on it would let a third
- * process lock a new file of the same name and copy at the same time.
+ * 1 if the lock file records that its last holder checked (or copied) every
+ * byte and let go after `since` (when this process began to wait): then the
+ * copy it left has just been verified in full. A record older than that is
+ * some earlier run's, and proves nothing about what happened while we waited.
+ */
+static int holder_checked(int fd, int64_t since)
+{
+    char text[512];
+    ssize_t n = pread(fd, text, sizeof(text) - 1, 0);
+    long long sec = 0, nsec = 0;
+    const char *rec;
+
+    if (n <= 0)
+        return 0;
+    text[n] = '\0';
+    rec = strstr(text, "\n" STAGE_LOCK_CHECKED);
+    if (!rec || sscanf(rec + 1 + strlen(STAGE_LOCK_CHECKED), "%lld.%9lld", &sec, &nsec) != 2)
+        return 0;
+    return sec * 1000000000 + nsec >= since;
+}
+
+/*
+ * Takes the exclusive flock on the destination's lock file,
+ * PARENT/ringtrain-<uid>/<h>.lock, waiting (up to lock_timeout_s) while
+ * another process holds it. The lock file is created in this user's own
+ * directory, never through a link (O_NOFOLLOW), and stays in place for good:
+ * unlinking it while someone waits on it would let a third process lock a
+ * new file of the same name and copy at the same time.
  */
 static int lock_acquire(struct stage *st)
 {
     char holder[256], host[128] = "?", when[64] = "?";
-    int fd = open(st->lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    int fd = openat(st->userfd, st->lock_name, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+    struct stat sb;
 
-    /* Another user's lock file (or a sticky /tmp) may refuse O_RDWR; flock works on any fd. */
-    if (fd < 0 && (errno == EACCES || errno == EROFS || errno == EPERM)) {
-        const int first = errno;
-        fd = open(st->lock_path, O_RDONLY | O_CLOEXEC);
-        if (fd < 0 && errno == ENOENT)
-            errno = first;
-    }
+    if (fd < 0 && errno == ELOOP)
+        return rt_errf(-ELOOP, "%s: is a symbolic link: refusing to use it as the staging lock (no link is followed "
+                       "under %s); remove it", st->lock_path, st->user_path);
     if (fd < 0)
         return rt_errf(-errno, "%s: cannot open the staging lock file: %s", st->lock_path, strerror(errno));
     st->lockfd = fd;
+    if (fstat(fd, &sb) < 0)
+        return rt_errf(-errno, "%s: %s", st->lock_path, strerror(errno));
+    if (!S_ISREG(sb.st_mode))
+        return rt_errf(-EINVAL, "%s: not a regular file: refusing to use it as the staging lock; remove it",
+                       st->lock_path);
     if (flock(fd, LOCK_EX | LOCK_NB) < 0) {
         const uint64_t t0 = rt_now_ns();
+        const int64_t since = wall_ns();
         if (errno != EWOULDBLOCK)
             return rt_errf(-errno, "%s: flock failed: %s", st->lock_path, strerror(errno));
         st->res->waited = 1;
@@ -637,37 +696,70 @@ static int lock_acquire(struct stage *st)
             }
         }
         st->res->wait_seconds = (double)(rt_now_ns() - t0) * 1e-9;
+        st->holder_checked = holder_checked(fd, since);
     }
 
-    /* Who holds the lock, for the messages of processes that come to wait on it. */
+    /* Who holds the lock, for the messages of processes that come to wait on it; any old record goes. */
     time_t now = time(NULL);
     struct tm tm;
     gethostname(host, sizeof(host) - 1);
     if (localtime_r(&now, &tm))
         strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S", &tm);
     const int n = snprintf(holder, sizeof(holder), "pid %d on %s since %s\n", (int)getpid(), host, when);
-    /* A read-only lock fd (another user's lock file) just leaves the old text: it only informs messages. */
-    if (ftruncate(fd, 0) == 0 && pwrite(fd, holder, (size_t)n, 0) != n)
-        rt_errclear();
+    /* It only informs messages (and a full disk must not fail here but in the copy, with its figures). */
+    if (ftruncate(fd, 0) == 0 && pwrite(fd, holder, (size_t)n, 0) == n)
+        st->lock_len = (size_t)n;
     return 0;
 }
 
-/* Creates the destination directory (under the lock) and opens it. */
+/*
+ * After a successful run that checked or copied every byte (not
+ * --trust-size): tells the processes waiting for the lock that they need only
+ * check sizes. Only a hint: failing to write it costs them a full check.
+ */
+static void lock_record_checked(struct stage *st)
+{
+    char rec[96];
+    const int64_t t = wall_ns();
+    const int n = snprintf(rec, sizeof(rec), STAGE_LOCK_CHECKED "%lld.%09lld\n", (long long)(t / 1000000000),
+                           (long long)(t % 1000000000));
+
+    if (st->o.verify == RT_LOCAL_COPY_VERIFY_FULL && pwrite(st->lockfd, rec, (size_t)n, (off_t)st->lock_len) != n)
+        rt_errclear();
+}
+
+/*
+ * Opens PARENT (created if missing; it may be shared, see parent_rules), fills
+ * in the paths (absolute, PARENT canonical now that it exists) and opens this
+ * user's PARENT/ringtrain-<uid> in it, created 0700 or checked: a directory
+ * there that someone else owns or can write is refused, since they could
+ * replace what we check or plant links where we write.
+ */
+static int user_dir_open(struct stage *st)
+{
+    char parent[PATH_MAX];
+    const char *given = pick_parent(st->o.parent);
+    int pfd = -1, rc;
+
+    if ((rc = absolute_dir(given, parent, sizeof(parent))) < 0 ||
+        (rc = rt_dir_open_owned(AT_FDCWD, given, parent, &parent_rules, &pfd)) < 0 ||
+        (rc = absolute_dir(given, parent, sizeof(parent))) < 0 ||
+        (rc = rt_path_join(st->user_path, sizeof(st->user_path), parent, st->user_name)) < 0 ||
+        (rc = dest_paths(parent, st->manifest_hash, st->dest, sizeof(st->dest), st->lock_path,
+                         sizeof(st->lock_path))) < 0)
+        goto out;
+    snprintf(st->res->path, sizeof(st->res->path), "%s", st->dest);
+    rc = rt_dir_open_owned(pfd, st->user_name, st->user_path, &own_rules, &st->userfd);
+out:
+    if (pfd >= 0)
+        close(pfd);
+    return rc;
+}
+
+/* Creates the dataset directory in this user's space (under the lock) and opens it, checked as its parent was. */
 static int dest_open(struct stage *st)
 {
-    struct stat sb;
-
-    if (mkdir(st->dest, 0755) < 0 && errno != EEXIST)
-        return rt_errf(-errno, "%s: cannot create the staging directory: %s", st->dest, strerror(errno));
-    if (lstat(st->dest, &sb) < 0)
-        return rt_errf(-errno, "%s: %s", st->dest, strerror(errno));
-    if (!S_ISDIR(sb.st_mode))
-        return rt_errf(-ENOTDIR, "%s: exists and is not a directory; remove it or stage elsewhere (--to)",
-                       st->dest);
-    st->dirfd = open(st->dest, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (st->dirfd < 0)
-        return rt_errf(-errno, "%s: cannot open: %s", st->dest, strerror(errno));
-    return 0;
+    return rt_dir_open_owned(st->userfd, st->name, st->dest, &own_rules, &st->dirfd);
 }
 
 static int dest_fsync(struct stage *st)
@@ -708,16 +800,14 @@ static int remove_partials(struct stage *st)
     return 0;
 }
 
-/* XXH64 of staged file `name`, reading it through the hash buffer. */
-static int hash_staged(struct stage *st, const char *name, uint64_t *out)
+/* XXH64 of the staged file open as `fd`, read through the hash buffer. */
+static int hash_staged(struct stage *st, int fd, uint64_t *out)
 {
     XXH64_state_t *h = XXH64_createState();
-    int fd = openat(st->dirfd, name, O_RDONLY | O_CLOEXEC), rc = 0;
+    int rc = 0;
 
-    if (!h || fd < 0) {
-        rc = !h ? rt_errf(-ENOMEM, "out of memory") : rt_errf(-errno, "cannot open: %s", strerror(errno));
-        goto out;
-    }
+    if (!h)
+        return rt_errf(-ENOMEM, "out of memory");
     posix_fadvise(fd, 0, 0, POSIX_FADV_SEQUENTIAL);
     XXH64_reset(h, 0);
     for (;;) {
@@ -735,13 +825,11 @@ static int hash_staged(struct stage *st, const char *name, uint64_t *out)
     }
     *out = XXH64_digest(h);
 out:
-    if (fd >= 0)
-        close(fd);
     XXH64_freeState(h);
     return rc;
 }
 
-/* 1 if the staged manifest.json holds exactly the source's bytes. */
+/* 1 if the staged manifest.json is a regular file (not a link) holding exactly the source's bytes. */
 static int staged_manifest_matches(struct stage *st)
 {
     char path[PATH_MAX];
@@ -749,7 +837,8 @@ static int staged_manifest_matches(struct stage *st)
     size_t len;
     int same;
 
-    if (rt_path_join(path, sizeof(path), st->dest, STAGE_MANIFEST) < 0 || rt_file_read(path, &text, &len) < 0) {
+    if (rt_path_join(path, sizeof(path), st->dest, STAGE_MANIFEST) < 0 ||
+        rt_file_read_at(st->dirfd, STAGE_MANIFEST, path, &text, &len) < 0) {
         rt_errclear();
         return 0;
     }
@@ -759,11 +848,62 @@ static int staged_manifest_matches(struct stage *st)
 }
 
 /*
+ * Whether staged shard `f` must be copied again: 0 when its size (and, with
+ * `hash`, its XXH64) match the manifest; 1 when missing or not; -errno.
+ * The file is opened without following a link and checked through that fd,
+ * so what is hashed is what was checked; a link in its place is replaced by
+ * the copy (renameat replaces the link itself; its target is never touched).
+ */
+static int staged_mismatch(struct stage *st, const struct stage_file *f, int hash)
+{
+    struct rt_local_copy_result *res = st->res;
+    struct stat sb;
+    uint64_t got = 0;
+    int fd = openat(st->dirfd, f->name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC), rc = 0;
+
+    if (fd < 0 && errno == ENOENT)
+        return 1;
+    if (fd < 0 && errno == ELOOP) {
+        rt_warn("%s/%s: a symbolic link, not a staged copy: replacing it (its target is left alone)", st->dest,
+                f->name);
+        res->files_damaged++;
+        return 1;
+    }
+    if (fd < 0)
+        return rt_errf(-errno, "%s/%s: %s", st->dest, f->name, strerror(errno));
+    if (fstat(fd, &sb) < 0) {
+        rc = rt_errf(-errno, "%s/%s: %s", st->dest, f->name, strerror(errno));
+    } else if (!S_ISREG(sb.st_mode) || (uint64_t)sb.st_size != f->size) {
+        rt_warn("%s/%s: staged copy has %lld bytes, the manifest says %" PRIu64 ": copying it again", st->dest,
+                f->name, (long long)sb.st_size, f->size);
+        res->files_damaged++;
+        rc = 1;
+    } else if (hash) {
+        int hrc = hash_staged(st, fd, &got);
+        res->files_hashed++;
+        if (hrc < 0) {
+            rt_warn("%s/%s: cannot check the staged copy (%s): copying it again", st->dest, f->name, rt_errmsg());
+            res->files_damaged++;
+            rc = 1;
+        } else if (got != f->xxh64) {
+            rt_warn("%s/%s: staged copy has xxh64 %016" PRIx64 ", the manifest says %016" PRIx64
+                    ": copying it again", st->dest, f->name, got, f->xxh64);
+            res->files_damaged++;
+            rc = 1;
+        }
+    }
+    close(fd);
+    return rc;
+}
+
+/*
  * Decides which files to copy. A staged shard is kept when its size (and,
  * unless trusted, its XXH64) matches the manifest. Sizes alone are trusted
- * with VERIFY_SIZE, or when this process waited for the lock and the
- * holder left a complete copy: it has just checked every byte.
- * Returns the number of files to copy, or -errno.
+ * with VERIFY_SIZE, or when this process waited for the lock, the holder
+ * left a complete copy and recorded that it checked or copied every byte of
+ * it as it let go (holder_checked): nobody but this user can write here, so
+ * those bytes are as they were checked. Returns the number of files to copy,
+ * or -errno.
  */
 static int plan_copies(struct stage *st)
 {
@@ -777,33 +917,13 @@ static int plan_copies(struct stage *st)
         if (!complete)
             rt_warn("%s/%s differs from %s/%s: replacing it", st->dest, STAGE_MANIFEST, st->src, STAGE_MANIFEST);
     }
-    const int hash = st->o.verify == RT_LOCAL_COPY_VERIFY_FULL && !(complete && res->waited);
+    const int hash = st->o.verify == RT_LOCAL_COPY_VERIFY_FULL && !(complete && res->waited && st->holder_checked);
     for (uint32_t i = 0; i + 1 < st->nfiles; i++) {
         struct stage_file *f = &st->files[i];
-        uint64_t got = 0;
-        if (fstatat(st->dirfd, f->name, &sb, AT_SYMLINK_NOFOLLOW) < 0) {
-            if (errno != ENOENT)
-                return rt_errf(-errno, "%s/%s: %s", st->dest, f->name, strerror(errno));
-            f->copy = 1;
-        } else if (!S_ISREG(sb.st_mode) || (uint64_t)sb.st_size != f->size) {
-            rt_warn("%s/%s: staged copy has %lld bytes, the manifest says %" PRIu64 ": copying it again",
-                    st->dest, f->name, (long long)sb.st_size, f->size);
-            f->copy = 1;
-            res->files_damaged++;
-        } else if (hash) {
-            int rc = hash_staged(st, f->name, &got);
-            res->files_hashed++;
-            if (rc < 0) {
-                rt_warn("%s/%s: cannot check the staged copy (%s): copying it again", st->dest, f->name, rt_errmsg());
-                f->copy = 1;
-                res->files_damaged++;
-            } else if (got != f->xxh64) {
-                rt_warn("%s/%s: staged copy has xxh64 %016" PRIx64 ", the manifest says %016" PRIx64
-                        ": copying it again", st->dest, f->name, got, f->xxh64);
-                f->copy = 1;
-                res->files_damaged++;
-            }
-        }
+        int rc = staged_mismatch(st, f, hash);
+        if (rc < 0)
+            return rc;
+        f->copy = rc;
         ncopy += f->copy;
     }
     st->files[st->nfiles - 1].copy = ncopy > 0 || !complete;
@@ -905,9 +1025,9 @@ static int pending_finish(struct stage *st, struct pending *p)
 }
 
 /*
- * Copies one shard to <name>.partial and hashes what was written. Leaves the
- * open output in p->fd (not yet fsynced) and the XXH64 in *hash; on failure
- * removes the partial file.
+ * Copies one shard to <name>.partial (created afresh: rt_file_create_fresh)
+ * and hashes what was written. Leaves the open output in p->fd (not yet
+ * fsynced) and the XXH64 in *hash; on failure removes the partial file.
  */
 static int copy_one(struct stage *st, const struct stage_file *f, struct pending *p, uint64_t *hash)
 {
@@ -933,9 +1053,9 @@ static int copy_one(struct stage *st, const struct stage_file *f, struct pending
         goto out;
     }
     posix_fadvise(j.in, 0, 0, POSIX_FADV_SEQUENTIAL);
-    j.out = openat(st->dirfd, p->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (j.out < 0) {
-        rc = rt_errf(-errno, "%s: cannot create: %s", out_path, strerror(errno));
+    /* A fresh inode, never an old file or a link planted under the name (O_EXCL after unlinkat). */
+    if ((rc = rt_file_create_fresh(st->dirfd, p->tmp, out_path, 0644, &j.out)) < 0) {
+        j.out = -1;
         goto out;
     }
     /* Reserving the space up front turns a full disk into an early, clean error. */
@@ -1024,40 +1144,43 @@ static int copy_shards(struct stage *st)
 }
 
 /*
- * Writes manifest.json last: to a temporary name, fsynced, read back and
- * checked against the hash the directory is named after, then renamed and
- * the directory fsynced. From that rename on, the copy is complete.
+ * Writes manifest.json last: to a temporary name (created afresh, as the
+ * shards' are), fsynced, read back and checked against the hash the
+ * directory is named after, then renamed and the directory fsynced. From that
+ * rename on, the copy is complete.
  */
 static int write_manifest(struct stage *st)
 {
+    static const char tmpname[] = STAGE_MANIFEST STAGE_PARTIAL;
     char tmp[PATH_MAX], path[PATH_MAX];
     uint8_t *back = NULL;
     size_t len = 0;
     int fd, rc;
 
     if ((rc = rt_path_join(path, sizeof(path), st->dest, STAGE_MANIFEST)) < 0 ||
-        (rc = rt_path_join(tmp, sizeof(tmp), st->dest, STAGE_MANIFEST STAGE_PARTIAL)) < 0)
+        (rc = rt_path_join(tmp, sizeof(tmp), st->dest, tmpname)) < 0)
         return rc;
     progress_file(&st->cp, STAGE_MANIFEST, st->manifest_len, st->res->bytes_copied);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0 && (errno == ENOSPC || errno == EDQUOT))
-        return no_space(st, -errno, st->nfiles - 1, "out of space for manifest.json");
-    if (fd < 0)
-        return rt_errf(-errno, "%s: cannot create: %s", tmp, strerror(errno));
+    rc = rt_file_create_fresh(st->dirfd, tmpname, tmp, 0644, &fd);
+    if (rc == -ENOSPC || rc == -EDQUOT)
+        return no_space(st, rc, st->nfiles - 1, "out of space for manifest.json");
+    if (rc < 0)
+        return rc;
     rc = rt_write_full(fd, st->manifest, st->manifest_len, tmp);
     if (rc == -ENOSPC || rc == -EDQUOT)
         rc = no_space(st, rc, st->nfiles - 1, "out of space for manifest.json");
     if (rc == 0 && fsync(fd) < 0)
         rc = rt_errf(-errno, "%s: fsync failed: %s", tmp, strerror(errno));
     close(fd);
-    if (rc == 0 && (rc = rt_file_read(tmp, &back, &len)) == 0 && XXH64(back, len, 0) != st->manifest_hash)
+    if (rc == 0 && (rc = rt_file_read_at(st->dirfd, tmpname, tmp, &back, &len)) == 0 &&
+        XXH64(back, len, 0) != st->manifest_hash)
         rc = rt_errf(-EIO, "%s: read back with xxh64 %016" PRIx64 ", expected %016" PRIx64, tmp,
                      (uint64_t)XXH64(back, len, 0), st->manifest_hash);
     free(back);
-    if (rc == 0 && rename(tmp, path) < 0)
+    if (rc == 0 && renameat(st->dirfd, tmpname, st->dirfd, STAGE_MANIFEST) < 0)
         rc = rt_errf(-errno, "%s: rename to %s failed: %s", tmp, path, strerror(errno));
     if (rc < 0) {
-        unlink(tmp);
+        unlinkat(st->dirfd, tmpname, 0);
         return rc;
     }
     st->res->files_copied++;
@@ -1116,8 +1239,8 @@ static int stage_locked(struct stage *st)
 int rt_local_copy_dataset(const char *src, const struct rt_local_copy_opts *opts,
                           struct rt_local_copy_result *res)
 {
-    char manifest_path[PATH_MAX], parent[PATH_MAX];
-    struct stage st = {.src = src, .dirfd = -1, .lockfd = -1, .res = res};
+    char manifest_path[PATH_MAX];
+    struct stage st = {.src = src, .userfd = -1, .dirfd = -1, .lockfd = -1, .res = res};
     const uint64_t t0 = rt_now_ns();
     int rc;
 
@@ -1133,23 +1256,23 @@ int rt_local_copy_dataset(const char *src, const struct rt_local_copy_opts *opts
                                         &st.ds)) < 0 ||
         (rc = build_file_list(&st)) < 0)
         goto out;
-    if ((rc = rt_mkdirs(pick_parent(st.o.parent), 0755)) < 0 ||
-        (rc = absolute_dir(pick_parent(st.o.parent), parent, sizeof(parent))) < 0 ||
-        (rc = dest_paths(parent, st.manifest_hash, st.dest, sizeof(st.dest), st.lock_path,
-                         sizeof(st.lock_path))) < 0)
-        goto out;
-    snprintf(res->path, sizeof(res->path), "%s", st.dest);
+    snprintf(st.user_name, sizeof(st.user_name), STAGE_PREFIX "%u", (unsigned)geteuid());
+    snprintf(st.name, sizeof(st.name), "%016" PRIx64, st.manifest_hash);
+    snprintf(st.lock_name, sizeof(st.lock_name), "%s.lock", st.name);
     snprintf(res->manifest_xxh64, sizeof(res->manifest_xxh64), "%016" PRIx64, st.manifest_hash);
     res->files = st.nfiles;
     for (uint32_t i = 0; i < st.nfiles; i++)
         res->bytes_total += st.files[i].size;
-    if ((rc = lock_acquire(&st)) < 0)
+    if ((rc = user_dir_open(&st)) < 0 || (rc = lock_acquire(&st)) < 0)
         goto out;
-    rc = stage_locked(&st);
+    if ((rc = stage_locked(&st)) == 0)
+        lock_record_checked(&st);
 out:
     copier_free(&st.cp);
     if (st.dirfd >= 0)
         close(st.dirfd);
+    if (st.userfd >= 0)
+        close(st.userfd);
     if (st.lockfd >= 0)
         close(st.lockfd); /* releases the flock */
     free(st.hashbuf);

@@ -17,11 +17,31 @@
 /*
  * Staging copies a packed dataset (docs/FORMAT.md: manifest.json + shards)
  * from shared storage to node-local disk, so that training reads it from
- * there. The copy lands in PARENT/ringtrain-<h>, where <h> is the 16 lowercase
- * hex digits of the XXH64 (seed 0) of the source's manifest.json: the same
- * dataset always maps to the same directory, a repacked one to a new one.
+ * there. The copy lands in PARENT/ringtrain-<uid>/<h>, where <uid> is the
+ * effective user id of the caller and <h> the 16 lowercase hex digits of the
+ * XXH64 (seed 0) of the source's manifest.json: the same dataset always maps
+ * to the same directory for one user, a repacked one to a new one, and two
+ * users never share a copy.
+ *
+ *   PARENT/                      may be shared (/tmp): created if missing (0755),
+ *                                accepted when owned by this user or root and,
+ *                                if group or others may write it, sticky
+ *     ringtrain-<uid>/           this user's space: created 0700
+ *       <h>/                     one dataset: created 0700
+ *       <h>.lock                 its lock file (0600)
  *
  * Guarantees:
+ *  - Shared nodes. PARENT/ringtrain-<uid> and <h> are opened with O_NOFOLLOW
+ *    and checked with fstat() on the opened directory (never stat then open by
+ *    name): one that is a link, not a directory, owned by another user, or
+ *    writable by group or others is refused with an error naming the path and
+ *    (for another owner) the user name and uid -- "PARENT/ringtrain-0: owned
+ *    by NAME (uid 998), not by root (uid 0): refusing to stage into a directory
+ *    another user controls; remove it or use --to DIR". Everything in them is
+ *    reached relative to those fds (openat, renameat, unlinkat, O_NOFOLLOW);
+ *    files are created afresh with O_EXCL after unlinkat() of whatever had the
+ *    name, so no link is ever followed and what was checked stays as it was:
+ *    nobody but this user (and root) can write there.
  *  - Each file is written under a temporary name (<file>.partial), its bytes
  *    hashed as they are written and compared with the manifest's size and
  *    XXH64, fsynced, then renamed; the directory is fsynced. manifest.json
@@ -29,19 +49,22 @@
  *    directory that holds manifest.json is complete and verified; one without
  *    it is not a dataset.
  *  - One process per destination at a time: an exclusive flock() on
- *    PARENT/ringtrain-<h>.lock. Others wait, then find the copy done. The
- *    kernel drops the lock when its holder dies, so none is ever stale; the
- *    lock file itself is left in place (removing it would race).
+ *    PARENT/ringtrain-<uid>/<h>.lock. Others wait, then find the copy done.
+ *    The kernel drops the lock when its holder dies, so none is ever stale;
+ *    the lock file itself is left in place (removing it would race).
  *  - Resumable: files already staged and matching are kept; *.partial files
  *    left by an interrupted run are deleted and those files copied afresh.
  *  - Idempotent: a second call copies nothing. It still checks every staged
  *    file's size, and by default its XXH64 too (RT_LOCAL_COPY_VERIFY_SIZE
- *    skips the hashing). A process that had to wait for the lock and then finds
- *    manifest.json in place checks sizes only: the holder it waited for has
- *    just copied or verified every byte.
- *  - A staged file found damaged is copied again (manifest.json is removed
- *    first). A file whose copy does not match the manifest max_attempts
- *    times in a row is an error naming it (the source itself is damaged).
+ *    skips the hashing), so a file changed since (even to other bytes of the
+ *    same size) is found and copied again. A process that had to wait for the
+ *    lock checks sizes only when the holder it waited for recorded in the lock
+ *    file, as it let go, that it had checked or copied every byte (a holder
+ *    with VERIFY_SIZE records nothing); otherwise it checks in full.
+ *  - A staged file found damaged (or a link in its place) is copied again
+ *    (manifest.json is removed first). A file whose copy does not match the
+ *    manifest max_attempts times in a row is an error naming it (the source
+ *    itself is damaged).
  *  - Out of space: statvfs() is checked before copying (needed vs
  *    available); ENOSPC while copying is reported with the same figures.
  */
@@ -119,9 +142,10 @@ struct rt_local_copy_result {
 };
 
 /*
- * Writes the directory `src` would be staged to (PARENT/ringtrain-<h>) into
- * out[len], reading `src`/manifest.json; `parent` as in rt_local_copy_opts.
- * Copies nothing. Returns 0 or -errno.
+ * Writes the directory `src` would be staged to (PARENT/ringtrain-<uid>/<h>)
+ * into out[len], reading `src`/manifest.json; `parent` as in
+ * rt_local_copy_opts. Copies nothing, creates and checks nothing. Returns 0
+ * or -errno.
  */
 int rt_local_copy_dest(const char *src, const char *parent, char *out, size_t len);
 
@@ -132,8 +156,11 @@ int rt_local_copy_dest(const char *src, const char *parent, char *out, size_t le
  * with the reason in rt_errmsg(), naming the file: -ENOENT / -EACCES for a
  * missing or unreadable source file, -EBADMSG for a source file whose bytes
  * never matched the manifest, -ENOSPC (needed vs available), -EBUSY when
- * lock_timeout_s ran out, -EINVAL for bad options. A failure never leaves
- * manifest.json beside shards that are not all verified.
+ * lock_timeout_s ran out, -EPERM / -ELOOP / -ENOTDIR for a directory of the
+ * layout above that another user controls or can write, or that is a link
+ * or not a directory (-ELOOP too for a link as the lock file), -EINVAL for
+ * bad options. A failure never leaves manifest.json beside shards that are
+ * not all verified.
  * Progress notes (waiting for the lock, the io_uring fallback, files copied
  * again) go through rt_info/rt_warn; byte counts through opts->progress.
  * Thread-safe for different destinations;

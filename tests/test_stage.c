@@ -1,14 +1,27 @@
 /*
  * test_stage.c - node-local dataset staging through its library API
- * (rt_local_copy_dataset): where the copy goes (named by the manifest's XXH64,
- * recomputed here), byte-identical results with io_uring, with read/write,
- * with the automatic fallback when io_uring is unavailable, and across queue
- * depths and block sizes; the progress callback (every block of every file
- * copied, in order, from the calling thread; nothing when nothing is copied);
- * the counters of an idempotent second run, of a damaged staged file and of
+ * (rt_local_copy_dataset): where the copy goes (PARENT/ringtrain-<uid>/<h>,
+ * <h> the manifest's XXH64, recomputed here), byte-identical results with
+ * io_uring, with read/write, with the automatic fallback when io_uring is
+ * unavailable, and across queue depths and block sizes; the progress callback
+ * (every block of every file copied, in order, from the calling thread;
+ * nothing when nothing is copied); the counters of an idempotent second run,
+ * of a damaged staged file, of a swapped one (same size, other bytes) and of
  * a damaged source; a staged copy given as its own source; the lock timeout;
- * manifests that name files staging cannot honour; bad options. The
- * process-level cases (concurrent ranks, kill -9, disk full) are in
+ * what a process that waited for the lock checks; manifests that name files
+ * staging cannot honour; bad options.
+ *
+ * Shared nodes, as far as one user can test them (test_stage_users.sh plants
+ * things as a second user): the per-user directory and the dataset directory
+ * created 0700 and refused when group or others may write them (or, as root,
+ * when another user owns them); a parent writable by others but not sticky
+ * refused; links planted as the per-user directory, the dataset directory,
+ * the lock, a staged shard, and as `.partial` files while a copy runs --
+ * never followed, their targets untouched; rt_file_write_atomic (checkpoints)
+ * beside a planted `.tmp` link and over a link; the checkpoint directory's
+ * checks (rt_dir_open_owned with the driver's rules).
+ *
+ * The process-level cases (concurrent ranks, kill -9, disk full) are in
  * test_stage.sh.
  *
  * The fallback is tested by interposing io_uring_queue_init() below: when
@@ -22,9 +35,11 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <liburing.h>
+#include <libgen.h>
 #include <pthread.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 #include <xxhash.h>
 
@@ -148,7 +163,7 @@ static void make_dataset(void)
     CHECK_OK(rt_pack(src, ds, &po, NULL));
 }
 
-/* The destination is PARENT/ringtrain-<XXH64(manifest.json)>, absolute, with counters that add up. */
+/* The destination is PARENT/ringtrain-<uid>/<XXH64(manifest.json)>, absolute, with counters that add up. */
 static void test_first_copy_and_naming(int have_uring)
 {
     char ds[600], mpath[700], want[900], dest[4096], parent[600];
@@ -158,7 +173,8 @@ static void test_first_copy_and_naming(int have_uring)
     path_of(ds, sizeof(ds), "ds");
     path_of(parent, sizeof(parent), "p1");
     snprintf(mpath, sizeof(mpath), "%s/manifest.json", ds);
-    snprintf(want, sizeof(want), "%s/ringtrain-%016llx", parent, (unsigned long long)file_xxh64(mpath));
+    snprintf(want, sizeof(want), "%s/ringtrain-%u/%016llx", parent, (unsigned)geteuid(),
+             (unsigned long long)file_xxh64(mpath));
     CHECK_OK(rt_local_copy_dest(ds, parent, dest, sizeof(dest)));
     CHECKF(!strcmp(dest, want), "rt_local_copy_dest gave %s, expected %s", dest, want);
 
@@ -476,10 +492,376 @@ static void test_refusals(void)
     char ds[600], parent[600], dest[4096];
     path_of(ds, sizeof(ds), "ds");
     path_of(parent, sizeof(parent), "p8");
-    CHECK_OK(rt_mkdirs(parent, 0755));
     CHECK_OK(rt_local_copy_dest(ds, parent, dest, sizeof(dest)));
+    char user[4200];
+    snprintf(user, sizeof(user), "%s", dest);
+    CHECK_OK(rt_mkdirs(dirname(user), 0700));
     CHECK_OK(rt_file_write_atomic(dest, "x", 1));
     CHECK_ERR(stage_to("ds", "p8", o, &r), "not a directory");
+}
+
+
+/* ---- shared nodes ----------------------------------------------------------------- */
+
+/* A file (or directory) another user would like us to write into; its content must never change. */
+#define VICTIM_TEXT "precious, not ringtrain's"
+
+static void make_victims(char *file, size_t flen, char *dir, size_t dlen)
+{
+    path_of(file, flen, "victim.txt");
+    path_of(dir, dlen, "victim.d");
+    CHECK_OK(rt_file_write_atomic(file, VICTIM_TEXT, strlen(VICTIM_TEXT)));
+    CHECK_OK(rt_mkdirs(dir, 0755));
+}
+
+/* 1 if the victims are as made: the file's bytes and an empty directory. */
+static int victims_untouched(const char *file, const char *dir)
+{
+    uint8_t *buf = NULL;
+    size_t len = 0;
+    struct stat st;
+    int ok = lstat(file, &st) == 0 && S_ISREG(st.st_mode) && rt_file_read(file, &buf, &len) == 0 &&
+             len == strlen(VICTIM_TEXT) && !memcmp(buf, VICTIM_TEXT, len);
+    free(buf);
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int entries = 0;
+    while (d && (e = readdir(d)))
+        entries += strcmp(e->d_name, ".") && strcmp(e->d_name, "..");
+    if (d)
+        closedir(d);
+    if (!ok || !d || entries)
+        fprintf(stderr, "victims: %s %s, %s holds %d entries\n", file, ok ? "intact" : "CHANGED", dir, entries);
+    return ok && d && entries == 0;
+}
+
+/* Where dataset "ds" goes under PARENT `parent_rel`: the dataset directory and this user's directory. */
+static void dest_of(const char *parent_rel, char *dest, size_t dlen, char *user, size_t ulen)
+{
+    char ds[600], parent[600];
+    path_of(ds, sizeof(ds), "ds");
+    path_of(parent, sizeof(parent), parent_rel);
+    CHECK_OK(rt_local_copy_dest(ds, parent, dest, dlen));
+    snprintf(user, ulen, "%s", dest);
+    dirname(user);
+}
+
+static unsigned mode_of(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0 ? (unsigned)st.st_mode & 07777 : 0xffffu;
+}
+
+/* The per-user space: 0700 and ours; refused once group or others may write it (or, as root, another owns it). */
+static void test_user_space(void)
+{
+    struct rt_local_copy_result r;
+    struct rt_local_copy_opts o = {0};
+    char dest[4096], user[4096], parent[600], want[4300];
+
+    path_of(parent, sizeof(parent), "u1");
+    dest_of("u1", dest, sizeof(dest), user, sizeof(user));
+    CHECK_OK(stage_to("ds", "u1", o, &r));
+    CHECKF(mode_of(user) == 0700 && mode_of(dest) == 0700, "%s mode %o, %s mode %o", user, mode_of(user), dest,
+           mode_of(dest));
+    snprintf(want, sizeof(want), "%s.lock", dest);
+    CHECK(access(want, F_OK) == 0); /* the lock lives in the per-user directory, not in PARENT */
+
+    static const struct {
+        unsigned mode;
+        const char *says;
+    } bad[] = {{0777, "writable by group and others (mode 0777)"}, {0770, "writable by group (mode 0770)"},
+               {0703, "writable by others (mode 0703)"}};
+    for (size_t i = 0; i < RT_ARRAY_LEN(bad); i++) {
+        CHECK(chmod(user, bad[i].mode) == 0);
+        snprintf(want, sizeof(want), "%s: %s: refusing to stage into a directory other users can write; remove it "
+                 "or use --to DIR", user, bad[i].says);
+        CHECK_ERR(stage_to("ds", "u1", o, &r), want);
+    }
+    CHECK(chmod(user, 0700) == 0);
+    /* The dataset directory is checked the same way. */
+    CHECK(chmod(dest, 0757) == 0);
+    snprintf(want, sizeof(want), "%s: writable by others (mode 0757)", dest);
+    CHECK_ERR(stage_to("ds", "u1", o, &r), want);
+    CHECK(chmod(dest, 0700) == 0);
+    CHECK_OK(stage_to("ds", "u1", o, &r));
+    CHECK(r.files_copied == 0);
+
+    /* PARENT may be shared (/tmp) only when sticky: else anyone could rename our directory and put theirs. */
+    CHECK(chmod(parent, 0777) == 0);
+    snprintf(want, sizeof(want), "%s: writable by group and others and not sticky (mode 0777)", parent);
+    CHECK_ERR(stage_to("ds", "u1", o, &r), want);
+    CHECK(chmod(parent, 01777) == 0);
+    CHECK_OK(stage_to("ds", "u1", o, &r));
+    CHECK(chmod(parent, 0755) == 0);
+
+    if (geteuid() != 0) {
+        printf("test_stage: not root: the other-owner cases are in test_stage_users.sh\n");
+        return;
+    }
+    /* Another owner, even one who lets nobody else write, controls what is there. */
+    CHECK(chown(user, 65534, 65534) == 0);
+    snprintf(want, sizeof(want), "%s: owned by ", user);
+    CHECK_ERR(stage_to("ds", "u1", o, &r), want);
+    CHECK_ERR(stage_to("ds", "u1", o, &r), "(uid 65534), not by root (uid 0): refusing to stage into a directory "
+                                           "another user controls; remove it or use --to DIR");
+    CHECK(chown(user, 0, 0) == 0);
+    CHECK(chown(parent, 65534, 65534) == 0);
+    CHECK_ERR(stage_to("ds", "u1", o, &r), "neither by root (uid 0) nor by root");
+    CHECK(chown(parent, 0, 0) == 0);
+    CHECK_OK(stage_to("ds", "u1", o, &r));
+}
+
+/* Plants, from the progress callback, a link at every `.partial` name a later file of the copy will use. */
+struct planter {
+    const char *dest;
+    const char *victim;
+    int planted;
+};
+
+static void plant_partials(void *ctx, const struct rt_local_copy_progress *p)
+{
+    struct planter *pl = ctx;
+    char names[64][64], link[4300], ds[600];
+    if (pl->planted)
+        return;
+    path_of(ds, sizeof(ds), "ds");
+    const int n = dataset_files(ds, names, 64);
+    for (int i = 0; i < n; i++) {
+        if (!strcmp(names[i], p->file))
+            continue;
+        snprintf(link, sizeof(link), "%s/%s.partial", pl->dest, names[i]);
+        pl->planted += symlink(pl->victim, link) == 0;
+    }
+}
+
+/* Links where staging creates, writes or trusts something: refused, or replaced; never followed. */
+static void test_links(void)
+{
+    struct rt_local_copy_result r;
+    struct rt_local_copy_opts o = {0};
+    char dest[4096], user[4096], victim[600], vdir[600], link[4300], ds[600];
+
+    path_of(ds, sizeof(ds), "ds");
+    make_victims(victim, sizeof(victim), vdir, sizeof(vdir));
+
+    /* The per-user directory as a link (to a directory of ours, even): refused. */
+    dest_of("l1", dest, sizeof(dest), user, sizeof(user));
+    CHECK_OK(stage_to("ds", "l1", o, &r));
+    CHECK_OK(rt_remove_tree(user));
+    CHECK(symlink(vdir, user) == 0);
+    CHECK_ERR(stage_to("ds", "l1", o, &r), "is a symbolic link: refusing to stage into a directory reached through "
+                                           "a link; remove it or use --to DIR");
+    CHECK(strstr(rt_errmsg(), user) != NULL);
+    CHECK(victims_untouched(victim, vdir));
+    CHECK(unlink(user) == 0);
+
+    /* The dataset directory as a link. */
+    CHECK(mkdir(user, 0700) == 0);
+    CHECK(symlink(vdir, dest) == 0);
+    CHECK_ERR(stage_to("ds", "l1", o, &r), "is a symbolic link");
+    CHECK(strstr(rt_errmsg(), dest) != NULL);
+    CHECK(victims_untouched(victim, vdir));
+    CHECK(unlink(dest) == 0);
+
+    /* The lock file as a link: never opened through it (nor created at its target). */
+    snprintf(link, sizeof(link), "%s.lock", dest);
+    unlink(link);
+    CHECK(symlink(victim, link) == 0);
+    CHECK_ERR(stage_to("ds", "l1", o, &r), "is a symbolic link: refusing to use it as the staging lock");
+    CHECK(victims_untouched(victim, vdir));
+    CHECK(unlink(link) == 0);
+    char dangling[700];
+    snprintf(dangling, sizeof(dangling), "%s/not-yet", vdir);
+    CHECK(symlink(dangling, link) == 0);
+    CHECK_ERR(stage_to("ds", "l1", o, &r), "is a symbolic link");
+    CHECK(victims_untouched(victim, vdir));
+    CHECK(unlink(link) == 0);
+
+    /* `.partial` links planted while the copy runs (left by a crash, or by anyone): a new file is made instead. */
+    CHECK_OK(rt_remove_tree(dest));
+    struct planter pl = {.dest = dest, .victim = victim};
+    struct rt_local_copy_opts po = {.progress = plant_partials, .progress_ctx = &pl};
+    CHECK_OK(stage_to("ds", "l1", po, &r));
+    CHECKF(pl.planted >= 3, "planted %d links", pl.planted);
+    CHECK(victims_untouched(victim, vdir));
+    CHECK(same_dataset(ds, r.path)); /* no link left behind, every file a real copy */
+
+    /* A staged shard or manifest.json replaced by a link: copied again over the link, its target untouched. */
+    char names[64][64], p[8400];
+    const int n = dataset_files(ds, names, 64);
+    snprintf(p, sizeof(p), "%s/%s", dest, names[1]);
+    CHECK(unlink(p) == 0 && symlink(victim, p) == 0);
+    snprintf(p, sizeof(p), "%s/%s", dest, names[n - 1]);
+    snprintf(link, sizeof(link), "%s/%s", ds, names[n - 1]);
+    CHECK(unlink(p) == 0 && symlink(link, p) == 0); /* to the right bytes, even */
+    CHECK_OK(stage_to("ds", "l1", o, &r));
+    CHECKF(r.files_damaged == 1 && r.files_copied == 2, "damaged %u, copied %u", r.files_damaged, r.files_copied);
+    CHECK(victims_untouched(victim, vdir));
+    CHECK(same_dataset(ds, r.path));
+    for (int i = 0; i < n; i++) {
+        struct stat st;
+        snprintf(p, sizeof(p), "%s/%s", dest, names[i]);
+        CHECKF(lstat(p, &st) == 0 && S_ISREG(st.st_mode), "%s is not a regular file", p);
+    }
+}
+
+/* A staged shard swapped for other bytes of the same size: the full check finds it and copies it again. */
+static void test_swapped(void)
+{
+    struct rt_local_copy_result r;
+    struct rt_local_copy_opts o = {0};
+    char ds[600], names[64][64], p[4300], tmp[4400];
+    uint8_t *buf = NULL;
+    size_t len = 0;
+
+    path_of(ds, sizeof(ds), "ds");
+    CHECK_OK(stage_to("ds", "sw", o, &r));
+    dataset_files(ds, names, 64);
+    snprintf(p, sizeof(p), "%s/%s", r.path, names[2]);
+    snprintf(tmp, sizeof(tmp), "%s.new", p);
+    CHECK_OK(rt_file_read(p, &buf, &len));
+    for (size_t i = 0; buf && i < len; i += 97)
+        buf[i] ^= 0x5a;
+    CHECK_OK(rt_file_write_atomic(tmp, buf, len));
+    free(buf);
+    CHECK(rename(tmp, p) == 0);
+    CHECK_OK(stage_to("ds", "sw", o, &r));
+    CHECKF(r.files_damaged == 1 && r.files_copied == 2, "damaged %u, copied %u", r.files_damaged, r.files_copied);
+    CHECK(same_dataset(ds, r.path));
+}
+
+/* A stager in a thread of its own, for the lock tests. */
+struct stager {
+    pthread_t t;
+    const char *parent;
+    struct rt_local_copy_result r;
+    int rc;
+};
+
+static void *stager_run(void *arg)
+{
+    struct stager *s = arg;
+    s->rc = stage_to("ds", s->parent, (struct rt_local_copy_opts){0}, &s->r);
+    return NULL;
+}
+
+/*
+ * A process that waited for the lock checks sizes only when the holder it
+ * waited for recorded, as it let go, that it had checked every byte; a record
+ * older than the wait (an earlier run's), or none, means a full check -- which
+ * here finds the byte flipped while it waited.
+ */
+static void test_waiter(void)
+{
+    struct rt_local_copy_result r;
+    char dest[4096], user[4096], lock[4200], names[64][64], p[4300], ds[600];
+
+    path_of(ds, sizeof(ds), "ds");
+    const int n = dataset_files(ds, names, 64);
+    dest_of("w1", dest, sizeof(dest), user, sizeof(user));
+    CHECK_OK(stage_to("ds", "w1", (struct rt_local_copy_opts){0}, &r));
+    snprintf(lock, sizeof(lock), "%s.lock", dest);
+
+    for (int fresh = 1; fresh >= 0; fresh--) {
+        struct stager s = {.parent = "w1"};
+        int fd = open(lock, O_RDWR);
+        CHECK(fd >= 0 && flock(fd, LOCK_EX) == 0);
+        CHECK(pthread_create(&s.t, NULL, stager_run, &s) == 0);
+        struct timespec ts = {0, 300000000L};
+        nanosleep(&ts, NULL); /* the stager is waiting by now */
+        struct timespec now;
+        clock_gettime(CLOCK_REALTIME, &now);
+        char text[256];
+        int len = snprintf(text, sizeof(text), "pid 1 on test since now\nchecked: size and xxh64 at %lld.%09ld\n",
+                           (long long)now.tv_sec - (fresh ? 0 : 3600), now.tv_nsec);
+        CHECK(ftruncate(fd, 0) == 0 && pwrite(fd, text, (size_t)len, 0) == len);
+        if (!fresh) {
+            snprintf(p, sizeof(p), "%s/%s", dest, names[0]);
+            flip_byte(p, 100);
+        }
+        close(fd);
+        pthread_join(s.t, NULL);
+        CHECKF(s.rc == 0, "stager: %d", s.rc);
+        CHECK(s.r.waited == 1);
+        if (fresh)
+            CHECKF(s.r.files_hashed == 0 && s.r.files_copied == 0, "fresh record: hashed %u, copied %u",
+                   s.r.files_hashed, s.r.files_copied);
+        else
+            CHECKF(s.r.files_hashed == (uint32_t)n - 1 && s.r.files_damaged == 1 && s.r.files_copied == 2,
+                   "stale record: hashed %u, damaged %u, copied %u", s.r.files_hashed, s.r.files_damaged,
+                   s.r.files_copied);
+    }
+    CHECK(same_dataset(ds, dest));
+}
+
+/* What `train --checkpoint-dir` checks (driver.c's rules) and how checkpoints are written (rt_file_write_atomic). */
+static void test_checkpoint_dir(void)
+{
+    static const struct rt_dir_rules ckpt = {RT_DIR_CREATE, 0755, "write checkpoints into",
+                                             "give --checkpoint-dir a directory only you can write"};
+    char dir[600], path[700], link[720], victim[600], vdir[600];
+    int fd = -1;
+
+    make_victims(victim, sizeof(victim), vdir, sizeof(vdir));
+    path_of(dir, sizeof(dir), "ck/a/b");
+    CHECK_OK(rt_dir_open_owned(AT_FDCWD, dir, dir, &ckpt, &fd)); /* created, with its parents */
+    if (fd >= 0)
+        close(fd);
+    const mode_t mask = umask(0);
+    umask(mask);
+    CHECKF(mode_of(dir) == (0755 & ~(unsigned)mask), "created with mode %o", mode_of(dir));
+    CHECK(chmod(dir, 0775) == 0);
+    static const char group_w[] = "writable by group (mode 0775): refusing to write checkpoints into a directory "
+                                  "other users can write";
+    CHECK_ERR(rt_dir_open_owned(AT_FDCWD, dir, dir, &ckpt, &fd), group_w);
+    CHECK(chmod(dir, 0757) == 0);
+    CHECK_ERR(rt_dir_open_owned(AT_FDCWD, dir, dir, &ckpt, &fd), "writable by others");
+    CHECK(chmod(dir, 0755) == 0);
+    path_of(link, sizeof(link), "ck/link");
+    CHECK(symlink(vdir, link) == 0);
+    static const char is_link[] = "is a symbolic link: refusing to write checkpoints into a directory reached "
+                                  "through a link";
+    CHECK_ERR(rt_dir_open_owned(AT_FDCWD, link, link, &ckpt, &fd), is_link);
+    strcat(link, "/"); /* a trailing slash would make the kernel resolve the link */
+    CHECK_ERR(rt_dir_open_owned(AT_FDCWD, link, link, &ckpt, &fd), is_link);
+    path_of(path, sizeof(path), "ck/file");
+    CHECK_OK(rt_file_write_atomic(path, "x", 1));
+    CHECK_ERR(rt_dir_open_owned(AT_FDCWD, path, path, &ckpt, &fd), "exists and is not a directory");
+    if (geteuid() == 0) {
+        CHECK(chown(dir, 65534, 65534) == 0);
+        static const char other[] = "(uid 65534), not by root (uid 0): refusing to write checkpoints into a "
+                                    "directory another user controls";
+        CHECK_ERR(rt_dir_open_owned(AT_FDCWD, dir, dir, &ckpt, &fd), other);
+        CHECK(chown(dir, 0, 0) == 0);
+    }
+    CHECK(victims_untouched(victim, vdir));
+
+    /* A link planted where the old writer put its fixed temporary file, and the checkpoint itself as a link. */
+    snprintf(path, sizeof(path), "%s/model.safetensors", dir);
+    snprintf(link, sizeof(link), "%s.tmp", path);
+    CHECK(symlink(victim, link) == 0);
+    CHECK_OK(rt_file_write_atomic(path, "weights", 7));
+    CHECK(victims_untouched(victim, vdir));
+    uint8_t *got = NULL;
+    size_t glen = 0;
+    CHECK(rt_file_read(path, &got, &glen) == 0 && glen == 7 && !memcmp(got, "weights", 7));
+    free(got);
+    snprintf(link, sizeof(link), "%s/state.json", dir);
+    CHECK(symlink(victim, link) == 0);
+    CHECK_OK(rt_file_write_atomic(link, "{}", 2)); /* replaces the link, never writes through it */
+    CHECK(victims_untouched(victim, vdir));
+    struct stat st;
+    CHECK(lstat(link, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 2);
+    /* Nothing but the two files and the planted .tmp link: no temporary file left. */
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    int entries = 0;
+    while (d && (e = readdir(d)))
+        entries += e->d_name[0] != '.';
+    if (d)
+        closedir(d);
+    CHECKF(entries == 3, "%s holds %d entries", dir, entries);
 }
 
 int main(void)
@@ -501,6 +883,11 @@ int main(void)
     test_damaged_source();
     test_lock_timeout();
     test_refusals();
+    test_user_space();
+    test_links();
+    test_swapped();
+    test_waiter();
+    test_checkpoint_dir();
     int rc = check_result();
     if (rc == 0)
         rt_remove_tree(root);

@@ -3,10 +3,12 @@
 # processes at once (exactly one copies, all print the same path), kill -9
 # mid-copy then a rerun (resumes, no stale lock), a flipped byte in a staged
 # shard (only that shard copied again), an idempotent rerun, missing and
-# damaged source files, a held lock with --timeout, and a disk that is full
-# before and during the copy (a small tmpfs in a user namespace; skipped
-# where that cannot be mounted). Every staged result is compared byte for
-# byte with the source.
+# damaged source files, a held lock with --timeout, a per-user directory
+# others may write (refused, saying why), and a disk that is full before and
+# during the copy (a small tmpfs in a user namespace; skipped where that
+# cannot be mounted). Every staged result is compared byte for byte with the
+# source. Copies land in PARENT/ringtrain-<uid>/<h>; what another user can do
+# to them is test_stage_users.sh's.
 #
 # Interruption uses the test hook RT_STAGE_TEST_DELAY_MS (ringtrain stage
 # --help, "Environment"): it sleeps after each block so a copy lasts long
@@ -93,8 +95,8 @@ expect_in err '^error: .*not a packed dataset'
 # ---- where it goes: --to, $SLURM_TMPDIR, $TMPDIR; --quiet prints only the path ----
 expect_rc 0 env -u SLURM_TMPDIR TMPDIR="$T/tmpdir" "$RT" stage "$DS" --quiet
 check [ "$(wc -l <"$T/out")" -eq 1 ]
-expect_in out "^$T/tmpdir/ringtrain-[0-9a-f]{16}\$"
-name=$(basename "$(cat "$T/out")")
+expect_in out "^$T/tmpdir/ringtrain-$(id -u)/[0-9a-f]{16}\$"
+name=ringtrain-$(id -u)/$(basename "$(cat "$T/out")") # this user's directory, then the dataset's
 expect_rc 0 env SLURM_TMPDIR="$T/slurm" TMPDIR="$T/tmpdir" "$RT" stage "$DS" --quiet
 check [ "$(cat "$T/out")" = "$T/slurm/$name" ]
 same_tree "$DS" "$T/slurm/$name"
@@ -181,18 +183,26 @@ kill "${bg[@]}" 2>/dev/null
 wait 2>/dev/null
 bg=()
 
+# ---- this user's directory, once others may write it: refused, saying why --------------
+chmod 0777 "$T/conc/${name%/*}"
+expect_rc 1 "$RT" stage "$DS" --to "$T/conc"
+expect_in err "^error: $T/conc/${name%/*}: writable by group and others \(mode 0777\): refusing to stage into a directory other users can write; remove it or use --to DIR\$"
+chmod 0700 "$T/conc/${name%/*}"
+expect_rc 0 "$RT" stage "$DS" --to "$T/conc"
+check [ "$(stat -c %a "$T/conc/$name")" = 700 ]
+
 # ---- source problems: named, nothing left looking complete --------------------------
 cp -r "$DS" "$T/ds_missing"
 rm "$T/ds_missing/train-00005.rts"
 expect_rc 1 "$RT" stage "$T/ds_missing" --to "$T/miss"
 expect_in err "^error: $T/ds_missing/train-00005.rts: missing \(listed in $T/ds_missing/manifest.json\)"
-check [ -z "$(ls "$T/miss"/ringtrain-*/ 2>/dev/null)" ]
+check [ -z "$(ls -A "$T/miss/$name" 2>/dev/null)" ]
 cp -r "$DS" "$T/ds_bad"
 flip "$T/ds_bad/train-00001.rts" 7000
 expect_rc 1 "$RT" stage "$T/ds_bad" --to "$T/bad"
 expect_in err 'train-00001.rts: copy 2 of 3 does not match the manifest'
 expect_in err "^error: $T/ds_bad/train-00001.rts: copied 3 times and the bytes never matched the manifest"
-check [ ! -e "$(ls -d "$T/bad"/ringtrain-*)/manifest.json" ]
+check [ ! -e "$T/bad/$name/manifest.json" ]
 truncate -s -10 "$T/ds_bad/train-00003.rts"
 expect_rc 1 "$RT" stage "$T/ds_bad" --to "$T/bad2"
 expect_in err "train-00003.rts: [0-9]+ bytes, the manifest says [0-9]+"
@@ -204,32 +214,33 @@ same_tree "$DS" "$T/plain/$name"
 
 # ---- out of space: before copying (statvfs) and midway (ENOSPC) ----------------------
 mkdir -p "$T/mnt"
+nsname=ringtrain-0/${name#*/} # in the user namespace this user is root
 if unshare -rm bash -c "mount -t tmpfs -o size=1m none '$T/mnt'" 2>/dev/null; then
     # Runs inside a private mount namespace; results come back through files under $T.
     unshare -rm bash -c "
         mount -t tmpfs -o size=4m none '$T/mnt' || exit 3
         '$RT' stage '$DS' --to '$T/mnt' >'$T/nospc1.out' 2>'$T/nospc1.err'; echo \$? >'$T/nospc1.rc'
-        ls -A '$T/mnt/$name' >'$T/nospc1.ls'
+        ls -A '$T/mnt/$nsname' >'$T/nospc1.ls'
         umount '$T/mnt'
         mount -t tmpfs -o size=12m none '$T/mnt' || exit 3
         RT_STAGE_TEST_DELAY_MS=15 '$RT' stage '$DS' --to '$T/mnt' --block-size 64K >'$T/nospc2.out' 2>'$T/nospc2.err' &
         pid=\$!
-        n=200; while [ ! -e '$T/mnt/$name/train-00000.rts' ] && [ \$n -gt 0 ]; do sleep 0.05; n=\$((n - 1)); done
+        n=200; while [ ! -e '$T/mnt/$nsname/train-00000.rts' ] && [ \$n -gt 0 ]; do sleep 0.05; n=\$((n - 1)); done
         fallocate -l 6M '$T/mnt/filler'
         wait \$pid; echo \$? >'$T/nospc2.rc'
-        ls -A '$T/mnt/$name' >'$T/nospc2.ls'
+        ls -A '$T/mnt/$nsname' >'$T/nospc2.ls'
         rm '$T/mnt/filler'
         '$RT' stage '$DS' --to '$T/mnt' >'$T/nospc3.out' 2>'$T/nospc3.err'; echo \$? >'$T/nospc3.rc'
-        cmp_all=0; for f in '$DS'/*; do cmp -s \"\$f\" '$T/mnt/$name/'\$(basename \"\$f\") || cmp_all=1; done
+        cmp_all=0; for f in '$DS'/*; do cmp -s \"\$f\" '$T/mnt/$nsname/'\$(basename \"\$f\") || cmp_all=1; done
         echo \$cmp_all >'$T/nospc3.cmp'
     "
     check [ "$(cat "$T/nospc1.rc")" = 1 ]
     cp "$T/nospc1.err" "$T/err"
-    expect_in err "^error: $T/mnt/$name: not enough space: the files still to copy need 10\.[0-9] MB, [0-9.]+ [kM]B is available"
+    expect_in err "^error: $T/mnt/$nsname: not enough space: the files still to copy need 10\.[0-9] MB, [0-9.]+ [kM]B is available"
     check [ ! -s "$T/nospc1.ls" ]
     check [ "$(cat "$T/nospc2.rc")" = 1 ]
     cp "$T/nospc2.err" "$T/err"
-    expect_in err "^error: $T/mnt/$name: out of space while copying train-000[0-9]{2}.rts \(No space left on device\): the files still to copy need [0-9.]+ MB, [0-9.]+ [kM]?B is available"
+    expect_in err "^error: $T/mnt/$nsname: out of space while copying train-000[0-9]{2}.rts \(No space left on device\): the files still to copy need [0-9.]+ MB, [0-9.]+ [kM]?B is available"
     check [ -z "$(grep -E 'manifest|partial' "$T/nospc2.ls")" ]
     check [ "$(cat "$T/nospc3.rc")" = 0 ]
     check [ "$(cat "$T/nospc3.cmp")" = 0 ]

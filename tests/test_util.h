@@ -5,6 +5,7 @@
 #ifndef RT_TESTS_UTIL_H
 #define RT_TESTS_UTIL_H
 
+#include <dirent.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,20 @@ static inline void tu_tempdir(char *buf, size_t len, const char *tag)
         perror("mkdtemp");
         exit(1);
     }
+}
+
+/* How many entries of `dir` begin with `prefix` ("w.safetensors.tmp-": the temporary
+ * files rt_file_write_atomic makes have random suffixes); -1 when dir cannot be read. */
+static inline int tu_count_prefixed(const char *dir, const char *prefix)
+{
+    DIR *d = opendir(dir);
+    if (!d)
+        return -1;
+    int n = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        n += strncmp(e->d_name, prefix, strlen(prefix)) == 0;
+    closedir(d);
+    return n;
 }
 
 /* 1 if the two files exist and have the same bytes. */

@@ -5,6 +5,7 @@
  * train_create is the order every rank meets the collectives in.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdlib.h>
@@ -280,11 +281,48 @@ static void make_schedule(struct train *T)
     T->sched.step_size = (uint64_t)RT_MAX(llround(c->step_epochs * (double)per_epoch), 1);
 }
 
+/* --metrics: appended to on a resumed run; never opened through a link, nor as another user's file. */
 static int open_metrics(struct train *T)
 {
     const char *path = T->cfg.metrics;
-    if (path && T->root && !(T->metrics = fopen(path, T->pos.update ? "a" : "w")))
-        return rt_errf(-errno, "cannot open %s: %s", path, strerror(errno));
+    int fd;
+    if (!path || !T->root)
+        return 0;
+    if (rt_file_open_write(path, T->pos.update > 0, "write metrics", &fd) < 0)
+        return -1;
+    if (!(T->metrics = fdopen(fd, T->pos.update ? "a" : "w"))) {
+        const int e = errno;
+        close(fd);
+        return rt_errf(-e, "cannot open %s: %s", path, strerror(e));
+    }
+    return 0;
+}
+
+/*
+ * --checkpoint-dir: rank 0 writes there and every rank trusts what it reads
+ * back on --resume, so it must be a directory only this user can write, not
+ * reached through a link as its last component (a link someone planted would
+ * send the checkpoints wherever it points). Rank 0 creates it, 0755 (other
+ * users may read checkpoints, not write them), before anything is trained; the
+ * other ranks check it where they see it.
+ */
+static int check_ckpt_dir(struct train *T)
+{
+    static const struct rt_dir_rules rules = {0, 0755, "write checkpoints into",
+                                              "give --checkpoint-dir a directory only you can write"};
+    struct rt_dir_rules r = rules;
+    const char *dir = T->cfg.checkpoint_dir;
+    int fd;
+    if (!dir)
+        return 0;
+    if (T->root)
+        r.flags |= RT_DIR_CREATE;
+    int rc = rt_dir_open_owned(AT_FDCWD, dir, dir, &r, &fd);
+    if (rc == -ENOENT && !T->root)
+        return 0; /* not there (yet) for this rank: --resume says so if it matters */
+    if (rc < 0)
+        return rt_errf(rc, "--checkpoint-dir: %s", rt_errmsg());
+    close(fd);
     return 0;
 }
 
@@ -306,8 +344,8 @@ int train_create(const struct train_cfg *cfg, struct train **out)
     T->comm = cfg->comm;
     T->val_split = -1;
     /* One model on every rank from the start: rank 0's. */
-    if (open_comm(T) < 0 || (T->cfg.stage_to && copy_data_local(T) < 0) || open_data(T) < 0 ||
-        open_compute(T) < 0 || make_model(T) < 0 || make_bucketer(T) < 0 ||
+    if (open_comm(T) < 0 || check_ckpt_dir(T) < 0 || (T->cfg.stage_to && copy_data_local(T) < 0) ||
+        open_data(T) < 0 || open_compute(T) < 0 || make_model(T) < 0 || make_bucketer(T) < 0 ||
         (T->cfg.resume && T->cfg.checkpoint_dir && ckpt_resume(T) < 0) ||
         replicas_sync_from_root(T, RT_MODEL_PARAMS, "initial parameters") < 0 ||
         replicas_sync_from_root(T, RT_MODEL_BUFFERS, "initial buffers") < 0 || trace_start(T) < 0 ||

@@ -52,15 +52,26 @@ void trace_window(struct train *T, uint64_t update, int begin)
         rt_trace_set_recording(T->tr.rec, 0);
 }
 
-/* Rank 0: the file, written beside its final name and renamed when whole. */
+/*
+ * Rank 0: the file, written beside its final name and renamed when whole. The
+ * temporary file is a new one of a name nobody can predict
+ * (rt_file_create_temp), so a link planted beside the trace is never written
+ * through; the rename replaces whatever the final name was, a link included.
+ */
 static int write_root(struct train *T, uint64_t base, const struct rt_trace_stats *sum,
                       const char *window)
 {
     char tmp[4200];
-    snprintf(tmp, sizeof(tmp), "%s.tmp", T->cfg.trace);
-    FILE *f = fopen(tmp, "w");
-    if (!f)
-        return rt_errf(-errno, "cannot write the trace %s: %s", tmp, strerror(errno));
+    int fd, made = rt_file_create_temp(T->cfg.trace, tmp, sizeof(tmp), &fd);
+    if (made < 0)
+        return rt_errf(made, "cannot write the trace: %s", rt_errmsg());
+    FILE *f = fdopen(fd, "w");
+    if (!f) {
+        const int e = errno;
+        close(fd);
+        unlink(tmp);
+        return rt_errf(-e, "cannot write the trace %s: %s", tmp, strerror(e));
+    }
     int rc = rt_trace_write_head(f);
     if (!rc)
         rc = rt_trace_render(T->tr.rec, f, 0, 0, base);
