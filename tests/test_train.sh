@@ -144,6 +144,23 @@ if "$RT" train "${T4[@]}" --checkpoint-dir "$W/full" >"$W/full.out" 2>&1; then
     else
         fail "SIGTERM resume: rc $rc1/$rc2"; tail -n 3 "$W/s1.out" "$W/s2.out"
     fi
+    # A signal during start-up (here: while --stage-to copies, slowed by a test fault) is no kill: the run
+    # stops before its first step with a checkpoint there, exits 0, and the resumed run is the planned one.
+    RT_STAGE_TEST_DELAY_MS=300 "$RT" train "${T4[@]}" --stage-to "$W/stg-sig" --checkpoint-dir "$W/early" \
+        >"$W/e1.out" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 300); do [ -n "$(find "$W/stg-sig" -name '*.partial' 2>/dev/null)" ] && break; sleep 0.05; done
+    kill -USR1 $pid 2>/dev/null
+    wait $pid
+    rc1=$?
+    "$RT" train "${T4[@]}" --checkpoint-dir "$W/early" --resume >"$W/e2.out" 2>&1
+    rc2=$?
+    if [ $rc1 -eq 0 ] && grep -q "stopped by signal 10 (SIGUSR1): checkpoint saved at epoch 1 step 0" "$W/e1.out" &&
+        [ $rc2 -eq 0 ] && same_weights "$W/full/model.safetensors" "$W/early/model.safetensors"; then
+        pass "SIGUSR1 while staging: stopped before the first step, exit 0, resume gives bit-identical weights"
+    else
+        fail "SIGUSR1 during start-up: rc $rc1/$rc2"; tail -n 3 "$W/e1.out" "$W/e2.out"
+    fi
     # eval scores the test split (256 records) even where the dataset has a val split (102 here).
     "$RT" pack "$W/src-cifar" --out "$W/cifar-val10" --val-split 0.1 >/dev/null &&
         "$RT" eval --data "$W/cifar-val10" --checkpoint "$W/full/model.safetensors" --threads 2 --json >"$W/ev.out" 2>&1

@@ -174,6 +174,9 @@ void input_labels(const struct rt_batch *slot, int32_t *labels); /* padding samp
 
 /* step.c */
 enum train_stop step_stop_requested(const struct train *T); /* after an update: --steps reached or a signal */
+/* Before the first step: a stop signal that reached any rank during start-up (staging, resume), agreed
+ * over the ranks (a collective) and kept in T->ctl for the report. STOP_SIGNAL or STOP_DONE. */
+enum train_stop step_stop_before_start(struct train *T);
 
 /* fence.c: the buckets' events, for rt_bucket_opts' fence_mark / fence_wait */
 int fence_create(struct train *T, int n);

@@ -15,7 +15,9 @@ int train_loop(struct train *T)
 {
     struct train_batch b;
     int r;
-    T->stop = STOP_DONE;
+    /* A signal during start-up (a long staging, say): stop where the run starts, as after a step. */
+    if ((T->stop = step_stop_before_start(T)) != STOP_DONE)
+        return ckpt_save(T) < 0 ? -1 : 0;
     T->meter.epoch_t0 = rt_now_ns();
     while (T->pos.epoch < T->cfg.epochs) {
         meter_begin(&T->meter);
@@ -53,19 +55,6 @@ static void on_stop_signal(int sig)
     train_stop_signal = sig;
 }
 
-/* The loop with SIGTERM and SIGUSR1 turned into "finish the update, save, stop". */
-static int loop_with_signals(struct train *T)
-{
-    struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
-    struct sigaction old_term, old_usr1;
-    sigemptyset(&sa.sa_mask);
-    sigaction(SIGTERM, &sa, &old_term);
-    sigaction(SIGUSR1, &sa, &old_usr1);
-    int rc = train_loop(T);
-    sigaction(SIGTERM, &old_term, NULL);
-    sigaction(SIGUSR1, &old_usr1, NULL);
-    return rc;
-}
 
 int train_finish(struct train *T)
 {
@@ -87,8 +76,16 @@ int train_finish(struct train *T)
     return T->stop == STOP_DONE || T->stop == STOP_TARGET ? ckpt_mark_finished(T, 1) : 0;
 }
 
+/* SIGTERM and SIGUSR1 mean "finish the update, save, stop" for the whole run: from before start-up
+ * (staging may take minutes; the loop checks before its first step) to the end (a signal after the
+ * last step changes nothing), so that preemption never kills the process outright. */
 int train_run(const struct train_cfg *cfg)
 {
+    struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
+    struct sigaction old_term, old_usr1;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGTERM, &sa, &old_term);
+    sigaction(SIGUSR1, &sa, &old_usr1);
     struct train *T;
     int rc = train_create(cfg, &T);
     if (rc == 0) {
@@ -96,11 +93,13 @@ int train_run(const struct train_cfg *cfg)
         rc = ckpt_mark_finished(T, 0);
     }
     if (rc == 0)
-        rc = loop_with_signals(T);
+        rc = train_loop(T);
     if (rc == 0)
         rc = train_finish(T);
     if (rc < 0)
         train_fail(T);
     train_destroy(T);
+    sigaction(SIGTERM, &old_term, NULL);
+    sigaction(SIGUSR1, &old_usr1, NULL);
     return rc < 0 ? -1 : 0;
 }

@@ -181,6 +181,16 @@ void train_advance(struct train *T, const struct train_batch *b)
     T->pos.batch++;
 }
 
+enum train_stop step_stop_before_start(struct train *T)
+{
+    int32_t bits = (int32_t)control_word(T);
+    /* Each bit on its own (MAX of 0/1 is their OR): a signal's kind is named in the report. */
+    int32_t v[3] = {!!(bits & CTL_STOP), !!(bits & CTL_SIGTERM), !!(bits & CTL_SIGUSR1)};
+    rt_comm_allreduce(T->comm, v, 3, RT_COMM_I32, RT_RED_MAX, "the stop check before the first step");
+    T->ctl = (v[0] ? CTL_STOP : 0u) | (v[1] ? CTL_SIGTERM : 0u) | (v[2] ? CTL_SIGUSR1 : 0u);
+    return v[0] ? STOP_SIGNAL : STOP_DONE;
+}
+
 enum train_stop step_stop_requested(const struct train *T)
 {
     if (T->cfg.max_updates && T->pos.update >= T->cfg.max_updates)
