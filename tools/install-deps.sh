@@ -2,14 +2,16 @@
 # install-deps.sh - installs the Debian 12 packages ringtrain needs that are
 # missing, and nothing else. Runs apt-get as root, or through sudo when not
 # root (it says so first). Usage: tools/install-deps.sh [--test]
-#   --test  also the test tools: clang + libFuzzer runtime for the fuzz targets, and
+#   --test  also the test tools: clang + libFuzzer runtime for the fuzz targets, Slurm and munge
+#           for the cluster tests (tests/cluster/lib.sh), and
 #           Python with PyTorch, which reads our checkpoints back as a user's script would.
 set -eu
 
 build_pkgs=(gcc libc6-dev make cmake ninja-build pkg-config liburing-dev libzstd-dev libturbojpeg0-dev
     libarchive-dev libxxhash-dev libjansson-dev zlib1g-dev libpng-dev libopenblas-openmp-dev libdnnl-dev
     libopenmpi-dev openmpi-bin)
-test_pkgs=(clang libclang-rt-14-dev python3 python3-numpy python3-torch python3-torchvision)
+test_pkgs=(clang libclang-rt-14-dev python3 python3-numpy python3-torch python3-torchvision
+    slurmctld slurmd slurm-client munge iproute2)
 
 want=("${build_pkgs[@]}")
 [ "${1:-}" = "--test" ] && want+=("${test_pkgs[@]}")

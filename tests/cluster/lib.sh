@@ -1,0 +1,93 @@
+# tests/cluster/lib.sh - shared pieces of the cluster tests (sourced, not run).
+#
+# The cluster tests bring up real daemons on this machine: a throwaway Slurm
+# (munge, slurmctld, slurmd from Debian's packages) and two "nodes" as network
+# namespaces joined by a veth pair. They need root with CAP_SYS_ADMIN and
+# CAP_NET_ADMIN and the packages tools/install-deps.sh --test installs; where
+# any of that is missing they exit 77 (ctest's skip) saying what is missing.
+#
+# Every test keeps its state in its own directory outside /tmp (a job's private
+# /tmp would hide it), runs its own munged on its own socket (so two tests, or
+# a site's munged, never share one), and stops only the daemons whose pid files
+# it wrote. The recipes these settings come from ran end to end on a 2-core
+# Debian 12 machine without systemd; docs/ARCHITECTURE.md ("Cluster tests")
+# lists the settings that mattered.
+
+# Seconds since the test started, before a message.
+cl_t0=${EPOCHREALTIME}
+cl_el() { awk -v a="$cl_t0" -v b="$EPOCHREALTIME" -v m="$*" 'BEGIN{printf "[%7.2fs] %s\n", b-a, m}'; }
+
+# cl_waitfor SECONDS 'shell condition': polls every 0.2 s; 1 when it timed out.
+cl_waitfor() {
+    local i
+    for i in $(seq $(($1 * 5))); do
+        eval "$2" && return 0
+        sleep 0.2
+    done
+    echo "timed out after $1 s: $2" >&2
+    return 1
+}
+
+# cl_require PACKAGE...: exits 77 unless this is root with the capabilities to
+# make namespaces and the packages are installed.
+cl_require() {
+    local miss=() p
+    [ "$(id -u)" = 0 ] || { echo "SKIP: needs root (daemons, namespaces, other users)"; exit 77; }
+    unshare --net --uts true 2>/dev/null ||
+        { echo "SKIP: needs CAP_SYS_ADMIN and CAP_NET_ADMIN (unshare --net --uts failed)"; exit 77; }
+    for p in "$@"; do dpkg -s "$p" >/dev/null 2>&1 || miss+=("$p"); done
+    [ ${#miss[@]} = 0 ] || { echo "SKIP: packages missing: ${miss[*]} (tools/install-deps.sh --test installs them)"; exit 77; }
+}
+
+# cl_munge_up DIR: a munged of our own, its key, socket and pid file under DIR
+# (DIR/run/sock is the socket; slurm.conf names it with AuthInfo=socket=...).
+cl_munge_up() {
+    local d=$1
+    mkdir -p "$d/munge" "$d/run"
+    mungekey -c -k "$d/munge/munge.key" >/dev/null
+    chown -R munge: "$d/munge" "$d/run"
+    chmod 700 "$d/munge"
+    chmod 755 "$d/run" "$d"
+    runuser -u munge -- /usr/sbin/munged --socket="$d/run/sock" --key-file="$d/munge/munge.key" \
+        --pid-file="$d/run/munged.pid" --log-file="$d/munge/munged.log" --seed-file="$d/munge/seed"
+    cl_waitfor 10 "[ -s '$d/run/munged.pid' ]"
+    cp "$d/run/munged.pid" "$d/munged.pid"
+}
+
+# cl_stop_daemons DIR: stops the slurmd, slurmctld and munged whose pid files
+# are DIR/*.pid, and waits up to 10 s for them to go.
+cl_stop_daemons() {
+    local f p pids=
+    for f in "$1"/*.pid; do
+        p=$(cat "$f" 2>/dev/null) || continue
+        grep -qxE 'slurmd|slurmctld|munged' "/proc/$p/comm" 2>/dev/null && pids+=" $p"
+    done
+    [ -n "$pids" ] || return 0
+    kill $pids 2>/dev/null
+    for p in $(seq 100); do kill -0 $pids 2>/dev/null || return 0; sleep 0.1; done
+    kill -9 $pids 2>/dev/null
+    return 0
+}
+
+# cl_netns_up PREFIX: two "nodes", network namespaces PREFIX0 and PREFIX1
+# joined by the veth pair PREFIXv0 <-> PREFIXv1 (10.77.0.1 <-> 10.77.0.2).
+# Enter them with nsenter --net=/run/netns/PREFIXn (not ip netns exec, which
+# remounts /sys without the cgroup filesystem slurmd needs).
+cl_netns_up() {
+    local p=$1 i
+    cl_netns_down "$p"
+    ip netns add "${p}0"
+    ip netns add "${p}1"
+    ip link add "${p}v0" netns "${p}0" type veth peer name "${p}v1" netns "${p}1"
+    for i in 0 1; do
+        ip -n "$p$i" addr add "10.77.0.$((i + 1))/24" dev "${p}v$i"
+        ip -n "$p$i" link set lo up
+        ip -n "$p$i" link set "${p}v$i" up
+    done
+}
+
+cl_netns_down() {
+    ip netns del "${1}0" 2>/dev/null
+    ip netns del "${1}1" 2>/dev/null
+    return 0
+}
