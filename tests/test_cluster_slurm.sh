@@ -85,16 +85,10 @@ marked=$(sed -n '/^## Slurm$/,/^## Layout$/p' "$README" | sed -n 's/^<!-- job: \
 for n in $marked; do [[ " $known " == *" $n "* ]] || fail "README job '$n' is not run by this test"; done
 for n in $known; do
     [[ " $marked " == *" $n "* ]] || fail "README has no job script marked <!-- job: $n -->"
-    awk -v m="<!-- job: $n -->" '
-        $0 == m { f = 1; next }
-        f == 1 { if ($0 != "```sh") exit; f = 2; next }
-        f == 2 { if ($0 == "```") { done = 1; exit } print }
-        END { exit !done }' "$README" > "$W/jobs/$n.readme" || fail "job $n: no \`\`\`sh block right after its marker"
-    sed -e "s|build/ringtrain|$W/bin/ringtrain|g" -e "s|/shared/datasets/cifar10|$W/data/cifar10|g" \
-        -e "s|\$HOME/runs|$W/runs|g" "$W/jobs/$n.readme" > "$W/jobs/$n.sh"
+    cl_readme_job "$README" "$n" "$W/bin/ringtrain" "$W/data/cifar10" "$W/runs" > "$W/jobs/$n.sh" ||
+        fail "job $n: not taken from the README"
     head -1 "$W/jobs/$n.sh" | grep -qx '#!/bin/bash' || fail "job $n: does not start with #!/bin/bash"
     [ "$n" = one-process ] && sed "s|$W/runs|$W/runs/ref|g" "$W/jobs/$n.sh" > "$W/jobs/$n-ref.sh"
-    grep -nE 'build/ringtrain|/shared/|\$HOME' "$W/jobs/$n.sh" && fail "job $n: a site path left unreplaced"
 done
 cl_el "README job scripts: $marked; as run (site paths replaced):"
 for n in $known; do echo "--- $n.sh" && sed 's/^/    /' "$W/jobs/$n.sh"; done

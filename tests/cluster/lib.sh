@@ -86,6 +86,26 @@ cl_netns_up() {
     done
 }
 
+# cl_readme_job README NAME RT DATA RUNS: prints the job script README.md's "## Slurm" section marks
+# with `<!-- job: NAME -->` (the ```sh block right after the marker), with only the site's tokens
+# replaced: build/ringtrain -> RT, /shared/datasets/cifar10 -> DATA, $HOME/runs -> RUNS. 1 when
+# there is no such block, or a site path is left (RT must not itself contain "build/ringtrain").
+cl_readme_job() {
+    local readme=$1 name=$2 rt=$3 data=$4 runs=$5 text
+    text=$(sed -n '/^## Slurm$/,/^## Layout$/p' "$readme" | awk -v m="<!-- job: $name -->" '
+        $0 == m { f = 1; next }
+        f == 1 { if ($0 != "```sh") exit; f = 2; next }
+        f == 2 { if ($0 == "```") { done = 1; exit } print }
+        END { exit !done }') || { echo "README: no \`\`\`sh block right after <!-- job: $name -->" >&2; return 1; }
+    text=$(printf '%s\n' "$text" | sed -e "s|build/ringtrain|$rt|g" -e "s|/shared/datasets/cifar10|$data|g" \
+        -e "s|\$HOME/runs|$runs|g")
+    if printf '%s\n' "$text" | grep -nE 'build/ringtrain|/shared/|\$HOME' >&2; then
+        echo "README job $name: a site path left unreplaced" >&2
+        return 1
+    fi
+    printf '%s\n' "$text"
+}
+
 cl_netns_down() {
     ip netns del "${1}0" 2>/dev/null
     ip netns del "${1}1" 2>/dev/null
