@@ -45,8 +45,9 @@
 #define GATHER_TAG 7302
 #define HB_ALL_PEERS_MAX 64 /* above this many ranks, heartbeats go to the ring neighbours only */
 
-struct hb_msg {
-    int32_t rank, phase;
+/* A peer's last heartbeat: where its training thread was. */
+struct heard {
+    int phase;
     uint64_t step;
 };
 
@@ -80,7 +81,7 @@ struct rt_comm {
     /* watchdog state, comm thread only */
     struct lifeline *ll;        /* the connections to the heartbeat partners */
     uint64_t *hb_seen;          /* world entries, ns */
-    struct hb_msg *hb_last;
+    struct heard *hb_last;      /* world entries */
     int *hb_peer;               /* world entries: 1 if a heartbeat partner */
     int *gone;                  /* world entries: 1 once it said it is leaving (LL_BYE) */
     uint64_t woke_ns;           /* when this process ran again after not running for idle_s */
@@ -351,7 +352,7 @@ static void on_message(void *ctx, const struct ll_msg *m)
     switch (m->kind) {
     case LL_HEARTBEAT:
         c->hb_seen[r] = rt_now_ns();
-        c->hb_last[r] = (struct hb_msg){.rank = r, .phase = m->phase, .step = m->step};
+        c->hb_last[r] = (struct heard){.phase = m->phase, .step = m->step};
         break;
     case LL_BYE:
         c->gone[r] = 1;
@@ -429,7 +430,6 @@ static void job_text(const struct comm_job *j, char *buf, size_t len)
 /* pf[1 + i] is the connection of rank pr[i]. */
 static void watch(struct rt_comm *c, struct comm_job *active, struct pollfd *pf, const int *pr, int npf)
 {
-    uint64_t now = rt_now_ns();
     char lag[256], jt[300] = "no collective in flight";
     struct comm_job *oldest = active;
     if (oldest)
@@ -443,7 +443,7 @@ static void watch(struct rt_comm *c, struct comm_job *active, struct pollfd *pf,
         pf[i].fd = lifeline_fd(c->ll, pr[i - 1]); /* -1 once it ended: poll skips it */
     }
     judge(c, dead, jt);
-    now = rt_now_ns(); /* after the heartbeats just read */
+    const uint64_t now = rt_now_ns(); /* after the heartbeats just read */
     for (int r = 0; r < c->info.world; r++) {
         if (!c->hb_peer[r] || c->gone[r])
             continue;
@@ -883,7 +883,7 @@ int rt_comm_create(const struct rt_comm_opts *o, struct rt_comm **out)
     }
     c->peers = rt_calloc((size_t)c->info.world, sizeof(*c->peers), "rank table");
     c->hb_seen = rt_calloc((size_t)c->info.world, sizeof(uint64_t), "rank table");
-    c->hb_last = rt_calloc((size_t)c->info.world, sizeof(struct hb_msg), "rank table");
+    c->hb_last = rt_calloc((size_t)c->info.world, sizeof(struct heard), "rank table");
     c->hb_peer = rt_calloc((size_t)c->info.world, sizeof(int), "rank table");
     c->gone = rt_calloc((size_t)c->info.world, sizeof(int), "rank table");
     if (!c->peers || !c->hb_seen || !c->hb_last || !c->hb_peer || !c->gone) {
