@@ -54,6 +54,27 @@ cl_munge_up() {
     cp "$d/run/munged.pid" "$d/munged.pid"
 }
 
+# cl_slurm_conf DIR: the slurm.conf lines every throwaway Slurm here shares: state, pid and log
+# files of slurmctld under DIR, the munged of cl_munge_up DIR, no cgroup plugins (proctrack/linuxproc;
+# the caller writes cgroup.conf with IgnoreSystemdOnFailure=yes beside slurm.conf), root as SlurmUser.
+# The caller adds the cluster's name and host, its slurmd, node and partition lines.
+cl_slurm_conf() {
+    cat <<EOF
+SlurmUser=root
+AuthType=auth/munge
+AuthInfo=socket=$1/run/sock
+StateSaveLocation=$1/ctld
+SlurmctldPidFile=$1/slurmctld.pid
+SlurmctldLogFile=$1/log/slurmctld.log
+ProctrackType=proctrack/linuxproc
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core
+JobAcctGatherType=jobacct_gather/none
+MpiDefault=none
+ReturnToService=2
+EOF
+}
+
 # cl_stop_daemons DIR: stops the slurmd, slurmctld and munged whose pid files
 # are DIR/*.pid, and waits up to 10 s for them to go.
 cl_stop_daemons() {
@@ -92,11 +113,15 @@ cl_netns_up() {
 # there is no such block, or a site path is left (RT must not itself contain "build/ringtrain").
 cl_readme_job() {
     local readme=$1 name=$2 rt=$3 data=$4 runs=$5 text
-    text=$(sed -n '/^## Slurm$/,/^## Layout$/p' "$readme" | awk -v m="<!-- job: $name -->" '
+    # One awk over the whole file, reading to its end (an early exit would SIGPIPE a writer before it: a
+    # failure under pipefail, now and then).
+    text=$(awk -v m="<!-- job: $name -->" '
+        /^## / { sl = $0 == "## Slurm" }
+        done || !sl { next }
         $0 == m { f = 1; next }
-        f == 1 { if ($0 != "```sh") exit; f = 2; next }
-        f == 2 { if ($0 == "```") { done = 1; exit } print }
-        END { exit !done }') || { echo "README: no \`\`\`sh block right after <!-- job: $name -->" >&2; return 1; }
+        f == 1 { if ($0 != "```sh") f = 0; else f = 2; next }
+        f == 2 { if ($0 == "```") done = 1; else print }
+        END { exit !done }' "$readme") || { echo "README: no \`\`\`sh block right after <!-- job: $name -->" >&2; return 1; }
     text=$(printf '%s\n' "$text" | sed -e "s|build/ringtrain|$rt|g" -e "s|/shared/datasets/cifar10|$data|g" \
         -e "s|\$HOME/runs|$runs|g")
     if printf '%s\n' "$text" | grep -nE 'build/ringtrain|/shared/|\$HOME' >&2; then

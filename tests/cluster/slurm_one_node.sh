@@ -41,27 +41,16 @@ slurm_one_node_up() {
     chmod 666 "$w/log/tasks"
     echo IgnoreSystemdOnFailure=yes > "$w/etc/cgroup.conf" # cgroup v2 without systemd
     echo "NodeName=$h Name=gpu File=$w/dev/nvidia[0-$((gpus - 1))]" > "$w/etc/gres.conf"
-    cat > "$w/etc/slurm.conf" <<EOF
-ClusterName=rtslurm
-SlurmctldHost=$h(127.0.0.1)
-SlurmUser=root
-AuthType=auth/munge
-AuthInfo=socket=$w/run/sock
-StateSaveLocation=$w/ctld
+    {
+        printf 'ClusterName=rtslurm\nSlurmctldHost=%s(127.0.0.1)\n' "$h"
+        cl_slurm_conf "$w"
+        cat <<EOF
 SlurmdSpoolDir=$w/spool
-SlurmctldPidFile=$w/slurmctld.pid
 SlurmdPidFile=$w/slurmd.pid
-SlurmctldLogFile=$w/log/slurmctld.log
 SlurmdLogFile=$w/log/slurmd.log
 SlurmctldDebug=debug2
-ProctrackType=proctrack/linuxproc
 TaskPlugin=task/affinity
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
 SchedulerParameters=batch_sched_delay=0
-JobAcctGatherType=jobacct_gather/none
-MpiDefault=none
-ReturnToService=2
 GresTypes=gpu
 Prolog=$w/etc/prolog
 Epilog=$w/etc/epilog
@@ -69,6 +58,7 @@ TaskProlog=$w/etc/taskprolog
 NodeName=$h NodeAddr=127.0.0.1 CPUs=$(nproc) Gres=gpu:$gpus State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
+    } > "$w/etc/slurm.conf"
     export SLURM_CONF=$w/etc/slurm.conf
     slurmctld && slurmd || return 1
     cl_waitfor 30 '[ "$(sinfo -h -o %t 2>/dev/null)" = idle ]' && return 0

@@ -74,30 +74,21 @@ tn_slurm_up() {
     mkdir -p "$w"/{ctld,log,spool-n0,spool-n1,tmp-n0,tmp-n1}
     cl_munge_up "$w" || return 1
     echo IgnoreSystemdOnFailure=yes >"$w/cgroup.conf" # cgroup v2 without systemd
-    cat >"$w/slurm.conf" <<EOF
-ClusterName=rtc2n
-SlurmctldHost=n0(${TN_HOSTS[0]})
-SlurmUser=root
-AuthType=auth/munge
-AuthInfo=socket=$w/run/sock
-StateSaveLocation=$w/ctld
+    {
+        printf 'ClusterName=rtc2n\nSlurmctldHost=n0(%s)\n' "${TN_HOSTS[0]}"
+        cl_slurm_conf "$w"
+        # Two slurmd on one machine: spool, TmpFS, pid and log files per node (%n), or they collide.
+        cat <<EOF
 SlurmdSpoolDir=$w/spool-%n
 TmpFS=$w/tmp-%n
-SlurmctldPidFile=$w/slurmctld.pid
 SlurmdPidFile=$w/slurmd-%n.pid
-SlurmctldLogFile=$w/log/slurmctld.log
 SlurmdLogFile=$w/log/slurmd-%n.log
-ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-JobAcctGatherType=jobacct_gather/none
-MpiDefault=none
-ReturnToService=2
 NodeName=n0 NodeAddr=${TN_HOSTS[0]} CPUs=$TN_NCPU State=UNKNOWN
 NodeName=n1 NodeAddr=${TN_HOSTS[1]} CPUs=$TN_NCPU State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 EOF
+    } >"$w/slurm.conf"
     # Each node's daemons in its namespaces; task/none: the tasks inherit the node's CPUs and disk.
     for i in 0 1; do
         local start="slurmd -N n$i"
