@@ -128,12 +128,20 @@ static int manifest_load(const char *src, uint8_t **text, size_t *len, uint64_t 
 }
 
 /* Writes PARENT/ringtrain-<uid>/<hash> (and, given `lock`, PARENT/ringtrain-<uid>/<hash>.lock). */
+/* The names under PARENT: this user's directory, "ringtrain-<uid>", and the dataset's in it, "<h>". */
+static void stage_names(uint64_t hash, char user[32], char name[24])
+{
+    snprintf(user, 32, STAGE_PREFIX "%u", (unsigned)geteuid());
+    snprintf(name, 24, "%016" PRIx64, hash);
+}
+
 static int dest_paths(const char *parent_abs, uint64_t hash, char *dest, size_t dlen, char *lock, size_t llen)
 {
-    char name[64];
+    char user[32], name[24], rel[64];
 
-    snprintf(name, sizeof(name), STAGE_PREFIX "%u/%016" PRIx64, (unsigned)geteuid(), hash);
-    if (rt_path_join(dest, dlen, parent_abs, name) < 0)
+    stage_names(hash, user, name);
+    snprintf(rel, sizeof(rel), "%s/%s", user, name);
+    if (rt_path_join(dest, dlen, parent_abs, rel) < 0)
         return -ENAMETOOLONG;
     if (lock && (size_t)snprintf(lock, llen, "%s.lock", dest) >= llen)
         return rt_errf(-ENAMETOOLONG, "%s.lock: path too long", dest);
@@ -1256,8 +1264,7 @@ int rt_local_copy_dataset(const char *src, const struct rt_local_copy_opts *opts
                                         &st.ds)) < 0 ||
         (rc = build_file_list(&st)) < 0)
         goto out;
-    snprintf(st.user_name, sizeof(st.user_name), STAGE_PREFIX "%u", (unsigned)geteuid());
-    snprintf(st.name, sizeof(st.name), "%016" PRIx64, st.manifest_hash);
+    stage_names(st.manifest_hash, st.user_name, st.name);
     snprintf(st.lock_name, sizeof(st.lock_name), "%s.lock", st.name);
     snprintf(res->manifest_xxh64, sizeof(res->manifest_xxh64), "%016" PRIx64, st.manifest_hash);
     res->files = st.nfiles;

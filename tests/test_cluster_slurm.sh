@@ -249,12 +249,12 @@ job_one_process() {
 # The one-process pair goes in when the next check is 4 s away; the other jobs fill the time
 # before it (the first, in this order, that fits: each one's usual length in seconds on 2
 # cores, plus one) and after it. The scancel ones are compared with srun_ref at the end.
-todo=(stage:4 gpu:3 srun_scancel:8 mpirun_scancel:8 srun_ref:4)
+queued=(stage:4 gpu:3 srun_scancel:8 mpirun_scancel:8 srun_ref:4)
 ONE='' D2='' LATER=()
-while [ ${#todo[@]} -gt 0 ]; do
+while [ ${#queued[@]} -gt 0 ]; do
     pick=
-    for i in "${!todo[@]}"; do
-        if [ -n "$ONE" ] || awk -v n="$(next_tick 4)" -v now="$EPOCHREALTIME" -v l="${todo[$i]#*:}" \
+    for i in "${!queued[@]}"; do
+        if [ -n "$ONE" ] || awk -v n="$(next_tick 4)" -v now="$EPOCHREALTIME" -v l="${queued[$i]#*:}" \
             'BEGIN { exit !(now + l + 1 <= n - 4) }'; then
             pick=$i
             break
@@ -265,8 +265,8 @@ while [ ${#todo[@]} -gt 0 ]; do
         ONE=1
         continue
     fi
-    "job_${todo[$pick]%:*}"
-    unset "todo[$pick]"
+    "job_${queued[$pick]%:*}"
+    unset "queued[$pick]"
 done
 [ -n "$ONE" ] || job_one_process
 for c in "${LATER[@]}"; do

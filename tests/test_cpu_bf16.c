@@ -77,6 +77,7 @@
 #endif
 
 #include "check.h"
+#include "test_util.h"
 #include "common/common.h"
 #include "compute/compute.h"
 
@@ -128,21 +129,6 @@ static float rnd(float f)
 
 /* ---- host and device helpers ----------------------------------------------------------- */
 
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "test_cpu_bf16: out of memory (%zu bytes)\n", n);
-        exit(1);
-    }
-    return p;
-}
-
-static float *hfloats(size_t n)
-{
-    return xmalloc(n * sizeof(float));
-}
-
 static void *dev(size_t bytes)
 {
     void *p = o32->alloc(be, bytes);
@@ -161,7 +147,7 @@ static size_t count4(struct rt_shape4 sh)
 /* Values in [lo, hi), rounded to bf16 so both tables see them exactly. */
 static float *random_bf16(size_t n, float lo, float hi)
 {
-    float *p = hfloats(n);
+    float *p = tu_hfloats(n);
     for (size_t i = 0; i < n; i++)
         p[i] = rnd(lo + (hi - lo) * rt_rng_uniform(&rng));
     return p;
@@ -185,7 +171,7 @@ static float *put16(const float *host, size_t n, const struct rt_shape4 *sp)
         o16->from_nchw(st, *sp, host, d);
         return d;
     }
-    uint16_t *b = xmalloc(n * sizeof(uint16_t));
+    uint16_t *b = tu_xmalloc(n * sizeof(uint16_t));
     for (size_t i = 0; i < n; i++)
         b[i] = rne(host[i]);
     o16->upload(st, d, b, n * sizeof(uint16_t));
@@ -196,7 +182,7 @@ static float *put16(const float *host, size_t n, const struct rt_shape4 *sp)
 /* Host copies, widened from bf16 for the bf16 table. */
 static float *get32(const float *d, size_t n, const struct rt_shape4 *sp)
 {
-    float *h = hfloats(n);
+    float *h = tu_hfloats(n);
     if (sp)
         o32->to_nchw(st, *sp, d, h);
     else
@@ -206,12 +192,12 @@ static float *get32(const float *d, size_t n, const struct rt_shape4 *sp)
 
 static float *get16(const float *d, size_t n, const struct rt_shape4 *sp)
 {
-    float *h = hfloats(n);
+    float *h = tu_hfloats(n);
     if (sp) {
         o16->to_nchw(st, *sp, d, h);
         return h;
     }
-    uint16_t *b = xmalloc(n * sizeof(uint16_t));
+    uint16_t *b = tu_xmalloc(n * sizeof(uint16_t));
     o16->download(st, b, d, n * sizeof(uint16_t));
     for (size_t i = 0; i < n; i++)
         h[i] = wid(b[i]);
@@ -221,7 +207,7 @@ static float *get16(const float *d, size_t n, const struct rt_shape4 *sp)
 
 static void fill16(float *d, size_t n, uint16_t v)
 {
-    uint16_t *b = xmalloc(n * sizeof(uint16_t));
+    uint16_t *b = tu_xmalloc(n * sizeof(uint16_t));
     for (size_t i = 0; i < n; i++)
         b[i] = v;
     o16->upload(st, d, b, n * sizeof(uint16_t));
@@ -230,7 +216,7 @@ static void fill16(float *d, size_t n, uint16_t v)
 
 static void fill32(float *d, size_t n, float v)
 {
-    float *b = hfloats(n);
+    float *b = tu_hfloats(n);
     for (size_t i = 0; i < n; i++)
         b[i] = v;
     o32->upload(st, d, b, n * sizeof(float));
@@ -340,12 +326,12 @@ static void test_layout(void)
     for (size_t k = 0; k < RT_ARRAY_LEN(shapes); k++) {
         const struct rt_shape4 sh = shapes[k];
         const size_t n = count4(sh);
-        float *x = hfloats(n);
+        float *x = tu_hfloats(n);
         for (size_t i = 0; i < n; i++)
             x[i] = -3.0f + 6.0f * rt_rng_uniform(&rng); /* not bf16: from_nchw rounds */
         float *d = dev(n * sizeof(uint16_t));
         o16->from_nchw(st, sh, x, d);
-        uint16_t *bits = xmalloc(n * sizeof(uint16_t));
+        uint16_t *bits = tu_xmalloc(n * sizeof(uint16_t));
         o16->download(st, bits, d, n * sizeof(uint16_t));
         /* the blocked (nChw16c) or (C, N, H, W) position, as cpu.h spells it */
         size_t bad = 0;
@@ -377,7 +363,7 @@ static void test_input(void)
     for (size_t k = 0; k < RT_ARRAY_LEN(shapes); k++) {
         const struct rt_shape4 sh = shapes[k];
         const size_t n = count4(sh);
-        uint8_t *img = xmalloc(n);
+        uint8_t *img = tu_xmalloc(n);
         for (size_t i = 0; i < n; i++)
             img[i] = (uint8_t)rt_rng_below(&rng, 256);
         float mean[16], sd[16];
@@ -434,7 +420,7 @@ static void test_bn_shape(struct rt_shape4 sh, float lo, float hi)
         h[t][3] = get32(rv[t], C, NULL);
     }
     /* the mean within 1e-5 of the spread (1/invstd) */
-    double *mtol = xmalloc(C * sizeof(double));
+    double *mtol = tu_xmalloc(C * sizeof(double));
     for (size_t c = 0; c < C; c++)
         mtol[c] = 1e-5 / h[0][1][c];
     compare("bn_train_fwd save_mean", ss, h[0][0], h[1][0], C, 0, 0.0, 0.0, mtol);
@@ -458,7 +444,7 @@ static void test_bn_shape(struct rt_shape4 sh, float lo, float hi)
     float *dy32 = put32(dy, n, &sh), *dy16 = put16(dy, n, &sh);
     float *dg0 = random_bf16(C, -1.0f, 1.0f), *db0 = random_bf16(C, -1.0f, 1.0f);
     /* sums of |terms| per channel, for the parameter gradients' bounds */
-    double *sdy = xmalloc(C * sizeof(double)), *sdyx = xmalloc(C * sizeof(double));
+    double *sdy = tu_xmalloc(C * sizeof(double)), *sdyx = tu_xmalloc(C * sizeof(double));
     for (size_t c = 0; c < C; c++) {
         sdy[c] = sdyx[c] = 0.0;
         for (int in = 0; in < sh.n; in++)
@@ -569,7 +555,7 @@ struct bnr_out {
 
 static void *dev_bits(const float *d, size_t bytes)
 {
-    void *h = xmalloc(bytes);
+    void *h = tu_xmalloc(bytes);
     o16->download(st, h, d, bytes);
     return h;
 }
@@ -736,7 +722,7 @@ static void ref_maxpool(const struct rt_pool_desc *d, const float *x, const floa
     const size_t planes = (size_t)d->in.n * d->in.c;
     for (size_t j = 0; j < planes; j++) {
         const float *xp = x + j * H * W;
-        double *acc = xmalloc((size_t)H * W * sizeof(double));
+        double *acc = tu_xmalloc((size_t)H * W * sizeof(double));
         for (int i = 0; i < H * W; i++)
             acc[i] = beta == 0.0f ? 0.0 : beta * (double)dx[j * H * W + i];
         for (int oy = 0; oy < d->oh; oy++)
@@ -791,7 +777,7 @@ static void test_pool_case(struct rt_shape4 sh, int k, int stride, int pad, enum
     }
     float *x32 = put32(x, n, &sh), *x16 = put16(x, n, &sh);
     float *y32 = dev(no * sizeof(float)), *y16 = dev(no * sizeof(uint16_t));
-    float *hy = hfloats(no), *hdx = hfloats(n);
+    float *hy = tu_hfloats(no), *hdx = tu_hfloats(n);
     for (int avg = 0; avg < 2; avg++) {
         (avg ? o32->avgpool_fwd : o32->maxpool_fwd)(st, &d, x32, y32);
         (avg ? o16->avgpool_fwd : o16->maxpool_fwd)(st, &d, x16, y16);
@@ -945,7 +931,7 @@ static void test_linear_case(int n, int in, int out, int bias)
     o16->linear_fwd(st, n, in, out, x16, w32, b32, y16);
     float *r = get32(y32, ny, NULL), *g = get16(y16, ny, NULL);
     /* K terms in another order: K 2^-24 of the sum of |terms|, plus the output's rounding */
-    double *tol = xmalloc(RT_MAX(nx, RT_MAX(ny, nw)) * sizeof(double));
+    double *tol = tu_xmalloc(RT_MAX(nx, RT_MAX(ny, nw)) * sizeof(double));
     for (int i = 0; i < n; i++)
         for (int o = 0; o < out; o++) {
             double sa = bias ? fabs(b[o]) : 0.0;
@@ -1193,7 +1179,7 @@ static void test_elem_n(size_t n)
         for (int gelu = 0; gelu < 2; gelu++) {
             float *dx0 = random_bf16(n, -1.0f, 1.0f);
             o32->upload(st, y32, dx0, n * sizeof(float));
-            uint16_t *bits = xmalloc(n * sizeof(uint16_t));
+            uint16_t *bits = tu_xmalloc(n * sizeof(uint16_t));
             for (size_t i = 0; i < n; i++)
                 bits[i] = beta ? rne(dx0[i]) : 0x7fc0u;
             if (!beta)
@@ -1392,7 +1378,7 @@ static int model_step(const char *name, int c, int h, int w, enum rt_dtype act, 
     struct rt_rng r;
     rt_rng_init(&r, SEED, 77);
     const size_t ni = (size_t)N * c * h * w;
-    uint8_t *img = xmalloc(ni);
+    uint8_t *img = tu_xmalloc(ni);
     for (size_t i = 0; i < ni; i++)
         img[i] = (uint8_t)rt_rng_below(&r, 256);
     int32_t labels[N];
@@ -1406,8 +1392,8 @@ static int model_step(const char *name, int c, int h, int w, enum rt_dtype act, 
     int rc = rt_model_step(m, &so, N, img, labels, &ls);
     CHECKF(rc == 0, "%s %s: rt_model_step: %s", name, rt_dtype_name(act), rt_errmsg());
     out->np = rt_model_param_count(m);
-    out->grads = hfloats(out->np);
-    out->logits = hfloats((size_t)N * K);
+    out->grads = tu_hfloats(out->np);
+    out->logits = tu_hfloats((size_t)N * K);
     rt_model_read(m, RT_MODEL_GRADS, 0, out->np, out->grads);
     rt_model_logits(m, out->logits, N);
     out->loss = ls.loss_sum / ls.count;

@@ -27,6 +27,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "test_util.h"
 #include "common/common.h"
 #include "compute/compute.h"
 
@@ -131,21 +132,6 @@ static struct side {
 
 /* ---- host helpers -------------------------------------------------------------------------------- */
 
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "test_cuda_ops: out of memory (%zu bytes)\n", n);
-        exit(1);
-    }
-    return p;
-}
-
-static float *hfloats(size_t n)
-{
-    return xmalloc(n * sizeof(float));
-}
-
 static void fill_uniform(struct rt_rng *r, float *p, size_t n, float lo, float hi)
 {
     for (size_t i = 0; i < n; i++)
@@ -245,7 +231,7 @@ static void d_put_sp(struct dual *d, struct rt_shape4 sh, const float *nchw)
 /* n copies of v (layout does not matter for a constant). */
 static void d_fill(struct dual *d, size_t n, float v)
 {
-    float *h = hfloats(n);
+    float *h = tu_hfloats(n);
     fill_const(h, n, v);
     d_put(d, h, n * sizeof(float));
     free(h);
@@ -338,7 +324,7 @@ static void compare(const char *op, const char *shape, const float *ref, const f
 static void cmp_sp(const char *op, const char *shape, const struct dual *d, struct rt_shape4 sh, enum tol_id t)
 {
     const size_t n = count4(sh);
-    float *a = hfloats(n), *b = hfloats(n);
+    float *a = tu_hfloats(n), *b = tu_hfloats(n);
     d_get_sp(d, sh, a, b);
     compare(op, shape, a, b, n, t);
     free(a);
@@ -348,7 +334,7 @@ static void cmp_sp(const char *op, const char *shape, const struct dual *d, stru
 /* Downloads n floats (features or a flat buffer) from both backends and compares. */
 static void cmp_flat(const char *op, const char *shape, const struct dual *d, size_t n, enum tol_id t)
 {
-    float *a = hfloats(n), *b = hfloats(n);
+    float *a = tu_hfloats(n), *b = tu_hfloats(n);
     d_get(d, a, b, n * sizeof(float));
     compare(op, shape, a, b, n, t);
     free(a);
@@ -402,7 +388,7 @@ static void test_memory(void)
     rt_rng_init(&r, SEED, 1);
     const size_t nb = 4099; /* odd: no vector-width assumption */
     struct dual a = d_alloc(nb), b = d_alloc(nb);
-    uint8_t *h = xmalloc(nb), *want = xmalloc(nb), *got[2] = {xmalloc(nb), xmalloc(nb)};
+    uint8_t *h = tu_xmalloc(nb), *want = tu_xmalloc(nb), *got[2] = {tu_xmalloc(nb), tu_xmalloc(nb)};
 
     /* fresh allocations are zeroed and 256-byte aligned */
     BOTH {
@@ -446,7 +432,7 @@ static void test_memory(void)
 
     /* a larger buffer (bandwidth paths, several blocks), copied device to device */
     const size_t nbig = ((size_t)8 << 20) + 12;
-    uint8_t *big = xmalloc(nbig), *back = xmalloc(nbig);
+    uint8_t *big = tu_xmalloc(nbig), *back = tu_xmalloc(nbig);
     for (size_t i = 0; i < nbig; i++)
         big[i] = (uint8_t)(i * 131 + (i >> 11));
     struct dual x = d_alloc(nbig), y = d_alloc(nbig);
@@ -487,7 +473,7 @@ static void test_layout(void)
     for (size_t k = 0; k < RT_ARRAY_LEN(shapes); k++) {
         const struct rt_shape4 sh = shapes[k];
         const size_t n = count4(sh);
-        float *h = hfloats(n), *a = hfloats(n), *b = hfloats(n);
+        float *h = tu_hfloats(n), *a = tu_hfloats(n), *b = tu_hfloats(n);
         fill_uniform(&r, h, n, -1, 1);
         struct dual d = d_floats(n);
         d_put_sp(&d, sh, h);
@@ -514,7 +500,7 @@ static void test_input_u8(void)
     for (size_t k = 0; k < RT_ARRAY_LEN(shapes); k++) {
         const struct rt_shape4 sh = shapes[k];
         const size_t n = count4(sh);
-        uint8_t *img = xmalloc(n);
+        uint8_t *img = tu_xmalloc(n);
         for (size_t i = 0; i < n; i++)
             img[i] = (uint8_t)rt_rng_below(&r, 256);
         img[0] = 0;
@@ -556,8 +542,8 @@ static void test_conv_case(const struct conv_case *c, uint64_t stream)
                  nb = (size_t)c->cout;
     struct rt_rng r;
     rt_rng_init(&r, SEED, stream);
-    float *hx = hfloats(nx), *hw = hfloats(nw), *hb = hfloats(nb), *hdy = hfloats(ny);
-    float *old = hfloats(RT_MAX(nx, nw));
+    float *hx = tu_hfloats(nx), *hw = tu_hfloats(nw), *hb = tu_hfloats(nb), *hdy = tu_hfloats(ny);
+    float *old = tu_hfloats(RT_MAX(nx, nw));
     const float bound = sqrtf(3.0f / (float)(c->cin * c->k * c->k)); /* unit-variance outputs */
     fill_uniform(&r, hx, nx, -1, 1);
     fill_uniform(&r, hw, nw, -bound, bound);
@@ -636,12 +622,12 @@ static void test_bn_case(struct rt_shape4 sh, uint64_t stream)
     /* a distinct mean and spread per channel: a wrong channel stride shows, and mean 20 / sd 0.5
      * punishes a cancelling variance formula */
     static const float mu[] = {0.0f, 5.0f, -20.0f, 1.5f}, sd[] = {1.0f, 3.0f, 0.5f, 2.0f};
-    float *hx = hfloats(n), *hdy = hfloats(n), *old = hfloats(n);
+    float *hx = tu_hfloats(n), *hdy = tu_hfloats(n), *old = tu_hfloats(n);
     for (int in = 0; in < sh.n; in++)
         for (size_t ch = 0; ch < c; ch++)
             fill_normal(&r, hx + ((size_t)in * c + ch) * hw, hw, mu[ch % 4], sd[ch % 4]);
     fill_normal(&r, hdy, n, 0.0f, 1.0f);
-    float *hg = hfloats(c), *hb = hfloats(c), *hrm = hfloats(c), *hrv = hfloats(c), *hc = hfloats(c);
+    float *hg = tu_hfloats(c), *hb = tu_hfloats(c), *hrm = tu_hfloats(c), *hrv = tu_hfloats(c), *hc = tu_hfloats(c);
     fill_uniform(&r, hg, c, 0.5f, 1.5f);
     fill_uniform(&r, hb, c, -0.5f, 0.5f);
     fill_uniform(&r, hrm, c, -1.0f, 1.0f);
@@ -675,7 +661,7 @@ static void test_bn_case(struct rt_shape4 sh, uint64_t stream)
     cmp_sp("bn_infer_fwd y", shape, &y, sh, T_REDUCE);
 
     /* backward from the CPU's saved statistics on both, so only bn_bwd itself is compared */
-    float *hsm = hfloats(c), *hsi = hfloats(c);
+    float *hsm = tu_hfloats(c), *hsi = tu_hfloats(c);
     OP(CPU, download, hsm, DF(sm, CPU), c * sizeof(float));
     OP(CPU, download, hsi, DF(si, CPU), c * sizeof(float));
     S[CPU].ops->sync(S[CPU].st);
@@ -741,7 +727,7 @@ static void test_pool_case(int is_max, struct rt_shape4 in, int k, int stride, i
     const size_t nx = count4(in), ny = count4(ys);
     struct rt_rng r;
     rt_rng_init(&r, SEED, stream);
-    float *hx = hfloats(nx), *hdy = hfloats(ny), *old = hfloats(nx);
+    float *hx = tu_hfloats(nx), *hdy = tu_hfloats(ny), *old = tu_hfloats(nx);
     fill_uniform(&r, hx, nx, -1, 1);
     if (xmode == 1)
         for (size_t i = 0; i < nx; i++)
@@ -815,7 +801,7 @@ static void test_feat_case(struct rt_shape4 sh, int flatten, uint64_t stream)
     const size_t nx = count4(sh), ny = flatten ? nx : (size_t)sh.n * sh.c;
     struct rt_rng r;
     rt_rng_init(&r, SEED, stream);
-    float *hx = hfloats(nx), *hdy = hfloats(ny), *old = hfloats(nx);
+    float *hx = tu_hfloats(nx), *hdy = tu_hfloats(ny), *old = tu_hfloats(nx);
     fill_uniform(&r, hx, nx, -1, 1);
     fill_uniform(&r, hdy, ny, -1, 1);
     struct dual x = d_floats(nx), y = d_floats(ny), dy = d_floats(ny), dx = d_floats(nx);
@@ -871,7 +857,7 @@ static void test_linear_case(int n, int in, int out, int bias, uint64_t stream)
     const size_t nx = (size_t)n * in, nw = (size_t)out * in, ny = (size_t)n * out, nb = (size_t)out;
     struct rt_rng r;
     rt_rng_init(&r, SEED, stream);
-    float *hx = hfloats(nx), *hw = hfloats(nw), *hb = hfloats(nb), *hdy = hfloats(ny), *old = hfloats(RT_MAX(nx, nw));
+    float *hx = tu_hfloats(nx), *hw = tu_hfloats(nw), *hb = tu_hfloats(nb), *hdy = tu_hfloats(ny), *old = tu_hfloats(RT_MAX(nx, nw));
     const float bound = sqrtf(3.0f / (float)in);
     fill_uniform(&r, hx, nx, -1, 1);
     fill_uniform(&r, hw, nw, -bound, bound);
@@ -935,7 +921,7 @@ static void test_relu_gelu(void)
     snprintf(shape, sizeof(shape), "n=%zu", n);
     struct rt_rng r;
     rt_rng_init(&r, SEED, 600);
-    float *hx = hfloats(n), *hdy = hfloats(n), *old = hfloats(n);
+    float *hx = tu_hfloats(n), *hdy = tu_hfloats(n), *old = tu_hfloats(n);
     fill_normal(&r, hx, n, 0.0f, 2.0f);
     hx[3] = 0.0f;
     hx[4] = -0.0f;
@@ -1020,7 +1006,7 @@ static void test_dropout(void)
         nmax = RT_MAX(nmax, count4(cases[k].sh));
     struct rt_rng r;
     rt_rng_init(&r, SEED, 700);
-    float *hx = hfloats(nmax), *hdy = hfloats(nmax), *old = hfloats(nmax), *a = hfloats(nmax), *b = hfloats(nmax);
+    float *hx = tu_hfloats(nmax), *hdy = tu_hfloats(nmax), *old = tu_hfloats(nmax), *a = tu_hfloats(nmax), *b = tu_hfloats(nmax);
     fill_normal(&r, hx, nmax, 0.0f, 1.0f);
     fill_normal(&r, hdy, nmax, 0.0f, 1.0f);
     avoid_zero(hx, nmax);
@@ -1053,7 +1039,7 @@ static void test_dropout(void)
         cmp_mask("dropout_fwd", shape, a, b, len);
         compare("dropout_fwd values", shape, a, b, len, T_ELEM);
         /* backward regenerates the same mask: compare it with the CUDA forward's mask too */
-        float *fwd_gpu = hfloats(len);
+        float *fwd_gpu = tu_hfloats(len);
         memcpy(fwd_gpu, b, len * sizeof(float));
         d_fill(&dx, len, NAN);
         BOTH OP(s, dropout_bwd, sh, sp, p, seed, off, DF(dy, s), 0.0f, DF(dx, s));
@@ -1088,9 +1074,9 @@ static void test_dropout(void)
                 continue;
             char op[64];
             snprintf(op, sizeof(op), "dropout_fwd %s", rt_dtype_name(act));
-            float *ones = hfloats(len);
+            float *ones = tu_hfloats(len);
             fill_const(ones, len, 1.0f);
-            uint16_t *h16 = xmalloc(len * sizeof(uint16_t));
+            uint16_t *h16 = tu_xmalloc(len * sizeof(uint16_t));
             if (sp) {
                 o16->from_nchw(S[GPU].st, sh, ones, DF(dy, GPU));
                 OP(CPU, from_nchw, sh, ones, DF(y, CPU));
@@ -1137,7 +1123,7 @@ static void test_blas1(void)
     snprintf(shape, sizeof(shape), "n=%zu", n);
     struct rt_rng r;
     rt_rng_init(&r, SEED, 800);
-    float *ha = hfloats(n), *hb = hfloats(n);
+    float *ha = tu_hfloats(n), *hb = tu_hfloats(n);
     fill_normal(&r, ha, n, 0.0f, 1.0f);
     fill_normal(&r, hb, n, 1.0f, 2.0f);
     struct dual a = d_floats(n), b = d_floats(n), y = d_floats(n);
@@ -1174,8 +1160,8 @@ static void test_xent_case(int n, int k, float eps, int with_grad, uint64_t stre
     const size_t nz = (size_t)n * k;
     struct rt_rng r;
     rt_rng_init(&r, SEED, stream);
-    float *hz = hfloats(nz);
-    int32_t *lab = xmalloc((size_t)n * sizeof(int32_t));
+    float *hz = tu_hfloats(nz);
+    int32_t *lab = tu_xmalloc((size_t)n * sizeof(int32_t));
     fill_normal(&r, hz, nz, 0.0f, 3.0f);
     int valid = 0;
     for (int i = 0; i < n; i++) {
@@ -1241,7 +1227,7 @@ static void test_reductions(void)
     struct rt_rng r;
     rt_rng_init(&r, SEED, 1000);
     const size_t big = ((size_t)1 << 21) + 5;
-    float *hx = hfloats(big);
+    float *hx = tu_hfloats(big);
     fill_normal(&r, hx, big, 0.0f, 1.0f);
     hx[0] = 4096.0f; /* 2^24 first: a float accumulator would then lose every 1 */
     struct dual x = d_floats(big), out = d_floats(1);
@@ -1297,7 +1283,7 @@ static double half_value(uint16_t h)
 static void cast_from_f32(int which, const char *op, const char *shape, const float *hx, size_t n)
 {
     struct dual x = d_floats(n), y = d_alloc(n * sizeof(uint16_t));
-    uint16_t *a = xmalloc(n * sizeof(uint16_t)), *b = xmalloc(n * sizeof(uint16_t));
+    uint16_t *a = tu_xmalloc(n * sizeof(uint16_t)), *b = tu_xmalloc(n * sizeof(uint16_t));
     d_put(&x, hx, n * sizeof(float));
     if (which == 0)
         BOTH OP(s, cast_f32_f16, n, DF(x, s), (uint16_t *)y.p[s]);
@@ -1314,7 +1300,7 @@ static void cast_from_f32(int which, const char *op, const char *shape, const fl
 static void cast_to_f32(int which, const char *op, const char *shape, const uint16_t *hx, size_t n)
 {
     struct dual x = d_alloc(n * sizeof(uint16_t)), y = d_floats(n);
-    float *a = hfloats(n), *b = hfloats(n);
+    float *a = tu_hfloats(n), *b = tu_hfloats(n);
     d_put(&x, hx, n * sizeof(uint16_t));
     if (which == 0)
         BOTH OP(s, cast_f16_f32, n, (const uint16_t *)x.p[s], DF(y, s));
@@ -1350,7 +1336,7 @@ static void test_casts(void)
     };
     const size_t nmid = 20000, nrand = 30000, ns = RT_ARRAY_LEN(special16);
     const size_t n16 = ns + 3 * nmid + nrand;
-    float *fx = hfloats(n16);
+    float *fx = tu_hfloats(n16);
     size_t j = 0;
     for (size_t i = 0; i < ns; i++)
         fx[j++] = bitsf(special16[i]);
@@ -1374,7 +1360,7 @@ static void test_casts(void)
     cast_from_f32(0, "cast_f32_f16 NaN", shape, fnan, nnan);
 
     /* f16 -> f32 and bf16 -> f32: every pattern, NaNs separately */
-    uint16_t *all = xmalloc(65536 * sizeof(uint16_t)), *hnan = xmalloc(65536 * sizeof(uint16_t));
+    uint16_t *all = tu_xmalloc(65536 * sizeof(uint16_t)), *hnan = tu_xmalloc(65536 * sizeof(uint16_t));
     for (int w = 0; w < 2; w++) {
         const uint32_t expmask = w == 0 ? 0x7c00u : 0x7f80u, mantmask = w == 0 ? 0x03ffu : 0x007fu;
         size_t na = 0, nn = 0;
@@ -1401,7 +1387,7 @@ static void test_casts(void)
         0x00000001u, 0x00018000u, 0x00008000u, 0x007fffffu, 0x80008000u,
     };
     const size_t nbs = RT_ARRAY_LEN(special_bf), nties = 20000, nbr = 40000, nbf = nbs + 3 * nties + nbr;
-    float *bx = hfloats(nbf);
+    float *bx = tu_hfloats(nbf);
     j = 0;
     for (size_t i = 0; i < nbs; i++)
         bx[j++] = bitsf(special_bf[i]);
@@ -1454,7 +1440,7 @@ static void test_sgd(void)
     snprintf(shape, sizeof(shape), "n=%zu", n);
     struct rt_rng r;
     rt_rng_init(&r, SEED, 1200);
-    float *hp = hfloats(n), *hg = hfloats(n);
+    float *hp = tu_hfloats(n), *hg = tu_hfloats(n);
     struct dual p = d_floats(n), g = d_floats(n), buf = d_floats(n);
     for (size_t c = 0; c < RT_ARRAY_LEN(cases); c++) {
         fill_normal(&r, hp, n, 0.0f, 1.0f);
@@ -1507,7 +1493,7 @@ static void test_adam(void)
     snprintf(shape, sizeof(shape), "n=%zu", n);
     struct rt_rng r;
     rt_rng_init(&r, SEED, 1300);
-    float *hp = hfloats(n), *hg = hfloats(n), *hm = hfloats(n), *hv = hfloats(n);
+    float *hp = tu_hfloats(n), *hg = tu_hfloats(n), *hm = tu_hfloats(n), *hv = tu_hfloats(n);
     struct dual p = d_floats(n), g = d_floats(n), m = d_floats(n), v = d_floats(n);
     for (size_t c = 0; c < RT_ARRAY_LEN(cases); c++) {
         fill_normal(&r, hp, n, 0.0f, 1.0f);
@@ -1616,7 +1602,7 @@ static void test_model(const char *name, int dropout, enum rt_dtype act)
         rt_model_destroy(m[1]);
         return;
     }
-    float *pa = hfloats(np), *pb = hfloats(np), *ba = hfloats(nbuf + 1), *bb = hfloats(nbuf + 1);
+    float *pa = tu_hfloats(np), *pb = tu_hfloats(np), *ba = tu_hfloats(nbuf + 1), *bb = tu_hfloats(nbuf + 1);
     char shape[96];
 
     /* the same initial weights (drawn on the host from the seed) */
@@ -1636,7 +1622,7 @@ static void test_model(const char *name, int dropout, enum rt_dtype act)
 
     struct rt_rng r;
     rt_rng_init(&r, SEED, 1400);
-    uint8_t *img = xmalloc((size_t)N * C * H * W);
+    uint8_t *img = tu_xmalloc((size_t)N * C * H * W);
     for (size_t i = 0; i < (size_t)N * C * H * W; i++)
         img[i] = (uint8_t)rt_rng_below(&r, 256);
     int32_t labels[N];

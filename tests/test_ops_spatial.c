@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "test_util.h"
 #include "common/common.h"
 #include "compute/compute.h"
 
@@ -54,16 +55,6 @@ static const struct rt_ops *ops;
 static struct rt_stream *st;
 
 /* ---- host and device helpers ----------------------------------------------- */
-
-static void *xmalloc(size_t n)
-{
-    void *p = malloc(n ? n : 1);
-    if (!p) {
-        fprintf(stderr, "test_ops_spatial: out of memory (%zu bytes)\n", n);
-        exit(1);
-    }
-    return p;
-}
 
 static float *dev_alloc(size_t floats)
 {
@@ -163,8 +154,8 @@ static void check_fd(const char *op, const char *shape, const char *what, float 
     /* Big cases are there for chunking, which the full reference comparison covers; a few points suffice. */
     const size_t want = work > FD_BIG ? FD_POINTS_BIG : FD_POINTS;
     size_t points = n < want ? n : want;
-    float *num = xmalloc(points * sizeof(float));
-    double *ref = xmalloc(points * sizeof(double));
+    float *num = tu_xmalloc(points * sizeof(float));
+    double *ref = tu_xmalloc(points * sizeof(double));
     for (size_t j = 0; j < points; j++) {
         size_t i = fd_index(j, n, points);
         float keep = t[i];
@@ -195,7 +186,7 @@ static double dot_f(const float *a, const float *b, size_t n)
 /* want[i] = old[i] + add[i] */
 static double *sum_ref(const float *old, const double *add, size_t n)
 {
-    double *d = xmalloc(n * sizeof(double));
+    double *d = tu_xmalloc(n * sizeof(double));
     for (size_t i = 0; i < n; i++)
         d[i] = (double)old[i] + add[i];
     return d;
@@ -293,11 +284,11 @@ static void test_conv_case(const struct conv_case *cc, uint64_t stream)
     const size_t nw = (size_t)cc->cout * cc->cin * cc->kh * cc->kw, nb = (size_t)cc->cout;
     struct rt_rng rng;
     rt_rng_init(&rng, SEED, stream);
-    c.x = xmalloc(nx * sizeof(float));
-    c.w = xmalloc(nw * sizeof(float));
-    c.b = xmalloc(nb * sizeof(float));
-    c.r = xmalloc(ny * sizeof(float));
-    c.y = xmalloc(ny * sizeof(float));
+    c.x = tu_xmalloc(nx * sizeof(float));
+    c.w = tu_xmalloc(nw * sizeof(float));
+    c.b = tu_xmalloc(nb * sizeof(float));
+    c.r = tu_xmalloc(ny * sizeof(float));
+    c.y = tu_xmalloc(ny * sizeof(float));
     fill_uniform(&rng, c.x, nx, -1, 1);
     fill_uniform(&rng, c.w, nw, -0.5f, 0.5f);
     fill_uniform(&rng, c.b, nb, -1, 1);
@@ -308,18 +299,18 @@ static void test_conv_case(const struct conv_case *cc, uint64_t stream)
     c.dy_ = dev_alloc(ny);
 
     /* forward */
-    double *yref = xmalloc(ny * sizeof(double));
+    double *yref = tu_xmalloc(ny * sizeof(double));
     conv_ref_fwd(&c.d, c.x, c.w, cc->bias ? c.b : NULL, yref);
     conv_loss(&c);
     compare("conv2d_fwd", shape, "y", c.y, yref, ny, REF_ATOL, REF_RTOL);
 
     /* backward, beta 0 over NaN, against the reference */
-    double *dxref = xmalloc(nx * sizeof(double)), *dwref = xmalloc(nw * sizeof(double));
-    double *dbref = xmalloc(nb * sizeof(double));
+    double *dxref = tu_xmalloc(nx * sizeof(double)), *dwref = tu_xmalloc(nw * sizeof(double));
+    double *dbref = tu_xmalloc(nb * sizeof(double));
     conv_ref_bwd(&c.d, c.x, c.w, c.r, dxref, dwref, dbref);
     float *g = dev_spatial(c.ys, c.r);
     float *gx = dev_alloc(nx), *gw = dev_alloc(nw), *gb = dev_alloc(nb);
-    float *hx = xmalloc(nx * sizeof(float)), *hw = xmalloc(nw * sizeof(float)), *hb = xmalloc(nb * sizeof(float));
+    float *hx = tu_xmalloc(nx * sizeof(float)), *hw = tu_xmalloc(nw * sizeof(float)), *hb = tu_xmalloc(nb * sizeof(float));
     fill_value(hx, nx, NAN);
     ops->upload(st, gx, hx, nx * sizeof(float));
     ops->conv2d_bwd_data(st, &c.d, g, c.dw_, 0.0f, gx);
@@ -340,7 +331,7 @@ static void test_conv_case(const struct conv_case *cc, uint64_t stream)
         check_fd("conv2d_bwd_filter", shape, "dbias", c.b, nb, dbref, conv_loss, &c, nx + ny);
 
     /* beta 1 adds to dx; dw and dbias always accumulate */
-    float *old = xmalloc(RT_MAX(nx, nw) * sizeof(float));
+    float *old = tu_xmalloc(RT_MAX(nx, nw) * sizeof(float));
     fill_uniform(&rng, old, nx, -1, 1);
     ops->from_nchw(st, c.d.in, old, gx);
     ops->conv2d_bwd_data(st, &c.d, g, c.dw_, 1.0f, gx);
@@ -364,7 +355,7 @@ static void test_conv_case(const struct conv_case *cc, uint64_t stream)
     }
 
     /* the same inputs give the same bits */
-    float *y1 = xmalloc(ny * sizeof(float));
+    float *y1 = tu_xmalloc(ny * sizeof(float));
     conv_loss(&c);
     memcpy(y1, c.y, ny * sizeof(float));
     conv_loss(&c);
@@ -532,9 +523,9 @@ static void test_pool_case(enum pool_kind kind, struct rt_shape4 in, int kh, int
     const size_t nx = shape_count(in), ny = shape_count(c.ys);
     struct rt_rng rng;
     rt_rng_init(&rng, SEED, stream);
-    c.x = xmalloc(nx * sizeof(float));
-    c.r = xmalloc(ny * sizeof(float));
-    c.y = xmalloc(ny * sizeof(float));
+    c.x = tu_xmalloc(nx * sizeof(float));
+    c.r = tu_xmalloc(ny * sizeof(float));
+    c.y = tu_xmalloc(ny * sizeof(float));
     if (xmode == 0 || xmode == 3) {
         for (size_t i = 0; i < nx; i++)
             c.x[i] = 0.05f * ((float)i - (float)nx / 2);
@@ -555,8 +546,8 @@ static void test_pool_case(enum pool_kind kind, struct rt_shape4 in, int kh, int
     c.dx_ = dev_alloc(nx);
     c.dy_ = dev_alloc(ny);
 
-    double *yref = xmalloc(ny * sizeof(double)), *dxref = xmalloc(nx * sizeof(double));
-    size_t *argmax = xmalloc(ny * sizeof(size_t));
+    double *yref = tu_xmalloc(ny * sizeof(double)), *dxref = tu_xmalloc(nx * sizeof(double));
+    size_t *argmax = tu_xmalloc(ny * sizeof(size_t));
     pool_ref_fwd(&c.d, kind, c.x, yref, argmax);
     pool_ref_bwd(&c.d, kind, c.r, argmax, dxref);
     pool_loss(&c);
@@ -564,7 +555,7 @@ static void test_pool_case(enum pool_kind kind, struct rt_shape4 in, int kh, int
     compare(name, shape, "y", c.y, yref, ny, REF_ATOL, REF_RTOL);
 
     float *g = dev_spatial(c.ys, c.r), *gx = dev_alloc(nx);
-    float *hx = xmalloc(nx * sizeof(float)), *old = xmalloc(nx * sizeof(float));
+    float *hx = tu_xmalloc(nx * sizeof(float)), *old = tu_xmalloc(nx * sizeof(float));
     fill_value(hx, nx, NAN);
     ops->upload(st, gx, hx, nx * sizeof(float));
     pool_bwd(&c, g, 0.0f, gx);
@@ -686,16 +677,16 @@ static void test_feat_case(struct rt_shape4 sh, int flatten, uint64_t stream)
     c.ny = flatten ? nx : (size_t)sh.n * sh.c;
     struct rt_rng rng;
     rt_rng_init(&rng, SEED, stream);
-    c.x = xmalloc(nx * sizeof(float));
-    c.r = xmalloc(c.ny * sizeof(float));
-    c.y = xmalloc(c.ny * sizeof(float));
+    c.x = tu_xmalloc(nx * sizeof(float));
+    c.r = tu_xmalloc(c.ny * sizeof(float));
+    c.y = tu_xmalloc(c.ny * sizeof(float));
     fill_uniform(&rng, c.x, nx, -1, 1);
     fill_uniform(&rng, c.r, c.ny, -1, 1);
     c.dx_ = dev_alloc(nx);
     c.dy_ = dev_alloc(c.ny);
 
     /* flatten is PyTorch's x.view(N, -1) of NCHW; gap the mean of each (n, c) plane */
-    double *yref = xmalloc(c.ny * sizeof(double)), *dxref = xmalloc(nx * sizeof(double));
+    double *yref = tu_xmalloc(c.ny * sizeof(double)), *dxref = tu_xmalloc(nx * sizeof(double));
     for (size_t p = 0; p < (size_t)sh.n * sh.c; p++) {
         double s = 0;
         for (size_t i = 0; i < hw; i++) {
@@ -715,7 +706,7 @@ static void test_feat_case(struct rt_shape4 sh, int flatten, uint64_t stream)
     compare(name, shape, "y", c.y, yref, c.ny, REF_ATOL, REF_RTOL);
 
     float *g = dev_plain(c.r, c.ny), *gx = dev_alloc(nx);
-    float *hx = xmalloc(nx * sizeof(float)), *old = xmalloc(nx * sizeof(float));
+    float *hx = tu_xmalloc(nx * sizeof(float)), *old = tu_xmalloc(nx * sizeof(float));
     fill_value(hx, nx, NAN);
     ops->upload(st, gx, hx, nx * sizeof(float));
     if (flatten)
@@ -786,7 +777,7 @@ static void test_layout_case(struct rt_shape4 sh)
     const size_t n = shape_count(sh);
     char shape[64];
     snprintf(shape, sizeof(shape), "x(%d,%d,%d,%d)", sh.n, sh.c, sh.h, sh.w);
-    float *a = xmalloc(n * sizeof(float)), *b = xmalloc(n * sizeof(float)), *dev = xmalloc(n * sizeof(float));
+    float *a = tu_xmalloc(n * sizeof(float)), *b = tu_xmalloc(n * sizeof(float)), *dev = tu_xmalloc(n * sizeof(float));
     for (size_t i = 0; i < n; i++)
         a[i] = (float)i;
     float *x = dev_spatial(sh, a);
@@ -853,11 +844,11 @@ static void test_linear_case(int n, int in, int out, int bias, uint64_t stream)
     const size_t nx = (size_t)n * in, nw = (size_t)out * in, ny = (size_t)n * out, nb = (size_t)out;
     struct rt_rng rng;
     rt_rng_init(&rng, SEED, stream);
-    c.x = xmalloc(nx * sizeof(float));
-    c.w = xmalloc(nw * sizeof(float));
-    c.b = xmalloc(nb * sizeof(float));
-    c.r = xmalloc(ny * sizeof(float));
-    c.y = xmalloc(ny * sizeof(float));
+    c.x = tu_xmalloc(nx * sizeof(float));
+    c.w = tu_xmalloc(nw * sizeof(float));
+    c.b = tu_xmalloc(nb * sizeof(float));
+    c.r = tu_xmalloc(ny * sizeof(float));
+    c.y = tu_xmalloc(ny * sizeof(float));
     fill_uniform(&rng, c.x, nx, -1, 1);
     fill_uniform(&rng, c.w, nw, -0.5f, 0.5f);
     fill_uniform(&rng, c.b, nb, -1, 1);
@@ -867,8 +858,8 @@ static void test_linear_case(int n, int in, int out, int bias, uint64_t stream)
     c.b_ = dev_alloc(nb);
     c.y_ = dev_alloc(ny);
 
-    double *yref = xmalloc(ny * sizeof(double)), *dxref = xmalloc(nx * sizeof(double));
-    double *dwref = xmalloc(nw * sizeof(double)), *dbref = xmalloc(nb * sizeof(double));
+    double *yref = tu_xmalloc(ny * sizeof(double)), *dxref = tu_xmalloc(nx * sizeof(double));
+    double *dwref = tu_xmalloc(nw * sizeof(double)), *dbref = tu_xmalloc(nb * sizeof(double));
     memset(dxref, 0, nx * sizeof(double));
     memset(dwref, 0, nw * sizeof(double));
     memset(dbref, 0, nb * sizeof(double));
@@ -884,7 +875,7 @@ static void test_linear_case(int n, int in, int out, int bias, uint64_t stream)
             dbref[o] += g;
         }
     /* NaN in y first: the forward must overwrite it, bias or not */
-    float *hy = xmalloc(ny * sizeof(float));
+    float *hy = tu_xmalloc(ny * sizeof(float));
     fill_value(hy, ny, NAN);
     ops->upload(st, c.y_, hy, ny * sizeof(float));
     free(hy);
@@ -892,7 +883,7 @@ static void test_linear_case(int n, int in, int out, int bias, uint64_t stream)
     compare("linear_fwd", shape, "y", c.y, yref, ny, REF_ATOL, REF_RTOL);
 
     float *g = dev_plain(c.r, ny), *gx = dev_alloc(nx), *gw = dev_alloc(nw), *gb = dev_alloc(nb);
-    float *hx = xmalloc(nx * sizeof(float)), *hw = xmalloc(nw * sizeof(float)), *hb = xmalloc(nb * sizeof(float));
+    float *hx = tu_xmalloc(nx * sizeof(float)), *hw = tu_xmalloc(nw * sizeof(float)), *hb = tu_xmalloc(nb * sizeof(float));
     fill_value(hx, nx, NAN);
     ops->upload(st, gx, hx, nx * sizeof(float));
     ops->linear_bwd_data(st, n, in, out, g, c.w_, 0.0f, gx);
@@ -911,7 +902,7 @@ static void test_linear_case(int n, int in, int out, int bias, uint64_t stream)
     if (bias)
         check_fd("linear_bwd_filter", shape, "db", c.b, nb, dbref, lin_loss, &c, nx + nw);
 
-    float *old = xmalloc(RT_MAX(nx, nw) * sizeof(float));
+    float *old = tu_xmalloc(RT_MAX(nx, nw) * sizeof(float));
     fill_uniform(&rng, old, nx, -1, 1);
     ops->upload(st, gx, old, nx * sizeof(float));
     ops->linear_bwd_data(st, n, in, out, g, c.w_, 1.0f, gx);

@@ -14,6 +14,23 @@
 #include "common/common.h"
 #include "loader/loader.h"
 
+/* malloc that ends the test (exit 1) when memory runs out; n = 0 is one byte. */
+static inline void *tu_xmalloc(size_t n)
+{
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        fprintf(stderr, "out of memory (%zu bytes)\n", n);
+        exit(1);
+    }
+    return p;
+}
+
+/* n floats of host memory (tu_xmalloc). */
+static inline float *tu_hfloats(size_t n)
+{
+    return tu_xmalloc(n * sizeof(float));
+}
+
 /* mkdtemp under $TMPDIR or /tmp; aborts the test (exit 1) if impossible. */
 static inline void tu_tempdir(char *buf, size_t len, const char *tag)
 {

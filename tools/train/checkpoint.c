@@ -98,8 +98,7 @@ static int save(struct train *T)
     if (!T->root)
         return 0;
     rt_comm_set_phase(T->comm, T->pos.update, RT_PHASE_CHECKPOINT);
-    if (rt_mkdirs(T->cfg.checkpoint_dir, 0755) < 0)
-        return -1;
+    /* The directory was made and checked at start-up (driver.c, check_ckpt_dir): not again by path here. */
     snprintf(T->ckpt_id, sizeof(T->ckpt_id), "%" PRIu64 "-%016" PRIx64, T->pos.update,
              rt_now_ns() ^ ((uint64_t)getpid() << 40));
     return save_model(T) < 0 || save_state(T, ep) < 0 ? -1 : 0;

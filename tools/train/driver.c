@@ -308,15 +308,12 @@ static int open_metrics(struct train *T)
  */
 static int check_ckpt_dir(struct train *T)
 {
-    static const struct rt_dir_rules rules = {0, 0755, "write checkpoints into",
-                                              "give --checkpoint-dir a directory only you can write"};
-    struct rt_dir_rules r = rules;
+    const struct rt_dir_rules r = {T->root ? RT_DIR_CREATE : 0, 0755, "write checkpoints into",
+                                   "give --checkpoint-dir a directory only you can write"};
     const char *dir = T->cfg.checkpoint_dir;
     int fd;
     if (!dir)
         return 0;
-    if (T->root)
-        r.flags |= RT_DIR_CREATE;
     int rc = rt_dir_open_owned(AT_FDCWD, dir, dir, &r, &fd);
     if (rc == -ENOENT && !T->root)
         return 0; /* not there (yet) for this rank: --resume says so if it matters */
