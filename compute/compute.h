@@ -491,6 +491,10 @@ struct rt_model_opts {
     int batch;             /* largest batch forward will see */
     uint64_t seed;         /* initial weights and dropout stream */
     enum rt_dtype act;     /* activations' element type (RT_F32 default; see rt_backend_ops_for) */
+    /* The op table to build on, or NULL for rt_backend_ops_for(be, act). A table of `be`'s with some ops
+     * wrapped (the tests plant faults in one op this way); its act must be `act`, and a 16-bit one must keep
+     * rt_ops_check_act_table's rule against rt_backend_ops(be). Borrowed: it must outlive the model. */
+    const struct rt_ops *ops;
 };
 
 struct rt_model;
@@ -499,8 +503,9 @@ struct rt_model;
  * Builds model o->name for inputs (batch, c, h, w) on backend `be` (borrowed,
  * must outlive the model), with PyTorch's default initialisation drawn from
  * o->seed. Returns 0, -EINVAL (unknown name: the message lists the models;
- * input too small for the architecture: the message says which layer), or
- * -ENOMEM.
+ * input too small for the architecture: the message says which layer;
+ * o->ops not a table for o->act), -ENOTSUP (the backend has no table for
+ * o->act: the message says why), or -ENOMEM.
  */
 int rt_model_create(struct rt_backend *be, const struct rt_model_opts *o, struct rt_model **out);
 void rt_model_destroy(struct rt_model *m); /* NULL is fine */

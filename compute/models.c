@@ -200,10 +200,11 @@ int rt_model_create(struct rt_backend *be, const struct rt_model_opts *o, struct
     int fan_out = !strcmp(name, "resnet18") || wrn;
     struct rt_shape4 in = {o->batch, o->c, o->h, o->w};
     rt_errclear();
-    m->net = net_create(be, in, o->classes, fan_out ? NET_INIT_FAN_OUT : NET_INIT_DEFAULT, o->act);
+    m->net = net_create(be, in, o->classes, fan_out ? NET_INIT_FAN_OUT : NET_INIT_DEFAULT, o->act,
+                        o->ops);
     if (!m->net) {
         free(m);
-        return rt_errmsg()[0] ? -ENOTSUP : -ENOMEM;
+        return !rt_errmsg()[0] ? -ENOMEM : o->ops ? -EINVAL : -ENOTSUP;
     }
     rt_errclear();
     int logits;

@@ -21,9 +21,10 @@ enum net_init {
 
 struct net;
 
-/* NULL with rt_errmsg() set when the backend has no op table for `act` activations. */
+/* Builds on `ops` (borrowed; NULL: rt_backend_ops_for(be, act)). NULL with rt_errmsg() set when the backend has
+ * no op table for `act` activations, or `ops` is not one (rt_model_opts.ops). */
 struct net *net_create(struct rt_backend *be, struct rt_shape4 input, int classes, enum net_init init,
-                       enum rt_dtype act);
+                       enum rt_dtype act, const struct rt_ops *ops);
 enum rt_dtype net_act(const struct net *n);
 void net_destroy(struct net *n);
 
