@@ -535,23 +535,45 @@ int rt_nvml_summary_json(const struct rt_nvml_summary *sum, char *buf, size_t le
 
 /* ---- availability ------------------------------------------------------------------------- */
 
-int rt_nvml_available_from(const char *soname, char *why, size_t len)
+/* Opens NVML from `soname` and reads the driver's version into ver[len] ("" when NVML lacks the function); 1 when
+ * NVML could be used (msg then names the library), 0 with the reason in msg. */
+static int driver_version(const char *soname, char *ver, size_t len, char *msg, size_t msg_len)
 {
-    char msg[600];
     struct nvml_lib L;
-    if (lib_open(&L, soname, msg, sizeof(msg)) != 0) {
-        if (len)
-            snprintf(why, len, "%s", msg);
+    ver[0] = 0;
+    if (lib_open(&L, soname, msg, msg_len) != 0)
         return 0;
-    }
-    char ver[NVML_DRIVER_VERSION_LEN] = "";
-    if (L.nvmlSystemGetDriverVersion && L.nvmlSystemGetDriverVersion(ver, sizeof(ver)) != NVML_SUCCESS)
-        ver[0] = 0;
-    ver[sizeof(ver) - 1] = 0;
-    if (len)
-        snprintf(why, len, "NVML %s%s%s", L.path, ver[0] ? ", driver " : "", ver);
+    char v[NVML_DRIVER_VERSION_LEN] = "";
+    if (L.nvmlSystemGetDriverVersion && L.nvmlSystemGetDriverVersion(v, sizeof(v)) != NVML_SUCCESS)
+        v[0] = 0;
+    v[sizeof(v) - 1] = 0;
+    snprintf(ver, len, "%s", v);
+    snprintf(msg, msg_len, "NVML %s", L.path);
     lib_close(&L);
     return 1;
+}
+
+int rt_nvml_available_from(const char *soname, char *why, size_t len)
+{
+    char msg[600], ver[NVML_DRIVER_VERSION_LEN];
+    const int ok = driver_version(soname, ver, sizeof(ver), msg, sizeof(msg));
+    if (len)
+        snprintf(why, len, "%s%s%s", msg, ver[0] ? ", driver " : "", ver);
+    return ok;
+}
+
+int rt_nvml_driver_version_from(const char *soname, char *buf, size_t len)
+{
+    char msg[600], ver[NVML_DRIVER_VERSION_LEN];
+    const int ok = driver_version(soname, ver, sizeof(ver), msg, sizeof(msg)) && ver[0];
+    if (len)
+        snprintf(buf, len, "%s", ok ? ver : "");
+    return ok;
+}
+
+int rt_nvml_driver_version(char *buf, size_t len)
+{
+    return rt_nvml_driver_version_from(RT_NVML_SONAME, buf, len);
 }
 
 int rt_nvml_available(char *why, size_t len)

@@ -205,6 +205,16 @@ int rt_nvml_available(char *why, size_t len);
 /* rt_nvml_available() for the library `soname` (a path or a soname; borrowed). */
 int rt_nvml_available_from(const char *soname, char *why, size_t len);
 
+/*
+ * The NVIDIA driver's version as NVML gives it ("580.65.06"), for the lines
+ * that say what a GPU run had: writes it to buf[len] (cut to fit) and
+ * returns 1; 0 with buf "" when NVML cannot be used or does not say. Prints
+ * nothing and leaves rt_errmsg() as it was. Thread-safe.
+ */
+int rt_nvml_driver_version(char *buf, size_t len);
+/* rt_nvml_driver_version() for the library `soname` (a path or a soname; borrowed). */
+int rt_nvml_driver_version_from(const char *soname, char *buf, size_t len);
+
 #ifdef __cplusplus
 }
 #endif

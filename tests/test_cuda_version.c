@@ -41,7 +41,8 @@ int main(void)
 {
 #if RT_HAVE_CUDA
     const int insufficient = (int)cudaErrorInsufficientDriver;
-    const char *old = "the NVIDIA driver supports CUDA 12.4, older than the 13.0 this build needs: update the driver";
+    const char *old = "the NVIDIA driver supports CUDA 12.4, older than the 13.0 this build needs: update the NVIDIA "
+                      "driver (CUDA 13.x needs 580 or later)";
 
     /* No driver: whatever the count would say. */
     expect(0, 13000, -1, NULL, "no NVIDIA driver on this machine");
@@ -74,6 +75,13 @@ int main(void)
     expect(13000, 13000, (int)cudaErrorNoDevice, "no CUDA-capable device is detected",
            "no usable GPU: no CUDA-capable device is detected");
     expect(13000, 13000, (int)cudaErrorNoDevice, NULL, "no usable GPU: cudaGetDeviceCount failed");
+
+    /* The driver branch each runtime needs, named in the messages above; none for a major version not in the table. */
+    CHECK(rt_cuda_min_driver(13000) == 580 && rt_cuda_min_driver(13020) == 580);
+    CHECK(rt_cuda_min_driver(12080) == 525 && rt_cuda_min_driver(11080) == 450);
+    CHECK(rt_cuda_min_driver(14000) == 0 && rt_cuda_min_driver(0) == 0);
+    expect(11080, 12000, -1, NULL, "update the NVIDIA driver (CUDA 12.x needs 525 or later)");
+    expect(13000, 14000, -1, NULL, "older than the 14.0 this build needs: update the NVIDIA driver");
 
     /* A short buffer is cut, never overrun. */
     char small[12];

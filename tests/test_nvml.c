@@ -213,6 +213,13 @@ static void test_available(void)
     memset(small, 'x', sizeof(small));
     CHECK(rt_nvml_available_from(fake_path, small, sizeof(small)) == 1);
     CHECK(strlen(small) == sizeof(small) - 1);
+    /* The driver's version alone; nothing where NVML cannot be opened. */
+    char ver[32] = "x";
+    CHECK(rt_nvml_driver_version_from(fake_path, ver, sizeof(ver)) == 1);
+    CHECKF(!strcmp(ver, "999.99.99-fake"), "driver version '%s'", ver);
+    CHECK(rt_nvml_driver_version_from("/nonexistent/libnvidia-ml.so.1", ver, sizeof(ver)) == 0);
+    CHECKF(ver[0] == 0, "driver version '%s' without NVML", ver);
+    CHECKF(fake_inits() == 0, "%d NVML initialisations left behind", fake_inits());
 }
 
 /* NVML absent, or not NVML: 0 / an error naming why, and not a byte printed. */

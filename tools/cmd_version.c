@@ -50,11 +50,18 @@ int cmd_version(int argc, char **argv)
     rt_backend_probe(RT_BACKEND_CPU, &cpu);
     printf("  cpu   %s\n", cpu.detail);
     if (rt_backend_probe(RT_BACKEND_CUDA, &cuda) == 0) {
-        printf("  cuda  built with CUDA %s, cuDNN %s, cuBLAS %s, NCCL %s; runtime %d.%d, driver %s; %s\n",
+        /* The runtime with the driver branch it needs, the driver with the CUDA version it supports: a GPU run
+         * that is refused says why on this one line. */
+        char needs[48] = "", driver[96] = "none";
+        if (cuda.driver_needed)
+            snprintf(needs, sizeof(needs), " (needs NVIDIA driver %d or later)", cuda.driver_needed);
+        if (cuda.driver_version)
+            snprintf(driver, sizeof(driver), "%s (CUDA %d.%d)", cuda.nvidia_driver[0] ? cuda.nvidia_driver : "present",
+                     cuda.driver_version / 1000, cuda.driver_version % 1000 / 10);
+        printf("  cuda  built with CUDA %s, cuDNN %s, cuBLAS %s, NCCL %s; runtime %d.%d%s, driver %s; %s\n",
                RT_CUDA_VERSION, *RT_CUDNN_VERSION ? RT_CUDNN_VERSION : "not found",
                *RT_CUBLAS_VERSION ? RT_CUBLAS_VERSION : "not found", *RT_NCCL_VERSION ? RT_NCCL_VERSION : "not found",
-               cuda.runtime_version / 1000, cuda.runtime_version % 1000 / 10,
-               cuda.driver_version ? "present" : "none", cuda.detail);
+               cuda.runtime_version / 1000, cuda.runtime_version % 1000 / 10, needs, driver, cuda.detail);
     } else {
         printf("  cuda  %s\n", cuda.detail);
     }

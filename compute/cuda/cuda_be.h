@@ -102,6 +102,14 @@ extern const struct rt_backend_streams rt_cuda_streams;
  */
 int rt_cuda_driver_verdict(int driver, int runtime, int count_err, const char *count_text, char *msg, size_t len);
 
+/*
+ * The oldest NVIDIA driver branch that runs CUDA runtime `runtime` (1000 *
+ * major + 10 * minor) under CUDA's minor version compatibility: 580 for
+ * 13.x, 525 for 12.x, 450 for 11.x; 0 for a major version this table does
+ * not know. The verdict's messages name it. Pure.
+ */
+int rt_cuda_min_driver(int runtime);
+
 /* Prints "[rank/world] error: <lib> error <code> (<msg>) in <expr> at file:line" and aborts. */
 void rt_cuda_fail(const char *lib, int code, const char *msg, const char *expr, const char *file, int line)
     __attribute__((noreturn));

@@ -7,14 +7,39 @@
 #include <errno.h>
 #include <stdio.h>
 
+#include "common/nvml.h"
 #include "compute/cuda/cuda_be.h"
 #include "rt_buildinfo.h"
 
 int rt_cuda_probe(struct rt_backend_probe *p);
 
+int rt_cuda_min_driver(int runtime)
+{
+    /* NVIDIA's table of minimum drivers for minor version compatibility (Linux): one branch per major version. */
+    static const struct {
+        int major, branch;
+    } min[] = {{11, 450}, {12, 525}, {13, 580}};
+    for (size_t i = 0; i < sizeof(min) / sizeof(min[0]); i++)
+        if (min[i].major == runtime / 1000)
+            return min[i].branch;
+    return 0;
+}
+
+/* "update the NVIDIA driver (CUDA 13.x needs 580 or later)", or without the parenthesis for an unknown major. */
+static void update_hint(int runtime, char *buf, size_t len)
+{
+    const int need = rt_cuda_min_driver(runtime);
+    if (need)
+        snprintf(buf, len, "update the NVIDIA driver (CUDA %d.x needs %d or later)", runtime / 1000, need);
+    else
+        snprintf(buf, len, "update the NVIDIA driver");
+}
+
 int rt_cuda_driver_verdict(int driver, int runtime, int count_err, const char *count_text, char *msg, size_t len)
 {
     const int dmaj = driver / 1000, dmin = driver % 1000 / 10, rmaj = runtime / 1000, rmin = runtime % 1000 / 10;
+    char hint[96];
+    update_hint(runtime, hint, sizeof(hint));
     if (driver <= 0) {
         snprintf(msg, len, "no NVIDIA driver on this machine");
         return -ENODEV;
@@ -22,17 +47,15 @@ int rt_cuda_driver_verdict(int driver, int runtime, int count_err, const char *c
     /* Another major version is never compatible; an older minor one of the same major may be (CUDA's minor
      * version compatibility), and then only the count says whether this driver is too old after all. */
     if (dmaj < rmaj || (count_err == (int)cudaErrorInsufficientDriver && driver < runtime)) {
-        snprintf(msg, len, "the NVIDIA driver supports CUDA %d.%d, older than the %d.%d this build needs: update the "
-                           "driver",
-                 dmaj, dmin, rmaj, rmin);
+        snprintf(msg, len, "the NVIDIA driver supports CUDA %d.%d, older than the %d.%d this build needs: %s", dmaj,
+                 dmin, rmaj, rmin, hint);
         return -ENODEV;
     }
     if (count_err < 0 || count_err == (int)cudaSuccess)
         return 0;
     if (count_err == (int)cudaErrorInsufficientDriver)
-        snprintf(msg, len, "the NVIDIA driver (CUDA %d.%d) is too old for this build's CUDA %d.%d runtime (%s): "
-                           "update the driver",
-                 dmaj, dmin, rmaj, rmin, count_text ? count_text : "cudaErrorInsufficientDriver");
+        snprintf(msg, len, "the NVIDIA driver (CUDA %d.%d) is too old for this build's CUDA %d.%d runtime (%s): %s",
+                 dmaj, dmin, rmaj, rmin, count_text ? count_text : "cudaErrorInsufficientDriver", hint);
     else if (count_err == (int)cudaErrorSystemDriverMismatch)
         snprintf(msg, len, "the NVIDIA kernel module and the driver's libraries are different versions (%s): "
                            "reboot after a driver update, or reinstall the driver",
@@ -51,6 +74,10 @@ int rt_cuda_probe(struct rt_backend_probe *p)
         p->runtime_version = 0;
     if (cudaDriverGetVersion(&p->driver_version) != cudaSuccess)
         p->driver_version = 0;
+    p->driver_needed = rt_cuda_min_driver(p->runtime_version);
+    /* The driver's own version number is NVML's to tell; where there is no driver there is no NVML to open. */
+    if (p->driver_version)
+        rt_nvml_driver_version(p->nvidia_driver, sizeof(p->nvidia_driver));
     /* The versions before the count: a driver too old for the runtime makes the count fail with a message
      * that names neither version. */
     int rc = rt_cuda_driver_verdict(p->driver_version, p->runtime_version, -1, NULL, why, sizeof(why));
