@@ -1377,16 +1377,10 @@ static int model_step(const char *name, int c, int h, int w, enum rt_dtype act, 
     }
     struct rt_rng r;
     rt_rng_init(&r, SEED, 77);
-    const size_t ni = (size_t)N * c * h * w;
-    uint8_t *img = tu_xmalloc(ni);
-    for (size_t i = 0; i < ni; i++)
-        img[i] = (uint8_t)rt_rng_below(&r, 256);
     int32_t labels[N];
-    for (int i = 0; i < N; i++)
-        labels[i] = (int32_t)rt_rng_below(&r, K);
-    static const float mean[3] = {0.4914f, 0.4822f, 0.4465f}, sd[3] = {0.2470f, 0.2435f, 0.2616f};
+    uint8_t *img = tu_random_batch(&r, N, c, h, w, K, labels);
     const struct rt_step_opts so = {.mode = RT_TRAIN, .label_smoothing = 0.1f, .grad_scale = 1.0f / N,
-                                    .dropout_offset = 4242, .mean = mean, .std = sd};
+                                    .dropout_offset = 4242, .mean = TU_CIFAR_MEAN, .std = TU_CIFAR_STD};
     struct rt_loss_stats ls = {0};
     rt_model_zero_grads(m);
     int rc = rt_model_step(m, &so, N, img, labels, &ls);

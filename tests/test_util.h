@@ -31,6 +31,22 @@ static inline float *tu_hfloats(size_t n)
     return tu_xmalloc(n * sizeof(float));
 }
 
+/* CIFAR-10's per-channel mean and standard deviation (0..1 units): the whole-model tests' normalisation. */
+static const float TU_CIFAR_MEAN[3] = {0.4914f, 0.4822f, 0.4465f}, TU_CIFAR_STD[3] = {0.2470f, 0.2435f, 0.2616f};
+
+/* A random uint8 batch (n, c, h, w), returned (tu_xmalloc), and n labels below k into labels[n]: the images drawn
+ * from r first, then the labels. */
+static inline uint8_t *tu_random_batch(struct rt_rng *r, int n, int c, int h, int w, int k, int32_t *labels)
+{
+    const size_t ni = (size_t)n * c * h * w;
+    uint8_t *img = tu_xmalloc(ni);
+    for (size_t i = 0; i < ni; i++)
+        img[i] = (uint8_t)rt_rng_below(r, 256);
+    for (int i = 0; i < n; i++)
+        labels[i] = (int32_t)rt_rng_below(r, (uint32_t)k);
+    return img;
+}
+
 /* mkdtemp under $TMPDIR or /tmp; aborts the test (exit 1) if impossible. */
 static inline void tu_tempdir(char *buf, size_t len, const char *tag)
 {
