@@ -207,7 +207,12 @@ static void run_fixture(struct rt_backend *be, const char *path)
         free(logits);
         double loss = st.loss_sum / st.count;
         w.loss = fabs(loss - ref_loss[0]) / fabs(ref_loss[0]);
-        CHECKF(w.loss <= 1e-5, "%s: loss %.8g vs PyTorch %.8g", model, loss, ref_loss[0]);
+        /* The loss follows from the logits: cross-entropy's gradient in a sample's logits is p - y, of L1 norm at
+         * most 2, so the mean loss moves by at most twice the largest logit error. Bounded by that, not tighter
+         * than the logits: with every op's output moved by 2 ulps (another summation order, as cuDNN's), resnet18's
+         * loss moved by 1.4e-5 relative where its logits stayed within a third of their bound. */
+        CHECKF(fabs(loss - ref_loss[0]) <= 2 * (1e-5 + 1e-4 * lmax), "%s: loss %.8g vs PyTorch %.8g", model, loss,
+               ref_loss[0]);
         CHECKF(st.count == (float)N, "%s: loss over %g samples, not %d", model, (double)st.count, N);
 
         float *grads = malloc(rt_model_param_count(m) * sizeof(float));
