@@ -133,7 +133,12 @@ checks() {
     local before after sn0 sn1 pid=() node=() dev=() file=() copies=() lock=() staged= sp= r n t
     before=$(tn_ctr)
     sn0=$(tn_snmp)
-    launch "$l" "$d/train" 4 -- "$RT" "${TRAIN[@]}" --stage-to "$W/local/stage"
+    # The ranks are looked at while they run, so the run must outlast the looking: on an AMD EPYC (Zen 4) the
+    # 20 steps ended within a second of the rank table, and the loop below found every rank gone. Each loader
+    # worker waits 400 ms per batch (RINGTRAIN_TEST_SLOW_LOADER): timing only, the digest is the same.
+    local slow=(-x RINGTRAIN_TEST_SLOW_LOADER=400)
+    [ "$l" = srun ] && slow=(--export=ALL,RINGTRAIN_TEST_SLOW_LOADER=400)
+    launch "$l" "$d/train" 4 "${slow[@]}" -- "$RT" "${TRAIN[@]}" --stage-to "$W/local/stage"
     cl_waitfor 60 "[ \"\$(table_rows '$d/train.out')\" = 4 ] || finished '$d/train'"
     for r in 0 1 2 3; do pid[r]=$(rank_col "$d/train.out" $r 3); done
     # While it runs, as each rank sees it: the dataset file it reads (device:inode path), its node, its
