@@ -54,7 +54,6 @@ struct rt_backend_probe {
     int runtime_version;   /* CUDA runtime as 1000*major + 10*minor; 0 for cpu */
     int driver_version;    /* CUDA driver, 0 when no driver is installed */
     int driver_needed;     /* CUDA: the oldest NVIDIA driver branch this runtime runs on (580 for CUDA 13.x), 0: unknown */
-    char nvidia_driver[32]; /* CUDA: the NVIDIA driver's own version ("580.65.06", from NVML), "" when unknown */
     char detail[256];      /* one human line: why no device, library versions */
 };
 

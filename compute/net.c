@@ -193,15 +193,17 @@ static int need(struct net *n, int x, int spatial, const char *layer)
 struct net *net_create(struct rt_backend *be, struct rt_shape4 input, int classes, enum net_init init,
                        enum rt_dtype act, const struct rt_ops *ops)
 {
-    if (!ops && !(ops = rt_backend_ops_for(be, act)))
-        return NULL;
-    if (ops->act != act) {
-        rt_errf(-EINVAL, "the op table given is %s, the model's activations %s", rt_dtype_name(ops->act),
-                rt_dtype_name(act));
+    if (ops) { /* a caller's table (rt_model_opts.ops); the backend's own keep the rule by construction */
+        if (ops->act != act) {
+            rt_errf(-EINVAL, "the op table given is %s, the model's activations %s", rt_dtype_name(ops->act),
+                    rt_dtype_name(act));
+            return NULL;
+        }
+        if (act != RT_F32 && rt_ops_check_act_table(ops, rt_backend_ops(be)) < 0)
+            return NULL;
+    } else if (!(ops = rt_backend_ops_for(be, act))) {
         return NULL;
     }
-    if (act != RT_F32 && rt_ops_check_act_table(ops, rt_backend_ops(be)) < 0)
-        return NULL;
     struct net *n = rt_calloc(1, sizeof(*n), "net");
     if (!n)
         return NULL;

@@ -45,6 +45,7 @@
 #include "check.h"
 #include "test_util.h"
 #include "common/common.h"
+#include "common/nvml.h"
 #include "compute/compute.h"
 
 #define SEED UINT64_C(20250307)
@@ -1926,9 +1927,8 @@ static const char *emu_kind_name(enum emu_kind k)
     return k == EMU_BF16 ? "the bf16 floor" : k == EMU_F16 ? "the fp16 floor" : "the fp32 perturbation (2 ulps)";
 }
 
+/* The rounding tables' state; they run on the CPU side (S[CPU]) and wrap its fp32 table. */
 static struct {
-    const struct rt_ops *f32;  /* the CPU's fp32 table */
-    struct rt_backend *be;
     enum emu_kind kind;        /* what values are rounded to */
     uint16_t *bits;            /* scratch: rounded values */
     float *w;                  /* scratch: rounded weights */
@@ -1939,8 +1939,8 @@ static struct {
 static void *emu_scratch(void **p, size_t *have, size_t n, size_t size)
 {
     if (n > *have) {
-        emu.f32->free(emu.be, *p);
-        *p = emu.f32->alloc(emu.be, n * size);
+        S[CPU].ops->free(S[CPU].be, *p);
+        *p = S[CPU].ops->alloc(S[CPU].be, n * size);
         if (!*p) {
             fprintf(stderr, "test_cuda_ops: %zu bytes of emulation scratch: %s\n", n * size, rt_errmsg());
             exit(1);
@@ -1954,7 +1954,7 @@ static void emu_round(struct rt_stream *s, float *x, size_t n)
 {
     if (emu.kind == EMU_F32_2ULP) {
         /* The CPU backend's buffers are host memory; its ops may be queued (RINGTRAIN_CPU_STREAMS=async). */
-        emu.f32->sync(s);
+        S[CPU].ops->sync(s);
         for (size_t i = 0; i < n; i++) {
             const uint32_t u = fbits(x[i]);
             if ((u & 0x7f800000u) != 0x7f800000u) /* NaN and Inf stay */
@@ -1964,11 +1964,11 @@ static void emu_round(struct rt_stream *s, float *x, size_t n)
     }
     uint16_t *b = emu_scratch((void **)&emu.bits, &emu.nbits, n, sizeof(uint16_t));
     if (emu.kind == EMU_BF16) {
-        emu.f32->cast_f32_bf16(s, n, x, b);
-        emu.f32->cast_bf16_f32(s, n, b, x);
+        S[CPU].ops->cast_f32_bf16(s, n, x, b);
+        S[CPU].ops->cast_bf16_f32(s, n, b, x);
     } else {
-        emu.f32->cast_f32_f16(s, n, x, b);
-        emu.f32->cast_f16_f32(s, n, b, x);
+        S[CPU].ops->cast_f32_f16(s, n, x, b);
+        S[CPU].ops->cast_f16_f32(s, n, b, x);
     }
 }
 
@@ -1976,7 +1976,7 @@ static void emu_round(struct rt_stream *s, float *x, size_t n)
 static const float *emu_weights(struct rt_stream *s, const float *w, size_t n)
 {
     float *r = emu_scratch((void **)&emu.w, &emu.nw, n, sizeof(float));
-    emu.f32->copy(s, r, w, n * sizeof(float));
+    S[CPU].ops->copy(s, r, w, n * sizeof(float));
     emu_round(s, r, n);
     return r;
 }
@@ -1999,42 +1999,42 @@ static size_t conv_w_count(const struct rt_conv_desc *d)
 static void emu_input_u8(struct rt_stream *s, struct rt_shape4 sh, const uint8_t *img, const float *mean,
                          const float *std, float *y)
 {
-    emu.f32->input_u8(s, sh, img, mean, std, y);
+    S[CPU].ops->input_u8(s, sh, img, mean, std, y);
     emu_round(s, y, count4(sh));
 }
 
 static void emu_input_u8_dev(struct rt_stream *s, struct rt_shape4 sh, const uint8_t *img, const float *mean,
                              const float *std, float *y)
 {
-    emu.f32->input_u8_dev(s, sh, img, mean, std, y);
+    S[CPU].ops->input_u8_dev(s, sh, img, mean, std, y);
     emu_round(s, y, count4(sh));
 }
 
 static void emu_conv2d_fwd(struct rt_stream *s, const struct rt_conv_desc *d, const float *x, const float *w,
                            const float *bias, float *y)
 {
-    emu.f32->conv2d_fwd(s, d, x, emu_weights(s, w, conv_w_count(d)), bias, y);
+    S[CPU].ops->conv2d_fwd(s, d, x, emu_weights(s, w, conv_w_count(d)), bias, y);
     emu_round(s, y, conv_out_count(d));
 }
 
 static void emu_conv2d_bwd_data(struct rt_stream *s, const struct rt_conv_desc *d, const float *dy, const float *w,
                                 float beta, float *dx)
 {
-    emu.f32->conv2d_bwd_data(s, d, dy, emu_weights(s, w, conv_w_count(d)), beta, dx);
+    S[CPU].ops->conv2d_bwd_data(s, d, dy, emu_weights(s, w, conv_w_count(d)), beta, dx);
     emu_round(s, dx, count4(d->in));
 }
 
 static void emu_bn_train_fwd(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *gamma,
                              const float *beta, float *rm, float *rv, float *sm, float *si, float *y)
 {
-    emu.f32->bn_train_fwd(s, d, x, gamma, beta, rm, rv, sm, si, y);
+    S[CPU].ops->bn_train_fwd(s, d, x, gamma, beta, rm, rv, sm, si, y);
     emu_round(s, y, count4(d->in));
 }
 
 static void emu_bn_infer_fwd(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *gamma,
                              const float *beta, const float *rm, const float *rv, float *y)
 {
-    emu.f32->bn_infer_fwd(s, d, x, gamma, beta, rm, rv, y);
+    S[CPU].ops->bn_infer_fwd(s, d, x, gamma, beta, rm, rv, y);
     emu_round(s, y, count4(d->in));
 }
 
@@ -2042,136 +2042,131 @@ static void emu_bn_bwd(struct rt_stream *s, const struct rt_bn_desc *d, const fl
                        const float *gamma, const float *beta, const float *sm, const float *si, float beta_dx, float *dx,
                        float *dgamma, float *dbeta)
 {
-    emu.f32->bn_bwd(s, d, x, dy, gamma, beta, sm, si, beta_dx, dx, dgamma, dbeta);
+    S[CPU].ops->bn_bwd(s, d, x, dy, gamma, beta, sm, si, beta_dx, dx, dgamma, dbeta);
     emu_round(s, dx, count4(d->in));
 }
 
 static void emu_maxpool_bwd(struct rt_stream *s, const struct rt_pool_desc *d, const float *x, const float *y,
                             const float *dy, float beta, float *dx)
 {
-    emu.f32->maxpool_bwd(s, d, x, y, dy, beta, dx);
+    S[CPU].ops->maxpool_bwd(s, d, x, y, dy, beta, dx);
     emu_round(s, dx, count4(d->in));
 }
 
 static void emu_avgpool_fwd(struct rt_stream *s, const struct rt_pool_desc *d, const float *x, float *y)
 {
-    emu.f32->avgpool_fwd(s, d, x, y);
+    S[CPU].ops->avgpool_fwd(s, d, x, y);
     emu_round(s, y, pool_out_count(d));
 }
 
 static void emu_avgpool_bwd(struct rt_stream *s, const struct rt_pool_desc *d, const float *dy, float beta, float *dx)
 {
-    emu.f32->avgpool_bwd(s, d, dy, beta, dx);
+    S[CPU].ops->avgpool_bwd(s, d, dy, beta, dx);
     emu_round(s, dx, count4(d->in));
 }
 
 static void emu_gap_fwd(struct rt_stream *s, struct rt_shape4 sh, const float *x, float *y)
 {
-    emu.f32->gap_fwd(s, sh, x, y);
+    S[CPU].ops->gap_fwd(s, sh, x, y);
     emu_round(s, y, (size_t)sh.n * sh.c);
 }
 
 static void emu_gap_bwd(struct rt_stream *s, struct rt_shape4 sh, const float *dy, float beta, float *dx)
 {
-    emu.f32->gap_bwd(s, sh, dy, beta, dx);
+    S[CPU].ops->gap_bwd(s, sh, dy, beta, dx);
     emu_round(s, dx, count4(sh));
 }
 
 static void emu_flatten_bwd(struct rt_stream *s, struct rt_shape4 sh, const float *dy, float beta, float *dx)
 {
-    emu.f32->flatten_bwd(s, sh, dy, beta, dx);
+    S[CPU].ops->flatten_bwd(s, sh, dy, beta, dx);
     emu_round(s, dx, count4(sh));
 }
 
 static void emu_linear_fwd(struct rt_stream *s, int n, int in, int out, const float *x, const float *w, const float *b,
                            float *y)
 {
-    emu.f32->linear_fwd(s, n, in, out, x, emu_weights(s, w, (size_t)in * out), b, y);
+    S[CPU].ops->linear_fwd(s, n, in, out, x, emu_weights(s, w, (size_t)in * out), b, y);
     emu_round(s, y, (size_t)n * out);
 }
 
 static void emu_linear_bwd_data(struct rt_stream *s, int n, int in, int out, const float *dy, const float *w,
                                 float beta, float *dx)
 {
-    emu.f32->linear_bwd_data(s, n, in, out, dy, emu_weights(s, w, (size_t)in * out), beta, dx);
+    S[CPU].ops->linear_bwd_data(s, n, in, out, dy, emu_weights(s, w, (size_t)in * out), beta, dx);
     emu_round(s, dx, (size_t)n * in);
 }
 
 static void emu_relu_bwd(struct rt_stream *s, size_t n, const float *y, const float *dy, float beta, float *dx)
 {
-    emu.f32->relu_bwd(s, n, y, dy, beta, dx);
+    S[CPU].ops->relu_bwd(s, n, y, dy, beta, dx);
     emu_round(s, dx, n);
 }
 
 static void emu_gelu_fwd(struct rt_stream *s, size_t n, const float *x, float *y)
 {
-    emu.f32->gelu_fwd(s, n, x, y);
+    S[CPU].ops->gelu_fwd(s, n, x, y);
     emu_round(s, y, n);
 }
 
 static void emu_gelu_bwd(struct rt_stream *s, size_t n, const float *x, const float *dy, float beta, float *dx)
 {
-    emu.f32->gelu_bwd(s, n, x, dy, beta, dx);
+    S[CPU].ops->gelu_bwd(s, n, x, dy, beta, dx);
     emu_round(s, dx, n);
 }
 
 static void emu_dropout_fwd(struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,
                             uint64_t offset, const float *x, float *y)
 {
-    emu.f32->dropout_fwd(s, sh, spatial, p, seed, offset, x, y);
+    S[CPU].ops->dropout_fwd(s, sh, spatial, p, seed, offset, x, y);
     emu_round(s, y, count4(sh));
 }
 
 static void emu_dropout_bwd(struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,
                             uint64_t offset, const float *dy, float beta, float *dx)
 {
-    emu.f32->dropout_bwd(s, sh, spatial, p, seed, offset, dy, beta, dx);
+    S[CPU].ops->dropout_bwd(s, sh, spatial, p, seed, offset, dy, beta, dx);
     emu_round(s, dx, count4(sh));
 }
 
 static void emu_add(struct rt_stream *s, size_t n, const float *a, const float *b, float *y)
 {
-    emu.f32->add(s, n, a, b, y);
+    S[CPU].ops->add(s, n, a, b, y);
     emu_round(s, y, n);
 }
 
 static void emu_scale(struct rt_stream *s, size_t n, float alpha, float *x)
 {
-    emu.f32->scale(s, n, alpha, x);
+    S[CPU].ops->scale(s, n, alpha, x);
     emu_round(s, x, n);
 }
 
 static void emu_axpy(struct rt_stream *s, size_t n, float alpha, const float *x, float *y)
 {
-    emu.f32->axpy(s, n, alpha, x, y);
+    S[CPU].ops->axpy(s, n, alpha, x, y);
     emu_round(s, y, n);
 }
 
 static void emu_xent_fwd_bwd(struct rt_stream *s, int n, int k, const float *logits, const int32_t *labels,
                              float label_smoothing, float grad_scale, struct rt_loss_stats *stats, float *dlogits)
 {
-    emu.f32->xent_fwd_bwd(s, n, k, logits, labels, label_smoothing, grad_scale, stats, dlogits);
+    S[CPU].ops->xent_fwd_bwd(s, n, k, logits, labels, label_smoothing, grad_scale, stats, dlogits);
     if (dlogits)
         emu_round(s, dlogits, (size_t)n * k);
 }
 
 /*
- * A rounding table: an fp32 table (its act stays RT_F32, its buffers
- * fp32) on the CPU backend `be` (one backend for all of them: they share
- * their scratch). Ops whose outputs are exact functions of
+ * The rounding table for `kind`: an fp32 table (its act stays RT_F32, its
+ * buffers fp32) on the CPU side. There is one, and its wrappers round to the
+ * kind of the latest call: take it right before the run it is for. Ops whose outputs are exact functions of
  * rounded inputs need no wrapper: ReLU and max pooling forward (a choice),
  * flatten forward (a copy), the parameter gradients (fp32 in every table).
  */
-static struct rt_ops emu_table(struct rt_backend *be, enum emu_kind kind)
+static const struct rt_ops *emu_table(enum emu_kind kind)
 {
-    if (emu.be && emu.be != be) {
-        fprintf(stderr, "test_cuda_ops: the rounding tables run on one backend\n");
-        exit(1);
-    }
-    emu.f32 = rt_backend_ops(be);
-    emu.be = be;
+    static struct rt_ops t;
     emu.kind = kind;
-    struct rt_ops t = *emu.f32;
+    t = *S[CPU].ops;
     t.input_u8 = emu_input_u8;
     t.input_u8_dev = emu_input_u8_dev;
     t.conv2d_fwd = emu_conv2d_fwd;
@@ -2196,15 +2191,13 @@ static struct rt_ops emu_table(struct rt_backend *be, enum emu_kind kind)
     t.scale = emu_scale;
     t.axpy = emu_axpy;
     t.xent_fwd_bwd = emu_xent_fwd_bwd;
-    return t;
+    return &t;
 }
 
 static void emu_free(void)
 {
-    if (emu.f32) {
-        emu.f32->free(emu.be, emu.bits);
-        emu.f32->free(emu.be, emu.w);
-    }
+    S[CPU].ops->free(S[CPU].be, emu.bits);
+    S[CPU].ops->free(S[CPU].be, emu.w);
     memset(&emu, 0, sizeof(emu));
 }
 
@@ -2239,8 +2232,8 @@ static const struct model_run *kept_run(const char *name, int dropout, enum rt_d
     if (of == RT_F32) {
         kept[i].ok = model_run(CPU, name, dropout, RT_F32, NULL, 1.0f, &kept[i].run) == 0;
     } else {
-        const struct rt_ops t = emu_table(S[CPU].be, of == RT_BF16 ? EMU_BF16 : EMU_F16);
-        kept[i].ok = model_run(CPU, name, dropout, RT_F32, &t, LOSS_SCALE, &kept[i].run) == 0;
+        const struct rt_ops *t = emu_table(of == RT_BF16 ? EMU_BF16 : EMU_F16);
+        kept[i].ok = model_run(CPU, name, dropout, RT_F32, t, LOSS_SCALE, &kept[i].run) == 0;
     }
     return kept[i].ok ? &kept[i].run : NULL;
 }
@@ -2254,27 +2247,34 @@ static void kept_free(void)
 static int stand_in; /* 1: the CPU stands in for the GPU (--stand-in) */
 
 /*
+ * The fp32 table under test and the side it runs on: the GPU's; on the
+ * stand-in the fp32 perturbation (a rounding table, so taken right before
+ * its run), on the CPU side.
+ */
+static const struct rt_ops *f32_device(int *side, const char **name)
+{
+    *side = stand_in ? CPU : GPU;
+    *name = stand_in ? emu_kind_name(EMU_F32_2ULP) : S[GPU].name;
+    return stand_in ? emu_table(EMU_F32_2ULP) : rt_backend_ops(S[GPU].be);
+}
+
+/*
  * fp32 on the device against the fp32 CPU. On the stand-in the device is
  * the fp32 perturbation (the CPU's own table, every output moved by up to 2
  * ulps): the fp32 bounds must hold for another correct summation order.
  */
 static void test_model_f32(const char *name, int dropout)
 {
-    const char *dev_name = stand_in ? emu_kind_name(EMU_F32_2ULP) : S[GPU].name;
-    printf("model %s: one RT_TRAIN step (batch %d, %dx%dx%d, %s), %s\n", name, MODEL_N, MODEL_C, MODEL_H, MODEL_W,
-           dropout ? "with dropout: the same Philox masks" : "no dropout", dev_name);
     char label[64];
     snprintf(label, sizeof(label), "%s%s fp32", name, dropout ? "+dropout" : "");
     const struct model_run *ref = kept_run(name, dropout, RT_F32);
+    int side;
+    const char *dev_name;
+    const struct rt_ops *table = f32_device(&side, &dev_name);
+    printf("model %s: one RT_TRAIN step (batch %d, %dx%dx%d, %s), %s\n", name, MODEL_N, MODEL_C, MODEL_H, MODEL_W,
+           dropout ? "with dropout: the same Philox masks" : "no dropout", dev_name);
     struct model_run dev = {0};
-    int rc = -1;
-    if (ref && stand_in) {
-        const struct rt_ops t = emu_table(S[CPU].be, EMU_F32_2ULP);
-        rc = model_run(CPU, name, dropout, RT_F32, &t, 1.0f, &dev);
-    } else if (ref) {
-        rc = model_run(GPU, name, dropout, RT_F32, NULL, 1.0f, &dev);
-    }
-    if (rc == 0 && same_start(label, ref, &dev) == 0) {
+    if (ref && model_run(side, name, dropout, RT_F32, table, 1.0f, &dev) == 0 && same_start(label, ref, &dev) == 0) {
         char names[96];
         const unsigned fails = model_compare(&(struct model_runs){label, ref, NULL, &dev});
         CHECKF(fails == 0, "%s on %s: outside the fp32 bounds: %s", label, dev_name,
@@ -2443,21 +2443,22 @@ static struct rt_ops plant_table(const struct rt_ops *base, enum plant_id p)
 }
 
 /*
- * Every planted fault in `table`, the device's table for `act` (or, in
- * fp32 on the stand-in, the fp32 perturbation), on `name`: each must be
- * caught by its check, against the floor in 16 bits, by the fixed bounds in
- * fp32.
+ * Every planted fault in the device's table for `act` (in fp32, f32_device's),
+ * on `name`: each must be caught by its check, against the floor in 16 bits,
+ * by the fixed bounds in fp32.
  */
-static void test_plants(const char *name, enum rt_dtype act, const struct rt_ops *table)
+static void test_plants(const char *name, enum rt_dtype act)
 {
     const struct model_run *ref = kept_run(name, 0, RT_F32), *fl = act == RT_F32 ? NULL : kept_run(name, 0, act);
     if (!ref || (act != RT_F32 && !fl))
         return;
-    const int side = stand_in && act == RT_F32 ? CPU : GPU; /* the rounding tables run on the CPU side */
+    int side = GPU;
+    const char *dev_name = S[GPU].name;
+    const struct rt_ops *table = act == RT_F32 ? f32_device(&side, &dev_name) : rt_backend_ops_for(S[GPU].be, act);
     plant_base = table;
     for (int p = 0; p < PLANT_COUNT; p++) {
-        printf("planted fault in the %s table of %s: %s %s\n", rt_dtype_name(act),
-               side == GPU ? S[GPU].name : emu_kind_name(EMU_F32_2ULP), PLANTS[p].op, PLANTS[p].fault);
+        printf("planted fault in the %s table of %s: %s %s\n", rt_dtype_name(act), dev_name, PLANTS[p].op,
+               PLANTS[p].fault);
         const struct rt_ops t = plant_table(table, (enum plant_id)p);
         struct model_run dev = {0};
         char label[64], names[96], want[96];
@@ -2487,10 +2488,13 @@ static void print_versions(void)
         printf("test_cuda_ops: CUDA %s\n", p.detail);
         return;
     }
-    char driver[96] = "none";
-    if (p.driver_version)
-        snprintf(driver, sizeof(driver), "NVIDIA %s (CUDA %d.%d)", p.nvidia_driver[0] ? p.nvidia_driver : "present",
-                 p.driver_version / 1000, p.driver_version % 1000 / 10);
+    char driver[96] = "none", nvidia[32] = "present";
+    if (p.driver_version) {
+        if (!rt_nvml_driver_version(nvidia, sizeof(nvidia)))
+            snprintf(nvidia, sizeof(nvidia), "present");
+        snprintf(driver, sizeof(driver), "NVIDIA %s (CUDA %d.%d)", nvidia, p.driver_version / 1000,
+                 p.driver_version % 1000 / 10);
+    }
     printf("test_cuda_ops: CUDA runtime %d.%d (needs NVIDIA driver %d or later), driver %s; %s\n",
            p.runtime_version / 1000, p.runtime_version % 1000 / 10, p.driver_needed, driver, p.detail);
 }
@@ -2572,12 +2576,7 @@ int main(int argc, char **argv)
     test_model_f32("resnet18", 0);
     test_model_f32("resnet9", 0);
     test_model_f32("mnist-net", 1);
-    if (stand_in) {
-        const struct rt_ops t = emu_table(S[CPU].be, EMU_F32_2ULP);
-        test_plants("resnet18", RT_F32, &t);
-    } else {
-        test_plants("resnet18", RT_F32, rt_backend_ops(S[GPU].be));
-    }
+    test_plants("resnet18", RT_F32);
     /* mixed precision: the 16-bit tables (NHWC and tensor cores on the GPU) against the fp32 CPU */
     int planted = 0;
     for (int a = 0; a < 2; a++) {
@@ -2594,7 +2593,7 @@ int main(int argc, char **argv)
         test_model_amp("resnet9", 0, act);
         test_model_amp("mnist-net", 1, act);
         if (!planted++)
-            test_plants("resnet18", act, t16);
+            test_plants("resnet18", act);
     }
     if (stand_in) {
         printf("the fp16 floor the GPU's fp16 checks will stand on\n");

@@ -7,7 +7,7 @@
 #include <errno.h>
 #include <stdio.h>
 
-#include "common/nvml.h"
+#include "common/common.h"
 #include "compute/cuda/cuda_be.h"
 #include "rt_buildinfo.h"
 
@@ -19,7 +19,7 @@ int rt_cuda_min_driver(int runtime)
     static const struct {
         int major, branch;
     } min[] = {{11, 450}, {12, 525}, {13, 580}};
-    for (size_t i = 0; i < sizeof(min) / sizeof(min[0]); i++)
+    for (size_t i = 0; i < RT_ARRAY_LEN(min); i++)
         if (min[i].major == runtime / 1000)
             return min[i].branch;
     return 0;
@@ -75,9 +75,6 @@ int rt_cuda_probe(struct rt_backend_probe *p)
     if (cudaDriverGetVersion(&p->driver_version) != cudaSuccess)
         p->driver_version = 0;
     p->driver_needed = rt_cuda_min_driver(p->runtime_version);
-    /* The driver's own version number is NVML's to tell; where there is no driver there is no NVML to open. */
-    if (p->driver_version)
-        rt_nvml_driver_version(p->nvidia_driver, sizeof(p->nvidia_driver));
     /* The versions before the count: a driver too old for the runtime makes the count fail with a message
      * that names neither version. */
     int rc = rt_cuda_driver_verdict(p->driver_version, p->runtime_version, -1, NULL, why, sizeof(why));
