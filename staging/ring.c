@@ -10,7 +10,8 @@
  * histograms for p50/p99/max.
  *
  * Memory is one allocation (slots x slot bytes), page-aligned, mlock()ed
- * unless pinning is off, or from the caller's allocator (cudaHostAlloc).
+ * when `ulimit -l` allows (enum rt_pin), or from the caller's allocator
+ * (cudaHostAlloc).
  *
  * While a trace records, a wait that blocked becomes a span on the waiting
  * thread's track, timed by the readings that feed the histograms, and the
@@ -20,6 +21,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -164,7 +166,7 @@ int rt_ring_check_memory(size_t bytes, enum rt_pin pin, uint64_t extra_bytes)
                        "batch, or `--shuffle window` so the dataset is streamed instead of held in RAM",
                        need, extra, have);
     }
-    if (pin == RT_PIN_OFF)
+    if (pin != RT_PIN_ON)
         return 0;
     struct rlimit rl;
     if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (uint64_t)bytes > rl.rlim_cur &&
@@ -177,6 +179,37 @@ int rt_ring_check_memory(size_t bytes, enum rt_pin pin, uint64_t extra_bytes)
                        "fewer ring slots / a smaller batch, or `--no-pin` for pageable slots",
                        need, have, (unsigned long long)(rl.rlim_cur / 1024));
     }
+    return 0;
+}
+
+/*
+ * mlock()s the slots. ON: an error with the fix when that is refused. AUTO: a refusal (or a limit
+ * too low to try) leaves them pageable, said in one line once per process. 0 or -errno.
+ */
+static int lock_slots(struct rt_ring *r, enum rt_pin pin)
+{
+    static atomic_int said;
+    char need[32], why[160];
+    struct rlimit rl;
+
+    rt_format_bytes((double)r->mem_bytes, need, sizeof(need));
+    if (pin == RT_PIN_AUTO && getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
+        (uint64_t)r->mem_bytes > rl.rlim_cur && !has_ipc_lock()) {
+        char have[32];
+        rt_format_bytes((double)rl.rlim_cur, have, sizeof(have));
+        snprintf(why, sizeof(why), "`ulimit -l` allows %s", have);
+    } else if (mlock(r->mem, r->mem_bytes) == 0) {
+        r->locked = 1;
+        return 0;
+    } else if (pin == RT_PIN_ON) {
+        return rt_errf(-errno, "cannot lock the batch ring's %s in memory: %s. Fix: raise `ulimit -l`, "
+                       "or use `--no-pin`", need, strerror(errno));
+    } else {
+        snprintf(why, sizeof(why), "mlock: %s", strerror(errno));
+    }
+    if (atomic_exchange(&said, 1) == 0)
+        rt_info("batch ring: %s of pageable slots, not page-locked (%s); the CPU needs no locked slots "
+                "(--no-pin: pageable without this line, --pin: locked or stop)", need, why);
     return 0;
 }
 
@@ -228,18 +261,13 @@ int rt_ring_create(const struct rt_ring_opts *o, struct rt_ring **out)
             goto err;
         }
         r->mem = p;
-        if (o->pin == RT_PIN_ON) {
-            if (mlock(r->mem, r->mem_bytes) < 0) {
-                char need[32];
-                rt_format_bytes((double)r->mem_bytes, need, sizeof(need));
-                rc = rt_errf(-errno, "cannot lock the batch ring's %s in memory: %s. Fix: raise `ulimit -l`, "
-                             "or use `--no-pin`", need, strerror(errno));
+        if (o->pin != RT_PIN_OFF) {
+            rc = lock_slots(r, o->pin);
+            if (rc < 0)
                 goto err;
-            }
-            r->locked = 1;
-        } else {
-            memset(r->mem, 0, r->mem_bytes); /* fault the pages in now, not in the first epoch */
         }
+        if (!r->locked)
+            memset(r->mem, 0, r->mem_bytes); /* fault the pages in now, not in the first epoch */
     }
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->ready, NULL);

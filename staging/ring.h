@@ -4,7 +4,7 @@
  * contract between them (struct rt_batch).
  *
  * This module knows nothing about datasets, layers or collectives. The ring's
- * memory is allocated once, page-aligned and mlock()ed by default; an
+ * memory is allocated once, page-aligned and mlock()ed where allowed; an
  * allocator switch (struct rt_ring_allocator) lets the CUDA backend put the
  * slots in cudaHostAlloc memory instead. Functions return 0 or -errno with
  * the reason in rt_errmsg(), unless a comment says otherwise.
@@ -60,14 +60,19 @@ struct rt_ring_allocator {
     void *ctx;
 };
 
-enum rt_pin { RT_PIN_ON = 0, RT_PIN_OFF };
+/*
+ * AUTO (default): lock the slots when `ulimit -l` allows and mlock() succeeds, else pageable slots and
+ * one line saying so (rt_info, once per process); nothing on the CPU needs locked slots, and a GPU's
+ * slots come from an allocator that locks them itself (cudaHostAlloc, outside RLIMIT_MEMLOCK).
+ * ON: locked or an error that gives the numbers and the fix. OFF: pageable.
+ */
+enum rt_pin { RT_PIN_AUTO = 0, RT_PIN_ON, RT_PIN_OFF };
 
 struct rt_ring_opts {
     uint32_t slots;          /* 2..1024 */
     uint32_t batch;          /* samples per slot */
     uint32_t channels, height, width;
-    enum rt_pin pin;         /* ON (default): mlock the slots, and fail with the fix if
-                                that is not allowed; OFF: plain pageable memory */
+    enum rt_pin pin;         /* AUTO (default), ON or OFF: see enum rt_pin */
     const struct rt_ring_allocator *allocator; /* borrowed; NULL = mmap */
 };
 
@@ -85,7 +90,7 @@ size_t rt_ring_slot_bytes(const struct rt_ring_opts *o);
 
 /*
  * Checks that `bytes` of slot memory can be allocated and (pin == ON)
- * locked: compares with `ulimit -l` (RLIMIT_MEMLOCK, unless CAP_IPC_LOCK)
+ * locked (AUTO is checked as OFF: it never fails for the lock): compares with `ulimit -l` (RLIMIT_MEMLOCK, unless CAP_IPC_LOCK)
  * and with MemAvailable plus `extra_bytes` the caller will also need (the
  * loader's resident dataset). Returns 0, or -ENOMEM with a message giving
  * the numbers and the fix.

@@ -58,7 +58,9 @@ static void loadbench_help(void)
            "  --queue-depth Q       reads in flight (default 32)\n"
            "  --direct              O_DIRECT reads (bypass the page cache)\n"
            "  --ring-slots N        batch slots in the ring (default workers + 2, at least 4)\n"
-           "  --no-pin              pageable ring memory instead of page-locked\n"
+           "  --pin                 require page-locked ring memory: stop with the fix when `ulimit -l` is\n"
+           "                        too low (default: locked where allowed, else pageable and said)\n"
+           "  --no-pin              pageable ring memory\n"
            "  --target IMG_PER_S|FILE  say whether the pipeline can feed this rate, or the rate a model\n"
            "                        trained at per rank: FILE is `ringtrain train --json` output (its last\n"
            "                        JSON line; steady images/s over the ranks)\n"
@@ -230,6 +232,7 @@ int cmd_loadbench(int argc, char **argv)
         {"seed", required_argument, NULL, 's'},       {"io", required_argument, NULL, 'i'},
         {"queue-depth", required_argument, NULL, 'q'}, {"direct", no_argument, NULL, 'd'},
         {"ring-slots", required_argument, NULL, 'r'}, {"no-pin", no_argument, NULL, 'P'},
+        {"pin", no_argument, NULL, 'L'},
         {"target", required_argument, NULL, 't'},     {"digest", no_argument, NULL, 'D'},
         {"json", no_argument, NULL, 'j'},             {"help", no_argument, NULL, 'h'},
         {NULL, 0, NULL, 0}};
@@ -242,7 +245,7 @@ int cmd_loadbench(int argc, char **argv)
     c.lo.epochs = 3;
     c.lo.split = RT_SPLIT_TRAIN;
     c.lo.world = 1;
-    c.pin = RT_PIN_ON;
+    c.pin = RT_PIN_AUTO;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (ch) {
@@ -328,6 +331,7 @@ int cmd_loadbench(int argc, char **argv)
             c.ring_slots = (uint32_t)v;
             break;
         case 'P': c.pin = RT_PIN_OFF; break;
+        case 'L': c.pin = RT_PIN_ON; break;
         case 't': {
             char *end;
             c.target = strtod(optarg, &end);

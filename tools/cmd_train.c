@@ -57,7 +57,9 @@ static void usage(FILE *f)
             "  --synthetic-data       random batches made once on the device: measures compute alone\n"
             "  --steps N              stop after N optimizer steps\n"
             "  --no-progress          no progress bar (shown when stderr is a terminal)\n"
-            "  --no-pin               do not mlock the batch ring\n"
+            "  --pin                  require page-locked batch slots: stop with the fix when `ulimit -l`\n"
+            "                         is too low (default: locked where allowed, else pageable and said)\n"
+            "  --no-pin               pageable batch slots (on a GPU: no cudaHostAlloc, no copy overlap)\n"
             "  --json                 end with one JSON line summing up the run\n"
             "  --trace FILE           Chrome trace of the pipeline (Perfetto, chrome://tracing): every thread,\n"
             "                         the compute stream's layers, the buckets; one file for all ranks\n"
@@ -91,7 +93,7 @@ int cmd_train(int argc, char **argv)
 {
     enum {
         O_EPOCHS = 256, O_LR, O_OPT, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPEP, O_GAMMA, O_LS, O_ACCUM, O_CLIP,
-        O_SEED, O_AUG, O_SHUF, O_TARGET, O_PAT, O_CKPT, O_RESUME, O_METRICS, O_SYN, O_STEPS, O_NOPROG, O_NOPIN,
+        O_SEED, O_AUG, O_SHUF, O_TARGET, O_PAT, O_CKPT, O_RESUME, O_METRICS, O_SYN, O_STEPS, O_NOPROG, O_NOPIN, O_PIN,
         O_BUCKET, O_NOOVL, O_CTO, O_PTO, O_REPL, O_STAGE, O_AMP, O_LSCALE, O_MAXSKIP, O_ALLRED, O_TRACE, O_TRSTEPS,
         O_TRMB, O_HELP
     };
@@ -122,6 +124,7 @@ int cmd_train(int argc, char **argv)
         {"steps", required_argument, NULL, O_STEPS},
         {"no-progress", no_argument, NULL, O_NOPROG},
         {"no-pin", no_argument, NULL, O_NOPIN},
+        {"pin", no_argument, NULL, O_PIN},
         {"bucket-cap-mb", required_argument, NULL, O_BUCKET},
         {"no-overlap", no_argument, NULL, O_NOOVL},
         {"comm-timeout", required_argument, NULL, O_CTO},
@@ -141,7 +144,7 @@ int cmd_train(int argc, char **argv)
     struct train_cfg c = {
         .epochs = 10, .lr = 0.1f, .sched = RT_SCHED_COSINE,
         .warmup_epochs = -1, .step_epochs = 30, .gamma = 0.1f, .grad_accum = 1, .patience = 1,
-        .syn_c = 3, .syn_h = 32, .syn_w = 32, .syn_classes = 10, .progress = -1, .pin = RT_PIN_ON,
+        .syn_c = 3, .syn_h = 32, .syn_w = 32, .syn_classes = 10, .progress = -1, .pin = RT_PIN_AUTO,
         .shuffle = RT_SHUFFLE_EXACT, .bucket_cap_mb = 25, .loss_scale = -1, .trace_first = 3, .trace_last = 13,
         .optim = {.kind = RT_OPT_SGD, .momentum = 0.9f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f},
     };
@@ -239,6 +242,7 @@ int cmd_train(int argc, char **argv)
             break;
         case O_NOPROG: c.progress = 0; break;
         case O_NOPIN: c.pin = RT_PIN_OFF; break;
+        case O_PIN: c.pin = RT_PIN_ON; break;
         case O_BUCKET:
             if (parse_float("--bucket-cap-mb", optarg, 0.001, 4096, &c.bucket_cap_mb))
                 return RT_EXIT_USAGE;

@@ -52,7 +52,7 @@ static int start_loader(struct train *T)
                               .height = T->h, .width = T->w, .pin = c->pin};
     /* On a GPU the slots are cudaHostAlloc memory: each batch's copy to the device is a DMA on the copy
      * stream, overlapping the step before it. */
-    if (rt_backend_kind_of(T->be) == RT_BACKEND_CUDA && c->pin == RT_PIN_ON) {
+    if (rt_backend_kind_of(T->be) == RT_BACKEND_CUDA && c->pin != RT_PIN_OFF) {
         T->in.host_mem = (struct rt_ring_allocator){.name = "cudaHostAlloc", .locks = 1, .alloc = ring_host_alloc,
                                                     .free = ring_host_free, .ctx = T->be};
         ro.allocator = &T->in.host_mem;
