@@ -10,7 +10,10 @@
 #      asynchronous streams (RINGTRAIN_CPU_STREAMS=async, one compute thread), and of
 #      the trace recorder, alone and under every thread of a traced run, and NVML's sampler,
 #   4. the libFuzzer targets (clang, -DRT_FUZZ=ON), each for a bounded time
-#      (RT_FUZZ_SECONDS, default 30) from the seed corpus.
+#      (RT_FUZZ_SECONDS, default 30) from the seed corpus,
+#   5. the `fresh` test: this commit on a pristine Debian 12 root, installed by root and built, run,
+#      tested and packaged by an ordinary user; the .deb installed into another pristine root
+#      (tests/test_fresh.sh; needs root and the package sources, skips without).
 # Exits non-zero if anything fails. `.ci/run` calls exactly this.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,13 +24,13 @@ jobs=$(nproc)
 echo "== build (Release, as tools/quickstart.sh builds)"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build -j "$jobs"
-ctest --test-dir build --output-on-failure -j "$jobs"
+ctest --test-dir build --output-on-failure -j "$jobs" -LE fresh
 
 echo "== build (ASan + UBSan)"
 cmake -S . -B build-asan -G Ninja -DRT_SANITIZE=ON -DRT_CUDA=OFF >/dev/null
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build-asan --output-on-failure -j "$jobs"
+    ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE fresh
 
 echo "== build (ThreadSanitizer) for the threaded stages"
 cmake -S . -B build-tsan -G Ninja -DRT_TSAN=ON -DRT_CUDA=OFF >/dev/null
@@ -48,4 +51,7 @@ for t in shard pickle idx safetensors; do
     grep -E "stat::number_of_executed_units" "$work.log" | sed "s/^/fuzz_$t: /"
     rm -rf "$work" "$work.log"
 done
+echo "== fresh: a pristine Debian 12 root"
+ctest --test-dir build --output-on-failure -L fresh
+
 echo "all tests passed"
