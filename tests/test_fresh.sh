@@ -55,7 +55,7 @@ base=$cache/bookworm-minbase-$key.tar
 mkdir -p "$cache"
 if [ -z "$(find "$base" -mtime -7 2>/dev/null)" ]; then
     stamp "building the base root (mmdebstrap --variant=minbase bookworm) into $base"
-    if ! mmdebstrap --quiet --variant=minbase --mode=root --aptopt="$work/acquire.conf" bookworm "$base.partial" \
+    if ! mmdebstrap --quiet --variant=minbase --mode=root --format=tar --aptopt="$work/acquire.conf" bookworm "$base.partial" \
         - <"$sources" >"$work/mmdebstrap.log" 2>&1; then
         tail -5 "$work/mmdebstrap.log"
         rm -f "$base.partial"
@@ -66,9 +66,12 @@ if [ -z "$(find "$base" -mtime -7 2>/dev/null)" ]; then
 fi
 stamp "base root: $base ($(du -m "$base" | cut -f1) MB)"
 
-# new_root DIR: an untouched copy of the base root that can resolve the package sources' host names.
+# new_root DIR: an untouched copy of the base root that can resolve the package sources' host names. Its dpkg
+# skips fsync (force-unsafe-io, as mmdebstrap itself does while it builds a root): a root that is thrown away
+# needs no durability, and the installs take half the time.
 new_root() {
-    mkdir -p "$1" && tar -C "$1" -xpf "$base" && cp /etc/resolv.conf "$1/etc/resolv.conf" || fail "cannot unpack $base"
+    mkdir -p "$1" && tar -C "$1" -xpf "$base" && cp /etc/resolv.conf "$1/etc/resolv.conf" &&
+        echo force-unsafe-io >"$1/etc/dpkg/dpkg.cfg.d/ringtrain-fresh-unsafe-io" || fail "cannot unpack $base"
 }
 # in_root DIR USER CMD: CMD (a bash script) inside DIR as USER (root, or the test's user with `ulimit -l` 8 MiB
 # and a login's environment), with its own /proc, /dev/shm and a read-only /sys, in new mount and pid namespaces.
@@ -78,6 +81,7 @@ in_root() {
     unshare --mount --pid --fork --propagation private bash -c '
         root=$1; shift
         mount -t proc proc "$root/proc" && mount -t tmpfs -o mode=1777 shm "$root/dev/shm" &&
+            mount -t devpts -o newinstance,ptmxmode=0666 devpts "$root/dev/pts" &&
             mount --rbind -o ro /sys "$root/sys" || exit 70
         ulimit -l 8192
         exec chroot "$root" "$@"' - "$root" "${drop[@]}" /usr/bin/env LANG=C.UTF-8 \
@@ -115,7 +119,8 @@ grep -q 'run as root: apt-get install -y .*liburing-dev' "$work/nosudo.log" ||
 stamp "install-deps as an ordinary user without sudo: refused, naming the packages"
 
 # 2. As root, from nothing.
-step install-deps "$R" root "cd /home/$user/ringtrain && tools/install-deps.sh && tools/install-deps.sh --test"
+step install-deps "$R" root "cd /home/$user/ringtrain && tools/install-deps.sh"
+step install-deps-test "$R" root "cd /home/$user/ringtrain && tools/install-deps.sh --test"
 
 # 3. As the ordinary user: the quick start, some of the tests, the package.
 step quickstart "$R" "$user" "cd ~/ringtrain && tools/quickstart.sh --small"

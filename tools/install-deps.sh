@@ -6,13 +6,13 @@
 #           for the cluster tests (tests/cluster/lib.sh), and
 #           Python with PyTorch, which reads our checkpoints back as a user's script would, and
 #           mmdebstrap for the `fresh` test (a pristine Debian 12 root: tests/test_fresh.sh).
-# The build needs help2man (the man pages, made from --help) and dpkg-dev (dpkg-shlibdeps, which
-# `cpack -G DEB` uses to compute the package's dependencies).
+# The build needs help2man (the man pages, made from --help), dpkg-dev and file (dpkg-shlibdeps and the
+# file type check that `cpack -G DEB` uses to compute the package's dependencies).
 set -eu
 
 build_pkgs=(gcc libc6-dev make cmake ninja-build pkg-config liburing-dev libzstd-dev libturbojpeg0-dev
     libarchive-dev libxxhash-dev libjansson-dev zlib1g-dev libpng-dev libopenblas-openmp-dev libdnnl-dev
-    libopenmpi-dev openmpi-bin help2man dpkg-dev)
+    libopenmpi-dev openmpi-bin help2man dpkg-dev file)
 test_pkgs=(clang libclang-rt-14-dev python3 python3-numpy python3-torch python3-torchvision
     slurmctld slurmd slurm-client munge iproute2 mmdebstrap)
 
