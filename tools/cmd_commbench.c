@@ -81,8 +81,8 @@ struct cb_bench {
 
 static void commbench_help(void)
 {
-    printf("usage: ringtrain commbench [options]\n"
-           "       mpirun -np N ringtrain commbench [options]   (or srun --mpi=pmix; alone it is one rank)\n\n"
+    printf("Usage: ringtrain commbench [options]\n"
+           "  or:  mpirun -np N ringtrain commbench [options]\n\n"
            "Measures the all-reduce (sum of floats, in place) as nccl-tests' all_reduce_perf does, on the\n"
            "paths training uses, over message sizes from --min-bytes to --max-bytes: warm-up iterations,\n"
            "then timed ones. time: per iteration, averaged over the iterations, then over the ranks\n"
@@ -91,14 +91,12 @@ static void commbench_help(void)
            "at element i, whose sum is exact in floats; after the last timed iteration every element is\n"
            "compared and #wrong counts the wrong ones over all ranks (any: exit 1). The last line says\n"
            "whether a gradient bucket of --bucket-mb reaches %.0f%% of the best busbw measured. Only rank 0\n"
-           "prints.\n\n"
-           "options:\n"
-           "  --path P          comm, bucketer or both (default both):\n"
-           "                      comm      rt_comm_allreduce: host memory, MPI through the comm thread\n"
-           "                                (what validation metrics use)\n"
-           "                      bucketer  the gradient bucketer with one bucket of the message size:\n"
-           "                                begin, ready, finish (what gradients use; it also OR-s the\n"
-           "                                step's control word, as every step does)\n"
+           "prints. Alone it is one rank; under mpirun -np N (or srun --mpi=pmix), N ranks.\n\n"
+           "Options:\n"
+           "  --path P          comm, bucketer or both (default both). comm: rt_comm_allreduce, host memory,\n"
+           "                    MPI through the comm thread (what validation metrics use). bucketer: the\n"
+           "                    gradient bucketer with one bucket of the message size: begin, ready, finish\n"
+           "                    (what gradients use; it also OR-s the step's control word, as every step does)\n"
            "  --device D        auto (default: the GPU when there is one and NCCL loads), cpu or cuda:\n"
            "                    where the bucketer's buffer lives; on cuda it all-reduces device memory\n"
            "                    through NCCL, one GPU per rank. The comm path is host memory either way.\n"
@@ -110,9 +108,11 @@ static void commbench_help(void)
            "  --bucket-mb MB    the gradient bucket size to judge, in MiB (default 25, as train's\n"
            "                    --bucket-cap-mb); measured as a size of its own when inside the range\n"
            "  --json [FILE]     the header and one object per path and size as JSON, to FILE, or as the\n"
-           "                    last line of stdout (times in us, bandwidths in GB/s)\n\n"
-           "examples: ringtrain commbench --max-bytes 1M\n"
-           "          mpirun -np 2 ringtrain commbench --path bucketer --json bench.json\n",
+           "                    last line of stdout (times in us, bandwidths in GB/s)\n"
+           "  -h, --help        print this help\n\n"
+           "Examples:\n"
+           "  $ ringtrain commbench --max-bytes 1M\n"
+           "  $ mpirun -np 2 ringtrain commbench --path bucketer --json bench.json\n",
            100 * CB_REACH);
 }
 

@@ -10,18 +10,22 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: ringtrain eval --data DIR --checkpoint FILE [options]\n"
+    fprintf(f, "Usage: ringtrain eval --data DIR --checkpoint FILE [options]\n\n"
                "Prints the loss and accuracy of a checkpoint (model.safetensors from `ringtrain train`)\n"
                "on the dataset's test split.\n\n"
-               "  --data DIR          packed dataset\n"
-               "  --checkpoint FILE   model.safetensors\n"
+               "Options:\n"
+               "  --data DIR          packed dataset (its test split is scored)\n"
+               "  --checkpoint FILE   the model.safetensors a `ringtrain train --checkpoint-dir` wrote\n"
                "  --model NAME        check that the checkpoint holds this model\n"
-               "  --batch-size N      (default 256)\n"
+               "  --batch-size N      images per batch (default 256)\n"
                "  --workers N         loader threads (default 1)\n"
                "  --threads N         compute threads (default: the CPUs this process may use)\n"
                "  --device D          auto (default: a GPU when there is one), cpu or cuda\n"
                "  --amp P             auto (default: bf16 where the device computes it, as train's), off, bf16, fp16\n"
-               "  --json              also print one JSON line\n");
+               "  --json              also print one JSON line\n"
+               "  -h, --help          print this help\n\n"
+               "Examples:\n"
+               "  $ ringtrain eval --data data/mnist --checkpoint ckpt/model.safetensors --amp off\n");
 }
 
 int cmd_eval(int argc, char **argv)
@@ -37,13 +41,13 @@ int cmd_eval(int argc, char **argv)
     enum train_amp amp = AMP_AUTO;
     int ch;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (ch == O_CKPT) {
             checkpoint = optarg;
         } else if (ch == O_AMP) {
             if (train_amp_parse(optarg, &amp) < 0)
                 return cli_usage_error("eval", "%s", rt_errmsg());
-        } else if (ch == O_HELP) {
+        } else if (ch == O_HELP || ch == 'h') {
             usage(stdout);
             return RT_EXIT_OK;
         } else {

@@ -12,10 +12,18 @@
 
 static void inspect_help(void)
 {
-    printf("usage: ringtrain inspect DIR [--record N] [--split train|val|test] [--out FILE.png|.ppm|.pgm]\n\n"
+    printf("Usage: ringtrain inspect DIR [--record N [--split train|val|test] [--out FILE]]\n\n"
            "Without --record: the dataset summary (classes, counts per split and per class, shape, codec,\n"
            "the training split's per-channel mean and std, stored size). With --record N: that record's\n"
-           "label, class name and location (shard, block); --out writes its image to look at.\n");
+           "label, class name and location (shard, block); --out writes its image to look at.\n\n"
+           "Options:\n"
+           "  -r, --record N              show record N (counted from 0) of the split instead of the summary\n"
+           "  -s, --split train|val|test  the split --record counts in (default train)\n"
+           "  -o, --out FILE              write that record's image to FILE: .png, .ppm or .pgm (needs --record)\n"
+           "  -h, --help                  print this help\n\n"
+           "Examples:\n"
+           "  $ ringtrain inspect data/cifar10\n"
+           "  $ ringtrain inspect data/cifar10 --record 123 --split test --out r123.png\n");
 }
 
 static void print_summary(const struct rt_dataset_info *info)

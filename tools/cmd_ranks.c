@@ -16,10 +16,16 @@ int cmd_ranks(int argc, char **argv)
 {
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            printf("usage: ringtrain ranks\n"
+            printf("Usage: ringtrain ranks\n"
+                   "  or:  mpirun -np N ringtrain ranks\n\n"
                    "Prints the rank table a training job launched the same way would use: rank and world\n"
                    "size (from MPI, then Slurm, then torchrun-style variables), nodes, local ranks, CPUs and\n"
-                   "default compute threads per rank. Example: mpirun -np 4 ringtrain ranks\n");
+                   "default compute threads per rank.\n\n"
+                   "Options:\n"
+                   "  -h, --help  print this help\n\n"
+                   "Examples:\n"
+                   "  $ mpirun -np 4 ringtrain ranks\n"
+                   "  $ srun --mpi=pmix -N 2 --ntasks-per-node=4 ringtrain ranks\n");
             return RT_EXIT_OK;
         }
         return cli_usage_error("ranks", "unexpected argument '%s'", argv[i]);

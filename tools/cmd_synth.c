@@ -9,18 +9,22 @@
 
 static void synth_help(void)
 {
-    printf("usage: ringtrain synth --out DIR [--format cifar10|cifar100|mnist] [--train N] [--test N]\n"
-           "                       [--seed S] [--threads T]\n\n"
+    printf("Usage: ringtrain synth --out DIR [options]\n\n"
            "Writes a learnable synthetic dataset in the exact layout the original distribution unpacks to\n"
            "(DIR/cifar-10-batches-bin/, DIR/cifar-100-binary/, or the four MNIST .gz IDX files in DIR).\n"
            "Each class is a procedural pattern with random translation, colour and noise. The same seed\n"
            "gives byte-identical files.\n\n"
-           "  --out DIR        output directory (created)\n"
-           "  --format F       cifar10 (default), cifar100 or mnist\n"
-           "  --train N        training records (default 50000; MNIST 60000)\n"
-           "  --test N         test records (default 10000)\n"
-           "  --seed S         generator seed (default 0)\n"
-           "  --threads T      generator threads (default: the CPUs this process may use)\n");
+           "Options:\n"
+           "  -o, --out DIR      output directory (created)\n"
+           "  -f, --format F     cifar10 (default), cifar100 or mnist\n"
+           "  -n, --train N      training records (default 50000; MNIST 60000)\n"
+           "  -t, --test N       test records (default 10000)\n"
+           "  -s, --seed S       generator seed (default 0)\n"
+           "  -j, --threads T    generator threads (default: the CPUs this process may use)\n"
+           "  -h, --help         print this help\n\n"
+           "Examples:\n"
+           "  $ ringtrain synth --out data/src\n"
+           "  $ ringtrain synth --out data/mnist --format mnist --train 60000 --test 10000\n");
 }
 
 int cmd_synth(int argc, char **argv)

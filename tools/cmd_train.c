@@ -17,24 +17,25 @@
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: ringtrain train --data DIR [options]\n"
+            "Usage: ringtrain train --data DIR [options]\n\n"
             "Trains an image classifier on a packed dataset (ringtrain pack / synth), reading batches\n"
             "through the loader's ring, validating each epoch on the val split (the test split if there is none).\n\n"
+            "Options:\n"
             "  --data DIR             packed dataset (omit with --synthetic-data for 3x32x32, 10 classes)\n"
             "  --model NAME           %s\n"
             "                         (default mnist-net: the fastest on CPUs; the ResNets for real CIFAR)\n"
-            "  --epochs N             (default 10)\n"
+            "  --epochs N             passes over the training split (default 10)\n"
             "  --batch-size N         per rank (default 128)\n"
             "  --lr LR                peak learning rate (default 0.1)\n"
             "  --optimizer NAME       sgd (default), adam, adamw\n"
             "  --momentum M           SGD momentum (default 0.9)\n"
             "  --nesterov             Nesterov momentum\n"
-            "  --weight-decay WD      (default 5e-4 for sgd, 0 for adam, 1e-2 for adamw)\n"
+            "  --weight-decay WD      L2 penalty; decoupled for adamw (default 5e-4 for sgd, 0 for adam, 1e-2 for adamw)\n"
             "  --schedule NAME        constant, step, cosine (default), onecycle\n"
             "  --warmup-epochs E      linear warm-up (default 0; onecycle: 30%% of the run)\n"
             "  --step-epochs E        step schedule: decay every E epochs (default 30)\n"
             "  --gamma G              step schedule: decay factor (default 0.1)\n"
-            "  --label-smoothing EPS  (default 0)\n"
+            "  --label-smoothing EPS  as CrossEntropyLoss(label_smoothing=EPS) (default 0)\n"
             "  --grad-accum K         micro-batches per optimizer step (default 1)\n"
             "  --clip-grad-norm MAX   clip the global gradient norm (default off)\n"
             "  --seed S               weights, data order, augmentation, dropout (default 0)\n"
@@ -64,7 +65,8 @@ static void usage(FILE *f)
             "  --trace FILE           Chrome trace of the pipeline (Perfetto, chrome://tracing): every thread,\n"
             "                         the compute stream's layers, the buckets; one file for all ranks\n"
             "  --trace-steps A:B|all  optimizer steps recorded (default 3:13: ten after the warm-up)\n"
-            "  --trace-mb MB          memory for events per rank (default 64); past it events are dropped\n\n"
+            "  --trace-mb MB          memory for events per rank (default 64); past it events are dropped\n"
+            "  -h, --help             print this help\n\n"
             "Several ranks (mpirun -np N ringtrain train ..., or srun --mpi=pmix): data-parallel, one\n"
             "process per device, gradients all-reduced in buckets while backward runs.\n"
             "  --bucket-cap-mb MB     gradient bucket size (default 25; the first bucket 1)\n"
@@ -74,7 +76,10 @@ static void usage(FILE *f)
             "  --comm-timeout S       a collective stalled this long ends the job (default 300)\n"
             "  --peer-timeout S       a rank silent this long is stopped, hung or unreachable: end the job (default 3)\n"
             "  --check-replicas N     compare the ranks' parameter digests every N steps (default: at the end)\n"
-            "  --stage-to DIR         copy --data to node-local DIR first, once per node\n",
+            "  --stage-to DIR         copy --data to node-local DIR first, once per node\n\n"
+            "Examples:\n"
+            "  $ ringtrain train --data data/cifar10 --model resnet9 --epochs 30\n"
+            "  $ mpirun -np 4 ringtrain train --data data/cifar10 --checkpoint-dir ckpt\n",
             rt_model_names());
 }
 
@@ -153,7 +158,7 @@ int cmd_train(int argc, char **argv)
     uint64_t v;
     int ch;
     optind = 1;
-    while ((ch = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (ch) {
         case O_EPOCHS:
             if (cli_parse_u64("train", "--epochs", optarg, &c.epochs))
@@ -298,6 +303,7 @@ int cmd_train(int argc, char **argv)
             c.max_skipped_steps = (uint32_t)k;
             break;
         }
+        case 'h':
         case O_HELP: usage(stdout); return RT_EXIT_OK;
         default: {
             int r = cli_run_option("train", ch, optarg, &run);

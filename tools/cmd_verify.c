@@ -18,10 +18,14 @@ int cmd_verify(int argc, char **argv)
     int problems;
 
     if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        printf("usage: ringtrain verify DIR\n\n"
+        printf("Usage: ringtrain verify DIR\n\n"
                "Checks every shard of the dataset at DIR against its manifest (sizes, whole-file checksums,\n"
                "shape, record ranges, class counts) and itself (header, labels, block index, every block's\n"
-               "checksum and decode). Prints one line per problem; exits 0 when all is well, 1 otherwise.\n");
+               "checksum and decode). Prints one line per problem; exits 0 when all is well, 1 otherwise.\n\n"
+               "Options:\n"
+               "  -h, --help  print this help\n\n"
+               "Examples:\n"
+               "  $ ringtrain verify data/cifar10\n");
         return RT_EXIT_OK;
     }
     if (argc != 2)

@@ -1,15 +1,16 @@
 /*
- * cmd_version.c - `ringtrain --version`: this build's version, the compute
- * backends compiled in with what they see, and the library versions (as
- * compiled against, and as loaded where the library can say). cuDNN, cuBLAS
- * and NCCL are loaded here to ask them; one that is missing is reported as
- * "not found (reason)", never an error.
+ * cmd_version.c - `ringtrain version` (or `ringtrain --version`): this build's
+ * version, the compute backends compiled in with what they see, and the
+ * library versions (as compiled against, and as loaded where the library can
+ * say). cuDNN, cuBLAS and NCCL are loaded here to ask them; one that is
+ * missing is reported as "not found (reason)", never an error.
  */
 #include <archive.h>
 #include <errno.h>
 #include <jansson.h>
 #include <png.h>
 #include <stdio.h>
+#include <string.h>
 #include <xxhash.h>
 #include <zlib.h>
 #include <zstd.h>
@@ -40,12 +41,29 @@ static void print_cuda_libs(void)
 #endif
 }
 
+static void version_help(void)
+{
+    printf("Usage: ringtrain version\n"
+           "  or:  ringtrain --version\n\n"
+           "Prints this build's version, the compute backends compiled in with what they see (CPUs; CUDA\n"
+           "runtime, driver and GPUs), and the versions of the libraries it was built against and loaded.\n"
+           "cuDNN, cuBLAS and NCCL are loaded to ask them; one that is missing is reported as\n"
+           "\"not found (reason)\", not as an error.\n\n"
+           "Options:\n"
+           "  -h, --help  print this help\n");
+}
+
 int cmd_version(int argc, char **argv)
 {
     struct rt_backend_probe cpu, cuda;
 
-    (void)argc;
-    (void)argv;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            version_help();
+            return RT_EXIT_OK;
+        }
+        return cli_usage_error("version", "unexpected argument '%s'", argv[i]);
+    }
     printf("ringtrain %s (%s build, %s)\n", RT_VERSION, RT_BUILD_TYPE, RT_C_COMPILER);
     printf("compute backends:\n");
     rt_backend_probe(RT_BACKEND_CPU, &cpu);

@@ -35,12 +35,22 @@ static const struct subcommand subcommands[] = {
 
 static void print_help(FILE *f)
 {
-    fprintf(f, "usage: ringtrain <command> [options]\n\ncommands:\n");
+    fprintf(f, "Usage: ringtrain <command> [options]\n"
+               "  or:  ringtrain --help | --version\n\n"
+               "Data-parallel training of image classifiers: datasets packed into checksummed shards, a\n"
+               "loader and batch ring that feed the model, training on CPUs or GPUs across MPI ranks.\n\n"
+               "Commands:\n");
     for (size_t i = 0; i < RT_ARRAY_LEN(subcommands); i++)
-        fprintf(f, "  %-10s %s\n", subcommands[i].name, subcommands[i].summary);
-    fprintf(f, "\n`ringtrain <command> --help` describes each command's options.\n"
-               "Quick start: ringtrain synth --out data/src && ringtrain pack data/src --out data/cifar10 &&\n"
-               "             ringtrain verify data/cifar10 && ringtrain train --data data/cifar10\n");
+        fprintf(f, "  %-10s  %s\n", subcommands[i].name, subcommands[i].summary);
+    fprintf(f, "\n`ringtrain <command> --help` (or `man ringtrain-<command>`) describes each command's options.\n\n"
+               "Options:\n"
+               "  -h, --help     print this help (also `ringtrain help`)\n"
+               "  -V, --version  print the version, backends and library versions (as `ringtrain version`)\n\n"
+               "Examples:\n"
+               "  $ ringtrain synth --out data/src\n"
+               "  $ ringtrain pack data/src --out data/cifar10\n"
+               "  $ ringtrain verify data/cifar10\n"
+               "  $ ringtrain train --data data/cifar10\n");
 }
 
 int cli_usage_error(const char *cmd, const char *fmt, ...)
