@@ -146,7 +146,7 @@ step install-deb "$P" root "useradd --create-home $user && apt-get update -qq &&
 for p in gcc cmake libdnnl-dev libopenmpi-dev; do
     grep -qx "$p" "$P/tmp/installed" && fail "installing $deb pulled in the build package $p"
 done
-for p in libdnnl2 libopenmpi3 liburing2 libzstd1; do
+for p in libdnnl2 libopenmpi3 liburing2 libzstd1 libopenblas0-openmp; do
     grep -qx "$p" "$P/tmp/installed" || fail "installing $deb did not pull in $p"
 done
 step run-deb "$P" "$user" "cd && ringtrain --version && ringtrain train --synthetic-data --steps 5 --threads 2 &&
