@@ -75,10 +75,11 @@ new_root() {
 }
 # in_root DIR USER CMD: CMD (a bash script) inside DIR as USER (root, or the test's user with `ulimit -l` 8 MiB
 # and a login's environment), with its own /proc, /dev/shm and a read-only /sys, in new mount and pid namespaces.
+# Whatever kills unshare kills everything in the root (--kill-child: the namespace goes with its first process).
 in_root() {
     local root=$1 user=$2 cmd=$3 drop=()
     [ "$user" = root ] || drop=(setpriv --reuid="$user" --regid="$user" --init-groups --reset-env)
-    unshare --mount --pid --fork --propagation private bash -c '
+    unshare --mount --pid --fork --kill-child --propagation private bash -c '
         root=$1; shift
         mount -t proc proc "$root/proc" && mount -t tmpfs -o mode=1777 shm "$root/dev/shm" &&
             mount -t devpts -o newinstance,ptmxmode=0666 devpts "$root/dev/pts" &&
@@ -153,6 +154,6 @@ step run-deb "$P" "$user" "cd && ringtrain --version && ringtrain train --synthe
     zcat -f /usr/share/man/man1/ringtrain-train.1* | grep -q -- 'synthetic' &&
     test -x /usr/share/ringtrain/tools/check_trace.py"
 grep -q 'done (step limit): 5 steps' "$work/run-deb.log" || { tail -5 "$work/run-deb.log"; fail "no fifth step in the packaged run"; }
-stamp "packaged run as $user: ok ($(dpkg-deb -f "$P/tmp/$deb" Depends | tr ',' '\n' | grep -c .) dependencies from dpkg-shlibdeps)"
+stamp "packaged run as $user: ok (the package Depends on $(dpkg-deb -f "$P/tmp/$deb" Depends | tr ',' '\n' | grep -c .) packages)"
 ok=1
 echo "fresh: all steps passed in $((SECONDS - t_start)) s"
