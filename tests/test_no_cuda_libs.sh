@@ -7,8 +7,8 @@
 #     ringtrain or the shell need (/usr/lib/x86_64-linux-gnu) -- `ringtrain --version` runs and says each is
 #     not found, a short `train --device cpu` trains to the same weights as with the libraries there, and
 #     `train --device cuda` fails with a message and an exit code, not a signal.
-# Usage: test_no_cuda_libs.sh path/to/ringtrain. Exit 0 pass, 1 fail, 77 skip (no CUDA in the build; not root,
-# or mount namespaces not permitted here).
+# Usage: test_no_cuda_libs.sh path/to/ringtrain. Exit 0 pass, 1 fail, 77 skip (no CUDA in the build; mount
+# namespaces, or for an ordinary user user namespaces, not permitted here).
 set -u
 export LC_ALL=C
 if [ "${1:-}" != --inside ]; then
@@ -45,12 +45,11 @@ if [ "${1:-}" != --inside ]; then
     [ -z "$bad" ] && pass "no DT_NEEDED on cuDNN, cuBLAS or NCCL ($(wc -l <<<"$needed") entries)" ||
         fail "ringtrain links $(echo $bad): it cannot start where they are missing"
 
-    if [ "$(id -u)" != 0 ]; then
-        echo "skip: hiding the libraries needs root (a private mount namespace); $fails failures so far"
-        [ $fails -eq 0 ] && exit 77 || exit 1
-    fi
-    if ! unshare -m true 2>/dev/null; then
-        echo "skip: unshare -m is not permitted here; $fails failures so far"
+    # A private mount namespace: root's own, or an ordinary user's inside a user namespace where it is root.
+    ns=(unshare -m --propagation private)
+    [ "$(id -u)" = 0 ] || ns=(unshare --user --map-root-user -m --propagation private)
+    if ! "${ns[@]}" true 2>/dev/null; then
+        echo "skip: ${ns[*]} is not permitted here; $fails failures so far"
         [ $fails -eq 0 ] && exit 77 || exit 1
     fi
 
@@ -76,7 +75,7 @@ if [ "${1:-}" != --inside ]; then
     ref=$(train_cpu ref)
     [ -n "$ref" ] || { echo "FAIL train --device cpu with the libraries present: $(tail -n 5 "$W/train-ref.out")"; exit 1; }
 
-    unshare -m --propagation private bash "$0" --inside "$RT" "$W" "$ref" "$fails"
+    "${ns[@]}" bash "$0" --inside "$RT" "$W" "$ref" "$fails"
     exit $?
 fi
 
