@@ -83,7 +83,9 @@ d2=$(digest "$W/rest.out")
     { fail "resume: '$d2' vs uninterrupted '$d1'"; tail -n 3 "$W/part.out" "$W/rest.out"; }
 
 # Two ranks: the buckets' all-reduces on the comm thread while backward is queued on the compute thread.
-MPIRUN=$(command -v mpirun || true)
+# By name, not path: Open MPI takes its prefix from an absolute argv[0], and /bin/mpirun (a PATH with /bin
+# first on a merged-/usr system) gives "/", which it refuses.
+MPIRUN=$(command -v mpirun >/dev/null && echo mpirun)
 if [ -n "$MPIRUN" ]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     MPI=("$MPIRUN" -np 2 --oversubscribe --bind-to none -x RINGTRAIN_CPU_STREAMS)
