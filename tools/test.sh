@@ -40,6 +40,13 @@ RT_TEST_SMALL=1 RT_TEST_THREADS=1 TSAN_OPTIONS=halt_on_error=1:suppressions="$to
     ctest --test-dir build-tsan --output-on-failure \
     -R '^test_(pack|synth|ring|loader|comm_np2|ddp_np2|train_step_async|ddp_async_np2|cpu_streams|trace|trace_run|nvml)$'
 
+# The fresh test is mostly apt and dpkg, one core; each fuzzer is one process on one core: they run side by
+# side (its own session, so that a failed fuzzer can stop it and everything it started).
+echo "== fresh: a pristine Debian 12 root (beside the fuzzers; its output after theirs)"
+setsid ctest --test-dir build -V -L fresh >build/fresh.log 2>&1 &
+fresh=$!
+trap 'kill -TERM -- -$fresh 2>/dev/null || true' EXIT
+
 echo "== fuzz (libFuzzer, ${RT_FUZZ_SECONDS:-30} s per target)"
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DRT_FUZZ=ON -DRT_CUDA=OFF >/dev/null
 cmake --build build-fuzz -j "$jobs" --target fuzz_shard fuzz_pickle fuzz_idx fuzz_safetensors
@@ -51,7 +58,11 @@ for t in shard pickle idx safetensors; do
     grep -E "stat::number_of_executed_units" "$work.log" | sed "s/^/fuzz_$t: /"
     rm -rf "$work" "$work.log"
 done
-echo "== fresh: a pristine Debian 12 root"
-ctest --test-dir build --output-on-failure -L fresh
 
+echo "== fresh (output)"
+rc=0
+wait "$fresh" || rc=$?
+trap - EXIT
+cat build/fresh.log
+[ "$rc" -eq 0 ] || { echo "the fresh test failed (exit $rc)"; exit 1; }
 echo "all tests passed"
