@@ -21,7 +21,9 @@ KIND, and what A and B are:
                 the epoch it stopped in, and the resumed run the whole epoch's
   summary       the last JSON line of two `train --json` outputs, but for the
                 timing fields (images_per_s, steady_images_per_s, time_s,
-                train_time_s, exposed_comm_frac, profile, verdict, trace)
+                train_time_s, process_images_per_s, process_train_time_s (a
+                resumed run's own share), exposed_comm_frac, profile, verdict,
+                trace)
   eval          the last JSON line of two `eval --json` outputs: model,
                 images, loss and accuracy
 
@@ -43,8 +45,8 @@ sys.dont_write_bytecode = True  # no __pycache__ in tools/
 
 METRICS_TIMING = ("time_s", "images_per_s", "data_wait_frac", "exposed_comm_frac", "gpu_samples", "gpu_util_pct",
                   "gpu_mem_used_gib", "gpu_power_w", "gpu_sm_clock_mhz")
-SUMMARY_TIMING = ("images_per_s", "steady_images_per_s", "time_s", "train_time_s", "exposed_comm_frac", "profile",
-                  "verdict", "trace")
+SUMMARY_TIMING = ("images_per_s", "steady_images_per_s", "time_s", "train_time_s", "process_images_per_s",
+                  "process_train_time_s", "exposed_comm_frac", "profile", "verdict", "trace")
 STATE_VOLATILE = ("checkpoint_id", "train_ns")
 META_VOLATILE = ("checkpoint_id",)
 EVAL_FIELDS = ("model", "images", "loss", "accuracy")
