@@ -576,6 +576,19 @@ int rt_nvml_driver_version(char *buf, size_t len)
     return rt_nvml_driver_version_from(RT_NVML_SONAME, buf, len);
 }
 
+void rt_nvml_describe_driver(int cuda_driver_version, char *buf, size_t len)
+{
+    char nvidia[NVML_DRIVER_VERSION_LEN];
+    /* The driver's own version number is NVML's to tell; where there is no driver there is no NVML to open. */
+    if (!cuda_driver_version) {
+        snprintf(buf, len, "none");
+        return;
+    }
+    if (!rt_nvml_driver_version(nvidia, sizeof(nvidia)))
+        snprintf(nvidia, sizeof(nvidia), "present");
+    snprintf(buf, len, "%s (CUDA %d.%d)", nvidia, cuda_driver_version / 1000, cuda_driver_version % 1000 / 10);
+}
+
 int rt_nvml_available(char *why, size_t len)
 {
     return rt_nvml_available_from(RT_NVML_SONAME, why, len);

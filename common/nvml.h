@@ -215,6 +215,13 @@ int rt_nvml_driver_version(char *buf, size_t len);
 /* rt_nvml_driver_version() for the library `soname` (a path or a soname; borrowed). */
 int rt_nvml_driver_version_from(const char *soname, char *buf, size_t len);
 
+/*
+ * The driver as a GPU run's lines name it, from the CUDA version it supports
+ * (cudaDriverGetVersion: 13000 = 13.0; 0 = no driver): "580.65.06 (CUDA 13.0)",
+ * "present (CUDA 13.0)" where NVML does not say, or "none". Thread-safe.
+ */
+void rt_nvml_describe_driver(int cuda_driver_version, char *buf, size_t len);
+
 #ifdef __cplusplus
 }
 #endif

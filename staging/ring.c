@@ -151,6 +151,17 @@ static int has_ipc_lock(void)
     return found && (eff >> 14) & 1; /* CAP_IPC_LOCK = 14 */
 }
 
+/* The `ulimit -l` that `bytes` of locked memory exceed (to *limit), or 0: no limit, within it, or CAP_IPC_LOCK. */
+static int memlock_exceeded(size_t bytes, uint64_t *limit)
+{
+    struct rlimit rl;
+    if (getrlimit(RLIMIT_MEMLOCK, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY || (uint64_t)bytes <= rl.rlim_cur ||
+        has_ipc_lock())
+        return 0;
+    *limit = rl.rlim_cur;
+    return 1;
+}
+
 int rt_ring_check_memory(size_t bytes, enum rt_pin pin, uint64_t extra_bytes)
 {
     char need[32], have[32], extra[32];
@@ -166,18 +177,15 @@ int rt_ring_check_memory(size_t bytes, enum rt_pin pin, uint64_t extra_bytes)
                        "batch, or `--shuffle window` so the dataset is streamed instead of held in RAM",
                        need, extra, have);
     }
-    if (pin != RT_PIN_ON)
-        return 0;
-    struct rlimit rl;
-    if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY && (uint64_t)bytes > rl.rlim_cur &&
-        !has_ipc_lock()) {
-        rt_format_bytes((double)rl.rlim_cur, have, sizeof(have));
+    uint64_t limit;
+    if (pin == RT_PIN_ON && memlock_exceeded(bytes, &limit)) {
+        rt_format_bytes((double)limit, have, sizeof(have));
         return rt_errf(-ENOMEM,
                        "the batch ring needs %s of page-locked memory but `ulimit -l` allows %s (%llu KiB). "
                        "Fix: raise the limit (`ulimit -l unlimited` in the job script; under Slurm also "
                        "`srun --propagate=MEMLOCK`, or set `memlock` in /etc/security/limits.conf), or use "
                        "fewer ring slots / a smaller batch, or `--no-pin` for pageable slots",
-                       need, have, (unsigned long long)(rl.rlim_cur / 1024));
+                       need, have, (unsigned long long)(limit / 1024));
     }
     return 0;
 }
@@ -190,13 +198,12 @@ static int lock_slots(struct rt_ring *r, enum rt_pin pin)
 {
     static atomic_int said;
     char need[32], why[160];
-    struct rlimit rl;
+    uint64_t limit;
 
     rt_format_bytes((double)r->mem_bytes, need, sizeof(need));
-    if (pin == RT_PIN_AUTO && getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY &&
-        (uint64_t)r->mem_bytes > rl.rlim_cur && !has_ipc_lock()) {
+    if (pin == RT_PIN_AUTO && memlock_exceeded(r->mem_bytes, &limit)) {
         char have[32];
-        rt_format_bytes((double)rl.rlim_cur, have, sizeof(have));
+        rt_format_bytes((double)limit, have, sizeof(have));
         snprintf(why, sizeof(why), "`ulimit -l` allows %s", have);
     } else if (mlock(r->mem, r->mem_bytes) == 0) {
         r->locked = 1;

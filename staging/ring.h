@@ -90,10 +90,10 @@ size_t rt_ring_slot_bytes(const struct rt_ring_opts *o);
 
 /*
  * Checks that `bytes` of slot memory can be allocated and (pin == ON)
- * locked (AUTO is checked as OFF: it never fails for the lock): compares with `ulimit -l` (RLIMIT_MEMLOCK, unless CAP_IPC_LOCK)
- * and with MemAvailable plus `extra_bytes` the caller will also need (the
- * loader's resident dataset). Returns 0, or -ENOMEM with a message giving
- * the numbers and the fix.
+ * locked (AUTO never fails for the lock): compares with `ulimit -l`
+ * (RLIMIT_MEMLOCK, unless CAP_IPC_LOCK) and with MemAvailable plus
+ * `extra_bytes` the caller will also need (the loader's resident dataset).
+ * Returns 0, or -ENOMEM with a message giving the numbers and the fix.
  */
 int rt_ring_check_memory(size_t bytes, enum rt_pin pin, uint64_t extra_bytes);
 

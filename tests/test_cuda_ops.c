@@ -2488,13 +2488,8 @@ static void print_versions(void)
         printf("test_cuda_ops: CUDA %s\n", p.detail);
         return;
     }
-    char driver[96] = "none", nvidia[32] = "present";
-    if (p.driver_version) {
-        if (!rt_nvml_driver_version(nvidia, sizeof(nvidia)))
-            snprintf(nvidia, sizeof(nvidia), "present");
-        snprintf(driver, sizeof(driver), "NVIDIA %s (CUDA %d.%d)", nvidia, p.driver_version / 1000,
-                 p.driver_version % 1000 / 10);
-    }
+    char driver[128];
+    rt_nvml_describe_driver(p.driver_version, driver, sizeof(driver));
     printf("test_cuda_ops: CUDA runtime %d.%d (needs NVIDIA driver %d or later), driver %s; %s\n",
            p.runtime_version / 1000, p.runtime_version % 1000 / 10, p.driver_needed, driver, p.detail);
 }

@@ -55,8 +55,8 @@ base=$cache/bookworm-minbase-$key.tar
 mkdir -p "$cache"
 if [ -z "$(find "$base" -mtime -7 2>/dev/null)" ]; then
     stamp "building the base root (mmdebstrap --variant=minbase bookworm) into $base"
-    if ! mmdebstrap --quiet --variant=minbase --mode=root --format=tar --aptopt="$work/acquire.conf" bookworm "$base.partial" \
-        - <"$sources" >"$work/mmdebstrap.log" 2>&1; then
+    if ! mmdebstrap --quiet --variant=minbase --mode=root --format=tar --aptopt="$work/acquire.conf" \
+        bookworm "$base.partial" - <"$sources" >"$work/mmdebstrap.log" 2>&1; then
         tail -5 "$work/mmdebstrap.log"
         rm -f "$base.partial"
         skip "cannot build a Debian 12 root here (mmdebstrap failed; the package sources unreachable?)"
@@ -106,7 +106,8 @@ R=$work/build-root
 new_root "$R"
 user=newuser
 in_root "$R" root "useradd --create-home --shell /bin/bash $user" || fail "cannot create the user"
-git -c safe.directory='*' clone -q --no-hardlinks "$src" "$R/home/$user/ringtrain" && git -C "$R/home/$user/ringtrain" checkout -q "$rev" ||
+clone=$R/home/$user/ringtrain
+git -c safe.directory='*' clone -q --no-hardlinks "$src" "$clone" && git -C "$clone" checkout -q "$rev" ||
     fail "cannot clone $rev"
 chroot "$R" chown -R "$user:$user" "/home/$user/ringtrain"
 stamp "clean clone of $(git -C "$src" log -1 --format='%h %s' "$rev" | cut -c1-70)"

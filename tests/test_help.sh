@@ -63,6 +63,22 @@ table_options() {
 man_text() { sed -e 's/\\-/-/g' -e 's/\\f[BIRP]//g' -e 's/\\f(CW//g' "$1"; }
 # has_option FILE OPT: OPT appears in FILE as a word of its own.
 has_option() { grep -Eq -- "(^|[^A-Za-z0-9_-])$2([^A-Za-z0-9_-]|\$)" "$1"; }
+# check_man PAGE OPTS OUT WHAT: the man page exists (else WHAT says why) and mentions every option of the
+# help_options list OPTS; its text is left in OUT.
+check_man() {
+    local page=$1 opts=$2 out=$3 what=$4 long short kind o
+    check
+    if [ ! -s "$page" ]; then
+        fail "no man page $page ($what)"
+        return 1
+    fi
+    man_text "$page" >"$out"
+    while read -r long short kind; do
+        for o in $long $short; do
+            [ "$o" = - ] || has_option "$out" "$o" || fail "${page##*/} does not mention $o"
+        done
+    done <"$opts"
+}
 
 # readme_options "CMD CMD ...": from the README's "## Commands" part, "SECTION CMD OPTION" for every option it
 # mentions. SECTION is the command of the "### `ringtrain NAME`" heading above ("-" before the first);
@@ -152,17 +168,7 @@ while read -r long short kind; do
         [ "$rc" -eq 0 ] && [ -s "$T/o" ] || fail "ringtrain $o: exit $rc, or nothing on stdout"
     done
 done <"$T/top.opts"
-page=$MAN/ringtrain.1
-check
-if [ ! -s "$page" ]; then
-    fail "no man page $page (the build makes it with help2man: docs/CMakeLists.txt)"
-else
-    man_text "$page" >"$T/top.man"
-    while read -r long short kind; do
-        for o in $long $short; do
-            [ "$o" = - ] || has_option "$T/top.man" "$o" || fail "ringtrain.1 does not mention $o"
-        done
-    done <"$T/top.opts"
+if check_man "$MAN/ringtrain.1" "$T/top.opts" "$T/top.man" "the build makes it with help2man: docs/CMakeLists.txt"; then
     for c in $cmds; do
         check
         sed -n '/^\.SH "\{0,1\}SEE ALSO/,/^\.SH/p' "$T/top.man" | grep -q "ringtrain-$c" ||
@@ -258,18 +264,7 @@ for c in $cmds; do
     fi
 
     # The man page.
-    page=$MAN/ringtrain-$c.1
-    check
-    if [ ! -s "$page" ]; then
-        fail "no man page $page (RT_MAN_COMMANDS in docs/CMakeLists.txt lacks $c?)"
-    else
-        man_text "$page" >"$T/$c.man"
-        while read -r long short kind; do
-            for o in $long $short; do
-                [ "$o" = - ] || has_option "$T/$c.man" "$o" || fail "ringtrain-$c.1 does not mention $o"
-            done
-        done <"$T/$c.opts"
-    fi
+    check_man "$MAN/ringtrain-$c.1" "$T/$c.opts" "$T/$c.man" "RT_MAN_COMMANDS in docs/CMakeLists.txt lacks $c?"
 done
 
 # Options the README gives to a command outside that command's section ("`train --json`" under

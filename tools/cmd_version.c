@@ -71,16 +71,10 @@ int cmd_version(int argc, char **argv)
     if (rt_backend_probe(RT_BACKEND_CUDA, &cuda) == 0) {
         /* The runtime with the driver branch it needs, the driver with the CUDA version it supports: a GPU run
          * that is refused says why on this one line. */
-        char needs[48] = "", driver[96] = "none", nvidia[32] = "present";
+        char needs[48] = "", driver[128];
         if (cuda.driver_needed)
             snprintf(needs, sizeof(needs), " (needs NVIDIA driver %d or later)", cuda.driver_needed);
-        /* The driver's own version number is NVML's to tell; where there is no driver there is no NVML to open. */
-        if (cuda.driver_version) {
-            if (!rt_nvml_driver_version(nvidia, sizeof(nvidia)))
-                snprintf(nvidia, sizeof(nvidia), "present");
-            snprintf(driver, sizeof(driver), "%s (CUDA %d.%d)", nvidia, cuda.driver_version / 1000,
-                     cuda.driver_version % 1000 / 10);
-        }
+        rt_nvml_describe_driver(cuda.driver_version, driver, sizeof(driver));
         printf("  cuda  built with CUDA %s, cuDNN %s, cuBLAS %s, NCCL %s; runtime %d.%d%s, driver %s; %s\n",
                RT_CUDA_VERSION, *RT_CUDNN_VERSION ? RT_CUDNN_VERSION : "not found",
                *RT_CUBLAS_VERSION ? RT_CUBLAS_VERSION : "not found", *RT_NCCL_VERSION ? RT_NCCL_VERSION : "not found",

@@ -11,10 +11,10 @@
 # model, mnist-net, 2 epochs: under 3 minutes on 2 cores, above 95 % test
 # accuracy on the synthetic set) -> eval of the checkpoint. Output under data/.
 set -eu
-epochs=2 synth=(build/ringtrain synth --out data/synth) input=
+epochs=2 synth=data/synth synth_size=() input=
 for a in "$@"; do
     case $a in
-    --small) epochs=3 synth=(build/ringtrain synth --out data/synth-small --train 10000 --test 1000) ;;
+    --small) epochs=3 synth=data/synth-small synth_size=(--train 10000 --test 1000) ;;
     -h | --help) sed -n '2,/^set -eu/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     -*) echo "quickstart: unknown option $a (--small, or an input to pack)" >&2; exit 2 ;;
     *) input=$(realpath -- "$a") ;;
@@ -27,8 +27,8 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release >/dev/null
 cmake --build build
 
 if [ -z "$input" ]; then
-    input=${synth[3]}
-    [ -e "$input" ] || "${synth[@]}"
+    input=$synth
+    [ -e "$input" ] || build/ringtrain synth --out "$synth" "${synth_size[@]}"
 fi
 build/ringtrain pack "$input" --out data/dataset --force
 build/ringtrain verify data/dataset

@@ -128,7 +128,7 @@ static int evaluate_model(const struct eval_cfg *cfg, const struct rt_st_file *f
     if (train_open_backend(cfg->device, 0, 1, cfg->threads, &be) == 0 && train_amp_resolve(cfg->amp, be, &mo.act) == 0 &&
         rt_model_create(be, &mo, &m) == 0 && rt_model_load(m, f, cfg->checkpoint) == 0) {
         t0 = rt_now_ns();
-        rc = evaluate_split(m, ds, RT_SPLIT_TEST, cfg->batch, cfg->workers, cfg->pin, NULL, mean, std, &vs);
+        rc = evaluate_split(m, ds, RT_SPLIT_TEST, cfg->batch, cfg->workers, RT_PIN_AUTO, NULL, mean, std, &vs);
     }
     if (rc == 0) {
         res->seconds = (double)(rt_now_ns() - t0) * 1e-9;

@@ -344,7 +344,6 @@ struct eval_cfg {
     int workers, threads;
     enum train_device device;
     enum train_amp amp;         /* as train's --amp: auto = bf16 where the device computes it */
-    enum rt_pin pin;            /* the ring's slots (default AUTO) */
 };
 
 struct eval_result {
