@@ -20,7 +20,7 @@
 struct bucket {
     size_t offset, count;       /* floats */
     int t0, t1;                 /* tensors [t0, t1) in offset order */
-    struct comm_job job;
+    struct rt_comm_job job;
     uint64_t t_ready;           /* NCCL mode, tracing: when it was queued */
 };
 
@@ -37,8 +37,8 @@ struct rt_bucketer {
     size_t ready;
     int next;                   /* first bucket not launched */
     uint32_t flags;
-    struct comm_job flag_job;
-    struct nccl_stream *dev;    /* NCCL mode; NULL for host buffers */
+    struct rt_comm_job flag_job;
+    struct rt_nccl_stream *dev; /* NCCL mode; NULL for host buffers */
     void (*fence_mark)(void *ctx, int bucket); /* rt_bucket_opts */
     void *fence_ctx;
 };
@@ -124,7 +124,7 @@ int rt_bucketer_create(struct rt_comm *c, float *grads, size_t count, const stru
         B->nb++;
     }
     if (o && o->nccl) {
-        int rc = nccl_stream_create(o->nccl, o->stream, B->nb, &B->dev);
+        int rc = rt_nccl_stream_create(o->nccl, o->stream, B->nb, &B->dev);
         if (rc < 0) {
             rt_bucketer_destroy(B);
             return rt_errf(rc, "bucketer: %s", rt_errmsg());
@@ -134,14 +134,14 @@ int rt_bucketer_create(struct rt_comm *c, float *grads, size_t count, const stru
         struct bucket *bk = &B->b[k];
         char names[120];
         rt_bucketer_bucket(B, k, NULL, NULL, names, sizeof(names));
-        bk->job = (struct comm_job){.kind = JOB_ALLREDUCE, .buf = grads + bk->offset, .count = (int)bk->count,
-                                    .dt = MPI_FLOAT, .op = MPI_SUM, .bucket = k, .timeout_s = comm_timeout(c),
-                                    .fence = o ? o->fence_wait : NULL, .fence_ctx = o ? o->fence_ctx : NULL};
+        bk->job = (struct rt_comm_job){.kind = JOB_ALLREDUCE, .buf = grads + bk->offset, .count = (int)bk->count,
+                                       .dt = MPI_FLOAT, .op = MPI_SUM, .bucket = k, .timeout_s = rt_comm_timeout(c),
+                                       .fence = o ? o->fence_wait : NULL, .fence_ctx = o ? o->fence_ctx : NULL};
         snprintf(bk->job.what, sizeof(bk->job.what), "the all-reduce of gradient bucket %d of %d (%.2f MB: %s)", k + 1,
                  B->nb, (double)bk->count * 4e-6, names);
     }
-    B->flag_job = (struct comm_job){.kind = JOB_ALLREDUCE, .buf = &B->flags, .count = 1, .dt = MPI_UINT32_T,
-                                    .op = MPI_BOR, .bucket = -1, .timeout_s = comm_timeout(c)};
+    B->flag_job = (struct rt_comm_job){.kind = JOB_ALLREDUCE, .buf = &B->flags, .count = 1, .dt = MPI_UINT32_T,
+                                       .op = MPI_BOR, .bucket = -1, .timeout_s = rt_comm_timeout(c)};
     snprintf(B->flag_job.what, sizeof(B->flag_job.what), "the step's control word (stop, non-finite loss)");
     *out = B;
     return 0;
@@ -151,7 +151,7 @@ void rt_bucketer_destroy(struct rt_bucketer *b)
 {
     if (!b)
         return;
-    nccl_stream_destroy(b->dev);
+    rt_nccl_stream_destroy(b->dev);
     free(b->t);
     free(b->b);
     free(b);
@@ -183,7 +183,7 @@ void rt_bucketer_begin(struct rt_bucketer *b, uint64_t step)
     b->ready = 0;
     b->next = 0;
     if (b->dev)
-        nccl_stream_begin(b->dev, step);
+        rt_nccl_stream_begin(b->dev, step);
 }
 
 /* Starts the all-reduces of buckets [b->next, upto). In NCCL mode they go
@@ -196,20 +196,20 @@ static void launch(struct rt_bucketer *b, int upto)
     if (b->dev) {
         /* One event for the lot: the compute stream has queued the backward
          * work that wrote all of them. */
-        nccl_stream_follow(b->dev);
+        rt_nccl_stream_follow(b->dev);
         for (; b->next < upto; b->next++) {
             struct bucket *bk = &b->b[b->next];
             bk->t_ready = rt_trace_live() ? rt_now_ns() : 0;
-            nccl_stream_allreduce(b->dev, b->next, b->grads + bk->offset, bk->count, bk->job.what);
-            comm_count_bucket(b->c);
+            rt_nccl_stream_allreduce(b->dev, b->next, b->grads + bk->offset, bk->count, bk->job.what);
+            rt_comm_count_bucket(b->c);
         }
         return;
     }
     for (; b->next < upto; b->next++)
-        if (comm_parallel(b->c)) {
+        if (rt_comm_parallel(b->c)) {
             if (b->fence_mark)
                 b->fence_mark(b->fence_ctx, b->next);
-            comm_job_submit(b->c, &b->b[b->next].job);
+            rt_comm_job_submit(b->c, &b->b[b->next].job);
         }
 }
 
@@ -265,9 +265,9 @@ int rt_bucketer_finish(struct rt_bucketer *b, uint32_t flags, uint32_t *global_f
          * finished first (its memory is the caller's); the caller then ends
          * the job, as the other ranks wait for the rest. */
         if (b->dev)
-            nccl_stream_wait(b->dev);
-        for (int k = 0; k < b->next && comm_parallel(b->c) && !b->dev; k++)
-            comm_job_wait(b->c, &b->b[k].job);
+            rt_nccl_stream_wait(b->dev);
+        for (int k = 0; k < b->next && rt_comm_parallel(b->c) && !b->dev; k++)
+            rt_comm_job_wait(b->c, &b->b[k].job);
         char names[512];
         size_t o = 0;
         int n = 0;
@@ -289,18 +289,18 @@ int rt_bucketer_finish(struct rt_bucketer *b, uint32_t flags, uint32_t *global_f
      * word would need a copy back to the host after the all-reduces anyway).
      * In NCCL mode its deadline and the NCCL watchdog's run side by side; the
      * first to expire ends the job, both name the step. */
-    if (comm_parallel(b->c)) {
+    if (rt_comm_parallel(b->c)) {
         b->flags = flags;
-        comm_job_submit(b->c, &b->flag_job);
+        rt_comm_job_submit(b->c, &b->flag_job);
     }
     if (b->dev) {
-        nccl_stream_wait(b->dev);
+        rt_nccl_stream_wait(b->dev);
         trace_nccl(b);
     }
-    if (comm_parallel(b->c)) {
+    if (rt_comm_parallel(b->c)) {
         for (int k = 0; k < b->nb && !b->dev; k++)
-            comm_job_wait(b->c, &b->b[k].job);
-        comm_job_wait(b->c, &b->flag_job);
+            rt_comm_job_wait(b->c, &b->b[k].job);
+        rt_comm_job_wait(b->c, &b->flag_job);
         g = b->flags;
     }
     if (global_flags)

@@ -72,14 +72,14 @@ struct rt_comm {
     int efd;                    /* eventfd: jobs queued or stop */
     pthread_mutex_t mu;
     pthread_cond_t cv;          /* a job completed */
-    struct comm_job *q_head, *q_tail; /* submitted, not yet started */
+    struct rt_comm_job *q_head, *q_tail; /* submitted, not yet started */
     int stop;
     _Atomic uint64_t step;
     _Atomic int phase;
     struct rt_comm_counts counts;
 
     /* watchdog state, comm thread only */
-    struct lifeline *ll;        /* the connections to the heartbeat partners */
+    struct rt_comm_lifeline *ll; /* the connections to the heartbeat partners */
     uint64_t *hb_seen;          /* world entries, ns */
     struct heard *hb_last;      /* world entries */
     int *hb_peer;               /* world entries: 1 if a heartbeat partner */
@@ -121,11 +121,12 @@ static _Noreturn void end_job(struct rt_comm *c, int code, const char *msg, int 
     fflush(stdout);
     fflush(stderr);
     if (c && c->ll && tell) {
-        struct ll_msg m = {.kind = LL_ABORT, .rank = c->info.rank, .step = atomic_load(&c->step)};
+        struct rt_comm_lifeline_msg m = {.kind = LL_ABORT, .rank = c->info.rank,
+                                         .step = atomic_load(&c->step)};
         snprintf(m.text, sizeof(m.text), "%s", msg ? msg : "an error (see its output)");
         for (int r = 0; r < c->info.world; r++)
             if (c->hb_peer[r])
-                lifeline_send(c->ll, r, &m);
+                rt_comm_lifeline_send(c->ll, r, &m);
     }
     if (c && c->info.mpi) {
         pthread_t t;
@@ -226,12 +227,12 @@ int rt_comm_default_threads(const struct rt_comm *c)
     return c->threads_default;
 }
 
-double comm_timeout(const struct rt_comm *c)
+double rt_comm_timeout(const struct rt_comm *c)
 {
     return c->o.timeout_s;
 }
 
-int comm_parallel(const struct rt_comm *c)
+int rt_comm_parallel(const struct rt_comm *c)
 {
     return c->info.world > 1;
 }
@@ -244,7 +245,7 @@ void rt_comm_set_phase(struct rt_comm *c, uint64_t step, enum rt_comm_phase phas
     atomic_store(&c->phase, (int)phase);
 }
 
-void comm_count_bucket(struct rt_comm *c)
+void rt_comm_count_bucket(struct rt_comm *c)
 {
     pthread_mutex_lock(&c->mu);
     c->counts.bucket_allreduces++;
@@ -260,12 +261,12 @@ void rt_comm_counts(struct rt_comm *c, struct rt_comm_counts *out)
 
 /* ---- the comm thread -------------------------------------------------------------- */
 
-static MPI_Comm job_comm(const struct rt_comm *c, const struct comm_job *j)
+static MPI_Comm job_comm(const struct rt_comm *c, const struct rt_comm_job *j)
 {
     return j->local ? c->local : c->data;
 }
 
-static void job_start(struct rt_comm *c, struct comm_job *j)
+static void job_start(struct rt_comm *c, struct rt_comm_job *j)
 {
     MPI_Comm m = job_comm(c, j);
     /* The buffer may still be being written by work queued before the job was submitted. */
@@ -325,11 +326,11 @@ static void lagging(const struct rt_comm *c, char *buf, size_t len)
 
 static void hb_send(struct rt_comm *c)
 {
-    struct ll_msg m = {.kind = LL_HEARTBEAT, .rank = c->info.rank, .phase = atomic_load(&c->phase),
-                       .step = atomic_load(&c->step)};
+    struct rt_comm_lifeline_msg m = {.kind = LL_HEARTBEAT, .rank = c->info.rank, .phase = atomic_load(&c->phase),
+                                     .step = atomic_load(&c->step)};
     for (int r = 0; r < c->info.world; r++)
         if (c->hb_peer[r] && !c->gone[r])
-            lifeline_send(c->ll, r, &m);
+            rt_comm_lifeline_send(c->ll, r, &m);
 }
 
 /* This process did not run for a while (SIGSTOP, a suspended job, a starved
@@ -345,7 +346,7 @@ struct reader {
     int r;
 };
 
-static void on_message(void *ctx, const struct ll_msg *m)
+static void on_message(void *ctx, const struct rt_comm_lifeline_msg *m)
 {
     struct rt_comm *c = ((struct reader *)ctx)->c;
     const int r = ((struct reader *)ctx)->r;
@@ -374,13 +375,13 @@ static void on_message(void *ctx, const struct ll_msg *m)
 static int hb_receive(struct rt_comm *c, int r)
 {
     struct reader x = {c, r};
-    int rc = lifeline_read(c->ll, r, on_message, &x);
+    int rc = rt_comm_lifeline_read(c->ll, r, on_message, &x);
     if (rc == -EPROTO)
         fatal(c, "rank %d (%s, pid %d) sent garbage on its lifeline connection. Ending the job.", r, c->peers[r].host,
               c->peers[r].pid);
     if (rc == 0)
         return 0;
-    lifeline_close(c->ll, r);
+    rt_comm_lifeline_close(c->ll, r);
     return !c->gone[r];
 }
 
@@ -422,16 +423,16 @@ static void judge(struct rt_comm *c, int dead, const char *jt)
 }
 
 /* The active job description for messages. */
-static void job_text(const struct comm_job *j, char *buf, size_t len)
+static void job_text(const struct rt_comm_job *j, char *buf, size_t len)
 {
     snprintf(buf, len, "%s (submitted at step %" PRIu64 ")", j->what, j->step);
 }
 
 /* pf[1 + i] is the connection of rank pr[i]. */
-static void watch(struct rt_comm *c, struct comm_job *active, struct pollfd *pf, const int *pr, int npf)
+static void watch(struct rt_comm *c, struct rt_comm_job *active, struct pollfd *pf, const int *pr, int npf)
 {
     char lag[256], jt[300] = "no collective in flight";
-    struct comm_job *oldest = active;
+    struct rt_comm_job *oldest = active;
     if (oldest)
         job_text(oldest, jt, sizeof(jt));
     int dead = -1;
@@ -440,7 +441,7 @@ static void watch(struct rt_comm *c, struct comm_job *active, struct pollfd *pf,
             continue;
         if (hb_receive(c, pr[i - 1]) && dead < 0)
             dead = pr[i - 1];
-        pf[i].fd = lifeline_fd(c->ll, pr[i - 1]); /* -1 once it ended: poll skips it */
+        pf[i].fd = rt_comm_lifeline_fd(c->ll, pr[i - 1]); /* -1 once it ended: poll skips it */
     }
     judge(c, dead, jt);
     const uint64_t now = rt_now_ns(); /* after the heartbeats just read */
@@ -455,7 +456,7 @@ static void watch(struct rt_comm *c, struct comm_job *active, struct pollfd *pf,
                   r, c->peers[r].host, c->peers[r].pid, quiet, c->o.peer_timeout_s, c->hb_last[r].step,
                   phase_name(c->hb_last[r].phase), atomic_load(&c->step), phase_name(atomic_load(&c->phase)), jt);
     }
-    for (struct comm_job *j = active; j; j = j->next) {
+    for (struct rt_comm_job *j = active; j; j = j->next) {
         if (j->timeout_s <= 0)
             continue;
         double age = (double)(now - j->t_start) * 1e-9;
@@ -470,7 +471,7 @@ static void watch(struct rt_comm *c, struct comm_job *active, struct pollfd *pf,
 
 /* A finished job on the trace: from hand-over to done, and the part the comm thread ran it (async spans:
  * several are in flight at once). Read here, before `done` hands the job back to its owner. */
-static void trace_job(const struct comm_job *j)
+static void trace_job(const struct rt_comm_job *j)
 {
     const int track = rt_trace_track("all-reduce (comm thread)", 6);
     const uint64_t now = rt_now_ns(), id = (j->step << 12) | (uint64_t)(j->bucket & 0xfff);
@@ -488,7 +489,7 @@ static void trace_job(const struct comm_job *j)
 static void *comm_main(void *arg)
 {
     struct rt_comm *c = arg;
-    struct comm_job *active = NULL, **tail = &active;
+    struct rt_comm_job *active = NULL, **tail = &active;
     rt_trace_thread_name("comm", 5);
     uint64_t next_hb = 0, hb_period = (uint64_t)(c->o.heartbeat_s * 1e9);
     int npf = 1;
@@ -498,9 +499,9 @@ static void *comm_main(void *arg)
         fatal(c, "out of memory starting the comm thread");
     pf[0] = (struct pollfd){.fd = c->efd, .events = POLLIN};
     for (int r = 0; r < c->info.world; r++)
-        if (lifeline_fd(c->ll, r) >= 0) {
+        if (rt_comm_lifeline_fd(c->ll, r) >= 0) {
             pr[npf - 1] = r;
-            pf[npf++] = (struct pollfd){.fd = lifeline_fd(c->ll, r), .events = POLLIN};
+            pf[npf++] = (struct pollfd){.fd = rt_comm_lifeline_fd(c->ll, r), .events = POLLIN};
         }
     uint64_t t0 = rt_now_ns(), last_wake = t0;
     for (int r = 0; r < c->info.world; r++)
@@ -508,12 +509,12 @@ static void *comm_main(void *arg)
     long backoff_us = 0;
     for (;;) {
         pthread_mutex_lock(&c->mu);
-        struct comm_job *fresh = c->q_head;
+        struct rt_comm_job *fresh = c->q_head;
         c->q_head = c->q_tail = NULL;
         int stop = c->stop;
         pthread_mutex_unlock(&c->mu);
-        for (struct comm_job *j = fresh; j;) {
-            struct comm_job *nx = j->next;
+        for (struct rt_comm_job *j = fresh; j;) {
+            struct rt_comm_job *nx = j->next;
             j->next = NULL;
             job_start(c, j);
             *tail = j;
@@ -522,8 +523,8 @@ static void *comm_main(void *arg)
         }
         int progressed = fresh != NULL;
         /* Complete what has finished, in any order. */
-        for (struct comm_job **pp = &active; *pp;) {
-            struct comm_job *j = *pp;
+        for (struct rt_comm_job **pp = &active; *pp;) {
+            struct rt_comm_job *j = *pp;
             int done = 0;
             MPI_CHECK(c, MPI_Test(&j->req, &done, MPI_STATUS_IGNORE));
             if (!done) {
@@ -584,16 +585,16 @@ static void *comm_main(void *arg)
         watch(c, active, pf, pr, npf);
     }
     /* Past the last collective: the connections' end from here on is no death. */
-    struct ll_msg bye = {.kind = LL_BYE, .rank = c->info.rank, .step = atomic_load(&c->step)};
+    struct rt_comm_lifeline_msg bye = {.kind = LL_BYE, .rank = c->info.rank, .step = atomic_load(&c->step)};
     for (int r = 0; r < c->info.world; r++)
         if (c->hb_peer[r])
-            lifeline_send(c->ll, r, &bye);
+            rt_comm_lifeline_send(c->ll, r, &bye);
     free(pf);
     free(pr);
     return NULL;
 }
 
-void comm_job_submit(struct rt_comm *c, struct comm_job *j)
+void rt_comm_job_submit(struct rt_comm *c, struct rt_comm_job *j)
 {
     j->step = atomic_load(&c->step);
     j->t_submit = rt_trace_live() ? rt_now_ns() : 0;
@@ -616,7 +617,7 @@ void comm_job_submit(struct rt_comm *c, struct comm_job *j)
         fatal(c, "eventfd write: %s", strerror(errno));
 }
 
-void comm_job_wait(struct rt_comm *c, struct comm_job *j)
+void rt_comm_job_wait(struct rt_comm *c, struct rt_comm_job *j)
 {
     pthread_mutex_lock(&c->mu);
     while (!j->done)
@@ -655,105 +656,98 @@ static void divide(void *buf, size_t count, enum rt_dtype_comm t, int world)
 }
 
 /* Runs one blocking collective, in pieces of at most 1 GiB (MPI counts are int). */
-static void run_job(struct rt_comm *c, enum job_kind kind, int local, void *buf, const void *sbuf, size_t count,
-                    size_t esize, MPI_Datatype dt, MPI_Op op, int root, double timeout_s, const char *what)
+static void run_job(struct rt_comm *c, enum rt_comm_job_kind kind, int local, void *buf, const void *sbuf,
+                    size_t count, size_t esize, MPI_Datatype dt, MPI_Op op, int root, double timeout_s,
+                    const char *what)
 {
     size_t per = ((size_t)1 << 30) / esize, done = 0;
     do {
         size_t n = RT_MIN(count - done, per);
-        struct comm_job j = {.kind = kind, .local = local, .buf = (char *)buf + done * esize, .sbuf = sbuf,
-                             .count = (int)n, .dt = dt, .op = op, .root = root, .bucket = -1,
-                             .timeout_s = timeout_s < 0 ? c->o.timeout_s : timeout_s};
+        struct rt_comm_job j = {.kind = kind, .local = local, .buf = (char *)buf + done * esize, .sbuf = sbuf,
+                                .count = (int)n, .dt = dt, .op = op, .root = root, .bucket = -1,
+                                .timeout_s = timeout_s < 0 ? c->o.timeout_s : timeout_s};
         snprintf(j.what, sizeof(j.what), "%s", what);
-        comm_job_submit(c, &j);
-        comm_job_wait(c, &j);
+        rt_comm_job_submit(c, &j);
+        rt_comm_job_wait(c, &j);
         done += n;
     } while (done < count);
 }
 
-int rt_comm_allreduce(struct rt_comm *c, void *buf, size_t count, enum rt_dtype_comm t, enum rt_red_op op,
-                      const char *what)
+void rt_comm_allreduce(struct rt_comm *c, void *buf, size_t count, enum rt_dtype_comm t, enum rt_red_op op,
+                       const char *what)
 {
     if (c->info.world == 1 || count == 0)
-        return 0;
+        return;
     size_t es;
     MPI_Datatype dt = mpi_type(t, &es);
     run_job(c, JOB_ALLREDUCE, 0, buf, NULL, count, es, dt, mpi_op(op), 0, -1, what);
     if (op == RT_RED_AVG)
         divide(buf, count, t, c->info.world);
-    return 0;
 }
 
-int rt_comm_reduce(struct rt_comm *c, void *buf, size_t count, enum rt_dtype_comm t, enum rt_red_op op, int root,
-                   const char *what)
+void rt_comm_reduce(struct rt_comm *c, void *buf, size_t count, enum rt_dtype_comm t, enum rt_red_op op, int root,
+                    const char *what)
 {
     if (c->info.world == 1 || count == 0)
-        return 0;
+        return;
     size_t es;
     MPI_Datatype dt = mpi_type(t, &es);
     run_job(c, JOB_REDUCE, 0, buf, NULL, count, es, dt, mpi_op(op), root, -1, what);
     if (op == RT_RED_AVG && c->info.rank == root)
         divide(buf, count, t, c->info.world);
-    return 0;
 }
 
-int rt_comm_broadcast(struct rt_comm *c, void *buf, size_t bytes, int root, const char *what)
+void rt_comm_broadcast(struct rt_comm *c, void *buf, size_t bytes, int root, const char *what)
 {
     if (c->info.world == 1 || bytes == 0)
-        return 0;
+        return;
     run_job(c, JOB_BCAST, 0, buf, NULL, bytes, 1, MPI_BYTE, MPI_OP_NULL, root, -1, what);
-    return 0;
 }
 
-int rt_comm_allgather(struct rt_comm *c, const void *send, void *recv, size_t bytes, const char *what)
+void rt_comm_allgather(struct rt_comm *c, const void *send, void *recv, size_t bytes, const char *what)
 {
     if (c->info.world == 1) {
         memcpy(recv, send, bytes);
-        return 0;
+        return;
     }
     if (bytes > (size_t)1 << 30)
         fatal(c, "%s: all-gather of %zu bytes per rank: at most 1 GiB", what, bytes);
-    struct comm_job j = {.kind = JOB_ALLGATHER, .buf = recv, .sbuf = send, .count = (int)bytes, .bucket = -1,
-                         .timeout_s = c->o.timeout_s};
+    struct rt_comm_job j = {.kind = JOB_ALLGATHER, .buf = recv, .sbuf = send, .count = (int)bytes, .bucket = -1,
+                            .timeout_s = c->o.timeout_s};
     snprintf(j.what, sizeof(j.what), "%s", what);
-    comm_job_submit(c, &j);
-    comm_job_wait(c, &j);
-    return 0;
+    rt_comm_job_submit(c, &j);
+    rt_comm_job_wait(c, &j);
 }
 
-int rt_comm_gather_one(struct rt_comm *c, int from, void *buf, size_t bytes, const char *what)
+void rt_comm_gather_one(struct rt_comm *c, int from, void *buf, size_t bytes, const char *what)
 {
     const int me = c->info.rank;
     if (from == 0 || (me != 0 && me != from) || bytes == 0)
-        return 0;
+        return;
     /* Point to point: only the two ranks meet, in the order every rank calls it. */
     run_job(c, me == 0 ? JOB_RECV : JOB_SEND, 0, buf, NULL, bytes, 1, MPI_BYTE, MPI_OP_NULL, me == 0 ? from : 0, -1,
             what);
-    return 0;
 }
 
-int rt_comm_barrier(struct rt_comm *c, double timeout_s, const char *what)
+void rt_comm_barrier(struct rt_comm *c, double timeout_s, const char *what)
 {
     if (c->info.world == 1)
-        return 0;
+        return;
     run_job(c, JOB_BARRIER, 0, NULL, NULL, 1, 1, MPI_BYTE, MPI_OP_NULL, 0, timeout_s, what);
-    return 0;
 }
 
-int rt_comm_node_barrier(struct rt_comm *c, double timeout_s, const char *what)
+void rt_comm_node_barrier(struct rt_comm *c, double timeout_s, const char *what)
 {
     if (c->info.local_world == 1)
-        return 0;
+        return;
     run_job(c, JOB_BARRIER, 1, NULL, NULL, 1, 1, MPI_BYTE, MPI_OP_NULL, 0, timeout_s, what);
-    return 0;
 }
 
-int rt_comm_node_broadcast(struct rt_comm *c, void *buf, size_t bytes, const char *what)
+void rt_comm_node_broadcast(struct rt_comm *c, void *buf, size_t bytes, const char *what)
 {
     if (c->info.local_world == 1 || bytes == 0)
-        return 0;
+        return;
     run_job(c, JOB_BCAST, 1, buf, NULL, bytes, 1, MPI_BYTE, MPI_OP_NULL, 0, -1, what);
-    return 0;
 }
 
 /* ---- start-up and shut-down ---------------------------------------------------- */
@@ -821,7 +815,7 @@ static void mpi_setup(struct rt_comm *c)
         int d = (r - c->info.rank + c->info.world) % c->info.world;
         c->hb_peer[r] = r != c->info.rank && (c->info.world <= HB_ALL_PEERS_MAX || d == 1 || d == c->info.world - 1);
     }
-    if (c->info.world > 1 && lifeline_create(w, c->hb_peer, RT_MAX(60, c->o.peer_timeout_s), &c->ll) < 0)
+    if (c->info.world > 1 && rt_comm_lifeline_create(w, c->hb_peer, RT_MAX(60, c->o.peer_timeout_s), &c->ll) < 0)
         fatal(c, "%s (the watchdog's connections between ranks go over TCP, beside MPI)", rt_errmsg());
 }
 
@@ -970,7 +964,7 @@ void rt_comm_destroy(struct rt_comm *c)
         MPI_Comm_free(&c->local);
         MPI_Finalize();
     }
-    lifeline_destroy(c->ll);
+    rt_comm_lifeline_destroy(c->ll);
     if (c->efd >= 0)
         close(c->efd);
     pthread_mutex_destroy(&c->mu);

@@ -40,6 +40,7 @@ enum rt_rank_source {
     RT_RANKS_TORCHRUN,   /* RANK / WORLD_SIZE */
 };
 
+/* "MPI", "Slurm", ...: a static string, never NULL. */
 const char *rt_rank_source_name(enum rt_rank_source s);
 
 struct rt_rank_info {
@@ -103,8 +104,11 @@ struct rt_comm_opts {
  * when the environment says the world is larger (a Slurm or torchrun launch
  * without MPI: Open MPI cannot join processes it did not start). Sets the
  * log prefix to "[rank/world]".
- * Returns 0 or -errno with rt_errmsg() set; after MPI was initialised an
- * error aborts the job instead of returning.
+ * Returns 0 with *out set, or with *out NULL and rt_errmsg() saying why:
+ * -ENOMEM, -EIO (MPI_Init_thread failed), -EINVAL (the launch variables
+ * disagree or are malformed, or a world of more than one rank without an MPI
+ * launcher). After MPI was initialised an error aborts the job instead of
+ * returning.
  */
 int rt_comm_create(const struct rt_comm_opts *o, struct rt_comm **out);
 
@@ -116,9 +120,10 @@ void rt_comm_destroy(struct rt_comm *c);
  * MPI_Abort with `code` on every rank, or exit(code) in a group of one. */
 _Noreturn void rt_comm_abort(struct rt_comm *c, int code, const char *msg);
 
+/* This process's rank, world and node; owned by `c`, never NULL. */
 const struct rt_rank_info *rt_comm_info(const struct rt_comm *c);
 
-/* "Open MPI 4.1.4" or "none (one process)". */
+/* "MPI (Open MPI 4.1.4)" or "none (one process)"; owned by `c`. */
 const char *rt_comm_backend(const struct rt_comm *c);
 
 /*
@@ -130,7 +135,7 @@ int rt_comm_default_threads(const struct rt_comm *c);
 
 /* Writes the rank table (rank, host, pid, node, local rank, CPUs, threads,
  * device) to `f` on rank 0; `threads` is each rank's compute thread count
- * (gathered). Collective. */
+ * (gathered). Collective: aborts the job on failure; never returns an error. */
 void rt_comm_print_ranks(struct rt_comm *c, FILE *f, int threads, const char *device);
 
 /* What the training thread is doing, sent in heartbeats and named in
@@ -146,36 +151,53 @@ enum rt_comm_phase {
     RT_PHASE_STAGE,
     RT_PHASE_DONE,
 };
+/* Records this rank's step and phase for the watchdog. Any thread; NULL `c`
+ * is fine (nothing to record). */
 void rt_comm_set_phase(struct rt_comm *c, uint64_t step, enum rt_comm_phase phase);
 
 /* ==== collectives =============================================================
  * Blocking for the caller; run by the comm thread as non-blocking MPI calls
  * under the deadline. In a group of one they copy or do nothing. `what` names
- * the operation in failure messages ("validation metrics"). They return 0;
- * an MPI error, a timeout or a dead peer aborts the job. Buffers are host
- * memory, borrowed until the call returns.
+ * the operation in failure messages ("validation metrics"). Buffers are host
+ * memory, borrowed until the call returns. Every rank calls them in the same
+ * order.
+ *
+ * They return nothing: an MPI error, a timeout or a dead peer prints one
+ * message and aborts the whole job (MPI_Abort), so that no rank is left
+ * waiting.
  */
 enum rt_dtype_comm { RT_COMM_F32, RT_COMM_F64, RT_COMM_I64, RT_COMM_U64, RT_COMM_I32 };
 enum rt_red_op { RT_RED_SUM, RT_RED_AVG, RT_RED_MAX, RT_RED_MIN };
 
-int rt_comm_allreduce(struct rt_comm *c, void *buf, size_t count, enum rt_dtype_comm t, enum rt_red_op op,
-                      const char *what);
-/* Reduces into `buf` on `root`; other ranks' buffers are left as they were. */
-int rt_comm_reduce(struct rt_comm *c, void *buf, size_t count, enum rt_dtype_comm t, enum rt_red_op op, int root,
-                   const char *what);
-int rt_comm_broadcast(struct rt_comm *c, void *buf, size_t bytes, int root, const char *what);
-/* recv holds world x bytes: rank r's `send` at r * bytes. */
-int rt_comm_allgather(struct rt_comm *c, const void *send, void *recv, size_t bytes, const char *what);
+/* Reduces `count` elements at `buf` in place on every rank (RT_RED_AVG: the
+ * sum divided by the world size, for floating types). Aborts the job on
+ * failure; never returns an error. */
+void rt_comm_allreduce(struct rt_comm *c, void *buf, size_t count, enum rt_dtype_comm t, enum rt_red_op op,
+                       const char *what);
+/* Reduces into `buf` on `root`; other ranks' buffers are left as they were.
+ * Aborts the job on failure; never returns an error. */
+void rt_comm_reduce(struct rt_comm *c, void *buf, size_t count, enum rt_dtype_comm t, enum rt_red_op op, int root,
+                    const char *what);
+/* Root's `bytes` at `buf` into every rank's `buf`. Aborts the job on failure;
+ * never returns an error. */
+void rt_comm_broadcast(struct rt_comm *c, void *buf, size_t bytes, int root, const char *what);
+/* recv holds world x bytes: rank r's `send` at r * bytes; bytes at most 1 GiB.
+ * Aborts the job on failure; never returns an error. */
+void rt_comm_allgather(struct rt_comm *c, const void *send, void *recv, size_t bytes, const char *what);
 /* Rank `from`'s `bytes` at `buf` into rank 0's `buf` (of that size): every rank calls it, in the same
  * order; only rank 0 and `from` take part, the others return at once. For collecting per-rank results one
- * rank at a time (the trace), so that rank 0 never holds more than one. */
-int rt_comm_gather_one(struct rt_comm *c, int from, void *buf, size_t bytes, const char *what);
-/* timeout_s < 0: the group's; 0: none (peers are still watched). */
-int rt_comm_barrier(struct rt_comm *c, double timeout_s, const char *what);
-/* The same, among the ranks of this node. */
-int rt_comm_node_barrier(struct rt_comm *c, double timeout_s, const char *what);
-/* Broadcast from the node's local rank 0 to the ranks of this node. */
-int rt_comm_node_broadcast(struct rt_comm *c, void *buf, size_t bytes, const char *what);
+ * rank at a time (the trace), so that rank 0 never holds more than one. Aborts the job on failure; never
+ * returns an error. */
+void rt_comm_gather_one(struct rt_comm *c, int from, void *buf, size_t bytes, const char *what);
+/* timeout_s < 0: the group's; 0: none (peers are still watched). Aborts the
+ * job on failure; never returns an error. */
+void rt_comm_barrier(struct rt_comm *c, double timeout_s, const char *what);
+/* The same, among the ranks of this node. Aborts the job on failure; never
+ * returns an error. */
+void rt_comm_node_barrier(struct rt_comm *c, double timeout_s, const char *what);
+/* Broadcast from the node's local rank 0 to the ranks of this node. Aborts
+ * the job on failure; never returns an error. */
+void rt_comm_node_broadcast(struct rt_comm *c, void *buf, size_t bytes, const char *what);
 
 /* Collectives issued so far, by kind: all-reduces of gradient buckets (over
  * MPI, or NCCL in the bucketer's NCCL mode, where a group of one counts them
@@ -184,16 +206,17 @@ struct rt_comm_counts {
     uint64_t bucket_allreduces;
     uint64_t other;
 };
+/* Copies the counts into *out. Thread-safe. */
 void rt_comm_counts(struct rt_comm *c, struct rt_comm_counts *out);
 
 /* ==== gradient bucketer =====================================================
  *
  * Buckets are contiguous slices of the gradient buffer, cut at tensor
  * boundaries in buffer order (which is the order backward finishes them): the
- * first holds up to first_cap bytes (communication starts early), the last --
+ * first holds up to first_cap_bytes (communication starts early), the last --
  * the tensors backward finishes last, whose all-reduce nothing can hide -- up
- * to first_cap too, the others up to cap; a tensor larger than the cap is a
- * bucket of its own, and a buffer within first_cap is one bucket. The all-reduce of a bucket (a sum, in place,
+ * to first_cap_bytes too, the others up to cap; a tensor larger than the cap is a
+ * bucket of its own, and a buffer within first_cap_bytes is one bucket. The all-reduce of a bucket (a sum, in place,
  * no packing copy) starts the moment backward reports its last gradient
  * final, and runs on the comm thread while backward goes on; the optimizer
  * waits for all of them. With overlap off, everything starts after backward.
@@ -245,12 +268,16 @@ struct rt_bucket_opts {
  *    polls on the host until they are done (that is *wait_ns), watching NCCL
  *    (see "NCCL", the watchdog). The control word still travels over MPI.
  * Call it on the thread that set the device. Returns -ENOTSUP without NCCL,
- * -EIO when CUDA cannot create the stream or events.
+ * -EIO when CUDA cannot create the stream or events. On error *out is NULL
+ * and rt_errmsg() says why.
  */
 int rt_bucketer_create(struct rt_comm *c, float *grads, size_t count, const struct rt_bucket_tensor *t, int nt,
                        const struct rt_bucket_opts *o, struct rt_bucketer **out);
+/* Frees the plan and, in NCCL mode, the comm stream and its events (after
+ * the stream's queued work). Not while a step is in flight. NULL is fine. */
 void rt_bucketer_destroy(struct rt_bucketer *b);
 
+/* The number of buckets, at least 1. */
 int rt_bucketer_count(const struct rt_bucketer *b);
 /* Bucket i: its slice in floats and its tensors' names ("fc.bias .. layer4.1.bn2.weight"). */
 void rt_bucketer_bucket(const struct rt_bucketer *b, int i, size_t *offset, size_t *count, char *names, size_t len);
@@ -274,7 +301,9 @@ void rt_bucketer_ready(void *bucketer, size_t ready);
  * Returns the flags of all ranks OR-ed into *global_flags, and the time spent
  * waiting here in *wait_ns (the communication backward did not hide).
  * Returns 0, or -EPROTO when the gradients of some tensors were never reported
- * final during the step (rt_errmsg() names them): the plan check.
+ * final during the step (rt_errmsg() names them): the plan check. An MPI,
+ * NCCL or CUDA error, a deadline or a dead peer aborts the job instead, here
+ * and in rt_bucketer_ready().
  */
 int rt_bucketer_finish(struct rt_bucketer *b, uint32_t flags, uint32_t *global_flags, uint64_t *wait_ns);
 
@@ -370,9 +399,11 @@ int rt_nccl_available(void);
  * before starting the loader's workers; the comm thread only makes MPI
  * calls).
  *
- * Returns 0 with *out set, -ENOTSUP when the build has no NCCL, -ENODEV when
- * `device` cannot be used (rt_errmsg() says why). Once the ranks have met
- * (after the broadcast), failures and the deadline end the job instead.
+ * Returns 0 with *out set, or with *out NULL and rt_errmsg() saying why:
+ * -ENOTSUP when the build has no NCCL, -ENODEV when `device` cannot be used,
+ * -ENOENT / -ENOSYS when libnccl cannot be loaded or lacks symbols, -ENOMEM.
+ * Once the ranks have met (after the broadcast), failures and the deadline
+ * end the job instead.
  */
 int rt_nccl_create(struct rt_comm *c, int device, struct rt_nccl **out);
 
@@ -388,11 +419,11 @@ int rt_nccl_create(struct rt_comm *c, int device, struct rt_nccl **out);
  * Unlike rt_nccl_create it changes no environment variable (one rank has no
  * transport to report), so other threads may be running. Prints one line:
  * the NCCL version with the NCCL_* variables set.
- * Returns 0 with *out set (destroy it with rt_nccl_destroy), -EINVAL when
- * the group has more than one rank, -ENOTSUP when the build has no NCCL,
- * -ENODEV when `device` cannot be used (rt_errmsg() says why). A failure of
- * NCCL itself, or a set-up past the deadline, ends the process as in
- * rt_nccl_create.
+ * Returns 0 with *out set (destroy it with rt_nccl_destroy), or with *out
+ * NULL and rt_errmsg() saying why: -EINVAL when the group has more than one
+ * rank, and the errors of rt_nccl_create (-ENOTSUP, -ENODEV, -ENOENT,
+ * -ENOSYS, -ENOMEM). A failure of NCCL itself, or a set-up past the
+ * deadline, ends the process as in rt_nccl_create.
  */
 int rt_nccl_create_local(struct rt_comm *c, int device, struct rt_nccl **out);
 

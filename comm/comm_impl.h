@@ -11,7 +11,7 @@
 
 #include "comm/comm.h"
 
-enum job_kind {
+enum rt_comm_job_kind {
     JOB_ALLREDUCE,
     JOB_REDUCE,
     JOB_BCAST,
@@ -26,8 +26,8 @@ enum job_kind {
  * done; the comm thread starts jobs in submission order (the order every rank
  * issues them in) and completes them in any order.
  */
-struct comm_job {
-    enum job_kind kind;
+struct rt_comm_job {
+    enum rt_comm_job_kind kind;
     int local;                  /* 1: on the node-local communicator */
     void *buf;
     const void *sbuf;           /* ALLGATHER's send buffer */
@@ -44,89 +44,91 @@ struct comm_job {
     /* comm thread */
     MPI_Request req;
     uint64_t t_submit, t_start; /* handed over (a bucket: ready); started on the comm thread */
-    struct comm_job *next;
+    struct rt_comm_job *next;
     int done;                   /* under the group's lock */
 };
 
 /* Queues `j` (fills step, clears done) for the comm thread, and counts it
  * (a bucket all-reduce when j->bucket >= 0). */
-void comm_job_submit(struct rt_comm *c, struct comm_job *j);
+void rt_comm_job_submit(struct rt_comm *c, struct rt_comm_job *j);
 /* Blocks until `j` is done. Deadlines are the comm thread's business. */
-void comm_job_wait(struct rt_comm *c, struct comm_job *j);
+void rt_comm_job_wait(struct rt_comm *c, struct rt_comm_job *j);
 /* The group's collective deadline (rt_comm_opts.timeout_s). */
-double comm_timeout(const struct rt_comm *c);
+double rt_comm_timeout(const struct rt_comm *c);
 /* 1 when the group has more than one rank (a comm thread runs). */
-int comm_parallel(const struct rt_comm *c);
+int rt_comm_parallel(const struct rt_comm *c);
 /* Counts a gradient bucket's all-reduce that did not go through the job
  * queue (NCCL mode), so rt_comm_counts() covers both paths. */
-void comm_count_bucket(struct rt_comm *c);
+void rt_comm_count_bucket(struct rt_comm *c);
 
 /* ---- lifeline.c: a TCP connection to each heartbeat partner ---------------------
  * Beside MPI, for the watchdog: a peer process that dies closes it (seen at
  * once, on any node), heartbeats go over it, and a rank that ends the job
  * says why on it. Set-up is collective; the rest is the comm thread's, except
- * lifeline_send(), which any thread may call.
+ * rt_comm_lifeline_send(), which any thread may call.
  */
 #define LL_TEXT_MAX 1000
 
-enum ll_kind {
+enum rt_comm_lifeline_kind {
     LL_HEARTBEAT = 1, /* step and phase */
     LL_ABORT,         /* the sender is ending the job: text says why */
     LL_BYE,           /* the sender is past its last collective and leaving: its end is no death */
 };
 
-struct ll_msg {
-    enum ll_kind kind;
+struct rt_comm_lifeline_msg {
+    enum rt_comm_lifeline_kind kind;
     int rank, phase;
     uint64_t step;
     char text[LL_TEXT_MAX + 1];
 };
 
-struct lifeline;
+struct rt_comm_lifeline;
 
 /* Collective over `world`, before the comm thread: connects this rank with
  * every rank r for which partner[r] is set (the partner relation must be
  * symmetric), waiting at most timeout_s for all of them. Returns 0, or -errno
  * with rt_errmsg() naming the rank that could not be reached; every rank
  * returns (an error here is for the caller to abort the job on). */
-int lifeline_create(MPI_Comm world, const int *partner, double timeout_s, struct lifeline **out);
-void lifeline_destroy(struct lifeline *l); /* NULL is fine */
+int rt_comm_lifeline_create(MPI_Comm world, const int *partner, double timeout_s, struct rt_comm_lifeline **out);
+void rt_comm_lifeline_destroy(struct rt_comm_lifeline *l); /* NULL is fine */
 /* The connection to rank r, for poll(); -1 when there is none or it closed. */
-int lifeline_fd(const struct lifeline *l, int r);
+int rt_comm_lifeline_fd(const struct rt_comm_lifeline *l, int r);
 /* Best effort, never blocks: a peer that stopped taking messages gets none
  * from then on. Thread-safe. */
-void lifeline_send(struct lifeline *l, int r, const struct ll_msg *m);
+void rt_comm_lifeline_send(struct rt_comm_lifeline *l, int r, const struct rt_comm_lifeline_msg *m);
 /* Reads what rank r's connection holds and calls on() for each whole
  * message, in order. Returns 0, or -EPIPE once the connection ended (the
  * peer closed it, or its process died), -EPROTO on garbage. */
-int lifeline_read(struct lifeline *l, int r, void (*on)(void *ctx, const struct ll_msg *m), void *ctx);
-void lifeline_close(struct lifeline *l, int r);
+int rt_comm_lifeline_read(struct rt_comm_lifeline *l, int r,
+                          void (*on)(void *ctx, const struct rt_comm_lifeline_msg *m), void *ctx);
+/* Closes the connection to rank r (rt_comm_lifeline_fd() is -1 from then on). */
+void rt_comm_lifeline_close(struct rt_comm_lifeline *l, int r);
 
 /* ---- nccl.c: the bucketer's device path --------------------------------------
  * One bucketer's comm stream, its events and the record of what is in flight.
  * All calls from the training thread, on the communicator's device. Without
- * NCCL in the build, nccl_stream_create() returns -ENOTSUP and nothing else
+ * NCCL in the build, rt_nccl_stream_create() returns -ENOTSUP and nothing else
  * is reached.
  */
-struct nccl_stream;
+struct rt_nccl_stream;
 
 /* A comm stream and `nb` per-bucket events for all-reduces on n, following
  * `compute` (a cudaStream_t). Returns 0, -ENOTSUP or -EIO (rt_errmsg()). */
-int nccl_stream_create(struct rt_nccl *n, void *compute, int nb, struct nccl_stream **out);
-void nccl_stream_destroy(struct nccl_stream *s); /* NULL is fine */
+int rt_nccl_stream_create(struct rt_nccl *n, void *compute, int nb, struct rt_nccl_stream **out);
+void rt_nccl_stream_destroy(struct rt_nccl_stream *s); /* NULL is fine */
 /* A new step: no bucket is in flight. */
-void nccl_stream_begin(struct nccl_stream *s, uint64_t step);
+void rt_nccl_stream_begin(struct rt_nccl_stream *s, uint64_t step);
 /* Makes the comm stream wait for everything queued on the compute stream so
  * far (one event), before the all-reduces of the buckets that just became
  * complete are queued behind it. */
-void nccl_stream_follow(struct nccl_stream *s);
+void rt_nccl_stream_follow(struct rt_nccl_stream *s);
 /* Queues bucket k's all-reduce (sum, in place) on the comm stream. Buckets
  * are queued in order 0, 1, ...; `what` (borrowed for the stream's life)
  * names it in failure messages. */
-void nccl_stream_allreduce(struct nccl_stream *s, int k, float *buf, size_t count, const char *what);
+void rt_nccl_stream_allreduce(struct rt_nccl_stream *s, int k, float *buf, size_t count, const char *what);
 /* Makes the compute stream wait for every queued all-reduce (an event), then
  * polls on the host until they are done, as the watchdog: an NCCL error or an
  * all-reduce older than the group's deadline ends the job. */
-void nccl_stream_wait(struct nccl_stream *s);
+void rt_nccl_stream_wait(struct rt_nccl_stream *s);
 
 #endif

@@ -79,7 +79,7 @@ struct conn {
     unsigned char buf[sizeof(struct head) + LL_TEXT_MAX];
 };
 
-struct lifeline {
+struct rt_comm_lifeline {
     int rank, n;
     struct conn *conn;
     pthread_mutex_t tx; /* sends come from the comm thread and from whichever thread aborts */
@@ -130,42 +130,54 @@ static void set_socket_options(int fd)
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 }
 
-/* Starts a connect to the next address of p->rank; -1 when none is left. */
+/* Starts a connect to the next address of p->rank. Returns 0, or -errno
+ * when none is left (the last address's error; -EHOSTUNREACH when the card
+ * has none) or no socket can be made. */
 static int dial_next(struct pending *p, const struct card *cards)
 {
     const struct card *k = &cards[p->rank];
+    int rc = -EHOSTUNREACH;
     while (p->addr < k->naddr) {
         struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = k->port, .sin_addr.s_addr = k->ip[p->addr]};
         p->fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (p->fd < 0)
-            return -1;
+            return -errno;
         if (connect(p->fd, (const struct sockaddr *)&sa, sizeof(sa)) == 0 || errno == EINPROGRESS) {
             p->state = 0;
             p->got = 0;
             p->deadline = rt_now_ns() + (uint64_t)(LL_CONNECT_S * 1e9);
             return 0;
         }
+        rc = -errno;
         close(p->fd);
         p->fd = -1;
         p->addr++;
     }
-    return -1;
+    return rc;
 }
 
+/* Reads what has arrived of the peer's hello. Returns 1 when it is whole, 0
+ * when more is to come, -EPIPE when the peer closed, or -errno. */
 static int read_hello(struct pending *p)
 {
     ssize_t k = recv(p->fd, (char *)&p->in + p->got, sizeof(p->in) - p->got, MSG_DONTWAIT);
     if (k > 0)
         p->got += (size_t)k;
-    else if (k == 0 || (errno != EAGAIN && errno != EINTR))
-        return -1;
+    else if (k == 0)
+        return -EPIPE;
+    else if (errno != EAGAIN && errno != EINTR)
+        return -errno;
     return p->got == sizeof(p->in);
 }
 
+/* Returns 0, or -errno (-EAGAIN when the hello did not go out whole). */
 static int send_hello(int fd, int from, int to, uint64_t token)
 {
     struct hello h = {.magic = LL_MAGIC, .from = from, .to = to, .token = token};
-    return send(fd, &h, sizeof(h), MSG_DONTWAIT | MSG_NOSIGNAL) == (ssize_t)sizeof(h) ? 0 : -1;
+    ssize_t k = send(fd, &h, sizeof(h), MSG_DONTWAIT | MSG_NOSIGNAL);
+    if (k < 0)
+        return -errno;
+    return k == (ssize_t)sizeof(h) ? 0 : -EAGAIN;
 }
 
 static void describe_card(const struct card *k, char *buf, size_t len)
@@ -182,7 +194,8 @@ static void describe_card(const struct card *k, char *buf, size_t len)
 
 /* The poll loop that makes every connection: 0, or -errno naming the partner
  * that could not be reached. */
-static int connect_all(struct lifeline *l, int lfd, const struct card *cards, const int *partner, double timeout_s)
+static int connect_all(struct rt_comm_lifeline *l, int lfd, const struct card *cards, const int *partner,
+                       double timeout_s)
 {
     const int me = l->rank, n = l->n;
     int want = 0;
@@ -201,11 +214,12 @@ static int connect_all(struct lifeline *l, int lfd, const struct card *cards, co
         if (!partner[r])
             continue;
         p[np] = (struct pending){.fd = -1, .rank = r, .outgoing = 1};
-        if (dial_next(&p[np], cards) < 0) {
+        int e = dial_next(&p[np], cards);
+        if (e < 0) {
             char a[160];
             describe_card(&cards[r], a, sizeof(a));
             rc = rt_errf(-EHOSTUNREACH, "lifeline: cannot connect to rank %d (at %s, port %u): %s", r, a,
-                         ntohs(cards[r].port), strerror(errno));
+                         ntohs(cards[r].port), strerror(-e));
             goto out;
         }
         np++;
@@ -305,10 +319,10 @@ out:
     return rc;
 }
 
-int lifeline_create(MPI_Comm world, const int *partner, double timeout_s, struct lifeline **out)
+int rt_comm_lifeline_create(MPI_Comm world, const int *partner, double timeout_s, struct rt_comm_lifeline **out)
 {
     *out = NULL;
-    struct lifeline *l = rt_calloc(1, sizeof(*l), "lifeline");
+    struct rt_comm_lifeline *l = rt_calloc(1, sizeof(*l), "lifeline");
     if (!l)
         return -ENOMEM;
     MPI_Comm_rank(world, &l->rank);
@@ -353,14 +367,14 @@ out:
         close(lfd);
     free(cards);
     if (rc < 0) {
-        lifeline_destroy(l);
+        rt_comm_lifeline_destroy(l);
         return rc;
     }
     *out = l;
     return 0;
 }
 
-void lifeline_destroy(struct lifeline *l)
+void rt_comm_lifeline_destroy(struct rt_comm_lifeline *l)
 {
     if (!l)
         return;
@@ -374,12 +388,12 @@ void lifeline_destroy(struct lifeline *l)
 
 /* ---- messages ---------------------------------------------------------------------- */
 
-int lifeline_fd(const struct lifeline *l, int r)
+int rt_comm_lifeline_fd(const struct rt_comm_lifeline *l, int r)
 {
     return l ? l->conn[r].fd : -1;
 }
 
-void lifeline_send(struct lifeline *l, int r, const struct ll_msg *m)
+void rt_comm_lifeline_send(struct rt_comm_lifeline *l, int r, const struct rt_comm_lifeline_msg *m)
 {
     if (!l)
         return;
@@ -399,7 +413,8 @@ void lifeline_send(struct lifeline *l, int r, const struct ll_msg *m)
     pthread_mutex_unlock(&l->tx);
 }
 
-int lifeline_read(struct lifeline *l, int r, void (*on)(void *ctx, const struct ll_msg *m), void *ctx)
+int rt_comm_lifeline_read(struct rt_comm_lifeline *l, int r,
+                          void (*on)(void *ctx, const struct rt_comm_lifeline_msg *m), void *ctx)
 {
     struct conn *c = &l->conn[r];
     if (c->fd < 0)
@@ -419,7 +434,8 @@ int lifeline_read(struct lifeline *l, int r, void (*on)(void *ctx, const struct 
             size_t whole = sizeof(h) + h.len;
             if (c->have < whole)
                 break;
-            struct ll_msg m = {.kind = (enum ll_kind)h.kind, .rank = h.rank, .phase = h.phase, .step = h.step};
+            struct rt_comm_lifeline_msg m = {.kind = (enum rt_comm_lifeline_kind)h.kind, .rank = h.rank,
+                                             .phase = h.phase, .step = h.step};
             memcpy(m.text, c->buf + sizeof(h), h.len);
             m.text[h.len] = 0;
             memmove(c->buf, c->buf + whole, c->have - whole);
@@ -429,7 +445,7 @@ int lifeline_read(struct lifeline *l, int r, void (*on)(void *ctx, const struct 
     }
 }
 
-void lifeline_close(struct lifeline *l, int r)
+void rt_comm_lifeline_close(struct rt_comm_lifeline *l, int r)
 {
     pthread_mutex_lock(&l->tx);
     if (l->conn[r].fd >= 0)

@@ -106,7 +106,7 @@ static _Noreturn void nccl_fail(struct rt_nccl *n, const char *lib, int code, co
  * state it settled in. */
 static ncclResult_t settle(struct rt_nccl *n, const char *what)
 {
-    double timeout = comm_timeout(n->c);
+    double timeout = rt_comm_timeout(n->c);
     uint64_t t0 = rt_now_ns();
     long nap_us = 10;
     for (;;) {
@@ -415,11 +415,11 @@ static void check_allreduce(struct rt_nccl *n)
         if (as != ncclSuccess && as != ncclInProgress)
             nccl_fail(n, "NCCL", (int)as, ncclGetErrorString(as), "the first all-reduce (asynchronous error)",
                       __FILE__, __LINE__);
-        if ((double)(rt_now_ns() - t0) * 1e-9 > comm_timeout(n->c)) {
+        if ((double)(rt_now_ns() - t0) * 1e-9 > rt_comm_timeout(n->c)) {
             char msg[512];
             snprintf(msg, sizeof(msg), "at start-up: the NCCL communicator's first all-reduce did not complete "
                                        "within %.0f s (--comm-timeout): NCCL cannot connect the GPUs. Ending the job.",
-                     comm_timeout(n->c));
+                     rt_comm_timeout(n->c));
             nccl_abort(n, msg);
         }
         struct timespec ts = {0, nap_us * 1000};
@@ -566,7 +566,7 @@ void rt_nccl_destroy(struct rt_nccl *n)
 
 /* ---- the bucketer's device path ---------------------------------------------------- */
 
-struct nccl_stream {
+struct rt_nccl_stream {
     struct rt_nccl *n;
     cudaStream_t compute, comm;
     cudaEvent_t ready;          /* on compute: what backward has queued so far */
@@ -578,10 +578,10 @@ struct nccl_stream {
     int finished;               /* of those, known complete */
 };
 
-int nccl_stream_create(struct rt_nccl *n, void *compute, int nb, struct nccl_stream **out)
+int rt_nccl_stream_create(struct rt_nccl *n, void *compute, int nb, struct rt_nccl_stream **out)
 {
     *out = NULL;
-    struct nccl_stream *s = rt_calloc(1, sizeof(*s), "NCCL bucket stream");
+    struct rt_nccl_stream *s = rt_calloc(1, sizeof(*s), "NCCL bucket stream");
     if (!s)
         return -ENOMEM;
     s->n = n;
@@ -591,7 +591,7 @@ int nccl_stream_create(struct rt_nccl *n, void *compute, int nb, struct nccl_str
     s->t_queued = rt_calloc((size_t)nb, sizeof(*s->t_queued), "NCCL bucket events");
     s->what = rt_calloc((size_t)nb, sizeof(*s->what), "NCCL bucket events");
     if (!s->done || !s->t_queued || !s->what) {
-        nccl_stream_destroy(s);
+        rt_nccl_stream_destroy(s);
         return -ENOMEM;
     }
     int lo = 0, hi = 0;
@@ -608,7 +608,7 @@ int nccl_stream_create(struct rt_nccl *n, void *compute, int nb, struct nccl_str
         e = cudaEventCreateWithFlags(&s->done[k], cudaEventDisableTiming);
     if (e != cudaSuccess) {
         cudaGetLastError();
-        nccl_stream_destroy(s);
+        rt_nccl_stream_destroy(s);
         return rt_errf(-EIO, "cannot create the NCCL comm stream and its events on GPU %d: %s", n->device,
                        cudaGetErrorString(e));
     }
@@ -616,7 +616,7 @@ int nccl_stream_create(struct rt_nccl *n, void *compute, int nb, struct nccl_str
     return 0;
 }
 
-void nccl_stream_destroy(struct nccl_stream *s)
+void rt_nccl_stream_destroy(struct rt_nccl_stream *s)
 {
     if (!s)
         return;
@@ -635,20 +635,20 @@ void nccl_stream_destroy(struct nccl_stream *s)
     free(s);
 }
 
-void nccl_stream_begin(struct nccl_stream *s, uint64_t step)
+void rt_nccl_stream_begin(struct rt_nccl_stream *s, uint64_t step)
 {
     s->queued = 0;
     s->finished = 0;
     s->n->step = step;
 }
 
-void nccl_stream_follow(struct nccl_stream *s)
+void rt_nccl_stream_follow(struct rt_nccl_stream *s)
 {
     NCCL_CUDA_CHECK(s->n, cudaEventRecord(s->ready, s->compute));
     NCCL_CUDA_CHECK(s->n, cudaStreamWaitEvent(s->comm, s->ready, 0));
 }
 
-void nccl_stream_allreduce(struct nccl_stream *s, int k, float *buf, size_t count, const char *what)
+void rt_nccl_stream_allreduce(struct rt_nccl_stream *s, int k, float *buf, size_t count, const char *what)
 {
     s->what[k] = what;
     s->t_queued[k] = rt_now_ns();
@@ -658,7 +658,7 @@ void nccl_stream_allreduce(struct nccl_stream *s, int k, float *buf, size_t coun
 }
 
 /* The watchdog's message: the buckets still in flight, the NCCL state. */
-static _Noreturn void stream_fail(struct nccl_stream *s, const char *why)
+static _Noreturn void stream_fail(struct rt_nccl_stream *s, const char *why)
 {
     char inflight[700];
     size_t o = 0;
@@ -686,12 +686,12 @@ static _Noreturn void stream_fail(struct nccl_stream *s, const char *why)
     nccl_abort(s->n, msg);
 }
 
-void nccl_stream_wait(struct nccl_stream *s)
+void rt_nccl_stream_wait(struct rt_nccl_stream *s)
 {
     if (s->queued == 0)
         return;
     NCCL_CUDA_CHECK(s->n, cudaStreamWaitEvent(s->compute, s->done[s->queued - 1], 0));
-    double timeout = comm_timeout(s->n->c);
+    double timeout = rt_comm_timeout(s->n->c);
     long nap_us = 10;
     for (;;) {
         int progressed = 0;
@@ -770,7 +770,7 @@ void rt_nccl_destroy(struct rt_nccl *n)
     (void)n;
 }
 
-int nccl_stream_create(struct rt_nccl *n, void *compute, int nb, struct nccl_stream **out)
+int rt_nccl_stream_create(struct rt_nccl *n, void *compute, int nb, struct rt_nccl_stream **out)
 {
     (void)n;
     (void)compute;
@@ -779,23 +779,23 @@ int nccl_stream_create(struct rt_nccl *n, void *compute, int nb, struct nccl_str
     return rt_errf(-ENOTSUP, "device gradients need NCCL, which this build does not have");
 }
 
-void nccl_stream_destroy(struct nccl_stream *s)
+void rt_nccl_stream_destroy(struct rt_nccl_stream *s)
 {
     (void)s;
 }
 
-void nccl_stream_begin(struct nccl_stream *s, uint64_t step)
+void rt_nccl_stream_begin(struct rt_nccl_stream *s, uint64_t step)
 {
     (void)s;
     (void)step;
 }
 
-void nccl_stream_follow(struct nccl_stream *s)
+void rt_nccl_stream_follow(struct rt_nccl_stream *s)
 {
     (void)s;
 }
 
-void nccl_stream_allreduce(struct nccl_stream *s, int k, float *buf, size_t count, const char *what)
+void rt_nccl_stream_allreduce(struct rt_nccl_stream *s, int k, float *buf, size_t count, const char *what)
 {
     (void)s;
     (void)k;
@@ -804,7 +804,7 @@ void nccl_stream_allreduce(struct nccl_stream *s, int k, float *buf, size_t coun
     (void)what;
 }
 
-void nccl_stream_wait(struct nccl_stream *s)
+void rt_nccl_stream_wait(struct rt_nccl_stream *s)
 {
     (void)s;
 }

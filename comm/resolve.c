@@ -25,7 +25,7 @@ const char *rt_rank_source_name(enum rt_rank_source s)
 }
 
 /* A variable as a non-negative int: 1 and *v when set and valid, 0 when
- * unset, -1 (error set) when malformed. */
+ * unset, -EINVAL (rt_errmsg() set) when malformed. */
 static int env_int(const char *(*get)(void *, const char *), void *ctx, const char *name, int *v)
 {
     const char *s = get(ctx, name);
@@ -34,10 +34,8 @@ static int env_int(const char *(*get)(void *, const char *), void *ctx, const ch
     char *end;
     errno = 0;
     long x = strtol(s, &end, 10);
-    if (!*s || *end || errno || x < 0 || x > INT_MAX) {
-        rt_errf(-EINVAL, "%s=\"%s\" is not a non-negative integer", name, s);
-        return -1;
-    }
+    if (!*s || *end || errno || x < 0 || x > INT_MAX)
+        return rt_errf(-EINVAL, "%s=\"%s\" is not a non-negative integer", name, s);
     *v = (int)x;
     return 1;
 }
@@ -49,27 +47,26 @@ struct view {
     const char *rank_var, *world_var, *local_var;
 };
 
+/* One source's rank and world variables into *v. Returns 0 (v->have says
+ * whether they were set), or -EINVAL (rt_errmsg() set) when one is malformed,
+ * set without its partner, or the rank is not below the world. */
 static int read_pair(const char *(*get)(void *, const char *), void *ctx, const char *rank_var,
                      const char *world_var, struct view *v)
 {
     int hr = env_int(get, ctx, rank_var, &v->rank);
     int hw = env_int(get, ctx, world_var, &v->world);
     if (hr < 0 || hw < 0)
-        return -1;
+        return -EINVAL;
     v->rank_var = rank_var;
     v->world_var = world_var;
     if (!hr && !hw)
         return 0;
-    if (!hr || !hw) {
-        rt_errf(-EINVAL, "%s is set but %s is not: set both, or neither", hr ? rank_var : world_var,
-                hr ? world_var : rank_var);
-        return -1;
-    }
-    if (v->world < 1 || v->rank >= v->world) {
-        rt_errf(-EINVAL, "%s=%d with %s=%d: the rank must be below the world size", rank_var, v->rank, world_var,
-                v->world);
-        return -1;
-    }
+    if (!hr || !hw)
+        return rt_errf(-EINVAL, "%s is set but %s is not: set both, or neither", hr ? rank_var : world_var,
+                       hr ? world_var : rank_var);
+    if (v->world < 1 || v->rank >= v->world)
+        return rt_errf(-EINVAL, "%s=%d with %s=%d: the rank must be below the world size", rank_var, v->rank,
+                       world_var, v->world);
     v->have = 1;
     return 0;
 }
