@@ -1,7 +1,9 @@
 /*
  * backend.h - what every backend's struct rt_backend and struct rt_stream
  * hold, private to compute/. The CPU backend (cpu/) and the CUDA backend
- * (cuda/) fill the same structs; rt_backend_create() picks one.
+ * (cuda/) fill the same structs; rt_backend_create() (backend.c) picks one
+ * and the accessors there read the common fields. Each backend's own create
+ * and destroy are declared in its private header (cpu/cpu.h, cuda/cuda_be.h).
  */
 #ifndef RT_COMPUTE_BACKEND_H
 #define RT_COMPUTE_BACKEND_H
@@ -95,7 +97,7 @@ struct rt_backend {
     struct rt_stream stream;
     const struct rt_ops *ops;
     /* The 16-bit tables (rt_backend_ops_for), NULL where the device has none;
-     * why_not says why, for the message. */
+     * why_not_bf16 and why_not_f16 say why, for the message. */
     const struct rt_ops *ops_bf16, *ops_f16;
     char why_not_bf16[160], why_not_f16[160];
     void *scratch;          /* CPU: see rt_cpu_scratch() */
@@ -122,12 +124,6 @@ void rt_backend_input_release(struct rt_backend *be, uint64_t ticket);
 /* Sets up / tears down be->input over be->streams (input.c): 0 or -errno. */
 int rt_input_pair_init(struct rt_backend *be);
 void rt_input_pair_fini(struct rt_backend *be);
-
-/* The CUDA backend's constructor (cuda/backend_cuda.c), built with the toolkit;
- * -ENOTSUP / -ENODEV with the reason in rt_errmsg() otherwise. */
-int rt_cuda_create(const struct rt_backend_opts *o, struct rt_backend **out);
-void rt_cuda_destroy(struct rt_backend *be);
-
 
 #ifdef __cplusplus
 }

@@ -8,6 +8,9 @@
  * Kernels never fail: shapes were checked when the model was built. Scratch
  * memory (im2col columns) comes from rt_cpu_scratch(), one growing buffer
  * per backend, so a kernel must not hold it across calls.
+ *
+ * Choosing a backend and the accessors every backend shares are not here
+ * (compute/backend.c); it calls rt_cpu_create and rt_cpu_destroy below.
  */
 #ifndef RT_COMPUTE_CPU_H
 #define RT_COMPUTE_CPU_H
@@ -75,6 +78,17 @@ static inline uint16_t rt_cpu_f32_to_bf16(float f)
         return (uint16_t)((u >> 16) & 0x8000u);
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
+
+/*
+ * The CPU backend (backend.c), for compute/backend.c's rt_backend_create and
+ * rt_backend_destroy. rt_cpu_create opens one with o->threads threads (0:
+ * the CPUs this process may use) and o->cpu_streams; returns 0 with the
+ * backend in *out (owned by the caller), or -errno with rt_errmsg() saying
+ * why and *out untouched. rt_cpu_destroy stops its streams and frees it with
+ * everything it holds; NULL is fine. Not thread-safe, as rt_backend_create.
+ */
+int rt_cpu_create(const struct rt_backend_opts *o, struct rt_backend **out);
+void rt_cpu_destroy(struct rt_backend *be);
 
 /*
  * Returns at least `bytes` of 64-byte aligned scratch owned by the stream's

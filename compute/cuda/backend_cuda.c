@@ -1,6 +1,7 @@
 /*
  * backend_cuda.c - the CUDA backend's device, stream, library handles,
- * memory ops and op table. The kernels live in elem.cu and spatial.cu, the
+ * memory ops and op table, and rt_cuda_create/rt_cuda_destroy, which
+ * compute/backend.c calls. The kernels live in elem.cu and spatial.cu, the
  * convolutions and linear layers in dnn.c.
  *
  * One backend is one device and one compute stream; cuDNN and cuBLAS are
@@ -12,7 +13,8 @@
  * they can be compared with the CPU backend (the tests' reference); mixed
  * precision is a separate, explicit choice.
  *
- * It does not do: pinned batch slots or the copy stream (staging/), NCCL
+ * It does not do: choosing a backend or the accessors every backend shares
+ * (compute/backend.c), pinned batch slots or the copy stream (staging/), NCCL
  * (comm/), mixed precision (not yet: the casts exist, the training loop does
  * not use them).
  */
@@ -299,9 +301,13 @@ int rt_cuda_create(const struct rt_backend_opts *o, struct rt_backend **out)
 
 void rt_cuda_destroy(struct rt_backend *be)
 {
-    if (!be || !be->cuda)
+    if (!be)
         return;
     struct rt_cuda *c = be->cuda;
+    if (!c) {
+        free(be);
+        return;
+    }
     cudaStreamSynchronize(c->compute);
     rt_cuda_dnn_release(c);
     if (c->workspace)
@@ -318,4 +324,5 @@ void rt_cuda_destroy(struct rt_backend *be)
     cudaStreamDestroy(c->compute);
     free(c);
     be->cuda = NULL;
+    free(be);
 }

@@ -1,5 +1,7 @@
 /*
- * cuda_be.h - the CUDA backend, private to compute/cuda/. Each rt_cuda_<op>
+ * cuda_be.h - the CUDA backend, private to compute/cuda/ (and to
+ * compute/backend.c, which calls rt_cuda_create and rt_cuda_destroy when
+ * the build has CUDA). Each rt_cuda_<op>
  * function is one slot of struct rt_ops with the semantics compute.h states
  * (the CPU backend, compute/cpu/, is the reference the GPU tests compare to).
  *
@@ -13,7 +15,9 @@
  * so the check macros print the library's message with file:line and abort
  * the process (under mpirun/srun, the launcher then ends the job).
  *
- * Files: backend_cuda.c (device, streams, handles, memory, the table),
+ * Files: backend_cuda.c (create and destroy: device, stream, handles; memory;
+ * the table), streams_cuda.c (further streams and events), probe_cuda.c
+ * (runtime, driver and device count),
  * elem.cu (element-wise ops, loss, reductions, casts, optimizers, dropout),
  * spatial.cu (input, layout, batchnorm, pooling, gap, flatten), dnn.c
  * (convolutions through cuDNN, linear layers through cuBLAS).
@@ -72,6 +76,17 @@ struct rt_cuda {
     size_t scratch_bytes[RT_CUDA_SCRATCH_SLOTS];
     struct rt_ops ops16[2]; /* the bf16 and fp16 tables (rt_backend_ops_for) */
 };
+
+/*
+ * The CUDA backend (backend_cuda.c), for compute/backend.c's rt_backend_create
+ * and rt_backend_destroy. rt_cuda_create opens GPU o->device: 0 with the
+ * backend in *out (owned by the caller), or -ENODEV (no driver, too old a
+ * driver, no such device, too old a GPU), -ENOMEM, or the error of loading
+ * cuDNN and cuBLAS, with rt_errmsg() saying why. rt_cuda_destroy drains its
+ * stream and frees it with everything it holds; NULL is fine.
+ */
+int rt_cuda_create(const struct rt_backend_opts *o, struct rt_backend **out);
+void rt_cuda_destroy(struct rt_backend *be);
 
 /* Streams, events and stream-ordered memory (streams_cuda.c), over which compute/input.c runs the input uploads. */
 extern const struct rt_backend_streams rt_cuda_streams;
