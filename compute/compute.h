@@ -561,7 +561,13 @@ struct rt_step_opts {
     float label_smoothing;
     float grad_scale;      /* 1 / (samples in the optimizer step), times the loss scale
                             * when one is used; 0 = skip backward */
-    uint64_t dropout_offset; /* Philox counter base for this micro-batch's dropout masks */
+    /* Dropout: the micro-batch's stream number, micro-batch * world + rank. Each stream and each dropout
+     * layer draws its own masks (compute/dropout_index.h), and streams below 2^24 draw exactly those they
+     * drew when callers passed stream << 32 in dropout_offset. dropout_offset is that older form, still
+     * honoured: its high 32 bits add to dropout_stream, its low 32 bits are the stream element each
+     * layer's masks start at (tests). Both 0: stream 0. */
+    uint64_t dropout_stream;
+    uint64_t dropout_offset;
     int no_dropout;        /* RT_TRAIN without dropout (parity tests against PyTorch) */
     const float *mean, *std; /* host, C values each (0..1 units) */
     /* Backward's progress report, or NULL: called on the calling thread with

@@ -25,6 +25,10 @@
  * walk an (n, c) plane instead: its H*W elements have consecutive L and lie
  * rt_dropout_plane_step() apart in memory.
  *
+ * A model (net.c) gives each dropout node its own (seed, offset) for each
+ * micro-batch with rt_dropout_node_draw(), so that no two (stream, node)
+ * pairs share a Philox (key, counter).
+ *
  * Everything here is a pure function of its arguments (thread-safe, no
  * state). Indices are element counts (uint64_t); shapes must have every
  * dimension >= 1 and memory indices must be below N*C*H*W. Private to the
@@ -168,6 +172,55 @@ RT_DROPOUT_FN void rt_dropout_mask(uint64_t seed, uint64_t e0, size_t len, float
         for (unsigned lane = (unsigned)(e & 3); lane < 4 && j < len; lane++, j++)
             mul[j * step] = rt_dropout_mul_of(w[lane], p, scale);
     }
+}
+
+/*
+ * Streams and nodes. A micro-batch's dropout stream s (rt_step_opts) and a
+ * dropout node's index d in the model (d < RT_DROPOUT_NODES) pick the
+ * (seed, offset) that node passes to dropout_fwd / dropout_bwd:
+ *
+ *   offset = start + (s mod 2^24) * 2^32 + d * 2^56
+ *   seed   = model seed XOR rt_dropout_key_mix(s >> 24)
+ *
+ * and element L of its tensor (start + L < 2^32: net.c refuses larger
+ * tensors) is stream element offset + L. Below 2^24 streams the key is the
+ * model seed and the offset (s << 32) + (d << 56) + start, bit for bit the
+ * rule every earlier run drew its masks by. From 2^24 on, the bits of s that
+ * would reach the node's bits (stream 2^24 at node 0 drew stream 0's masks
+ * at node 1) go into the Philox key instead: keys differ for different
+ * s >> 24 (the mix is a bijection), counters for different
+ * (s mod 2^24, d, start + L), so no two (stream, node) pairs of a model share
+ * a draw, whatever the 64-bit s. The key rather than counter word 2 carries
+ * s >> 24 because the ops take one 64-bit key and one 64-bit offset, and
+ * every table's kernel keeps drawing as it did.
+ */
+#define RT_DROPOUT_NODES 256         /* dropout nodes have indices below this (the offset's top 8 bits) */
+#define RT_DROPOUT_STREAM_LO_BITS 24 /* bits of the stream kept in the offset, above its low 32 bits */
+
+/* What one dropout node passes to dropout_fwd / dropout_bwd: the Philox key and the stream element of L = 0. */
+struct rt_dropout_draw {
+    uint64_t seed;
+    uint64_t offset;
+};
+
+/* splitmix64's finalizer: a bijection of 64-bit words with mix(0) = 0. */
+RT_DROPOUT_FN uint64_t rt_dropout_key_mix(uint64_t h)
+{
+    h = (h ^ (h >> 30)) * UINT64_C(0xBF58476D1CE4E5B9);
+    h = (h ^ (h >> 27)) * UINT64_C(0x94D049BB133111EB);
+    return h ^ (h >> 31);
+}
+
+/* Node `node`'s draw in micro-batch stream `stream` under the model seed, its tensors starting at stream element
+ * `start` (0 for training; tests use others). node < RT_DROPOUT_NODES (net.c refuses more at build). */
+RT_DROPOUT_FN struct rt_dropout_draw rt_dropout_node_draw(uint64_t seed, uint64_t stream, uint32_t start,
+                                                          unsigned node)
+{
+    const uint64_t lo = stream & ((UINT64_C(1) << RT_DROPOUT_STREAM_LO_BITS) - 1);
+    struct rt_dropout_draw d;
+    d.seed = seed ^ rt_dropout_key_mix(stream >> RT_DROPOUT_STREAM_LO_BITS);
+    d.offset = (uint64_t)start + (lo << 32) + ((uint64_t)node << 56);
+    return d;
 }
 
 #endif

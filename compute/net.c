@@ -15,6 +15,7 @@
 
 #include "common/common.h"
 #include "compute/backend.h"
+#include "compute/dropout_index.h"
 #include "compute/net.h"
 
 enum node_kind { K_CONV, K_BN, K_RELU, K_MAXPOOL, K_GAP, K_FLATTEN, K_LINEAR, K_DROPOUT, K_ADD, K_SCALE };
@@ -351,6 +352,17 @@ int net_dropout(struct net *n, int x, const char *what, float p)
         rt_errf(-EINVAL, "dropout probability %g is not in [0, 1)", (double)p);
         return fail(n, what);
     }
+    /* The node's index and its tensor's logical indices each have their own bits of the masks' Philox counter
+     * (dropout_index.h); beyond them two layers, or two micro-batches, would draw the same masks. */
+    if (n->nn >= RT_DROPOUT_NODES) {
+        rt_errf(-EINVAL, "dropout as layer %d: dropout layers must be among the first %d", n->nn, RT_DROPOUT_NODES);
+        return fail(n, what);
+    }
+    if (x >= 0 && x < n->nt && (uint64_t)n->t[x].sh.n * n->t[x].per_sample >= (UINT64_C(1) << 32)) {
+        rt_errf(-EINVAL, "dropout over %llu elements: at most 2^32 - 1 per batch",
+                (unsigned long long)((uint64_t)n->t[x].sh.n * n->t[x].per_sample));
+        return fail(n, what);
+    }
     struct node *nd = new_node(n, K_DROPOUT, x, -1, what);
     if (!nd)
         return -1;
@@ -676,10 +688,11 @@ static struct rt_shape4 shape_at(const struct tensor *t, int batch)
     return sh;
 }
 
-/* Dropout masks: each node draws from its own range of Philox counters. */
-static uint64_t dropout_counter(const struct rt_step_opts *o, int node)
+/* Dropout masks: each node draws under its own (key, counters) of the micro-batch's stream (dropout_index.h). */
+static struct rt_dropout_draw dropout_draw(const struct net *n, const struct rt_step_opts *o, int node)
 {
-    return o->dropout_offset + ((uint64_t)node << 56);
+    return rt_dropout_node_draw(n->seed, o->dropout_stream + (o->dropout_offset >> 32), (uint32_t)o->dropout_offset,
+                                (unsigned)node);
 }
 
 static void node_fwd(struct net *n, int i, int batch, const struct rt_step_opts *o)
@@ -725,11 +738,12 @@ static void node_fwd(struct net *n, int i, int batch, const struct rt_step_opts 
         op->linear_fwd(s, batch, d->lin_in, d->lin_out, x->data, P(n, d->w), P(n, d->b), y->data);
         break;
     case K_DROPOUT:
-        if (train && !o->no_dropout && d->p > 0.0f)
-            op->dropout_fwd(s, shape_at(x, batch), x->spatial, d->p, n->seed, dropout_counter(o, i), x->data,
-                            y->data);
-        else
+        if (train && !o->no_dropout && d->p > 0.0f) {
+            const struct rt_dropout_draw dr = dropout_draw(n, o, i);
+            op->dropout_fwd(s, shape_at(x, batch), x->spatial, d->p, dr.seed, dr.offset, x->data, y->data);
+        } else {
             op->copy(s, y->data, x->data, count_at(x, batch) * n->esz);
+        }
         break;
     case K_ADD:
         op->add(s, count_at(x, batch), x->data, n->t[d->in[1]].data, y->data);
@@ -833,10 +847,12 @@ static void node_bwd(struct net *n, int i, int batch, const struct rt_step_opts 
     case K_DROPOUT:
         if (!(dx = dx_of(n, d, 0, &beta)))
             break;
-        if (!o->no_dropout && d->p > 0.0f)
-            op->dropout_bwd(s, shape_at(x, batch), x->spatial, d->p, n->seed, dropout_counter(o, i), dy, beta, dx);
-        else
+        if (!o->no_dropout && d->p > 0.0f) {
+            const struct rt_dropout_draw dr = dropout_draw(n, o, i);
+            op->dropout_bwd(s, shape_at(x, batch), x->spatial, d->p, dr.seed, dr.offset, dy, beta, dx);
+        } else {
             pass_grad(n, count_at(x, batch), 1.0f, dy, beta, dx);
+        }
         break;
     case K_ADD:
         for (int k = 0; k < 2; k++)

@@ -41,6 +41,8 @@ int net_global_maxpool(struct net *n, int x, const char *what);
 int net_gap(struct net *n, int x, const char *what);     /* spatial -> features */
 int net_flatten(struct net *n, int x, const char *what); /* spatial -> features */
 int net_linear(struct net *n, int x, const char *name, int out, int bias);
+/* Refused as node 256 or later, or over 2^32 or more elements (batch included): its masks would repeat
+ * another layer's or micro-batch's (dropout_index.h). */
 int net_dropout(struct net *n, int x, const char *what, float p);
 int net_add(struct net *n, int a, int b, const char *what);
 int net_scale(struct net *n, int x, const char *what, float alpha);

@@ -47,6 +47,7 @@
 #include "common/common.h"
 #include "common/nvml.h"
 #include "compute/compute.h"
+#include "compute/dropout_index.h"
 
 #define SEED UINT64_C(20250307)
 
@@ -975,7 +976,10 @@ static void test_relu_gelu(void)
 static void test_dropout(void)
 {
     printf("dropout fwd / bwd (masks bit for bit)\n");
-    static const struct {
+    /* net.c's draws for streams beyond 2^24, whose high part keys Philox (dropout_index.h) */
+    const struct rt_dropout_draw far1 = rt_dropout_node_draw(42, (UINT64_C(1) << 24) + 3, 0, 5);
+    const struct rt_dropout_draw far2 = rt_dropout_node_draw(UINT64_C(0x9e3779b97f4a7c15), UINT64_MAX, 0, 255);
+    const struct {
         struct rt_shape4 sh;
         int spatial;
         float p;
@@ -991,6 +995,8 @@ static void test_dropout(void)
         {{4, 1, 28, 28}, 1, 0.3f, 10, 3},                                     /* one channel */
         {{6, 7, 1, 1}, 1, 0.3f, 11, 0},                                       /* 1x1 planes */
         {{4, 64, 4, 4}, 1, 0.0f, 3, 11},                                      /* p = 0: the identity */
+        {{5, 64, 12, 12}, 1, 0.25f, far1.seed, far1.offset},                  /* stream 2^24 + 3's dropout1 */
+        {{7, 37, 1, 1}, 0, 0.5f, far2.seed, far2.offset},                     /* the last stream, node 255 */
     };
     size_t nmax = 0;
     for (size_t k = 0; k < RT_ARRAY_LEN(cases); k++)

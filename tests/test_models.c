@@ -20,6 +20,7 @@
 
 #include "common/common.h"
 #include "compute/compute.h"
+#include "compute/net.h"
 
 #include "check.h"
 
@@ -379,6 +380,132 @@ static void check_errors(struct rt_backend *be)
     CHECKF(m == NULL, "no model on failure");
 }
 
+/* ---- dropout streams ---------------------------------------------------------------------- */
+
+/* The backend's table with dropout_fwd / dropout_bwd recording the (seed, offset) each call draws under. */
+struct drop_call {
+    uint64_t seed, offset;
+};
+static const struct rt_ops *rec_inner;
+static struct rt_ops rec_ops;
+static struct drop_call rec_fwd[8], rec_bwd[8];
+static int rec_nfwd, rec_nbwd;
+
+static void rec_dropout_fwd(struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,
+                            uint64_t offset, const float *x, float *y)
+{
+    if (rec_nfwd < (int)RT_ARRAY_LEN(rec_fwd))
+        rec_fwd[rec_nfwd] = (struct drop_call){seed, offset};
+    rec_nfwd++;
+    rec_inner->dropout_fwd(s, sh, spatial, p, seed, offset, x, y);
+}
+
+static void rec_dropout_bwd(struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,
+                            uint64_t offset, const float *dy, float beta, float *dx)
+{
+    if (rec_nbwd < (int)RT_ARRAY_LEN(rec_bwd))
+        rec_bwd[rec_nbwd] = (struct drop_call){seed, offset};
+    rec_nbwd++;
+    rec_inner->dropout_bwd(s, sh, spatial, p, seed, offset, dy, beta, dx);
+}
+
+/* One training step of `m` with dropout under `so`'s stream fields: mnist-net's two dropouts' forward draws
+ * into fwd[0..1] (dropout1, dropout2), the mean loss into *loss. Checks that backward drew what forward did. */
+static void drop_step(struct rt_model *m, uint64_t stream, uint64_t offset, struct drop_call fwd[2], double *loss)
+{
+    static const float mean[1] = {0.5f}, std[1] = {0.25f};
+    uint8_t images[2 * 12 * 12];
+    for (size_t i = 0; i < sizeof(images); i++)
+        images[i] = (uint8_t)(i * 37 % 251);
+    const int32_t labels[2] = {1, 3};
+    struct rt_step_opts so = {.mode = RT_TRAIN, .grad_scale = 0.5f, .dropout_stream = stream,
+                              .dropout_offset = offset, .mean = mean, .std = std};
+    struct rt_loss_stats st = {0};
+    rec_nfwd = rec_nbwd = 0;
+    CHECKF(rt_model_step(m, &so, 2, images, labels, &st) == 0, "dropout step: %s", rt_errmsg());
+    CHECKF(rec_nfwd == 2 && rec_nbwd == 2, "mnist-net drew %d forward, %d backward dropout masks, want 2 and 2",
+           rec_nfwd, rec_nbwd);
+    fwd[0] = rec_fwd[0];
+    fwd[1] = rec_fwd[1];
+    CHECKF(!memcmp(&rec_bwd[1], &rec_fwd[0], sizeof(fwd[0])) && !memcmp(&rec_bwd[0], &rec_fwd[1], sizeof(fwd[0])),
+           "stream %#llx offset %#llx: backward drew under other (seed, offset) than forward",
+           (unsigned long long)stream, (unsigned long long)offset);
+    *loss = st.loss_sum / st.count;
+}
+
+/*
+ * What net.c hands the dropout ops for a micro-batch's stream, seen through
+ * a recording op table on mnist-net (dropout1 is node 5, dropout2 node 9):
+ * below 2^24 streams exactly offset (stream << 32) + (node << 56) under the
+ * model seed, whether the stream comes as dropout_stream or as the older
+ * dropout_offset; beyond, never a draw another (stream, node) makes. With
+ * the offset alone, stream 4 * 2^24 + 7's dropout1 drew stream 7's dropout2,
+ * and stream 2^32 + 7 drew stream 7. A model with a dropout layer past the
+ * counter's node bits, or over more than 2^32 elements, is refused.
+ */
+static void check_dropout_streams(struct rt_backend *be)
+{
+    printf("dropout streams through mnist-net\n");
+    rec_inner = rt_backend_ops(be);
+    rec_ops = *rec_inner;
+    rec_ops.dropout_fwd = rec_dropout_fwd;
+    rec_ops.dropout_bwd = rec_dropout_bwd;
+    struct rt_model *m = NULL;
+    const uint64_t seed = 7;
+    struct rt_model_opts mo = {.name = "mnist-net", .c = 1, .h = 12, .w = 12, .classes = 10, .batch = 2,
+                               .seed = seed, .ops = &rec_ops};
+    if (rt_model_create(be, &mo, &m) < 0) {
+        CHECKF(0, "mnist-net on 12x12: %s", rt_errmsg());
+        return;
+    }
+    const uint64_t s = 3, d1 = UINT64_C(5) << 56, d2 = UINT64_C(9) << 56;
+    struct drop_call a[2], b[2];
+    double la, lb;
+    drop_step(m, 0, s << 32, a, &la);
+    CHECKF(a[0].seed == seed && a[0].offset == (s << 32) + d1 && a[1].seed == seed && a[1].offset == (s << 32) + d2,
+           "stream 3 drew (%#llx, %#llx) and (%#llx, %#llx), want (7, 3 << 32 + 5 << 56) and (7, 3 << 32 + 9 << 56)",
+           (unsigned long long)a[0].seed, (unsigned long long)a[0].offset, (unsigned long long)a[1].seed,
+           (unsigned long long)a[1].offset);
+    drop_step(m, s, 0, b, &lb);
+    CHECKF(!memcmp(a, b, sizeof(a)) && la == lb, "stream 3 as dropout_stream draws other masks than as dropout_offset");
+
+    const uint64_t far = (UINT64_C(4) << 24) + 7;
+    drop_step(m, 0, far << 32, a, &la);
+    drop_step(m, 0, UINT64_C(7) << 32, b, &lb);
+    printf("  stream %#llx dropout1 (%#llx, %#llx), stream 7 dropout2 (%#llx, %#llx)\n", (unsigned long long)far,
+           (unsigned long long)a[0].seed, (unsigned long long)a[0].offset, (unsigned long long)b[1].seed,
+           (unsigned long long)b[1].offset);
+    CHECKF(a[0].seed != b[1].seed || a[0].offset >> 32 != b[1].offset >> 32,
+           "stream %#llx's dropout1 draws stream 7's dropout2 masks", (unsigned long long)far);
+    drop_step(m, (UINT64_C(1) << 32) + 7, 0, a, &la);
+    CHECKF((a[0].seed != b[0].seed || a[0].offset != b[0].offset) &&
+               (a[1].seed != b[1].seed || a[1].offset != b[1].offset),
+           "stream 2^32 + 7 draws stream 7's masks");
+    rt_model_destroy(m);
+
+    /* node 255 is the last a dropout can be; 2^32 elements are too many */
+    struct net *n = net_create(be, (struct rt_shape4){2, 1, 1, 1}, 2, NET_INIT_DEFAULT, RT_F32, NULL);
+    CHECKF(n != NULL, "net_create: %s", rt_errmsg());
+    if (n) {
+        int x = net_flatten(n, 0, "flatten");
+        while (x >= 0 && net_node_count(n) < 255)
+            x = net_scale(n, x, "scale", 1.0f);
+        x = net_dropout(n, x, "dropout255", 0.5f);
+        CHECKF(x >= 0, "a dropout as node 255: %s", rt_errmsg());
+        CHECKF(net_dropout(n, x, "dropout256", 0.5f) < 0 && strstr(rt_errmsg(), "dropout256") &&
+                   strstr(rt_errmsg(), "first 256"),
+               "a dropout as node 256 is not refused: %s", rt_errmsg());
+        net_destroy(n);
+    }
+    n = net_create(be, (struct rt_shape4){65536, 65536, 1, 1}, 2, NET_INIT_DEFAULT, RT_F32, NULL);
+    CHECKF(n != NULL, "net_create: %s", rt_errmsg());
+    if (n) {
+        CHECKF(net_dropout(n, 0, "big", 0.5f) < 0 && strstr(rt_errmsg(), "2^32"),
+               "a dropout over 2^32 elements is not refused: %s", rt_errmsg());
+        net_destroy(n);
+    }
+}
+
 /* `test_models` checks the CPU backend; `test_models cuda` the CUDA one against the same PyTorch
  * fixtures (ctest's test_models_cuda, label gpu: skipped, 77, without a usable GPU). */
 int main(int argc, char **argv)
@@ -404,6 +531,7 @@ int main(int argc, char **argv)
     }
     check_buffer_io(be);
     check_errors(be);
+    check_dropout_streams(be);
     rt_backend_destroy(be);
     return check_result();
 }

@@ -1261,6 +1261,144 @@ static void test_dropout_logical(void)
     }
 }
 
+/* ---- dropout: streams and nodes ------------------------------------------------------------ */
+
+/* The fraction of positions where dropout outputs a and b agree on kept / dropped. */
+static double mask_agreement(const float *a, const float *b, size_t n)
+{
+    size_t agree = 0;
+    for (size_t i = 0; i < n; i++)
+        agree += (a[i] != 0.0f) == (b[i] != 0.0f);
+    return (double)agree / (double)n;
+}
+
+/*
+ * rt_dropout_node_draw(), net.c's (stream, node) -> (seed, offset), and the
+ * CPU kernel under it. Streams below 2^24 draw exactly what offset
+ * (stream << 32) + (node << 56) under the model seed drew before; from 2^24
+ * on, no (stream, node) may share another's draws: with the offset alone,
+ * stream 2^24 at node 0 drew stream 0's masks at node 1, and stream 2^32
+ * stream 0's.
+ */
+static void test_dropout_streams(void)
+{
+    printf("dropout: (stream, node) -> (seed, offset)\n");
+    const uint64_t seed = UINT64_C(0x0123456789abcdef);
+
+    static const uint64_t low[] = {0, 1, 5, 12345, (UINT64_C(1) << 23) + 7, (UINT64_C(1) << 24) - 1};
+    static const unsigned nodes[] = {0, 1, 4, 5, 9, RT_DROPOUT_NODES - 1};
+    static const uint32_t starts[] = {0, 1000003};
+    size_t legacy_bad = 0;
+    for (size_t i = 0; i < RT_ARRAY_LEN(low); i++)
+        for (size_t j = 0; j < RT_ARRAY_LEN(nodes); j++)
+            for (size_t k = 0; k < RT_ARRAY_LEN(starts); k++) {
+                const struct rt_dropout_draw d = rt_dropout_node_draw(seed, low[i], starts[k], nodes[j]);
+                const uint64_t want = (low[i] << 32) + ((uint64_t)nodes[j] << 56) + starts[k];
+                if ((d.seed != seed || d.offset != want) && legacy_bad++ < 3)
+                    fprintf(stderr, "  stream %llu node %u start %u: (%#llx, %#llx), before (%#llx, %#llx)\n",
+                            (unsigned long long)low[i], nodes[j], starts[k], (unsigned long long)d.seed,
+                            (unsigned long long)d.offset, (unsigned long long)seed, (unsigned long long)want);
+            }
+    printf("  streams below 2^24: %zu of %zu draws differ from (seed, (stream << 32) + (node << 56) + start)\n",
+           legacy_bad, RT_ARRAY_LEN(low) * RT_ARRAY_LEN(nodes) * RT_ARRAY_LEN(starts));
+    CHECKF(legacy_bad == 0, "dropout: %zu draws of streams below 2^24 changed", legacy_bad);
+
+    /* two (stream, node) pairs share draws iff same key and the same offset bits above the tensor's 32 */
+    static const uint64_t streams[] = {0,
+                                       1,
+                                       (UINT64_C(1) << 24) - 1,
+                                       UINT64_C(1) << 24,
+                                       (UINT64_C(1) << 24) + 1,
+                                       UINT64_C(4) << 24,
+                                       UINT64_C(255) << 24,
+                                       UINT64_C(1) << 32,
+                                       (UINT64_C(1) << 32) + 1,
+                                       UINT64_C(1) << 40,
+                                       UINT64_C(1) << 56,
+                                       UINT64_C(1) << 63,
+                                       UINT64_MAX};
+    size_t shared = 0, pairs = 0;
+    for (size_t a = 0; a < RT_ARRAY_LEN(streams) * RT_ARRAY_LEN(nodes); a++)
+        for (size_t b = a + 1; b < RT_ARRAY_LEN(streams) * RT_ARRAY_LEN(nodes); b++) {
+            const uint64_t sa = streams[a / RT_ARRAY_LEN(nodes)], sb = streams[b / RT_ARRAY_LEN(nodes)];
+            const unsigned na = nodes[a % RT_ARRAY_LEN(nodes)], nb = nodes[b % RT_ARRAY_LEN(nodes)];
+            const struct rt_dropout_draw da = rt_dropout_node_draw(seed, sa, 0, na);
+            const struct rt_dropout_draw db = rt_dropout_node_draw(seed, sb, 0, nb);
+            pairs++;
+            if (da.seed == db.seed && da.offset >> 32 == db.offset >> 32 && shared++ < 3)
+                fprintf(stderr, "  stream %#llx node %u and stream %#llx node %u share (%#llx, %#llx)\n",
+                        (unsigned long long)sa, na, (unsigned long long)sb, nb, (unsigned long long)da.seed,
+                        (unsigned long long)da.offset);
+        }
+    printf("  %zu of %zu (stream, node) pairs share their draws\n", shared, pairs);
+    CHECKF(shared == 0, "dropout: %zu pairs of (stream, node) share a Philox key and counters", shared);
+
+    /* the CPU kernel under those draws: features (256, 256), memory order = logical order */
+    const struct rt_shape4 fs = {256, 256, 1, 1};
+    const size_t n = (size_t)256 * 256;
+    const float p = 0.3f;
+    const double want_agree = (double)p * p + (1.0 - p) * (1.0 - p);
+    float *hx = host_floats(n), *a = host_floats(n), *b = host_floats(n);
+    fill_normal(hx, n, 0.0f, 1.0f);
+    for (size_t i = 0; i < n; i++)
+        if (hx[i] == 0.0f)
+            hx[i] = 1.0f; /* a zero input would hide the mask */
+    float *x = dev_floats(n), *y = dev_floats(n);
+    up(x, hx, n);
+
+    /* below 2^24: the masks of (seed, (stream << 32) + (node << 56)), element for element */
+    const struct rt_dropout_draw old = rt_dropout_node_draw(seed, 12345, 0, 9);
+    ops->dropout_fwd(st, fs, 0, p, old.seed, old.offset, x, y);
+    down(a, y, n);
+    size_t old_bad = 0;
+    for (size_t i = 0; i < n; i++)
+        old_bad += (a[i] != 0.0f) != dropout_kept_ref(seed, (UINT64_C(12345) << 32) + (UINT64_C(9) << 56) + i, p);
+    printf("  stream 12345 node 9: %zu of %zu mask bits differ from the offset-only rule\n", old_bad, n);
+    CHECKF(old_bad == 0, "dropout: stream 12345 node 9's mask changed at %zu of %zu elements", old_bad, n);
+
+    /* pairs that drew the same masks with the offset alone: agreement must be chance, not 1 */
+    static const struct {
+        uint64_t s1;
+        unsigned n1;
+        uint64_t s2;
+        unsigned n2;
+    } clash[] = {
+        {UINT64_C(1) << 24, 0, 0, 1},                   /* the stream's bit 24 is the node's bit 0 */
+        {(UINT64_C(4) << 24) + 7, 5, 7, 9},             /* mnist-net's dropout1 and dropout2 */
+        {UINT64_C(255) << 24, 0, 0, RT_DROPOUT_NODES - 1},
+        {UINT64_C(1) << 32, 5, 0, 5},                   /* the offset's 64 bits wrapped */
+        {(UINT64_C(1) << 32) + 3, 1, 3, 1},
+    };
+    for (size_t k = 0; k < RT_ARRAY_LEN(clash); k++) {
+        const struct rt_dropout_draw d1 = rt_dropout_node_draw(seed, clash[k].s1, 0, clash[k].n1);
+        const struct rt_dropout_draw d2 = rt_dropout_node_draw(seed, clash[k].s2, 0, clash[k].n2);
+        ops->dropout_fwd(st, fs, 0, p, d1.seed, d1.offset, x, y);
+        down(a, y, n);
+        ops->dropout_fwd(st, fs, 0, p, d2.seed, d2.offset, x, y);
+        down(b, y, n);
+        const double agree = mask_agreement(a, b, n);
+        printf("  stream %#llx node %u vs stream %#llx node %u: masks agree on %.4f (chance %.4f)\n",
+               (unsigned long long)clash[k].s1, clash[k].n1, (unsigned long long)clash[k].s2, clash[k].n2, agree,
+               want_agree);
+        CHECKF(fabs(agree - want_agree) < 0.02,
+               "dropout: stream %#llx node %u and stream %#llx node %u agree on %.4f of their masks, want ~%.4f",
+               (unsigned long long)clash[k].s1, clash[k].n1, (unsigned long long)clash[k].s2, clash[k].n2, agree,
+               want_agree);
+        /* and the kernel draws the documented rule under the new key */
+        size_t ref_bad = 0;
+        for (size_t i = 0; i < 4096; i++)
+            ref_bad += (a[i] != 0.0f) != dropout_kept_ref(d1.seed, d1.offset + i, p);
+        CHECKF(ref_bad == 0, "dropout: stream %#llx node %u: %zu of 4096 mask bits differ from the Philox draw",
+               (unsigned long long)clash[k].s1, clash[k].n1, ref_bad);
+    }
+
+    ops->free(be, x);
+    ops->free(be, y);
+    free(hx);
+    free(a);
+    free(b);
+}
+
 /* ---- add, scale, axpy ------------------------------------------------------------------ */
 
 static void test_blas1(void)
@@ -1821,6 +1959,7 @@ int main(void)
     test_dropout();
     test_dropout_index();
     test_dropout_logical();
+    test_dropout_streams();
     test_blas1();
     test_xent();
     test_reductions();
