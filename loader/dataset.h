@@ -6,7 +6,8 @@
  * index and the stored bytes of single blocks.
  *
  * It does not decode blocks, verify a whole dataset or load batches: those
- * need the decoders and are in loader.h, which includes this header. What
+ * need the decoders and are in loader.h (decoders, loader) and offline.h
+ * (verify), which include this header. What
  * only needs the file list, sizes and checksums (node-local copies,
  * staging/local_copy.h) depends on this part alone. All functions return 0
  * (or a count) on success and -errno on failure, with the reason -- naming
@@ -148,6 +149,7 @@ struct rt_shard;
 
 /* Opens and validates a shard (header, labels, index; not the blocks). */
 int rt_shard_open(const char *path, struct rt_shard **out);
+/* Closes the shard; NULL is fine. */
 void rt_shard_close(struct rt_shard *s);
 const struct rt_shard_header *rt_shard_header(const struct rt_shard *s);
 const int32_t *rt_shard_labels(const struct rt_shard *s);

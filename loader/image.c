@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "common/common.h"
-#include "loader/loader.h"
+#include "loader/offline.h"
 
 static int ends_with(const char *s, const char *suffix)
 {

@@ -1,16 +1,19 @@
 /*
- * loader.h - ringtrain's data side, up to the batch slot: `pack` from the
- * usual source formats, the synthetic dataset generator, the block decoders
- * and the dataset check built on them, the sampler, augmentation and the
- * loader that fills the batch ring. The dataset format (shards + manifest)
- * and its reader are in loader/dataset.h, the batch slots and the ring in
+ * loader.h - ringtrain's data side on the training path, up to the batch
+ * slot: the block decoders, the sampler, augmentation and the loader that
+ * fills the batch ring (its options, stats and resumable state,
+ * rt_loader_next/release). The dataset format (shards + manifest) and its
+ * reader are in loader/dataset.h, the batch slots and the ring in
  * staging/ring.h; both are included here.
  *
+ * It does not hold the offline tools that make and check datasets -- `pack`,
+ * the synthetic dataset generator, `verify` and the image writer: those are
+ * in loader/offline.h; the loader-alone benchmark is in loader/loadbench.h.
  * This module knows nothing about CUDA, models or collectives. See
- * docs/FORMAT.md for the on-disk layout that the functions below read and
- * write. All functions return 0 (or a count) on success and -errno on
- * failure, with the reason -- naming file, shard, block, record or offset --
- * in rt_errmsg(). None of them abort on bad input.
+ * docs/FORMAT.md for the on-disk layout that the functions below read.
+ * All functions return 0 (or a count) on success and -errno on failure, with
+ * the reason -- naming file, shard, block, record or offset -- in
+ * rt_errmsg(). None of them abort on bad input.
  */
 #ifndef RT_LOADER_H
 #define RT_LOADER_H
@@ -21,94 +24,13 @@
 #include "loader/dataset.h"
 #include "staging/ring.h"
 
-/* ---- synthetic data (`ringtrain synth`) ----------------------------------- */
-
-enum rt_synth_format { RT_SYNTH_CIFAR10, RT_SYNTH_CIFAR100, RT_SYNTH_MNIST };
-
-struct rt_synth_opts {
-    enum rt_synth_format format;
-    uint64_t train;  /* training records (the CLI defaults to 50000; 60000 for MNIST) */
-    uint64_t test;   /* test records (default 10000) */
-    uint64_t seed;   /* same seed -> byte-identical files */
-    int threads;     /* 0 = the CPUs this process may use */
-};
-
-/*
- * Writes a learnable synthetic dataset under `outdir` in the exact layout the
- * original distribution unpacks to:
- *   CIFAR-10:  outdir/cifar-10-batches-bin/data_batch_{1..5}.bin, test_batch.bin,
- *              batches.meta.txt (records: 1 label byte + 3072 bytes R,G,B planes)
- *   CIFAR-100: outdir/cifar-100-binary/train.bin, test.bin, fine_label_names.txt,
- *              coarse_label_names.txt (records: coarse byte, fine byte, 3072 bytes)
- *   MNIST:     outdir/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz
- * Each class is a distinct procedural pattern drawn with random translation,
- * colour and noise. Files are written atomically. Returns 0 or -errno.
- */
-int rt_synth_write(const char *outdir, const struct rt_synth_opts *opts);
-
-/*
- * Renders record `index` of `split` (RT_SPLIT_TRAIN or RT_SPLIT_TEST) exactly
- * as rt_synth_write() stores it: `out` receives C*H*W bytes in CHW order
- * (3x32x32 for CIFAR, 1x28x28 for MNIST) and *label the (fine) class.
- * Pure function of its arguments; thread-safe.
- */
-void rt_synth_record(enum rt_synth_format format, uint64_t seed, enum rt_split split,
-                     uint64_t index, uint8_t *out, int32_t *label);
-
-/* ---- packing (`ringtrain pack`) ------------------------------------------- */
-
-enum rt_label_kind { RT_LABEL_FINE = 0, RT_LABEL_COARSE = 1 };
-
-struct rt_pack_progress {
-    uint64_t records_done, records_total;
-    uint64_t bytes_in, bytes_out;
-    double seconds;
-};
-
-struct rt_pack_opts {
-    enum rt_codec codec;        /* RT_CODEC_RAW (default) or RT_CODEC_JPEG */
-    int quality;                /* JPEG quality 1..100; 0 = 90, or pass-through of JPEG input */
-    int level;                  /* zstd level for raw blocks; 0 = 3 */
-    uint64_t shard_bytes;       /* target stored bytes per shard; 0 = 64 MiB */
-    uint32_t block_records;     /* records per block; 0 = about 128 KiB of pixels */
-    double val_split;           /* fraction of train moved to val, [0, 1) */
-    uint64_t split_seed;        /* seed of the val selection */
-    enum rt_label_kind label;   /* CIFAR-100: fine (default) or coarse labels */
-    int threads;                /* 0 = the CPUs this process may use */
-    int force;                  /* replace an existing dataset at outdir */
-    /* Called from the packing thread after each group of blocks; may be NULL. */
-    void (*progress)(void *ctx, const struct rt_pack_progress *p);
-    void *progress_ctx;
-};
-
-struct rt_pack_stats {
-    char source[48];            /* detected input kind, e.g. "cifar10-bin" */
-    uint64_t records;           /* records written, all splits */
-    uint64_t split_records[RT_SPLIT_COUNT];
-    uint64_t bytes_in;          /* decoded pixel bytes read (C*H*W per record) */
-    uint64_t bytes_out;         /* shard bytes written */
-    uint32_t shards;
-    double seconds;             /* wall time of the whole pack */
-};
-
-/*
- * Packs `input` -- a CIFAR-10/100 binary directory or its .tar.gz, the CIFAR
- * python tarball, an MNIST IDX directory (plain or .gz), or an image folder
- * ROOT/<class>/<file>.jpg -- into shards and a manifest under `outdir`.
- * Output is built in a temporary sibling directory and renamed into place only
- * when complete, so a failed pack leaves nothing that looks like a dataset.
- * Same input and options give byte-identical output whatever the thread count.
- * Returns 0 or -errno; `stats` (may be NULL) is filled on success.
- */
-int rt_pack(const char *input, const char *outdir, const struct rt_pack_opts *opts,
-            struct rt_pack_stats *stats);
-
 /* ---- decoding blocks ---------------------------------------------------------- */
 
 /* Per-thread decoding state (zstd context, TurboJPEG handle). */
 struct rt_decoder;
 
 int rt_decoder_create(struct rt_decoder **out);
+/* Frees the decoder; NULL is fine. */
 void rt_decoder_destroy(struct rt_decoder *d);
 
 /* Time a decoder has spent in each part of rt_block_decode() since creation. */
@@ -128,19 +50,6 @@ void rt_decoder_times(const struct rt_decoder *d, struct rt_decode_times *t);
 int rt_block_decode(struct rt_decoder *d, const struct rt_shard_header *h,
                     const struct rt_block_entry *e, uint32_t block, const void *stored,
                     uint8_t *out, const char *name);
-
-/* ---- checking a dataset (`ringtrain verify`) ------------------------------------ */
-
-/*
- * Checks every shard named by the manifest: size, whole-file XXH64, header,
- * labels (checksum and range), block index, every block checksum, and that
- * every block decodes to the right number of bytes. Calls `report` once per
- * problem with a line naming the file, block and what was expected.
- * Returns the number of problems (0 = all well) or -errno when it could not
- * run at all.
- */
-int rt_dataset_verify(const struct rt_dataset *ds, void (*report)(void *ctx, const char *line),
-                      void *ctx);
 
 /* ---- sampler ------------------------------------------------------------------ */
 
@@ -209,11 +118,13 @@ struct rt_sampler;
  * under DROP (never an empty epoch), or for inconsistent options.
  */
 int rt_sampler_create(const struct rt_sampler_opts *o, struct rt_sampler **out);
+/* Frees the sampler; NULL is fine. */
 void rt_sampler_destroy(struct rt_sampler *s);
 /* Steps per epoch; the same on every rank. */
 uint64_t rt_sampler_steps(const struct rt_sampler *s);
 /* Builds `epoch`'s plan for this rank. Caller frees it with rt_epoch_plan_free(). */
 int rt_sampler_plan(const struct rt_sampler *s, uint64_t epoch, struct rt_epoch_plan **out);
+/* Frees a plan and its arrays; NULL is fine. */
 void rt_epoch_plan_free(struct rt_epoch_plan *p);
 
 /* ---- augmentation ---------------------------------------------------------------- */
@@ -296,8 +207,8 @@ struct rt_loader_stats {
 struct rt_loader;
 
 /*
- * Opens split `o->split` of the dataset at `dir` (borrowed `ds`, which must
- * outlive the loader) and starts the loader's threads: one planner, one I/O
+ * Opens split `o->split` of the dataset `ds` (borrowed; it must outlive the
+ * loader) and starts the loader's threads: one planner, one I/O
  * thread (or the pread pool) and o->workers decode/augment workers, which
  * fill `ring` (borrowed; its shape must match the dataset and o->batch) in
  * batch order from o->start_epoch/o->start_step on. Batches are bit-identical
@@ -329,13 +240,5 @@ void rt_loader_state(const struct rt_loader *L, struct rt_loader_state *st);
 /* As one line of JSON (`len` >= 256), and back; parse returns 0 or -EINVAL. */
 int rt_loader_state_format(const struct rt_loader_state *st, char *buf, size_t len);
 int rt_loader_state_parse(const char *text, struct rt_loader_state *st);
-
-/* ---- images ------------------------------------------------------------------- */
-
-/*
- * Writes a CHW uint8 image (C = 1 or 3) as PNG, or as binary PPM/PGM, chosen
- * by the extension of `path` (.png, .ppm, .pgm). Returns 0 or -errno.
- */
-int rt_image_write(const char *path, const uint8_t *chw, uint32_t c, uint32_t h, uint32_t w);
 
 #endif /* RT_LOADER_H */

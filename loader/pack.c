@@ -33,6 +33,7 @@
 #include "loader/codec.h"
 #include "loader/format.h"
 #include "loader/manifest.h"
+#include "loader/offline.h"
 #include "loader/source.h"
 
 #define DEFAULT_SHARD_BYTES ((uint64_t)64 << 20)

@@ -15,7 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "loader/loader.h"
+#include "loader/offline.h"
 
 enum rt_item_kind {
     RT_ITEM_PIXELS,    /* `pixels` points at C*H*W CHW bytes owned by the source */
@@ -47,6 +47,7 @@ struct rt_source;
  */
 int rt_source_open(const char *input, enum rt_label_kind label, struct rt_source **out);
 
+/* Frees the source; NULL is fine. */
 void rt_source_close(struct rt_source *s);
 
 const struct rt_source_info *rt_source_info(const struct rt_source *s);

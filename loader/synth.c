@@ -48,7 +48,7 @@
 #include <zlib.h>
 
 #include "common/common.h"
-#include "loader/loader.h"
+#include "loader/offline.h"
 
 #define SYN_FAMILIES 20
 #define SYN_VARIANTS 5

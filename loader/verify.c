@@ -19,6 +19,7 @@
 #include "common/common.h"
 #include "loader/format.h"
 #include "loader/loader.h"
+#include "loader/offline.h"
 
 struct verify_ctx {
     void (*report)(void *ctx, const char *line);

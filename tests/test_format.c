@@ -13,6 +13,7 @@
 
 #include "check.h"
 #include "loader/format.h"
+#include "loader/offline.h"
 #include "test_util.h"
 
 static char root[256], shard_path[512];

@@ -27,6 +27,7 @@
 #include "check.h"
 #include "common/common.h"
 #include "loader/loader.h"
+#include "loader/offline.h"
 #include "staging/ring.h"
 #include "test_util.h"
 

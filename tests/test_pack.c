@@ -20,6 +20,7 @@
 #include <zlib.h>
 
 #include "check.h"
+#include "loader/offline.h"
 #include "test_util.h"
 
 #define SEED 11

@@ -44,6 +44,7 @@
 #include <xxhash.h>
 
 #include "check.h"
+#include "loader/offline.h"
 #include "staging/local_copy.h"
 #include "test_util.h"
 

@@ -21,7 +21,7 @@
 
 #include "check.h"
 #include "common/common.h"
-#include "loader/loader.h"
+#include "loader/offline.h"
 #include "test_util.h"
 
 #define SEED 7

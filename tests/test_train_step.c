@@ -24,6 +24,7 @@
 #include "check.h"
 #include "comm/comm.h"
 #include "common/common.h"
+#include "loader/offline.h"
 #include "test_util.h"
 #include "tools/train/train.h"
 

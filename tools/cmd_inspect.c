@@ -8,6 +8,7 @@
 
 #include "common/common.h"
 #include "loader/loader.h"
+#include "loader/offline.h"
 #include "tools/cli.h"
 
 static void inspect_help(void)

@@ -4,8 +4,8 @@
  * pipeline can deliver: images/s, each stage's throughput and share of
  * time, batch-wait percentiles, scaling over worker counts, a one-line
  * verdict, an optional digest of every batch, and an optional JSON line.
- * Option parsing and printing only; the measurement is the driver's
- * train_loadbench (tools/train/loadbench.c).
+ * Option parsing and printing only; the measurement is the loader's
+ * rt_loadbench_run (loader/loadbench.h).
  */
 #include <errno.h>
 #include <getopt.h>
@@ -17,6 +17,7 @@
 #include <jansson.h>
 
 #include "common/common.h"
+#include "loader/loadbench.h"
 #include "loader/loader.h"
 #include "staging/ring.h"
 #include "tools/cli.h"
@@ -135,7 +136,7 @@ struct stage_line {
 
 static double per_s(double amount, uint64_t ns) { return ns ? amount / ((double)ns * 1e-9) : 0; }
 
-static void stage_lines(const struct loadbench_result *r, struct stage_line *lines, int *nlines)
+static void stage_lines(const struct rt_loadbench_result *r, struct stage_line *lines, int *nlines)
 {
     const struct rt_loader_stats *s = &r->st;
     const double pool = r->wall_s * r->workers, wall = r->wall_s;
@@ -159,7 +160,7 @@ static void stage_lines(const struct loadbench_result *r, struct stage_line *lin
     *nlines = n;
 }
 
-static void verdict(const struct lb_config *c, const struct loadbench_result *r, const struct stage_line *lines, int n,
+static void verdict(const struct lb_config *c, const struct rt_loadbench_result *r, const struct stage_line *lines, int n,
                     char *buf, size_t len)
 {
     /* The limiting stage is where the workers spend most time, unless reads keep the wall clock busy longer. */
@@ -195,10 +196,10 @@ static void verdict(const struct lb_config *c, const struct loadbench_result *r,
 
 static double ms(uint64_t ns) { return (double)ns * 1e-6; }
 
-static void print_json(const struct lb_config *c, const struct loadbench_result *res, int nruns,
+static void print_json(const struct lb_config *c, const struct rt_loadbench_result *res, int nruns,
                        const struct stage_line *lines, int nl)
 {
-    const struct loadbench_result *r = &res[nruns - 1];
+    const struct rt_loadbench_result *r = &res[nruns - 1];
     printf("{\"images_per_s\":%.1f,\"end_to_end_images_per_s\":%.1f,\"workers\":%d,\"batch_size\":%" PRIu32
            ",\"epochs\":%" PRIu64 ",\"images\":%" PRIu64 ",\"batches\":%" PRIu64 ",\"wall_s\":%.4f"
            ",\"shuffle\":\"%s\",\"io\":\"%s\",\"queue_depth\":%" PRIu32 ",\"cpus\":%d,\"load_s\":%.4f"
@@ -382,16 +383,16 @@ int cmd_loadbench(int argc, char **argv)
            rt_cpus_available());
 
     fflush(stdout);
-    struct loadbench_result res[MAX_WORKER_RUNS];
+    struct rt_loadbench_result res[MAX_WORKER_RUNS];
     for (int i = 0; i < c.nruns; i++) {
-        struct loadbench_opts lo = {.lo = c.lo, .ring_slots = c.ring_slots, .pin = c.pin, .digest = c.digest};
+        struct rt_loadbench_opts lo = {.lo = c.lo, .ring_slots = c.ring_slots, .pin = c.pin, .digest = c.digest};
         lo.lo.workers = c.worker_list[i];
-        if (train_loadbench(ds, &lo, &res[i]) < 0) {
+        if (rt_loadbench_run(ds, &lo, &res[i]) < 0) {
             rt_dataset_close(ds);
             return cli_fail();
         }
     }
-    const struct loadbench_result *r = &res[c.nruns - 1];
+    const struct rt_loadbench_result *r = &res[c.nruns - 1];
     printf("io: %s, queue depth %" PRIu32 "%s%s%s; ring %" PRIu32 " slots, %.1f MiB %s\n", r->st.io_kind,
            r->st.queue_depth, r->st.fixed_files ? ", registered files" : "",
            r->st.fixed_buffers ? ", registered buffers" : "", r->st.direct ? ", O_DIRECT" : "", r->ring_slots,
@@ -403,7 +404,7 @@ int cmd_loadbench(int argc, char **argv)
     printf("\n%7s %12s %12s %12s %8s   %s\n", "workers", "img/s", "steady img/s", "per worker", "speedup",
            "batch wait p50 / p99 / max (ms)");
     for (int i = 0; i < c.nruns; i++) {
-        const struct loadbench_result *x = &res[i];
+        const struct rt_loadbench_result *x = &res[i];
         printf("%7d %12.0f %12.0f %12.0f %7.2fx   %.3f / %.3f / %.3f\n", x->workers, x->images_per_s,
                x->steady_images_per_s, x->steady_images_per_s / x->workers,
                res[0].steady_images_per_s > 0 ? x->steady_images_per_s / res[0].steady_images_per_s : 0,

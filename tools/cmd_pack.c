@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "common/common.h"
-#include "loader/loader.h"
+#include "loader/offline.h"
 #include "tools/cli.h"
 
 static void pack_help(void)

@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "common/common.h"
-#include "loader/loader.h"
+#include "loader/offline.h"
 #include "tools/cli.h"
 
 static void synth_help(void)

@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "common/common.h"
-#include "loader/loader.h"
+#include "loader/offline.h"
 #include "tools/cli.h"
 
 static void print_problem(void *ctx, const char *line)

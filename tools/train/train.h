@@ -1,5 +1,5 @@
 /*
- * train.h - the pipeline driver behind `ringtrain train`, `eval` and `loadbench`:
+ * train.h - the pipeline driver behind `ringtrain train` and `eval`:
  * the only code that joins the stages. It takes batches from the loader's
  * ring (or makes one synthetic batch), runs them through the compute model,
  * hands finished gradients to the comm stage's bucketer, steps the optimizer
@@ -302,37 +302,6 @@ const struct rt_loss_stats *train_last_loss(const struct train *T); /* the last 
  */
 uint64_t train_param_digest(struct train *T);
 int train_check_replicas(struct train *T, uint64_t *digest);
-
-/* ---- the input side alone (`ringtrain loadbench`) ---------------------------------------- */
-
-struct loadbench_opts {
-    struct rt_loader_opts lo;   /* the loader's options, workers included */
-    uint32_t ring_slots;        /* 0: workers + 2, at least 4 */
-    enum rt_pin pin;
-    int digest;                 /* XXH3 of every batch's images, labels and ids, in order */
-};
-
-struct loadbench_result {
-    int workers;
-    double wall_s, steady_s;    /* from the loader's start; from the first batch on */
-    double images_per_s, steady_images_per_s;
-    uint64_t images, batches;
-    struct rt_loader_stats st;  /* where the loader's threads spent their time */
-    struct rt_wait_stats prod, cons; /* the ring's waits: producers for a free slot, the consumer for a batch */
-    size_t ring_bytes;
-    int ring_locked;
-    uint32_t ring_slots;
-    uint64_t boundary_wait_max_ns; /* worst wait for the first batch of epochs after the first */
-    char digest[17];            /* 16 hex digits when asked for, else "" */
-};
-
-/*
- * Runs the loader over its ring with a consumer that takes every batch as
- * soon as it is ready and does nothing with it (no compute), to the end of
- * o->lo.epochs, and measures it. Returns 0, or -1 with rt_errmsg() set (a
- * corrupt block names shard, block and records).
- */
-int train_loadbench(const struct rt_dataset *ds, const struct loadbench_opts *o, struct loadbench_result *r);
 
 /* ---- evaluation ------------------------------------------------------------------------ */
 

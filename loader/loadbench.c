@@ -3,7 +3,7 @@
  * filling its ring and a consumer that takes every batch as it comes and
  * does nothing with it, timed from the loader's start and from its first
  * batch, with the ring's waits, the loader's stage times and, if asked, a
- * digest of every batch in order.
+ * digest of every batch in order. Measures only; the command prints.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -12,11 +12,11 @@
 #include <xxhash.h>
 
 #include "common/common.h"
-#include "tools/train/driver.h"
+#include "loader/loadbench.h"
 
 /* Takes every batch, noting the first's arrival and the worst epoch-boundary wait. 0 or -errno. */
 static int drain(struct rt_loader *L, uint64_t start_epoch, size_t img_bytes, XXH3_state_t *xs,
-                 struct loadbench_result *r, uint64_t *t_first, uint64_t *first_images)
+                 struct rt_loadbench_result *r, uint64_t *t_first, uint64_t *first_images)
 {
     struct rt_batch *b;
     for (;;) {
@@ -41,7 +41,7 @@ static int drain(struct rt_loader *L, uint64_t start_epoch, size_t img_bytes, XX
 }
 
 static void summarise(struct rt_loader *L, struct rt_ring *ring, uint64_t t0, uint64_t t_first, uint64_t first_images,
-                      struct loadbench_result *r)
+                      struct rt_loadbench_result *r)
 {
     const uint64_t t1 = rt_now_ns();
     rt_loader_stats(L, &r->st);
@@ -56,8 +56,10 @@ static void summarise(struct rt_loader *L, struct rt_ring *ring, uint64_t t0, ui
     r->steady_images_per_s = r->steady_s > 0 ? (double)(r->images - first_images) / r->steady_s : 0;
 }
 
-int train_loadbench(const struct rt_dataset *ds, const struct loadbench_opts *o, struct loadbench_result *r)
+int rt_loadbench_run(const struct rt_dataset *ds, const struct rt_loadbench_opts *o, struct rt_loadbench_result *r)
 {
+    if (!ds || !o || !r)
+        return rt_errf(-EINVAL, "loadbench: no dataset, options or result");
     const struct rt_dataset_info *info = rt_dataset_info(ds);
     const struct rt_loader_opts *lo = &o->lo;
     struct rt_ring *ring = NULL;
@@ -89,5 +91,5 @@ int train_loadbench(const struct rt_dataset *ds, const struct loadbench_opts *o,
     rt_loader_destroy(L);
     rt_ring_destroy(ring);
     XXH3_freeState(xs);
-    return rc < 0 ? -1 : 0;
+    return rc;
 }

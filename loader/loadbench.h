@@ -1,0 +1,55 @@
+/*
+ * loadbench.h - the input side alone, for `ringtrain loadbench`: the loader
+ * filling its batch ring, drained by a consumer that takes every batch as it
+ * comes and does nothing with it, timed from the loader's start and from its
+ * first batch, with the ring's waits, the loader's stage times and, if asked,
+ * a digest of every batch in order.
+ *
+ * It does not print, choose worker counts, judge the figures or run any
+ * compute: the command (tools/cmd_loadbench.c) does the first three, and the
+ * training driver joins the loader to compute. It holds no handles, so there
+ * is nothing to destroy: every loader and ring it makes is freed before
+ * rt_loadbench_run() returns.
+ */
+#ifndef RT_LOADER_LOADBENCH_H
+#define RT_LOADER_LOADBENCH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "loader/loader.h"
+#include "staging/ring.h"
+
+struct rt_loadbench_opts {
+    struct rt_loader_opts lo;   /* the loader's options, workers included */
+    uint32_t ring_slots;        /* 0: workers + 2, at least 4 */
+    enum rt_pin pin;
+    int digest;                 /* XXH3 of every batch's images, labels and ids, in order */
+};
+
+struct rt_loadbench_result {
+    int workers;
+    double wall_s, steady_s;    /* from the loader's start; from the first batch on */
+    double images_per_s, steady_images_per_s;
+    uint64_t images, batches;
+    struct rt_loader_stats st;  /* where the loader's threads spent their time */
+    struct rt_wait_stats prod, cons; /* the ring's waits: producers for a free slot, the consumer for a batch */
+    size_t ring_bytes;
+    int ring_locked;
+    uint32_t ring_slots;
+    uint64_t boundary_wait_max_ns; /* worst wait for the first batch of epochs after the first */
+    char digest[17];            /* 16 hex digits when asked for, else "" */
+};
+
+/*
+ * Creates a ring shaped for `ds` and o->lo.batch, runs the loader over it to
+ * the end of o->lo.epochs with a consumer that takes every batch as soon as it
+ * is ready (no compute), and measures it into `r` (zeroed first; meaningful
+ * only on success). `ds` and `o` are borrowed for the call. Returns 0, or
+ * -errno with rt_errmsg() set (a corrupt block names shard, block and
+ * records; a ring that cannot be page-locked under RT_PIN_ON says why).
+ * Thread-safe for distinct `r`; it blocks until the run is over.
+ */
+int rt_loadbench_run(const struct rt_dataset *ds, const struct rt_loadbench_opts *o, struct rt_loadbench_result *r);
+
+#endif /* RT_LOADER_LOADBENCH_H */
