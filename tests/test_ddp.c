@@ -92,16 +92,16 @@ static int run(struct rt_comm *comm, double cap_mb, int no_overlap, uint64_t *di
     float *p_ddp = malloc(np * sizeof(float)), *p_ref = malloc(np * sizeof(float));
     for (int step = 0; step < STEPS; step++) {
         struct train_batch b;
-        CHECK(train_next_batch(T, &b) == 1 && train_at_update(T));
+        CHECK(train_input_next(T, &b) == 1 && train_step_size(T) == 1);
         /* b.images is the backend's input buffer (host memory on the CPU backend): read it once its copy is done
          * (with asynchronous streams the copy may still be under way). */
         rt_backend_input_wait(rt_model_backend(train_model(T)), b.ticket);
         rt_comm_allgather(comm, b.images, img, B * per, "the batches");
         rt_comm_allgather(comm, b.labels, lab, B * sizeof(int32_t), "the labels");
         const uint64_t micro = train_position(T).micro;
-        CHECK_OK(train_forward_backward(T, &b));
-        train_release_batch(T, &b);
-        CHECK_OK(train_reduce(T));
+        CHECK_OK(train_step_forward_backward(T, &b, 0, 1));
+        train_input_release(T, &b);
+        CHECK_OK(train_step_reduce(T));
         rt_model_read(train_model(T), RT_MODEL_GRADS, 0, np, g_ddp);
 
         struct rt_loss_stats st_ref = {0};
@@ -117,8 +117,7 @@ static int run(struct rt_comm *comm, double cap_mb, int no_overlap, uint64_t *di
         rt_comm_allreduce(comm, ls, 2, RT_COMM_F64, RT_RED_SUM, "test loss");
         CHECKF(fabs(ls[0] - st_ref.loss_sum) <= 1e-4 * fabs(st_ref.loss_sum) && ls[1] == (double)world * B,
                "loss %g vs %g", ls[0], (double)st_ref.loss_sum);
-        CHECK_OK(train_update(T));
-        train_advance(T, &b);
+        CHECK_OK(train_step_apply(T));
         rt_optim_step(ropt, rt_model_params(ref), rt_model_grads(ref), LR);
     }
     rt_model_read(train_model(T), RT_MODEL_PARAMS, 0, np, p_ddp);
@@ -126,7 +125,7 @@ static int run(struct rt_comm *comm, double cap_mb, int no_overlap, uint64_t *di
     double scale, e = max_rel_err(p_ddp, p_ref, np, &scale);
     CHECKF(e <= 0, "parameters after %d steps off the whole-batch run by %g beyond tolerance", STEPS, e);
     /* Bitwise equal across ranks: the driver's own replica check. */
-    CHECK_OK(train_check_replicas(T, digest_out));
+    CHECK_OK(train_replicas_check(T, digest_out));
     if (rt_comm_info(comm)->rank == 0)
         printf("cap %6.2f MB %-10s: parameters within %g + %g*max of the whole-batch run\n", cap_mb,
                no_overlap ? "no-overlap" : "overlap", ATOL, RTOL);

@@ -12,7 +12,10 @@
 #   6. a stalled rank (test hook) and a stopped rank (SIGSTOP) end the job in
 #      bounded time (--comm-timeout, --peer-timeout), naming the lagging rank;
 #   7. SIGTERM / SIGUSR1 to one rank stops all ranks at one step with a checkpoint;
-#      --resume continues bit for bit; another world size is refused;
+#      --resume continues bit for bit; another world size is refused; and in a
+#      run whose epochs --grad-accum does not divide (each ends with a short
+#      update), every way of stopping -- --steps at an epoch's end and inside
+#      one, SIGTERM, a kill right after an epoch's checkpoint -- resumes exactly;
 #   8. rank discovery from the environment (mpirun, Slurm, torchrun-style variables);
 #   9. --stage-to copies the dataset once per node and the ranks read the copy.
 # Usage: test_multirank.sh path/to/ringtrain. Exit 0 pass, 1 fail, 77 skip.
@@ -404,6 +407,61 @@ if [ -f "$W/sigterm.saved/state.json" ]; then
 else
     fail "world-size mismatch: no checkpoint from the SIGTERM run to resume"
 fi
+
+# ---- 7b. an epoch --grad-accum does not divide, at 2 ranks ------------------------------
+# 1024 records in batches of 24 per rank: 21 micro-batches an epoch, so --grad-accum 2 makes 10 updates of 2
+# and a short one of 1 (11 an epoch, 22 in all). Each way of stopping -- --steps at the first epoch's end and
+# inside an epoch, SIGTERM to one rank, and both ranks killed right after the first epoch's checkpoint --
+# resumes to the uninterrupted run's parameters, bit for bit.
+RA=(--data "$W/mnist" --model mnist-net --epochs 2 --batch-size 24 --grad-accum 2 --lr 0.05 --threads 1 --no-progress)
+mpi 2 "$RT" train "${RA[@]}" --checkpoint-dir "$W/ra" >"$W/ra.out" 2>"$W/ra.err"
+DA=$(digest_of "$W/ra.err" 2 2>&1)
+if grep -q "11 steps/epoch (its last of 1 micro-batch)" "$W/ra.out" && grep -q "^done (completed): 22 steps" "$W/ra.out" &&
+    [ ${#DA} -eq 16 ]; then
+    pass "2 ranks, 21 micro-batches an epoch at --grad-accum 2: 11 updates an epoch, the last short; digest $DA"
+else
+    fail "2 ranks, short updates: $(grep -E 'steps/epoch|^done' "$W/ra.out") digest '$DA'"; show "$W/ra.err"
+fi
+accum_resumed() { # accum_resumed NAME WHAT: resume $W/NAME at 2 ranks, compare with the uninterrupted run
+    mpi 2 "$RT" train "${RA[@]}" --checkpoint-dir "$W/$1" --resume >"$W/$1.2.out" 2>"$W/$1.2.err"
+    local rc=$? d
+    d=$(digest_of "$W/$1.2.err" 2 2>&1)
+    if [ $rc -eq 0 ] && [ "$d" = "$DA" ] && grep -q "resuming from" "$W/$1.2.err" &&
+        same_weights "$W/ra/model.safetensors" "$W/$1/model.safetensors" &&
+        same_weights "$W/ra/optimizer.safetensors" "$W/$1/optimizer.safetensors"; then
+        pass "2 ranks, $2, resumed: $(grep -o 'at epoch [0-9]* step [0-9]* (optimizer step [0-9]*)' "$W/$1.2.err" | head -1), digest $d = the uninterrupted run's"
+    else
+        fail "2 ranks, $2, resumed: rc=$rc digest '$d' vs '$DA'"; show "$W/$1.2.err"
+    fi
+}
+for k in 11 5; do
+    mpi 2 "$RT" train "${RA[@]}" --checkpoint-dir "$W/ra$k" --steps $k >"$W/ra$k.1.out" 2>"$W/ra$k.1.err"
+    accum_resumed "ra$k" "--steps $k$([ $k = 11 ] && echo ' (the first epoch'"'"'s end)')"
+done
+# SIGTERM to rank 1 in the second epoch (the loader slowed so that the signal lands mid-run).
+RINGTRAIN_TEST_SLOW_LOADER=40 mpi 2 -x RINGTRAIN_TEST_SLOW_LOADER "$RT" train "${RA[@]}" --checkpoint-dir "$W/raterm" \
+    >"$W/raterm.1.out" 2>"$W/raterm.1.err" &
+mp=$!
+if wait_table "$W/raterm.1.out" 2; then
+    for _ in $(seq 1 600); do grep -q '"epoch": 1' "$W/raterm/state.json" 2>/dev/null && break; sleep 0.05; done
+    sleep 0.3
+    kill -TERM "$(rank_pid "$W/raterm.1.out" 1)"
+fi
+wait $mp
+grep -q '^done (signal)' "$W/raterm.1.out" && accum_resumed raterm "SIGTERM to rank 1 in epoch 2" ||
+    { fail "2 ranks, SIGTERM: the run did not stop on the signal"; show "$W/raterm.1.out" "$W/raterm.1.err"; }
+# Both ranks killed outright right after the first epoch's checkpoint (a test fault hangs rank 0 in the update
+# after it; rank 1 waits for it in the all-reduce).
+RINGTRAIN_TEST_STALL=0:11 mpi 2 -x RINGTRAIN_TEST_STALL "$RT" train "${RA[@]}" --checkpoint-dir "$W/rakill" \
+    >"$W/rakill.1.out" 2>"$W/rakill.1.err" &
+mp=$!
+if wait_table "$W/rakill.1.out" 2; then
+    for _ in $(seq 1 600); do grep -q '"epoch": 1' "$W/rakill/state.json" 2>/dev/null && break; sleep 0.05; done
+    sleep 0.5
+    for r in 0 1; do p=$(rank_pid "$W/rakill.1.out" $r) && PIDS+=("$p") && kill -KILL "$p"; done
+fi
+wait $mp 2>/dev/null
+accum_resumed rakill "killed right after the first epoch's checkpoint"
 
 # ---- 8. rank discovery -------------------------------------------------------------
 ranks_case() { # ranks_case NAME EXPECT(ok|fail) PATTERN COMMAND...: exit status and output matching PATTERN

@@ -10,7 +10,7 @@
 # source. Copies land in PARENT/ringtrain-<uid>/<h>; what another user can do
 # to them is test_stage_users.sh's.
 #
-# Interruption uses the test hook RT_STAGE_TEST_DELAY_MS (ringtrain stage
+# Interruption uses the test hook RINGTRAIN_TEST_SLOW_COPY (ringtrain stage
 # --help, "Environment"): it sleeps after each block so a copy lasts long
 # enough to be killed or raced. With 64 KiB blocks and 15 ms, the 10.8 MB
 # dataset takes about 2.5 s to stage.
@@ -28,7 +28,7 @@ cleanup() {
 trap cleanup EXIT
 fails=0
 checks=0
-SLOW=(env RT_STAGE_TEST_DELAY_MS=15)
+SLOW=(env RINGTRAIN_TEST_SLOW_COPY=15)
 
 fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
 check() { checks=$((checks + 1)); "$@" || fail "$*"; }
@@ -82,7 +82,7 @@ NF=$(ls "$DS" | wc -l)
 
 # ---- usage ----------------------------------------------------------------------
 expect_rc 0 "$RT" stage --help
-expect_in out 'RT_STAGE_TEST_DELAY_MS'
+expect_in out 'RINGTRAIN_TEST_SLOW_COPY'
 expect_in out '--to DIR'
 expect_rc 2 "$RT" stage
 expect_rc 2 "$RT" stage "$DS" --queue-depth 0
@@ -223,7 +223,7 @@ if unshare -rm bash -c "mount -t tmpfs -o size=1m none '$T/mnt'" 2>/dev/null; th
         ls -A '$T/mnt/$nsname' >'$T/nospc1.ls'
         umount '$T/mnt'
         mount -t tmpfs -o size=12m none '$T/mnt' || exit 3
-        RT_STAGE_TEST_DELAY_MS=15 '$RT' stage '$DS' --to '$T/mnt' --block-size 64K >'$T/nospc2.out' 2>'$T/nospc2.err' &
+        RINGTRAIN_TEST_SLOW_COPY=15 '$RT' stage '$DS' --to '$T/mnt' --block-size 64K >'$T/nospc2.out' 2>'$T/nospc2.err' &
         pid=\$!
         n=200; while [ ! -e '$T/mnt/$nsname/train-00000.rts' ] && [ \$n -gt 0 ]; do sleep 0.05; n=\$((n - 1)); done
         fallocate -l 6M '$T/mnt/filler'

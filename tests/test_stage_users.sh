@@ -169,7 +169,7 @@ as_other bash -c "until [ -e '$T/stop' ]; do
     done; sleep 0.01; done" &
 bg+=($!)
 sleep 0.2
-expect_rc 0 env RT_STAGE_TEST_DELAY_MS=20 "$RT" stage "$DS" --to "$P" --block-size 64K
+expect_rc 0 env RINGTRAIN_TEST_SLOW_COPY=20 "$RT" stage "$DS" --to "$P" --block-size 64K
 touch "$T/stop"
 wait "${bg[@]}" 2>/dev/null
 bg=()
@@ -201,7 +201,7 @@ same_tree "$DS" "$D"
 # byte and copies the shard again; the two that waited for it check sizes only.
 swap "$D/$SHARD"
 for i in 1 2 3; do
-    env RT_STAGE_TEST_DELAY_MS=20 "$RT" stage "$DS" --to "$P" --block-size 64K >"$T/c$i.out" 2>"$T/c$i.err" &
+    env RINGTRAIN_TEST_SLOW_COPY=20 "$RT" stage "$DS" --to "$P" --block-size 64K >"$T/c$i.out" 2>"$T/c$i.err" &
     bg+=($!)
 done
 for p in "${bg[@]}"; do wait "$p" || fail "a concurrent stage exited non-zero"; done

@@ -2,8 +2,12 @@
 # test_train.sh - `ringtrain train` and `ringtrain eval` as a user drives them:
 #   - a short run on a small synthetic dataset reaches a stated accuracy;
 #   - --metrics / --json carry the values the epoch lines print;
-#   - an interrupted run (--steps, and SIGTERM mid-epoch) resumed with
-#     --resume ends with the same weights, bit for bit, as an uninterrupted one;
+#   - an interrupted run resumed with --resume ends with the same weights, bit
+#     for bit, as an uninterrupted one: stopped by --steps mid-epoch and at an
+#     epoch's end, by SIGTERM mid-epoch, by a signal during start-up, and
+#     killed (SIGKILL) right after an epoch's checkpoint -- in a run whose
+#     epochs (19 micro-batches) --grad-accum 2 does not divide, so that each
+#     ends with a short update;
 #   - the checkpoint is read back by an independent reader (Python, and
 #     PyTorch's load_state_dict(strict=True) when torch is installed);
 #   - eval reproduces the last epoch's accuracy;
@@ -98,11 +102,52 @@ EOF
 then pass "safetensors header, names, shapes, offsets and metadata read by a plain parser"; else fail "plain safetensors parse"; fi
 
 # ---- 4. resume equals uninterrupted -------------------------------------------------
-T4=(--data "$W/cifar" --model wrn-10-1 --epochs 2 --batch-size 32 --lr 0.05 --threads 2 --no-progress
+# 768 training records in batches of 40: 19 micro-batches an epoch, so --grad-accum 2 makes 9 updates of 2
+# and a short one of 1 each epoch (10 updates an epoch, 20 in all).
+T4=(--data "$W/cifar" --model wrn-10-1 --epochs 2 --batch-size 40 --lr 0.05 --threads 2 --no-progress
     --label-smoothing 0.1 --grad-accum 2 --schedule onecycle --optimizer sgd --nesterov)
 if "$RT" train "${T4[@]}" --checkpoint-dir "$W/full" >"$W/full.out" 2>&1; then
-    "$RT" train "${T4[@]}" --checkpoint-dir "$W/part" --steps 7 >"$W/p1.out" 2>&1
+    grep -q "10 steps/epoch (its last of 1 micro-batch)" "$W/full.out" && grep -q "^done (completed): 20 steps" "$W/full.out" \
+        && pass "19 micro-batches an epoch at --grad-accum 2: 10 updates an epoch, the last short, 20 in all" \
+        || fail "short last update: $(grep -E 'steps/epoch|^done' "$W/full.out")"
+    # Stopped by --steps at the first epoch's end (its short update the last before the checkpoint).
+    "$RT" train "${T4[@]}" --checkpoint-dir "$W/edge" --steps 10 >"$W/g1.out" 2>&1
     rc1=$?
+    "$RT" train "${T4[@]}" --checkpoint-dir "$W/edge" --resume >"$W/g2.out" 2>&1
+    rc2=$?
+    if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && grep -q "resuming from $W/edge at epoch 2 step 0 (optimizer step 10)" "$W/g2.out" \
+        && same_weights "$W/full/model.safetensors" "$W/edge/model.safetensors" \
+        && same_weights "$W/full/optimizer.safetensors" "$W/edge/optimizer.safetensors"; then
+        pass "stopped by --steps 10 at the first epoch's end and resumed: weights and optimizer state bit-identical"
+    else
+        fail "resume from the epoch's end: rc $rc1/$rc2"; tail -n 3 "$W/g1.out" "$W/g2.out"
+    fi
+    # Killed outright right after the first epoch's checkpoint (a test fault hangs the first update after it):
+    # the epoch's checkpoint alone resumes the run exactly.
+    RINGTRAIN_TEST_STALL=0:10 "$RT" train "${T4[@]}" --checkpoint-dir "$W/kill" >"$W/k1.out" 2>&1 &
+    pid=$!
+    for _ in $(seq 1 600); do
+        grep -q '"epoch": 1' "$W/kill/state.json" 2>/dev/null && break
+        sleep 0.1
+    done
+    sleep 0.5
+    kill -KILL $pid 2>/dev/null
+    wait $pid 2>/dev/null
+    "$RT" train "${T4[@]}" --checkpoint-dir "$W/kill" --resume >"$W/k2.out" 2>&1
+    rc2=$?
+    if [ $rc2 -eq 0 ] && grep -q "resuming from $W/kill at epoch 2 step 0" "$W/k2.out" \
+        && same_weights "$W/full/model.safetensors" "$W/kill/model.safetensors" \
+        && same_weights "$W/full/optimizer.safetensors" "$W/kill/optimizer.safetensors"; then
+        pass "killed right after the first epoch's checkpoint and resumed: weights and optimizer state bit-identical"
+    else
+        fail "resume after SIGKILL past the epoch's checkpoint: rc $rc2"; tail -n 3 "$W/k1.out" "$W/k2.out"
+    fi
+    "$RT" train "${T4[@]}" --checkpoint-dir "$W/part" --steps 7 --json >"$W/p1.out" 2>&1
+    rc1=$?
+    # 7 updates are 14 of the first epoch's 19 micro-batches: no epoch completed.
+    [ "$(jfield "$W/p1.out" epochs 2>/dev/null)" = 0 ] && [ "$(jfield "$W/p1.out" steps 2>/dev/null)" = 7 ] \
+        && pass "--steps 7 inside the first epoch: the summary counts 0 epochs done, 7 steps" \
+        || fail "--steps 7 summary: epochs $(jfield "$W/p1.out" epochs 2>&1), steps $(jfield "$W/p1.out" steps 2>&1)"
     [ -e "$W/part/finished" ] && had_finished=1 || had_finished=0
     "$RT" train "${T4[@]}" --checkpoint-dir "$W/part" --resume >"$W/p2.out" 2>&1
     rc2=$?
@@ -146,7 +191,7 @@ if "$RT" train "${T4[@]}" --checkpoint-dir "$W/full" >"$W/full.out" 2>&1; then
     fi
     # A signal during start-up (here: while --stage-to copies, slowed by a test fault) is no kill: the run
     # stops before its first step with a checkpoint there, exits 0, and the resumed run is the planned one.
-    RT_STAGE_TEST_DELAY_MS=300 "$RT" train "${T4[@]}" --stage-to "$W/stg-sig" --checkpoint-dir "$W/early" \
+    RINGTRAIN_TEST_SLOW_COPY=300 "$RT" train "${T4[@]}" --stage-to "$W/stg-sig" --checkpoint-dir "$W/early" \
         >"$W/e1.out" 2>&1 &
     pid=$!
     for _ in $(seq 1 300); do [ -n "$(find "$W/stg-sig" -name '*.partial' 2>/dev/null)" ] && break; sleep 0.05; done
@@ -197,7 +242,7 @@ before2=$(cat "$W/ck2"/* | md5sum)
 "$RT" train --data "$W/mnist" --model mnist-net --lr 1e5 --epochs 1 --batch-size 64 --threads 2 --no-progress \
     --checkpoint-dir "$W/ck3" >"$W/b.out" 2>&1
 rc=$?
-[ $rc -ne 0 ] && grep -Eq "loss became (NaN|infinite) at epoch [0-9]+ step [0-9]+.*first non-finite tensor: [a-z0-9_.]+" "$W/b.out" \
+[ $rc -ne 0 ] && grep -Eq "loss became (NaN|infinite) at epoch [0-9]+ micro-batch [0-9]+.*first non-finite tensor: [a-z0-9_.]+" "$W/b.out" \
     && [ ! -e "$W/ck3/model.safetensors" ] && pass "NaN loss names the step and tensor: $(grep -o 'first non-finite tensor: [^.]*\.[^ ]*' "$W/b.out")" \
     || fail "NaN loss: rc=$rc $(cat "$W/b.out")"
 [ "$(sum_ck)" = "$before" ] && pass "failed runs left the checkpoint untouched" || fail "checkpoint changed by failed runs"

@@ -12,20 +12,33 @@
  *  - clipping: one SGD update moves the parameters by lr x max_norm;
  *  - a NaN loss names its first non-finite tensor;
  *  - resume mid-epoch: stopped by --steps, checkpointed, resumed, the run
- *    ends with the parameters of an uninterrupted one.
+ *    ends with the parameters of an uninterrupted one;
+ *  - an epoch that --grad-accum does not divide ends with a short update:
+ *    a run stopped after every one of its updates (each epoch's end among
+ *    them) and resumed ends bit for bit where the uninterrupted run does,
+ *    and so does one stopped by SIGTERM (train_run), after which a second
+ *    train_run in the same process runs to its end; a checkpoint is written
+ *    once per position;
+ *  - the step profile's verdict when the data wait is the whole step.
  * Exit 0 pass, 1 fail.
  */
+#include <errno.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "check.h"
 #include "comm/comm.h"
 #include "common/common.h"
 #include "loader/offline.h"
 #include "test_util.h"
+#include "tools/train/driver.h"
 #include "tools/train/train.h"
 
 static struct rt_comm *g_comm;
@@ -60,19 +73,11 @@ static float *params(struct train *T, size_t *n)
     return p;
 }
 
-/* One micro-batch, as the loop runs it. Returns what the step's calls returned: 0 or -1. */
-static int micro_batch(struct train *T)
+/* One update, as the loop runs it: 0, or what the step returned (-errno; -ENODATA when the data ended). */
+static int update(struct train *T)
 {
-    struct train_batch b;
-    if (train_next_batch(T, &b) != 1)
-        return -1;
-    const int update = train_at_update(T);
-    int r = train_forward_backward(T, &b);
-    train_release_batch(T, &b);
-    if (r < 0 || (update && (train_reduce(T) < 0 || train_update(T) < 0)))
-        return -1;
-    train_advance(T, &b);
-    return 0;
+    const int r = train_step(T);
+    return r == 1 ? 0 : r < 0 ? r : -ENODATA;
 }
 
 /* The largest |a - b| and the largest |b| over n floats, each taken from the difference to `base`. */
@@ -97,16 +102,18 @@ static void test_accumulation(void)
     float *p0 = params(two, &n);
 
     for (int u = 0; u < 2; u++) {
-        CHECK_OK(micro_batch(one));
-        CHECK(!train_at_update(two));
-        CHECK_OK(micro_batch(two));
+        CHECK_OK(update(one));
+        CHECK(train_step_size(two) == 2);
+        CHECK(train_step_micro(two, 0, 2) == 1);
         if (u == 0) {
             float *p_half = params(two, &n2);
             CHECKF(!memcmp(p0, p_half, n * sizeof(float)), "the first of two micro-batches changed the parameters");
             free(p_half);
         }
-        CHECK(train_position(two).update == (uint64_t)u && train_at_update(two));
-        CHECK_OK(micro_batch(two));
+        CHECK(train_position(two).update == (uint64_t)u && train_position(two).micro == 2 * (uint64_t)u + 1);
+        CHECK(train_step_micro(two, 1, 2) == 1);
+        CHECK_OK(train_step_reduce(two));
+        CHECK_OK(train_step_apply(two));
     }
     CHECK(train_position(one).update == 2 && rt_optim_steps(train_optim(one)) == 2);
     CHECK(train_position(two).update == 2 && train_position(two).micro == 4 && rt_optim_steps(train_optim(two)) == 2);
@@ -143,11 +150,11 @@ static void test_loss_scaling(void)
     CHECK_OK(train_create(&c, &T));
     const struct rt_scaler *s = train_scaler(T);
     CHECK(s != NULL && s->scale == 65536.0f);
-    CHECK_OK(micro_batch(T)); /* update 0: applied */
+    CHECK_OK(update(T)); /* update 0: applied */
     CHECK(rt_optim_steps(train_optim(T)) == 1 && s->scale == 65536.0f);
     float *before = params(T, &n);
     for (int u = 1; u <= 2; u++) {
-        CHECK_OK(micro_batch(T)); /* updates 1 and 2: the injected overflow */
+        CHECK_OK(update(T)); /* updates 1 and 2: the injected overflow */
         float *after = params(T, &n);
         CHECKF(!memcmp(before, after, n * sizeof(float)), "update %d overflowed but changed the parameters", u);
         CHECKF(rt_optim_steps(train_optim(T)) == 1, "update %d: the optimizer counted %lld updates", u,
@@ -156,7 +163,7 @@ static void test_loss_scaling(void)
                u, (double)s->scale, (unsigned long long)s->skipped);
         free(after);
     }
-    CHECK_OK(micro_batch(T)); /* update 3: applied again, at the backed-off scale */
+    CHECK_OK(update(T)); /* update 3: applied again, at the backed-off scale */
     float *after = params(T, &n);
     CHECK(memcmp(before, after, n * sizeof(float)) != 0 && rt_optim_steps(train_optim(T)) == 2);
     CHECK(train_position(T).update == 4 && s->scale == 16384.0f);
@@ -169,9 +176,9 @@ static void test_loss_scaling(void)
     f.overflow_count = 1000;
     c.max_skipped_steps = 3;
     CHECK_OK(train_create(&c, &T));
-    CHECK_OK(micro_batch(T));
-    CHECK_OK(micro_batch(T));
-    CHECK_ERR(micro_batch(T), "3 optimizer steps in a row overflowed");
+    CHECK_OK(update(T));
+    CHECK_OK(update(T));
+    CHECK_ERR(update(T), "3 optimizer steps in a row overflowed");
     printf("loss scaling: updates 1-2 skipped (scale 65536 -> 16384), update 3 applied; 3 in a row: %s\n",
            rt_errmsg());
     train_destroy(T);
@@ -191,7 +198,7 @@ static void test_clipping(void)
         size_t n;
         CHECK_OK(train_create(&c, &T));
         float *p0 = params(T, &n);
-        CHECK_OK(micro_batch(T));
+        CHECK_OK(update(T));
         float *p1 = params(T, &n);
         double ss = 0;
         for (size_t i = 0; i < n; i++)
@@ -218,7 +225,7 @@ static void test_nan_loss(void)
     const float nan = NAN;
     CHECK(count > 0 && tab[0].kind == RT_PARAM && strstr(tab[0].name, "conv1"));
     rt_model_write(train_model(T), RT_MODEL_PARAMS, tab[0].offset, &nan, 1);
-    CHECK_ERR(micro_batch(T), "the loss became NaN");
+    CHECK_ERR(update(T), "the loss became NaN");
     CHECKF(strstr(rt_errmsg(), "first non-finite tensor: conv1") != NULL, "message: %s", rt_errmsg());
     printf("NaN in %s: %s\n", tab[0].name, rt_errmsg());
     train_destroy(T);
@@ -253,7 +260,7 @@ static void test_resume(void)
     CHECK_OK(train_create(&c, &T));
     CHECK_OK(train_loop(T));
     CHECK(train_stopped(T) == STOP_DONE && train_position(T).epoch == 2);
-    const uint64_t uninterrupted = train_param_digest(T);
+    const uint64_t uninterrupted = train_replicas_digest(T);
     train_destroy(T);
 
     c = data_cfg(split, 5, 0);
@@ -270,12 +277,166 @@ static void test_resume(void)
     at = train_position(T);
     CHECK(at.epoch == 0 && at.batch == 10 && at.micro == 10 && at.update == 5);
     CHECK_OK(train_loop(T));
-    const uint64_t resumed = train_param_digest(T);
+    const uint64_t resumed = train_replicas_digest(T);
     CHECKF(resumed == uninterrupted, "resumed run ends at %016llx, uninterrupted at %016llx",
            (unsigned long long)resumed, (unsigned long long)uninterrupted);
     printf("resume: stopped after 5 updates (epoch 1, micro-batch 10), resumed: %016llx == %016llx\n",
            (unsigned long long)resumed, (unsigned long long)uninterrupted);
     train_destroy(T);
+}
+
+/*
+ * An epoch --grad-accum does not divide: 256 records, batch 16 = 16 micro-batches an epoch, accumulation 3 =
+ * 5 updates of 3 and a short one of 1; 2 epochs = 12 updates.
+ */
+enum { SHORT_ACCUM = 3, SHORT_UPDATES = 12 };
+
+static struct train_cfg short_cfg(const char *ckpt, uint64_t updates, int resume)
+{
+    struct train_cfg c = data_cfg(ckpt, updates, resume);
+    c.grad_accum = SHORT_ACCUM;
+    return c;
+}
+
+/* Runs train_run(c) while another thread sends this process SIGTERM after `ms` milliseconds. */
+struct sig_arg {
+    unsigned ms;
+};
+
+static void *sigterm_after(void *p)
+{
+    const struct sig_arg *a = p;
+    struct timespec ts = {a->ms / 1000, (long)(a->ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+    kill(getpid(), SIGTERM);
+    return NULL;
+}
+
+static int send_sigterm_during_run(const struct train_cfg *c, unsigned ms)
+{
+    struct sig_arg a = {ms};
+    pthread_t th;
+    if (pthread_create(&th, NULL, sigterm_after, &a) != 0)
+        return -1;
+    const int rc = train_run(c);
+    pthread_join(th, NULL);
+    return rc;
+}
+
+/* The parameters a checkpoint directory holds, as a resumed driver reads them. */
+static uint64_t saved_digest(const char *dir)
+{
+    struct train_cfg c = short_cfg(dir, 0, 1);
+    struct train *T = NULL;
+    uint64_t d = 0;
+    if (train_create(&c, &T) == 0)
+        d = train_replicas_digest(T);
+    train_destroy(T);
+    return d;
+}
+
+static void test_short_update_resume(void)
+{
+    char whole[700], dir[700];
+    struct train *T = NULL;
+    snprintf(whole, sizeof(whole), "%s/short-whole", g_dir);
+
+    /* The uninterrupted run: every update at its place, the last of each epoch short. */
+    struct train_cfg c = short_cfg(whole, 0, 0);
+    CHECK_OK(train_create(&c, &T));
+    uint32_t sizes[SHORT_UPDATES + 1];
+    int u = 0;
+    for (; u <= SHORT_UPDATES && train_position(T).epoch < 2; u++) {
+        sizes[u] = train_step_size(T);
+        CHECK(train_step(T) == 1);
+        if (train_position(T).batch == 16) {
+            CHECK_OK(epoch_next(T));
+        }
+    }
+    CHECKF(u == SHORT_UPDATES && sizes[0] == 3 && sizes[4] == 3 && sizes[5] == 1 && sizes[6] == 3 && sizes[11] == 1,
+           "%d updates of sizes %u %u %u %u %u (expected 12: 3 3 3 3 3 1 per epoch)", u, sizes[0], sizes[1],
+           sizes[4], sizes[5], sizes[11]);
+    CHECK(train_position(T).micro == 32 && rt_optim_steps(train_optim(T)) == SHORT_UPDATES);
+    const uint64_t uninterrupted = train_replicas_digest(T);
+    train_destroy(T);
+    /* ... and the loop makes the same run. */
+    snprintf(dir, sizeof(dir), "%s/short-loop", g_dir);
+    c = short_cfg(dir, 0, 0);
+    CHECK_OK(train_create(&c, &T));
+    CHECK_OK(train_loop(T));
+    CHECK(train_position(T).update == SHORT_UPDATES && train_replicas_digest(T) == uninterrupted);
+    train_destroy(T);
+
+    /* Stopped after every update k (k = 6: the first epoch's end; the others inside an epoch), resumed. */
+    int exact = 0;
+    for (uint64_t k = 1; k < SHORT_UPDATES; k++) {
+        snprintf(dir, sizeof(dir), "%s/short-%02llu", g_dir, (unsigned long long)k);
+        c = short_cfg(dir, k, 0);
+        CHECK_OK(train_create(&c, &T));
+        CHECK_OK(train_loop(T));
+        const struct train_pos at = train_position(T);
+        CHECKF(train_stopped(T) == STOP_STEPS && at.update == k && at.batch % SHORT_ACCUM == 0 &&
+                   train_checkpoints_saved(T) == at.epoch + (at.batch > 0),
+               "--steps %llu: stopped at update %llu, micro-batch %llu of epoch %llu, %llu checkpoints",
+               (unsigned long long)k, (unsigned long long)at.update, (unsigned long long)at.batch,
+               (unsigned long long)at.epoch, (unsigned long long)train_checkpoints_saved(T));
+        train_destroy(T);
+        c = short_cfg(dir, 0, 1);
+        CHECK_OK(train_create(&c, &T));
+        CHECK(train_position(T).update == k);
+        CHECK_OK(train_loop(T));
+        const uint64_t d = train_replicas_digest(T);
+        CHECKF(d == uninterrupted, "stopped after update %llu and resumed: %016llx, uninterrupted %016llx",
+               (unsigned long long)k, (unsigned long long)d, (unsigned long long)uninterrupted);
+        exact += d == uninterrupted;
+        train_destroy(T);
+    }
+    printf("short updates: 2 epochs of 16 micro-batches, --grad-accum 3 = 12 updates (5 x 3 + 1 an epoch); stopped "
+           "after each of updates 1..11 and resumed: %d of 11 end at %016llx\n", exact,
+           (unsigned long long)uninterrupted);
+
+    /* SIGTERM during train_run: it stops between two updates with a checkpoint; the resumed run (a second
+     * train_run in this process, the signal gone) finishes the run exactly. */
+    snprintf(dir, sizeof(dir), "%s/short-sigterm", g_dir);
+    c = short_cfg(dir, 0, 0);
+    struct train_faults f;
+    train_faults_none(&f);
+    f.loader_delay_ms = 20; /* 32 micro-batches: about 0.7 s, the signal lands inside */
+    c.faults = &f;
+    CHECK_OK(send_sigterm_during_run(&c, 150));
+    char fin[800];
+    snprintf(fin, sizeof(fin), "%s/finished", dir);
+    const uint64_t at_signal = saved_digest(dir);
+    CHECKF(access(fin, F_OK) != 0 && at_signal != uninterrupted, "SIGTERM did not stop the run early");
+    c = short_cfg(dir, 0, 1);
+    CHECK_OK(train_run(&c));
+    CHECKF(access(fin, F_OK) == 0, "the resumed train_run, after a SIGTERM to the first, did not finish its run");
+    const uint64_t d = saved_digest(dir);
+    CHECKF(d == uninterrupted, "stopped by SIGTERM and resumed: %016llx, uninterrupted %016llx",
+           (unsigned long long)d, (unsigned long long)uninterrupted);
+    printf("short updates: SIGTERM mid-run, then a second train_run in the same process resumes to %016llx\n",
+           (unsigned long long)d);
+}
+
+/* What the step profile's verdict says when a rank waits for data the whole step. */
+static void test_verdict_all_wait(void)
+{
+    struct train T;
+    memset(&T, 0, sizeof(T));
+    T.world = 1;
+    T.cfg.batch = 32;
+    T.cfg.grad_accum = 1;
+    T.cfg.workers = 1;
+    struct prof_stats st;
+    memset(&st, 0, sizeof(st));
+    st.p50[PROF_DATA] = st.p50[PROF_STEP] = 5e6; /* 5 ms of 5 ms */
+    struct prof_rank r = {.data = 5e6, .step = 5e6};
+    struct prof_verdict v;
+    memset(&v, 0, sizeof(v));
+    profile_verdict(&T, &st, &r, &v);
+    CHECKF(!strcmp(v.limit, "input") && !strstr(v.evidence, "inf") && !strstr(v.evidence, "nan"),
+           "verdict %s: %s", v.limit, v.evidence);
+    printf("verdict, data wait = the whole step: %s-bound: %s\n", v.limit, v.evidence);
 }
 
 int main(void)
@@ -296,6 +457,8 @@ int main(void)
     test_clipping();
     test_nan_loss();
     test_resume();
+    test_short_update_resume();
+    test_verdict_all_wait();
     rt_comm_destroy(g_comm);
     if (check_failures == 0)
         rt_remove_tree(g_dir);

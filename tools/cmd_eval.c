@@ -1,6 +1,6 @@
 /*
  * cmd_eval.c - `ringtrain eval`: loss and accuracy of a checkpoint on a
- * dataset's test split (the driver's eval_checkpoint), printed.
+ * dataset's test split (the driver's train_evaluate_checkpoint), printed.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -66,7 +66,7 @@ int cmd_eval(int argc, char **argv)
     struct eval_cfg c = {.data = run.data, .checkpoint = checkpoint, .model = run.model, .batch = run.batch,
                          .workers = run.workers, .threads = run.threads, .device = run.device, .amp = amp};
     struct eval_result r;
-    if (eval_checkpoint(&c, &r) < 0)
+    if (train_evaluate_checkpoint(&c, &r) < 0)
         return cli_fail();
     printf("%s on %s test split: %.0f images, loss %.4f, accuracy %.2f%% (%.1fs, %.0f img/s)\n", r.model, c.data,
            r.images, r.loss, 100 * r.accuracy, r.seconds, r.seconds > 0 ? r.images / r.seconds : 0);

@@ -54,8 +54,8 @@ static void stage_help(void)
            "  -h, --help              print this help\n\n"
            "Environment:\n"
            "  SLURM_TMPDIR, TMPDIR     the default PARENT, in that order (else /tmp)\n"
-           "  RT_STAGE_TEST_DELAY_MS   test hook: sleep this many milliseconds after each block copied,\n"
-           "                           so that tests can interrupt a copy midway\n");
+           "  RINGTRAIN_TEST_SLOW_COPY test hook: sleep this many milliseconds after each block copied,\n"
+           "                          so that tests can interrupt a copy midway\n");
 }
 
 static void print_summary(const struct rt_local_copy_result *r)
@@ -166,7 +166,7 @@ int cmd_stage(int argc, char **argv)
     if (train_faults_from_env(&faults) < 0)
         return cli_usage_error("stage", "%s", rt_errmsg());
     if (faults.copy_delay_ms) {
-        o.progress = train_fault_copy_progress;
+        o.progress = train_faults_copy_progress;
         o.progress_ctx = &faults;
     }
     if (quiet)

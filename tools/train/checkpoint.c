@@ -19,7 +19,7 @@
 #include "common/trace.h"
 #include "tools/train/driver.h"
 
-void json_floats(char *buf, size_t len, const float *v, uint32_t n)
+void checkpoint_json_floats(char *buf, size_t len, const float *v, uint32_t n)
 {
     size_t o = 0;
     o += (size_t)snprintf(buf + o, len - o, "[");
@@ -29,7 +29,7 @@ void json_floats(char *buf, size_t len, const float *v, uint32_t n)
         snprintf(buf + o, len - o, "]");
 }
 
-static int ckpt_path(const struct train *T, const char *name, char *out, size_t len)
+static int path_of(const struct train *T, const char *name, char *out, size_t len)
 {
     return rt_path_join(out, len, T->cfg.checkpoint_dir, name);
 }
@@ -40,16 +40,18 @@ static int save_model(struct train *T)
     char classes[16], shape[64], mean[128], std[128], p[4096];
     snprintf(classes, sizeof(classes), "%u", T->classes);
     snprintf(shape, sizeof(shape), "[%u, %u, %u]", T->c, T->h, T->w);
-    json_floats(mean, sizeof(mean), T->mean, T->c);
-    json_floats(std, sizeof(std), T->std, T->c);
+    checkpoint_json_floats(mean, sizeof(mean), T->mean, T->c);
+    checkpoint_json_floats(std, sizeof(std), T->std, T->c);
     const char *meta[] = {"format", "pt", "model", rt_model_name(T->model), "num_classes", classes,
                           "input_shape", shape, "mean", mean, "std", std, "checkpoint_id", T->ckpt_id};
     const char *ometa[] = {"checkpoint_id", T->ckpt_id, "optimizer", rt_optim_kind_name(T->cfg.optim.kind)};
-    if (ckpt_path(T, "optimizer.safetensors", p, sizeof(p)) < 0 || rt_optim_save(T->opt, T->model, p, ometa, 2) < 0)
-        return -1;
-    if (ckpt_path(T, "model.safetensors", p, sizeof(p)) < 0 ||
-        rt_model_save(T->model, p, meta, (int)RT_ARRAY_LEN(meta) / 2) < 0)
-        return -1;
+    int rc;
+    if ((rc = path_of(T, "optimizer.safetensors", p, sizeof(p))) < 0 ||
+        (rc = rt_optim_save(T->opt, T->model, p, ometa, 2)) < 0)
+        return rc;
+    if ((rc = path_of(T, "model.safetensors", p, sizeof(p))) < 0 ||
+        (rc = rt_model_save(T->model, p, meta, (int)RT_ARRAY_LEN(meta) / 2)) < 0)
+        return rc;
     return 0;
 }
 
@@ -80,11 +82,11 @@ static int save_state(struct train *T, const double ep[3])
     json_decref(st);
     if (!text)
         return rt_errf(-ENOMEM, "cannot format the checkpoint state");
-    int rc = ckpt_path(T, "state.json", p, sizeof(p));
+    int rc = path_of(T, "state.json", p, sizeof(p));
     if (rc == 0)
         rc = rt_file_write_atomic(p, text, strlen(text));
     free(text);
-    return rc < 0 ? -1 : 0;
+    return rc < 0 ? rc : 0;
 }
 
 /* The checkpoint's three files, written by rank 0 (every rank takes part in the epoch sums). */
@@ -101,48 +103,61 @@ static int save(struct train *T)
     /* The directory was made and checked at start-up (driver.c, check_ckpt_dir): not again by path here. */
     snprintf(T->ckpt_id, sizeof(T->ckpt_id), "%" PRIu64 "-%016" PRIx64, T->pos.update,
              rt_now_ns() ^ ((uint64_t)getpid() << 40));
-    return save_model(T) < 0 || save_state(T, ep) < 0 ? -1 : 0;
+    const int rc = save_model(T);
+    return rc < 0 ? rc : save_state(T, ep);
 }
 
-int ckpt_save(struct train *T)
+int checkpoint_save(struct train *T)
 {
-    if (!T->cfg.checkpoint_dir)
+    /* Once per position: a stop on an epoch's last update finds the epoch's checkpoint already written, a stop
+     * before the first update of a resumed run the checkpoint it resumed from. */
+    if (!T->cfg.checkpoint_dir || (T->ckpt_valid && T->ckpt_micro == T->pos.micro))
         return 0;
     const uint64_t t0 = rt_trace_begin();
     const int rc = save(T);
     rt_trace_end(t0, RT_TRACE_CKPT, "checkpoint", NULL);
+    if (rc == 0) {
+        T->ckpt_valid = 1;
+        T->ckpt_micro = T->pos.micro;
+        T->ckpt_saves++;
+    }
     return rc;
 }
 
-/* The safetensors file `name` of the checkpoint, if it carries the checkpoint's id; NULL on error. */
-static struct rt_st_file *open_part(struct train *T, const char *name, char *p, size_t len)
+/* Opens the safetensors file `name` of the checkpoint into *out if it carries the checkpoint's id. 0 or -errno. */
+static int open_part(struct train *T, const char *name, char *p, size_t len, struct rt_st_file **out)
 {
     struct rt_st_file *f = NULL;
-    if (ckpt_path(T, name, p, len) < 0 || rt_st_read(p, &f) < 0)
-        return NULL;
+    int rc;
+    *out = NULL;
+    if ((rc = path_of(T, name, p, len)) < 0 || (rc = rt_st_read(p, &f)) < 0)
+        return rc;
     const char *fid = rt_st_meta(f, "checkpoint_id");
     if (!fid || strcmp(fid, T->ckpt_id) != 0) {
-        rt_errf(-EINVAL, "%s belongs to checkpoint %s, state.json to %s: the checkpoint was interrupted while being "
-                         "written; remove the directory or restore a complete copy",
-                p, fid ? fid : "(none)", T->ckpt_id);
+        rc = rt_errf(-EINVAL, "%s belongs to checkpoint %s, state.json to %s: the checkpoint was interrupted while "
+                              "being written; remove the directory or restore a complete copy",
+                     p, fid ? fid : "(none)", T->ckpt_id);
         rt_st_close(f);
-        return NULL;
+        return rc;
     }
-    return f;
+    *out = f;
+    return 0;
 }
 
 static int load_weights(struct train *T)
 {
     char p[4096];
-    struct rt_st_file *f = open_part(T, "model.safetensors", p, sizeof(p));
-    int rc = f ? rt_model_load(T->model, f, p) : -1;
+    struct rt_st_file *f;
+    int rc = open_part(T, "model.safetensors", p, sizeof(p), &f);
+    if (rc == 0)
+        rc = rt_model_load(T->model, f, p);
     rt_st_close(f);
     if (rc < 0)
-        return -1;
-    f = open_part(T, "optimizer.safetensors", p, sizeof(p));
-    rc = f ? rt_optim_load(T->opt, T->model, f, p) : -1;
+        return rc;
+    if ((rc = open_part(T, "optimizer.safetensors", p, sizeof(p), &f)) == 0)
+        rc = rt_optim_load(T->opt, T->model, f, p);
     rt_st_close(f);
-    return rc < 0 ? -1 : 0;
+    return rc < 0 ? rc : 0;
 }
 
 /* What state.json holds, as read. */
@@ -187,6 +202,11 @@ static int check_same_run(const struct train *T, const struct saved_state *s, co
         return rt_errf(-EINVAL, "%s: the checkpoint was trained with --batch-size %d --grad-accum %d --seed %" PRId64
                                 " --optimizer %s; resume with the same",
                        c->checkpoint_dir, s->batch_size, s->accum, (int64_t)s->seed, s->optname);
+    if (s->accum > 0 && s->batch % s->accum != 0)
+        return rt_errf(-EINVAL, "%s: the checkpoint was written after micro-batch %" PRId64 " of epoch %" PRId64
+                                ", inside an update of --grad-accum %d (versions before updates ended with their "
+                                "epoch carried them across); it cannot be resumed exactly: start the run again",
+                       c->checkpoint_dir, (int64_t)s->batch, (int64_t)s->epoch + 1, s->accum);
     if (rt_loader_state_parse(s->loader, &ls) < 0)
         return rt_errf(-EINVAL, "%s: bad loader state", p);
     return 0;
@@ -212,13 +232,16 @@ static void restore(struct train *T, const struct saved_state *s, json_t *st)
     T->meter.run.train_ns = (uint64_t)s->train_ns;
     T->meter.before = T->meter.run;
     T->meter.update_before = T->pos.update;
+    T->ckpt_valid = 1; /* this position's checkpoint is the one just read */
+    T->ckpt_micro = T->pos.micro;
 }
 
-int ckpt_load(struct train *T)
+int checkpoint_load(struct train *T)
 {
     char p[4096];
-    if (ckpt_path(T, "state.json", p, sizeof(p)) < 0)
-        return -1;
+    int rc = path_of(T, "state.json", p, sizeof(p));
+    if (rc < 0)
+        return rc;
     if (access(p, F_OK) != 0)
         return 0;
     json_error_t je;
@@ -226,7 +249,7 @@ int ckpt_load(struct train *T)
     if (!st)
         return rt_errf(-EINVAL, "%s: %s (line %d)", p, je.text, je.line);
     struct saved_state s;
-    int rc = read_state(st, p, &s);
+    rc = read_state(st, p, &s);
     if (rc == 0) {
         rc = check_same_run(T, &s, p);
         snprintf(T->ckpt_id, sizeof(T->ckpt_id), "%s", s.id);
@@ -234,18 +257,19 @@ int ckpt_load(struct train *T)
     if (rc == 0)
         restore(T, &s, st);
     json_decref(st);
-    if (rc < 0 || load_weights(T) < 0)
-        return -1;
+    if (rc < 0 || (rc = load_weights(T)) < 0)
+        return rc;
     return 1;
 }
 
-int ckpt_mark_finished(struct train *T, int finished)
+int checkpoint_mark_finished(struct train *T, int finished)
 {
     char p[4096];
     if (!T->root || !T->cfg.checkpoint_dir)
         return 0;
-    if (ckpt_path(T, "finished", p, sizeof(p)) < 0)
-        return -1;
+    const int rc = path_of(T, "finished", p, sizeof(p));
+    if (rc < 0)
+        return rc;
     if (!finished) {
         if (unlink(p) < 0 && errno != ENOENT)
             return rt_errf(-errno, "%s: cannot remove: %s", p, strerror(errno));
@@ -257,12 +281,12 @@ int ckpt_mark_finished(struct train *T, int finished)
     return rt_file_write_atomic(p, text, (size_t)n);
 }
 
-int ckpt_resume(struct train *T)
+int checkpoint_resume(struct train *T)
 {
     const char *dir = T->cfg.checkpoint_dir;
-    int r = ckpt_load(T);
+    const int r = checkpoint_load(T);
     if (r < 0)
-        return -1;
+        return r;
     /* Every rank reads the checkpoint rank 0 wrote: the directory must be one they all see. */
     int64_t seen[2] = {r, -r};
     rt_comm_allreduce(T->comm, seen, 2, RT_COMM_I64, RT_RED_MAX, "the resume check");

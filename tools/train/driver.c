@@ -101,8 +101,9 @@ static int open_comm(struct train *T)
 {
     if (!T->comm) {
         struct rt_comm_opts co = {.timeout_s = T->cfg.comm_timeout, .peer_timeout_s = T->cfg.peer_timeout};
-        if (rt_comm_create(&co, &T->comm) < 0)
-            return -1;
+        const int rc = rt_comm_create(&co, &T->comm);
+        if (rc < 0)
+            return rc;
         T->own_comm = 1;
     }
     T->rank = rt_comm_info(T->comm)->rank;
@@ -129,7 +130,7 @@ static int copy_data_local(struct train *T)
     if (rt_comm_info(T->comm)->local_rank == 0) {
         struct rt_local_copy_opts so = {.parent = c->stage_to};
         if (T->faults.copy_delay_ms) {
-            so.progress = train_fault_copy_progress;
+            so.progress = train_faults_copy_progress;
             so.progress_ctx = &T->faults;
         }
         struct rt_local_copy_result res;
@@ -157,8 +158,9 @@ static int open_data(struct train *T)
 {
     const struct train_cfg *c = &T->cfg;
     if (c->data) {
-        if (rt_dataset_open(T->data_path[0] ? T->data_path : c->data, &T->ds) < 0)
-            return -1;
+        const int rc = rt_dataset_open(T->data_path[0] ? T->data_path : c->data, &T->ds);
+        if (rc < 0)
+            return rc;
         T->info = rt_dataset_info(T->ds);
         T->c = T->info->channels;
         T->h = T->info->height;
@@ -204,8 +206,9 @@ static int open_compute(struct train *T)
     const struct rt_rank_info *ri = rt_comm_info(T->comm);
     if (c->threads <= 0)
         c->threads = rt_comm_default_threads(T->comm);
-    if (train_open_backend(c->device, ri->local_rank, ri->local_world, c->threads, &T->be) < 0)
-        return -1;
+    int rc = train_open_backend(c->device, ri->local_rank, ri->local_world, c->threads, &T->be);
+    if (rc < 0)
+        return rc;
     /* Device gradients are reduced by NCCL on its own stream; set up before the loader's threads start
      * (the transport probe sets NCCL's environment variables for a moment). One process asked to use NCCL
      * makes a world of one of its own, without MPI. */
@@ -214,11 +217,11 @@ static int open_compute(struct train *T)
         return rt_errf(-EINVAL, "--allreduce nccl all-reduces gradients on GPUs, but this run computes on the CPU "
                                 "(%s): use --device cuda, or leave --allreduce out",
                        c->device == DEVICE_CPU ? "--device cpu" : "--device auto found no usable GPU");
-    if (gpu && T->world > 1 && rt_nccl_create(T->comm, rt_backend_device(T->be), &T->nccl) < 0)
-        return -1;
+    if (gpu && T->world > 1 && (rc = rt_nccl_create(T->comm, rt_backend_device(T->be), &T->nccl)) < 0)
+        return rc;
     if (gpu && T->world == 1 && c->allreduce == ALLREDUCE_NCCL &&
-        rt_nccl_create_local(T->comm, rt_backend_device(T->be), &T->nccl) < 0)
-        return -1;
+        (rc = rt_nccl_create_local(T->comm, rt_backend_device(T->be), &T->nccl)) < 0)
+        return rc;
     return train_amp_resolve(c->amp, T->be, &T->act);
 }
 
@@ -227,9 +230,10 @@ static int make_model(struct train *T)
     const struct train_cfg *c = &T->cfg;
     struct rt_model_opts mo = {.name = c->model, .c = (int)T->c, .h = (int)T->h, .w = (int)T->w,
                                .classes = (int)T->classes, .batch = (int)c->batch, .seed = c->seed, .act = T->act};
-    if (rt_model_create(T->be, &mo, &T->model) < 0 ||
-        rt_optim_create(T->be, &c->optim, rt_model_param_count(T->model), &T->opt) < 0)
-        return -1;
+    int rc;
+    if ((rc = rt_model_create(T->be, &mo, &T->model)) < 0 ||
+        (rc = rt_optim_create(T->be, &c->optim, rt_model_param_count(T->model), &T->opt)) < 0)
+        return rc;
     T->scaling = c->loss_scale > 0 || (c->loss_scale < 0 && T->act == RT_F16);
     rt_scaler_init(&T->scaler);
     if (c->max_skipped_steps)
@@ -244,7 +248,7 @@ static int make_bucketer(struct train *T)
     const struct rt_tensor_info *tab = rt_model_tensors(T->model, &count);
     struct rt_bucket_tensor *bt = rt_calloc((size_t)count, sizeof(*bt), "bucket plan");
     if (!bt)
-        return -1;
+        return -ENOMEM;
     for (int i = 0; i < count; i++)
         if (tab[i].kind == RT_PARAM)
             bt[np++] = (struct rt_bucket_tensor){tab[i].name, tab[i].offset, tab[i].count};
@@ -260,14 +264,15 @@ static int make_bucketer(struct train *T)
     /* One event per bucket; none is recorded before the first step. */
     if (rc == 0 && !T->nccl)
         rc = fence_create(T, rt_bucketer_count(T->bucketer));
-    return rc < 0 ? -1 : 0;
+    return rc < 0 ? rc : 0;
 }
 
 /* The learning-rate schedule over the whole run, in updates. */
 static void make_schedule(struct train *T)
 {
     const struct train_cfg *c = &T->cfg;
-    uint64_t per_epoch = RT_MAX(T->in.batches_per_epoch / c->grad_accum, 1);
+    /* Updates: a short one ends an epoch that --grad-accum does not divide (step.c). */
+    const uint64_t per_epoch = RT_MAX(step_updates_per_epoch(T), 1);
     T->sched = (struct rt_sched){.kind = c->sched, .base_lr = c->lr, .gamma = c->gamma};
     /* --steps stops the run early; it does not shorten the schedule, so a run
      * stopped by it and resumed is the run that was planned. */
@@ -288,8 +293,9 @@ static int open_metrics(struct train *T)
     int fd;
     if (!path || !T->root)
         return 0;
-    if (rt_file_open_write(path, T->pos.update > 0, "write metrics", &fd) < 0)
-        return -1;
+    const int rc = rt_file_open_write(path, T->pos.update > 0, "write metrics", &fd);
+    if (rc < 0)
+        return rc;
     if (!(T->metrics = fdopen(fd, T->pos.update ? "a" : "w"))) {
         const int e = errno;
         close(fd);
@@ -340,17 +346,20 @@ int train_create(const struct train_cfg *cfg, struct train **out)
         train_faults_none(&T->faults);
     T->comm = cfg->comm;
     T->val_split = -1;
+    int rc;
+    if ((rc = open_comm(T)) < 0 || (rc = check_ckpt_dir(T)) < 0 ||
+        (T->cfg.stage_to && (rc = copy_data_local(T)) < 0) || (rc = open_data(T)) < 0 ||
+        (rc = open_compute(T)) < 0 || (rc = make_model(T)) < 0 || (rc = replicas_create(T)) < 0 ||
+        (rc = make_bucketer(T)) < 0 || (T->cfg.resume && T->cfg.checkpoint_dir && (rc = checkpoint_resume(T)) < 0))
+        return rc;
     /* One model on every rank from the start: rank 0's. */
-    if (open_comm(T) < 0 || check_ckpt_dir(T) < 0 || (T->cfg.stage_to && copy_data_local(T) < 0) ||
-        open_data(T) < 0 || open_compute(T) < 0 || make_model(T) < 0 || make_bucketer(T) < 0 ||
-        (T->cfg.resume && T->cfg.checkpoint_dir && ckpt_resume(T) < 0) ||
-        replicas_sync_from_root(T, RT_MODEL_PARAMS, "initial parameters") < 0 ||
-        replicas_sync_from_root(T, RT_MODEL_BUFFERS, "initial buffers") < 0 || trace_start(T) < 0 ||
-        profile_create(T) < 0 || input_start(T) < 0)
-        return -1;
-    gpu_counters_start(T);
+    replicas_sync_from_root(T, RT_MODEL_PARAMS, "initial parameters");
+    replicas_sync_from_root(T, RT_MODEL_BUFFERS, "initial buffers");
+    if ((rc = tracefile_create(T)) < 0 || (rc = profile_create(T)) < 0 || (rc = input_create(T)) < 0)
+        return rc;
+    tracefile_gpu_create(T);
     make_schedule(T);
-    return open_metrics(T) < 0 ? -1 : 0;
+    return open_metrics(T);
 }
 
 void train_destroy(struct train *T)
@@ -359,15 +368,16 @@ void train_destroy(struct train *T)
         return;
     if (T->metrics)
         fclose(T->metrics);
-    input_stop(T);
+    input_destroy(T);
     profile_destroy(T);
-    gpu_counters_stop(T);
-    trace_stop(T);
+    tracefile_gpu_destroy(T);
+    tracefile_destroy(T);
     /* NCCL's stream work is over before the memory it reduced goes. */
     rt_bucketer_destroy(T->bucketer);
     fence_destroy(T);
     rt_nccl_destroy(T->nccl);
     rt_optim_destroy(T->opt);
+    replicas_destroy(T);
     rt_model_destroy(T->model);
     rt_backend_destroy(T->be);
     rt_dataset_close(T->ds);
@@ -413,4 +423,9 @@ const struct rt_loss_stats *train_last_loss(const struct train *T)
 enum train_stop train_stopped(const struct train *T)
 {
     return T->stop;
+}
+
+uint64_t train_checkpoints_saved(const struct train *T)
+{
+    return T->ckpt_saves;
 }

@@ -1,6 +1,13 @@
 /*
  * driver.h (private to tools/train/) - the driver's state and the calls its
  * files make to each other. train.h is the public side.
+ *
+ * Names: a function carries the name of the file it lives in, `input_*` in
+ * input.c, `epoch_*` in epoch.c, and so on; train.h's public calls add the
+ * library's `train_` in front (`train_input_next` in input.c, `train_step_*`
+ * in step.c), and the driver object's own (`train_create`, `train_loop`) live
+ * in driver.c and loop.c. Errors: 0 or -errno with rt_errmsg() set; a call
+ * that cannot fail returns void. Teardowns accept a half-built driver.
  */
 #ifndef RT_TOOLS_TRAIN_DRIVER_H
 #define RT_TOOLS_TRAIN_DRIVER_H
@@ -41,7 +48,7 @@ struct train_meter {
     uint64_t update_before;     /* the optimizer steps before this process */
     uint64_t run_micro;         /* micro-batches this process ran (not restored on resume) */
     uint64_t steady_images, steady_ns; /* after the first 3 of them: caches, pools and pages warm */
-    uint64_t t_start, t_data;   /* this micro-batch: started, batch in hand */
+    uint64_t t_last;            /* the last micro-batch's end: an update's tail is timed from it */
     uint64_t epoch_t0, last_bar; /* the epoch's start and the progress bar's last draw */
 };
 
@@ -79,16 +86,22 @@ enum { MARK_MICRO = 100, MARK_OPTIM_START, MARK_OPTIM_END };
 
 struct train_profile {
     uint64_t cur[PROF_N];       /* this optimizer step so far, ns */
-    uint64_t t_step0;           /* its first micro-batch's start */
+    uint64_t t_step0;           /* its start */
+    uint32_t micro;             /* its micro-batches so far */
     uint32_t (*hist)[PROF_BINS]; /* PROF_N rows: the steps after the warm-up ... */
     uint32_t (*hist_all)[PROF_BINS]; /* ... and every step (for runs shorter than the warm-up) */
     uint64_t steps, steps_all;
     struct rt_timeline *tl;     /* on the compute stream */
     int per_layer;              /* this step marks every layer (tracing) */
-    uint64_t copy_in_wait;      /* copy time inside this micro-batch's data wait */
+    struct prof_rank *ranks;    /* every rank's figures for the verdict (profile_gather) */
 };
 
-/* Percentiles of each phase, ns, and the verdict drawn from them (profile_report). */
+/* One rank's p50s, ns, as the verdict compares the ranks (compute: forward + backward). */
+struct prof_rank {
+    double data, step, comm, compute;
+};
+
+/* Percentiles of each phase, ns, and the verdict drawn from them (profile_gather). */
 struct prof_stats {
     double p50[PROF_N], p99[PROF_N];
     uint64_t steps;
@@ -138,6 +151,7 @@ struct train {
     /* compute */
     struct rt_backend *be;
     struct rt_model *model;
+    float *host;                /* a host copy of the parameters (replicas.c), made with the model */
     struct rt_optim *opt;
     struct rt_sched sched;
     enum rt_dtype act;          /* activations' type (--amp) */
@@ -161,52 +175,61 @@ struct train {
     enum train_stop stop;
     FILE *metrics;
     char ckpt_id[64];
+    int ckpt_valid;             /* a checkpoint of the position ckpt_micro is on disk (saved or resumed from) */
+    uint64_t ckpt_micro;
+    uint64_t ckpt_saves;        /* checkpoints this process wrote */
     uint64_t t_created;
 };
 
-/* step.c: set by loop.c's SIGTERM/SIGUSR1 handler, read once per update (the control word) */
-extern volatile sig_atomic_t train_stop_signal;
+/* loop.c: set by its SIGTERM/SIGUSR1 handler, read once per update (step_control_word) */
+extern volatile sig_atomic_t loop_stop_signal;
 
 /* input.c */
-int input_start(struct train *T);           /* the loader and its ring, or the synthetic batch */
-void input_stop(struct train *T);           /* NULL-safe parts; the batch fetched ahead goes back */
+int input_create(struct train *T);          /* the loader and its ring, or the synthetic batch; 0 or -errno */
+void input_destroy(struct train *T);        /* none made is fine; the batch fetched ahead goes back */
 void input_labels(const struct rt_batch *slot, int32_t *labels); /* padding samples -> -1 */
 
 /* step.c */
-enum train_stop step_stop_requested(const struct train *T); /* after an update: --steps reached or a signal */
-/* Before the first step: a stop signal that reached any rank during start-up (staging, resume), agreed
- * over the ranks (a collective) and kept in T->ctl for the report. STOP_SIGNAL or STOP_DONE. */
-enum train_stop step_stop_before_start(struct train *T);
+uint64_t step_updates_per_epoch(const struct train *T); /* a short last update counted: ceil(batches / accum) */
+uint32_t step_control_word(const struct train *T); /* this rank's enum train_ctl bits for the update */
+
+/* watch.c: the step's observation (meters, profile, progress, trace window), nothing trained */
+void watch_run_begin(struct train *T);
+void watch_update_begin(struct train *T);
+void watch_micro_end(struct train *T, const struct train_batch *b);
+void watch_update_end(struct train *T);
 
 /* fence.c: the buckets' events, for rt_bucket_opts' fence_mark / fence_wait */
-int fence_create(struct train *T, int n);
-void fence_destroy(struct train *T);
+int fence_create(struct train *T, int n);   /* 0 or -errno */
+void fence_destroy(struct train *T);        /* none made is fine */
 void fence_mark(void *ctx, int bucket);
 void fence_wait(void *ctx, int bucket);
 
 /* epoch.c */
-int train_epoch_done(const struct train *T);
-int epoch_close(struct train *T, int partial); /* 1: the target accuracy held long enough */
+int epoch_done(const struct train *T);      /* 1 when the position is at the epoch's end */
+int epoch_close(struct train *T, int partial); /* 1: the target accuracy held long enough; 0; -errno */
 int epoch_next(struct train *T);            /* the full epoch's close, then position and checkpoint; 1: target */
 
-/* evaluate.c */
+/* evaluate.c: loss sums over a split, on one rank or (comm) summed over all. 0 or -errno. */
 int evaluate_split(struct rt_model *m, struct rt_dataset *ds, enum rt_split split, uint32_t batch, int workers,
                    enum rt_pin pin, struct rt_comm *comm, const float *mean, const float *std,
                    struct rt_loss_stats *out);
 
-/* checkpoint.c */
-int ckpt_save(struct train *T);
-int ckpt_load(struct train *T);             /* 1 loaded, 0 none there, -1 */
-int ckpt_resume(struct train *T);           /* --resume: load, agree across ranks, say where */
+/* checkpoint.c (0 or -errno unless said) */
+int checkpoint_save(struct train *T);       /* once per position: again at the same one is a no-op */
+int checkpoint_load(struct train *T);       /* 1 loaded, 0 none there, -errno */
+int checkpoint_resume(struct train *T);     /* --resume: load, agree across ranks, say where */
 /* DIR/finished, which a job script tests to tell a run that ended as planned (its epochs, or the
  * target accuracy) from one stopped by a signal with its checkpoint saved (requeue it): written by
- * rank 0 after the last checkpoint (finished = 1), removed when a run starts (0). 0 or -1. */
-int ckpt_mark_finished(struct train *T, int finished);
-void json_floats(char *buf, size_t len, const float *v, uint32_t n);
+ * rank 0 after the last checkpoint (finished = 1), removed when a run starts (0). */
+int checkpoint_mark_finished(struct train *T, int finished);
+void checkpoint_json_floats(char *buf, size_t len, const float *v, uint32_t n); /* "[a, b, c]" */
 
 /* replicas.c */
-int replicas_sync_from_root(struct train *T, enum rt_model_buf which, const char *what);
-int replicas_due(const struct train *T);
+int replicas_create(struct train *T);       /* the host copy, after the model; 0 or -ENOMEM */
+void replicas_destroy(struct train *T);     /* none made is fine */
+void replicas_sync_from_root(struct train *T, enum rt_model_buf which, const char *what); /* collective */
+int replicas_due(const struct train *T);    /* --check-replicas: 1 after every Nth update */
 
 /* report.c */
 void report_banner(const struct train *T);
@@ -214,38 +237,41 @@ void report_progress(struct train *T);
 void report_epoch(struct train *T, int partial, double time_s, double ips, double wait, double comm,
                   const char *val);
 void report_stopped(const struct train *T);
+void report_profile(const struct train *T); /* the step profile's table and verdict (rank 0) */
 void report_summary(const struct train *T, double wall_s);
 void report_clear_bar(const struct train *T);
 
 /* meter.c */
-void meter_begin(struct train_meter *m);
-void meter_data_ready(struct train_meter *m);
-void meter_step(struct train_meter *m, const struct rt_loss_stats *loss, uint32_t valid, uint64_t comm_ns);
+void meter_micro(struct train_meter *m, const struct rt_loss_stats *loss, const struct train_batch *b);
+void meter_update(struct train_meter *m, uint64_t comm_ns); /* the update's tail: reduction and optimizer */
 void meter_epoch_reset(struct train_meter *m);
 
 /* profile.c */
-int profile_create(struct train *T);
-void profile_destroy(struct train *T);
-void profile_step_begin(struct train *T);   /* at a micro-batch's start: a new step at an update's first */
-void profile_data_ready(struct train *T, uint64_t t_start, uint64_t t_data);
+int profile_create(struct train *T);        /* 0 or -errno */
+void profile_destroy(struct train *T);      /* none made is fine */
+void profile_update_begin(struct train *T);
+void profile_micro(struct train *T, const struct train_batch *b); /* its data wait and copies */
 void profile_model_opts(struct train *T, struct rt_step_opts *so); /* the timeline for rt_model_step */
-void profile_step_end(struct train *T);     /* after the update: read the timeline, add the step */
+void profile_update_end(struct train *T);   /* read the timeline, add the step */
 void profile_stats(const struct train *T, struct prof_stats *out);
-void profile_report(struct train *T);       /* the table and the verdict (rank 0), collective */
-struct json_t;
-void profile_json(const struct train *T, struct json_t *o); /* "profile" and "verdict" for --json */
+/* What limits the run (p->limit, evidence, advice) from this rank's percentiles and every rank's p50s. */
+void profile_verdict(const struct train *T, const struct prof_stats *st, const struct prof_rank *ranks,
+                     struct prof_verdict *p);
+void profile_gather(struct train *T);       /* the ranks' figures and the verdict into T->verdict; collective */
+const char *profile_phase_name(enum prof_phase k); /* "data wait" ... */
+const char *profile_phase_key(enum prof_phase k);  /* "data" ...: the --json keys */
 
 /* tracefile.c */
-int trace_start(struct train *T);           /* --trace: the recorder, before the loader starts */
-void trace_window(struct train *T, uint64_t update, int begin); /* recording on/off around the window */
-int trace_finish(struct train *T, uint64_t t_end); /* t_end: just after the run's last collective; collective */
-void trace_stop(struct train *T);
-void gpu_counters_start(struct train *T);   /* NVML where the backend is a GPU; silent without it */
-void gpu_counters_stop(struct train *T);
+int tracefile_create(struct train *T);      /* --trace: the recorder, before the loader starts */
+void tracefile_window(struct train *T, uint64_t update, int begin); /* recording on/off around the window */
+int tracefile_finish(struct train *T, uint64_t t_end); /* t_end: just after the run's last collective; collective */
+void tracefile_destroy(struct train *T);    /* none made is fine */
+void tracefile_gpu_create(struct train *T); /* NVML where the backend is a GPU; silent without it */
+void tracefile_gpu_destroy(struct train *T); /* none made is fine */
 
 /* faults.c: the named points */
-void fault_before_compute(const struct train *T);
-void fault_before_unscale(struct train *T);
-void fault_before_allreduce(const struct train *T); /* on the comm thread, before a bucket's all-reduce */
+void faults_before_compute(const struct train *T);
+void faults_before_unscale(struct train *T);
+void faults_before_allreduce(const struct train *T); /* on the comm thread, before a bucket's all-reduce */
 
 #endif

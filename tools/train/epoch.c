@@ -11,9 +11,9 @@
 #include "common/trace.h"
 #include "tools/train/driver.h"
 
-int train_epoch_done(const struct train *T)
+int epoch_done(const struct train *T)
 {
-    return T->pos.batch == T->in.batches_per_epoch;
+    return T->pos.batch >= T->in.batches_per_epoch;
 }
 
 /* Validation on the val (else test) split; the running tally of the target accuracy. */
@@ -22,9 +22,10 @@ static int validate(struct train *T, char *line, size_t len)
     struct train_results *r = &T->res;
     struct rt_loss_stats vs;
     uint64_t v0 = rt_now_ns();
-    if (evaluate_split(T->model, T->ds, (enum rt_split)T->val_split, T->cfg.batch, T->cfg.workers, T->cfg.pin,
-                       T->comm, T->mean, T->std, &vs) < 0)
-        return -1;
+    const int rc = evaluate_split(T->model, T->ds, (enum rt_split)T->val_split, T->cfg.batch, T->cfg.workers,
+                                  T->cfg.pin, T->comm, T->mean, T->std, &vs);
+    if (rc < 0)
+        return rc;
     if (rt_trace_live())
         rt_trace_span(RT_TRACE_EVAL, "validation", NULL, v0, rt_now_ns());
     r->have_val = 1;
@@ -53,28 +54,29 @@ int epoch_close(struct train *T, int partial)
     /* Rank 0's running statistics, as DDP's broadcast_buffers: validation and
      * checkpoints then see one model. */
     rt_comm_set_phase(T->comm, T->pos.update, RT_PHASE_VALIDATE);
-    if (replicas_sync_from_root(T, RT_MODEL_BUFFERS, "batchnorm statistics") < 0)
-        return -1;
+    replicas_sync_from_root(T, RT_MODEL_BUFFERS, "batchnorm statistics");
     int hit = 0;
     char val[96] = "";
     if (!partial && T->val_split >= 0 && (hit = validate(T, val, sizeof(val))) < 0)
-        return -1;
+        return hit;
     report_epoch(T, partial, time_s, time_s > 0 ? g[3] / time_s : 0, g[4] > 0 ? g[5] / g[4] : 0,
                  g[4] > 0 ? g[6] / g[4] : 0, val);
-    T->res.epochs_done++;
+    if (!partial)
+        T->res.epochs_done++;
     return hit;
 }
 
 int epoch_next(struct train *T)
 {
-    int hit = epoch_close(T, 0);
+    const int hit = epoch_close(T, 0);
     if (hit < 0)
-        return -1;
+        return hit;
     T->pos.epoch++;
     T->pos.batch = 0;
     meter_epoch_reset(&T->meter);
-    if (ckpt_save(T) < 0)
-        return -1;
+    const int rc = checkpoint_save(T);
+    if (rc < 0)
+        return rc;
     if (hit)
         T->stop = STOP_TARGET;
     return hit;

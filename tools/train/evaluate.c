@@ -51,7 +51,7 @@ int evaluate_split(struct rt_model *m, struct rt_dataset *ds, enum rt_split spli
         rt_comm_allreduce(comm, sums, 3, RT_COMM_F64, RT_RED_SUM, "validation metrics");
         *out = (struct rt_loss_stats){(float)sums[0], (float)sums[1], (float)sums[2]};
     }
-    return rc < 0 ? -1 : 0;
+    return rc < 0 ? rc : 0;
 }
 
 /* Parses a JSON array of n numbers from checkpoint metadata. */
@@ -115,18 +115,19 @@ static int evaluate_model(const struct eval_cfg *cfg, const struct rt_st_file *f
 {
     const struct rt_dataset_info *di = rt_dataset_info(ds);
     float mean[4], std[4];
-    if (meta_floats(f, cfg->checkpoint, "mean", mean, di->channels) < 0 ||
-        meta_floats(f, cfg->checkpoint, "std", std, di->channels) < 0)
-        return -1;
+    int rc;
+    if ((rc = meta_floats(f, cfg->checkpoint, "mean", mean, di->channels)) < 0 ||
+        (rc = meta_floats(f, cfg->checkpoint, "std", std, di->channels)) < 0)
+        return rc;
     struct rt_model_opts mo = {.name = model, .c = (int)di->channels, .h = (int)di->height, .w = (int)di->width,
                                .classes = (int)di->num_classes, .batch = (int)cfg->batch};
     struct rt_backend *be = NULL;
     struct rt_model *m = NULL;
     struct rt_loss_stats vs;
-    int rc = -1;
     uint64_t t0 = 0;
-    if (train_open_backend(cfg->device, 0, 1, cfg->threads, &be) == 0 && train_amp_resolve(cfg->amp, be, &mo.act) == 0 &&
-        rt_model_create(be, &mo, &m) == 0 && rt_model_load(m, f, cfg->checkpoint) == 0) {
+    if ((rc = train_open_backend(cfg->device, 0, 1, cfg->threads, &be)) == 0 &&
+        (rc = train_amp_resolve(cfg->amp, be, &mo.act)) == 0 && (rc = rt_model_create(be, &mo, &m)) == 0 &&
+        (rc = rt_model_load(m, f, cfg->checkpoint)) == 0) {
         t0 = rt_now_ns();
         rc = evaluate_split(m, ds, RT_SPLIT_TEST, cfg->batch, cfg->workers, RT_PIN_AUTO, NULL, mean, std, &vs);
     }
@@ -141,7 +142,7 @@ static int evaluate_model(const struct eval_cfg *cfg, const struct rt_st_file *f
     return rc;
 }
 
-int eval_checkpoint(const struct eval_cfg *cfg, struct eval_result *res)
+int train_evaluate_checkpoint(const struct eval_cfg *cfg, struct eval_result *res)
 {
     struct rt_st_file *f = NULL;
     struct rt_dataset *ds = NULL;
@@ -160,5 +161,5 @@ int eval_checkpoint(const struct eval_cfg *cfg, struct eval_result *res)
     }
     rt_dataset_close(ds);
     rt_st_close(f);
-    return rc < 0 ? -1 : 0;
+    return rc < 0 ? rc : 0;
 }

@@ -61,7 +61,7 @@ int train_faults_from_env(struct train_faults *f)
         f->overflow_update = (uint64_t)a;
         f->overflow_count = b;
     }
-    if (parse_ms("RT_STAGE_TEST_DELAY_MS", &f->copy_delay_ms) < 0 ||
+    if (parse_ms("RINGTRAIN_TEST_SLOW_COPY", &f->copy_delay_ms) < 0 ||
         parse_ms("RINGTRAIN_TEST_SLOW_ALLREDUCE", &f->allreduce_delay_ms) < 0 ||
         parse_ms("RINGTRAIN_TEST_SLOW_LOADER", &f->loader_delay_ms) < 0)
         return -EINVAL;
@@ -76,7 +76,7 @@ static void sleep_ms(uint32_t ms)
 }
 
 /* Named point: a loader worker, after it filled a batch (slow storage); ctx: the struct train_faults. */
-void train_fault_loader_batch(void *ctx, const struct rt_batch *b)
+void train_faults_loader_batch(void *ctx, const struct rt_batch *b)
 {
     const struct train_faults *f = ctx;
     (void)b;
@@ -84,14 +84,14 @@ void train_fault_loader_batch(void *ctx, const struct rt_batch *b)
 }
 
 /* Named point: on the comm thread, before each bucket's all-reduce starts (a slow link). */
-void fault_before_allreduce(const struct train *T)
+void faults_before_allreduce(const struct train *T)
 {
     if (T->faults.allreduce_delay_ms)
         sleep_ms(T->faults.allreduce_delay_ms);
 }
 
 /* Named point: a rank that hangs in compute before update stall_update (a stalled peer). */
-void fault_before_compute(const struct train *T)
+void faults_before_compute(const struct train *T)
 {
     if (T->pos.update == T->faults.stall_update && T->rank == T->faults.stall_rank)
         for (;;)
@@ -99,7 +99,7 @@ void fault_before_compute(const struct train *T)
 }
 
 /* Named point: an overflow in the first gradient of the buffer, before loss scaling unscales. */
-void fault_before_unscale(struct train *T)
+void faults_before_unscale(struct train *T)
 {
     const struct train_faults *f = &T->faults;
     if (T->pos.update >= f->overflow_update && T->pos.update - f->overflow_update < f->overflow_count) {
@@ -109,7 +109,7 @@ void fault_before_unscale(struct train *T)
 }
 
 /* Named point: after each block a node-local copy writes. */
-void train_fault_copy_progress(void *ctx, const struct rt_local_copy_progress *p)
+void train_faults_copy_progress(void *ctx, const struct rt_local_copy_progress *p)
 {
     const struct train_faults *f = ctx;
     (void)p;

@@ -12,6 +12,8 @@
  */
 #include <stdlib.h>
 
+#include <errno.h>
+
 #include "common/common.h"
 #include "tools/train/driver.h"
 
@@ -19,11 +21,13 @@ int fence_create(struct train *T, int n)
 {
     T->bucket_done = rt_calloc((size_t)n, sizeof(*T->bucket_done), "bucket events");
     if (!T->bucket_done)
-        return -1;
+        return -ENOMEM;
     T->nbucket_done = n;
-    for (int i = 0; i < n; i++)
-        if (rt_event_create(T->be, &T->bucket_done[i]) < 0)
-            return -1;
+    for (int i = 0; i < n; i++) {
+        const int rc = rt_event_create(T->be, &T->bucket_done[i]);
+        if (rc < 0)
+            return rc;
+    }
     return 0;
 }
 
@@ -48,5 +52,5 @@ void fence_wait(void *ctx, int k)
 {
     struct train *T = ctx;
     rt_event_synchronize(T->bucket_done[k]);
-    fault_before_allreduce(T);
+    faults_before_allreduce(T);
 }

@@ -45,7 +45,7 @@ static int start_loader(struct train *T)
         .epochs = c->epochs,
         .start_epoch = T->pos.epoch,
         .start_step = T->pos.batch,
-        .on_batch = T->faults.loader_delay_ms ? train_fault_loader_batch : NULL,
+        .on_batch = T->faults.loader_delay_ms ? train_faults_loader_batch : NULL,
         .on_batch_ctx = &T->faults,
     };
     struct rt_ring_opts ro = {.slots = (uint32_t)RT_MAX(lo.workers + 2, 4), .batch = c->batch, .channels = T->c,
@@ -57,8 +57,10 @@ static int start_loader(struct train *T)
                                                     .free = ring_host_free, .ctx = T->be};
         ro.allocator = &T->in.host_mem;
     }
-    if (rt_ring_create(&ro, &T->in.ring) < 0 || rt_loader_create(T->ds, &lo, T->in.ring, &T->in.loader) < 0)
-        return -1;
+    int rc;
+    if ((rc = rt_ring_create(&ro, &T->in.ring)) < 0 ||
+        (rc = rt_loader_create(T->ds, &lo, T->in.ring, &T->in.loader)) < 0)
+        return rc;
     T->in.batches_per_epoch = rt_loader_steps_per_epoch(T->in.loader);
     if (T->in.batches_per_epoch == 0)
         return rt_errf(-EINVAL,
@@ -76,7 +78,7 @@ static int make_synthetic(struct train *T)
     in->syn_images = rt_malloc(n, "synthetic batch");
     in->syn_labels = rt_malloc(B * sizeof(int32_t), "synthetic labels");
     if (!in->syn_images || !in->syn_labels)
-        return -1;
+        return -ENOMEM;
     struct rt_rng r;
     rt_rng_init(&r, T->cfg.seed, 0x5e7u + (uint64_t)T->rank);
     for (size_t i = 0; i < n; i++)
@@ -89,11 +91,11 @@ static int make_synthetic(struct train *T)
     return 0;
 }
 
-int input_start(struct train *T)
+int input_create(struct train *T)
 {
     T->in.labels = rt_calloc(T->cfg.batch, sizeof(int32_t), "labels");
     if (!T->in.labels)
-        return -1;
+        return -ENOMEM;
     return T->cfg.synthetic ? make_synthetic(T) : start_loader(T);
 }
 
@@ -103,71 +105,82 @@ void input_labels(const struct rt_batch *slot, int32_t *labels)
         labels[i] = slot->ids[i] == RT_PAD_ID ? -1 : slot->labels[i];
 }
 
-/* The loader's next batch, its copy to the device started. 1, 0 at the end of the data, -errno. */
-static int fetch(struct train *T, struct train_inflight *f)
+/* The loader's next batch, its copy to the device started; the time issuing the copy into *copy_ns.
+ * 1, 0 at the end of the data, -errno. */
+static int fetch(struct train *T, struct train_inflight *f, uint64_t *copy_ns)
 {
     int r = rt_loader_next(T->in.loader, &f->slot);
     if (r > 0) {
         const uint64_t t0 = rt_now_ns();
         f->dev = rt_backend_input_upload(T->be, f->slot->images, batch_bytes(T), &f->ticket);
         const uint64_t t1 = rt_now_ns();
-        T->prof.copy_in_wait += t1 - t0;
-        T->prof.cur[PROF_COPY] += t1 - t0;
+        *copy_ns += t1 - t0;
         if (rt_trace_live())
             rt_trace_span(RT_TRACE_COPY, "h2d copy (issue)", NULL, t0, t1);
     }
     return r;
 }
 
-/* Gives a slot (NULL is fine) back to the ring once the copy `ticket` has read it. */
-static void give_back(struct train *T, struct rt_batch *slot, uint64_t ticket)
+/* Gives a slot (NULL is fine) back to the ring once the copy `ticket` has read it; the wait for the copy
+ * into *copy_ns. */
+static void give_back(struct train *T, struct rt_batch *slot, uint64_t ticket, uint64_t *copy_ns)
 {
     if (!slot)
         return;
     const uint64_t t0 = rt_now_ns();
     rt_backend_input_wait(T->be, ticket);
     const uint64_t t1 = rt_now_ns();
-    T->prof.cur[PROF_COPY] += t1 - t0;
+    *copy_ns += t1 - t0;
     if (rt_trace_live())
         rt_trace_span(RT_TRACE_COPY, "h2d copy (wait)", NULL, t0, t1);
     rt_loader_release(T->in.loader, slot);
 }
 
-int train_next_batch(struct train *T, struct train_batch *b)
+int train_input_next(struct train *T, struct train_batch *b)
 {
     struct train_input *in = &T->in;
+    *b = (struct train_batch){.t_start = rt_now_ns()};
     if (T->cfg.synthetic) {
         *b = (struct train_batch){.images = in->syn_dev, .labels = in->syn_labels, .valid = T->cfg.batch,
-                                  .ticket = in->syn_ticket};
+                                  .ticket = in->syn_ticket, .t_start = b->t_start, .t_ready = rt_now_ns()};
         return 1;
     }
     rt_comm_set_phase(T->comm, T->pos.update, RT_PHASE_DATA);
     if (!in->next.slot) {
-        int r = fetch(T, &in->next);
+        int r = fetch(T, &in->next, &b->copy_issue_ns);
         if (r <= 0)
             return r;
     }
     struct train_inflight cur = in->next;
     in->next.slot = NULL;
-    input_labels(cur.slot, in->labels);
-    *b = (struct train_batch){.images = cur.dev, .labels = in->labels, .valid = cur.slot->valid,
-                              .ticket = cur.ticket, .slot = cur.slot};
     /* The next batch's copy overlaps this step (none after the run's last batch). */
-    int r = fetch(T, &in->next);
-    return r < 0 ? r : 1;
+    int r = fetch(T, &in->next, &b->copy_issue_ns);
+    if (r < 0) {
+        give_back(T, cur.slot, cur.ticket, &b->copy_wait_ns); /* the step will not run: its slot goes back now */
+        return r;
+    }
+    input_labels(cur.slot, in->labels);
+    b->images = cur.dev;
+    b->labels = in->labels;
+    b->valid = cur.slot->valid;
+    b->ticket = cur.ticket;
+    b->slot = cur.slot;
+    b->t_ready = rt_now_ns();
+    return 1;
 }
 
-void train_release_batch(struct train *T, struct train_batch *b)
+void train_input_release(struct train *T, struct train_batch *b)
 {
-    give_back(T, b->slot, b->ticket);
+    give_back(T, b->slot, b->ticket, &b->copy_wait_ns);
     b->slot = NULL;
 }
 
-void input_stop(struct train *T)
+void input_destroy(struct train *T)
 {
     struct train_input *in = &T->in;
+    uint64_t unused = 0;
     if (in->loader)
-        give_back(T, in->next.slot, in->next.ticket); /* fetched for a step that did not run */
+        give_back(T, in->next.slot, in->next.ticket, &unused); /* fetched for a step that did not run */
     rt_loader_destroy(in->loader);
     rt_ring_destroy(in->ring);
     free(in->labels);

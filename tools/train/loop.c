@@ -1,8 +1,10 @@
 /*
- * loop.c - the run and its loop. train_loop below is the training step as a
- * reader looks for it: one line per phase, each a call into input.c, step.c,
- * epoch.c, replicas.c or report.c.
+ * loop.c - the run and its loop: updates (train_step, step.c) until the last
+ * epoch, the target accuracy, --steps or a stop signal; each epoch's end
+ * (epoch.c) after its last update. Also the stop signals: SIGTERM and SIGUSR1
+ * mean "finish the update, save, stop" for the whole run.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,56 +13,59 @@
 #include "common/trace.h"
 #include "tools/train/driver.h"
 
+volatile sig_atomic_t loop_stop_signal;
+
+/* After an update: --steps reached, or a stop signal on some rank (the update's control word). */
+static enum train_stop stop_requested(const struct train *T)
+{
+    if (T->cfg.max_updates && T->pos.update >= T->cfg.max_updates)
+        return STOP_STEPS;
+    return T->ctl & CTL_STOP ? STOP_SIGNAL : STOP_DONE;
+}
+
+/* Before the first update: a stop signal that reached any rank during start-up (staging, resume), agreed over
+ * the ranks (a collective) and kept in T->ctl for the report. */
+static enum train_stop stop_before_start(struct train *T)
+{
+    const uint32_t bits = step_control_word(T);
+    /* Each bit on its own (MAX of 0/1 is their OR): a signal's kind is named in the report. */
+    int32_t v[3] = {!!(bits & CTL_STOP), !!(bits & CTL_SIGTERM), !!(bits & CTL_SIGUSR1)};
+    rt_comm_allreduce(T->comm, v, 3, RT_COMM_I32, RT_RED_MAX, "the stop check before the first step");
+    T->ctl = (v[0] ? CTL_STOP : 0u) | (v[1] ? CTL_SIGTERM : 0u) | (v[2] ? CTL_SIGUSR1 : 0u);
+    return v[0] ? STOP_SIGNAL : STOP_DONE;
+}
+
 int train_loop(struct train *T)
 {
-    struct train_batch b;
     int r;
-    /* A signal during start-up (a long staging, say): stop where the run starts, as after a step. */
-    if ((T->stop = step_stop_before_start(T)) != STOP_DONE)
-        return ckpt_save(T) < 0 ? -1 : 0;
-    T->meter.epoch_t0 = rt_now_ns();
+    /* A signal during start-up (a long staging, say): stop where the run starts, as after an update. */
+    if ((T->stop = stop_before_start(T)) != STOP_DONE)
+        return checkpoint_save(T);
+    watch_run_begin(T);
     while (T->pos.epoch < T->cfg.epochs) {
-        meter_begin(&T->meter);
-        profile_step_begin(T);
-        if ((r = train_next_batch(T, &b)) <= 0)
+        if ((r = train_step(T)) <= 0)
             return r;
-        meter_data_ready(&T->meter);
-        profile_data_ready(T, T->meter.t_start, T->meter.t_data);
-        const int update = train_at_update(T);
-        r = train_forward_backward(T, &b);
-        train_release_batch(T, &b);
-        if (r < 0 || (update && (train_reduce(T) < 0 || train_update(T) < 0)))
-            return -1;
-        train_advance(T, &b);
-        report_progress(T);
-        if (update)
-            profile_step_end(T);
-        if (update && replicas_due(T) && train_check_replicas(T, NULL) < 0)
-            return -1;
-        if (train_epoch_done(T) && (r = epoch_next(T)) != 0)
-            return r < 0 ? -1 : 0; /* the target accuracy reached, or an error */
-        if (update && (T->stop = step_stop_requested(T)) != STOP_DONE)
+        if (replicas_due(T) && (r = train_replicas_check(T, NULL)) < 0)
+            return r;
+        if (epoch_done(T) && (r = epoch_next(T)) != 0)
+            return r < 0 ? r : 0; /* the target accuracy reached, or an error */
+        if ((T->stop = stop_requested(T)) != STOP_DONE)
             break;
     }
     /* A stop inside an epoch: its figures so far, and where to resume from. */
-    if (T->pos.batch > 0 && epoch_close(T, 1) < 0)
-        return -1;
-    if ((T->stop == STOP_STEPS || T->stop == STOP_SIGNAL) && ckpt_save(T) < 0)
-        return -1;
+    if (T->pos.batch > 0 && (r = epoch_close(T, 1)) < 0)
+        return r;
+    if (T->stop == STOP_STEPS || T->stop == STOP_SIGNAL)
+        return checkpoint_save(T);
     return 0;
 }
-
-static void on_stop_signal(int sig)
-{
-    train_stop_signal = sig;
-}
-
 
 int train_finish(struct train *T)
 {
     uint64_t digest;
-    if (train_check_replicas(T, &digest) < 0)
-        return -1;
+    int rc = train_replicas_check(T, &digest);
+    if (rc < 0)
+        return rc;
     rt_info("param digest: %016" PRIx64, digest);
     report_stopped(T);
     /* The run's exposed-communication share, averaged over the ranks. */
@@ -68,29 +73,37 @@ int train_finish(struct train *T)
     rt_comm_allreduce(T->comm, ct, 2, RT_COMM_F64, RT_RED_SUM, "the run's communication share");
     const uint64_t t_end = rt_now_ns(); /* the ranks leave this collective together: the trace's clocks */
     T->res.run_comm_frac = ct[1] > 0 ? ct[0] / ct[1] : 0;
-    profile_report(T);
-    if (trace_finish(T, t_end) < 0)
-        return -1;
+    profile_gather(T);
+    report_profile(T);
+    if ((rc = tracefile_finish(T, t_end)) < 0)
+        return rc;
     report_summary(T, (double)(rt_now_ns() - T->t_created) * 1e-9);
     rt_comm_set_phase(T->comm, T->pos.update, RT_PHASE_DONE);
-    return T->stop == STOP_DONE || T->stop == STOP_TARGET ? ckpt_mark_finished(T, 1) : 0;
+    return T->stop == STOP_DONE || T->stop == STOP_TARGET ? checkpoint_mark_finished(T, 1) : 0;
+}
+
+static void on_stop_signal(int sig)
+{
+    loop_stop_signal = sig;
 }
 
 /* SIGTERM and SIGUSR1 mean "finish the update, save, stop" for the whole run: from before start-up
  * (staging may take minutes; the loop checks before its first step) to the end (a signal after the
- * last step changes nothing), so that preemption never kills the process outright. */
+ * last step changes nothing), so that preemption never kills the process outright. A signal belongs
+ * to the run it reached: the next train_run in the same process starts without it. */
 int train_run(const struct train_cfg *cfg)
 {
     struct sigaction sa = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
     struct sigaction old_term, old_usr1;
     sigemptyset(&sa.sa_mask);
+    loop_stop_signal = 0;
     sigaction(SIGTERM, &sa, &old_term);
     sigaction(SIGUSR1, &sa, &old_usr1);
     struct train *T;
     int rc = train_create(cfg, &T);
     if (rc == 0) {
         report_banner(T);
-        rc = ckpt_mark_finished(T, 0);
+        rc = checkpoint_mark_finished(T, 0);
     }
     if (rc == 0)
         rc = train_loop(T);
@@ -101,5 +114,5 @@ int train_run(const struct train_cfg *cfg)
     train_destroy(T);
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGUSR1, &old_usr1, NULL);
-    return rc < 0 ? -1 : 0;
+    return rc < 0 ? rc : 0;
 }

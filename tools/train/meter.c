@@ -1,7 +1,8 @@
 /*
  * meter.c - the driver's counters in one place: each micro-batch's time
- * (waiting for data, then the whole step), images and loss sums, summed for
- * the epoch and for the run. Nothing here touches a device or another rank.
+ * (waiting for data, then forward and backward), each update's tail (the
+ * reduction and the optimizer step), images and loss sums, summed for the
+ * epoch and for the run. Nothing here touches a device or another rank.
  */
 #include <string.h>
 
@@ -11,16 +12,6 @@
 /* Micro-batches run before the "steady" figures start: caches, pools and pages warm. */
 enum { METER_WARMUP = 3 };
 
-void meter_begin(struct train_meter *m)
-{
-    m->t_start = rt_now_ns();
-}
-
-void meter_data_ready(struct train_meter *m)
-{
-    m->t_data = rt_now_ns();
-}
-
 static void span_add(struct train_span *s, uint64_t images, uint64_t train_ns, uint64_t wait_ns, uint64_t comm_ns)
 {
     s->images += images;
@@ -29,18 +20,32 @@ static void span_add(struct train_span *s, uint64_t images, uint64_t train_ns, u
     s->comm_ns += comm_ns;
 }
 
-void meter_step(struct train_meter *m, const struct rt_loss_stats *loss, uint32_t valid, uint64_t comm_ns)
+static void add(struct train_meter *m, uint64_t images, uint64_t train_ns, uint64_t wait_ns, uint64_t comm_ns)
 {
-    const uint64_t now = rt_now_ns(), train_ns = now - m->t_start, wait_ns = m->t_data - m->t_start;
+    span_add(&m->epoch, images, train_ns, wait_ns, comm_ns);
+    span_add(&m->run, images, train_ns, wait_ns, comm_ns);
+    if (m->run_micro > METER_WARMUP) {
+        m->steady_images += images;
+        m->steady_ns += train_ns;
+    }
+}
+
+void meter_micro(struct train_meter *m, const struct rt_loss_stats *loss, const struct train_batch *b)
+{
+    const uint64_t now = rt_now_ns();
     m->ep_loss.loss_sum += loss->loss_sum;
     m->ep_loss.correct += loss->correct;
     m->ep_loss.count += loss->count;
-    span_add(&m->epoch, valid, train_ns, wait_ns, comm_ns);
-    span_add(&m->run, valid, train_ns, wait_ns, comm_ns);
-    if (++m->run_micro > METER_WARMUP) {
-        m->steady_images += valid;
-        m->steady_ns += train_ns;
-    }
+    m->run_micro++;
+    add(m, b->valid, now - b->t_start, b->t_ready - b->t_start, 0);
+    m->t_last = now;
+}
+
+void meter_update(struct train_meter *m, uint64_t comm_ns)
+{
+    const uint64_t now = rt_now_ns();
+    add(m, 0, now - m->t_last, 0, comm_ns);
+    m->t_last = now;
 }
 
 void meter_epoch_reset(struct train_meter *m)

@@ -19,8 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <jansson.h>
-
 #include "common/common.h"
 #include "common/trace.h"
 #include "tools/train/driver.h"
@@ -61,11 +59,15 @@ int profile_create(struct train *T)
     struct train_profile *p = &T->prof;
     p->hist = rt_calloc(PROF_N, sizeof(*p->hist), "step profile");
     p->hist_all = rt_calloc(PROF_N, sizeof(*p->hist_all), "step profile");
-    if (!p->hist || !p->hist_all)
-        return -1;
+    /* The ranks' figures for the verdict, allocated here: at the run's end a failure would leave this rank
+     * out of the others' allgather. */
+    p->ranks = rt_calloc((size_t)T->world, sizeof(*p->ranks), "the ranks' step profiles");
+    if (!p->hist || !p->hist_all || !p->ranks)
+        return -ENOMEM;
     /* Per-layer marks only while tracing: each layer's forward and backward, per micro-batch. */
     const int per_micro = T->tr.rec ? 2 * RT_MAX(rt_model_node_count(T->model), 1) + 8 : 6;
-    return rt_timeline_create(T->be, per_micro * (int)T->cfg.grad_accum + 4, &p->tl) < 0 ? -1 : 0;
+    const int rc = rt_timeline_create(T->be, per_micro * (int)T->cfg.grad_accum + 4, &p->tl);
+    return rc < 0 ? rc : 0;
 }
 
 void profile_destroy(struct train *T)
@@ -73,32 +75,33 @@ void profile_destroy(struct train *T)
     rt_timeline_destroy(T->prof.tl);
     free(T->prof.hist);
     free(T->prof.hist_all);
+    free(T->prof.ranks);
+    T->prof.ranks = NULL;
     T->prof.tl = NULL;
     T->prof.hist = T->prof.hist_all = NULL;
 }
 
-void profile_step_begin(struct train *T)
+void profile_update_begin(struct train *T)
 {
     struct train_profile *p = &T->prof;
-    if (T->pos.micro % T->cfg.grad_accum)
-        return;
-    trace_window(T, T->pos.update, 1);
     memset(p->cur, 0, sizeof(p->cur));
-    p->t_step0 = T->meter.t_start;
+    p->micro = 0;
+    p->t_step0 = rt_now_ns();
     /* The stream is idle: the last step's end read its timeline. With tracing the anchor is exact. */
     rt_timeline_start(p->tl, rt_backend_stream(T->be), rt_trace_live());
     p->per_layer = rt_trace_live();
 }
 
-void profile_data_ready(struct train *T, uint64_t t_start, uint64_t t_data)
+void profile_micro(struct train *T, const struct train_batch *b)
 {
     struct train_profile *p = &T->prof;
-    const uint64_t wait = t_data - t_start;
-    /* The next batch's copy is issued inside the wait: it counts as copy. */
-    p->cur[PROF_DATA] += wait > p->copy_in_wait ? wait - p->copy_in_wait : 0;
-    p->copy_in_wait = 0;
+    const uint64_t wait = b->t_ready - b->t_start;
+    /* The next batch's copy is issued inside the wait: it counts as copy, as does the wait for this one's. */
+    p->cur[PROF_DATA] += wait > b->copy_issue_ns ? wait - b->copy_issue_ns : 0;
+    p->cur[PROF_COPY] += b->copy_issue_ns + b->copy_wait_ns;
+    p->micro++;
     if (rt_trace_live())
-        rt_trace_span(RT_TRACE_STEP, "data wait", NULL, t_start, t_data);
+        rt_trace_span(RT_TRACE_STEP, "data wait", NULL, b->t_start, b->t_ready);
 }
 
 void profile_model_opts(struct train *T, struct rt_step_opts *so)
@@ -152,7 +155,7 @@ static void device_phases(struct train *T)
     }
 }
 
-void profile_step_end(struct train *T)
+void profile_update_end(struct train *T)
 {
     struct train_profile *p = &T->prof;
     device_phases(T);
@@ -175,12 +178,11 @@ void profile_step_end(struct train *T)
         char label[24];
         snprintf(label, sizeof(label), "%" PRIu64, T->pos.update - 1);
         rt_trace_span(RT_TRACE_STEP, "step", label, p->t_step0, now);
-        const double imgs = (double)T->cfg.batch * T->cfg.grad_accum * T->world;
+        const double imgs = (double)T->cfg.batch * p->micro * T->world;
         rt_trace_counter("images/s", imgs / ((double)p->cur[PROF_STEP] * 1e-9), now);
         if (T->scaling)
             rt_trace_counter("loss scale", (double)T->scaler.scale, now);
     }
-    trace_window(T, T->pos.update, 0);
 }
 
 void profile_stats(const struct train *T, struct prof_stats *out)
@@ -209,23 +211,19 @@ void profile_stats(const struct train *T, struct prof_stats *out)
  * else compute. Thresholds are where fixing the phase pays more than the
  * run-to-run noise of these machines.
  */
-struct rank_p50 {
-    double data, step, comm, compute; /* ns; compute: forward + backward */
-};
-
 static double share_of(double part, double step)
 {
     return step > 0 ? part / step : 0;
 }
 
-static void verdict(struct train *T, const struct prof_stats *st, const struct rank_p50 *ranks)
+void profile_verdict(const struct train *T, const struct prof_stats *st, const struct prof_rank *ranks,
+                     struct prof_verdict *p)
 {
-    struct prof_verdict *p = &T->verdict;
     const struct train_cfg *c = &T->cfg;
     const double step = st->p50[PROF_STEP] > 0 ? st->p50[PROF_STEP] : 1;
     int worst = 0, slow = 0, fast = 0, least = 0; /* most data wait; most and least compute; least comm wait */
     for (int r = 1; r < T->world; r++) {
-        const struct rank_p50 *k = &ranks[r];
+        const struct prof_rank *k = &ranks[r];
         if (share_of(k->data, k->step) > share_of(ranks[worst].data, ranks[worst].step))
             worst = r;
         if (k->compute > ranks[slow].compute)
@@ -242,12 +240,15 @@ static void verdict(struct train *T, const struct prof_stats *st, const struct r
     const double compute = (st->p50[PROF_FORWARD] + st->p50[PROF_BACKWARD] + st->p50[PROF_OPTIM]) / step;
     const double imgs = (double)c->batch * c->grad_accum * T->world;
     if (worst_data >= 0.15) {
+        /* What the model alone would do, from the step without its wait: not when the wait is (nearly) all of
+         * the step, where the difference is below the clock's resolution. */
+        const double own = worst_step - ranks[worst].data;
+        char alone[96] = "; the rest of the step is too short to say how fast the model alone would run";
+        if (own > 0.01 * worst_step)
+            snprintf(alone, sizeof(alone), "; the model alone would run at about %.0f img/s", imgs / (own * 1e-9));
         snprintf(p->limit, sizeof(p->limit), "input");
-        snprintf(p->evidence, sizeof(p->evidence),
-                 "rank %d waits %.1f ms for data in a %.1f ms step (%.0f%%); the model alone would run at about "
-                 "%.0f img/s",
-                 worst, ranks[worst].data * 1e-6, worst_step * 1e-6, 100 * worst_data,
-                 imgs / ((worst_step - ranks[worst].data) * 1e-9));
+        snprintf(p->evidence, sizeof(p->evidence), "rank %d waits %.1f ms for data in a %.1f ms step (%.0f%%)%s",
+                 worst, ranks[worst].data * 1e-6, worst_step * 1e-6, 100 * worst_data, alone);
         snprintf(p->advice, sizeof(p->advice),
                  "more loader workers (--workers %d; now %d)%s; `ringtrain loadbench DIR --target FILE.json` with "
                  "this run's --json output shows whether the loader can feed the model",
@@ -300,46 +301,24 @@ static void verdict(struct train *T, const struct prof_stats *st, const struct r
     }
 }
 
-void profile_report(struct train *T)
+void profile_gather(struct train *T)
 {
     struct prof_stats st;
     profile_stats(T, &st);
-    const struct rank_p50 mine = {st.p50[PROF_DATA], st.p50[PROF_STEP], st.p50[PROF_COMM],
-                                  st.p50[PROF_FORWARD] + st.p50[PROF_BACKWARD]};
-    struct rank_p50 *ranks = rt_calloc((size_t)T->world, sizeof(*ranks), "step profiles");
-    if (!ranks)
-        return;
-    rt_comm_allgather(T->comm, &mine, ranks, sizeof(mine), "the ranks' step profiles");
-    verdict(T, &st, ranks);
-    free(ranks);
+    const struct prof_rank mine = {st.p50[PROF_DATA], st.p50[PROF_STEP], st.p50[PROF_COMM],
+                                   st.p50[PROF_FORWARD] + st.p50[PROF_BACKWARD]};
+    rt_comm_allgather(T->comm, &mine, T->prof.ranks, sizeof(mine), "the ranks' step profiles");
+    profile_verdict(T, &st, T->prof.ranks, &T->verdict);
     T->verdict.have = 1;
     T->verdict.st = st;
-    if (!T->root || !st.steps)
-        return;
-    report_clear_bar(T);
-    const double step = st.p50[PROF_STEP] > 0 ? st.p50[PROF_STEP] : 1;
-    printf("step profile (rank 0, %" PRIu64 " optimizer steps%s), ms:\n", st.steps,
-           st.warm ? ", warm-up included: the run was short" : " after the first 3");
-    printf("  %-13s %9s %9s %6s\n", "phase", "p50", "p99", "share");
-    for (int k = 0; k < PROF_N; k++)
-        printf("  %-13s %9.3f %9.3f %5.0f%%\n", phase_names[k], st.p50[k] * 1e-6, st.p99[k] * 1e-6,
-               k == PROF_STEP ? 100.0 : 100 * st.p50[k] / step);
-    printf("verdict: %s-bound: %s\n  try: %s\n", T->verdict.limit, T->verdict.evidence, T->verdict.advice);
-    fflush(stdout);
 }
 
-/* The profile and verdict as members of the --json summary (report.c). */
-void profile_json(const struct train *T, json_t *o)
+const char *profile_phase_name(enum prof_phase k)
 {
-    if (!T->verdict.have)
-        return;
-    const struct prof_stats *st = &T->verdict.st;
-    json_t *ph = json_object();
-    for (int k = 0; k < PROF_N; k++)
-        json_object_set_new(ph, phase_keys[k],
-                            json_pack("{s:f, s:f}", "p50_ms", st->p50[k] * 1e-6, "p99_ms", st->p99[k] * 1e-6));
-    json_object_set_new(o, "profile", json_pack("{s:I, s:b, s:o}", "steps", (json_int_t)st->steps, "warmup_included",
-                                                st->warm, "phases", ph));
-    json_object_set_new(o, "verdict", json_pack("{s:s, s:s, s:s}", "limit", T->verdict.limit, "evidence",
-                                                T->verdict.evidence, "try", T->verdict.advice));
+    return phase_names[k];
+}
+
+const char *profile_phase_key(enum prof_phase k)
+{
+    return phase_keys[k];
 }

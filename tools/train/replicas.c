@@ -19,43 +19,49 @@ static size_t buf_count(const struct rt_model *m, enum rt_model_buf which)
     return which == RT_MODEL_BUFFERS ? rt_model_buffer_count(m) : rt_model_param_count(m);
 }
 
-int replicas_sync_from_root(struct train *T, enum rt_model_buf which, const char *what)
+/* The host copy every call below reads the model into, made once with the model: a collective that could fail
+ * to allocate would leave its rank out of the others' broadcast or allgather. */
+int replicas_create(struct train *T)
+{
+    /* The parameters, the buffers, or a gather of 16 bytes per rank (the replica check's digests, the trace's
+     * clocks), whichever is the largest. */
+    const size_t n = RT_MAX(RT_MAX(rt_model_param_count(T->model), rt_model_buffer_count(T->model)),
+                            4 * (size_t)T->world);
+    T->host = rt_malloc(n * sizeof(float), "the host copy of the parameters");
+    return T->host ? 0 : -ENOMEM;
+}
+
+void replicas_destroy(struct train *T)
+{
+    free(T->host);
+    T->host = NULL;
+}
+
+void replicas_sync_from_root(struct train *T, enum rt_model_buf which, const char *what)
 {
     const size_t count = buf_count(T->model, which);
     if (T->world == 1 || count == 0)
-        return 0;
-    float *host = rt_malloc(count * sizeof(float), what);
-    if (!host)
-        return -1;
-    rt_model_read(T->model, which, 0, count, host);
-    rt_comm_broadcast(T->comm, host, count * sizeof(float), 0, what);
-    rt_model_write(T->model, which, 0, host, count);
-    free(host);
-    return 0;
+        return;
+    rt_model_read(T->model, which, 0, count, T->host);
+    rt_comm_broadcast(T->comm, T->host, count * sizeof(float), 0, what);
+    rt_model_write(T->model, which, 0, T->host, count);
 }
 
-uint64_t train_param_digest(struct train *T)
+uint64_t train_replicas_digest(struct train *T)
 {
     const size_t n = rt_model_param_count(T->model);
-    float *host = rt_malloc(n * sizeof(float), "parameter digest");
-    if (!host)
-        return 0;
-    rt_model_read(T->model, RT_MODEL_PARAMS, 0, n, host);
-    uint64_t h = XXH64(host, n * sizeof(float), 0);
-    free(host);
-    return h;
+    rt_model_read(T->model, RT_MODEL_PARAMS, 0, n, T->host);
+    return XXH64(T->host, n * sizeof(float), 0);
 }
 
-int train_check_replicas(struct train *T, uint64_t *digest)
+int train_replicas_check(struct train *T, uint64_t *digest)
 {
-    uint64_t mine = train_param_digest(T);
+    const uint64_t mine = train_replicas_digest(T);
     if (digest)
         *digest = mine;
     if (T->world == 1)
         return 0;
-    uint64_t *all = rt_calloc((size_t)T->world, sizeof(uint64_t), "digests");
-    if (!all)
-        return -1;
+    uint64_t *all = (uint64_t *)T->host; /* the digest is taken: the host copy is free again */
     rt_comm_allgather(T->comm, &mine, all, sizeof(mine), "the replica check");
     char bad[256] = "";
     size_t o = 0;
@@ -64,7 +70,6 @@ int train_check_replicas(struct train *T, uint64_t *digest)
         if (all[r] != all[0] && n++ < 8 && o < sizeof(bad))
             o += (size_t)snprintf(bad + o, sizeof(bad) - o, "%s%d (%016" PRIx64 ")", o ? ", " : "", r, all[r]);
     uint64_t first = all[0];
-    free(all);
     if (n)
         return rt_errf(-EPROTO, "replica check at optimizer step %" PRIu64 ": the parameters of rank(s) %s%s differ "
                                 "from rank 0's (%016" PRIx64 ")",

@@ -34,14 +34,19 @@ static void banner_data(const struct train *T)
                T->data_path[0] ? T->data_path : c->data, T->info->split[RT_SPLIT_TRAIN].records,
                T->val_split >= 0 ? rt_split_name(T->val_split) : "no val",
                T->val_split >= 0 ? T->info->split[T->val_split].records : 0, T->c, T->h, T->w, T->classes);
-    json_floats(mean, sizeof(mean), T->mean, T->c);
-    json_floats(std, sizeof(std), T->std, T->c);
+    checkpoint_json_floats(mean, sizeof(mean), T->mean, T->c);
+    checkpoint_json_floats(std, sizeof(std), T->std, T->c);
     printf("  normalise mean %s std %s%s\n", mean, std,
            T->norm_from_data ? "" : " (defaults: no statistics in the manifest)");
-    printf("  batch     %u per rank x %d ranks x %u accumulation = %u effective, %" PRIu64 " steps/epoch, %" PRIu64
+    const uint64_t short_micro = T->in.batches_per_epoch % c->grad_accum;
+    char tail[96] = "";
+    if (short_micro)
+        snprintf(tail, sizeof(tail), " (its last of %" PRIu64 " micro-batch%s)", short_micro,
+                 short_micro == 1 ? "" : "es");
+    printf("  batch     %u per rank x %d ranks x %u accumulation = %u effective, %" PRIu64 " steps/epoch%s, %" PRIu64
            " epochs\n",
            c->batch, T->world, c->grad_accum, c->batch * (uint32_t)T->world * c->grad_accum,
-           T->in.batches_per_epoch / c->grad_accum, c->epochs);
+           step_updates_per_epoch(T), tail, c->epochs);
 }
 
 static void banner_comm(const struct train *T)
@@ -218,6 +223,39 @@ void report_stopped(const struct train *T)
             T->pos.epoch + 1, T->pos.batch);
 }
 
+void report_profile(const struct train *T)
+{
+    const struct prof_stats *st = &T->verdict.st;
+    if (!T->root || !T->verdict.have || !st->steps)
+        return;
+    report_clear_bar(T);
+    const double step = st->p50[PROF_STEP] > 0 ? st->p50[PROF_STEP] : 1;
+    printf("step profile (rank 0, %" PRIu64 " optimizer steps%s), ms:\n", st->steps,
+           st->warm ? ", warm-up included: the run was short" : " after the first 3");
+    printf("  %-13s %9s %9s %6s\n", "phase", "p50", "p99", "share");
+    for (int k = 0; k < PROF_N; k++)
+        printf("  %-13s %9.3f %9.3f %5.0f%%\n", profile_phase_name((enum prof_phase)k), st->p50[k] * 1e-6,
+               st->p99[k] * 1e-6, k == PROF_STEP ? 100.0 : 100 * st->p50[k] / step);
+    printf("verdict: %s-bound: %s\n  try: %s\n", T->verdict.limit, T->verdict.evidence, T->verdict.advice);
+    fflush(stdout);
+}
+
+/* The step profile and its verdict as members of the --json summary. */
+static void profile_members(const struct train *T, json_t *o)
+{
+    if (!T->verdict.have)
+        return;
+    const struct prof_stats *st = &T->verdict.st;
+    json_t *ph = json_object();
+    for (int k = 0; k < PROF_N; k++)
+        json_object_set_new(ph, profile_phase_key((enum prof_phase)k),
+                            json_pack("{s:f, s:f}", "p50_ms", st->p50[k] * 1e-6, "p99_ms", st->p99[k] * 1e-6));
+    json_object_set_new(o, "profile", json_pack("{s:I, s:b, s:o}", "steps", (json_int_t)st->steps, "warmup_included",
+                                                st->warm, "phases", ph));
+    json_object_set_new(o, "verdict", json_pack("{s:s, s:s, s:s}", "limit", T->verdict.limit, "evidence",
+                                                T->verdict.evidence, "try", T->verdict.advice));
+}
+
 /* enum train_stop, as the summary says it */
 static const char *const stop_reasons[] = {"completed", "target accuracy reached", "step limit", "signal"};
 
@@ -262,7 +300,7 @@ static void summary_json(const struct train *T, double wall_s, double train_s, d
     json_object_set_new(o, "bucket_cap_mb", json_real(c->bucket_cap_mb));
     json_object_set_new(o, "overlap", json_boolean(!c->no_overlap));
     json_object_set_new(o, "bucket_allreduces", json_integer((json_int_t)cc.bucket_allreduces));
-    profile_json(T, o);
+    profile_members(T, o);
     if (c->trace)
         json_object_set_new(o, "trace", json_pack("{s:s, s:I}", "file", c->trace, "bytes", (json_int_t)T->tr.file_bytes));
     if (r->best_acc > 0 || r->have_val) {

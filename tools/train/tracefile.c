@@ -25,7 +25,7 @@
 #include "common/trace.h"
 #include "tools/train/driver.h"
 
-int trace_start(struct train *T)
+int tracefile_create(struct train *T)
 {
     const struct train_cfg *c = &T->cfg;
     if (!c->trace)
@@ -35,13 +35,14 @@ int trace_start(struct train *T)
     host[sizeof(host) - 1] = 0;
     snprintf(name, sizeof(name), "rank %d (%s)", T->rank, host);
     struct rt_trace_opts o = {.cap_bytes = (size_t)(c->trace_mb * 1048576.0), .pid = T->rank, .process = name};
-    if (rt_trace_create(&o, &T->tr.rec) < 0)
-        return -1;
+    const int rc = rt_trace_create(&o, &T->tr.rec);
+    if (rc < 0)
+        return rc;
     rt_trace_thread_name("training", 0);
     return 0;
 }
 
-void trace_window(struct train *T, uint64_t update, int begin)
+void tracefile_window(struct train *T, uint64_t update, int begin)
 {
     const struct train_cfg *c = &T->cfg;
     if (!T->tr.rec)
@@ -120,7 +121,7 @@ static int send_part(struct train *T, int64_t shift, uint64_t base)
     return rc;
 }
 
-int trace_finish(struct train *T, uint64_t t_end)
+int tracefile_finish(struct train *T, uint64_t t_end)
 {
     struct train_trace *t = &T->tr;
     if (!t->rec)
@@ -128,15 +129,12 @@ int trace_finish(struct train *T, uint64_t t_end)
     rt_trace_set_recording(t->rec, 0);
     rt_trace_mark(RT_TRACE_STEP, "run end", t_end);
     /* The loader's threads record nothing more once they are gone. */
-    input_stop(T);
+    input_destroy(T);
     uint64_t mine[2] = {t_end, rt_trace_created_ns(t->rec)};
-    uint64_t *all = rt_calloc((size_t)T->world * 2, sizeof(uint64_t), "trace clocks");
-    if (!all)
-        return -1;
+    uint64_t *all = (uint64_t *)T->host; /* sized for this (replicas.c): nothing here can fail to allocate */
     rt_comm_allgather(T->comm, mine, all, sizeof(mine), "the trace's clocks");
     const uint64_t base = all[1];
     const int64_t shift = (int64_t)(all[0] - t_end);
-    free(all);
     struct rt_trace_stats st, sum;
     rt_trace_get_stats(t->rec, &st);
     uint64_t v[3] = {st.events, st.dropped, st.bytes};
@@ -147,9 +145,9 @@ int trace_finish(struct train *T, uint64_t t_end)
         snprintf(window, sizeof(window), "all");
     else
         snprintf(window, sizeof(window), "%" PRIu64 ":%" PRIu64, T->cfg.trace_first, T->cfg.trace_last);
-    int rc = T->root ? write_root(T, base, &sum, window) : send_part(T, shift, base);
+    const int rc = T->root ? write_root(T, base, &sum, window) : send_part(T, shift, base);
     if (rc < 0)
-        return -1;
+        return rc;
     if (T->root) {
         struct stat sb;
         t->file_bytes = stat(T->cfg.trace, &sb) == 0 ? (uint64_t)sb.st_size : 0;
@@ -183,7 +181,7 @@ static void gpu_sample(void *ctx, const struct rt_nvml_reading *r)
         rt_trace_counter("gpu SM clock MHz", r->sm_clock_mhz, t);
 }
 
-void gpu_counters_start(struct train *T)
+void tracefile_gpu_create(struct train *T)
 {
     const char *bus = rt_backend_pci_bus_id(T->be);
     if (!bus)
@@ -193,13 +191,13 @@ void gpu_counters_start(struct train *T)
         T->gpu = NULL; /* no NVML here: no counters, and nothing said */
 }
 
-void gpu_counters_stop(struct train *T)
+void tracefile_gpu_destroy(struct train *T)
 {
     rt_nvml_sampler_destroy(T->gpu);
     T->gpu = NULL;
 }
 
-void trace_stop(struct train *T)
+void tracefile_destroy(struct train *T)
 {
     rt_trace_destroy(T->tr.rec);
     T->tr.rec = NULL;

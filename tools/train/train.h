@@ -7,29 +7,38 @@
  * What a stage does lives in that stage's library; this one only wires them.
  *
  * Read it from the top: the run (train_run) is set-up, the loop, the finish.
- * The loop (loop.c) is a screen of the calls below; one turn of it is
+ * The loop (loop.c) runs updates until the last epoch, the target accuracy,
+ * --steps or a stop signal; one update (train_step, step.c) is
  *
- *     train_next_batch     the next batch on its way to the device (input.c)
- *     train_forward_backward   zero the gradients at an update's first
- *                          micro-batch; forward, loss, backward, the
- *                          buckets' all-reduce starting as gradients finish
- *                          (step.c)
- *     train_release_batch  the ring slot goes back to the loader
- *     train_reduce         at an update's last micro-batch: wait for the
- *                          all-reduce; the ranks' control words are OR-ed
- *     train_update         unscale and skip on overflow, clip, optimizer step
- *     train_advance        positions and the meter move on
+ *     for each of its train_step_size() micro-batches (train_step_micro):
+ *         train_input_next             the batch on its way to the device
+ *         train_step_forward_backward  gradients zeroed at the first; forward,
+ *                                      loss, backward; at the last the
+ *                                      buckets' all-reduce starts as
+ *                                      gradients finish
+ *         train_input_release          the ring slot back to the loader
+ *     train_step_reduce    wait for the all-reduce; the ranks' control words
+ *     train_step_apply     unscale and skip on overflow, clip, optimizer step
  *
- * then the epoch's end (epoch.c: validation, the epoch line, metrics, the
- * checkpoint) and the stop checks.
+ * then, after an epoch's last update, the epoch's end (epoch.c: validation,
+ * the epoch line, metrics, the checkpoint) and the stop checks.
+ *
+ * An update never spans two epochs. Where --grad-accum does not divide the
+ * epoch's micro-batches, each epoch ends with a short update of the
+ * remainder (its gradient the mean over its own samples), as a PyTorch loop
+ * that steps on the epoch's last batch does. So an epoch has
+ * ceil(micro-batches / accumulation) updates, the schedule counts those, and
+ * every checkpoint -- an epoch's end, --steps, a stop signal -- falls between
+ * two updates, where nothing half-accumulated needs saving.
  *
  * Positions. Three counters, three words, used the same way everywhere
  * (messages, state.json, the code):
  *   micro-batch  one batch of --batch-size samples per rank through forward
  *                and backward; `batch` counts them within the epoch;
- *   update       --grad-accum micro-batches, then one gradient reduction and
- *                one optimizer step, attempted: an update skipped by loss
- *                scaling still counts. --steps N stops after N updates;
+ *   update       --grad-accum micro-batches (fewer at an epoch's end), then
+ *                one gradient reduction and one optimizer step, attempted:
+ *                an update skipped by loss scaling still counts. --steps N
+ *                stops after N updates;
  *   applied      the updates the optimizer really made (rt_optim_steps()):
  *                what the learning-rate schedule advances on.
  *
@@ -107,15 +116,15 @@ void train_faults_none(struct train_faults *f);
 /*
  * Fills `f` from the environment, none where a variable is unset:
  *   RINGTRAIN_TEST_STALL=RANK:UPDATE, RINGTRAIN_TEST_OVERFLOW=UPDATE:COUNT,
- *   RT_STAGE_TEST_DELAY_MS=MS, RINGTRAIN_TEST_SLOW_ALLREDUCE=MS, RINGTRAIN_TEST_SLOW_LOADER=MS.
+ *   RINGTRAIN_TEST_SLOW_COPY=MS, RINGTRAIN_TEST_SLOW_ALLREDUCE=MS, RINGTRAIN_TEST_SLOW_LOADER=MS.
  * Returns 0, or -EINVAL naming the variable that does not parse.
  */
 int train_faults_from_env(struct train_faults *f);
 
 /* The copy-delay fault as a node-local copy's progress callback (ctx: the struct train_faults). */
-void train_fault_copy_progress(void *ctx, const struct rt_local_copy_progress *p);
+void train_faults_copy_progress(void *ctx, const struct rt_local_copy_progress *p);
 /* The slow-loader fault as the loader's on_batch callback (ctx: the struct train_faults). */
-void train_fault_loader_batch(void *ctx, const struct rt_batch *b);
+void train_faults_loader_batch(void *ctx, const struct rt_batch *b);
 
 /* ---- the configuration ------------------------------------------------------------ */
 
@@ -176,8 +185,9 @@ struct train_cfg {
 /*
  * Runs the training described by cfg: set-up, the banner, the loop, the
  * summary. A stop on SIGTERM/SIGUSR1 saves a checkpoint and counts as
- * success. Returns 0, or -1 after printing "error: <message>" (and, with
- * several ranks, ending the job so that no peer waits).
+ * success; a signal stops only the train_run it reached. Returns 0, or
+ * -errno after printing "error: <message>" (and, with several ranks, ending
+ * the job so that no peer waits).
  */
 int train_run(const struct train_cfg *cfg);
 
@@ -214,16 +224,17 @@ enum train_stop { STOP_DONE = 0, STOP_TARGET, STOP_STEPS, STOP_SIGNAL };
 
 /*
  * The loop, from the driver's position to the end of the last epoch, the
- * target accuracy, --steps, or a stop signal (see train_request_stop).
- * Saves a checkpoint at each epoch's end and when stopped early. Returns 0
- * (train_stopped() says why) or -1 with rt_errmsg() set.
+ * target accuracy, --steps, or a stop signal (SIGTERM or SIGUSR1 while
+ * train_run runs). Saves a checkpoint at each epoch's end and when stopped
+ * early. Returns 0 (train_stopped() says why) or -errno with rt_errmsg() set.
  */
 int train_loop(struct train *T);
 enum train_stop train_stopped(const struct train *T);
+uint64_t train_checkpoints_saved(const struct train *T); /* checkpoints this driver wrote */
 
 /*
  * After the loop: the replica check, the "param digest" line, the
- * exposed-communication share, the summary. Collective. 0 or -1.
+ * exposed-communication share, the summary. Collective. 0 or -errno.
  */
 int train_finish(struct train *T);
 
@@ -234,51 +245,65 @@ struct train_batch {
     uint32_t valid;             /* real samples */
     uint64_t ticket;            /* rt_backend_input_upload's ticket for `images` */
     struct rt_batch *slot;      /* the ring slot it came in, NULL for the synthetic batch */
+    uint64_t t_start, t_ready;  /* asked for, in hand (rt_now_ns) */
+    uint64_t copy_issue_ns;     /* inside that wait: issuing the next batch's copy to the device */
+    uint64_t copy_wait_ns;      /* at release: waiting for this batch's copy to finish reading the slot */
 };
 
 /*
  * The next micro-batch, its copy to the device started, and the copy of the
  * one after it started too, so that it overlaps this step. Returns 1, 0 at
- * the end of the data, or -errno.
+ * the end of the data, or -errno (holding nothing then).
  */
-int train_next_batch(struct train *T, struct train_batch *b);
+int train_input_next(struct train *T, struct train_batch *b);
 /* Gives the batch's ring slot back once its copy has read it. */
-void train_release_batch(struct train *T, struct train_batch *b);
-
-/* 1 when the micro-batch about to run is the last of an update (then reduce and update follow). */
-int train_at_update(const struct train *T);
+void train_input_release(struct train *T, struct train_batch *b);
 
 /*
- * Forward, loss and backward of micro-batch `b`, adding into the gradient
- * buffer (zeroed first at an update's first micro-batch). At an update's
- * last micro-batch the bucketer all-reduces the gradients as backward
- * finishes them. The gradient is that of the global mean loss: scaled by
- * 1 / (valid x world x grad_accum), times the loss scale. Dropout draws its
- * masks at Philox offset (micro-batch x world + rank) << 32. A non-finite
- * loss is remembered (naming the first non-finite tensor) for train_reduce.
- * Returns 0 or -1.
+ * One update at the driver's position: train_step_size() micro-batches
+ * (train_step_micro), the reduction, the optimizer step, the position past
+ * them. Returns 1, 0 when the data ended first, or -errno.
  */
-int train_forward_backward(struct train *T, const struct train_batch *b);
+int train_step(struct train *T);
+
+/* The micro-batches of the update at the driver's position: --grad-accum, or the epoch's remainder when fewer. */
+uint32_t train_step_size(const struct train *T);
 
 /*
- * At an update's last micro-batch: waits for the all-reduce and exchanges
+ * Micro-batch i of an update of n: the next batch, train_step_forward_backward,
+ * the slot back, the meters. Returns 1, 0 at the end of the data, or -errno.
+ */
+int train_step_micro(struct train *T, uint32_t i, uint32_t n);
+
+/*
+ * Forward, loss and backward of batch `b` as micro-batch i of an update of
+ * n, adding into the gradient buffer (zeroed first when i is 0). At the last
+ * (i = n - 1) the bucketer all-reduces the gradients as backward finishes
+ * them. The gradient is that of the update's mean loss: scaled by
+ * 1 / (valid x world x n), times the loss scale. Dropout draws its masks
+ * from stream micro-batch x world + rank (rt_step_opts' dropout_stream). A
+ * non-finite loss is remembered (naming the first non-finite tensor) for
+ * train_step_reduce.
+ * Moves the position past the micro-batch. Returns 0 or -errno.
+ */
+int train_step_forward_backward(struct train *T, const struct train_batch *b, uint32_t i, uint32_t n);
+
+/*
+ * After an update's last micro-batch: waits for the all-reduce and exchanges
  * the control word, so every rank takes the same decision at the same
- * update. Returns -1 when some rank's loss became non-finite (the message
- * names the tensor on the rank where it happened), else 0.
+ * update. Returns -ERANGE when some rank's loss became non-finite (the
+ * message names the tensor on the rank where it happened), else 0.
  */
-int train_reduce(struct train *T);
+int train_step_reduce(struct train *T);
 
 /*
  * The update: with loss scaling, unscale and check (an overflow skips the
  * update and backs the scale off; too many in a row, or a collapsed scale,
  * is an error); clip the global norm (--clip-grad-norm); the optimizer step
- * at the schedule's learning rate for the applied updates so far.
- * Returns 0 (applied or skipped) or -1.
+ * at the schedule's learning rate for the applied updates so far. Counts
+ * the update (applied or skipped). Returns 0 or -ERANGE.
  */
-int train_update(struct train *T);
-
-/* Moves the positions and the meter past the micro-batch just run. */
-void train_advance(struct train *T, const struct train_batch *b);
+int train_step_apply(struct train *T);
 
 /* Where the driver stands: the counters of the file comment. */
 struct train_pos {
@@ -300,8 +325,8 @@ const struct rt_loss_stats *train_last_loss(const struct train *T); /* the last 
  * the check that every rank holds the same: -EPROTO naming the ranks that
  * differ from rank 0 (every rank reaches the same verdict). Collective.
  */
-uint64_t train_param_digest(struct train *T);
-int train_check_replicas(struct train *T, uint64_t *digest);
+uint64_t train_replicas_digest(struct train *T);
+int train_replicas_check(struct train *T, uint64_t *digest);
 
 /* ---- evaluation ------------------------------------------------------------------------ */
 
@@ -327,6 +352,6 @@ struct eval_result {
  * rank. The checkpoint's metadata must match the dataset (input shape,
  * classes) and carries the normalisation. 0 or -errno with the message set.
  */
-int eval_checkpoint(const struct eval_cfg *cfg, struct eval_result *res);
+int train_evaluate_checkpoint(const struct eval_cfg *cfg, struct eval_result *res);
 
 #endif
