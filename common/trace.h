@@ -26,9 +26,9 @@
  * nested spans; a virtual track's spans come from one place in order.
  *
  * Thread-safety: every function may be called from any thread, except
- * create, destroy, rt_trace_render and rt_trace_write_file, which the owner
- * calls while no other thread records (after the workers were joined, or
- * with recording off and the workers idle).
+ * create, destroy and rt_trace_render, which the owner calls while no other
+ * thread records (after the workers were joined, or with recording off and
+ * the workers idle).
  *
  * Times are rt_now_ns() (CLOCK_MONOTONIC). The file is in microseconds from
  * a base time, and a rank's events may be shifted onto another rank's clock
