@@ -531,6 +531,13 @@ static void marks_read(struct rt_timeline *t)
     queue_drain(t->s->q);
 }
 
+/* Before the timeline's marks are freed: a step that ended in an error (an overflow that stops the run, say)
+ * never read them, and the worker may still be about to write a stamp into them. */
+static void marks_fini(struct rt_timeline *t)
+{
+    queue_drain(t->s->q);
+}
+
 static const struct rt_backend_streams async_streams = {
     .create = stream_create,
     .destroy = stream_destroy,
@@ -542,6 +549,7 @@ static const struct rt_backend_streams async_streams = {
     .alloc = stream_alloc,
     .free = stream_free,
     .copy_from_host = stream_copy_from_host,
+    .marks_fini = marks_fini,
     .mark = stream_mark,
     .marks_read = marks_read,
 };
