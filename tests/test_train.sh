@@ -3,9 +3,9 @@
 #   - a short run on a small synthetic dataset reaches a stated accuracy;
 #   - --metrics / --json carry the values the epoch lines print;
 #   - an interrupted run resumed with --resume ends with the same weights, bit
-#     for bit, as an uninterrupted one: stopped by --steps mid-epoch and at an
-#     epoch's end, by SIGTERM mid-epoch, by a signal during start-up, and
-#     killed (SIGKILL) right after an epoch's checkpoint -- in a run whose
+#     for bit, as an uninterrupted one: stopped by --steps mid-epoch, by
+#     SIGTERM mid-epoch, by a signal during start-up, and killed (SIGKILL)
+#     right after an epoch's checkpoint -- in a run whose
 #     epochs (19 micro-batches) --grad-accum 2 does not divide, so that each
 #     ends with a short update;
 #   - the checkpoint is read back by an independent reader (Python, and
@@ -110,18 +110,6 @@ if "$RT" train "${T4[@]}" --checkpoint-dir "$W/full" >"$W/full.out" 2>&1; then
     grep -q "10 steps/epoch (its last of 1 micro-batch)" "$W/full.out" && grep -q "^done (completed): 20 steps" "$W/full.out" \
         && pass "19 micro-batches an epoch at --grad-accum 2: 10 updates an epoch, the last short, 20 in all" \
         || fail "short last update: $(grep -E 'steps/epoch|^done' "$W/full.out")"
-    # Stopped by --steps at the first epoch's end (its short update the last before the checkpoint).
-    "$RT" train "${T4[@]}" --checkpoint-dir "$W/edge" --steps 10 >"$W/g1.out" 2>&1
-    rc1=$?
-    "$RT" train "${T4[@]}" --checkpoint-dir "$W/edge" --resume >"$W/g2.out" 2>&1
-    rc2=$?
-    if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && grep -q "resuming from $W/edge at epoch 2 step 0 (optimizer step 10)" "$W/g2.out" \
-        && same_weights "$W/full/model.safetensors" "$W/edge/model.safetensors" \
-        && same_weights "$W/full/optimizer.safetensors" "$W/edge/optimizer.safetensors"; then
-        pass "stopped by --steps 10 at the first epoch's end and resumed: weights and optimizer state bit-identical"
-    else
-        fail "resume from the epoch's end: rc $rc1/$rc2"; tail -n 3 "$W/g1.out" "$W/g2.out"
-    fi
     # Killed outright right after the first epoch's checkpoint (a test fault hangs the first update after it):
     # the epoch's checkpoint alone resumes the run exactly.
     RINGTRAIN_TEST_STALL=0:10 "$RT" train "${T4[@]}" --checkpoint-dir "$W/kill" >"$W/k1.out" 2>&1 &

@@ -15,10 +15,10 @@
  *    ends with the parameters of an uninterrupted one;
  *  - an epoch that --grad-accum does not divide ends with a short update:
  *    a run stopped after every one of its updates (each epoch's end among
- *    them) and resumed ends bit for bit where the uninterrupted run does,
- *    and so does one stopped by SIGTERM (train_run), after which a second
- *    train_run in the same process runs to its end; a checkpoint is written
- *    once per position;
+ *    them) and resumed from there holds, bit for bit, the uninterrupted
+ *    run's parameters, and so does one stopped by SIGTERM (train_run), after
+ *    which a second train_run in the same process runs to its end; a
+ *    checkpoint is written once per position;
  *  - the step profile's verdict when the data wait is the whole step.
  * Exit 0 pass, 1 fail.
  */
@@ -341,58 +341,52 @@ static void test_short_update_resume(void)
     struct train *T = NULL;
     snprintf(whole, sizeof(whole), "%s/short-whole", g_dir);
 
-    /* The uninterrupted run: every update at its place, the last of each epoch short. */
+    /* The uninterrupted run, update by update: the last of each epoch short; the parameters after each. */
     struct train_cfg c = short_cfg(whole, 0, 0);
     CHECK_OK(train_create(&c, &T));
     uint32_t sizes[SHORT_UPDATES + 1];
+    uint64_t after[SHORT_UPDATES + 1];
     int u = 0;
-    for (; u <= SHORT_UPDATES && train_position(T).epoch < 2; u++) {
+    for (; u < SHORT_UPDATES && train_position(T).epoch < 2; u++) {
         sizes[u] = train_step_size(T);
         CHECK(train_step(T) == 1);
-        if (train_position(T).batch == 16) {
+        if (epoch_done(T)) {
             CHECK_OK(epoch_next(T));
         }
+        after[u + 1] = train_replicas_digest(T);
     }
-    CHECKF(u == SHORT_UPDATES && sizes[0] == 3 && sizes[4] == 3 && sizes[5] == 1 && sizes[6] == 3 && sizes[11] == 1,
+    CHECKF(u == SHORT_UPDATES && train_position(T).epoch == 2 && sizes[0] == 3 && sizes[4] == 3 && sizes[5] == 1 &&
+               sizes[6] == 3 && sizes[11] == 1,
            "%d updates of sizes %u %u %u %u %u (expected 12: 3 3 3 3 3 1 per epoch)", u, sizes[0], sizes[1],
            sizes[4], sizes[5], sizes[11]);
     CHECK(train_position(T).micro == 32 && rt_optim_steps(train_optim(T)) == SHORT_UPDATES);
-    const uint64_t uninterrupted = train_replicas_digest(T);
-    train_destroy(T);
-    /* ... and the loop makes the same run. */
-    snprintf(dir, sizeof(dir), "%s/short-loop", g_dir);
-    c = short_cfg(dir, 0, 0);
-    CHECK_OK(train_create(&c, &T));
-    CHECK_OK(train_loop(T));
-    CHECK(train_position(T).update == SHORT_UPDATES && train_replicas_digest(T) == uninterrupted);
+    const uint64_t uninterrupted = after[SHORT_UPDATES];
     train_destroy(T);
 
-    /* Stopped after every update k (k = 6: the first epoch's end; the others inside an epoch), resumed. */
+    /* The loop, stopped by --steps after every update k and resumed from that checkpoint for the next: each
+     * process makes one update (k = 6 and 12 end an epoch), writes one checkpoint (at an epoch's end the
+     * epoch's; the stop finds it written), and holds the uninterrupted run's parameters after update k. */
+    snprintf(dir, sizeof(dir), "%s/short-chain", g_dir);
     int exact = 0;
-    for (uint64_t k = 1; k < SHORT_UPDATES; k++) {
-        snprintf(dir, sizeof(dir), "%s/short-%02llu", g_dir, (unsigned long long)k);
-        c = short_cfg(dir, k, 0);
+    for (uint64_t k = 1; k <= SHORT_UPDATES; k++) {
+        c = short_cfg(dir, k, k > 1);
         CHECK_OK(train_create(&c, &T));
+        CHECK(train_position(T).update == k - 1);
         CHECK_OK(train_loop(T));
         const struct train_pos at = train_position(T);
-        CHECKF(train_stopped(T) == STOP_STEPS && at.update == k && at.batch % SHORT_ACCUM == 0 &&
-                   train_checkpoints_saved(T) == at.epoch + (at.batch > 0),
-               "--steps %llu: stopped at update %llu, micro-batch %llu of epoch %llu, %llu checkpoints",
-               (unsigned long long)k, (unsigned long long)at.update, (unsigned long long)at.batch,
-               (unsigned long long)at.epoch, (unsigned long long)train_checkpoints_saved(T));
-        train_destroy(T);
-        c = short_cfg(dir, 0, 1);
-        CHECK_OK(train_create(&c, &T));
-        CHECK(train_position(T).update == k);
-        CHECK_OK(train_loop(T));
         const uint64_t d = train_replicas_digest(T);
-        CHECKF(d == uninterrupted, "stopped after update %llu and resumed: %016llx, uninterrupted %016llx",
-               (unsigned long long)k, (unsigned long long)d, (unsigned long long)uninterrupted);
-        exact += d == uninterrupted;
+        CHECKF(train_stopped(T) == STOP_STEPS && at.update == k && at.batch % SHORT_ACCUM == 0 &&
+                   train_checkpoints_saved(T) == 1 && d == after[k],
+               "--steps %llu: stopped at update %llu, micro-batch %llu of epoch %llu, %llu checkpoints; parameters "
+               "%016llx, uninterrupted %016llx",
+               (unsigned long long)k, (unsigned long long)at.update, (unsigned long long)at.batch,
+               (unsigned long long)at.epoch, (unsigned long long)train_checkpoints_saved(T), (unsigned long long)d,
+               (unsigned long long)after[k]);
+        exact += d == after[k];
         train_destroy(T);
     }
-    printf("short updates: 2 epochs of 16 micro-batches, --grad-accum 3 = 12 updates (5 x 3 + 1 an epoch); stopped "
-           "after each of updates 1..11 and resumed: %d of 11 end at %016llx\n", exact,
+    printf("short updates: 2 epochs of 16 micro-batches, --grad-accum 3 = 12 updates (5 x 3 + 1 an epoch); resumed "
+           "from the checkpoint after each update: %d of 12 equal the uninterrupted run (%016llx at the end)\n", exact,
            (unsigned long long)uninterrupted);
 
     /* SIGTERM during train_run: it stops between two updates with a checkpoint; the resumed run (a second
