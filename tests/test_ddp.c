@@ -54,7 +54,7 @@ static void reference_grads(struct rt_model *ref, int world, uint64_t micro, con
     rt_model_zero_grads(ref);
     for (int r = 0; r < world; r++) {
         struct rt_step_opts so = {.mode = RT_TRAIN, .grad_scale = 1.0f / ((float)B * (float)world),
-                                  .dropout_offset = (micro * (uint64_t)world + (uint64_t)r) << 32, .mean = mean,
+                                  .dropout_stream = micro * (uint64_t)world + (uint64_t)r, .mean = mean,
                                   .std = std};
         CHECK_OK(rt_model_step(ref, &so, B, img + (size_t)r * B * per, lab + r * B, st));
     }

@@ -91,6 +91,17 @@ static void fill_normal(float *x, size_t n, float mean, float sd)
         x[i] = mean + sd * rt_rng_normal(&rng);
 }
 
+/* n standard-normal floats with no zero among them (a zero input would hide a dropout mask), host memory. */
+static float *dropout_input(size_t n)
+{
+    float *x = host_floats(n);
+    fill_normal(x, n, 0.0f, 1.0f);
+    for (size_t i = 0; i < n; i++)
+        if (x[i] == 0.0f)
+            x[i] = 1.0f;
+    return x;
+}
+
 static void fill_nan(float *dev, size_t n)
 {
     float *h = host_floats(n);
@@ -839,11 +850,7 @@ static void test_dropout(void)
     const size_t n = (size_t)1 << 20;
     const float p = 0.3f, scale = 1.0f / (1.0f - p);
     const uint64_t seed = 0x123456789abcdefULL, off = 1000003;
-    float *hx = host_floats(n), *a = host_floats(n), *b = host_floats(n);
-    fill_normal(hx, n, 0.0f, 1.0f);
-    for (size_t i = 0; i < n; i++)
-        if (hx[i] == 0.0f)
-            hx[i] = 1.0f; /* a zero input would hide the mask */
+    float *hx = dropout_input(n), *a = host_floats(n), *b = host_floats(n);
     float *x = dev_floats(n), *y = dev_floats(n);
     up(x, hx, n);
     ops->dropout_fwd(st, fs, 0, p, seed, off, x, y);
@@ -1338,11 +1345,7 @@ static void test_dropout_streams(void)
     const size_t n = (size_t)256 * 256;
     const float p = 0.3f;
     const double want_agree = (double)p * p + (1.0 - p) * (1.0 - p);
-    float *hx = host_floats(n), *a = host_floats(n), *b = host_floats(n);
-    fill_normal(hx, n, 0.0f, 1.0f);
-    for (size_t i = 0; i < n; i++)
-        if (hx[i] == 0.0f)
-            hx[i] = 1.0f; /* a zero input would hide the mask */
+    float *hx = dropout_input(n), *a = host_floats(n), *b = host_floats(n);
     float *x = dev_floats(n), *y = dev_floats(n);
     up(x, hx, n);
 

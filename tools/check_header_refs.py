@@ -100,28 +100,34 @@ def is_build_dir(name):
             or name.endswith(".partial"))
 
 
-def source_files(root):
-    """The files whose code makes the code words: (path, kind) with kind 'c' or 'hash'."""
-    out = []
-    top = os.path.join(root, "CMakeLists.txt")
-    if os.path.isfile(top):
-        out.append((top, "hash"))
-    for d in SOURCE_DIRS:
+def tree_files(root, dirs):
+    """Every file under the top-level directories `dirs` of root, build directories left out, in order."""
+    for d in dirs:
         base = os.path.join(root, d)
         if not os.path.isdir(base):
             continue
         for dirpath, dirnames, filenames in os.walk(base):
             dirnames[:] = sorted(n for n in dirnames if not is_build_dir(n))
             for f in sorted(filenames):
-                p = os.path.join(dirpath, f)
-                if os.path.abspath(p) == SELF:
-                    continue  # its self-test and allow-list name stale words on purpose
-                if f.endswith(C_EXTS):
-                    out.append((p, "c"))
-                elif f.endswith(HASH_EXTS) or f == "CMakeLists.txt":
-                    out.append((p, "hash"))
-                elif "." not in f and is_shell_script(p):
-                    out.append((p, "hash"))
+                yield os.path.join(dirpath, f)
+
+
+def source_files(root):
+    """The files whose code makes the code words: (path, kind) with kind 'c' or 'hash'."""
+    out = []
+    top = os.path.join(root, "CMakeLists.txt")
+    if os.path.isfile(top):
+        out.append((top, "hash"))
+    for p in tree_files(root, SOURCE_DIRS):
+        f = os.path.basename(p)
+        if os.path.abspath(p) == SELF:
+            continue  # its self-test and allow-list name stale words on purpose
+        if f.endswith(C_EXTS):
+            out.append((p, "c"))
+        elif f.endswith(HASH_EXTS) or f == "CMakeLists.txt":
+            out.append((p, "hash"))
+        elif "." not in f and is_shell_script(p):
+            out.append((p, "hash"))
     return out
 
 
@@ -241,15 +247,7 @@ def code_words(root):
 
 
 def headers(root):
-    out = []
-    for d in HEADER_DIRS:
-        base = os.path.join(root, d)
-        if not os.path.isdir(base):
-            continue
-        for dirpath, dirnames, filenames in os.walk(base):
-            dirnames[:] = sorted(n for n in dirnames if not is_build_dir(n))
-            out.extend(os.path.join(dirpath, f) for f in sorted(filenames) if f.endswith(HEADER_EXTS))
-    return out
+    return [p for p in tree_files(root, HEADER_DIRS) if p.endswith(HEADER_EXTS)]
 
 
 RE_BARE = re.compile(

@@ -111,13 +111,12 @@ int checkpoint_save(struct train *T)
 {
     /* Once per position: a stop on an epoch's last update finds the epoch's checkpoint already written, a stop
      * before the first update of a resumed run the checkpoint it resumed from. */
-    if (!T->cfg.checkpoint_dir || (T->ckpt_valid && T->ckpt_micro == T->pos.micro))
+    if (!T->cfg.checkpoint_dir || T->ckpt_micro == T->pos.micro)
         return 0;
     const uint64_t t0 = rt_trace_begin();
     const int rc = save(T);
     rt_trace_end(t0, RT_TRACE_CKPT, "checkpoint", NULL);
     if (rc == 0) {
-        T->ckpt_valid = 1;
         T->ckpt_micro = T->pos.micro;
         T->ckpt_saves++;
     }
@@ -232,8 +231,7 @@ static void restore(struct train *T, const struct saved_state *s, json_t *st)
     T->meter.run.train_ns = (uint64_t)s->train_ns;
     T->meter.before = T->meter.run;
     T->meter.update_before = T->pos.update;
-    T->ckpt_valid = 1; /* this position's checkpoint is the one just read */
-    T->ckpt_micro = T->pos.micro;
+    T->ckpt_micro = T->pos.micro; /* this position's checkpoint is the one just read */
 }
 
 int checkpoint_load(struct train *T)

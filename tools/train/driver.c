@@ -194,6 +194,7 @@ static int open_data(struct train *T)
         }
     if (c->synthetic)
         T->val_split = -1;
+    T->ckpt_micro = UINT64_MAX;
     if (c->aug_default && T->c != 3)
         memset(&T->cfg.aug, 0, sizeof(T->cfg.aug)); /* crops and flips suit photos, not digits */
     return 0;
@@ -346,6 +347,7 @@ int train_create(const struct train_cfg *cfg, struct train **out)
         train_faults_none(&T->faults);
     T->comm = cfg->comm;
     T->val_split = -1;
+    T->ckpt_micro = UINT64_MAX;
     int rc;
     if ((rc = open_comm(T)) < 0 || (rc = check_ckpt_dir(T)) < 0 ||
         (T->cfg.stage_to && (rc = copy_data_local(T)) < 0) || (rc = open_data(T)) < 0 ||

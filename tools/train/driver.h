@@ -116,6 +116,7 @@ struct prof_verdict {
 /* --trace (tracefile.c): the recorder (its window is cfg.trace_first/last/all) and the file it made. */
 struct train_trace {
     struct rt_trace *rec;       /* NULL: not tracing */
+    uint64_t (*clocks)[2];      /* per rank: the run's end and the recorder's start (tracefile_finish's gather) */
     uint64_t file_bytes;
 };
 
@@ -175,8 +176,7 @@ struct train {
     enum train_stop stop;
     FILE *metrics;
     char ckpt_id[64];
-    int ckpt_valid;             /* a checkpoint of the position ckpt_micro is on disk (saved or resumed from) */
-    uint64_t ckpt_micro;
+    uint64_t ckpt_micro;        /* the position (pos.micro) whose checkpoint is on disk; UINT64_MAX: none yet */
     uint64_t ckpt_saves;        /* checkpoints this process wrote */
     uint64_t t_created;
 };

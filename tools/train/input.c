@@ -141,8 +141,11 @@ int train_input_next(struct train *T, struct train_batch *b)
     struct train_input *in = &T->in;
     *b = (struct train_batch){.t_start = rt_now_ns()};
     if (T->cfg.synthetic) {
-        *b = (struct train_batch){.images = in->syn_dev, .labels = in->syn_labels, .valid = T->cfg.batch,
-                                  .ticket = in->syn_ticket, .t_start = b->t_start, .t_ready = rt_now_ns()};
+        b->images = in->syn_dev;
+        b->labels = in->syn_labels;
+        b->valid = T->cfg.batch;
+        b->ticket = in->syn_ticket;
+        b->t_ready = b->t_start;
         return 1;
     }
     rt_comm_set_phase(T->comm, T->pos.update, RT_PHASE_DATA);

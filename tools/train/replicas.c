@@ -23,10 +23,9 @@ static size_t buf_count(const struct rt_model *m, enum rt_model_buf which)
  * to allocate would leave its rank out of the others' broadcast or allgather. */
 int replicas_create(struct train *T)
 {
-    /* The parameters, the buffers, or a gather of 16 bytes per rank (the replica check's digests, the trace's
-     * clocks), whichever is the largest. */
+    /* The parameters, the buffers, or the ranks' digests (train_replicas_check), whichever is the largest. */
     const size_t n = RT_MAX(RT_MAX(rt_model_param_count(T->model), rt_model_buffer_count(T->model)),
-                            4 * (size_t)T->world);
+                            2 * (size_t)T->world);
     T->host = rt_malloc(n * sizeof(float), "the host copy of the parameters");
     return T->host ? 0 : -ENOMEM;
 }

@@ -38,6 +38,11 @@ int tracefile_create(struct train *T)
     const int rc = rt_trace_create(&o, &T->tr.rec);
     if (rc < 0)
         return rc;
+    /* Gathered at the run's end, allocated now: a failure then would leave this rank out of the others'
+     * allgather. */
+    T->tr.clocks = rt_calloc((size_t)T->world, sizeof(*T->tr.clocks), "the ranks' trace clocks");
+    if (!T->tr.clocks)
+        return -ENOMEM;
     rt_trace_thread_name("training", 0);
     return 0;
 }
@@ -131,10 +136,9 @@ int tracefile_finish(struct train *T, uint64_t t_end)
     /* The loader's threads record nothing more once they are gone. */
     input_destroy(T);
     uint64_t mine[2] = {t_end, rt_trace_created_ns(t->rec)};
-    uint64_t *all = (uint64_t *)T->host; /* sized for this (replicas.c): nothing here can fail to allocate */
-    rt_comm_allgather(T->comm, mine, all, sizeof(mine), "the trace's clocks");
-    const uint64_t base = all[1];
-    const int64_t shift = (int64_t)(all[0] - t_end);
+    rt_comm_allgather(T->comm, mine, t->clocks, sizeof(mine), "the trace's clocks");
+    const uint64_t base = t->clocks[0][1];
+    const int64_t shift = (int64_t)(t->clocks[0][0] - t_end);
     struct rt_trace_stats st, sum;
     rt_trace_get_stats(t->rec, &st);
     uint64_t v[3] = {st.events, st.dropped, st.bytes};
@@ -200,5 +204,7 @@ void tracefile_gpu_destroy(struct train *T)
 void tracefile_destroy(struct train *T)
 {
     rt_trace_destroy(T->tr.rec);
+    free(T->tr.clocks);
     T->tr.rec = NULL;
+    T->tr.clocks = NULL;
 }
