@@ -106,7 +106,7 @@ void report_banner(const struct train *T)
                    (double)T->scaler.scale, (double)T->scaler.growth, T->scaler.growth_interval,
                    (double)T->scaler.backoff, T->scaler.max_skips);
         banner_data(T);
-        if (T->world > 1)
+        if (T->world > 1 || T->nccl) /* one rank with --allreduce nccl still reduces through NCCL */
             banner_comm(T);
         banner_optim(T);
         fflush(stdout);
