@@ -7,6 +7,7 @@
  */
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <xxhash.h>
@@ -14,9 +15,47 @@
 #include "common/common.h"
 #include "loader/loadbench.h"
 
+struct rt_batch_digest {
+    XXH3_state_t *xs;
+};
+
+int rt_batch_digest_create(struct rt_batch_digest **out)
+{
+    struct rt_batch_digest *d = rt_calloc(1, sizeof(*d), "batch digest");
+    if (!d)
+        return -ENOMEM;
+    if (!(d->xs = XXH3_createState()) || XXH3_64bits_reset(d->xs) == XXH_ERROR) {
+        rt_batch_digest_destroy(d);
+        return rt_errf(-ENOMEM, "cannot create the digest state");
+    }
+    *out = d;
+    return 0;
+}
+
+void rt_batch_digest_destroy(struct rt_batch_digest *d)
+{
+    if (!d)
+        return;
+    XXH3_freeState(d->xs);
+    free(d);
+}
+
+void rt_batch_digest_add(struct rt_batch_digest *d, const struct rt_batch *b, uint32_t c, uint32_t h, uint32_t w)
+{
+    XXH3_64bits_update(d->xs, b->images, (size_t)b->batch * c * h * w);
+    XXH3_64bits_update(d->xs, b->labels, sizeof(int32_t) * b->batch);
+    XXH3_64bits_update(d->xs, b->ids, sizeof(uint64_t) * b->batch);
+}
+
+void rt_batch_digest_hex(const struct rt_batch_digest *d, char hex[17])
+{
+    snprintf(hex, 17, "%016llx", (unsigned long long)XXH3_64bits_digest(d->xs));
+}
+
 /* Takes every batch, noting the first's arrival and the worst epoch-boundary wait. 0 or -errno. */
-static int drain(struct rt_loader *L, uint64_t start_epoch, size_t img_bytes, XXH3_state_t *xs,
-                 struct rt_loadbench_result *r, uint64_t *t_first, uint64_t *first_images)
+static int drain(struct rt_loader *L, uint64_t start_epoch, const struct rt_dataset_info *info,
+                 struct rt_batch_digest *dg, struct rt_loadbench_result *r, uint64_t *t_first,
+                 uint64_t *first_images)
 {
     struct rt_batch *b;
     for (;;) {
@@ -31,11 +70,8 @@ static int drain(struct rt_loader *L, uint64_t start_epoch, size_t img_bytes, XX
             *t_first = rt_now_ns();
             *first_images = b->valid;
         }
-        if (xs) {
-            XXH3_64bits_update(xs, b->images, img_bytes);
-            XXH3_64bits_update(xs, b->labels, sizeof(int32_t) * b->batch);
-            XXH3_64bits_update(xs, b->ids, sizeof(uint64_t) * b->batch);
-        }
+        if (dg)
+            rt_batch_digest_add(dg, b, info->channels, info->height, info->width);
         rt_loader_release(L, b);
     }
 }
@@ -64,7 +100,7 @@ int rt_loadbench_run(const struct rt_dataset *ds, const struct rt_loadbench_opts
     const struct rt_loader_opts *lo = &o->lo;
     struct rt_ring *ring = NULL;
     struct rt_loader *L = NULL;
-    XXH3_state_t *xs = NULL;
+    struct rt_batch_digest *dg = NULL;
     uint64_t t_first = 0, first_images = 0;
     memset(r, 0, sizeof(*r));
     r->workers = lo->workers;
@@ -72,24 +108,24 @@ int rt_loadbench_run(const struct rt_dataset *ds, const struct rt_loadbench_opts
                               .batch = lo->batch, .channels = info->channels, .height = info->height,
                               .width = info->width, .pin = o->pin};
     r->ring_slots = ro.slots;
-    if (o->digest && (!(xs = XXH3_createState()) || XXH3_64bits_reset(xs) == XXH_ERROR)) {
-        XXH3_freeState(xs);
-        return rt_errf(-ENOMEM, "cannot create the digest state");
+    if (o->digest) {
+        int rc = rt_batch_digest_create(&dg);
+        if (rc < 0)
+            return rc;
     }
     const uint64_t t0 = rt_now_ns();
     int rc = rt_ring_create(&ro, &ring);
     if (rc == 0)
         rc = rt_loader_create(ds, lo, ring, &L);
     if (rc == 0)
-        rc = drain(L, lo->start_epoch, (size_t)lo->batch * info->channels * info->height * info->width, xs, r,
-                   &t_first, &first_images);
+        rc = drain(L, lo->start_epoch, info, dg, r, &t_first, &first_images);
     if (rc == 0) {
         summarise(L, ring, t0, t_first, first_images, r);
-        if (xs)
-            snprintf(r->digest, sizeof(r->digest), "%016llx", (unsigned long long)XXH3_64bits_digest(xs));
+        if (dg)
+            rt_batch_digest_hex(dg, r->digest);
     }
     rt_loader_destroy(L);
     rt_ring_destroy(ring);
-    XXH3_freeState(xs);
+    rt_batch_digest_destroy(dg);
     return rc;
 }

@@ -52,4 +52,24 @@ struct rt_loadbench_result {
  */
 int rt_loadbench_run(const struct rt_dataset *ds, const struct rt_loadbench_opts *o, struct rt_loadbench_result *r);
 
+/* ---- the digest of a stream of batches ------------------------------------------------ */
+
+/*
+ * The digest `--digest` prints: XXH3-64 over every batch in the order the
+ * consumer took them -- each batch's images (batch x C x H x W bytes, padding
+ * included), then its int32 labels and its uint64 ids (batch entries each),
+ * as they lie in the slot. Any consumer of a loader (the Python module) that
+ * feeds it the same batches gets the same 16 hex digits.
+ */
+struct rt_batch_digest;
+
+/* Starts an empty digest. Returns 0, or -ENOMEM. */
+int rt_batch_digest_create(struct rt_batch_digest **out);
+/* Frees the digest; NULL is fine. */
+void rt_batch_digest_destroy(struct rt_batch_digest *d);
+/* Adds batch `b`, whose images are C x H x W each (the ring's shape). Not thread-safe per digest. */
+void rt_batch_digest_add(struct rt_batch_digest *d, const struct rt_batch *b, uint32_t c, uint32_t h, uint32_t w);
+/* The digest of the batches added so far, as 16 lowercase hex digits and a NUL; more may be added after. */
+void rt_batch_digest_hex(const struct rt_batch_digest *d, char hex[17]);
+
 #endif /* RT_LOADER_LOADBENCH_H */

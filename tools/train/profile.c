@@ -21,6 +21,7 @@
 
 #include "common/common.h"
 #include "common/trace.h"
+#include "loader/waitprof.h"
 #include "tools/train/driver.h"
 
 static const char *const phase_names[PROF_N] = {"data wait", "copy", "forward", "backward",
@@ -239,7 +240,7 @@ void profile_verdict(const struct train *T, const struct prof_stats *st, const s
     const double comm = st->p50[PROF_COMM] / step, rest = (st->p50[PROF_REST] + st->p50[PROF_COPY]) / step;
     const double compute = (st->p50[PROF_FORWARD] + st->p50[PROF_BACKWARD] + st->p50[PROF_OPTIM]) / step;
     const double imgs = (double)c->batch * c->grad_accum * T->world;
-    if (worst_data >= 0.15) {
+    if (worst_data >= RT_INPUT_BOUND_SHARE) {
         /* What the model alone would do, from the step without its wait: not when the wait is (nearly) all of
          * the step, where the difference is below the clock's resolution. */
         const double own = worst_step - ranks[worst].data;
