@@ -1,0 +1,326 @@
+"""ringtrain.Loader: the C loader's batches as torch tensors, straight from its ring of slots."""
+
+import os
+import time
+
+from . import _ringtrain
+
+_AUGMENTS = ("crop+flip", "none")
+
+
+def _launcher_rank_world():
+    """(rank, world) from torch.distributed when it is initialised, else the launcher's variables."""
+    try:
+        import torch.distributed as dist
+
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+    except ImportError:  # pragma: no cover - torch is required by Loader anyway
+        pass
+    for r, w in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS"),
+                 ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE")):
+        if r in os.environ and w in os.environ:
+            return int(os.environ[r]), int(os.environ[w])
+    return 0, 1
+
+
+def _shuffle_mode(shuffle):
+    if shuffle is True:
+        return "exact"
+    if shuffle is False or shuffle is None:
+        return "none"
+    if shuffle in ("exact", "window", "none"):
+        return shuffle
+    raise ValueError(f"shuffle must be True, False, 'exact', 'window' or 'none', not {shuffle!r}")
+
+
+class Loader:
+    """Batches of a packed dataset as torch tensors, from ringtrain's C loader.
+
+    ``for images, labels in loader`` yields uint8 images (B, C, H, W) and int64 labels (B,) for one epoch;
+    the next ``for`` goes on with the next epoch. The batches are the C loader's, bit for bit: the order
+    depends only on (seed, epoch, world_size, rank), the augmentation of a sample only on (seed, epoch,
+    sample id), never on `workers` or timing -- the same as ``ringtrain train`` and ``ringtrain loadbench``
+    with the same options (``loader.digest()`` equals ``loadbench --digest``).
+
+    data         a packed dataset directory (``ringtrain pack`` / ringtrain.pack(); see ringtrain.stage()).
+    batch_size   samples per batch on this rank.
+    split        "train", "val" or "test".
+    shuffle      True ("exact": a fresh permutation of the split every epoch), False ("none": record order),
+                 or "window" (block-window shuffling for data larger than RAM).
+    drop_last    True: every batch full, the tail of the epoch dropped. False: every sample exactly once
+                 across the ranks; the last batch of a rank may be shorter.
+    seed         sample order and augmentation.
+    augment      "crop+flip" (pad 4, random crop, random horizontal flip: the CIFAR recipe) or "none".
+    workers      decode/augment threads (None: the CPUs this process may use).
+    rank, world_size  None: torch.distributed's when initialised, else RANK/WORLD_SIZE (torchrun),
+                 SLURM_PROCID/SLURM_NTASKS (srun), OMPI_COMM_WORLD_RANK/_SIZE (mpirun), else 0 and 1.
+                 Every rank gets the same number of batches.
+    device       "cpu": tensors that are views of the ring's slots (no copy). "cuda" (or a torch.device):
+                 the slots are page-locked and each batch is copied to the GPU asynchronously on a side
+                 stream, one batch ahead; the tensors yielded are on the GPU.
+    slots        batches the ring holds (None: workers + 2, at least 4; 2 more on a GPU).
+
+    Lifetime (device="cpu"): a batch's slot goes back to the loader when its last tensor is freed, so a
+    batch you keep keeps its values. Batch n lives in slot n % slots: a batch may be kept while `slots - 1`
+    later batches are taken; the next() that needs its slot again raises ringtrain.Error (errno EBUSY) --
+    never a deadlock, never an overwrite. Keep a copy (``images.clone()``) of what you store for longer,
+    or pass a larger `slots`.
+    """
+
+    def __init__(self, data, batch_size, split="train", shuffle=True, drop_last=True, seed=0,
+                 augment="crop+flip", workers=None, rank=None, world_size=None, device="cpu", slots=None):
+        import torch
+
+        self._torch = torch
+        self.data = os.fspath(data)
+        if int(batch_size) < 1:
+            raise ValueError(f"batch_size must be at least 1, not {batch_size!r}")
+        self.batch_size = int(batch_size)
+        if split not in ("train", "val", "test"):
+            raise ValueError(f"split must be 'train', 'val' or 'test', not {split!r}")
+        self.split = split
+        self.shuffle = _shuffle_mode(shuffle)
+        self.drop_last = bool(drop_last)
+        self.seed = int(seed)
+        if augment not in _AUGMENTS:
+            raise ValueError(f"augment must be one of {_AUGMENTS}, not {augment!r}")
+        self.augment = augment
+        if workers is not None and int(workers) < 1:
+            raise ValueError(f"workers must be at least 1 (or None for the CPUs), not {workers!r}")
+        self.workers = 0 if workers is None else int(workers)
+        if rank is None or world_size is None:
+            r, w = _launcher_rank_world()
+            rank = r if rank is None else rank
+            world_size = w if world_size is None else world_size
+        self.rank, self.world_size = int(rank), int(world_size)
+        if not 0 <= self.rank < self.world_size:
+            raise ValueError(f"rank {self.rank} is not in 0..world_size-1 (world_size {self.world_size})")
+        self.device = torch.device(device)
+        self._cuda = self.device.type == "cuda"
+        if self._cuda and not torch.cuda.is_available():
+            raise ValueError("device='cuda' but torch sees no CUDA device")
+        if self.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"device must be 'cpu' or 'cuda', not {device!r}")
+        self._slots = 0 if slots is None else int(slots)
+        if slots is not None and self._slots < 3:
+            raise ValueError(f"slots must be at least 3, not {slots!r}")
+
+        info = _ringtrain.dataset_info(self.data)
+        self.shape = (info["channels"], info["height"], info["width"])
+        self.classes = list(info["classes"])
+        self.mean, self.std = info.get("mean"), info.get("std")
+        self._core = None
+        self._memory = None
+        self._pending = []      # device="cuda": (CBatch, event) handed out, host slot not yet released
+        self._ahead = None      # device="cuda": (CBatch, event, images, labels) of the next batch, copying
+        self._epoch = 0         # the next batch to hand to the user
+        self._step = 0
+        self._wait_ns = 0       # time the consumer spent blocked in next()
+        self._batches = 0
+        self._open(0, 0)
+
+    # ---- the C loader -------------------------------------------------------------------------
+    def _open(self, epoch, step):
+        self._drop_core()
+        kwargs = dict(split=self.split, batch=self.batch_size, shuffle=self.shuffle,
+                      last="drop" if self.drop_last else "pad", seed=self.seed, augment=self.augment,
+                      workers=self.workers, rank=self.rank, world=self.world_size, start_epoch=int(epoch),
+                      start_step=int(step), epochs=0)
+        slots = self._slots
+        if self._cuda:
+            torch = self._torch
+            if not slots:
+                slots = max(self.workers + 2, 4) + 2
+            c, h, w = self.shape
+            nbytes = _ringtrain.ring_bytes(slots, self.batch_size, c, h, w)
+            if self._memory is None or self._memory.numel() != nbytes:
+                # Page-locked by torch's own host allocator: the copies below run asynchronously.
+                self._memory = torch.empty(nbytes, dtype=torch.uint8, pin_memory=True)
+            kwargs["memory"] = (self._memory.data_ptr(), nbytes, self._memory)
+            self._stream = torch.cuda.Stream(device=self.device)
+        kwargs["slots"] = slots
+        self._core = _ringtrain.open_loader(self.data, **kwargs)
+        self._steps = self._core.steps_per_epoch
+        self._epoch, self._step = int(epoch), int(step)
+        self._taken = (self._epoch, self._step)  # the next batch the C loader hands out
+
+    def _drop_core(self):
+        if self._ahead is not None:
+            self._pending.append(self._ahead[:2])
+            self._ahead = None
+        for cb, ev in self._pending:
+            ev.synchronize()
+            cb.release()
+        self._pending = []
+        if self._core is not None:
+            self._core.close()
+            self._core = None
+
+    def _take(self):
+        """The next CBatch from the C loader, its wait counted as the consumer's."""
+        t0 = time.perf_counter_ns()
+        cb = self._core.next()
+        self._wait_ns += time.perf_counter_ns() - t0
+        if cb is None:  # the C loader runs until closed: an end here is a bug, not the end of an epoch
+            raise _ringtrain.Error(5, "ringtrain.Loader: the C loader ended unexpectedly")
+        e, s = self._taken
+        if (cb.epoch, cb.step) != (e, s):
+            raise _ringtrain.Error(5, f"ringtrain.Loader: expected batch (epoch {e}, step {s}), got "
+                                      f"(epoch {cb.epoch}, step {cb.step})")
+        self._taken = (e, s + 1) if s + 1 < self._steps else (e + 1, 0)
+        return cb
+
+    def _cpu_batch(self, cb):
+        from torch.utils.dlpack import from_dlpack
+
+        images = from_dlpack(cb.images())
+        labels = from_dlpack(cb.labels())
+        valid = cb.valid
+        cb.release()  # the tensors hold the slot now
+        if valid < images.shape[0]:
+            images, labels = images[:valid], labels[:valid]
+        return images, labels
+
+    def _cuda_start(self, cb):
+        """Start copying `cb` to the GPU on the side stream: (CBatch, event, GPU images, GPU labels)."""
+        torch = self._torch
+        c, h, w = self.shape
+        b = cb.batch
+        base = self._memory.data_ptr()
+        io = cb.images_address() - base
+        lo = cb.labels_address() - base
+        host_images = self._memory[io:io + b * c * h * w].view(b, c, h, w)
+        host_labels = self._memory[lo:lo + 8 * b].view(torch.int64)
+        with torch.cuda.stream(self._stream):
+            images = host_images.to(self.device, non_blocking=True)
+            labels = host_labels.to(self.device, non_blocking=True)
+            ev = torch.cuda.Event()
+            ev.record(self._stream)
+        if cb.valid < b:
+            images, labels = images[:cb.valid], labels[:cb.valid]
+        return cb, ev, images, labels
+
+    def _cuda_batch(self):
+        """The next batch on the GPU. Its copy was started one call earlier (on the side stream), and the
+        copy of the batch after it starts now, so the host-to-device transfer overlaps the user's step."""
+        torch = self._torch
+        # A slot goes back to the C loader once its copy is done: the copies issued a step ago are (wait
+        # for them if not), so at most the one batch ahead holds a slot when the C loader is asked again.
+        for cb, ev in self._pending:
+            ev.synchronize()
+            cb.release()
+        self._pending = []
+        if self._ahead is None:
+            self._ahead = self._cuda_start(self._take())
+        cb, ev, images, labels = self._ahead
+        self._ahead = None
+        self._pending.append((cb, ev))
+        # Not past the epoch's end: set_epoch() or load_state_dict() may move the loader there, and at an
+        # epoch's end digest() then covers exactly the batches handed out.
+        if self._step + 1 < self._steps:
+            self._ahead = self._cuda_start(self._take())
+        cur = torch.cuda.current_stream(self.device)
+        cur.wait_event(ev)
+        images.record_stream(cur)  # allocated on the side stream, used on the user's
+        labels.record_stream(cur)
+        return images, labels
+
+    # ---- iteration ------------------------------------------------------------------------------
+    def __len__(self):
+        return self._steps
+
+    def __iter__(self):
+        if self._core is None:
+            raise ValueError("ringtrain.Loader: iterating a closed loader")
+        while self._step < self._steps:
+            if self._cuda:
+                images, labels = self._cuda_batch()
+            else:
+                images, labels = self._cpu_batch(self._take())
+            self._batches += 1
+            self._step += 1
+            if self._step == self._steps:
+                self._epoch, self._step = self._epoch + 1, 0
+                yield images, labels
+                return
+            yield images, labels
+            del images, labels  # the slot must not stay referenced by this frame
+
+    # ---- epochs and resume ----------------------------------------------------------------------
+    def set_epoch(self, epoch):
+        """Start the next iteration at the beginning of `epoch` (as DistributedSampler.set_epoch).
+
+        Free when it is where the loader already is (after a whole epoch, the next one); otherwise the C
+        loader restarts at that epoch.
+        """
+        epoch = int(epoch)
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, not {epoch}")
+        if (epoch, 0) != (self._epoch, self._step):
+            self._open(epoch, 0)
+
+    @property
+    def epoch(self):
+        return self._epoch
+
+    def state_dict(self):
+        """The position of the next batch, with what fixes the order: resume with load_state_dict()."""
+        return {"epoch": self._epoch, "step": self._step, "seed": self.seed, "world_size": self.world_size,
+                "rank": self.rank, "batch_size": self.batch_size, "shuffle": self.shuffle,
+                "drop_last": self.drop_last, "augment": self.augment, "split": self.split}
+
+    def load_state_dict(self, state):
+        """Continue from `state` (a state_dict()): the next iteration yields the rest of that epoch.
+
+        The batches are exactly those an uninterrupted loader would have yielded. The world size, batch
+        size, shuffle, last-batch rule, augmentation and split must match this loader's (ValueError
+        otherwise: another world or batch size makes another order); the seed is taken from `state`.
+        """
+        mine = self.state_dict()
+        for k in ("world_size", "rank", "batch_size", "shuffle", "drop_last", "augment", "split"):
+            if k in state and state[k] != mine[k]:
+                raise ValueError(f"ringtrain.Loader.load_state_dict: {k} is {state[k]!r} in the state but "
+                                 f"{mine[k]!r} in this loader")
+        epoch, step = int(state["epoch"]), int(state["step"])
+        if not 0 <= step < self._steps:
+            raise ValueError(f"ringtrain.Loader.load_state_dict: step {step} is not in 0..{self._steps - 1}")
+        self.seed = int(state.get("seed", self.seed))
+        self._open(epoch, step)
+
+    # ---- figures --------------------------------------------------------------------------------
+    def stats(self):
+        """Where the loader's time went: the C loader's stage figures (as `ringtrain loadbench` prints
+        them), the ring's waits, and the consumer's time blocked in next()."""
+        s = dict(self._core.stats()) if self._core is not None else {}
+        s["consumer_wait_ms"] = self._wait_ns / 1e6
+        s["batches_yielded"] = self._batches
+        return s
+
+    def digest(self):
+        """XXH3-64 (16 hex digits) of every batch the C loader handed out since it (re)started, in order:
+        what ``ringtrain loadbench --digest`` prints for the same options and batch count. On a GPU, in the
+        middle of an epoch, it includes the batch being copied ahead."""
+        return self._core.digest()
+
+    def close(self):
+        """Stop the loader's threads. Batches already yielded stay valid until freed."""
+        self._drop_core()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        c, h, w = self.shape
+        return (f"ringtrain.Loader({self.data!r}, batch_size={self.batch_size}, split={self.split!r}, "
+                f"rank {self.rank} of {self.world_size}, {self._steps} batches/epoch of {c}x{h}x{w}, "
+                f"device={str(self.device)!r})")
