@@ -1,8 +1,8 @@
 /*
  * ext.h (private to python/src/) - the pieces of the extension module
  * ringtrain._ringtrain that its files share: the exception class, argument
- * helpers, the refcounted loader core that batches and their exports keep
- * alive, and the types each file defines.
+ * conversions, the refcounted loader core that batches and their exports
+ * keep alive, and the types each file defines.
  *
  * The module is built against Python's limited API (3.11) and DLPack 0.6's
  * header; it links no torch, CUDA or libpython.

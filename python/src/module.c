@@ -1,6 +1,6 @@
 /*
  * module.c - the extension module ringtrain._ringtrain: its initialisation,
- * the Error class, the helpers every file uses (errors, argument choices,
+ * the Error class, what every file uses (errors, argument choices,
  * heap-type allocation), version() and dataset_info().
  *
  * The module is a thin layer: it converts arguments, calls the C libraries
