@@ -3,15 +3,19 @@
 # libraries: runs bench/python_loader.py --device cuda (ringtrain.Loader against DataLoader + pin_memory
 # and the in-memory tensor idiom) and the converted ResNet-18 script both ways with --device cuda.
 #
-# Usage: bench/python_gpu.sh KIT_DIR [SECONDS]
+# Usage: bench/python_gpu.sh KIT_DIR [SECONDS] [PARTS]
 #   KIT_DIR  a folder with python/ringtrain/ (the package, its _ringtrain.abi3.so built on Debian 12) and
 #            lib/ (the Debian libraries it links, plain or .xz), as the GPU kit in .gpu/ holds them once
 #            build/python has been copied into it.
 #   SECONDS  time for the whole script (default 300); each part gets a share and is stopped at its end.
+#   PARTS    comma-separated, default check,loader,example: `check` bench/python_gpu_check.py (device="cuda"
+#            batches against device="cpu" ones), `loader` python_loader.py (its options from RT_PYLOADER_ARGS,
+#            default "--device cuda --runs 3 --seconds 1.5"), `example` the ResNet-18 script.
 # Figures go to stdout; the script exits non-zero when a part fails (not when a goal is missed).
 set -u
 kit=$(cd "${1:?usage: python_gpu.sh KIT_DIR [SECONDS]}" && pwd)
 budget=${2:-300}
+parts=,${3:-check,loader,example},
 root=$(cd "$(dirname "$0")/.." && pwd)
 py=
 for p in /opt/torch/.venv/bin/python3 "$(command -v python3)" /usr/bin/python3; do
@@ -50,8 +54,10 @@ part() {  # part SECONDS CMD...: runs CMD with a time limit, prints its status
     echo "== exit $r"
     [ $r -eq 0 ] || rc=1
 }
-part $((budget * 45 / 100)) "$py" "$root/bench/python_loader.py" --device cuda --runs 3 --workers "$nproc_" \
-    --data "$work/bench-data" --seconds 1.5
+[[ $parts == *,check,* ]] && part $((budget * 15 / 100)) "$py" "$root/bench/python_gpu_check.py" "$work/check"
+[[ $parts == *,loader,* ]] && part $((budget * 45 / 100)) "$py" "$root/bench/python_loader.py" --workers "$nproc_" \
+    --data "$work/bench-data" ${RT_PYLOADER_ARGS:---device cuda --runs 3 --seconds 1.5}
+[[ $parts == *,example,* ]] || exit $rc
 data=$work/data
 part $((budget * 15 / 100)) "$py" "$root/python/examples/cifar10_resnet18_ddp.py" --prepare "$data"
 for loader in ringtrain torch ringtrain torch; do

@@ -141,6 +141,7 @@ class Loader:
             self._stream = torch.cuda.Stream(device=self.device)
         kwargs["slots"] = slots
         self._core = _ringtrain.open_loader(self.data, **kwargs)
+        self._max_pending = max(self._core.slots - 3, 0)
         self._steps = self._core.steps_per_epoch
         self._epoch, self._step = int(epoch), int(step)
         self._taken = (self._epoch, self._step)  # the next batch the C loader hands out
@@ -205,12 +206,14 @@ class Loader:
         """The next batch on the GPU. Its copy was started one call earlier (on the side stream), and the
         copy of the batch after it starts now, so the host-to-device transfer overlaps the user's step."""
         torch = self._torch
-        # A slot goes back to the C loader once its copy is done: the copies issued a step ago are (wait
-        # for them if not), so at most the one batch ahead holds a slot when the C loader is asked again.
-        for cb, ev in self._pending:
+        # A slot goes back to the C loader once its copy is done. Batch n sits in slot n % slots, so the
+        # batch the C loader is asked for next needs the slot of the one `slots` before it: with the batch
+        # ahead and that one, fewer than slots - 2 copies may still be outstanding; wait for the oldest
+        # beyond that (rarely: a copy takes tens of microseconds).
+        while self._pending and (len(self._pending) > self._max_pending or self._pending[0][1].query()):
+            cb, ev = self._pending.pop(0)
             ev.synchronize()
             cb.release()
-        self._pending = []
         if self._ahead is None:
             self._ahead = self._cuda_start(self._take())
         cb, ev, images, labels = self._ahead
