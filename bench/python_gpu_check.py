@@ -1,7 +1,7 @@
 """python_gpu_check.py WORKDIR - ringtrain.Loader(device="cuda") against device="cpu" on a small synthetic
 dataset: the same batches (values, order, the short last batch) over two epochs, the same digest, and a
 resume mid-epoch on the GPU that gives the rest of the epoch. Exit 1 on any difference. Run by
-bench/python_gpu.sh on a GPU machine; tests/pytest's test_cuda_batches_are_the_cpu_batches is the same
+bench/python_gpu.sh on a GPU machine; python/tests/test_loader.py's test_cuda_batches_are_the_cpu_batches is the same
 check where pytest is at hand."""
 import sys
 
