@@ -278,14 +278,7 @@ measure() { # kind way np run bucket
     bench_run "$out" "$err"
     if ! report add "$t/results.jsonl" "$1" "$2" "$3" "$4" "$5" "$B" "$out" "$wall" || [ "$rc" -ne 0 ]; then
         fails=$((fails + 1))
-        echo "    exit status $rc from: ${cmd[*]}" >&2
-        # The first lines hold the program's own complaint; mpirun's and the
-        # launcher's reports of which rank failed come last.
-        if [ "$(wc -l <"$err")" -gt 10 ]; then
-            { head -n 3 "$err"; echo "[...]"; tail -n 6 "$err"; } | sed 's/^/    /' >&2
-        else
-            sed 's/^/    /' "$err" >&2
-        fi
+        bench_show_rank_failure "$rc" "$err"
     fi
 }
 order() { # run -> the ways, the first swapping every run

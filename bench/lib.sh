@@ -228,6 +228,17 @@ bench_show_failure() {
     fi
 }
 
+# bench_show_rank_failure RC ERR: the same for a multi-rank launch (mpirun, torchrun): the first 3 lines of ERR
+# hold the program's own complaint, the last 6 the launcher's report of which rank failed.
+bench_show_rank_failure() {
+    echo "    exit status $1 from: ${cmd[*]}" >&2
+    if [ "$(wc -l <"$2")" -gt 10 ]; then
+        { head -n 3 "$2"; echo "[...]"; tail -n 6 "$2"; } | sed 's/^/    /' >&2
+    else
+        sed 's/^/    /' "$2" >&2
+    fi
+}
+
 # bench_finish FAILS: exits 1 saying how many measurements failed when FAILS > 0.
 bench_finish() {
     if [ "$1" -gt 0 ]; then

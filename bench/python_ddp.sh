@@ -173,14 +173,7 @@ measure() { # way run
     bench_run "$out" "$err"
     if ! report add "$t/results.jsonl" "$1" "$2" "$NP" "$out" || [ "$rc" -ne 0 ]; then
         fails=$((fails + 1))
-        echo "    exit status $rc from: ${cmd[*]}" >&2
-        # The first lines hold the script's own complaint; the launcher's report of which rank
-        # failed comes last.
-        if [ "$(wc -l <"$err")" -gt 10 ]; then
-            { head -n 3 "$err"; echo "[...]"; tail -n 6 "$err"; } | sed 's/^/    /' >&2
-        else
-            sed 's/^/    /' "$err" >&2
-        fi
+        bench_show_rank_failure "$rc" "$err"
     fi
 }
 for i in $(seq "$RUNS"); do

@@ -14,7 +14,8 @@ def main(work):
     ringtrain.synth(work + "/src", train=3000, test=500, seed=5)
     ringtrain.pack(work + "/src", work + "/packed")
     bad = 0
-    for opts in (dict(batch_size=64, seed=3, drop_last=False, workers=4), dict(batch_size=100, seed=9, workers=2)):
+    for opts in (dict(batch_size=64, seed=3, drop_last=False, workers=4, digest=True),
+                 dict(batch_size=100, seed=9, workers=2, digest=True)):
         with ringtrain.Loader(work + "/packed", **opts) as cpu:
             want = [[(x.clone(), y.clone()) for x, y in cpu] for _ in range(2)]
             want_digest = cpu.digest()

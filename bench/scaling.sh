@@ -456,14 +456,7 @@ measure() { # ranks mode run
     if ! report add "$t/results.jsonl" "$1" "$2" "$3" "$(per_rank "$1")" "$out" "$wall" "$others" ||
         [ "$rc" -ne 0 ]; then
         fails=$((fails + 1))
-        echo "    exit status $rc from: ${cmd[*]}" >&2
-        # The first lines hold the program's own complaint; the launcher's
-        # report of which rank failed comes last.
-        if [ "$(wc -l <"$err")" -gt 10 ]; then
-            { head -n 3 "$err"; echo "[...]"; tail -n 6 "$err"; } | sed 's/^/    /' >&2
-        else
-            sed 's/^/    /' "$err" >&2
-        fi
+        bench_show_rank_failure "$rc" "$err"
     else
         ok=$((ok + 1))
     fi

@@ -41,9 +41,7 @@ import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torchvision
-import torchvision.transforms as T
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler
 
 import common
 
@@ -53,47 +51,6 @@ def resnet18_cifar(num_classes=10):
     model.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
     model.maxpool = nn.Identity()
     return model
-
-
-def make_loaders(args, device):
-    """(train_loader, test_loader, samplers, to_input): `s.set_epoch(e)` for each of the samplers
-    starts epoch e, `to_input(images)` makes a batch the model's float input on the device."""
-    if args.loader == "torch":
-        CIFAR10 = common.local_cifar("cifar10")
-        mean, std = common.CIFAR10_MEAN, common.CIFAR10_STD
-        augment = T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.ToTensor(),
-                             T.Normalize(mean, std)])
-        plain = T.Compose([T.ToTensor(), T.Normalize(mean, std)])
-        train_set = CIFAR10(args.data, train=True, transform=augment, download=False)
-        test_set = CIFAR10(args.data, train=False, transform=plain, download=False)
-        sampler = DistributedSampler(train_set, seed=args.seed) if dist.is_initialized() else None
-        test_sampler = DistributedSampler(test_set, shuffle=False) if dist.is_initialized() else None
-        samplers = [sampler] if sampler is not None else []
-        pin = device.type == "cuda"
-        train_loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=sampler is None, sampler=sampler,
-                                  num_workers=args.workers, pin_memory=pin, drop_last=True,
-                                  persistent_workers=args.workers > 0)
-        test_loader = DataLoader(test_set, batch_size=args.batch_size, sampler=test_sampler,
-                                 num_workers=args.workers, pin_memory=pin)
-
-        def to_input(images):
-            return images.to(device, non_blocking=True)
-    else:
-        import ringtrain
-
-        data = ringtrain.stage(args.data, to=args.stage_to) if args.stage_to else args.data
-        train_loader = ringtrain.Loader(data, args.batch_size, seed=args.seed, workers=args.workers, device=device)
-        test_loader = ringtrain.Loader(data, args.batch_size, split="test", shuffle=False, drop_last=False,
-                                       augment="none", workers=args.workers, device=device)
-        # set_epoch(e) starts epoch e, reshuffled as DistributedSampler's; the test loader's too, so that a
-        # validation cut short (--val-steps) starts from its first batch again.
-        samplers = [train_loader, test_loader]
-        mean = torch.tensor(train_loader.mean or common.CIFAR10_MEAN, device=device).view(1, -1, 1, 1)
-        std = torch.tensor(train_loader.std or common.CIFAR10_STD, device=device).view(1, -1, 1, 1)
-
-        def to_input(images):  # uint8 (B,3,32,32), already cropped and flipped
-            return (images.to(device, non_blocking=True).float().div_(255) - mean) / std
-    return train_loader, test_loader, samplers, to_input
 
 
 def main():
@@ -112,7 +69,7 @@ def main():
     rank, world, device = common.init_distributed(args.device)
     torch.manual_seed(args.seed)
 
-    train_loader, test_loader, samplers, to_input = make_loaders(args, device)
+    train_loader, test_loader, samplers, to_input = common.make_loaders(args, device, "cifar10")
     model = resnet18_cifar(10).to(device)
     if dist.is_initialized():
         model = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)

@@ -30,9 +30,12 @@ import numpy as np
 import torch
 import torch.distributed as dist
 import torchvision
+import torchvision.transforms as T
+from torch.utils.data import DataLoader, DistributedSampler
 
 CIFAR10_MEAN, CIFAR10_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
 CIFAR100_MEAN, CIFAR100_STD = (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762)
+MEAN_STD = {"cifar10": (CIFAR10_MEAN, CIFAR10_STD), "cifar100": (CIFAR100_MEAN, CIFAR100_STD)}
 
 
 def add_common_args(parser, kind):
@@ -395,3 +398,45 @@ def local_cifar(kind):
 
     Local.__name__ = base.__name__
     return Local
+
+
+def make_loaders(args, device, kind):
+    """(train_loader, test_loader, samplers, to_input): `s.set_epoch(e)` for each of the samplers
+    starts epoch e, `to_input(images)` makes a batch the model's float input on the device. kind: "cifar10"
+    or "cifar100". The two input pipelines side by side: the tutorial's, and ringtrain's in its place."""
+    if args.loader == "torch":
+        dataset = local_cifar(kind)
+        mean, std = MEAN_STD[kind]
+        augment = T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.ToTensor(),
+                             T.Normalize(mean, std)])
+        plain = T.Compose([T.ToTensor(), T.Normalize(mean, std)])
+        train_set = dataset(args.data, train=True, transform=augment, download=False)
+        test_set = dataset(args.data, train=False, transform=plain, download=False)
+        sampler = DistributedSampler(train_set, seed=args.seed) if dist.is_initialized() else None
+        test_sampler = DistributedSampler(test_set, shuffle=False) if dist.is_initialized() else None
+        samplers = [sampler] if sampler is not None else []
+        pin = device.type == "cuda"
+        train_loader = DataLoader(train_set, batch_size=args.batch_size, shuffle=sampler is None, sampler=sampler,
+                                  num_workers=args.workers, pin_memory=pin, drop_last=True,
+                                  persistent_workers=args.workers > 0)
+        test_loader = DataLoader(test_set, batch_size=args.batch_size, sampler=test_sampler,
+                                 num_workers=args.workers, pin_memory=pin)
+
+        def to_input(images):
+            return images.to(device, non_blocking=True)
+    else:
+        import ringtrain
+
+        data = ringtrain.stage(args.data, to=args.stage_to) if args.stage_to else args.data
+        train_loader = ringtrain.Loader(data, args.batch_size, seed=args.seed, workers=args.workers, device=device)
+        test_loader = ringtrain.Loader(data, args.batch_size, split="test", shuffle=False, drop_last=False,
+                                       augment="none", workers=args.workers, device=device)
+        # set_epoch(e) starts epoch e, reshuffled as DistributedSampler's; the test loader's too, so that a
+        # validation cut short (--val-steps) starts from its first batch again.
+        samplers = [train_loader, test_loader]
+        mean = torch.tensor(train_loader.mean or MEAN_STD[kind][0], device=device).view(1, -1, 1, 1)
+        std = torch.tensor(train_loader.std or MEAN_STD[kind][1], device=device).view(1, -1, 1, 1)
+
+        def to_input(images):  # uint8 (B,3,32,32), already cropped and flipped
+            return (images.to(device, non_blocking=True).float().div_(255) - mean) / std
+    return train_loader, test_loader, samplers, to_input

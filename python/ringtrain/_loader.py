@@ -41,7 +41,7 @@ class Loader:
     the next ``for`` goes on with the next epoch. The batches are the C loader's, bit for bit: the order
     depends only on (seed, epoch, world_size, rank), the augmentation of a sample only on (seed, epoch,
     sample id), never on `workers` or timing -- the same as ``ringtrain train`` and ``ringtrain loadbench``
-    with the same options (``loader.digest()`` equals ``loadbench --digest``).
+    with the same options (with digest=True, ``loader.digest()`` equals ``loadbench --digest``).
 
     data         a packed dataset directory (``ringtrain pack`` / ringtrain.pack(); see ringtrain.stage()).
     batch_size   samples per batch on this rank.
@@ -60,6 +60,7 @@ class Loader:
                  the slots are page-locked and each batch is copied to the GPU asynchronously on a side
                  stream, one batch ahead; the tensors yielded are on the GPU.
     slots        batches the ring holds (None: workers + 2, at least 4; 2 more on a GPU).
+    digest       keep the XXH3 of every batch for digest() (it reads each whole batch once more).
 
     Lifetime (device="cpu"): a batch's slot goes back to the loader when its last tensor is freed, so a
     batch you keep keeps its values. Batch n lives in slot n % slots: a batch may be kept while `slots - 1`
@@ -69,10 +70,14 @@ class Loader:
     """
 
     def __init__(self, data, batch_size, split="train", shuffle=True, drop_last=True, seed=0,
-                 augment="crop+flip", workers=None, rank=None, world_size=None, device="cpu", slots=None):
+                 augment="crop+flip", workers=None, rank=None, world_size=None, device="cpu", slots=None,
+                 digest=False):
         import torch
+        from torch.utils.dlpack import from_dlpack
 
         self._torch = torch
+        self._from_dlpack = from_dlpack
+        self._digest = bool(digest)
         self.data = os.fspath(data)
         if int(batch_size) < 1:
             raise ValueError(f"batch_size must be at least 1, not {batch_size!r}")
@@ -126,7 +131,7 @@ class Loader:
         kwargs = dict(split=self.split, batch=self.batch_size, shuffle=self.shuffle,
                       last="drop" if self.drop_last else "pad", seed=self.seed, augment=self.augment,
                       workers=self.workers, rank=self.rank, world=self.world_size, start_epoch=int(epoch),
-                      start_step=int(step), epochs=0)
+                      start_step=int(step), epochs=0, digest=self._digest)
         slots = self._slots
         if self._cuda:
             torch = self._torch
@@ -173,10 +178,8 @@ class Loader:
         return cb
 
     def _cpu_batch(self, cb):
-        from torch.utils.dlpack import from_dlpack
-
-        images = from_dlpack(cb.images())
-        labels = from_dlpack(cb.labels())
+        images = self._from_dlpack(cb.images())
+        labels = self._from_dlpack(cb.labels())
         valid = cb.valid
         cb.release()  # the tensors hold the slot now
         if valid < images.shape[0]:
@@ -236,19 +239,20 @@ class Loader:
     def __iter__(self):
         if self._core is None:
             raise ValueError("ringtrain.Loader: iterating a closed loader")
-        while self._step < self._steps:
+        while True:
             if self._cuda:
                 images, labels = self._cuda_batch()
             else:
                 images, labels = self._cpu_batch(self._take())
             self._batches += 1
             self._step += 1
-            if self._step == self._steps:
+            last = self._step == self._steps
+            if last:
                 self._epoch, self._step = self._epoch + 1, 0
-                yield images, labels
-                return
             yield images, labels
             del images, labels  # the slot must not stay referenced by this frame
+            if last:
+                return
 
     # ---- epochs and resume ----------------------------------------------------------------------
     def set_epoch(self, epoch):
@@ -303,7 +307,7 @@ class Loader:
     def digest(self):
         """XXH3-64 (16 hex digits) of every batch the C loader handed out since it (re)started, in order:
         what ``ringtrain loadbench --digest`` prints for the same options and batch count. On a GPU, in the
-        middle of an epoch, it includes the batch being copied ahead."""
+        middle of an epoch, it includes the batch being copied ahead. Needs ``Loader(..., digest=True)``."""
         return self._core.digest()
 
     def close(self):

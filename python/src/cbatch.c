@@ -331,19 +331,7 @@ static PyType_Spec view_spec = {
 
 int ext_cbatch_init(PyObject *m)
 {
-    ext_batch_type = (PyTypeObject *)PyType_FromSpec(&batch_spec);
-    ext_view_type = (PyTypeObject *)PyType_FromSpec(&view_spec);
-    if (!ext_batch_type || !ext_view_type)
-        return -1;
-    Py_INCREF((PyObject *)ext_batch_type);
-    if (PyModule_AddObject(m, "CBatch", (PyObject *)ext_batch_type) < 0) {
-        Py_DECREF((PyObject *)ext_batch_type);
-        return -1;
-    }
-    Py_INCREF((PyObject *)ext_view_type);
-    if (PyModule_AddObject(m, "BatchView", (PyObject *)ext_view_type) < 0) {
-        Py_DECREF((PyObject *)ext_view_type);
-        return -1;
-    }
-    return 0;
+    ext_batch_type = ext_add_type(m, &batch_spec, "CBatch");
+    ext_view_type = ext_batch_type ? ext_add_type(m, &view_spec, "BatchView") : NULL;
+    return ext_view_type ? 0 : -1;
 }

@@ -78,12 +78,8 @@ static PyObject *cdataset_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
         ext_split(split_s, &split) < 0)
         return NULL;
     struct rt_dataset *ds = NULL;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = rt_dataset_open(path, &ds);
-    Py_END_ALLOW_THREADS
-    if (rc < 0)
-        return ext_raise(rc);
+    if (ext_dataset_open(path, &ds) < 0)
+        return NULL;
     struct cdataset *self = (struct cdataset *)ext_alloc(tp);
     if (!self) {
         rt_dataset_close(ds);
@@ -268,18 +264,8 @@ static PyObject *get_shape(PyObject *op, void *c)
 
 static PyObject *get_classes(PyObject *op, void *c)
 {
-    const struct rt_dataset_info *info = ((struct cdataset *)op)->info;
     (void)c;
-    PyObject *l = PyList_New(info->num_classes);
-    for (uint32_t i = 0; l && i < info->num_classes; i++) {
-        const char *name = info->class_names[i];
-        PyObject *s = PyUnicode_DecodeUTF8(name, (Py_ssize_t)strlen(name), "replace");
-        if (!s || PyList_SetItem(l, i, s) < 0) {
-            Py_DECREF(l);
-            return NULL;
-        }
-    }
-    return l;
+    return ext_class_list(((struct cdataset *)op)->info);
 }
 
 static PyObject *get_split(PyObject *op, void *c)
@@ -327,13 +313,6 @@ static PyType_Spec spec = {
 
 int ext_cdataset_init(PyObject *m)
 {
-    ext_dataset_type = (PyTypeObject *)PyType_FromSpec(&spec);
-    if (!ext_dataset_type)
-        return -1;
-    Py_INCREF((PyObject *)ext_dataset_type);
-    if (PyModule_AddObject(m, "CDataset", (PyObject *)ext_dataset_type) < 0) {
-        Py_DECREF((PyObject *)ext_dataset_type);
-        return -1;
-    }
-    return 0;
+    ext_dataset_type = ext_add_type(m, &spec, "CDataset");
+    return ext_dataset_type ? 0 : -1;
 }

@@ -105,14 +105,15 @@ PyObject *ext_ring_bytes(PyObject *self, PyObject *args, PyObject *kw)
 PyObject *ext_open_loader(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"path",  "split", "batch",       "shuffle",    "last",   "seed",   "augment", "workers",
-                             "rank",  "world", "slots",       "start_epoch", "start_step", "epochs", "memory", NULL};
+                             "rank",  "world", "slots",       "start_epoch", "start_step", "epochs", "memory", "digest", NULL};
     const char *path, *split_s = "train", *shuffle_s = "exact", *last_s = "drop", *augment_s = "crop+flip";
     PyObject *batch_o = NULL, *seed_o = NULL, *workers_o = NULL, *rank_o = NULL, *world_o = NULL, *slots_o = NULL;
     PyObject *se_o = NULL, *ss_o = NULL, *epochs_o = NULL, *memory = Py_None;
+    int want_digest = 0;
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|sOssOsOOOOOOOO:open_loader", kwlist, &path, &split_s, &batch_o,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|sOssOsOOOOOOOOp:open_loader", kwlist, &path, &split_s, &batch_o,
                                      &shuffle_s, &last_s, &seed_o, &augment_s, &workers_o, &rank_o, &world_o,
-                                     &slots_o, &se_o, &ss_o, &epochs_o, &memory))
+                                     &slots_o, &se_o, &ss_o, &epochs_o, &memory, &want_digest))
         return NULL;
     struct rt_loader_opts lo = {0};
     uint64_t batch = 0, seed = 0, workers = 0, rank = 0, world = 1, slots = 0, se = 0, ss = 0, epochs = 0;
@@ -161,12 +162,8 @@ PyObject *ext_open_loader(PyObject *self, PyObject *args, PyObject *kw)
     }
 
     struct rt_dataset *ds = NULL;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = rt_dataset_open(path, &ds);
-    Py_END_ALLOW_THREADS
-    if (rc < 0)
-        return ext_raise(rc);
+    if (ext_dataset_open(path, &ds) < 0)
+        return NULL;
     const struct rt_dataset_info *info = rt_dataset_info(ds);
     lo.batch = (uint32_t)batch;
     lo.world = (uint32_t)world;
@@ -193,14 +190,16 @@ PyObject *ext_open_loader(PyObject *self, PyObject *args, PyObject *kw)
         Py_INCREF(owner); /* taken by the core */
     }
 
+    /* Hashing a batch reads all of it on the consumer's thread: only when asked for, as loadbench does. */
     struct rt_batch_digest *dg = NULL;
-    if (rt_batch_digest_create(&dg) < 0) {
+    if (want_digest && rt_batch_digest_create(&dg) < 0) {
         ext_raise(-ENOMEM);
         Py_XDECREF(owner);
         rt_dataset_close(ds);
         return NULL;
     }
     struct ext_core *k = NULL;
+    int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = ext_core_create(ds, nslots, lo.batch, (uintptr_t)ext_addr, (size_t)ext_bytes, owner, &k);
     if (rc == 0)
@@ -271,7 +270,8 @@ static PyObject *cloader_next(PyObject *op, PyObject *noargs)
         int64_t *lab = k->labels64 + (size_t)b->slot * k->batch;
         for (uint32_t i = 0; i < b->batch; i++)
             lab[i] = b->labels[i];
-        rt_batch_digest_add(self->dg, b, k->c, k->h, k->w);
+        if (self->dg)
+            rt_batch_digest_add(self->dg, b, k->c, k->h, k->w);
     }
     Py_END_ALLOW_THREADS
     self->in_next = 0;
@@ -439,6 +439,10 @@ static PyObject *cloader_digest(PyObject *op, PyObject *noargs)
     (void)noargs;
     if (self->in_next)
         return busy_error("digest()");
+    if (!self->dg) {
+        PyErr_SetString(PyExc_ValueError, "digest(): the loader was opened without digest=True");
+        return NULL;
+    }
     rt_batch_digest_hex(self->dg, hex);
     return PyUnicode_FromString(hex);
 }
@@ -482,7 +486,8 @@ static PyMethodDef methods[] = {
     {"stats", cloader_stats, METH_NOARGS,
      "stats() -> dict: the loader's stage times, the ring's waits, stage shares and images/s since open"},
     {"digest", cloader_digest, METH_NOARGS,
-     "digest() -> str: XXH3-64 of every batch handed out so far, as `ringtrain loadbench --digest` computes it"},
+     "digest() -> str: XXH3-64 of every batch handed out so far, as `ringtrain loadbench --digest` computes it "
+     "(opened with digest=True)"},
     {"held", cloader_held, METH_NOARGS, "held() -> int: batches handed out whose slot is still referenced"},
     {"close", cloader_close, METH_NOARGS,
      "close(): stops the loader's threads; batches handed out stay valid until freed. Idempotent"},
@@ -507,13 +512,6 @@ static PyType_Spec spec = {
 
 int ext_cloader_init(PyObject *m)
 {
-    ext_loader_type = (PyTypeObject *)PyType_FromSpec(&spec);
-    if (!ext_loader_type)
-        return -1;
-    Py_INCREF((PyObject *)ext_loader_type);
-    if (PyModule_AddObject(m, "CLoader", (PyObject *)ext_loader_type) < 0) {
-        Py_DECREF((PyObject *)ext_loader_type);
-        return -1;
-    }
-    return 0;
+    ext_loader_type = ext_add_type(m, &spec, "CLoader");
+    return ext_loader_type ? 0 : -1;
 }

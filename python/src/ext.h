@@ -49,6 +49,13 @@ int ext_split(const char *s, enum rt_split *out);
 /* dict[key] = value, stealing `value`; 0, or -1 with an exception (also when value is NULL). */
 int ext_dict_put(PyObject *d, const char *key, PyObject *value);
 
+/* Opens the dataset at `path` with the GIL released: 0, or -1 with ext_error raised. */
+int ext_dataset_open(const char *path, struct rt_dataset **out);
+/* The dataset's class names as a list of str, or NULL with an exception. */
+PyObject *ext_class_list(const struct rt_dataset_info *info);
+/* Makes the heap type of `spec` and adds it to module `m` as `name`: the type, or NULL with an exception. */
+PyTypeObject *ext_add_type(PyObject *m, PyType_Spec *spec, const char *name);
+
 /* A fresh heap-type instance of `tp` with zeroed C fields, or NULL with an exception. */
 PyObject *ext_alloc(PyTypeObject *tp);
 /* Frees an instance of a heap type made by ext_alloc (the tp_dealloc's last call). */

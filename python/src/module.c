@@ -124,7 +124,34 @@ static PyObject *norm_list(const struct rt_dataset_info *info, const float *v)
     return l;
 }
 
-static PyObject *class_list(const struct rt_dataset_info *info)
+int ext_dataset_open(const char *path, struct rt_dataset **out)
+{
+    int rc;
+    Py_BEGIN_ALLOW_THREADS
+    rc = rt_dataset_open(path, out);
+    Py_END_ALLOW_THREADS
+    if (rc < 0) {
+        ext_raise(rc);
+        return -1;
+    }
+    return 0;
+}
+
+PyTypeObject *ext_add_type(PyObject *m, PyType_Spec *spec, const char *name)
+{
+    PyTypeObject *tp = (PyTypeObject *)PyType_FromSpec(spec);
+    if (!tp)
+        return NULL;
+    Py_INCREF((PyObject *)tp); /* one reference for the module (stolen on success), one kept by the caller */
+    if (PyModule_AddObject(m, name, (PyObject *)tp) < 0) {
+        Py_DECREF((PyObject *)tp);
+        Py_DECREF((PyObject *)tp);
+        return NULL;
+    }
+    return tp;
+}
+
+PyObject *ext_class_list(const struct rt_dataset_info *info)
 {
     PyObject *l = PyList_New(info->num_classes);
     for (uint32_t i = 0; l && i < info->num_classes; i++) {
@@ -158,12 +185,8 @@ PyObject *ext_dataset_info(PyObject *self, PyObject *args, PyObject *kw)
     (void)self;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "s:dataset_info", kwlist, &path))
         return NULL;
-    int rc;
-    Py_BEGIN_ALLOW_THREADS
-    rc = rt_dataset_open(path, &ds);
-    Py_END_ALLOW_THREADS
-    if (rc < 0)
-        return ext_raise(rc);
+    if (ext_dataset_open(path, &ds) < 0)
+        return NULL;
     const struct rt_dataset_info *info = rt_dataset_info(ds);
     PyObject *d = PyDict_New();
     if (!d || ext_dict_put(d, "dir", PyUnicode_DecodeFSDefault(info->dir)) < 0 ||
@@ -173,7 +196,7 @@ PyObject *ext_dataset_info(PyObject *self, PyObject *args, PyObject *kw)
         ext_dict_put(d, "height", PyLong_FromUnsignedLong(info->height)) < 0 ||
         ext_dict_put(d, "width", PyLong_FromUnsignedLong(info->width)) < 0 ||
         ext_dict_put(d, "num_classes", PyLong_FromUnsignedLong(info->num_classes)) < 0 ||
-        ext_dict_put(d, "classes", class_list(info)) < 0 || ext_dict_put(d, "splits", split_dict(info)) < 0 ||
+        ext_dict_put(d, "classes", ext_class_list(info)) < 0 || ext_dict_put(d, "splits", split_dict(info)) < 0 ||
         ext_dict_put(d, "stored_bytes", PyLong_FromUnsignedLongLong(info->stored_bytes)) < 0 ||
         ext_dict_put(d, "mean", norm_list(info, info->mean)) < 0 ||
         ext_dict_put(d, "std", norm_list(info, info->std)) < 0 ||

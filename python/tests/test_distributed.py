@@ -25,7 +25,7 @@ def rank_main(rank, init_file, data):
     out = {"dist_rank": dist.get_rank()}
     for split, (batch, epochs) in PLAN.items():
         with ringtrain.Loader(data, batch, split=split, shuffle=True, drop_last=False, augment="none", seed=5,
-                              workers=1) as loader:
+                              workers=1, digest=True) as loader:
             runs = []
             for epoch in range(epochs):
                 loader.set_epoch(epoch)

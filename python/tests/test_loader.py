@@ -44,7 +44,7 @@ def test_digest_equals_loadbench(data, loadbench_digest, case):
     opts, epochs, lb_workers = CASES[case]
     steps, last = expected_batches(opts)
     seen = []
-    with ringtrain.Loader(data, **opts) as loader:
+    with ringtrain.Loader(data, digest=True, **opts) as loader:
         assert len(loader) == steps
         for epoch in range(epochs):
             sizes = []
@@ -64,7 +64,7 @@ def test_digest_equals_loadbench(data, loadbench_digest, case):
 def test_digest_differs_with_seed(data):
     digests = []
     for seed in (1, 2):
-        with ringtrain.Loader(data, 64, seed=seed, workers=2) as loader:
+        with ringtrain.Loader(data, 64, seed=seed, workers=2, digest=True) as loader:
             for _ in loader:
                 pass
             digests.append(loader.digest())
@@ -199,7 +199,7 @@ def test_version_is_the_commands(cli):
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_cuda_batches_are_the_cpu_batches(data):
-    opts = dict(batch_size=64, seed=3, drop_last=False, workers=2)
+    opts = dict(batch_size=64, seed=3, drop_last=False, workers=2, digest=True)
     with ringtrain.Loader(data, **opts) as loader:
         want = [clone_epoch(loader) for _ in range(2)]
         want_digest = loader.digest()
