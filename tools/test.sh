@@ -49,8 +49,8 @@ trap 'kill -TERM -- -$fresh 2>/dev/null || true' EXIT
 
 echo "== fuzz (libFuzzer, ${RT_FUZZ_SECONDS:-30} s per target)"
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DRT_FUZZ=ON -DRT_CUDA=OFF >/dev/null
-cmake --build build-fuzz -j "$jobs" --target fuzz_shard fuzz_pickle fuzz_idx fuzz_safetensors
-for t in shard pickle idx safetensors; do
+cmake --build build-fuzz -j "$jobs" --target fuzz_shard fuzz_pickle fuzz_idx fuzz_safetensors fuzz_image
+for t in shard pickle idx safetensors image; do
     work=$(mktemp -d)
     build-fuzz/tests/fuzz/fuzz_$t -max_total_time="${RT_FUZZ_SECONDS:-30}" -rss_limit_mb=2048 \
         -print_final_stats=1 "$work" "tests/fuzz/corpus/$t" 2>"$work.log" ||

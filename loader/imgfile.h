@@ -1,0 +1,99 @@
+/*
+ * imgfile.h (private to loader/) - reads the image files people keep in
+ * folders: JPEG (baseline, progressive, grayscale, CMYK/YCCK), PNG (8/16-bit,
+ * palette, gray, alpha), WebP and binary PPM/PGM, decoded to interleaved
+ * uint8 pixels (HWC) the way torchvision's default loader sees them
+ * (Pillow's Image.open(f).convert("RGB")): alpha dropped, not composited;
+ * no EXIF rotation unless asked. A file that cannot be used gets a reason
+ * (enum rt_img_bad) and a message naming it, never a crash.
+ *
+ * It does not resize (resize.h) or crop at load time (jpegcrop.h), and it
+ * reads from memory only: callers read the file.
+ */
+#ifndef RT_LOADER_IMGFILE_H
+#define RT_LOADER_IMGFILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum rt_img_format {
+    RT_IMG_UNKNOWN = 0,
+    RT_IMG_JPEG,
+    RT_IMG_PNG,
+    RT_IMG_WEBP,
+    RT_IMG_PNM,
+    RT_IMG_BMP,    /* recognised, not decoded (RT_IMG_UNSUPPORTED) */
+    RT_IMG_TIFF,   /* recognised, not decoded */
+    RT_IMG_GIF,    /* recognised, not decoded */
+};
+
+/* Why a file is unusable; RT_IMG_OK when it is fine. Stable order: pack counts by it. */
+enum rt_img_bad {
+    RT_IMG_OK = 0,
+    RT_IMG_EMPTY,        /* zero bytes */
+    RT_IMG_NOT_IMAGE,    /* no known image signature */
+    RT_IMG_TRUNCATED,    /* ends before the image does */
+    RT_IMG_CORRUPT,      /* decoder error other than truncation */
+    RT_IMG_UNSUPPORTED,  /* known format or colour space this build does not decode */
+    RT_IMG_TOO_LARGE,    /* side > 65535 or more than RT_IMG_MAX_PIXELS pixels */
+    RT_IMG_BAD_COUNT
+};
+
+#define RT_IMG_MAX_PIXELS ((uint64_t)1 << 28)
+
+/* "zero-sized", "not an image", "truncated", "corrupt", "unsupported", "too large"; "ok" for RT_IMG_OK. */
+const char *rt_img_bad_name(enum rt_img_bad why);
+/* "JPEG", "PNG", "WebP", "PPM/PGM", "BMP", "TIFF", "GIF", "unknown". */
+const char *rt_img_format_name(enum rt_img_format f);
+
+/*
+ * 1 when `name`'s extension (case-insensitive) is one torchvision's
+ * ImageFolder lists: .jpg .jpeg .png .ppm .bmp .pgm .tif .tiff .webp;
+ * else 0. Hidden files are the caller's business.
+ */
+int rt_img_name_listed(const char *name);
+
+struct rt_img_info {
+    enum rt_img_format format;
+    uint32_t width, height;  /* as stored, before any EXIF rotation */
+    int gray;                /* one colour channel (with or without alpha) */
+    int cmyk;                /* JPEG stored as CMYK or YCCK */
+    int progressive;         /* progressive JPEG or interlaced PNG */
+    int orientation;         /* EXIF orientation 1..8; 1 when absent */
+};
+
+/*
+ * Reads the header of the file in `buf` (len bytes) without decoding pixels:
+ * format, stored size, colour, orientation. Returns 0, or -EBADMSG with
+ * *why set and a message naming `name` (zero-sized, not an image, too
+ * large, unsupported format, or a header that is itself cut short).
+ */
+int rt_img_probe(const uint8_t *buf, size_t len, const char *name, struct rt_img_info *info,
+                 enum rt_img_bad *why);
+
+/* Per-thread decoding state and pixel buffer. */
+struct rt_imgdec;
+
+int rt_imgdec_create(struct rt_imgdec **out);
+/* Frees the decoder; NULL is fine. */
+void rt_imgdec_destroy(struct rt_imgdec *d);
+
+/*
+ * Decodes the whole image in `buf` to `channels` (3: RGB, gray replicated;
+ * 1: luma, ITU-R 601 weights as Pillow's convert("L")) interleaved uint8
+ * channels. With exif_rotate the EXIF orientation is applied (the result's
+ * width and height are then the displayed ones). *px points into the
+ * decoder's buffer, valid until its next call; rows are *w * channels bytes
+ * apart. Any decoder warning (corrupt or truncated data) is an error; a
+ * PNG cut after its last pixel row (missing IEND) decodes, as in Pillow.
+ * 16-bit samples keep their high byte (Pillow's truncation); CMYK/YCCK
+ * JPEGs are read as Adobe-inverted and converted with Pillow's formula.
+ * Returns 0, or -EBADMSG with *why set and a message naming `name` and
+ * what is wrong; -ENOMEM, or -EINVAL for channels other than 1 or 3, with
+ * *why = RT_IMG_OK (the file is not to blame). Not thread-safe: one decoder
+ * per thread.
+ */
+int rt_img_decode(struct rt_imgdec *d, const uint8_t *buf, size_t len, const char *name, uint32_t channels,
+                  int exif_rotate, const uint8_t **px, uint32_t *w, uint32_t *h, enum rt_img_bad *why);
+
+#endif

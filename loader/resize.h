@@ -1,0 +1,68 @@
+/*
+ * resize.h (private to loader/) - antialiased image resizing for pack
+ * (--size, --max-side) and for load-time crops: a box of an interleaved
+ * (HWC) uint8 image resized into CHW planes (a batch slot's layout) or into
+ * another HWC image. The library doing the filtering and why it was chosen
+ * are in resize.c.
+ */
+#ifndef RT_LOADER_RESIZE_H
+#define RT_LOADER_RESIZE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "loader/box.h"
+
+/* Per-thread resizing state (filter tables, scratch). */
+struct rt_resizer;
+
+int rt_resizer_create(struct rt_resizer **out);
+/* Frees the resizer; NULL is fine. */
+void rt_resizer_destroy(struct rt_resizer *r);
+
+/*
+ * Resizes `box` (source pixel coordinates, inside [0, sw] x [0, sh]) of the
+ * HWC image `src` (sw x sh, c = 1 or 3 channels, rows `sstride` bytes apart)
+ * to the rectangle `rect` = {x, y, w, h} (integers) of a CHW image of
+ * dw x dh (`dst`, c planes of dh*dw bytes), mirrored left-right when `flip`.
+ * rect NULL means the whole of dst. Pixels of dst outside rect are left
+ * alone. Source pixels just outside the box take part in the filter, as in
+ * Pillow's resize(box=...); a box may end up to 1e-6 px past the image
+ * (rounding of a scaled box). Returns 0 or -errno (-EINVAL for an empty or
+ * out-of-range box, a bad rect, c not 1 or 3, a side over 65535; -ENOMEM).
+ * Allocates only while its scratch grows to the largest size seen.
+ * Not thread-safe: one resizer per thread.
+ */
+int rt_resize_box_chw(struct rt_resizer *r, const uint8_t *src, uint32_t sw, uint32_t sh, uint32_t c,
+                      size_t sstride, const struct rt_box *box, uint8_t *dst, uint32_t dw, uint32_t dh,
+                      const uint32_t rect[4], int flip);
+
+/* The whole HWC image `src` (sw x sh) to the HWC image `dst` (dw x dh, rows dw*c bytes). */
+int rt_resize_hwc(struct rt_resizer *r, const uint8_t *src, uint32_t sw, uint32_t sh, uint32_t c,
+                  size_t sstride, uint8_t *dst, uint32_t dw, uint32_t dh);
+
+/*
+ * How pack --size makes a fixed-size image from any size:
+ *  CROP     torchvision's Resize(min(dw,dh)) + CenterCrop((dh, dw)): scale so the image covers dw x dh,
+ *           keep the centre (the default);
+ *  STRETCH  the whole image to dw x dh, aspect ratio not kept;
+ *  PAD      the whole image scaled to fit inside dw x dh, centred, the rest zero.
+ */
+enum rt_fit { RT_FIT_CROP = 0, RT_FIT_STRETCH, RT_FIT_PAD };
+
+/* "crop" / "stretch" / "pad"; NULL for an unknown value. */
+const char *rt_fit_name(enum rt_fit fit);
+/* The inverse: 0 and *out set, or -EINVAL (no message) for an unknown name. */
+int rt_fit_parse(const char *name, enum rt_fit *out);
+
+/*
+ * The source box and destination rectangle {x, y, w, h} for `fit` of an
+ * sw x sh image into dw x dh; pass both to rt_resize_box_chw (after zeroing
+ * dst for PAD). CROP reproduces torchvision's integer arithmetic (int() of
+ * the longer side, round-half-even of the crop offset). A zero size gives an
+ * empty box, which rt_resize_box_chw refuses. Pure; thread-safe.
+ */
+void rt_fit_geometry(enum rt_fit fit, uint32_t sw, uint32_t sh, uint32_t dw, uint32_t dh, struct rt_box *box,
+                     uint32_t rect[4]);
+
+#endif

@@ -1,0 +1,700 @@
+/*
+ * mkfolder.c - `rt_mkfolder DIR [--count N] [--seeds]`: writes a
+ * deterministic image folder as people have them (see mkfolder.h) with
+ * libjpeg, libpng and libwebp, and DIR/../<basename>.expected.json listing
+ * every file: path, class, expected status, format, size, gray. The same
+ * bytes on every run: the pixels come from a seeded pattern, the encoders
+ * are called with fixed settings.
+ *
+ * It does not exercise the reader: test_imgfile.c and imgfile_vs_pillow.py do.
+ */
+#include <errno.h>
+#include <libgen.h>
+#include <setjmp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <jpeglib.h>
+#include <png.h>
+#include <webp/encode.h>
+
+#include "common/common.h"
+#include "mkfolder.h"
+
+enum kind {
+    K_JPEG_420, K_JPEG_444, K_JPEG_PROG, K_JPEG_GRAY, K_JPEG_CMYK, K_JPEG_YCCK, K_JPEG_EXIF6,
+    K_PNG_RGB, K_PNG_PAL8, K_PNG_PAL4, K_PNG_RGB16, K_PNG_GRAYA, K_PNG_RGBA, K_PNG_ADAM7, K_PNG_GRAY1,
+    K_WEBP_LOSSY, K_WEBP_LOSSLESS, K_PPM, K_PGM,
+    K_BAD_TRUNC, K_BAD_TEXT, K_BAD_EMPTY, K_BAD_BMP, K_IGNORED,
+};
+
+static const char *const kind_names[] = {
+    "jpeg-420", "jpeg-444", "jpeg-progressive", "jpeg-gray", "jpeg-cmyk", "jpeg-ycck", "jpeg-exif6",
+    "png-rgb", "png-palette8", "png-palette4", "png-16", "png-gray-alpha", "png-rgba", "png-adam7", "png-gray1",
+    "webp-lossy", "webp-lossless", "ppm", "pgm",
+    "truncated-jpeg", "text-as-jpg", "zero-bytes", "bmp", "ignored",
+};
+
+struct spec {
+    enum kind kind;
+    const char *klass, *name;
+    uint32_t w, h;
+};
+
+/* The folder: every kind once, sizes 40..320 and not square. */
+static const struct spec folder[] = {
+    {K_JPEG_420, "cats", "baseline.jpg", 320, 240},
+    {K_JPEG_PROG, "cats", "progressive.JPG", 200, 300},
+    {K_JPEG_GRAY, "cats", "gray.jpeg", 160, 120},
+    {K_JPEG_CMYK, "cats", "cmyk.jpg", 180, 140},
+    {K_JPEG_YCCK, "cats", "ycck.jpg", 150, 200},
+    {K_JPEG_EXIF6, "cats", "rotated.jpg", 120, 80},
+    {K_PNG_PAL8, "cats", "palette.png", 100, 60},
+    {K_PNG_RGB16, "cats", "deep.png", 90, 140},
+    {K_PNG_GRAYA, "cats", "gray_alpha.png", 64, 96},
+    {K_PNG_RGBA, "cats", "rgba.png", 130, 70},
+    {K_PNG_ADAM7, "cats", "interlaced.png", 77, 53},
+    {K_WEBP_LOSSY, "cats", "photo.webp", 240, 160},
+    {K_WEBP_LOSSLESS, "cats", "lossless.webp", 110, 90},
+    {K_PPM, "cats", "scan.ppm", 50, 40},
+    {K_IGNORED, "cats", "Thumbs.db", 0, 0},
+    {K_IGNORED, "cats", ".DS_Store", 0, 0},
+    {K_JPEG_444, "dogs", "IMG_0001.JPEG", 300, 200},
+    {K_PNG_RGB, "dogs", "really_a_png.jpg", 60, 44},
+    {K_PNG_PAL4, "dogs", "palette4.png", 41, 63},
+    {K_PNG_GRAY1, "dogs", "bilevel.png", 40, 48},
+    {K_PGM, "dogs", "scan.pgm", 45, 70},
+    {K_BAD_TRUNC, "dogs", "download.jpg", 200, 150},
+    {K_BAD_TEXT, "dogs", "notes.jpg", 0, 0},
+    {K_BAD_EMPTY, "dogs", "empty.png", 0, 0},
+    {K_BAD_BMP, "dogs", "old.bmp", 40, 30},
+    {K_IGNORED, "dogs", ".hidden.jpg", 0, 0},
+    {K_IGNORED, "dogs", "notes.txt", 0, 0},
+};
+
+/* Fuzz seeds: small enough to stay under 4 KB. */
+static const struct spec seeds[] = {
+    {K_JPEG_420, "", "tiny.jpg", 24, 16},       {K_JPEG_PROG, "", "progressive.jpg", 24, 16},
+    {K_JPEG_CMYK, "", "cmyk.jpg", 16, 8},       {K_JPEG_EXIF6, "", "exif6.jpg", 16, 8},
+    {K_JPEG_GRAY, "", "gray.jpg", 16, 16},      {K_PNG_PAL8, "", "palette.png", 24, 16},
+    {K_PNG_ADAM7, "", "adam7.png", 12, 10},     {K_PNG_RGB16, "", "deep.png", 8, 6},
+    {K_WEBP_LOSSY, "", "lossy.webp", 24, 16},   {K_WEBP_LOSSLESS, "", "lossless.webp", 24, 16},
+    {K_PPM, "", "tiny.ppm", 12, 8},             {K_BAD_TRUNC, "", "truncated.jpg", 32, 24},
+};
+
+/* ---- content --------------------------------------------------------------- */
+
+static uint32_t mix(uint32_t x)
+{
+    x ^= x >> 16;
+    x *= 0x7feb352du;
+    x ^= x >> 15;
+    x *= 0x846ca68bu;
+    x ^= x >> 16;
+    return x;
+}
+
+static uint8_t clamp8(int v) { return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v); }
+
+void mkf_pattern(uint8_t *px, uint32_t w, uint32_t h, uint32_t c, uint32_t seed)
+{
+    const uint32_t s = mix(seed * 2654435761u + 1);
+    const float cx = (0.3f + (s & 255) / 640.0f) * w, cy = (0.3f + ((s >> 8) & 255) / 640.0f) * h;
+    const float rad = (w < h ? w : h) * (0.2f + ((s >> 16) & 63) / 512.0f);
+    const int disc[3] = {(int)(s >> 24), 255 - (int)((s >> 4) & 255), (int)((s >> 12) & 127) + 64};
+
+    for (uint32_t y = 0; y < h; y++) {
+        for (uint32_t x = 0; x < w; x++) {
+            int v[3];
+            v[0] = (int)(x * 255 / (w > 1 ? w - 1 : 1));
+            v[1] = (int)(y * 255 / (h > 1 ? h - 1 : 1));
+            v[2] = (int)((x + 2 * y) * 255 / (w + 2 * h));
+            float dx = x - cx, dy = y - cy;
+            if (dx * dx + dy * dy < rad * rad)
+                for (int k = 0; k < 3; k++)
+                    v[k] = disc[k];
+            if (y > h * 3 / 4 && y < h * 3 / 4 + h / 10 + 1)
+                v[0] = v[1] = v[2] = 30; /* a dark bar: sharp edges */
+            int noise = (int)(mix(s ^ (y * 65537u + x)) % 13) - 6;
+            uint8_t *p = px + ((size_t)y * w + x) * c;
+            if (c == 1) {
+                p[0] = clamp8((v[0] * 2 + v[1] * 5 + v[2]) / 8 + noise);
+            } else {
+                for (int k = 0; k < 3; k++)
+                    p[k] = clamp8(v[k] + noise);
+            }
+        }
+    }
+}
+
+/* ---- encoders -------------------------------------------------------------- */
+
+struct jerr {
+    struct jpeg_error_mgr pub;
+    jmp_buf jmp;
+};
+
+static void jerr_exit(j_common_ptr c) { longjmp(((struct jerr *)c->err)->jmp, 1); }
+
+/* EXIF APP1 payload holding only IFD0's Orientation (little-endian TIFF). */
+static size_t exif_app1(uint8_t *b, int orientation)
+{
+    static const uint8_t tmpl[] = {'E', 'x', 'i', 'f', 0, 0, 'I', 'I', 42, 0, 8, 0, 0, 0, /* IFD0 at 8 */
+                                   1, 0,                                                  /* 1 entry */
+                                   0x12, 0x01, 3, 0, 1, 0, 0, 0, 0, 0, 0, 0,              /* 0x0112 SHORT x1 */
+                                   0, 0, 0, 0};                                           /* no IFD1 */
+    memcpy(b, tmpl, sizeof(tmpl));
+    b[6 + 8 + 2 + 8] = (uint8_t)orientation;
+    return sizeof(tmpl);
+}
+
+/* in_c: 1 gray, 3 RGB, 4 CMYK (Adobe-inverted samples). */
+static int jpeg_encode(const uint8_t *px, uint32_t w, uint32_t h, int in_c, int ycck, int progressive,
+                       int quality, int s444, int orientation, uint8_t **out, unsigned long *len)
+{
+    struct jpeg_compress_struct cj;
+    struct jerr je;
+    uint8_t exif[64];
+
+    *out = NULL;
+    *len = 0;
+    cj.err = jpeg_std_error(&je.pub);
+    je.pub.error_exit = jerr_exit;
+    if (setjmp(je.jmp)) {
+        jpeg_destroy_compress(&cj);
+        free(*out);
+        fprintf(stderr, "mkfolder: JPEG encode failed\n");
+        return -1;
+    }
+    jpeg_create_compress(&cj);
+    jpeg_mem_dest(&cj, out, len);
+    cj.image_width = w;
+    cj.image_height = h;
+    cj.input_components = in_c;
+    cj.in_color_space = in_c == 1 ? JCS_GRAYSCALE : in_c == 3 ? JCS_RGB : JCS_CMYK;
+    jpeg_set_defaults(&cj);
+    if (ycck)
+        jpeg_set_colorspace(&cj, JCS_YCCK);
+    jpeg_set_quality(&cj, quality, TRUE);
+    if (s444)
+        for (int i = 0; i < cj.num_components; i++)
+            cj.comp_info[i].h_samp_factor = cj.comp_info[i].v_samp_factor = 1;
+    if (progressive)
+        jpeg_simple_progression(&cj);
+    jpeg_start_compress(&cj, TRUE);
+    if (orientation > 1) {
+        size_t n = exif_app1(exif, orientation);
+        jpeg_write_marker(&cj, JPEG_APP0 + 1, exif, (unsigned)n);
+    }
+    while (cj.next_scanline < h) {
+        JSAMPROW row = (JSAMPROW)(px + (size_t)cj.next_scanline * w * in_c);
+        jpeg_write_scanlines(&cj, &row, 1);
+    }
+    jpeg_finish_compress(&cj);
+    jpeg_destroy_compress(&cj);
+    return 0;
+}
+
+struct membuf {
+    uint8_t *p;
+    size_t len, cap;
+    int oom;
+};
+
+static void png_mem_write(png_structp png, png_bytep data, size_t n)
+{
+    struct membuf *m = png_get_io_ptr(png);
+    if (m->len + n > m->cap) {
+        size_t cap = (m->len + n) * 2;
+        uint8_t *p = realloc(m->p, cap);
+        if (!p) {
+            m->oom = 1;
+            png_error(png, "out of memory");
+        }
+        m->p = p;
+        m->cap = cap;
+    }
+    memcpy(m->p + m->len, data, n);
+    m->len += n;
+}
+
+static void png_mem_flush(png_structp png) { (void)png; }
+
+int mkf_png_encode(const struct mkf_png *s, uint8_t **out, size_t *len)
+{
+    struct membuf m = {0};
+    png_structp png = png_create_write_struct(PNG_LIBPNG_VER_STRING, NULL, NULL, NULL);
+    png_infop info = png ? png_create_info_struct(png) : NULL;
+    png_colorp pal = NULL;
+
+    if (!png || !info) {
+        png_destroy_write_struct(&png, &info);
+        return -1;
+    }
+    if (setjmp(png_jmpbuf(png))) {
+        png_destroy_write_struct(&png, &info);
+        free(m.p);
+        free(pal);
+        fprintf(stderr, "mkfolder: PNG encode failed\n");
+        return -1;
+    }
+    png_set_write_fn(png, &m, png_mem_write, png_mem_flush);
+    png_set_IHDR(png, info, s->w, s->h, s->depth, s->color_type, s->interlace, PNG_COMPRESSION_TYPE_DEFAULT,
+                 PNG_FILTER_TYPE_DEFAULT);
+    if (s->palette) {
+        pal = malloc(sizeof(*pal) * (size_t)s->n_palette);
+        for (int i = 0; pal && i < s->n_palette; i++) {
+            pal[i].red = s->palette[3 * i];
+            pal[i].green = s->palette[3 * i + 1];
+            pal[i].blue = s->palette[3 * i + 2];
+        }
+        png_set_PLTE(png, info, pal, s->n_palette);
+    }
+    if (s->trns)
+        png_set_tRNS(png, info, s->trns, s->n_trns, NULL);
+    if (s->exif)
+        png_set_eXIf_1(png, info, s->n_exif, (png_bytep)s->exif);
+    png_write_info(png, info);
+    const size_t rowbytes = png_get_rowbytes(png, info);
+    const int passes = png_set_interlace_handling(png);
+    for (int p = 0; p < passes; p++)
+        for (uint32_t y = 0; y < s->h; y++)
+            png_write_row(png, s->rows + y * rowbytes);
+    png_write_end(png, info);
+    png_destroy_write_struct(&png, &info);
+    free(pal);
+    *out = m.p;
+    *len = m.len;
+    return 0;
+}
+
+static int write_file(const char *path, const void *data, size_t len)
+{
+    FILE *f = fopen(path, "wb");
+    if (!f || (len && fwrite(data, 1, len, f) != len) || fclose(f) != 0) {
+        fprintf(stderr, "mkfolder: %s: %s\n", path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+/* A 24-bit BMP: a real one, so that only our refusal keeps it out. */
+static int bmp_bytes(uint32_t w, uint32_t h, const uint8_t *rgb, uint8_t **out, size_t *len)
+{
+    const uint32_t stride = (w * 3 + 3) & ~3u, size = 54 + stride * h;
+    uint8_t *b = calloc(1, size);
+    if (!b)
+        return -1;
+    const uint32_t hdr[] = {size, 0, 54, 40, w, h};
+    b[0] = 'B';
+    b[1] = 'M';
+    for (int i = 0; i < 6; i++)
+        for (int k = 0; k < 4; k++)
+            b[2 + 4 * i + k] = (uint8_t)(hdr[i] >> (8 * k));
+    b[26] = 1;  /* planes */
+    b[28] = 24; /* bits per pixel */
+    for (uint32_t y = 0; y < h; y++)
+        for (uint32_t x = 0; x < w; x++)
+            for (int k = 0; k < 3; k++)
+                b[54 + (h - 1 - y) * stride + x * 3 + k] = rgb[((size_t)y * w + x) * 3 + 2 - k];
+    *out = b;
+    *len = size;
+    return 0;
+}
+
+/* ---- the folder ------------------------------------------------------------ */
+
+static struct mkf_file *add(struct mkf_folder *f)
+{
+    if (f->n == f->cap) {
+        size_t cap = f->cap ? 2 * f->cap : 64;
+        struct mkf_file *p = realloc(f->files, cap * sizeof(*p));
+        if (!p)
+            return NULL;
+        f->files = p;
+        f->cap = cap;
+    }
+    memset(&f->files[f->n], 0, sizeof(f->files[0]));
+    return &f->files[f->n++];
+}
+
+/* Encodes one spec; fills e (px taken). Returns 0 or -1. */
+static int make_one(const struct spec *s, uint32_t seed, const char *path, struct mkf_file *e)
+{
+    const uint32_t w = s->w, h = s->h;
+    const size_t n = (size_t)w * h;
+    uint8_t *rgb = NULL, *buf = NULL, *data = NULL;
+    size_t len = 0;
+    unsigned long jlen = 0;
+    int rc = -1;
+
+    e->kind = kind_names[s->kind];
+    e->status = "ok";
+    e->format = "unknown";
+    e->w = w;
+    e->h = h;
+    e->orientation = 1;
+    e->c = 3;
+    if (n) {
+        rgb = malloc(n * 4);
+        buf = malloc(n * 8);
+        if (!rgb || !buf)
+            goto out;
+        mkf_pattern(rgb, w, h, 3, seed);
+    }
+    switch (s->kind) {
+    case K_JPEG_420:
+    case K_JPEG_444:
+    case K_JPEG_PROG:
+    case K_JPEG_EXIF6:
+    case K_BAD_TRUNC:
+        e->format = "JPEG";
+        e->orientation = s->kind == K_JPEG_EXIF6 ? 6 : 1;
+        if (jpeg_encode(rgb, w, h, 3, 0, s->kind == K_JPEG_PROG, 90, s->kind == K_JPEG_444, e->orientation,
+                        &data, &jlen) < 0)
+            goto out;
+        len = jlen;
+        if (s->kind == K_BAD_TRUNC) {
+            len = len * 11 / 20; /* in the middle of the scan */
+            e->status = "truncated";
+        }
+        break;
+    case K_JPEG_GRAY:
+        e->format = "JPEG";
+        e->gray = 1;
+        e->c = 1;
+        mkf_pattern(rgb, w, h, 1, seed);
+        if (jpeg_encode(rgb, w, h, 1, 0, 0, 90, 0, 1, &data, &jlen) < 0)
+            goto out;
+        len = jlen;
+        break;
+    case K_JPEG_CMYK:
+    case K_JPEG_YCCK:
+        /* Adobe (Photoshop) CMYK stores 255 - ink. Written so that Pillow's CMYK->RGB gives back rgb:
+         * inverted K = max(r,g,b), inverted C = r * 255 / max. */
+        e->format = "JPEG";
+        for (size_t i = 0; i < n; i++) {
+            const uint8_t *p = rgb + 3 * i;
+            uint8_t mx = RT_MAX(p[0], RT_MAX(p[1], p[2]));
+            for (int k = 0; k < 3; k++)
+                buf[4 * i + k] = mx ? (uint8_t)((p[k] * 255 + mx / 2) / mx) : 0;
+            buf[4 * i + 3] = mx;
+        }
+        if (jpeg_encode(buf, w, h, 4, s->kind == K_JPEG_YCCK, 0, 95, 0, 1, &data, &jlen) < 0)
+            goto out;
+        len = jlen;
+        break;
+    case K_PNG_RGB:
+    case K_PNG_ADAM7: {
+        struct mkf_png p = {.w = w, .h = h, .color_type = PNG_COLOR_TYPE_RGB, .depth = 8, .rows = rgb,
+                            .interlace = s->kind == K_PNG_ADAM7 ? PNG_INTERLACE_ADAM7 : PNG_INTERLACE_NONE};
+        e->format = "PNG";
+        e->lossless = 1;
+        if (mkf_png_encode(&p, &data, &len) < 0)
+            goto out;
+        break;
+    }
+    case K_PNG_PAL8:
+    case K_PNG_PAL4: {
+        /* 8-bit: a 6x6x6 cube and tRNS on the first entries (dropped, as Pillow drops it); 4-bit: 16 grays
+         * tinted, packed two to a byte. */
+        const int n_pal = s->kind == K_PNG_PAL8 ? 216 : 16;
+        uint8_t pal[216 * 3], trns[16];
+        for (int i = 0; i < n_pal; i++) {
+            if (n_pal == 216) {
+                pal[3 * i] = (uint8_t)(i / 36 * 51);
+                pal[3 * i + 1] = (uint8_t)(i / 6 % 6 * 51);
+                pal[3 * i + 2] = (uint8_t)(i % 6 * 51);
+            } else {
+                pal[3 * i] = (uint8_t)(i * 17);
+                pal[3 * i + 1] = (uint8_t)(255 - i * 13);
+                pal[3 * i + 2] = (uint8_t)(i * 7 + 40);
+            }
+        }
+        for (int i = 0; i < 16; i++)
+            trns[i] = (uint8_t)(i * 16);
+        const size_t rowbytes = n_pal == 216 ? w : (w + 1) / 2;
+        memset(buf, 0, rowbytes * h);
+        for (size_t i = 0; i < n; i++) {
+            const uint8_t *p = rgb + 3 * i;
+            int idx = n_pal == 216 ? (p[0] + 25) / 51 * 36 + (p[1] + 25) / 51 * 6 + (p[2] + 25) / 51
+                                   : (p[0] * 2 + p[1] * 5 + p[2]) / 8 / 16;
+            const size_t y = i / w, x = i % w;
+            if (n_pal == 216)
+                buf[y * rowbytes + x] = (uint8_t)idx;
+            else
+                buf[y * rowbytes + x / 2] |= (uint8_t)(x % 2 ? idx : idx << 4);
+            memcpy(rgb + 3 * i, pal + 3 * idx, 3);
+        }
+        struct mkf_png p = {.w = w, .h = h, .color_type = PNG_COLOR_TYPE_PALETTE, .depth = n_pal == 216 ? 8 : 4,
+                            .rows = buf, .palette = pal, .n_palette = n_pal,
+                            .trns = n_pal == 216 ? trns : NULL, .n_trns = 16};
+        e->format = "PNG";
+        e->lossless = 1;
+        if (mkf_png_encode(&p, &data, &len) < 0)
+            goto out;
+        break;
+    }
+    case K_PNG_RGB16:
+        /* The low byte is noise: Pillow keeps the high byte, and so must we. */
+        for (size_t i = 0; i < n * 3; i++) {
+            buf[2 * i] = rgb[i];
+            buf[2 * i + 1] = (uint8_t)mix((uint32_t)i + seed);
+        }
+        {
+            struct mkf_png p = {.w = w, .h = h, .color_type = PNG_COLOR_TYPE_RGB, .depth = 16, .rows = buf};
+            e->format = "PNG";
+            e->lossless = 1;
+            if (mkf_png_encode(&p, &data, &len) < 0)
+                goto out;
+        }
+        break;
+    case K_PNG_GRAYA:
+    case K_PNG_GRAY1: {
+        mkf_pattern(rgb, w, h, 1, seed);
+        e->format = "PNG";
+        e->gray = 1;
+        e->c = 1;
+        e->lossless = 1;
+        struct mkf_png p = {.w = w, .h = h, .color_type = PNG_COLOR_TYPE_GRAY_ALPHA, .depth = 8, .rows = buf};
+        if (s->kind == K_PNG_GRAYA) {
+            for (size_t i = 0; i < n; i++) {
+                buf[2 * i] = rgb[i];
+                buf[2 * i + 1] = (uint8_t)(i * 7);
+            }
+        } else {
+            const size_t rowbytes = (w + 7) / 8;
+            memset(buf, 0, rowbytes * h);
+            for (size_t i = 0; i < n; i++) {
+                const size_t y = i / w, x = i % w;
+                rgb[i] = rgb[i] >= 128 ? 255 : 0;
+                if (rgb[i])
+                    buf[y * rowbytes + x / 8] |= (uint8_t)(0x80 >> (x % 8));
+            }
+            p.color_type = PNG_COLOR_TYPE_GRAY;
+            p.depth = 1;
+        }
+        if (mkf_png_encode(&p, &data, &len) < 0)
+            goto out;
+        break;
+    }
+    case K_PNG_RGBA: {
+        for (size_t i = 0; i < n; i++) {
+            memcpy(buf + 4 * i, rgb + 3 * i, 3);
+            buf[4 * i + 3] = (uint8_t)(i % 251); /* fully transparent pixels too: their colour must survive */
+        }
+        struct mkf_png p = {.w = w, .h = h, .color_type = PNG_COLOR_TYPE_RGB_ALPHA, .depth = 8, .rows = buf};
+        e->format = "PNG";
+        e->lossless = 1;
+        if (mkf_png_encode(&p, &data, &len) < 0)
+            goto out;
+        break;
+    }
+    case K_WEBP_LOSSY:
+        e->format = "WebP";
+        len = WebPEncodeRGB(rgb, (int)w, (int)h, (int)w * 3, 85, &data);
+        if (!len)
+            goto out;
+        break;
+    case K_WEBP_LOSSLESS:
+        /* Alpha never 0: the lossless encoder may rewrite the colour of fully transparent pixels. */
+        for (size_t i = 0; i < n; i++) {
+            memcpy(buf + 4 * i, rgb + 3 * i, 3);
+            buf[4 * i + 3] = (uint8_t)(1 + i % 255);
+        }
+        e->format = "WebP";
+        e->lossless = 1;
+        len = WebPEncodeLosslessRGBA(buf, (int)w, (int)h, (int)w * 4, &data);
+        if (!len)
+            goto out;
+        break;
+    case K_PPM:
+    case K_PGM: {
+        const int c = s->kind == K_PPM ? 3 : 1;
+        if (c == 1)
+            mkf_pattern(rgb, w, h, 1, seed);
+        int hl = snprintf((char *)buf, 64, "P%d\n# made by rt_mkfolder\n%u %u\n255\n", c == 3 ? 6 : 5, w, h);
+        memcpy(buf + hl, rgb, n * c);
+        e->format = "PPM/PGM";
+        e->gray = c == 1;
+        e->c = (uint32_t)c;
+        e->lossless = 1;
+        rc = write_file(path, buf, (size_t)hl + n * c);
+        goto out;
+    }
+    case K_BAD_BMP:
+        e->format = "BMP";
+        e->status = "unsupported";
+        if (bmp_bytes(w, h, rgb, &data, &len) < 0)
+            goto out;
+        break;
+    case K_BAD_TEXT:
+    case K_IGNORED: {
+        static const char text[] = "These are my notes about the photos.\n";
+        e->status = s->kind == K_IGNORED ? "ignored" : "not an image";
+        e->w = e->h = 0;
+        rc = write_file(path, text, sizeof(text) - 1);
+        goto out;
+    }
+    case K_BAD_EMPTY:
+        e->format = "unknown";
+        e->status = "zero-sized";
+        rc = write_file(path, "", 0);
+        goto out;
+    }
+    rc = write_file(path, data, len);
+out:
+    if (s->kind == K_WEBP_LOSSY || s->kind == K_WEBP_LOSSLESS)
+        WebPFree(data);
+    else
+        free(data);
+    free(buf);
+    if (rc == 0 && strcmp(e->status, "ok") == 0 && rgb) {
+        e->px = rgb;
+        rgb = NULL;
+    }
+    free(rgb);
+    return rc;
+}
+
+static int write_json(const char *dir, const struct mkf_folder *f)
+{
+    char *copy = strdup(dir), path[4096];
+    size_t dl = strlen(copy);
+    while (dl > 1 && copy[dl - 1] == '/')
+        copy[--dl] = 0;
+    char *base = basename(copy), *parent_copy = strdup(copy);
+    const char *parent = dirname(parent_copy);
+    snprintf(path, sizeof(path), "%s/%s.expected.json", parent, base);
+    FILE *out = fopen(path, "w");
+    if (!out) {
+        fprintf(stderr, "mkfolder: %s: %s\n", path, strerror(errno));
+        free(copy);
+        free(parent_copy);
+        return -1;
+    }
+    fprintf(out, "{\n  \"root\": \"%s\",\n  \"classes\": [\"cats\", \"dogs\", \"empty\"],\n", base);
+    fprintf(out, "  \"counts\": {\"ok\": %zu, \"bad\": %zu, \"ignored\": %zu},\n  \"files\": [\n", f->ok, f->bad,
+            f->ignored);
+    for (size_t i = 0; i < f->n; i++) {
+        const struct mkf_file *e = &f->files[i];
+        fprintf(out,
+                "    {\"path\": \"%s\", \"class\": \"%s\", \"status\": \"%s\", \"format\": \"%s\", \"kind\": \"%s\", "
+                "\"width\": %u, \"height\": %u, \"gray\": %s, \"lossless\": %s, \"orientation\": %d}%s\n",
+                e->path, e->klass, e->status, e->format, e->kind, e->w, e->h, e->gray ? "true" : "false",
+                e->lossless ? "true" : "false", e->orientation, i + 1 < f->n ? "," : "");
+    }
+    fprintf(out, "  ]\n}\n");
+    int rc = fclose(out) == 0 ? 0 : -1;
+    free(copy);
+    free(parent_copy);
+    return rc;
+}
+
+int mkf_write(const char *dir, int count, int tiny, struct mkf_folder *out)
+{
+    struct mkf_folder f = {0};
+    const struct spec *table = tiny ? seeds : folder;
+    const size_t n = tiny ? RT_ARRAY_LEN(seeds) : RT_ARRAY_LEN(folder);
+    static const char *const classes[] = {"cats", "dogs", "empty"};
+    char path[4096];
+
+    if (rt_mkdirs(dir, 0755) < 0)
+        goto fail;
+    for (size_t i = 0; !tiny && i < RT_ARRAY_LEN(classes); i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, classes[i]);
+        if (rt_mkdirs(path, 0755) < 0)
+            goto fail;
+    }
+    for (size_t i = 0; i < n; i++) {
+        struct mkf_file *e = add(&f);
+        if (!e)
+            goto fail;
+        snprintf(e->path, sizeof(e->path), "%s%s%s", table[i].klass, tiny ? "" : "/", table[i].name);
+        snprintf(e->klass, sizeof(e->klass), "%s", table[i].klass);
+        snprintf(path, sizeof(path), "%s/%s", dir, e->path);
+        if (make_one(&table[i], (uint32_t)i + 1, path, e) < 0)
+            goto fail;
+        if (strcmp(e->status, "ok") == 0)
+            f.ok++;
+        else if (strcmp(e->status, "ignored") == 0)
+            f.ignored++;
+        else
+            f.bad++;
+    }
+    for (int k = 0; !tiny && k < 2; k++) {
+        for (int i = 0; i < count; i++) {
+            /* Mixed sizes, mostly landscape like photos: 64..447 by 48..335. */
+            uint32_t r = mix((uint32_t)(k * 100003 + i));
+            struct spec s = {i % 5 == 4 ? K_JPEG_PROG : K_JPEG_420, classes[k], NULL, 64 + r % 384,
+                             48 + (r >> 12) % 288};
+            struct mkf_file *e = add(&f);
+            if (!e)
+                goto fail;
+            snprintf(e->path, sizeof(e->path), "%s/gen_%05d.jpg", classes[k], i);
+            snprintf(e->klass, sizeof(e->klass), "%s", classes[k]);
+            snprintf(path, sizeof(path), "%s/%s", dir, e->path);
+            if (make_one(&s, 1000 + r % 100000, path, e) < 0)
+                goto fail;
+            free(e->px);
+            e->px = NULL;
+            f.ok++;
+        }
+    }
+    if (!tiny && write_json(dir, &f) < 0)
+        goto fail;
+    if (out)
+        *out = f;
+    else
+        mkf_free(&f);
+    return 0;
+fail:
+    if (rt_errmsg()[0])
+        fprintf(stderr, "mkfolder: %s\n", rt_errmsg());
+    mkf_free(&f);
+    return -1;
+}
+
+void mkf_free(struct mkf_folder *f)
+{
+    if (!f)
+        return;
+    for (size_t i = 0; i < f->n; i++)
+        free(f->files[i].px);
+    free(f->files);
+    memset(f, 0, sizeof(*f));
+}
+
+#ifndef RT_MKFOLDER_NO_MAIN
+int main(int argc, char **argv)
+{
+    const char *dir = NULL;
+    int count = 0, tiny = 0;
+
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--count") == 0 && i + 1 < argc)
+            count = atoi(argv[++i]);
+        else if (strcmp(argv[i], "--seeds") == 0)
+            tiny = 1;
+        else if (argv[i][0] != '-' && !dir)
+            dir = argv[i];
+        else
+            dir = NULL, i = argc;
+    }
+    if (!dir || count < 0) {
+        fprintf(stderr, "usage: rt_mkfolder DIR [--count N] [--seeds]\n"
+                        "  writes an image folder with every JPEG/PNG/WebP/PPM variant, bad and ignored files,\n"
+                        "  and DIR/../<basename>.expected.json; --count N adds N JPEGs per class;\n"
+                        "  --seeds writes tiny seed files (fuzz corpus) into DIR instead.\n");
+        return 2;
+    }
+    struct mkf_folder f;
+    if (mkf_write(dir, count, tiny, &f) < 0)
+        return 1;
+    printf("%s: %zu files: %zu ok, %zu bad, %zu ignored%s\n", dir, f.n, f.ok, f.bad, f.ignored,
+           tiny ? "" : "; classes cats, dogs, empty");
+    mkf_free(&f);
+    return 0;
+}
+#endif
