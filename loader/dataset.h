@@ -54,7 +54,18 @@ struct rt_dataset_info {
     const char *dir;
     const char *source;              /* input kind recorded by pack */
     enum rt_codec codec;
+    /*
+     * height = width = 0: variable-size JPEG records (pack --max-side), each
+     * with its own size in its block; the loader crops and resizes them to
+     * a size the caller chooses (rt_loader_opts.image_size).
+     */
     uint32_t channels, height, width;
+    /* Variable-size records only: pack's --max-side, and the smallest,
+     * median and largest record size as {height, width} (by area). */
+    uint32_t max_side;
+    uint32_t size_min[2], size_median[2], size_max[2];
+    /* Files pack skipped (--skip-bad) and ignored (not images); 0 for other sources. */
+    uint64_t skipped_files, ignored_files;
     uint32_t num_classes;
     const char *const *class_names;  /* num_classes entries */
     uint64_t stored_bytes;           /* sum of shard sizes */
@@ -91,7 +102,9 @@ const struct rt_dataset_info *rt_dataset_info(const struct rt_dataset *ds);
 
 /* ---- reading a shard ---------------------------------------------------------- */
 
-/* Parsed, validated shard header (docs/FORMAT.md, "Shard header"). */
+/* Parsed, validated shard header (docs/FORMAT.md, "Shard header"). Version 1
+ * holds fixed-size records; version 2 variable-size JPEG records, with
+ * height = width = 0 here and each record's size in its block's table. */
 struct rt_shard_header {
     uint32_t version;
     enum rt_codec codec;
@@ -105,6 +118,9 @@ struct rt_shard_header {
     uint64_t labels_offset, index_offset, data_offset, file_size;
     uint64_t labels_xxh64, index_xxh64;
 };
+
+/* 1 when the shard's records have their own sizes (version 2, jpeg). */
+static inline int rt_shard_variable(const struct rt_shard_header *h) { return h->height == 0; }
 
 /* One entry of the block index. */
 struct rt_block_entry {
@@ -143,6 +159,27 @@ int rt_shard_parse_labels(const struct rt_shard_header *h, const void *buf, size
  */
 int rt_shard_parse_index(const struct rt_shard_header *h, const void *buf, size_t len,
                          const char *name, struct rt_block_entry *blocks);
+
+/*
+ * Checks the record table of a JPEG block's payload (raw_size bytes, after
+ * its checksum and any decompression): offsets start at 0, never decrease
+ * and end at the payload's end; for variable-size shards every record's
+ * size is 1..65535 on each side. Returns 0 or -EBADMSG naming `name`, the
+ * block and the record.
+ */
+int rt_jpeg_block_check(const struct rt_shard_header *h, const struct rt_block_entry *e, uint32_t block,
+                        const uint8_t *payload, const char *name);
+
+/* A record of a JPEG block whose table rt_jpeg_block_check() accepted. */
+struct rt_jpeg_record {
+    const uint8_t *data;     /* the JPEG stream, inside the payload */
+    uint32_t len;
+    uint32_t height, width;  /* the record's size (the header's for fixed-size shards) */
+};
+
+/* Record `r` (< e->record_count) of a checked JPEG block payload. Pure. */
+void rt_jpeg_block_record(const struct rt_shard_header *h, const struct rt_block_entry *e,
+                          const uint8_t *payload, uint32_t r, struct rt_jpeg_record *rec);
 
 /* An open shard file with its header, labels and block index loaded. */
 struct rt_shard;

@@ -155,29 +155,84 @@ static int decode_jpeg_payload(struct rt_decoder *d, const struct rt_shard_heade
                                uint8_t *out, uint8_t *hwc, const char *name)
 {
     const uint64_t rec_bytes = rt_record_bytes(h);
-    const uint64_t table = 4 * ((uint64_t)e->record_count + 1);
-    const uint8_t *data = payload + table;
-    const uint64_t data_len = e->raw_size - table;
     char where[512];
+    int rc = rt_jpeg_block_check(h, e, block, payload, name);
 
-    if (rt_le32(payload) != 0)
-        return rt_errf(-EBADMSG, "%s: block %" PRIu32 ": JPEG offset table must start at 0", name, block);
-    for (uint32_t r = 0; r < e->record_count; r++) {
-        uint32_t lo = rt_le32(payload + 4 * (uint64_t)r), hi = rt_le32(payload + 4 * ((uint64_t)r + 1));
+    for (uint32_t r = 0; rc == 0 && r < e->record_count; r++) {
+        struct rt_jpeg_record rec;
+        rt_jpeg_block_record(h, e, payload, r, &rec);
         snprintf(where, sizeof(where), "%s: block %" PRIu32 ": record %" PRIu64, name, block,
                  h->first_record + e->first_record + r);
-        if (hi < lo || hi > data_len)
-            return rt_errf(-EBADMSG, "%s: JPEG bytes [%" PRIu32 ", %" PRIu32 ") outside the %" PRIu64
-                           "-byte payload",
-                           where, lo, hi, data_len);
-        if (r + 1 == e->record_count && hi != data_len)
-            return rt_errf(-EBADMSG, "%s: payload has %" PRIu64 " trailing bytes", where, data_len - hi);
-        int rc = rt_jpeg_decode_chw(d->tj, data + lo, hi - lo, h->channels, h->height, h->width,
-                                    out + rec_bytes * r, hwc, where);
-        if (rc < 0)
-            return rc;
+        rc = rt_jpeg_decode_chw(d->tj, rec.data, rec.len, h->channels, h->height, h->width, out + rec_bytes * r,
+                                hwc, where);
     }
+    return rc;
+}
+
+/* The stored bytes against the index's checksum. */
+static int block_checksum(const struct rt_shard_header *h, const struct rt_block_entry *e, uint32_t block,
+                          const void *stored, const char *name)
+{
+    if (XXH64(stored, e->stored_size, 0) != e->xxh64)
+        return rt_errf(-EBADMSG, "%s: block %" PRIu32 " (offset %" PRIu64 ", %" PRIu32
+                       " bytes, records %" PRIu64 "..%" PRIu64 "): checksum mismatch, the block is corrupt",
+                       name, block, e->offset, e->stored_size, h->first_record + e->first_record,
+                       h->first_record + e->first_record + e->record_count - 1);
     return 0;
+}
+
+/* A JPEG block's payload: `stored`, or inflated into d->scratch + skip when zstd-compressed. */
+static int jpeg_payload(struct rt_decoder *d, const struct rt_shard_header *h, const struct rt_block_entry *e,
+                        uint32_t block, const void *stored, size_t skip, const uint8_t **payload, const char *name)
+{
+    *payload = stored;
+    if (h->compression != RT_COMPRESSION_ZSTD)
+        return 0;
+    int rc = scratch_reserve(d, skip + e->raw_size);
+    if (rc < 0)
+        return rc;
+    size_t n = ZSTD_decompressDCtx(d->zstd, d->scratch + skip, e->raw_size, stored, e->stored_size);
+    if (ZSTD_isError(n) || n != e->raw_size)
+        return rt_errf(-EBADMSG, "%s: block %" PRIu32 ": zstd: %s", name, block,
+                       ZSTD_isError(n) ? ZSTD_getErrorName(n) : "wrong decompressed size");
+    *payload = d->scratch + skip;
+    return 0;
+}
+
+int rt_block_payload(struct rt_decoder *d, const struct rt_shard_header *h, const struct rt_block_entry *e,
+                     uint32_t block, const void *stored, uint8_t *out, const char *name)
+{
+    const uint8_t *payload;
+    const uint64_t t0 = rt_now_ns();
+    int rc;
+
+    if (h->codec != RT_CODEC_JPEG)
+        return rt_errf(-EINVAL, "%s: block %" PRIu32 ": only JPEG blocks are kept undecoded", name, block);
+    rc = block_checksum(h, e, block, stored, name);
+    const uint64_t t1 = rt_now_ns();
+    d->t.checksum_ns += t1 - t0;
+    if (rc == 0)
+        rc = jpeg_payload(d, h, e, block, stored, 0, &payload, name);
+    if (rc == 0)
+        rc = rt_jpeg_block_check(h, e, block, payload, name);
+    if (rc == 0) {
+        memcpy(out, payload, e->raw_size);
+        /* Kept as JPEG: the records are decoded (and counted) per sample, cropped. */
+        d->t.decompress_ns += rt_now_ns() - t1;
+        if (rt_trace_live())
+            rt_trace_span(RT_TRACE_LOADER, "checksum", NULL, t0, t1);
+    }
+    return rc;
+}
+
+int rt_jpeg_record_decode(struct rt_decoder *d, const struct rt_shard_header *h, const struct rt_jpeg_record *rec,
+                          uint8_t *out, const char *where)
+{
+    int rc = scratch_reserve(d, (size_t)h->channels * rec->height * rec->width);
+    if (rc < 0)
+        return rc;
+    return rt_jpeg_decode_chw(d->tj, rec->data, rec->len, h->channels, rec->height, rec->width, out, d->scratch,
+                              where);
 }
 
 int rt_block_decode(struct rt_decoder *d, const struct rt_shard_header *h,
@@ -185,17 +240,16 @@ int rt_block_decode(struct rt_decoder *d, const struct rt_shard_header *h,
                     const char *name)
 {
     const uint64_t rec_bytes = rt_record_bytes(h);
-    const uint8_t *payload = stored;
+    const uint8_t *payload;
     uint8_t *hwc;
-    size_t need;
     uint64_t t0 = rt_now_ns(), t1, t2;
     int rc;
 
-    if (XXH64(stored, e->stored_size, 0) != e->xxh64)
-        return rt_errf(-EBADMSG, "%s: block %" PRIu32 " (offset %" PRIu64 ", %" PRIu32
-                       " bytes, records %" PRIu64 "..%" PRIu64 "): checksum mismatch, the block is corrupt",
-                       name, block, e->offset, e->stored_size, h->first_record + e->first_record,
-                       h->first_record + e->first_record + e->record_count - 1);
+    if (rt_shard_variable(h))
+        return rt_errf(-EINVAL, "%s: block %" PRIu32 ": variable-size records are cropped at load time, not "
+                       "decoded whole (rt_block_payload)", name, block);
+    if ((rc = block_checksum(h, e, block, stored, name)) < 0)
+        return rc;
     t1 = rt_now_ns();
     d->t.checksum_ns += t1 - t0;
     if (h->codec == RT_CODEC_RAW) {
@@ -221,19 +275,10 @@ int rt_block_decode(struct rt_decoder *d, const struct rt_shard_header *h,
     }
 
     /* JPEG: scratch holds the decompressed payload (if zstd) then HWC pixels. */
-    need = (size_t)rec_bytes + (h->compression == RT_COMPRESSION_ZSTD ? e->raw_size : 0);
-    rc = scratch_reserve(d, need);
-    if (rc < 0)
+    if ((rc = scratch_reserve(d, (size_t)rec_bytes)) < 0 ||
+        (rc = jpeg_payload(d, h, e, block, stored, (size_t)rec_bytes, &payload, name)) < 0)
         return rc;
     hwc = d->scratch;
-    if (h->compression == RT_COMPRESSION_ZSTD) {
-        uint8_t *buf = d->scratch + rec_bytes;
-        size_t n = ZSTD_decompressDCtx(d->zstd, buf, e->raw_size, stored, e->stored_size);
-        if (ZSTD_isError(n) || n != e->raw_size)
-            return rt_errf(-EBADMSG, "%s: block %" PRIu32 ": zstd: %s", name, block,
-                           ZSTD_isError(n) ? ZSTD_getErrorName(n) : "wrong decompressed size");
-        payload = buf;
-    }
     t2 = rt_now_ns();
     d->t.decompress_ns += t2 - t1;
     rc = decode_jpeg_payload(d, h, e, block, payload, out, hwc, name);

@@ -15,7 +15,7 @@ void rt_shard_header_encode(const struct rt_shard_header *h, uint8_t *out)
 {
     memset(out, 0, RT_SHARD_HEADER_SIZE);
     memcpy(out + HDR_MAGIC, RT_SHARD_MAGIC, 8);
-    rt_put32(out + HDR_VERSION, RT_SHARD_VERSION);
+    rt_put32(out + HDR_VERSION, rt_shard_variable(h) ? RT_SHARD_VERSION_VARIABLE : RT_SHARD_VERSION_FIXED);
     rt_put32(out + HDR_SIZE, RT_SHARD_HEADER_SIZE);
     rt_put32(out + HDR_CODEC, (uint32_t)h->codec);
     rt_put32(out + HDR_COMPRESSION, h->compression);
@@ -65,9 +65,9 @@ int rt_shard_parse_header(const void *buf, size_t len, const char *name, struct 
                        "%s: offset %d: shard format version %" PRIu32
                        " was written by a newer ringtrain; this build reads version %u",
                        name, HDR_VERSION, h->version, RT_SHARD_VERSION);
-    if (h->version != RT_SHARD_VERSION)
-        return rt_errf(-EBADMSG, "%s: offset %d: shard format version %" PRIu32 ", expected %u", name,
-                       HDR_VERSION, h->version, RT_SHARD_VERSION);
+    if (h->version != RT_SHARD_VERSION_FIXED && h->version != RT_SHARD_VERSION_VARIABLE)
+        return rt_errf(-EBADMSG, "%s: offset %d: shard format version %" PRIu32 ", expected 1 or 2", name,
+                       HDR_VERSION, h->version);
     if (rt_le64(p + HDR_XXH64) != XXH64(p, HDR_XXH64, 0))
         return rt_errf(-EBADMSG, "%s: offset %d: header checksum mismatch (header is corrupt)", name,
                        HDR_XXH64);
@@ -107,9 +107,16 @@ int rt_shard_parse_header(const void *buf, size_t len, const char *name, struct 
     if (h->channels == 0 || h->channels > RT_MAX_CHANNELS || (h->codec == RT_CODEC_JPEG && h->channels != 1 && h->channels != 3))
         return rt_errf(-EBADMSG, "%s: offset %d: bad channel count %" PRIu32, name, HDR_CHANNELS,
                        h->channels);
-    if (h->height == 0 || h->height > RT_MAX_DIM || h->width == 0 || h->width > RT_MAX_DIM)
+    if (h->version == RT_SHARD_VERSION_VARIABLE) {
+        /* Version 2 exists for variable-size JPEG records and nothing else. */
+        if (h->codec != RT_CODEC_JPEG || h->height != 0 || h->width != 0)
+            return rt_errf(-EBADMSG, "%s: offset %d: a version 2 shard holds variable-size JPEG records "
+                           "(codec 1, size 0x0), not codec %u with size %" PRIu32 "x%" PRIu32,
+                           name, HDR_HEIGHT, (unsigned)h->codec, h->height, h->width);
+    } else if (h->height == 0 || h->height > RT_MAX_DIM || h->width == 0 || h->width > RT_MAX_DIM) {
         return rt_errf(-EBADMSG, "%s: offset %d: bad image size %" PRIu32 "x%" PRIu32, name, HDR_HEIGHT,
                        h->height, h->width);
+    }
     if (h->num_classes == 0 || h->num_classes > RT_MAX_CLASSES)
         return rt_errf(-EBADMSG, "%s: offset %d: bad class count %" PRIu32, name, HDR_NUM_CLASSES,
                        h->num_classes);
@@ -202,7 +209,7 @@ int rt_shard_parse_index(const struct rt_shard_header *h, const void *buf, size_
             return rt_errf(-EBADMSG, "%s: block %" PRIu32 ": raw size %" PRIu32 ", expected %" PRIu64
                            " for %" PRIu32 " records",
                            name, b, e->raw_size, rec_bytes * e->record_count, e->record_count);
-        if (h->codec == RT_CODEC_JPEG && e->raw_size < 4 * ((uint64_t)e->record_count + 1))
+        if (h->codec == RT_CODEC_JPEG && e->raw_size < rt_jpeg_table_bytes(h, e->record_count))
             return rt_errf(-EBADMSG, "%s: block %" PRIu32 ": raw size %" PRIu32 " too small for %" PRIu32
                            " JPEG records",
                            name, b, e->raw_size, e->record_count);
@@ -220,4 +227,51 @@ int rt_shard_parse_index(const struct rt_shard_header *h, const void *buf, size_
         return rt_errf(-EBADMSG, "%s: blocks end at offset %" PRIu64 ", header says file size %" PRIu64,
                        name, next_offset, h->file_size);
     return 0;
+}
+
+int rt_jpeg_block_check(const struct rt_shard_header *h, const struct rt_block_entry *e, uint32_t block,
+                        const uint8_t *payload, const char *name)
+{
+    const uint64_t table = rt_jpeg_table_bytes(h, e->record_count);
+    const uint64_t data_len = e->raw_size - table; /* rt_shard_parse_index checked raw_size >= table */
+    const uint8_t *sizes = payload + 4 * ((uint64_t)e->record_count + 1);
+
+    if (rt_le32(payload) != 0)
+        return rt_errf(-EBADMSG, "%s: block %" PRIu32 ": JPEG offset table must start at 0", name, block);
+    for (uint32_t r = 0; r < e->record_count; r++) {
+        uint32_t lo = rt_le32(payload + 4 * (uint64_t)r), hi = rt_le32(payload + 4 * ((uint64_t)r + 1));
+        uint64_t rec = h->first_record + e->first_record + r;
+        if (hi < lo || hi > data_len)
+            return rt_errf(-EBADMSG, "%s: block %" PRIu32 ": record %" PRIu64 ": JPEG bytes [%" PRIu32 ", %" PRIu32
+                           ") outside the %" PRIu64 "-byte payload",
+                           name, block, rec, lo, hi, data_len);
+        if (r + 1 == e->record_count && hi != data_len)
+            return rt_errf(-EBADMSG, "%s: block %" PRIu32 ": record %" PRIu64 ": payload has %" PRIu64
+                           " trailing bytes", name, block, rec, data_len - hi);
+        if (rt_shard_variable(h)) {
+            uint32_t hw = rt_le32(sizes + 4 * (uint64_t)r);
+            if ((hw >> 16) == 0 || (hw & 0xffff) == 0)
+                return rt_errf(-EBADMSG, "%s: block %" PRIu32 ": record %" PRIu64 ": size %" PRIu32 "x%" PRIu32
+                               " in the record table", name, block, rec, hw >> 16, hw & 0xffff);
+        }
+    }
+    return 0;
+}
+
+void rt_jpeg_block_record(const struct rt_shard_header *h, const struct rt_block_entry *e,
+                          const uint8_t *payload, uint32_t r, struct rt_jpeg_record *rec)
+{
+    const uint8_t *data = payload + rt_jpeg_table_bytes(h, e->record_count);
+    uint32_t lo = rt_le32(payload + 4 * (uint64_t)r), hi = rt_le32(payload + 4 * ((uint64_t)r + 1));
+
+    rec->data = data + lo;
+    rec->len = hi - lo;
+    if (rt_shard_variable(h)) {
+        uint32_t hw = rt_le32(payload + 4 * ((uint64_t)e->record_count + 1) + 4 * (uint64_t)r);
+        rec->height = hw >> 16;
+        rec->width = hw & 0xffff;
+    } else {
+        rec->height = h->height;
+        rec->width = h->width;
+    }
 }

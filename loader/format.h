@@ -12,7 +12,9 @@
 #include "loader/dataset.h"
 
 #define RT_SHARD_MAGIC "RTSHARD\0"
-#define RT_SHARD_VERSION 1u
+#define RT_SHARD_VERSION 2u          /* the newest this build reads */
+#define RT_SHARD_VERSION_FIXED 1u    /* written for fixed-size records (every dataset before variable sizes) */
+#define RT_SHARD_VERSION_VARIABLE 2u /* written for variable-size JPEG records (height = width = 0) */
 #define RT_BLOCK_ENTRY_SIZE 32u
 #define RT_COMPRESSION_NONE 0u
 #define RT_COMPRESSION_ZSTD 1u
@@ -78,10 +80,16 @@ void rt_shard_header_encode(const struct rt_shard_header *h, uint8_t *out);
 /* Serialises one block index entry into RT_BLOCK_ENTRY_SIZE bytes. */
 void rt_block_entry_encode(const struct rt_block_entry *e, uint8_t *out);
 
-/* Bytes of one decoded record. */
+/* Bytes of one decoded record (0 for variable-size records: see rt_shard_variable). */
 static inline uint64_t rt_record_bytes(const struct rt_shard_header *h)
 {
     return (uint64_t)h->channels * h->height * h->width;
+}
+
+/* Bytes of a JPEG block's record table: offsets, and each record's size when variable. */
+static inline uint64_t rt_jpeg_table_bytes(const struct rt_shard_header *h, uint32_t records)
+{
+    return 4 * ((uint64_t)records + 1) + (rt_shard_variable(h) ? 4 * (uint64_t)records : 0);
 }
 
 #endif

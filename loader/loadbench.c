@@ -53,7 +53,7 @@ void rt_batch_digest_hex(const struct rt_batch_digest *d, char hex[17])
 }
 
 /* Takes every batch, noting the first's arrival and the worst epoch-boundary wait. 0 or -errno. */
-static int drain(struct rt_loader *L, uint64_t start_epoch, const struct rt_dataset_info *info,
+static int drain(struct rt_loader *L, uint64_t start_epoch, uint32_t c, uint32_t h, uint32_t w,
                  struct rt_batch_digest *dg, struct rt_loadbench_result *r, uint64_t *t_first,
                  uint64_t *first_images)
 {
@@ -71,7 +71,7 @@ static int drain(struct rt_loader *L, uint64_t start_epoch, const struct rt_data
             *first_images = b->valid;
         }
         if (dg)
-            rt_batch_digest_add(dg, b, info->channels, info->height, info->width);
+            rt_batch_digest_add(dg, b, c, h, w);
         rt_loader_release(L, b);
     }
 }
@@ -104,21 +104,22 @@ int rt_loadbench_run(const struct rt_dataset *ds, const struct rt_loadbench_opts
     uint64_t t_first = 0, first_images = 0;
     memset(r, 0, sizeof(*r));
     r->workers = lo->workers;
+    uint32_t h, w;
+    int rc = rt_loader_image_shape(info, lo->image_size, &h, &w);
+    if (rc < 0)
+        return rc;
     struct rt_ring_opts ro = {.slots = o->ring_slots ? o->ring_slots : (uint32_t)RT_MAX(lo->workers + 2, 4),
-                              .batch = lo->batch, .channels = info->channels, .height = info->height,
-                              .width = info->width, .pin = o->pin};
+                              .batch = lo->batch, .channels = info->channels, .height = h, .width = w,
+                              .pin = o->pin};
     r->ring_slots = ro.slots;
-    if (o->digest) {
-        int rc = rt_batch_digest_create(&dg);
-        if (rc < 0)
-            return rc;
-    }
+    if (o->digest && (rc = rt_batch_digest_create(&dg)) < 0)
+        return rc;
     const uint64_t t0 = rt_now_ns();
-    int rc = rt_ring_create(&ro, &ring);
+    rc = rt_ring_create(&ro, &ring);
     if (rc == 0)
         rc = rt_loader_create(ds, lo, ring, &L);
     if (rc == 0)
-        rc = drain(L, lo->start_epoch, info, dg, r, &t_first, &first_images);
+        rc = drain(L, lo->start_epoch, info->channels, h, w, dg, r, &t_first, &first_images);
     if (rc == 0) {
         summarise(L, ring, t0, t_first, first_images, r);
         if (dg)

@@ -14,7 +14,13 @@
  *            memory; a batch job augments each record straight into the slot.
  *
  * Resident memory is either the whole decoded split (EXACT and NONE: read
- * once, in the first epoch) or a few windows of blocks (WINDOW). Batch
+ * once, in the first epoch) or a few windows of blocks (WINDOW). Variable-
+ * size JPEG records (pack --max-side) stay JPEG in resident memory -- a
+ * block's payload as stored -- and a batch job decodes each sample's crop
+ * (rrc.h: RandomResizedCrop, or the evaluation centre) at a reduced scale
+ * where the crop allows (jpegcrop.h) and resizes it into the slot
+ * (resize.h); then "decode" and "augment" in the stats are that decoding
+ * and that resizing. Batch
  * contents depend only on the plan and on (seed, epoch, id), never on which
  * worker ran what when, so the output is bit-identical for any worker count,
  * queue depth, I/O engine or completion order.
@@ -50,7 +56,10 @@
 #include "common/trace.h"
 #include "loader/format.h"
 #include "loader/io.h"
+#include "loader/jpegcrop.h"
 #include "loader/loader.h"
+#include "loader/resize.h"
+#include "loader/rrc.h"
 #include "staging/ring.h"
 
 #define NWIN 4            /* window buffers in WINDOW mode: two in use, two loading */
@@ -72,6 +81,7 @@ struct blockref {
     uint32_t index;       /* block within the shard */
     uint64_t first;       /* split-local index of its first record */
     uint32_t records;
+    size_t bytes;         /* in resident memory: decoded records, or the JPEG payload (variable sizes) */
 };
 
 /* Decoded records resident in memory: the whole split, or one window. */
@@ -93,6 +103,7 @@ struct batch_job {
     uint64_t epoch, step;
     uint64_t *ids;        /* [batch] */
     const uint8_t **src;  /* [batch]; NULL for padding */
+    struct rt_jpeg_record *rec; /* [batch], variable-size records: the JPEG and its size */
     int win[2];           /* windows read (-1 = none) */
 };
 
@@ -104,8 +115,11 @@ struct worker {
     struct rt_loader *L;
     pthread_t thread;
     struct rt_decoder *dec;
+    struct rt_jpegcrop *crop;    /* variable-size records */
+    struct rt_resizer *rs;
     /* Written by the worker with atomic stores, read by rt_loader_stats(). */
     uint64_t checksum_ns, decompress_ns, decode_ns, raw_bytes, records;
+    uint64_t crop_decode_ns, crops; /* variable-size records: decoding the crops, and how many */
     uint64_t augment_ns, idle_ns;
 };
 
@@ -115,8 +129,11 @@ struct rt_loader {
     struct rt_sampler *sampler;
     struct rt_io *io;
     uint64_t steps;
-    size_t rec;                       /* bytes per record */
-    uint32_t c, h, w;
+    size_t rec;                       /* bytes per record in a slot */
+    uint32_t c, h, w;                 /* slot image shape */
+    int variable;                     /* variable-size JPEG records, cropped per sample */
+    struct rt_rrc_opts rrc;
+    double center_ratio;
 
     uint32_t nshards;
     struct rt_shard **shards;
@@ -216,8 +233,10 @@ static void run_decode(struct worker *wk, struct decode_job *j, uint64_t t_start
     const struct rt_shard *sh = L->shards[br->shard];
     struct rt_decode_times t;
 
-    int rc = rt_block_decode(wk->dec, rt_shard_header(sh), &rt_shard_blocks(sh)[br->index], br->index,
-                             j->req.data, win->mem + win->offset[pos], L->shard_paths[br->shard]);
+    int rc = (L->variable ? rt_block_payload : rt_block_decode)(wk->dec, rt_shard_header(sh),
+                                                                &rt_shard_blocks(sh)[br->index], br->index,
+                                                                j->req.data, win->mem + win->offset[pos],
+                                                                L->shard_paths[br->shard]);
     rt_io_put_buffer(L->io, j->req.buf);
     rt_decoder_times(wk->dec, &t);
     __atomic_store_n(&wk->checksum_ns, t.checksum_ns, __ATOMIC_RELAXED);
@@ -244,6 +263,36 @@ static void run_decode(struct worker *wk, struct decode_job *j, uint64_t t_start
 
 /* ---- batch jobs ------------------------------------------------------------------- */
 
+/*
+ * Variable-size record i of the job into `dst` (CHW, S x S): the crop box
+ * (by seed, epoch and id alone), the JPEG decoded over that box at the
+ * smallest scale that keeps it at least S wide and high, then resized.
+ * Adds the decoding time to *dec_ns.
+ */
+static int crop_record(struct rt_loader *L, struct worker *wk, const struct batch_job *j, uint32_t i, uint8_t *dst,
+                       uint64_t *dec_ns)
+{
+    const struct rt_jpeg_record *r = &j->rec[i];
+    struct rt_jpeg_region reg;
+    struct rt_box box;
+    int flip = 0, fallback;
+    char where[160];
+
+    if (L->o.crop == RT_CROP_RANDOM) {
+        rt_rrc_box(&L->rrc, L->o.seed, j->epoch, j->ids[i], r->width, r->height, &box, &flip, &fallback);
+        flip = L->o.aug.flip == RT_FLIP_RANDOM ? flip : 0;
+    } else {
+        rt_center_box(r->width, r->height, L->w, L->h, L->center_ratio, &box);
+    }
+    snprintf(where, sizeof(where), "%s record %" PRIu64, rt_split_name(L->o.split), j->ids[i]);
+    const uint64_t t0 = rt_now_ns();
+    int rc = rt_jpegcrop_decode(wk->crop, r->data, r->len, where, L->c, &box, L->w, L->h, &reg);
+    *dec_ns += rt_now_ns() - t0;
+    if (rc < 0)
+        return rc;
+    return rt_resize_box_chw(wk->rs, reg.px, reg.w, reg.h, L->c, reg.stride, &reg.box, dst, L->w, L->h, NULL, flip);
+}
+
 /* Augments one batch into its slot and publishes it; t_start is when the job was taken. */
 static void run_batch(struct worker *wk, struct batch_job *j, uint64_t t_start)
 {
@@ -253,6 +302,7 @@ static void run_batch(struct worker *wk, struct batch_job *j, uint64_t t_start)
     const uint64_t t0 = rt_now_ns();
     uint32_t valid = 0;
 
+    uint64_t crop_ns = 0;
     for (uint32_t i = 0; i < B; i++) {
         uint8_t *dst = b->images + L->rec * i;
         if (!j->src[i]) {
@@ -261,7 +311,16 @@ static void run_batch(struct worker *wk, struct batch_job *j, uint64_t t_start)
             b->ids[i] = RT_PAD_ID;
             continue;
         }
-        rt_augment(&L->o.aug, L->o.seed, j->epoch, j->ids[i], L->c, L->h, L->w, j->src[i], dst);
+        if (L->variable) {
+            int rc = crop_record(L, wk, j, i, dst, &crop_ns);
+            if (rc < 0) {
+                /* The slot stays FILLING: a closed ring never hands it out. */
+                loader_fail(L, rc);
+                return;
+            }
+        } else {
+            rt_augment(&L->o.aug, L->o.seed, j->epoch, j->ids[i], L->c, L->h, L->w, j->src[i], dst);
+        }
         b->labels[i] = L->labels[j->ids[i]];
         b->ids[i] = j->ids[i];
         valid++;
@@ -270,7 +329,11 @@ static void run_batch(struct worker *wk, struct batch_job *j, uint64_t t_start)
     b->epoch = j->epoch;
     b->step = j->step;
     const uint64_t t1 = rt_now_ns();
-    __atomic_fetch_add(&wk->augment_ns, t1 - t0, __ATOMIC_RELAXED);
+    __atomic_fetch_add(&wk->augment_ns, t1 - t0 - crop_ns, __ATOMIC_RELAXED);
+    if (L->variable) {
+        __atomic_fetch_add(&wk->crop_decode_ns, crop_ns, __ATOMIC_RELAXED);
+        __atomic_fetch_add(&wk->crops, valid, __ATOMIC_RELAXED);
+    }
     if (L->o.on_batch)
         L->o.on_batch(L->o.on_batch_ctx, b);
     /* From here on the slot is the consumer's: only the job (a copy) is read. */
@@ -384,9 +447,11 @@ static int load_resident(struct rt_loader *L)
     c->nblocks = L->nblocks;
     c->pending = L->nblocks;
     c->state = WIN_LOADING;
+    size_t at = 0;
     for (uint32_t i = 0; i < L->nblocks; i++) {
         c->blocks[i] = i;
-        c->offset[i] = L->blocks[i].first * L->rec;
+        c->offset[i] = at;
+        at += L->blocks[i].bytes;
     }
     int rc = window_load(L, NWIN, c);
     if (rc < 0)
@@ -434,6 +499,27 @@ static struct batch_job *claim(struct rt_loader *L, uint64_t seq, uint64_t epoch
     return j;
 }
 
+static uint32_t block_of(const struct rt_loader *L, uint64_t id);
+
+/*
+ * Points position i of job j at record `id` of block `b`, whose resident
+ * bytes start at `base`: the decoded record, or (variable sizes) the JPEG
+ * record found through the block's table.
+ */
+static void job_source(const struct rt_loader *L, struct batch_job *j, uint32_t i, uint32_t b, const uint8_t *base,
+                       uint64_t id)
+{
+    const struct blockref *br = &L->blocks[b];
+    if (!L->variable) {
+        j->src[i] = base + (id - br->first) * L->rec;
+        return;
+    }
+    const struct rt_shard *sh = L->shards[br->shard];
+    rt_jpeg_block_record(rt_shard_header(sh), &rt_shard_blocks(sh)[br->index], base, (uint32_t)(id - br->first),
+                         &j->rec[i]);
+    j->src[i] = j->rec[i].data;
+}
+
 static int run_resident_epoch(struct rt_loader *L, const struct rt_epoch_plan *p, uint64_t step0, uint64_t *seq)
 {
     const uint32_t B = L->o.batch;
@@ -446,7 +532,13 @@ static int run_resident_epoch(struct rt_loader *L, const struct rt_epoch_plan *p
         for (uint32_t i = 0; i < B; i++) {
             uint64_t id = p->order[s * B + i];
             j->ids[i] = id;
-            j->src[i] = id == RT_PAD_ID ? NULL : L->cache.mem + id * L->rec;
+            j->src[i] = NULL;
+            if (id != RT_PAD_ID && !L->variable) {
+                j->src[i] = L->cache.mem + id * L->rec;
+            } else if (id != RT_PAD_ID) {
+                const uint32_t b = block_of(L, id);
+                job_source(L, j, i, b, L->cache.mem + L->cache.offset[b], id);
+            }
         }
         queue_batch(L, j);
         if (t0)
@@ -478,13 +570,15 @@ static uint32_t block_of(const struct rt_loader *L, uint64_t id)
     return lo;
 }
 
-/* Where record `id` sits in a loaded window, or NULL if the window does not hold it. */
-static const uint8_t *window_record(const struct rt_loader *L, const struct window *win, uint64_t id)
+/* Points position i of job j at record `id` in a loaded window; -1 if the window does not hold it. */
+static int window_record(const struct rt_loader *L, const struct window *win, uint64_t id, struct batch_job *j,
+                         uint32_t i)
 {
     const uint32_t b = block_of(L, id), pos = win->pos_of[b];
     if (pos >= win->nblocks || win->blocks[pos] != b)
-        return NULL;
-    return win->mem + win->offset[pos] + (id - L->blocks[b].first) * L->rec;
+        return -1;
+    job_source(L, j, i, b, win->mem + win->offset[pos], id);
+    return 0;
 }
 
 /* Takes a FREE window buffer and starts loading window w of plan p into it; -1 if none is free. */
@@ -506,7 +600,7 @@ static int window_start(struct rt_loader *L, const struct rt_epoch_plan *p, uint
     const uint32_t b0 = p->win_block[w], n = p->win_block[w + 1] - b0;
     size_t bytes = 0;
     for (uint32_t i = 0; i < n; i++)
-        bytes += (size_t)L->blocks[p->blocks[b0 + i]].records * L->rec;
+        bytes += L->blocks[p->blocks[b0 + i]].bytes;
     if (bytes > win->cap) {
         free(win->mem);
         win->cap = 0;
@@ -531,7 +625,7 @@ static int window_start(struct rt_loader *L, const struct rt_epoch_plan *p, uint
         win->blocks[i] = b;
         win->offset[i] = bytes;
         win->pos_of[b] = i;
-        bytes += (size_t)L->blocks[b].records * L->rec;
+        bytes += L->blocks[b].bytes;
     }
     win->nblocks = n;
     win->refs = 0;
@@ -690,8 +784,7 @@ static int run_window_epoch(struct rt_loader *L, const struct rt_epoch_plan *p, 
                 continue;
             uint32_t w = window_of(p, k, wa);
             const struct window *win = &L->win[w == wa ? js[0] : js[1]];
-            j->src[i] = window_record(L, win, id);
-            if (!j->src[i]) {
+            if (window_record(L, win, id, j, i) < 0) {
                 rc = rt_errf(-EINVAL, "loader: record %" PRIu64 " is not in its window (epoch %" PRIu64
                              ", step %" PRIu64 ")", id, p->epoch, s);
                 return rc;
@@ -817,7 +910,8 @@ static int open_split(struct rt_loader *L, const struct rt_dataset_info *info)
             return rc;
         const struct rt_shard_header *h = rt_shard_header(L->shards[i]);
         if (h->record_count != si->shards[i].records || h->first_record != si->shards[i].first_record ||
-            h->channels != info->channels || h->height != info->height || h->width != info->width)
+            h->channels != info->channels || h->height != info->height || h->width != info->width ||
+            h->codec != info->codec)
             return rt_errf(-EBADMSG, "%s: header (%" PRIu64 " records from %" PRIu64 ", %" PRIu32 "x%" PRIu32
                            "x%" PRIu32 ") disagrees with the manifest (%" PRIu64 " from %" PRIu64 ")",
                            path, h->record_count, h->first_record, h->channels, h->height, h->width,
@@ -834,7 +928,8 @@ static int open_split(struct rt_loader *L, const struct rt_dataset_info *info)
         const struct rt_block_entry *e = rt_shard_blocks(L->shards[i]);
         for (uint32_t b = 0; b < h->block_count; b++)
             L->blocks[n++] = (struct blockref){.shard = i, .index = b, .first = h->first_record + e[b].first_record,
-                                               .records = e[b].record_count};
+                                               .records = e[b].record_count,
+                                               .bytes = L->variable ? e[b].raw_size : e[b].record_count * L->rec};
     }
     return 0;
 }
@@ -857,6 +952,27 @@ static int start_threads(struct rt_loader *L)
     return 0;
 }
 
+int rt_loader_image_shape(const struct rt_dataset_info *info, uint32_t image_size, uint32_t *height,
+                          uint32_t *width)
+{
+    if (info->height == 0) {
+        if (!image_size)
+            return rt_errf(-EINVAL, "%s: the images have sizes of their own (packed with --max-side %" PRIu32 "): "
+                           "choose the size training sees (--image-size S)", info->dir, info->max_side);
+        if (image_size > 4096)
+            return rt_errf(-EINVAL, "image size %" PRIu32 " out of range [1, 4096]", image_size);
+        *height = *width = image_size;
+        return 0;
+    }
+    if (image_size && (image_size != info->height || image_size != info->width))
+        return rt_errf(-EINVAL, "%s: image size %" PRIu32 ": the images were stored at %" PRIu32 "x%" PRIu32
+                       "; cropping at load time needs a dataset packed with --codec jpeg --max-side N (or pack "
+                       "again with --size %" PRIu32 ")", info->dir, image_size, info->height, info->width, image_size);
+    *height = info->height;
+    *width = info->width;
+    return 0;
+}
+
 int rt_loader_create(const struct rt_dataset *ds, const struct rt_loader_opts *opts, struct rt_ring *ring,
                      struct rt_loader **out)
 {
@@ -865,19 +981,27 @@ int rt_loader_create(const struct rt_dataset *ds, const struct rt_loader_opts *o
     uint32_t rb, rc_, rh, rw, max_stored = 0;
     int rc;
 
+    const int variable = info->height == 0;
+    uint32_t sh, sw;
+
     if ((unsigned)opts->split >= RT_SPLIT_COUNT)
         return rt_errf(-EINVAL, "loader: unknown split");
     if (!info->split[opts->split].records)
         return rt_errf(-EINVAL, "%s: the %s split is empty", info->dir, rt_split_name(opts->split));
+    if ((rc = rt_loader_image_shape(info, opts->image_size, &sh, &sw)) < 0)
+        return rc;
+    if (variable && (opts->aug.pad || opts->aug.flip == RT_FLIP_ALTERNATE))
+        return rt_errf(-EINVAL, "%s: variable-size images are cropped with RandomResizedCrop; padded crops and "
+                       "alternating flips are for fixed-size images", info->dir);
     rt_ring_shape(ring, &rb, &rc_, &rh, &rw);
-    if (rb != opts->batch || rc_ != info->channels || rh != info->height || rw != info->width)
+    if (rb != opts->batch || rc_ != info->channels || rh != sh || rw != sw)
         return rt_errf(-EINVAL, "loader: ring slots are %" PRIu32 "x%" PRIu32 "x%" PRIu32 "x%" PRIu32
                        ", the dataset needs %" PRIu32 "x%" PRIu32 "x%" PRIu32 "x%" PRIu32,
-                       rb, rc_, rh, rw, opts->batch, info->channels, info->height, info->width);
-    if (opts->aug.pad > info->height || opts->aug.pad > info->width ||
-        (opts->aug.pad_mode == RT_PAD_REFLECT && (opts->aug.pad >= info->height || opts->aug.pad >= info->width)))
+                       rb, rc_, rh, rw, opts->batch, info->channels, sh, sw);
+    if (opts->aug.pad > sh || opts->aug.pad > sw ||
+        (opts->aug.pad_mode == RT_PAD_REFLECT && (opts->aug.pad >= sh || opts->aug.pad >= sw)))
         return rt_errf(-EINVAL, "crop padding %" PRIu32 " is too large for %" PRIu32 "x%" PRIu32 " images",
-                       opts->aug.pad, info->height, info->width);
+                       opts->aug.pad, sh, sw);
 
     L = rt_calloc(1, sizeof(*L), "loader");
     if (!L)
@@ -890,9 +1014,20 @@ int rt_loader_create(const struct rt_dataset *ds, const struct rt_loader_opts *o
     L->nworkers = L->o.workers > 0 ? L->o.workers : rt_cpus_available();
     L->ring = ring;
     L->c = info->channels;
-    L->h = info->height;
-    L->w = info->width;
+    L->h = sh;
+    L->w = sw;
     L->rec = (size_t)L->c * L->h * L->w;
+    L->variable = variable;
+    rt_rrc_defaults(&L->rrc);
+    if (L->o.crop_scale[1] > 0) {
+        L->rrc.scale_lo = L->o.crop_scale[0];
+        L->rrc.scale_hi = L->o.crop_scale[1];
+    }
+    if (L->o.crop_ratio[1] > 0) {
+        L->rrc.ratio_lo = L->o.crop_ratio[0];
+        L->rrc.ratio_hi = L->o.crop_ratio[1];
+    }
+    L->center_ratio = L->o.center_ratio > 0 ? L->o.center_ratio : RT_CENTER_RATIO;
     L->streaming = L->o.shuffle == RT_SHUFFLE_WINDOW;
     L->next_epoch = L->o.start_epoch;
     L->next_step = L->o.start_step;
@@ -931,12 +1066,15 @@ int rt_loader_create(const struct rt_dataset *ds, const struct rt_loader_opts *o
     }
 
     if (!L->streaming) {
-        const uint64_t bytes = L->records * L->rec, avail = rt_mem_available();
+        uint64_t bytes = 0;
+        for (uint32_t i = 0; i < L->nblocks; i++)
+            bytes += L->blocks[i].bytes;
+        const uint64_t avail = rt_mem_available();
         if (avail && bytes > avail) {
             char need[32], have[32];
             rt_format_bytes((double)bytes, need, sizeof(need));
             rt_format_bytes((double)avail, have, sizeof(have));
-            rc = rt_errf(-ENOMEM, "the decoded %s split needs %s in RAM but only %s is available; use "
+            rc = rt_errf(-ENOMEM, "the %s split needs %s in RAM but only %s is available; use "
                          "`--shuffle window` to stream it from the shards instead",
                          rt_split_name(L->o.split), need, have);
             goto err;
@@ -977,7 +1115,8 @@ int rt_loader_create(const struct rt_dataset *ds, const struct rt_loader_opts *o
     for (uint32_t i = 0; i < L->bq_cap; i++) {
         L->jobs[i].ids = rt_malloc(sizeof(uint64_t) * L->o.batch, "batch job ids");
         L->jobs[i].src = rt_malloc(sizeof(uint8_t *) * L->o.batch, "batch job sources");
-        if (!L->jobs[i].ids || !L->jobs[i].src) {
+        L->jobs[i].rec = L->variable ? rt_calloc(L->o.batch, sizeof(struct rt_jpeg_record), "batch job records") : NULL;
+        if (!L->jobs[i].ids || !L->jobs[i].src || (L->variable && !L->jobs[i].rec)) {
             rc = -ENOMEM;
             goto err;
         }
@@ -993,6 +1132,8 @@ int rt_loader_create(const struct rt_dataset *ds, const struct rt_loader_opts *o
     for (int i = 0; i < L->nworkers; i++) {
         L->workers[i].L = L;
         rc = rt_decoder_create(&L->workers[i].dec);
+        if (rc == 0 && L->variable && (rc = rt_jpegcrop_create(&L->workers[i].crop)) == 0)
+            rc = rt_resizer_create(&L->workers[i].rs);
         if (rc < 0)
             goto err;
     }
@@ -1031,11 +1172,15 @@ void rt_loader_destroy(struct rt_loader *L)
         if (L->workers[i].thread)
             pthread_join(L->workers[i].thread, NULL);
     rt_io_destroy(L->io);
-    for (int i = 0; L->workers && i < L->nworkers; i++)
+    for (int i = 0; L->workers && i < L->nworkers; i++) {
         rt_decoder_destroy(L->workers[i].dec);
+        rt_jpegcrop_destroy(L->workers[i].crop);
+        rt_resizer_destroy(L->workers[i].rs);
+    }
     for (uint32_t i = 0; L->jobs && i < L->bq_cap; i++) {
         free(L->jobs[i].ids);
         free(L->jobs[i].src);
+        free(L->jobs[i].rec);
     }
     for (uint32_t i = 0; L->shards && i < L->nshards; i++) {
         rt_shard_close(L->shards[i]);
@@ -1112,7 +1257,9 @@ void rt_loader_stats(struct rt_loader *L, struct rt_loader_stats *s)
         const struct worker *wk = &L->workers[i];
         s->checksum_ns += __atomic_load_n(&wk->checksum_ns, __ATOMIC_RELAXED);
         s->decompress_ns += __atomic_load_n(&wk->decompress_ns, __ATOMIC_RELAXED);
-        s->decode_ns += __atomic_load_n(&wk->decode_ns, __ATOMIC_RELAXED);
+        s->decode_ns += __atomic_load_n(&wk->decode_ns, __ATOMIC_RELAXED) +
+                        __atomic_load_n(&wk->crop_decode_ns, __ATOMIC_RELAXED);
+        s->decoded_images += __atomic_load_n(&wk->crops, __ATOMIC_RELAXED);
         s->raw_bytes += __atomic_load_n(&wk->raw_bytes, __ATOMIC_RELAXED);
         s->decoded_images += __atomic_load_n(&wk->records, __ATOMIC_RELAXED);
         s->augment_ns += __atomic_load_n(&wk->augment_ns, __ATOMIC_RELAXED);
@@ -1121,7 +1268,7 @@ void rt_loader_stats(struct rt_loader *L, struct rt_loader_stats *s)
     pthread_mutex_lock(&L->mu);
     s->load_ns = L->load_ns;
     pthread_mutex_unlock(&L->mu);
-    s->resident_bytes = L->streaming ? 0 : L->records * L->rec;
+    s->resident_bytes = L->streaming ? 0 : L->cache.cap;
     for (int i = 0; L->streaming && i < NWIN; i++)
         s->resident_bytes += L->win[i].cap;
 }

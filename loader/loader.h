@@ -51,6 +51,26 @@ int rt_block_decode(struct rt_decoder *d, const struct rt_shard_header *h,
                     const struct rt_block_entry *e, uint32_t block, const void *stored,
                     uint8_t *out, const char *name);
 
+/*
+ * Variable-size JPEG shards: checks block `block`'s stored bytes (checksum,
+ * decompression, record table: rt_jpeg_block_check) and copies the payload
+ * (raw_size bytes) to `out`, where rt_jpeg_block_record() finds each
+ * record; the loader decodes the records per sample, cropped.
+ * Returns 0 or -EBADMSG naming `name`, the block and the record.
+ */
+int rt_block_payload(struct rt_decoder *d, const struct rt_shard_header *h, const struct rt_block_entry *e,
+                     uint32_t block, const void *stored, uint8_t *out, const char *name);
+
+/*
+ * Variable-size records: decodes one record of a checked block payload
+ * (rt_jpeg_block_record) whole, at its own size, into CHW `out` (h->channels
+ * x rec->height x rec->width bytes); a JPEG whose size disagrees with the
+ * record table is an error. For verify and inspect, not the training path.
+ * Returns 0 or -EBADMSG naming `where`.
+ */
+int rt_jpeg_record_decode(struct rt_decoder *d, const struct rt_shard_header *h, const struct rt_jpeg_record *rec,
+                          uint8_t *out, const char *where);
+
 /* ---- sampler ------------------------------------------------------------------ */
 
 /*
@@ -157,6 +177,17 @@ void rt_augment(const struct rt_aug *a, uint64_t seed, uint64_t epoch, uint64_t 
 
 enum rt_io_kind { RT_IO_AUTO = 0, RT_IO_URING, RT_IO_PREAD };
 
+/*
+ * How variable-size records become S x S images: RANDOM is torchvision's
+ * RandomResizedCrop(S, scale, ratio) (then the flip aug.flip = RANDOM asks
+ * for), training's; CENTER is Resize(S / center_ratio) + CenterCrop(S),
+ * evaluation's.
+ */
+enum rt_crop { RT_CROP_RANDOM = 0, RT_CROP_CENTER };
+
+/* The evaluation crop's default share of the resized image: Resize(256) + CenterCrop(224). */
+#define RT_CENTER_RATIO 0.875
+
 /* Where a loader starts, or how far a consumer got; restores to the exact next batch. */
 struct rt_loader_state {
     uint64_t epoch, step;    /* the next batch to hand out */
@@ -174,6 +205,13 @@ struct rt_loader_opts {
     uint32_t window_blocks;      /* WINDOW: 0 = 64 */
     enum rt_last_batch last;
     struct rt_aug aug;
+    /* Variable-size records only (rt_dataset_info height 0; required then): slot images are
+     * image_size x image_size, made by `crop`. A fixed-size dataset takes 0 or its own size. */
+    uint32_t image_size;
+    enum rt_crop crop;
+    double crop_scale[2];        /* RANDOM: area fraction range; {0, 0} = (0.08, 1) */
+    double crop_ratio[2];        /* RANDOM: aspect range; {0, 0} = (3/4, 4/3) */
+    double center_ratio;         /* CENTER: 0 = RT_CENTER_RATIO */
     int workers;                 /* decode/augment threads; 0 = the CPUs this process may use */
     enum rt_io_kind io;          /* AUTO: io_uring, or a pread pool with a notice if unavailable */
     uint32_t queue_depth;        /* reads in flight; 0 = 32 */
@@ -197,14 +235,23 @@ struct rt_loader_stats {
     uint64_t io_reads, io_bytes;
     uint64_t io_busy_ns;         /* wall time with at least one read in flight */
     uint64_t raw_bytes;          /* bytes zstd produced (stored JPEG blocks add none) */
-    uint64_t decoded_images;     /* records decoded from blocks */
+    uint64_t decoded_images;     /* records decoded: from blocks, or per sample (variable-size crops) */
     uint64_t checksum_ns, decompress_ns, decode_ns, augment_ns; /* worker time, summed */
     uint64_t worker_idle_ns;
     uint64_t load_ns;            /* EXACT/NONE: wall time of the first full read */
-    uint64_t resident_bytes;     /* decoded records held in RAM */
+    uint64_t resident_bytes;     /* records held in RAM: decoded, or JPEG for variable sizes */
 };
 
 struct rt_loader;
+
+/*
+ * The image shape in the ring's slots for `info` and a requested image
+ * size (rt_loader_opts.image_size): S x S for variable-size records (S
+ * required), the stored size for fixed-size ones (S 0 or that size).
+ * Returns 0 or -EINVAL with a message saying what to pass.
+ */
+int rt_loader_image_shape(const struct rt_dataset_info *info, uint32_t image_size, uint32_t *height,
+                          uint32_t *width);
 
 /*
  * Opens split `o->split` of the dataset `ds` (borrowed; it must outlive the

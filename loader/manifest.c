@@ -183,6 +183,69 @@ static int parse_split(struct rt_dataset *ds, enum rt_split sp, json_t *js, cons
     return 0;
 }
 
+/* Reads [height, width] (each 1..RT_MAX_DIM) into hw. */
+static int get_hw(json_t *obj, const char *key, const char *name, uint32_t hw[2])
+{
+    json_t *a = json_object_get(obj, key);
+    for (size_t i = 0; i < 2; i++) {
+        json_t *v = json_is_array(a) && json_array_size(a) == 2 ? json_array_get(a, i) : NULL;
+        json_int_t d = json_is_integer(v) ? json_integer_value(v) : -1;
+        if (d < 1 || d > RT_MAX_DIM)
+            return rt_errf(-EBADMSG, "%s: \"variable_size\": \"%s\" must be [height, width]", name, key);
+        hw[i] = (uint32_t)d;
+    }
+    return 0;
+}
+
+/* "variable_size": required exactly when the shape's height and width are 0. */
+static int parse_variable(struct rt_dataset *ds, json_t *root, const char *name)
+{
+    json_t *vs = json_object_get(root, "variable_size");
+    uint64_t max_side = 0;
+    int rc;
+
+    if (ds->info.height != 0) {
+        if (vs)
+            return rt_errf(-EBADMSG, "%s: \"variable_size\" given for fixed-size records", name);
+        return 0;
+    }
+    if (!json_is_object(vs))
+        return rt_errf(-EBADMSG, "%s: \"shape\" says variable-size records but \"variable_size\" is missing", name);
+    if ((rc = get_uint(vs, "max_side", RT_MAX_DIM, name, "variable_size", &max_side)) < 0 ||
+        (rc = get_hw(vs, "min", name, ds->info.size_min)) < 0 ||
+        (rc = get_hw(vs, "median", name, ds->info.size_median)) < 0 ||
+        (rc = get_hw(vs, "max", name, ds->info.size_max)) < 0)
+        return rc;
+    ds->info.max_side = (uint32_t)max_side;
+    return 0;
+}
+
+/* Optional "files": what pack skipped and ignored in an image folder. */
+static int parse_files(struct rt_dataset *ds, json_t *root, const char *name)
+{
+    json_t *f = json_object_get(root, "files");
+    uint64_t n;
+    int rc;
+
+    if (!f)
+        return 0;
+    if (!json_is_object(f))
+        return rt_errf(-EBADMSG, "%s: \"files\" is not an object", name);
+    if ((rc = get_uint(f, "ignored", UINT32_MAX, name, "files", &ds->info.ignored_files)) < 0)
+        return rc;
+    json_t *sk = json_object_get(f, "skipped");
+    if (!json_is_array(sk))
+        return rt_errf(-EBADMSG, "%s: \"files\": \"skipped\" must be a list", name);
+    n = json_array_size(sk);
+    for (size_t i = 0; i < n; i++) {
+        json_t *e = json_array_get(sk, i);
+        if (!get_string(e, "file") || !get_string(e, "reason"))
+            return rt_errf(-EBADMSG, "%s: \"files\": \"skipped\"[%zu] needs \"file\" and \"reason\"", name, i);
+    }
+    ds->info.skipped_files = n;
+    return 0;
+}
+
 int rt_dataset_parse_manifest(const char *dir, const char *text, size_t len, const char *name,
                               struct rt_dataset **out)
 {
@@ -248,13 +311,23 @@ int rt_dataset_parse_manifest(const char *dir, const char *text, size_t len, con
     for (size_t i = 0; i < 3; i++) {
         v = json_array_get(shape, i);
         json_int_t d = json_is_integer(v) ? json_integer_value(v) : -1;
-        if (d < 1 || d > (i == 0 ? RT_MAX_CHANNELS : RT_MAX_DIM)) {
+        /* Height and width 0: variable-size JPEG records. */
+        json_int_t lo = i == 0 || ds->info.codec != RT_CODEC_JPEG ? 1 : 0;
+        if (d < lo || d > (i == 0 ? RT_MAX_CHANNELS : RT_MAX_DIM)) {
             rt_errf(-EBADMSG, "%s: \"shape\"[%zu] out of range", name, i);
             goto err;
         }
         uint32_t *dst[3] = {&ds->info.channels, &ds->info.height, &ds->info.width};
         *dst[i] = (uint32_t)d;
     }
+    if ((ds->info.height == 0) != (ds->info.width == 0)) {
+        rt_errf(-EBADMSG, "%s: \"shape\" [%u, %u, %u]: height and width are both 0 (variable size) or neither",
+                name, ds->info.channels, ds->info.height, ds->info.width);
+        goto err;
+    }
+    if ((rc = parse_variable(ds, root, name)) < 0 || (rc = parse_files(ds, root, name)) < 0)
+        goto err;
+    rc = -EBADMSG;
     if ((rc = parse_norm(ds, root, name)) < 0)
         goto err;
     if ((rc = get_uint(root, "num_classes", RT_MAX_CLASSES, name, "manifest", &nc)) < 0)
@@ -338,7 +411,8 @@ int rt_dataset_open(const char *dir, struct rt_dataset **out)
     return rc;
 }
 
-char *rt_manifest_dump(const struct rt_dataset_info *info, const double *mean, const double *std, json_t *pack)
+char *rt_manifest_dump(const struct rt_dataset_info *info, const double *mean, const double *std, json_t *extra,
+                       json_t *pack)
 {
     json_t *root = json_object(), *shape = json_array(), *classes = json_array(), *splits = json_object();
     json_t *jmean = json_array(), *jstd = json_array();
@@ -354,6 +428,11 @@ char *rt_manifest_dump(const struct rt_dataset_info *info, const double *mean, c
     json_array_append_new(shape, json_integer(info->height));
     json_array_append_new(shape, json_integer(info->width));
     json_object_set(root, "shape", shape);
+    {
+        const char *key;
+        json_t *v;
+        json_object_foreach(extra, key, v) json_object_set(root, key, v);
+    }
     if (mean && std) {
         for (uint32_t c = 0; c < info->channels; c++) {
             json_array_append_new(jmean, json_real(mean[c]));

@@ -75,6 +75,13 @@ struct rt_pack_opts {
     enum rt_label_kind label;   /* CIFAR-100: fine (default) or coarse labels */
     int threads;                /* 0 = the CPUs this process may use */
     int force;                  /* replace an existing dataset at outdir */
+    /* Image folders only. */
+    uint32_t size_h, size_w;    /* --size: store every image at this size; 0 = keep the images' own (all alike) */
+    int fit;                    /* how --size makes them so: 0 crop (default), 1 stretch, 2 pad (resize.h) */
+    uint32_t max_side;          /* --max-side (jpeg codec): variable-size records, longer side at most this */
+    uint32_t channels;          /* 1 = luma, 3 = RGB; 0 = 3 */
+    int skip_bad;               /* list unreadable files in the manifest and go on, instead of stopping */
+    int exif_rotate;            /* apply EXIF orientation (torchvision does not, by default) */
     /* Called from the packing thread after each group of blocks; may be NULL. */
     void (*progress)(void *ctx, const struct rt_pack_progress *p);
     void *progress_ctx;
@@ -88,12 +95,21 @@ struct rt_pack_stats {
     uint64_t bytes_out;         /* shard bytes written */
     uint32_t shards;
     double seconds;             /* wall time of the whole pack */
+    /* Image folders: files listed as images, ignored (hidden or not images), skipped (--skip-bad). */
+    uint64_t files, ignored, skipped;
+    char skipped_summary[256];  /* e.g. "2 truncated, 1 not an image"; "" when none */
+    uint64_t passthrough;       /* --max-side: JPEGs stored as they were */
 };
 
 /*
  * Packs `input` -- a CIFAR-10/100 binary directory or its .tar.gz, the CIFAR
  * python tarball, an MNIST IDX directory (plain or .gz), or an image folder
- * ROOT/<class>/<file>.jpg -- into shards and a manifest under `outdir`.
+ * ROOT/<class>/<file> (JPEG, PNG, WebP, PPM/PGM) -- into shards and a
+ * manifest under `outdir`. Image folders: with size_h/size_w every image is
+ * resized (opts->fit); with max_side (jpeg codec) records keep their own
+ * sizes; with neither, every image must have the first one's size. A file
+ * that cannot be read as an image stops the pack with its path and reason,
+ * or with skip_bad is left out and listed in the manifest.
  * Output is built in a temporary sibling directory and renamed into place only
  * when complete, so a failed pack leaves nothing that looks like a dataset.
  * Same input and options give byte-identical output whatever the thread count.

@@ -12,7 +12,17 @@
  * The manifest's per-channel mean and std of the training split come from
  * integer sums of v and v^2 that each worker takes over the pixels of its
  * block as the loader will decode them (the decoded JPEG for the jpeg
- * codec), so they are exact and the same for any thread count.
+ * codec; for variable-size records, each stored image whole), so they are
+ * exact and the same for any thread count.
+ *
+ * Image folders hold any mix of sizes and formats (imgfile.h). Each image
+ * is stored at its own size when all are alike, resized with --size
+ * (resize.h, one of three fits), or -- --max-side, jpeg codec -- kept at its
+ * own size as a JPEG (the original bytes when it already is a small enough
+ * RGB or gray JPEG) for the loader to crop at load time. A file that is no
+ * usable image stops the pack naming it, or with --skip-bad is left out of
+ * its block and listed in the manifest; blocks simply hold fewer records,
+ * so what is written still depends only on the input and the options.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -32,14 +42,25 @@
 #include "common/common.h"
 #include "loader/codec.h"
 #include "loader/format.h"
+#include "loader/imgfile.h"
 #include "loader/manifest.h"
 #include "loader/offline.h"
+#include "loader/resize.h"
 #include "loader/source.h"
 
 #define DEFAULT_SHARD_BYTES ((uint64_t)64 << 20)
 #define DEFAULT_BLOCK_PIXELS (128u << 10)
 #define DEFAULT_QUALITY 90
 #define DEFAULT_LEVEL 3
+/* Variable-size records: a block of 16 photos at --max-side 512 is about 1 MiB, one read. */
+#define DEFAULT_VAR_BLOCK_RECORDS 16u
+
+/* How an image folder's pictures become records. */
+enum image_mode {
+    MODE_OWN = 0,  /* stored at their own size, which must be the same for all */
+    MODE_SIZE,     /* resized to --size */
+    MODE_VARIABLE, /* each its own size, at most --max-side (jpeg) */
+};
 
 /* Where one output split's records come from. */
 struct split_plan {
@@ -48,16 +69,29 @@ struct split_plan {
     uint64_t count;
 };
 
+/* A file of a block left out (--skip-bad). */
+struct job_skip {
+    uint32_t r;             /* record within the block's plan range */
+    enum rt_img_bad why;
+    char detail[512];
+};
+
 struct block_job {
     enum rt_split split;
     uint64_t first;         /* position in the split plan */
-    uint32_t count;
+    uint32_t count;         /* records planned */
+    uint32_t kept;          /* records written: count less the skipped */
     uint8_t *stored;        /* malloc'd encoded bytes */
     uint32_t stored_len, raw_size;
     uint64_t xxh64;         /* of the stored bytes, computed by the worker */
-    int32_t *labels;        /* count */
-    /* Training split only: per-channel sums of v and v^2 over the decoded pixels. */
-    uint64_t px_sum[RT_MAX_CHANNELS], px_sq[RT_MAX_CHANNELS];
+    int32_t *labels;        /* kept */
+    uint32_t *sizes;        /* variable-size records: height << 16 | width, kept */
+    struct job_skip *skips; /* nskips, grown as needed */
+    uint32_t nskips, skips_cap;
+    uint64_t bytes_in;      /* decoded pixel bytes */
+    uint64_t passthrough;   /* JPEG files stored as they were */
+    /* Training split only: per-channel sums of v and v^2 over the decoded pixels, and their count. */
+    uint64_t px_sum[RT_MAX_CHANNELS], px_sq[RT_MAX_CHANNELS], px_n;
     int rc;
     char err[1024];
 };
@@ -65,9 +99,16 @@ struct block_job {
 struct worker {
     ZSTD_CCtx *zc;
     tjhandle tjc, tjd;
+    struct rt_imgdec *img;
+    struct rt_resizer *rs;
     uint8_t *raw;           /* block_records * record bytes */
     uint8_t *hwc;           /* one record, interleaved */
     uint8_t *dec;           /* one record decoded back from its JPEG (statistics) */
+    uint8_t *data;          /* JPEG block: the records' bytes, before the table goes in front */
+    size_t data_cap;
+    uint32_t *offs;         /* JPEG block: block_records + 1 offsets into data */
+    uint8_t *small;         /* --max-side: one image resized, HWC */
+    size_t small_cap;
     pthread_t thread;
     int started;
     uint64_t seen_gen;
@@ -91,8 +132,12 @@ struct shard_writer {
 
 struct packer {
     const struct rt_pack_opts *o;
+    const char *input;
     const struct rt_source *src;
     const struct rt_source_info *info;
+    uint32_t c, h, w;       /* stored shape; h = w = 0 for variable-size records */
+    enum image_mode mode;
+    int folder;             /* the input is an image folder */
     struct split_plan plan[RT_SPLIT_COUNT];
     char tmpdir[4096];
     enum rt_codec codec;
@@ -113,42 +158,46 @@ struct packer {
     atomic_uint next_job;
 
     struct rt_pack_stats stats;
-    /* Sums of the training split's pixel values and their squares, per channel. */
-    uint64_t px_sum[RT_MAX_CHANNELS], px_sq[RT_MAX_CHANNELS];
+    /* Sums of the training split's pixel values and their squares, per channel, and their count. */
+    uint64_t px_sum[RT_MAX_CHANNELS], px_sq[RT_MAX_CHANNELS], px_n;
     uint64_t total_records;
+    /* Variable-size records: every record's height << 16 | width (the manifest's summary). */
+    uint32_t *all_sizes;
+    uint64_t nsizes, sizes_cap;
+    /* Files left out (--skip-bad), in record order. */
+    json_t *skipped;
+    uint64_t skipped_by[RT_IMG_BAD_COUNT];
     uint64_t t0;
 };
 
 /* ---- encoding one block (worker threads) ------------------------------------- */
 
-/* Gets record `r` of the job as CHW pixels in `dst`. */
-static int record_pixels(struct packer *p, struct worker *w, const struct rt_item *it, uint8_t *dst)
+/* Adds an HWC image's per-channel sums of v and v^2 to the job's (training split only). */
+static void norm_add_hwc(const struct packer *p, struct block_job *j, const uint8_t *px, size_t pixels)
 {
-    uint8_t *file;
-    size_t len;
-    int rc;
-
-    if (it->kind == RT_ITEM_PIXELS) {
-        memcpy(dst, it->pixels, p->rec_bytes);
-        return 0;
+    if (j->split != RT_SPLIT_TRAIN)
+        return;
+    for (uint32_t c = 0; c < p->c; c++) {
+        uint64_t sum = 0, sq = 0;
+        for (size_t i = 0; i < pixels; i++) {
+            uint32_t v = px[i * p->c + c];
+            sum += v;
+            sq += v * v;
+        }
+        j->px_sum[c] += sum;
+        j->px_sq[c] += sq;
     }
-    rc = rt_file_read(it->path, &file, &len);
-    if (rc < 0)
-        return rc;
-    rc = rt_jpeg_decode_chw(w->tjd, file, len, p->info->channels, p->info->height, p->info->width, dst, w->hwc,
-                            it->path);
-    free(file);
-    return rc;
+    j->px_n += pixels;
 }
 
 /* Adds one CHW record's per-channel sums of v and v^2 to the job's (training split only). */
 static void norm_add(const struct packer *p, struct block_job *j, const uint8_t *chw)
 {
-    const size_t plane = (size_t)p->info->height * p->info->width;
+    const size_t plane = (size_t)p->h * p->w;
 
     if (j->split != RT_SPLIT_TRAIN)
         return;
-    for (uint32_t c = 0; c < p->info->channels; c++) {
+    for (uint32_t c = 0; c < p->c; c++) {
         const uint8_t *px = chw + c * plane;
         uint64_t sum = 0, sq = 0;
         for (size_t i = 0; i < plane; i++) {
@@ -158,23 +207,157 @@ static void norm_add(const struct packer *p, struct block_job *j, const uint8_t 
         j->px_sum[c] += sum;
         j->px_sq[c] += sq;
     }
+    j->px_n += plane;
 }
 
-static int encode_raw(struct packer *p, struct worker *w, struct block_job *j, const struct split_plan *pl)
+/*
+ * A file that is no usable image (why != RT_IMG_OK; rc < 0 with the message
+ * set): without --skip-bad the pack's error, with the way out named; with
+ * it, an entry in the job's list and 1 (left out). Other errors (no memory,
+ * an unreadable disk) stop the pack either way.
+ */
+static int bad_file(const struct packer *p, struct block_job *j, uint32_t r, enum rt_img_bad why, int rc)
 {
-    size_t raw = (size_t)p->rec_bytes * j->count;
-    size_t bound = ZSTD_compressBound(raw);
+    if (why == RT_IMG_OK)
+        return rc;
+    if (!p->o->skip_bad) {
+        char msg[900];
+        snprintf(msg, sizeof(msg), "%s", rt_errmsg());
+        return rt_errf(rc, "%s (pass --skip-bad to leave out files that are no usable image and list them in "
+                       "the manifest)", msg);
+    }
+    if (j->nskips == j->skips_cap) {
+        uint32_t cap = j->skips_cap ? 2 * j->skips_cap : 4;
+        struct job_skip *ns = rt_realloc(j->skips, cap * sizeof(*ns), "skipped files");
+        if (!ns)
+            return -ENOMEM;
+        j->skips = ns;
+        j->skips_cap = cap;
+    }
+    struct job_skip *k = &j->skips[j->nskips++];
+    k->r = r;
+    k->why = why;
+    snprintf(k->detail, sizeof(k->detail), "%s", rt_errmsg());
+    return 1;
+}
+
+/* An image file read and decoded: the file's bytes (caller frees) and the decoder's HWC pixels. */
+struct image {
+    uint8_t *file;
+    size_t len;
+    struct rt_img_info info;
+    const uint8_t *px;      /* p->c channels, rows w * p->c bytes */
+    uint32_t w, h;          /* as decoded (after any EXIF rotation) */
+};
+
+/* Reads and decodes `path`. Returns 0, 1 (a bad file left out) or -errno. */
+static int image_read(struct packer *p, struct worker *w, struct block_job *j, uint32_t r, const char *path,
+                      struct image *im)
+{
+    enum rt_img_bad why = RT_IMG_OK;
+    int rc;
+
+    memset(im, 0, sizeof(*im));
+    if ((rc = rt_file_read(path, &im->file, &im->len)) < 0)
+        return rc;
+    rc = rt_img_probe(im->file, im->len, path, &im->info, &why);
+    if (rc == 0)
+        rc = rt_img_decode(w->img, im->file, im->len, path, p->c, p->o->exif_rotate, &im->px, &im->w, &im->h,
+                           &why);
+    if (rc < 0) {
+        free(im->file);
+        im->file = NULL;
+        return bad_file(p, j, r, why, rc);
+    }
+    j->bytes_in += (uint64_t)im->w * im->h * p->c;
+    return 0;
+}
+
+/* Interleaved to planar. */
+static void hwc_to_chw(const uint8_t *hwc, uint32_t c, uint32_t h, uint32_t w, uint8_t *chw)
+{
+    const size_t plane = (size_t)h * w;
+    for (uint32_t k = 0; k < c; k++)
+        for (size_t i = 0; i < plane; i++)
+            chw[k * plane + i] = hwc[i * c + k];
+}
+
+/* A decoded image as one fixed-size CHW record: as it is (MODE_OWN) or resized (MODE_SIZE). */
+static int image_chw(struct packer *p, struct worker *w, const struct image *im, const char *path, uint8_t *dst)
+{
+    struct rt_box box;
+    uint32_t rect[4];
+
+    if (p->mode == MODE_OWN) {
+        if (im->w != p->w || im->h != p->h)
+            return rt_errf(-EINVAL, "%s: image is %" PRIu32 "x%" PRIu32 " (width x height), the first one %" PRIu32
+                           "x%" PRIu32 ": pass --size S (or HxW) to resize every image when packing, or --codec "
+                           "jpeg --max-side N to keep each at its own size and crop at load time",
+                           path, im->w, im->h, p->w, p->h);
+        hwc_to_chw(im->px, p->c, p->h, p->w, dst);
+        return 0;
+    }
+    rt_fit_geometry((enum rt_fit)p->o->fit, im->w, im->h, p->w, p->h, &box, rect);
+    if (p->o->fit == RT_FIT_PAD)
+        memset(dst, 0, p->rec_bytes);
+    return rt_resize_box_chw(w->rs, im->px, im->w, im->h, p->c, (size_t)im->w * p->c, &box, dst, p->w, p->h,
+                             rect, 0);
+}
+
+/*
+ * Record `r` of the job as CHW pixels in `dst`: from memory, or an image
+ * file read, decoded and brought to the stored size. Returns 0, 1 (left
+ * out) or -errno. With `im` the decoded file is kept for the caller (who
+ * frees im->file); else it is freed here.
+ */
+static int record_pixels(struct packer *p, struct worker *w, struct block_job *j, uint32_t r,
+                         const struct rt_item *it, uint8_t *dst, struct image *keep)
+{
+    struct image im;
+    int rc;
+
+    if (it->kind == RT_ITEM_PIXELS) {
+        memcpy(dst, it->pixels, p->rec_bytes);
+        j->bytes_in += p->rec_bytes;
+        return 0;
+    }
+    if ((rc = image_read(p, w, j, r, it->path, &im)) != 0)
+        return rc;
+    rc = image_chw(p, w, &im, it->path, dst);
+    if (keep && rc == 0)
+        *keep = im;
+    else
+        free(im.file);
+    return rc;
+}
+
+/* The source record at position `r` of the job. */
+static void job_item(const struct packer *p, const struct block_job *j, uint32_t r, struct rt_item *it)
+{
+    const struct split_plan *pl = &p->plan[j->split];
+    uint64_t idx = pl->index ? pl->index[j->first + r] : j->first + r;
+    rt_source_item(p->src, pl->from, idx, it);
+}
+
+static int encode_raw(struct packer *p, struct worker *w, struct block_job *j)
+{
     int rc;
 
     for (uint32_t r = 0; r < j->count; r++) {
         struct rt_item it;
-        uint64_t idx = pl->index ? pl->index[j->first + r] : j->first + r;
-        rt_source_item(p->src, pl->from, idx, &it);
-        j->labels[r] = it.label;
-        if ((rc = record_pixels(p, w, &it, w->raw + p->rec_bytes * r)) < 0)
+        uint8_t *dst = w->raw + p->rec_bytes * j->kept;
+        job_item(p, j, r, &it);
+        if ((rc = record_pixels(p, w, j, r, &it, dst, NULL)) < 0)
             return rc;
-        norm_add(p, j, w->raw + p->rec_bytes * r);
+        if (rc > 0)
+            continue;
+        norm_add(p, j, dst);
+        j->labels[j->kept++] = it.label;
     }
+    if (j->kept == 0)
+        return 0;
+    size_t raw = (size_t)p->rec_bytes * j->kept;
+    size_t bound = ZSTD_compressBound(raw);
     j->stored = rt_malloc(bound, "compressed block");
     if (!j->stored)
         return -ENOMEM;
@@ -186,77 +369,163 @@ static int encode_raw(struct packer *p, struct worker *w, struct block_job *j, c
     return 0;
 }
 
-/* Appends `len` bytes to the growing payload. */
-static int payload_put(uint8_t **buf, size_t *len, size_t *cap, const uint8_t *src, size_t n)
+/* Appends `n` bytes to the worker's JPEG data buffer. */
+static int data_put(struct worker *w, size_t *len, const uint8_t *src, size_t n)
 {
-    if (*len + n > *cap) {
-        size_t ncap = RT_MAX(*cap * 2, *len + n);
-        uint8_t *nb = rt_realloc(*buf, ncap, "JPEG block");
+    if (*len + n > w->data_cap) {
+        size_t ncap = RT_MAX(w->data_cap * 2, *len + n);
+        uint8_t *nb = rt_realloc(w->data, ncap, "JPEG block");
         if (!nb)
             return -ENOMEM;
-        *buf = nb;
-        *cap = ncap;
+        w->data = nb;
+        w->data_cap = ncap;
     }
-    memcpy(*buf + *len, src, n);
+    memcpy(w->data + *len, src, n);
     *len += n;
     return 0;
 }
 
-static int encode_jpeg(struct packer *p, struct worker *w, struct block_job *j, const struct split_plan *pl)
+/* Encodes interleaved pixels (c = 1 or 3) as a JPEG appended to the data buffer; 4:2:0 for photos. */
+static int put_jpeg_hwc(struct packer *p, struct worker *w, const uint8_t *px, uint32_t iw, uint32_t ih,
+                        size_t *len)
 {
-    size_t table = 4 * ((size_t)j->count + 1), len = table, cap = table + (size_t)j->count * 2048;
+    unsigned char *jpeg = NULL;
+    unsigned long size = 0;
+    int rc;
+
+    if (tjCompress2(w->tjc, px, (int)iw, 0, (int)ih, p->c == 3 ? TJPF_RGB : TJPF_GRAY, &jpeg, &size,
+                    p->c == 3 ? TJSAMP_420 : TJSAMP_GRAY, p->quality, 0) < 0) {
+        rc = rt_errf(-EIO, "JPEG encode failed: %s", tjGetErrorStr2(w->tjc));
+    } else {
+        rc = data_put(w, len, jpeg, size);
+    }
+    if (jpeg)
+        tjFree(jpeg);
+    return rc;
+}
+
+/*
+ * A variable-size record (--max-side): the file itself when it is an RGB or
+ * gray JPEG no larger than max_side that needs no rotation, else the
+ * decoded image, shrunk so its longer side is max_side when it is longer,
+ * encoded as JPEG. Returns 0, 1 (left out) or -errno; *hw = h << 16 | w.
+ */
+static int variable_record(struct packer *p, struct worker *w, struct block_job *j, uint32_t r,
+                           const struct rt_item *it, size_t *len, uint32_t *hw)
+{
+    struct image im;
+    int rc = image_read(p, w, j, r, it->path, &im);
+    if (rc != 0)
+        return rc;
+    const uint32_t side = RT_MAX(im.w, im.h), n = p->o->max_side;
+    const int rotated = p->o->exif_rotate && im.info.orientation != 1;
+
+    norm_add_hwc(p, j, im.px, (size_t)im.w * im.h);
+    if (im.info.format == RT_IMG_JPEG && !im.info.cmyk && side <= n && !rotated) {
+        rc = data_put(w, len, im.file, im.len);
+        j->passthrough++;
+        *hw = im.h << 16 | im.w;
+    } else if (side <= n) {
+        rc = put_jpeg_hwc(p, w, im.px, im.w, im.h, len);
+        *hw = im.h << 16 | im.w;
+    } else {
+        /* Longer side to n, the shorter in proportion (at least 1). */
+        uint32_t nw = im.w >= im.h ? n : (uint32_t)RT_MAX(1, lround((double)im.w * n / side));
+        uint32_t nh = im.h > im.w ? n : (uint32_t)RT_MAX(1, lround((double)im.h * n / side));
+        size_t need = (size_t)nw * nh * p->c;
+        if (need > w->small_cap) {
+            uint8_t *nb = rt_realloc(w->small, need, "resized image");
+            rc = nb ? 0 : -ENOMEM;
+            if (nb) {
+                w->small = nb;
+                w->small_cap = need;
+            }
+        }
+        if (rc == 0)
+            rc = rt_resize_hwc(w->rs, im.px, im.w, im.h, p->c, (size_t)im.w * p->c, w->small, nw, nh);
+        if (rc == 0)
+            rc = put_jpeg_hwc(p, w, w->small, nw, nh, len);
+        *hw = nh << 16 | nw;
+    }
+    free(im.file);
+    return rc;
+}
+
+/* One fixed-size record as JPEG bytes: the file itself (pass-through) or the CHW pixels encoded. */
+static int fixed_jpeg_record(struct packer *p, struct worker *w, struct block_job *j, uint32_t r,
+                             const struct rt_item *it, size_t *len)
+{
+    struct image im = {0};
+    uint8_t *jpeg = NULL;
+    size_t jlen = 0;
+    int rc = record_pixels(p, w, j, r, it, w->raw, &im);
+
+    if (rc != 0)
+        return rc;
+    if (im.file && p->passthrough && im.info.format == RT_IMG_JPEG && !im.info.cmyk &&
+        !(p->o->exif_rotate && im.info.orientation != 1)) {
+        /* The original bytes, proven above to decode to the right shape. */
+        norm_add(p, j, w->raw);
+        rc = data_put(w, len, im.file, im.len);
+        j->passthrough++;
+        free(im.file);
+        return rc;
+    }
+    free(im.file);
+    rc = rt_jpeg_encode_chw(w->tjc, w->raw, p->c, p->h, p->w, p->quality, w->hwc, &jpeg, &jlen);
+    /* The statistics describe what training sees: the JPEG decoded, not the pixels before encoding. */
+    if (rc == 0 && j->split == RT_SPLIT_TRAIN) {
+        rc = rt_jpeg_decode_chw(w->tjd, jpeg, jlen, p->c, p->h, p->w, w->dec, w->hwc,
+                                it->path ? it->path : "encoded record");
+        if (rc == 0)
+            norm_add(p, j, w->dec);
+    }
+    if (rc == 0)
+        rc = data_put(w, len, jpeg, jlen);
+    if (jpeg)
+        tjFree(jpeg);
+    return rc;
+}
+
+static int encode_jpeg(struct packer *p, struct worker *w, struct block_job *j)
+{
+    const int variable = p->mode == MODE_VARIABLE;
+    size_t len = 0;
     int rc = 0;
 
-    j->stored = rt_malloc(cap, "JPEG block");
+    for (uint32_t r = 0; r < j->count; r++) {
+        struct rt_item it;
+        uint32_t hw = 0;
+        job_item(p, j, r, &it);
+        w->offs[j->kept] = (uint32_t)len;
+        rc = variable ? variable_record(p, w, j, r, &it, &len, &hw) : fixed_jpeg_record(p, w, j, r, &it, &len);
+        if (rc < 0)
+            return rc;
+        if (rc > 0)
+            continue;
+        if (len > UINT32_MAX)
+            return rt_errf(-E2BIG, "JPEG block larger than 4 GiB; use smaller --block-records");
+        if (variable)
+            j->sizes[j->kept] = hw;
+        j->labels[j->kept++] = it.label;
+    }
+    if (j->kept == 0)
+        return 0;
+    w->offs[j->kept] = (uint32_t)len;
+    const size_t table = 4 * ((size_t)j->kept + 1) + (variable ? 4 * (size_t)j->kept : 0);
+    if (table + len > RT_MAX_BLOCK_RAW)
+        return rt_errf(-E2BIG, "a JPEG block of %zu bytes exceeds the %u-byte limit; use smaller --block-records",
+                       table + len, RT_MAX_BLOCK_RAW);
+    j->stored = rt_malloc(table + len, "JPEG block");
     if (!j->stored)
         return -ENOMEM;
-    rt_put32(j->stored, 0);
-    for (uint32_t r = 0; r < j->count && rc == 0; r++) {
-        struct rt_item it;
-        uint64_t idx = pl->index ? pl->index[j->first + r] : j->first + r;
-        uint8_t *jpeg = NULL, *file = NULL;
-        size_t jlen = 0, flen;
-
-        rt_source_item(p->src, pl->from, idx, &it);
-        j->labels[r] = it.label;
-        if (it.kind == RT_ITEM_JPEG_FILE && p->passthrough) {
-            /* Keep the original bytes, but only after proving they decode to the right shape. */
-            rc = rt_file_read(it.path, &file, &flen);
-            if (rc == 0)
-                rc = rt_jpeg_decode_chw(w->tjd, file, flen, p->info->channels, p->info->height, p->info->width,
-                                        w->raw, w->hwc, it.path);
-            if (rc == 0) {
-                norm_add(p, j, w->raw);
-                rc = payload_put(&j->stored, &len, &cap, file, flen);
-            }
-            free(file);
-        } else {
-            rc = record_pixels(p, w, &it, w->raw);
-            if (rc == 0)
-                rc = rt_jpeg_encode_chw(w->tjc, w->raw, p->info->channels, p->info->height, p->info->width,
-                                        p->quality, w->hwc, &jpeg, &jlen);
-            /* The statistics describe what training sees: the JPEG decoded, not the pixels before encoding. */
-            if (rc == 0 && j->split == RT_SPLIT_TRAIN) {
-                rc = rt_jpeg_decode_chw(w->tjd, jpeg, jlen, p->info->channels, p->info->height, p->info->width,
-                                        w->dec, w->hwc, it.path ? it.path : "encoded record");
-                if (rc == 0)
-                    norm_add(p, j, w->dec);
-            }
-            if (rc == 0)
-                rc = payload_put(&j->stored, &len, &cap, jpeg, jlen);
-            if (jpeg)
-                tjFree(jpeg);
-        }
-        if (rc == 0 && len - table > UINT32_MAX)
-            rc = rt_errf(-E2BIG, "JPEG block larger than 4 GiB; use smaller --block-records");
-        if (rc == 0)
-            rt_put32(j->stored + 4 * ((size_t)r + 1), (uint32_t)(len - table));
-    }
-    if (rc == 0 && len > RT_MAX_BLOCK_RAW)
-        rc = rt_errf(-E2BIG, "a JPEG block of %zu bytes exceeds the %u-byte limit; use smaller --block-records", len,
-                     RT_MAX_BLOCK_RAW);
-    j->stored_len = j->raw_size = (uint32_t)len;
-    return rc;
+    for (uint32_t r = 0; r <= j->kept; r++)
+        rt_put32(j->stored + 4 * (size_t)r, w->offs[r]);
+    for (uint32_t r = 0; variable && r < j->kept; r++)
+        rt_put32(j->stored + 4 * ((size_t)j->kept + 1) + 4 * (size_t)r, j->sizes[r]);
+    memcpy(j->stored + table, w->data, len);
+    j->stored_len = j->raw_size = (uint32_t)(table + len);
+    return 0;
 }
 
 static void run_jobs(struct packer *p, struct worker *w)
@@ -264,11 +533,10 @@ static void run_jobs(struct packer *p, struct worker *w)
     unsigned j;
     while ((j = atomic_fetch_add(&p->next_job, 1)) < p->njobs) {
         struct block_job *job = &p->jobs[j];
-        const struct split_plan *pl = &p->plan[job->split];
-        job->rc = p->codec == RT_CODEC_RAW ? encode_raw(p, w, job, pl) : encode_jpeg(p, w, job, pl);
+        job->rc = p->codec == RT_CODEC_RAW ? encode_raw(p, w, job) : encode_jpeg(p, w, job);
         if (job->rc < 0)
             snprintf(job->err, sizeof(job->err), "%s", rt_errmsg());
-        else
+        else if (job->kept)
             job->xxh64 = XXH64(job->stored, job->stored_len, 0);
     }
 }
@@ -323,11 +591,16 @@ static int workers_start(struct packer *p)
         w->zc = ZSTD_createCCtx();
         w->tjc = tjInitCompress();
         w->tjd = tjInitDecompress();
-        w->raw = rt_malloc(p->rec_bytes * p->block_records, "block buffer");
-        w->hwc = rt_malloc(p->rec_bytes, "pixel buffer");
-        w->dec = rt_malloc(p->rec_bytes, "pixel buffer");
-        if (!w->zc || !w->tjc || !w->tjd || !w->raw || !w->hwc || !w->dec)
+        /* Variable-size records have no fixed record size: these stay one byte. */
+        w->raw = rt_malloc(RT_MAX(p->rec_bytes * p->block_records, 1), "block buffer");
+        w->hwc = rt_malloc(RT_MAX(p->rec_bytes, 1), "pixel buffer");
+        w->dec = rt_malloc(RT_MAX(p->rec_bytes, 1), "pixel buffer");
+        w->offs = rt_malloc(((size_t)p->block_records + 1) * sizeof(uint32_t), "JPEG offsets");
+        if (!w->zc || !w->tjc || !w->tjd || !w->raw || !w->hwc || !w->dec || !w->offs)
             return rt_errf(-ENOMEM, "out of memory starting pack workers");
+        int rc;
+        if (p->folder && ((rc = rt_imgdec_create(&w->img)) < 0 || (rc = rt_resizer_create(&w->rs)) < 0))
+            return rc;
         if (i > 0) {
             int e = pthread_create(&w->thread, NULL, worker_main, w);
             if (e)
@@ -358,6 +631,11 @@ static void workers_stop(struct packer *p)
         free(w->raw);
         free(w->hwc);
         free(w->dec);
+        free(w->data);
+        free(w->offs);
+        free(w->small);
+        rt_imgdec_destroy(w->img);
+        rt_resizer_destroy(w->rs);
     }
     free(p->workers);
     p->workers = NULL;
@@ -402,9 +680,9 @@ static int shard_flush(struct packer *p, struct shard_writer *sw)
     h.codec = p->codec;
     h.compression = p->codec == RT_CODEC_RAW ? RT_COMPRESSION_ZSTD : RT_COMPRESSION_NONE;
     h.split = sw->split;
-    h.channels = p->info->channels;
-    h.height = p->info->height;
-    h.width = p->info->width;
+    h.channels = p->c;
+    h.height = p->h;
+    h.width = p->w;
     h.num_classes = p->info->num_classes;
     h.record_count = sw->nrec;
     h.first_record = sw->first_record;
@@ -494,21 +772,21 @@ static int shard_add_block(struct packer *p, struct shard_writer *sw, struct blo
         return rc;
     uint64_t bcap = sw->blocks_cap, dcap = sw->data_cap;
     if ((rc = grow((void **)&sw->blocks, &bcap, sw->nblocks + 1, sizeof(*sw->blocks), "block index")) < 0 ||
-        (rc = grow((void **)&sw->labels, &sw->labels_cap, sw->nrec + j->count, sizeof(int32_t), "labels")) < 0 ||
+        (rc = grow((void **)&sw->labels, &sw->labels_cap, sw->nrec + j->kept, sizeof(int32_t), "labels")) < 0 ||
         (rc = grow((void **)&sw->data, &dcap, sw->data_len + j->stored_len, 1, "shard data")) < 0)
         return rc;
     sw->blocks_cap = (uint32_t)bcap;
     sw->data_cap = dcap;
     sw->blocks[sw->nblocks++] = (struct rt_block_entry){
         .offset = sw->data_len, .stored_size = j->stored_len, .raw_size = j->raw_size,
-        .first_record = (uint32_t)sw->nrec, .record_count = j->count,
+        .first_record = (uint32_t)sw->nrec, .record_count = j->kept,
         .xxh64 = j->xxh64};
     memcpy(sw->data + sw->data_len, j->stored, j->stored_len);
     sw->data_len += j->stored_len;
-    for (uint32_t r = 0; r < j->count; r++)
+    for (uint32_t r = 0; r < j->kept; r++)
         sw->class_counts[j->labels[r]]++;
-    memcpy(sw->labels + sw->nrec, j->labels, j->count * sizeof(int32_t));
-    sw->nrec += j->count;
+    memcpy(sw->labels + sw->nrec, j->labels, j->kept * sizeof(int32_t));
+    sw->nrec += j->kept;
     return 0;
 }
 
@@ -523,6 +801,49 @@ static void writer_free(struct shard_writer *sw)
     free(sw->class_counts);
 }
 
+/* Path of an input file relative to the input directory, for the manifest. */
+static const char *input_relative(const struct packer *p, const char *path)
+{
+    size_t n = strlen(p->input);
+    while (n > 1 && p->input[n - 1] == '/')
+        n--;
+    return !strncmp(path, p->input, n) && path[n] == '/' ? path + n + 1 : path;
+}
+
+/* Adds a finished job's sums, sizes, skipped files and counts to the pack's (in record order). */
+static int note_job(struct packer *p, const struct block_job *j)
+{
+    /* Integer sums: the order blocks finish in cannot change the result. */
+    for (uint32_t c = 0; c < p->c; c++) {
+        p->px_sum[c] += j->px_sum[c];
+        p->px_sq[c] += j->px_sq[c];
+    }
+    p->px_n += j->px_n;
+    if (p->mode == MODE_VARIABLE && j->kept) {
+        int rc = grow((void **)&p->all_sizes, &p->sizes_cap, p->nsizes + j->kept, sizeof(uint32_t), "sizes");
+        if (rc < 0)
+            return rc;
+        memcpy(p->all_sizes + p->nsizes, j->sizes, j->kept * sizeof(uint32_t));
+        p->nsizes += j->kept;
+    }
+    for (uint32_t k = 0; k < j->nskips; k++) {
+        struct rt_item it;
+        json_t *o = json_object();
+        job_item(p, j, j->skips[k].r, &it);
+        json_object_set_new(o, "file", json_string(input_relative(p, it.path)));
+        json_object_set_new(o, "reason", json_string(rt_img_bad_name(j->skips[k].why)));
+        json_object_set_new(o, "detail", json_string(j->skips[k].detail));
+        if (json_array_append_new(p->skipped, o) < 0)
+            return rt_errf(-ENOMEM, "out of memory");
+        p->skipped_by[j->skips[k].why]++;
+    }
+    p->stats.records += j->kept;
+    p->stats.skipped += j->nskips;
+    p->stats.bytes_in += j->bytes_in;
+    p->stats.passthrough += j->passthrough;
+    return 0;
+}
+
 /* Encodes and writes one output split, group of blocks by group of blocks. */
 static int pack_split(struct packer *p, struct shard_writer *sw)
 {
@@ -535,7 +856,8 @@ static int pack_split(struct packer *p, struct shard_writer *sw)
         for (uint32_t g = 0; g < group && pos < pl->count; g++) {
             struct block_job *j = &p->jobs[p->njobs++];
             uint32_t n = (uint32_t)RT_MIN((uint64_t)p->block_records, pl->count - pos);
-            *j = (struct block_job){.split = sw->split, .first = pos, .count = n, .labels = j->labels};
+            *j = (struct block_job){.split = sw->split, .first = pos, .count = n, .labels = j->labels,
+                                    .sizes = j->sizes, .skips = j->skips, .skips_cap = j->skips_cap};
             pos += n;
         }
         run_group(p);
@@ -543,20 +865,16 @@ static int pack_split(struct packer *p, struct shard_writer *sw)
             struct block_job *j = &p->jobs[i];
             if (rc == 0 && j->rc < 0)
                 rc = rt_errf(j->rc, "%s", j->err);
-            if (rc == 0)
+            if (rc == 0 && j->kept)
                 rc = shard_add_block(p, sw, j);
-            /* Integer sums: the order blocks finish in cannot change the result. */
-            for (uint32_t c = 0; rc == 0 && c < p->info->channels; c++) {
-                p->px_sum[c] += j->px_sum[c];
-                p->px_sq[c] += j->px_sq[c];
-            }
+            if (rc == 0)
+                rc = note_job(p, j);
             free(j->stored);
             j->stored = NULL;
-            p->stats.records += rc == 0 ? j->count : 0;
         }
         if (rc == 0 && p->o->progress) {
-            struct rt_pack_progress pr = {p->stats.records, p->total_records,
-                                          p->stats.records * p->rec_bytes, p->stats.bytes_out,
+            struct rt_pack_progress pr = {p->stats.records + p->stats.skipped, p->total_records,
+                                          p->stats.bytes_in, p->stats.bytes_out,
                                           (double)(rt_now_ns() - p->t0) * 1e-9};
             p->o->progress(p->o->progress_ctx, &pr);
         }
@@ -686,8 +1004,64 @@ static int install(const char *tmpdir, const char *outdir)
     return rt_fsync_dir(parent);
 }
 
+/*
+ * Mean and population standard deviation in 0..1 units from the exact sums
+ * over the n pixels summed, per channel. n * sum(v^2) - sum(v)^2 is
+ * formed in 128 bits, exactly, so only the final divisions and the square
+ * root round.
+ */
+static void norm_stats(const struct packer *p, double *mean, double *std)
+{
+    const uint64_t n = p->px_n;
+
+    for (uint32_t c = 0; c < p->c; c++) {
+        unsigned __int128 var_n2 = (unsigned __int128)n * p->px_sq[c] - (unsigned __int128)p->px_sum[c] * p->px_sum[c];
+        mean[c] = (double)p->px_sum[c] / ((double)n * 255.0);
+        std[c] = sqrt((double)var_n2) / ((double)n * 255.0);
+    }
+}
+
+static json_t *json_hw(uint32_t hw)
+{
+    json_t *a = json_array();
+    json_array_append_new(a, json_integer(hw >> 16));
+    json_array_append_new(a, json_integer(hw & 0xffff));
+    return a;
+}
+
+static int cmp_area(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+    uint64_t ax = (uint64_t)(x >> 16) * (x & 0xffff), ay = (uint64_t)(y >> 16) * (y & 0xffff);
+    return ax != ay ? (ax > ay) - (ax < ay) : (x > y) - (x < y);
+}
+
+/* The manifest's "variable_size" and "files" (image folders only; NULL members are left out). */
+static int folder_summary(struct packer *p, json_t *extra)
+{
+    if (p->mode == MODE_VARIABLE && p->nsizes) {
+        json_t *vs = json_object();
+        /* Sorting by area (ties by height, width) makes min, median and max one order. */
+        qsort(p->all_sizes, p->nsizes, sizeof(uint32_t), cmp_area);
+        json_object_set_new(vs, "max_side", json_integer(p->o->max_side));
+        json_object_set_new(vs, "min", json_hw(p->all_sizes[0]));
+        json_object_set_new(vs, "median", json_hw(p->all_sizes[p->nsizes / 2]));
+        json_object_set_new(vs, "max", json_hw(p->all_sizes[p->nsizes - 1]));
+        json_object_set_new(extra, "variable_size", vs);
+    }
+    if (p->folder) {
+        json_t *f = json_object();
+        json_object_set_new(f, "listed", json_integer((json_int_t)p->total_records));
+        json_object_set_new(f, "ignored", json_integer((json_int_t)(p->info->ignored_hidden + p->info->ignored_other)));
+        json_object_set(f, "skipped", p->skipped);
+        json_object_set_new(extra, "files", f);
+    }
+    return 0;
+}
+
 static json_t *pack_params(const struct packer *p)
 {
+    static const char *const mode_name[] = {"own size", "resized", "variable"};
     json_t *o = json_object();
     json_object_set_new(o, "codec", json_string(rt_codec_name(p->codec)));
     if (p->codec == RT_CODEC_RAW)
@@ -701,48 +1075,52 @@ static json_t *pack_params(const struct packer *p)
     json_object_set_new(o, "val_split", json_real(p->o->val_split));
     json_object_set_new(o, "split_seed", json_integer((json_int_t)p->o->split_seed));
     json_object_set_new(o, "label", json_string(p->o->label == RT_LABEL_COARSE ? "coarse" : "fine"));
-    return o;
-}
-
-/*
- * Mean and population standard deviation in 0..1 units from the exact sums
- * over n = records * H * W values per channel. n * sum(v^2) - sum(v)^2 is
- * formed in 128 bits, exactly, so only the final divisions and the square
- * root round.
- */
-static void norm_stats(const struct packer *p, double *mean, double *std)
-{
-    const uint64_t n = p->plan[RT_SPLIT_TRAIN].count * (uint64_t)p->info->height * p->info->width;
-
-    for (uint32_t c = 0; c < p->info->channels; c++) {
-        unsigned __int128 var_n2 = (unsigned __int128)n * p->px_sq[c] - (unsigned __int128)p->px_sum[c] * p->px_sum[c];
-        mean[c] = (double)p->px_sum[c] / ((double)n * 255.0);
-        std[c] = sqrt((double)var_n2) / ((double)n * 255.0);
+    if (p->folder) {
+        json_t *im = json_object();
+        json_object_set_new(im, "mode", json_string(mode_name[p->mode]));
+        if (p->mode == MODE_SIZE) {
+            json_object_set_new(im, "size", json_hw(p->h << 16 | p->w));
+            json_object_set_new(im, "fit", json_string(rt_fit_name((enum rt_fit)p->o->fit)));
+        }
+        if (p->mode == MODE_VARIABLE)
+            json_object_set_new(im, "max_side", json_integer(p->o->max_side));
+        json_object_set_new(im, "channels", json_integer(p->c));
+        json_object_set_new(im, "exif_rotate", json_boolean(p->o->exif_rotate));
+        json_object_set_new(im, "skip_bad", json_boolean(p->o->skip_bad));
+        json_object_set_new(o, "image", im);
     }
+    return o;
 }
 
 static int write_manifest(struct packer *p, struct shard_writer *sw)
 {
     struct rt_dataset_info info = {0};
     double mean[RT_MAX_CHANNELS], std[RT_MAX_CHANNELS];
-    const int have_norm = p->plan[RT_SPLIT_TRAIN].count > 0;
+    const int have_norm = p->px_n > 0;
+    json_t *extra = json_object();
     char path[4200];
     int rc;
 
     info.source = p->info->kind;
     info.codec = p->codec;
-    info.channels = p->info->channels;
-    info.height = p->info->height;
-    info.width = p->info->width;
+    info.channels = p->c;
+    info.height = p->h;
+    info.width = p->w;
     info.num_classes = p->info->num_classes;
     info.class_names = (const char *const *)p->info->class_names;
+    /* After the last flush, a writer's first_record is the split's record count. */
     for (int sp = 0; sp < RT_SPLIT_COUNT; sp++)
-        info.split[sp] = (struct rt_split_info){p->plan[sp].count, sw[sp].nrefs, sw[sp].refs, sw[sp].class_counts};
+        info.split[sp] = (struct rt_split_info){sw[sp].first_record, sw[sp].nrefs, sw[sp].refs, sw[sp].class_counts};
     if (have_norm)
         norm_stats(p, mean, std);
+    if (!extra || (rc = folder_summary(p, extra)) < 0) {
+        json_decref(extra);
+        return extra ? rc : -ENOMEM;
+    }
     json_t *params = pack_params(p);
-    char *text = rt_manifest_dump(&info, have_norm ? mean : NULL, have_norm ? std : NULL, params);
+    char *text = rt_manifest_dump(&info, have_norm ? mean : NULL, have_norm ? std : NULL, extra, params);
     json_decref(params);
+    json_decref(extra);
     if (!text)
         return -ENOMEM;
     size_t len = strlen(text);
@@ -759,6 +1137,75 @@ static int write_manifest(struct packer *p, struct shard_writer *sw)
     return rc;
 }
 
+/*
+ * The stored shape of an image folder: --size, --max-side (variable), or the
+ * size of the first training image that can be read (all must match it).
+ */
+static int folder_geometry(struct packer *p)
+{
+    const struct rt_pack_opts *o = p->o;
+    const struct split_plan *pl = &p->plan[RT_SPLIT_TRAIN];
+
+    p->c = o->channels ? o->channels : 3;
+    if (p->c != 1 && p->c != 3)
+        return rt_errf(-EINVAL, "--channels must be 1 or 3, not %" PRIu32, p->c);
+    if ((o->size_h || o->size_w) && o->max_side)
+        return rt_errf(-EINVAL, "--size and --max-side: choose one (every image at one size, or each at its own)");
+    if (o->max_side) {
+        if (p->codec != RT_CODEC_JPEG)
+            return rt_errf(-EINVAL, "--max-side keeps each image at its own size, which only the jpeg codec stores: "
+                           "add --codec jpeg");
+        if (o->max_side < 8 || o->max_side > RT_MAX_DIM)
+            return rt_errf(-EINVAL, "--max-side %" PRIu32 " out of range [8, %u]", o->max_side, RT_MAX_DIM);
+        p->mode = MODE_VARIABLE;
+        p->h = p->w = 0;
+        return 0;
+    }
+    if (o->size_h || o->size_w) {
+        if (!o->size_h || !o->size_w || o->size_h > RT_MAX_DIM || o->size_w > RT_MAX_DIM)
+            return rt_errf(-EINVAL, "--size %" PRIu32 "x%" PRIu32 " out of range", o->size_h, o->size_w);
+        if (o->fit < RT_FIT_CROP || o->fit > RT_FIT_PAD)
+            return rt_errf(-EINVAL, "unknown --fit");
+        p->mode = MODE_SIZE;
+        p->h = o->size_h;
+        p->w = o->size_w;
+        return 0;
+    }
+    p->mode = MODE_OWN;
+    for (uint64_t k = 0; k < pl->count; k++) {
+        struct rt_item it;
+        struct rt_img_info info;
+        enum rt_img_bad why = RT_IMG_OK;
+        uint8_t *file;
+        size_t len;
+        int rc;
+
+        rt_source_item(p->src, pl->from, pl->index ? pl->index[k] : k, &it);
+        if ((rc = rt_file_read(it.path, &file, &len)) < 0)
+            return rc;
+        rc = rt_img_probe(file, len, it.path, &info, &why);
+        free(file);
+        if (rc < 0 && (!o->skip_bad || why == RT_IMG_OK)) {
+            struct block_job none = {0};
+            return bad_file(p, &none, 0, why, rc);
+        }
+        if (rc < 0)
+            continue;
+        /* Orientations 5..8 turn the picture a quarter. */
+        int turned = o->exif_rotate && info.orientation >= 5;
+        p->w = turned ? info.height : info.width;
+        p->h = turned ? info.width : info.height;
+        return 0;
+    }
+    return rt_errf(-EINVAL, "%s: no readable image in the training split", p->input);
+}
+
+/* Options that mean something for image folders only. */
+static int folder_only_options(const struct rt_pack_opts *o)
+{
+    return o->size_h || o->size_w || o->fit || o->max_side || o->channels || o->skip_bad || o->exif_rotate;
+}
+
 int rt_pack(const char *input, const char *outdir, const struct rt_pack_opts *opts, struct rt_pack_stats *stats)
 {
     struct packer p = {0};
@@ -770,6 +1217,7 @@ int rt_pack(const char *input, const char *outdir, const struct rt_pack_opts *op
     while (olen > 1 && outdir[olen - 1] == '/')
         olen--;
     p.o = opts;
+    p.input = input;
     p.t0 = rt_now_ns();
     pthread_mutex_init(&p.lock, NULL);
     pthread_cond_init(&p.start, NULL);
@@ -796,11 +1244,25 @@ int rt_pack(const char *input, const char *outdir, const struct rt_pack_opts *op
     p.info = rt_source_info(src);
     p.codec = opts->codec;
     p.level = opts->level ? opts->level : DEFAULT_LEVEL;
-    p.passthrough = p.codec == RT_CODEC_JPEG && opts->quality == 0 && !strcmp(p.info->kind, "image-folder");
     p.quality = opts->quality ? opts->quality : DEFAULT_QUALITY;
-    p.rec_bytes = (uint64_t)p.info->channels * p.info->height * p.info->width;
-    p.block_records = opts->block_records
-                          ? opts->block_records
+    p.folder = !strcmp(p.info->kind, "image-folder");
+    p.c = p.info->channels;
+    p.h = p.info->height;
+    p.w = p.info->width;
+    if (!p.folder && folder_only_options(opts)) {
+        rc = rt_errf(-EINVAL, "%s is %s: --size, --fit, --max-side, --channels, --skip-bad and --exif-rotate "
+                     "apply to image folders", input, p.info->kind);
+        goto out;
+    }
+    if ((rc = make_plan(&p)) < 0)
+        goto out;
+    if (p.folder && (rc = folder_geometry(&p)) < 0)
+        goto out;
+    p.passthrough = p.codec == RT_CODEC_JPEG && opts->quality == 0 && p.folder && p.mode == MODE_OWN;
+    p.rec_bytes = (uint64_t)p.c * p.h * p.w;
+    p.block_records = opts->block_records ? opts->block_records
+                      : p.mode == MODE_VARIABLE
+                          ? DEFAULT_VAR_BLOCK_RECORDS
                           : (uint32_t)RT_MAX((uint64_t)1, DEFAULT_BLOCK_PIXELS / p.rec_bytes);
     if (p.codec == RT_CODEC_RAW && p.rec_bytes * p.block_records > RT_MAX_BLOCK_RAW) {
         rc = rt_errf(-EINVAL, "--block-records %" PRIu32 " makes %" PRIu64 "-byte blocks; the limit is %u",
@@ -809,13 +1271,14 @@ int rt_pack(const char *input, const char *outdir, const struct rt_pack_opts *op
     }
     p.shard_bytes = opts->shard_bytes ? opts->shard_bytes : DEFAULT_SHARD_BYTES;
     p.nworkers = opts->threads > 0 ? opts->threads : rt_cpus_available();
-    snprintf(p.stats.source, sizeof(p.stats.source), "%s", p.info->kind);
-    if ((rc = make_plan(&p)) < 0)
+    p.skipped = json_array();
+    if (!p.skipped) {
+        rc = rt_errf(-ENOMEM, "out of memory");
         goto out;
-    for (int sp = 0; sp < RT_SPLIT_COUNT; sp++) {
-        p.total_records += p.plan[sp].count;
-        p.stats.split_records[sp] = p.plan[sp].count;
     }
+    snprintf(p.stats.source, sizeof(p.stats.source), "%s", p.info->kind);
+    for (int sp = 0; sp < RT_SPLIT_COUNT; sp++)
+        p.total_records += p.plan[sp].count;
 
     struct stat st;
     if (stat(p.tmpdir, &st) == 0) {
@@ -830,7 +1293,8 @@ int rt_pack(const char *input, const char *outdir, const struct rt_pack_opts *op
         goto out;
     }
     for (int i = 0; i < p.nworkers * 4; i++)
-        if (!(p.jobs[i].labels = rt_malloc(p.block_records * sizeof(int32_t), "block labels"))) {
+        if (!(p.jobs[i].labels = rt_malloc(p.block_records * sizeof(int32_t), "block labels")) ||
+            !(p.jobs[i].sizes = rt_malloc(p.block_records * sizeof(uint32_t), "block sizes"))) {
             rc = -ENOMEM;
             goto out;
         }
@@ -843,15 +1307,28 @@ int rt_pack(const char *input, const char *outdir, const struct rt_pack_opts *op
             rc = -ENOMEM;
         else
             rc = pack_split(&p, &sw[sp]);
+        p.stats.split_records[sp] = sw[sp].first_record;
     }
+    if (rc == 0 && p.stats.records == 0)
+        rc = rt_errf(-EINVAL, "%s: every one of the %" PRIu64 " files was skipped; nothing to pack", input,
+                     p.total_records);
     if (rc == 0)
         rc = write_manifest(&p, sw);
     if (rc == 0)
         rc = rt_fsync_dir(p.tmpdir);
     if (rc == 0)
         rc = install(p.tmpdir, out);
-    p.stats.bytes_in = p.stats.records * p.rec_bytes;
     p.stats.seconds = (double)(rt_now_ns() - p.t0) * 1e-9;
+    if (p.folder) {
+        p.stats.files = p.total_records;
+        p.stats.ignored = p.info->ignored_hidden + p.info->ignored_other;
+        for (int b = 1, n = 0; b < RT_IMG_BAD_COUNT; b++)
+            if (p.skipped_by[b]) {
+                size_t at = strlen(p.stats.skipped_summary);
+                snprintf(p.stats.skipped_summary + at, sizeof(p.stats.skipped_summary) - at, "%s%" PRIu64 " %s",
+                         n++ ? ", " : "", p.skipped_by[b], rt_img_bad_name((enum rt_img_bad)b));
+            }
+    }
     if (rc == 0 && stats)
         *stats = p.stats;
 out:
@@ -864,13 +1341,18 @@ out:
         rt_errf(rc, "%s", msg);
     }
     if (p.jobs)
-        for (int i = 0; i < p.nworkers * 4; i++)
+        for (int i = 0; i < p.nworkers * 4; i++) {
             free(p.jobs[i].labels);
+            free(p.jobs[i].sizes);
+            free(p.jobs[i].skips);
+        }
     free(p.jobs);
     for (int sp = 0; sp < RT_SPLIT_COUNT; sp++) {
         writer_free(&sw[sp]);
         free(p.plan[sp].index);
     }
+    free(p.all_sizes);
+    json_decref(p.skipped);
     rt_source_close(src);
     pthread_mutex_destroy(&p.lock);
     pthread_cond_destroy(&p.start);

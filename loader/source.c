@@ -98,7 +98,7 @@ void rt_source_item(const struct rt_source *s, enum rt_split split, uint64_t ind
         it->pixels = s->pixels[split] + index * ((uint64_t)s->info.channels * s->info.height * s->info.width);
         it->path = NULL;
     } else {
-        it->kind = RT_ITEM_JPEG_FILE;
+        it->kind = RT_ITEM_IMAGE_FILE;
         it->pixels = NULL;
         it->path = s->paths[split][index];
     }

@@ -6,8 +6,9 @@
  *
  * Kinds: CIFAR-10/100 binary (directory or any archive libarchive reads),
  * CIFAR-10/100 python pickles (directory or archive), MNIST IDX (plain or
- * gzip), and image folders ROOT/<class>/<file>.jpg (optionally with
- * ROOT/train, ROOT/val|test above the class folders).
+ * gzip), and image folders ROOT/<class>/<file> (optionally with ROOT/train,
+ * ROOT/val|test above the class folders), listing the files whose
+ * extension torchvision's ImageFolder accepts.
  */
 #ifndef RT_LOADER_SOURCE_H
 #define RT_LOADER_SOURCE_H
@@ -19,7 +20,7 @@
 
 enum rt_item_kind {
     RT_ITEM_PIXELS,    /* `pixels` points at C*H*W CHW bytes owned by the source */
-    RT_ITEM_JPEG_FILE, /* `path` names a JPEG file the caller reads */
+    RT_ITEM_IMAGE_FILE, /* `path` names an image file (imgfile.h) the caller reads */
 };
 
 struct rt_item {
@@ -35,6 +36,9 @@ struct rt_source_info {
     uint32_t num_classes;
     char **class_names;           /* num_classes entries */
     uint64_t count[RT_SPLIT_COUNT];
+    /* Image folders: height = width = 0 (pack decides the size); files left out of the listing. */
+    uint64_t ignored_hidden, ignored_other;
+    char ignored_example[128];    /* one ignored name, for the message */
 };
 
 struct rt_source;
@@ -99,7 +103,7 @@ void rt_source_parts_free(struct rt_source_info *info, uint8_t *pixels[RT_SPLIT_
 int rt_source_from_memory(struct rt_source **out, const struct rt_source_info *info,
                           uint8_t *pixels[RT_SPLIT_COUNT], int32_t *labels[RT_SPLIT_COUNT]);
 
-/* A source of JPEG files. Takes `paths` (each malloc'd) and `labels`. */
+/* A source of image files. Takes `paths` (each malloc'd) and `labels`. */
 int rt_source_from_files(struct rt_source **out, const struct rt_source_info *info,
                          char **paths[RT_SPLIT_COUNT], int32_t *labels[RT_SPLIT_COUNT]);
 

@@ -1,10 +1,11 @@
 /*
  * source_folder.c - an image folder as torchvision's ImageFolder reads it:
- * ROOT/<class>/<file>.jpg, class index = position of the folder name in
- * byte-sorted order. ROOT/train/<class>/... with ROOT/val/... and/or
- * ROOT/test/... is read as those splits. Only the listing happens here; the
- * files are read and decoded by pack's workers, which check every image's
- * size against the first one.
+ * ROOT/<class>/<file>, class index = position of the folder name in
+ * byte-sorted order, files whose extension ImageFolder accepts
+ * (rt_img_name_listed). ROOT/train/<class>/... with ROOT/val/... and/or
+ * ROOT/test/... is read as those splits. Hidden files and other names are
+ * left out and counted. Only the listing happens here: pack's workers read
+ * and decode the files and decide what a file that is no image means.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -14,10 +15,9 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
-#include <turbojpeg.h>
 
 #include "common/common.h"
-#include "loader/codec.h"
+#include "loader/imgfile.h"
 #include "loader/source.h"
 
 struct strlist {
@@ -57,14 +57,28 @@ static int is_dir(const char *path)
     return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-static int is_jpeg_name(const char *name)
+/* Files left out of a listing: hidden ones and names that are no image's. */
+struct ignored {
+    uint64_t hidden, other;
+    char example[128];
+};
+
+static void ignore(struct ignored *ig, const char *dir, const char *name, int hidden)
 {
-    const char *dot = strrchr(name, '.');
-    return dot && (strcasecmp(dot, ".jpg") == 0 || strcasecmp(dot, ".jpeg") == 0);
+    if (hidden)
+        ig->hidden++;
+    else
+        ig->other++;
+    /* A name that is no image says more than a hidden file: prefer the first of those. */
+    if (!ig->example[0] || (!hidden && ig->other == 1)) {
+        const char *cls = strrchr(dir, '/') ? strrchr(dir, '/') + 1 : dir;
+        int n = snprintf(ig->example, sizeof(ig->example), "%.60s/%.60s", cls, name);
+        (void)n;
+    }
 }
 
-/* Sorted names in `dir`: subdirectories (want_dirs) or regular files. */
-static int list_dir(const char *dir, int want_dirs, struct strlist *out, size_t *skipped)
+/* Sorted names in `dir`: subdirectories (want_dirs) or image files (`ig` counts the rest). */
+static int list_dir(const char *dir, int want_dirs, struct strlist *out, struct ignored *ig)
 {
     DIR *d = opendir(dir);
     struct dirent *e;
@@ -74,16 +88,21 @@ static int list_dir(const char *dir, int want_dirs, struct strlist *out, size_t 
         return rt_errf(-errno, "%s: cannot read directory: %s", dir, strerror(errno));
     while ((e = readdir(d)) != NULL) {
         char path[4096 + 256];
-        if (e->d_name[0] == '.')
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
             continue;
+        if (e->d_name[0] == '.') {
+            if (!want_dirs && ig)
+                ignore(ig, dir, e->d_name, 1);
+            continue;
+        }
         if ((rc = rt_path_join(path, sizeof(path), dir, e->d_name)) < 0)
             break;
         int d_is_dir = is_dir(path);
-        if (want_dirs ? d_is_dir : (!d_is_dir && is_jpeg_name(e->d_name))) {
+        if (want_dirs ? d_is_dir : (!d_is_dir && rt_img_name_listed(e->d_name))) {
             if ((rc = strlist_push(out, e->d_name)) < 0)
                 break;
-        } else if (!want_dirs && skipped) {
-            (*skipped)++;
+        } else if (!want_dirs && ig) {
+            ignore(ig, dir, e->d_name, 0);
         }
     }
     closedir(d);
@@ -92,9 +111,9 @@ static int list_dir(const char *dir, int want_dirs, struct strlist *out, size_t 
     return rc;
 }
 
-/* Lists dir/<class>/<file>.jpg into paths/labels using the class list `classes`. */
+/* Lists dir/<class>/<file> into paths/labels using the class list `classes`. */
 static int list_split(const char *dir, const struct strlist *classes, int define_classes, struct strlist *paths,
-                      int32_t **labels, size_t *skipped)
+                      int32_t **labels, struct ignored *ig)
 {
     struct strlist sub = {0};
     int rc = list_dir(dir, 1, &sub, NULL);
@@ -112,9 +131,10 @@ static int list_split(const char *dir, const struct strlist *classes, int define
         struct strlist files = {0};
         rc = rt_path_join(cdir, sizeof(cdir), dir, sub.v[i]);
         if (rc == 0)
-            rc = list_dir(cdir, 0, &files, skipped);
+            rc = list_dir(cdir, 0, &files, ig);
         if (rc == 0 && files.n == 0 && define_classes)
-            rt_warn("%s: class folder holds no .jpg/.jpeg files", cdir);
+            rt_warn("%s: class folder holds no images (.jpg, .jpeg, .png, .webp, .ppm, .pgm, ...); the class "
+                    "is kept, with no training records", cdir);
         int32_t *nl = rc == 0 ? rt_realloc(*labels, (nlab + files.n + 1) * sizeof(int32_t), "labels") : NULL;
         if (rc == 0 && !nl)
             rc = -ENOMEM;
@@ -142,11 +162,8 @@ int rt_folder_open(const char *root, struct rt_source **out)
     int32_t *labels[RT_SPLIT_COUNT] = {0};
     char **pathv[RT_SPLIT_COUNT] = {0};
     char dirs[RT_SPLIT_COUNT][4096];
-    size_t skipped = 0;
-    tjhandle tj = NULL;
-    uint8_t *first = NULL;
-    size_t first_len;
-    int gray, rc;
+    struct ignored ig = {0};
+    int rc;
     int nested;
 
     snprintf(dirs[RT_SPLIT_TRAIN], sizeof(dirs[0]), "%s/train", root);
@@ -158,7 +175,7 @@ int rt_folder_open(const char *root, struct rt_source **out)
         goto out;
     if (classes.n == 0) {
         rc = rt_errf(-EINVAL, "%s: not a dataset ringtrain knows: no CIFAR-10/100 (binary or python) or MNIST "
-                     "files, and no class folders of an image folder (ROOT/<class>/<file>.jpg)", root);
+                     "files, and no class folders of an image folder (ROOT/<class>/<image file>)", root);
         goto out;
     }
     snprintf(info.kind, sizeof(info.kind), "image-folder");
@@ -168,30 +185,20 @@ int rt_folder_open(const char *root, struct rt_source **out)
             if (!nested || !is_dir(dirs[sp]))
                 continue;
         }
-        rc = list_split(dirs[sp], &classes, sp == RT_SPLIT_TRAIN, &paths[sp], &labels[sp], &skipped);
+        rc = list_split(dirs[sp], &classes, sp == RT_SPLIT_TRAIN, &paths[sp], &labels[sp], &ig);
         if (rc < 0)
             goto out;
         info.count[sp] = paths[sp].n;
     }
-    if (skipped)
-        rt_warn("%s: skipped %zu files that are not .jpg/.jpeg", root, skipped);
     if (info.count[RT_SPLIT_TRAIN] == 0) {
-        rc = rt_errf(-EINVAL, "%s: no .jpg/.jpeg files in the class folders", dirs[RT_SPLIT_TRAIN]);
+        rc = rt_errf(-EINVAL, "%s: no image files (.jpg, .jpeg, .png, .webp, .ppm, .pgm, ...) in the class folders",
+                     dirs[RT_SPLIT_TRAIN]);
         goto out;
     }
-
-    /* The first training image fixes the shape; workers hold the rest to it. */
-    tj = tjInitDecompress();
-    if (!tj) {
-        rc = rt_errf(-ENOMEM, "cannot start TurboJPEG");
-        goto out;
-    }
-    rc = rt_file_read(paths[RT_SPLIT_TRAIN].v[0], &first, &first_len);
-    if (rc < 0)
-        goto out;
-    rc = rt_jpeg_probe(tj, first, first_len, paths[RT_SPLIT_TRAIN].v[0], &info.width, &info.height, &gray);
-    if (rc < 0)
-        goto out;
+    info.ignored_hidden = ig.hidden;
+    info.ignored_other = ig.other;
+    snprintf(info.ignored_example, sizeof(info.ignored_example), "%s", ig.example);
+    /* Pack decides the stored size: the images' own, --size, or each its own (--max-side). */
     info.channels = 3;
     info.num_classes = (uint32_t)classes.n;
     info.class_names = classes.v;
@@ -209,9 +216,6 @@ int rt_folder_open(const char *root, struct rt_source **out)
         info.class_names = NULL;
     }
 out:
-    free(first);
-    if (tj)
-        tjDestroy(tj);
     for (int sp = 0; sp < RT_SPLIT_COUNT; sp++) {
         if (pathv[sp])
             for (uint64_t i = 0; i < info.count[sp]; i++)

@@ -86,6 +86,41 @@ static void check_digest(struct verify_ctx *v, const char *path, XXH64_state_t *
         problem(v, "%s: file checksum %016" PRIx64 ", manifest says %016" PRIx64, path, digest, want);
 }
 
+/* Variable-size records: the block's payload and table, then every record decoded whole at its size. */
+static void verify_variable_block(struct verify_ctx *v, struct rt_decoder *dec, const struct rt_shard_header *h,
+                                  const struct rt_block_entry *e, uint32_t b, const uint8_t *stored, const char *path)
+{
+    uint8_t *payload = rt_malloc(e->raw_size, "block payload"), *px = NULL;
+    size_t px_cap = 0;
+
+    if (!payload || rt_block_payload(dec, h, e, b, stored, payload, path) < 0) {
+        problem(v, "%s", rt_errmsg());
+        free(payload);
+        return;
+    }
+    for (uint32_t r = 0; r < e->record_count; r++) {
+        struct rt_jpeg_record rec;
+        char where[4300];
+        rt_jpeg_block_record(h, e, payload, r, &rec);
+        size_t need = (size_t)h->channels * rec.height * rec.width;
+        if (need > px_cap) {
+            free(px);
+            px_cap = need;
+            px = rt_malloc(px_cap, "pixel buffer");
+            if (!px) {
+                problem(v, "%s", rt_errmsg());
+                break;
+            }
+        }
+        snprintf(where, sizeof(where), "%s: block %" PRIu32 ": record %" PRIu64, path, b,
+                 h->first_record + e->first_record + r);
+        if (rt_jpeg_record_decode(dec, h, &rec, px, where) < 0)
+            problem(v, "%s", rt_errmsg());
+    }
+    free(px);
+    free(payload);
+}
+
 /*
  * Reads, checks and decodes every block, feeding the stored bytes to `st` in
  * file order (blocks are contiguous up to the end of the file). Returns 1 when
@@ -103,7 +138,8 @@ static int verify_blocks(struct verify_ctx *v, struct rt_decoder *dec, const str
 
     for (uint32_t b = 0; b < h->block_count; b++) {
         const struct rt_block_entry *e = &blocks[b];
-        size_t need_px = (size_t)rt_record_bytes(h) * e->record_count;
+        /* Variable-size records are decoded one at a time (verify_variable_block): no block of pixels. */
+        size_t need_px = RT_MAX((size_t)rt_record_bytes(h) * e->record_count, 1);
         if (e->stored_size > stored_cap) {
             free(stored);
             stored_cap = e->stored_size;
@@ -125,7 +161,9 @@ static int verify_blocks(struct verify_ctx *v, struct rt_decoder *dec, const str
             continue;
         }
         XXH64_update(st, stored, e->stored_size);
-        if (rt_block_decode(dec, h, e, b, stored, pixels, path) < 0)
+        if (rt_shard_variable(h))
+            verify_variable_block(v, dec, h, e, b, stored, path);
+        else if (rt_block_decode(dec, h, e, b, stored, pixels, path) < 0)
             problem(v, "%s", rt_errmsg());
     }
     free(stored);

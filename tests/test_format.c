@@ -111,11 +111,16 @@ static void test_header_fields(const uint8_t *good, size_t len)
 
     /* Newer version: a clear message, a distinct error code. */
     memcpy(buf, good, len);
-    rt_put32(buf + HDR_VERSION, 2);
+    rt_put32(buf + HDR_VERSION, RT_SHARD_VERSION + 1);
     reseal(buf);
     int rc = rt_shard_parse_header(buf, len, "mem", &h);
     CHECK(rc == -EPROTONOSUPPORT);
     CHECK(strstr(rt_errmsg(), "newer ringtrain") != NULL);
+    /* Version 2 is for variable-size JPEG records only. */
+    memcpy(buf, good, len);
+    rt_put32(buf + HDR_VERSION, RT_SHARD_VERSION_VARIABLE);
+    reseal(buf);
+    CHECK_ERR(rt_shard_parse_header(buf, len, "mem", &h), "variable-size JPEG records");
     memcpy(buf, good, len);
     memcpy(buf, "RTSHARX", 7);
     CHECK_ERR(rt_shard_parse_header(buf, len, "mem", &h), "bad magic");

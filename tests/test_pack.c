@@ -430,7 +430,7 @@ static void test_folder_and_jpeg(void)
     CHECK(!exists("folder-bad") && !exists("folder-bad.partial"));
     path_of(p, sizeof(p), "empty-folder/a");
     rt_mkdirs(p, 0755);
-    CHECK_ERR(pack_rel("empty-folder", "x", &po), "no .jpg");
+    CHECK_ERR(pack_rel("empty-folder", "x", &po), "no image files");
 }
 
 /* All files of two dataset directories are byte-identical. */

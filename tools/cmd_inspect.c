@@ -37,12 +37,24 @@ static void print_summary(const struct rt_dataset_info *info)
         total += info->split[sp].records;
         shards += info->split[sp].nshards;
     }
-    uint64_t raw_bytes = total * info->channels * info->height * info->width;
+    /* Variable sizes: the median record's pixels stand in for every record's. */
+    const uint64_t px = info->height ? (uint64_t)info->height * info->width
+                                     : (uint64_t)info->size_median[0] * info->size_median[1];
+    uint64_t raw_bytes = total * info->channels * px;
     rt_format_bytes((double)info->stored_bytes, stored, sizeof(stored));
     rt_format_bytes((double)raw_bytes, raw, sizeof(raw));
     printf("dataset  %s\n", info->dir);
     printf("source   %s\n", info->source);
-    printf("shape    %" PRIu32 "x%" PRIu32 "x%" PRIu32 " (CxHxW) uint8\n", info->channels, info->height, info->width);
+    if (info->height)
+        printf("shape    %" PRIu32 "x%" PRIu32 "x%" PRIu32 " (CxHxW) uint8\n", info->channels, info->height, info->width);
+    else
+        printf("shape    %" PRIu32 " x own size (HxW: smallest %" PRIu32 "x%" PRIu32 ", median %" PRIu32 "x%" PRIu32
+               ", largest %" PRIu32 "x%" PRIu32 "; longer side at most %" PRIu32 ")\n",
+               info->channels, info->size_min[0], info->size_min[1], info->size_median[0], info->size_median[1],
+               info->size_max[0], info->size_max[1], info->max_side);
+    if (info->skipped_files || info->ignored_files)
+        printf("files    %" PRIu64 " skipped as unusable (listed in the manifest), %" PRIu64 " ignored\n",
+               info->skipped_files, info->ignored_files);
     printf("codec    %s\n", rt_codec_name(info->codec));
     printf("classes  %" PRIu32 "\n", info->num_classes);
     if (info->have_norm) {
@@ -57,7 +69,8 @@ static void print_summary(const struct rt_dataset_info *info)
     } else {
         printf("mean     not recorded (packed by an older ringtrain or no training split)\n");
     }
-    printf("stored   %s in %" PRIu32 " shards (%s of pixels, ratio %.2f)\n", stored, shards, raw,
+    printf("stored   %s in %" PRIu32 " shards (%s%s of pixels, ratio %.2f)\n", stored, shards,
+           info->height ? "" : "about ", raw,
            info->stored_bytes ? (double)raw_bytes / (double)info->stored_bytes : 0.0);
     printf("\n%-8s %10s %7s\n", "split", "records", "shards");
     for (int sp = 0; sp < RT_SPLIT_COUNT; sp++)
@@ -110,25 +123,48 @@ static int show_record(const struct rt_dataset_info *info, enum rt_split sp, uin
     }
     while (local >= (uint64_t)blocks[b].first_record + blocks[b].record_count)
         b++;
-    const uint64_t rec = (uint64_t)h->channels * h->height * h->width;
+    uint64_t rec = (uint64_t)h->channels * h->height * h->width;
+    uint32_t rh = h->height, rw = h->width;
+    const uint8_t *image;
     stored = rt_malloc(blocks[b].stored_size, "block");
-    pixels = rt_malloc(rec * blocks[b].record_count, "pixels");
+    pixels = rt_malloc(rt_shard_variable(h) ? blocks[b].raw_size : rec * blocks[b].record_count, "pixels");
     if (!stored || !pixels) {
         rc = -1;
         goto out;
     }
-    if ((rc = rt_shard_read_block(sh, b, stored)) < 0 ||
-        (rc = rt_block_decode(dec, h, &blocks[b], b, stored, pixels, path)) < 0)
+    if ((rc = rt_shard_read_block(sh, b, stored)) < 0)
         goto out;
+    if (rt_shard_variable(h)) {
+        /* The block's JPEG payload, then the one record decoded whole at its own size. */
+        struct rt_jpeg_record jr;
+        if ((rc = rt_block_payload(dec, h, &blocks[b], b, stored, pixels, path)) < 0)
+            goto out;
+        rt_jpeg_block_record(h, &blocks[b], pixels, (uint32_t)(local - blocks[b].first_record), &jr);
+        rh = jr.height;
+        rw = jr.width;
+        free(stored);
+        stored = rt_malloc((size_t)h->channels * rh * rw, "pixels");
+        if (!stored) {
+            rc = -1;
+            goto out;
+        }
+        if ((rc = rt_jpeg_record_decode(dec, h, &jr, stored, path)) < 0)
+            goto out;
+        image = stored;
+    } else {
+        if ((rc = rt_block_decode(dec, h, &blocks[b], b, stored, pixels, path)) < 0)
+            goto out;
+        image = pixels + rec * (local - blocks[b].first_record);
+    }
     int32_t label = rt_shard_labels(sh)[local];
     printf("record %" PRIu64 " of %s: label %" PRId32 " (%s), shard %s, block %" PRIu32 ", record %" PRIu64
            " of the block\n",
            n, rt_split_name(sp), label, info->class_names[label], ref->file, b, local - blocks[b].first_record);
     if (out) {
-        rc = rt_image_write(out, pixels + rec * (local - blocks[b].first_record), h->channels, h->height, h->width);
+        rc = rt_image_write(out, image, h->channels, rh, rw);
         if (rc == 0)
-            printf("wrote %s (%" PRIu32 "x%" PRIu32 ", %" PRIu32 " channel%s)\n", out, h->width, h->height,
-                   h->channels, h->channels == 1 ? "" : "s");
+            printf("wrote %s (%" PRIu32 "x%" PRIu32 ", %" PRIu32 " channel%s)\n", out, rw, rh, h->channels,
+                   h->channels == 1 ? "" : "s");
     }
 out:
     free(stored);

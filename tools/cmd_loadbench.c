@@ -49,6 +49,8 @@ static void loadbench_help(void)
            "  --split S                 train (default), val or test\n"
            "  --aug SPEC                crop,flip (default for train), none (default for val/test), or a comma\n"
            "                            list of crop[=PAD], reflect, flip, alternate-flip\n"
+           "  --image-size S            datasets packed with --max-side: the S x S images the loader makes,\n"
+           "                            RandomResizedCrop(S) + flip for train with crop, else Resize + CenterCrop\n"
            "  --shuffle MODE            exact (default: uniform, split held in RAM after the first read),\n"
            "                            window (stream blocks, shuffle within windows) or none\n"
            "  --window-blocks K         blocks per window with --shuffle window (default 64)\n"
@@ -240,9 +242,11 @@ int cmd_loadbench(int argc, char **argv)
         {"pin", no_argument, NULL, 'L'},
         {"target", required_argument, NULL, 't'},     {"digest", no_argument, NULL, 'D'},
         {"json", no_argument, NULL, 'j'},             {"help", no_argument, NULL, 'h'},
+        {"image-size", required_argument, NULL, 'I'},
         {NULL, 0, NULL, 0}};
     struct lb_config c = {0};
     const char *aug = NULL, *last = NULL;
+    uint32_t image_size = 0;
     uint64_t v;
     int ch;
 
@@ -348,6 +352,13 @@ int cmd_loadbench(int argc, char **argv)
             break;
         }
         case 'D': c.digest = 1; break;
+        case 'I':
+            if (cli_parse_u64("loadbench", "--image-size", optarg, &v))
+                return RT_EXIT_USAGE;
+            if (v < 1 || v > 4096)
+                return cli_usage_error("loadbench", "--image-size must be in 1..4096");
+            image_size = (uint32_t)v;
+            break;
         case 'j': c.json = 1; break;
         case 'h': loadbench_help(); return RT_EXIT_OK;
         default: return cli_usage_error("loadbench", "unknown option");
@@ -373,12 +384,23 @@ int cmd_loadbench(int argc, char **argv)
     if (rt_dataset_open(c.data, &ds) < 0)
         return cli_fail();
     const struct rt_dataset_info *info = rt_dataset_info(ds);
-    char augs[128];
+    if (cli_image_size("loadbench", info, image_size, &c.lo)) {
+        rt_dataset_close(ds);
+        return RT_EXIT_USAGE;
+    }
+    char augs[128], shape[64];
     cli_aug_describe(&c.lo.aug, augs, sizeof(augs));
-    printf("loadbench: %s (%s split, %" PRIu64 " records, %" PRIu32 "x%" PRIu32 "x%" PRIu32 ", %s codec), batch %" PRIu32
+    if (info->height)
+        snprintf(shape, sizeof(shape), "%" PRIu32 "x%" PRIu32 "x%" PRIu32, info->channels, info->height, info->width);
+    else
+        snprintf(shape, sizeof(shape), "%" PRIu32 "x(own sizes, median %" PRIu32 "x%" PRIu32 ") -> %" PRIu32
+                 "x%" PRIu32 "x%" PRIu32 " by %s", info->channels, info->size_median[0], info->size_median[1],
+                 info->channels, image_size, image_size,
+                 c.lo.crop == RT_CROP_RANDOM ? "RandomResizedCrop" : "Resize+CenterCrop");
+    printf("loadbench: %s (%s split, %" PRIu64 " records, %s, %s codec), batch %" PRIu32
            ", %" PRIu64 " epoch%s, shuffle %s, last batch %s, aug %s, rank %" PRIu32 "/%" PRIu32 ", %d CPUs\n",
-           c.data, rt_split_name(c.lo.split), info->split[c.lo.split].records, info->channels, info->height,
-           info->width, rt_codec_name(info->codec), c.lo.batch, c.lo.epochs, c.lo.epochs == 1 ? "" : "s",
+           c.data, rt_split_name(c.lo.split), info->split[c.lo.split].records, shape, rt_codec_name(info->codec),
+           c.lo.batch, c.lo.epochs, c.lo.epochs == 1 ? "" : "s",
            rt_shuffle_name(c.lo.shuffle), c.lo.last == RT_LAST_PAD ? "pad" : "drop", augs, c.lo.rank, c.lo.world,
            rt_cpus_available());
 

@@ -40,7 +40,10 @@ static void usage(FILE *f)
             "  --clip-grad-norm MAX   clip the global gradient norm (default off)\n"
             "  --seed S               weights, data order, augmentation, dropout (default 0)\n"
             "  --aug SPEC             crop[=PAD],reflect,flip,alternate-flip or none (default crop,flip for\n"
-            "                         3-channel data, none otherwise)\n"
+            "                         3-channel data, none otherwise). Datasets packed with --max-side: crop\n"
+            "                         is RandomResizedCrop(S); without it, Resize + CenterCrop\n"
+            "  --image-size S         datasets packed with --max-side (images of any size): train on S x S\n"
+            "                         crops; validation uses Resize(S/0.875) + CenterCrop(S)\n"
             "  --shuffle MODE         exact (default), window, none\n"
             "  --workers N            loader threads (default 1)\n"
             "  --threads N            compute threads (default: the CPUs this process may use)\n"
@@ -98,7 +101,7 @@ int cmd_train(int argc, char **argv)
 {
     enum {
         O_EPOCHS = 256, O_LR, O_OPT, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPEP, O_GAMMA, O_LS, O_ACCUM, O_CLIP,
-        O_SEED, O_AUG, O_SHUF, O_TARGET, O_PAT, O_CKPT, O_RESUME, O_METRICS, O_SYN, O_STEPS, O_NOPROG, O_NOPIN, O_PIN,
+        O_SEED, O_AUG, O_IMGSZ, O_SHUF, O_TARGET, O_PAT, O_CKPT, O_RESUME, O_METRICS, O_SYN, O_STEPS, O_NOPROG, O_NOPIN, O_PIN,
         O_BUCKET, O_NOOVL, O_CTO, O_PTO, O_REPL, O_STAGE, O_AMP, O_LSCALE, O_MAXSKIP, O_ALLRED, O_TRACE, O_TRSTEPS,
         O_TRMB, O_HELP
     };
@@ -118,6 +121,7 @@ int cmd_train(int argc, char **argv)
         {"grad-accum", required_argument, NULL, O_ACCUM},
         {"clip-grad-norm", required_argument, NULL, O_CLIP},
         {"seed", required_argument, NULL, O_SEED},
+        {"image-size", required_argument, NULL, O_IMGSZ},
         {"aug", required_argument, NULL, O_AUG},
         {"shuffle", required_argument, NULL, O_SHUF},
         {"target-accuracy", required_argument, NULL, O_TARGET},
@@ -222,6 +226,13 @@ int cmd_train(int argc, char **argv)
                 return RT_EXIT_USAGE;
             break;
         case O_AUG: aug = optarg; break;
+        case O_IMGSZ:
+            if (cli_parse_u64("train", "--image-size", optarg, &v))
+                return RT_EXIT_USAGE;
+            if (v < 1 || v > 4096)
+                return cli_usage_error("train", "--image-size must be in 1..4096");
+            c.image_size = (uint32_t)v;
+            break;
         case O_SHUF:
             if (rt_shuffle_parse(optarg, &c.shuffle) < 0)
                 return cli_usage_error("train", "%s", rt_errmsg());

@@ -25,7 +25,7 @@ static const struct subcommand subcommands[] = {
     {"verify", cmd_verify, "check every shard of a packed dataset against its manifest and checksums"},
     {"inspect", cmd_inspect, "print a packed dataset's summary, or one record (and write it as an image)"},
     {"loadbench", cmd_loadbench, "run the loader and ring with no compute: images/s, stage shares, verdict"},
-    {"train", cmd_train, "train a model (mnist-net, resnet18, resnet9, wrn-D-K) on a packed dataset"},
+    {"train", cmd_train, "train a model (mnist-net, resnet18, resnet50, resnet9, wrn-D-K) on a packed dataset"},
     {"eval", cmd_eval, "loss and accuracy of a checkpoint on a dataset's test split"},
     {"commbench", cmd_commbench, "all-reduce bandwidth over message sizes (MPI on CPUs, NCCL on GPUs), checked"},
     {"ranks", cmd_ranks, "print the rank table a job launched the same way (mpirun, srun) would use"},
@@ -109,6 +109,23 @@ int cli_parse_aug(const char *cmd, const char *s, struct rt_aug *a)
             return cli_usage_error(cmd, "--aug: unknown '%s' (crop[=PAD], reflect, flip, alternate-flip, none)",
                                    tok);
         }
+    }
+    return 0;
+}
+
+int cli_image_size(const char *cmd, const struct rt_dataset_info *info, uint32_t image_size,
+                   struct rt_loader_opts *lo)
+{
+    uint32_t h, w;
+    if (rt_loader_image_shape(info, image_size, &h, &w) < 0)
+        return cli_usage_error(cmd, "%s", rt_errmsg());
+    lo->image_size = image_size;
+    if (info->height == 0) {
+        lo->crop = lo->split == RT_SPLIT_TRAIN && lo->aug.pad ? RT_CROP_RANDOM : RT_CROP_CENTER;
+        lo->aug.pad = 0;
+        lo->aug.pad_mode = RT_PAD_ZERO;
+        if (lo->aug.flip == RT_FLIP_ALTERNATE)
+            return cli_usage_error(cmd, "alternate-flip is for fixed-size images; variable-size ones take flip");
     }
     return 0;
 }

@@ -163,8 +163,9 @@ static int open_data(struct train *T)
             return rc;
         T->info = rt_dataset_info(T->ds);
         T->c = T->info->channels;
-        T->h = T->info->height;
-        T->w = T->info->width;
+        const int rc2 = rt_loader_image_shape(T->info, c->image_size, &T->h, &T->w);
+        if (rc2 < 0)
+            return rc2;
         T->classes = T->info->num_classes;
         if (T->info->have_norm) {
             for (uint32_t i = 0; i < T->c && i < 4; i++) {

@@ -211,7 +211,8 @@ int epoch_close(struct train *T, int partial); /* 1: the target accuracy held lo
 int epoch_next(struct train *T);            /* the full epoch's close, then position and checkpoint; 1: target */
 
 /* evaluate.c: loss sums over a split, on one rank or (comm) summed over all. 0 or -errno. */
-int evaluate_split(struct rt_model *m, struct rt_dataset *ds, enum rt_split split, uint32_t batch, int workers,
+int evaluate_split(struct rt_model *m, struct rt_dataset *ds, enum rt_split split, uint32_t image_size,
+                   uint32_t batch, int workers,
                    enum rt_pin pin, struct rt_comm *comm, const float *mean, const float *std,
                    struct rt_loss_stats *out);
 

@@ -22,7 +22,8 @@ static int validate(struct train *T, char *line, size_t len)
     struct train_results *r = &T->res;
     struct rt_loss_stats vs;
     uint64_t v0 = rt_now_ns();
-    const int rc = evaluate_split(T->model, T->ds, (enum rt_split)T->val_split, T->cfg.batch, T->cfg.workers,
+    const int rc = evaluate_split(T->model, T->ds, (enum rt_split)T->val_split, T->cfg.image_size, T->cfg.batch,
+                                  T->cfg.workers,
                                   T->cfg.pin, T->comm, T->mean, T->std, &vs);
     if (rc < 0)
         return rc;

@@ -15,7 +15,8 @@
 #include "common/common.h"
 #include "tools/train/driver.h"
 
-int evaluate_split(struct rt_model *m, struct rt_dataset *ds, enum rt_split split, uint32_t batch, int workers,
+int evaluate_split(struct rt_model *m, struct rt_dataset *ds, enum rt_split split, uint32_t image_size,
+                   uint32_t batch, int workers,
                    enum rt_pin pin, struct rt_comm *comm, const float *mean, const float *std,
                    struct rt_loss_stats *out)
 {
@@ -24,10 +25,9 @@ int evaluate_split(struct rt_model *m, struct rt_dataset *ds, enum rt_split spli
      * are all-reduced, so the figures are those of the whole split. */
     struct rt_loader_opts lo = {.split = split, .batch = batch, .world = ri ? (uint32_t)ri->world : 1,
                                 .rank = ri ? (uint32_t)ri->rank : 0, .shuffle = RT_SHUFFLE_NONE,
-                                .last = RT_LAST_PAD, .workers = workers > 0 ? workers : 1, .epochs = 1};
-    struct rt_ring_opts ro = {.slots = 4, .batch = batch, .channels = rt_dataset_info(ds)->channels,
-                              .height = rt_dataset_info(ds)->height, .width = rt_dataset_info(ds)->width,
-                              .pin = pin};
+                                .last = RT_LAST_PAD, .workers = workers > 0 ? workers : 1, .epochs = 1,
+                                .image_size = image_size, .crop = RT_CROP_CENTER};
+    struct rt_ring_opts ro = {.slots = 4, .batch = batch, .channels = rt_dataset_info(ds)->channels, .pin = pin};
     struct rt_ring *ring = NULL;
     struct rt_loader *L = NULL;
     int32_t *labels = rt_calloc(batch, sizeof(int32_t), "labels");
@@ -35,7 +35,8 @@ int evaluate_split(struct rt_model *m, struct rt_dataset *ds, enum rt_split spli
     struct rt_batch *b;
     int rc = -ENOMEM;
     memset(out, 0, sizeof(*out));
-    if (labels && (rc = rt_ring_create(&ro, &ring)) == 0 && (rc = rt_loader_create(ds, &lo, ring, &L)) == 0)
+    if (labels && (rc = rt_loader_image_shape(rt_dataset_info(ds), image_size, &ro.height, &ro.width)) == 0 &&
+        (rc = rt_ring_create(&ro, &ring)) == 0 && (rc = rt_loader_create(ds, &lo, ring, &L)) == 0)
         while ((rc = rt_loader_next(L, &b)) > 0) {
             input_labels(b, labels);
             rc = rt_model_step(m, &so, (int)b->batch, b->images, labels, out);
@@ -99,7 +100,9 @@ static int check_fits(const struct eval_cfg *cfg, const char *classes, const uin
 {
     if (di->channels > 4)
         return rt_errf(-EINVAL, "images with %u channels: at most 4 are supported", di->channels);
-    if (di->channels != shape[0] || di->height != shape[1] || di->width != shape[2] ||
+    /* Images of their own sizes are evaluated at the size the checkpoint was trained on. */
+    const int variable = di->height == 0;
+    if (di->channels != shape[0] || (variable ? shape[1] != shape[2] : (di->height != shape[1] || di->width != shape[2])) ||
         di->num_classes != (uint32_t)atoi(classes))
         return rt_errf(-EINVAL, "%s was trained on %ux%ux%u images with %s classes; %s has %ux%ux%u with %u",
                        cfg->checkpoint, shape[0], shape[1], shape[2], classes, cfg->data, di->channels, di->height,
@@ -111,7 +114,7 @@ static int check_fits(const struct eval_cfg *cfg, const char *classes, const uin
 
 /* Builds the checkpoint's model on the backend --device picks, and evaluates the test split. */
 static int evaluate_model(const struct eval_cfg *cfg, const struct rt_st_file *f, struct rt_dataset *ds,
-                          const char *model, struct eval_result *res)
+                          const char *model, const uint32_t shape[3], struct eval_result *res)
 {
     const struct rt_dataset_info *di = rt_dataset_info(ds);
     float mean[4], std[4];
@@ -119,7 +122,8 @@ static int evaluate_model(const struct eval_cfg *cfg, const struct rt_st_file *f
     if ((rc = meta_floats(f, cfg->checkpoint, "mean", mean, di->channels)) < 0 ||
         (rc = meta_floats(f, cfg->checkpoint, "std", std, di->channels)) < 0)
         return rc;
-    struct rt_model_opts mo = {.name = model, .c = (int)di->channels, .h = (int)di->height, .w = (int)di->width,
+    const uint32_t image_size = di->height ? 0 : shape[1];
+    struct rt_model_opts mo = {.name = model, .c = (int)di->channels, .h = (int)shape[1], .w = (int)shape[2],
                                .classes = (int)di->num_classes, .batch = (int)cfg->batch};
     struct rt_backend *be = NULL;
     struct rt_model *m = NULL;
@@ -129,7 +133,8 @@ static int evaluate_model(const struct eval_cfg *cfg, const struct rt_st_file *f
         (rc = train_amp_resolve(cfg->amp, be, &mo.act)) == 0 && (rc = rt_model_create(be, &mo, &m)) == 0 &&
         (rc = rt_model_load(m, f, cfg->checkpoint)) == 0) {
         t0 = rt_now_ns();
-        rc = evaluate_split(m, ds, RT_SPLIT_TEST, cfg->batch, cfg->workers, RT_PIN_AUTO, NULL, mean, std, &vs);
+        rc = evaluate_split(m, ds, RT_SPLIT_TEST, image_size, cfg->batch, cfg->workers, RT_PIN_AUTO, NULL, mean,
+                            std, &vs);
     }
     if (rc == 0) {
         res->seconds = (double)(rt_now_ns() - t0) * 1e-9;
@@ -157,7 +162,7 @@ int train_evaluate_checkpoint(const struct eval_cfg *cfg, struct eval_result *re
         rc = check_fits(cfg, classes, shape, rt_dataset_info(ds));
     if (rc == 0) {
         snprintf(res->model, sizeof(res->model), "%s", model);
-        rc = evaluate_model(cfg, f, ds, model, res);
+        rc = evaluate_model(cfg, f, ds, model, shape, res);
     }
     rt_dataset_close(ds);
     rt_st_close(f);

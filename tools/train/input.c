@@ -47,7 +47,13 @@ static int start_loader(struct train *T)
         .start_step = T->pos.batch,
         .on_batch = T->faults.loader_delay_ms ? train_faults_loader_batch : NULL,
         .on_batch_ctx = &T->faults,
+        .image_size = c->image_size,
     };
+    /* Images of their own sizes: the crop is RandomResizedCrop (the padded crop is for fixed sizes). */
+    if (T->info->height == 0) {
+        lo.crop = lo.aug.pad ? RT_CROP_RANDOM : RT_CROP_CENTER;
+        lo.aug.pad = 0;
+    }
     struct rt_ring_opts ro = {.slots = (uint32_t)RT_MAX(lo.workers + 2, 4), .batch = c->batch, .channels = T->c,
                               .height = T->h, .width = T->w, .pin = c->pin};
     /* On a GPU the slots are cudaHostAlloc memory: each batch's copy to the device is a DMA on the copy

@@ -157,6 +157,7 @@ struct train_cfg {
     int progress;               /* 1: progress bar, 0: none, -1: when stderr is a tty */
     struct rt_aug aug;
     int aug_default;            /* aug not given: crop,flip for 3-channel data, none otherwise */
+    uint32_t image_size;        /* variable-size datasets: S of the S x S crops (0 for fixed-size data) */
     enum rt_shuffle shuffle;
     enum rt_pin pin;
     enum train_device device;
