@@ -10,8 +10,8 @@
  *             every backend implements the same way. Ops are issued on a
  *             stream: the CPU backend runs them in order before returning, the
  *             CUDA backend enqueues them.
- *   model     struct rt_model builds a network (mnist-net, resnet18, resnet9,
- *             wrn-D-K) from ops, keeps parameters and gradients in one flat
+ *   model     struct rt_model builds a network (mnist-net, resnet18, resnet50,
+ *             resnet9, wrn-D-K) from ops, keeps parameters and gradients in one flat
  *             buffer each, laid out as backward finishes them, and runs
  *             forward, loss and backward on a uint8 batch.
  *   optim     SGD / Adam / AdamW over the flat buffers, global-norm clipping,
@@ -486,8 +486,8 @@ struct rt_tensor_info {
 };
 
 struct rt_model_opts {
-    const char *name;      /* "mnist-net", "resnet18", "resnet9", "wrn-D-K" */
-    int c, h, w;           /* input image shape */
+    const char *name;      /* "mnist-net", "resnet18", "resnet50", "resnet9", "wrn-D-K" */
+    int c, h, w;           /* input image shape; any h, w the model's pooling allows (models.c), square or not */
     int classes;
     int batch;             /* largest batch forward will see */
     uint64_t seed;         /* initial weights and dropout stream */
@@ -504,7 +504,10 @@ struct rt_model;
  * Builds model o->name for inputs (batch, c, h, w) on backend `be` (borrowed,
  * must outlive the model), with PyTorch's default initialisation drawn from
  * o->seed. Returns 0, -EINVAL (unknown name: the message lists the models;
- * input too small for the architecture: the message says which layer;
+ * input too small for the architecture -- resnet9 under 8x8, mnist-net under
+ * 6x6; the ResNets and WideResNets take any size -- the message names the
+ * size given and the size needed, "resnet9: input 3x4x4 too small: needs at
+ * least 8x8 (...)";
  * o->ops not a table for o->act), -ENOTSUP (the backend has no table for
  * o->act: the message says why), or -ENOMEM.
  */

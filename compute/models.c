@@ -6,8 +6,20 @@
  *
  *   mnist-net  the PyTorch examples MNIST network, sized to the input
  *   resnet18   torchvision.models.resnet18(num_classes=K), ImageNet stem
+ *   resnet50   torchvision.models.resnet50(num_classes=K): bottleneck blocks,
+ *              stride on the 3x3 convolution (torchvision's "v1.5")
  *   resnet9    the DAWNBench ResNet-9 of the fastest CIFAR-10 recipes
  *   wrn-D-K    WideResNet-D-K (Zagoruyko & Komodakis), pre-activation blocks
+ *
+ * Input sizes: any height and width, square or not, that every layer's
+ * output keeps at least 1 pixel. The ResNets and WideResNets pad every
+ * convolution and pooling and end in a global average pool, so 1x1 is
+ * enough; resnet9's three 2x2 max-pools need 8x8; mnist-net's two unpadded
+ * 3x3 convolutions and 2x2 max-pool need 6x6 (and its fc1 is sized to the
+ * input, so its checkpoints fit one input size only). A smaller input is
+ * refused before anything is built, with the size it needs.
+ *
+ * It does not pick an architecture for a dataset nor know any dataset.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -22,6 +34,12 @@ struct rt_model {
     char name[32];
 };
 
+/* What a builder is told besides the net: the class count and, for a family, the numbers in its name. */
+struct arch_args {
+    int classes;
+    int depth, widen; /* wrn-D-K */
+};
+
 static int conv_bn_relu(struct net *n, int x, const char *prefix, int cout)
 {
     char a[80], b[80];
@@ -33,7 +51,7 @@ static int conv_bn_relu(struct net *n, int x, const char *prefix, int cout)
 }
 
 /* conv1 32, conv2 64, max-pool 2, dropout 0.25, fc1 128, dropout 0.5, fc2. */
-static int build_mnist(struct net *n, int classes)
+static int build_mnist(struct net *n, const struct arch_args *a)
 {
     int x = net_conv(n, 0, "conv1", 32, 3, 1, 0, 1);
     x = net_relu(n, x);
@@ -45,7 +63,7 @@ static int build_mnist(struct net *n, int classes)
     x = net_linear(n, x, "fc1", 128, 1);
     x = net_relu(n, x);
     x = net_dropout(n, x, "dropout2", 0.5f);
-    return net_linear(n, x, "fc2", classes, 1);
+    return net_linear(n, x, "fc2", a->classes, 1);
 }
 
 static int resnet_basic_block(struct net *n, int x, const char *p, int cout, int stride)
@@ -62,38 +80,78 @@ static int resnet_basic_block(struct net *n, int x, const char *p, int cout, int
     return y;
 }
 
-static int build_resnet18(struct net *n, int classes)
+/* torchvision's Bottleneck: 1x1 to `width`, 3x3 (the stride is here), 1x1 to 4 x width. */
+static int resnet_bottleneck(struct net *n, int x, const char *p, int width, int stride)
+{
+    char nm[80];
+    snprintf(nm, sizeof(nm), "%s.conv1", p);
+    int y = net_conv(n, x, nm, width, 1, 1, 0, 0);
+    snprintf(nm, sizeof(nm), "%s.bn1", p);
+    y = net_relu(n, net_bn(n, y, nm));
+    snprintf(nm, sizeof(nm), "%s.conv2", p);
+    y = net_conv(n, y, nm, width, 3, stride, 1, 0);
+    snprintf(nm, sizeof(nm), "%s.bn2", p);
+    y = net_relu(n, net_bn(n, y, nm));
+    snprintf(nm, sizeof(nm), "%s.conv3", p);
+    y = net_conv(n, y, nm, 4 * width, 1, 1, 0, 0);
+    snprintf(nm, sizeof(nm), "%s.bn3", p);
+    return net_bn(n, y, nm);
+}
+
+/*
+ * torchvision's ResNet: 7x7/2 stem, 3x3/2 max-pool, four stages of `blocks`
+ * blocks at widths 64..512 (times 4 out of a bottleneck), the first block of
+ * stages 2-4 striding, a 1x1 convolution + batchnorm shortcut ("downsample")
+ * where the shape changes, global average pool, fc. The nodes are made in the
+ * order of the module's state_dict, which the weights' seeding follows.
+ */
+static int build_resnet(struct net *n, int classes, int bottleneck, const int blocks[4])
 {
     int x = net_conv(n, 0, "conv1", 64, 7, 2, 3, 0);
     x = net_relu(n, net_bn(n, x, "bn1"));
     x = net_maxpool(n, x, "maxpool", 3, 2, 1);
     static const int widths[4] = {64, 128, 256, 512};
+    const int expansion = bottleneck ? 4 : 1;
     int cin = 64;
     for (int l = 0; l < 4; l++) {
-        for (int b = 0; b < 2; b++) {
+        const int cout = widths[l] * expansion;
+        for (int b = 0; b < blocks[l]; b++) {
             char p[32], nm[80];
             snprintf(p, sizeof(p), "layer%d.%d", l + 1, b);
             int stride = (l > 0 && b == 0) ? 2 : 1;
-            int y = resnet_basic_block(n, x, p, widths[l], stride);
+            int y = bottleneck ? resnet_bottleneck(n, x, p, widths[l], stride)
+                               : resnet_basic_block(n, x, p, widths[l], stride);
             int shortcut = x;
-            if (stride != 1 || cin != widths[l]) {
+            if (stride != 1 || cin != cout) {
                 snprintf(nm, sizeof(nm), "%s.downsample.0", p);
-                shortcut = net_conv(n, x, nm, widths[l], 1, stride, 0, 0);
+                shortcut = net_conv(n, x, nm, cout, 1, stride, 0, 0);
                 snprintf(nm, sizeof(nm), "%s.downsample.1", p);
                 shortcut = net_bn(n, shortcut, nm);
             }
             snprintf(nm, sizeof(nm), "%s (residual)", p);
             x = net_relu(n, net_add(n, y, shortcut, nm));
-            cin = widths[l];
+            cin = cout;
         }
     }
     x = net_gap(n, x, "avgpool");
     return net_linear(n, x, "fc", classes, 1);
 }
 
+static int build_resnet18(struct net *n, const struct arch_args *a)
+{
+    static const int blocks[4] = {2, 2, 2, 2};
+    return build_resnet(n, a->classes, 0, blocks);
+}
+
+static int build_resnet50(struct net *n, const struct arch_args *a)
+{
+    static const int blocks[4] = {3, 4, 6, 3};
+    return build_resnet(n, a->classes, 1, blocks);
+}
+
 /* prep 64; layer1 128 + pool + residual of two; layer2 256 + pool; layer3 512 +
  * pool + residual; global max-pool; fc without bias; output scaled by 1/8. */
-static int build_resnet9(struct net *n, int classes)
+static int build_resnet9(struct net *n, const struct arch_args *a)
 {
     int x = conv_bn_relu(n, 0, "prep", 64);
     x = conv_bn_relu(n, x, "layer1.0", 128);
@@ -110,7 +168,7 @@ static int build_resnet9(struct net *n, int classes)
     x = net_add(n, x, r, "res3 (residual)");
     x = net_global_maxpool(n, x, "pool");
     x = net_flatten(n, x, "flatten");
-    x = net_linear(n, x, "fc", classes, 0);
+    x = net_linear(n, x, "fc", a->classes, 0);
     return net_scale(n, x, "scale 0.125", 0.125f);
 }
 
@@ -149,10 +207,10 @@ static int parse_wrn(const char *name, int *depth, int *widen)
     return 0;
 }
 
-static int build_wrn(struct net *n, int classes, int depth, int widen)
+static int build_wrn(struct net *n, const struct arch_args *a)
 {
-    int per = (depth - 4) / 6;
-    int widths[4] = {16, 16 * widen, 32 * widen, 64 * widen};
+    int per = (a->depth - 4) / 6;
+    int widths[4] = {16, 16 * a->widen, 32 * a->widen, 64 * a->widen};
     int x = net_conv(n, 0, "conv1", 16, 3, 1, 1, 0);
     int cin = 16;
     for (int g = 0; g < 3; g++) {
@@ -166,56 +224,73 @@ static int build_wrn(struct net *n, int classes, int depth, int widen)
     }
     x = net_relu(n, net_bn(n, x, "bn1"));
     x = net_gap(n, x, "avgpool");
-    return net_linear(n, x, "fc", classes, 1);
+    return net_linear(n, x, "fc", a->classes, 1);
 }
+
+/*
+ * The architectures. min_hw is the smallest height and width (each) that
+ * leaves every layer's output at least 1 pixel: the ResNets and WideResNets
+ * pad every window and pool globally at the end, so any input is enough.
+ */
+static const struct arch {
+    const char *name; /* of a family: the prefix its names start with */
+    int family;       /* the name's tail carries numbers (parsed into struct arch_args) */
+    enum net_init init;
+    int min_hw;
+    const char *min_why; /* what needs min_hw, for the error */
+    int (*build)(struct net *n, const struct arch_args *a);
+} archs[] = {
+    {"mnist-net", 0, NET_INIT_DEFAULT, 6, "conv1 and conv2, 3x3 unpadded, then its 2x2 max-pool", build_mnist},
+    {"resnet18", 0, NET_INIT_FAN_OUT, 1, NULL, build_resnet18},
+    {"resnet50", 0, NET_INIT_FAN_OUT, 1, NULL, build_resnet50},
+    {"resnet9", 0, NET_INIT_DEFAULT, 8, "its three 2x2 max-pools, in layer1, layer2 and layer3", build_resnet9},
+    {"wrn-", 1, NET_INIT_FAN_OUT, 1, NULL, build_wrn},
+};
 
 const char *rt_model_names(void)
 {
-    return "mnist-net, resnet18, resnet9, wrn-D-K (e.g. wrn-16-4, wrn-28-10)";
+    return "mnist-net, resnet18, resnet50, resnet9, wrn-D-K (e.g. wrn-16-4, wrn-28-10)";
 }
 
 int rt_model_create(struct rt_backend *be, const struct rt_model_opts *o, struct rt_model **out)
 {
     *out = NULL;
     const char *name = o->name ? o->name : "";
-    int depth = 0, widen = 0, wrn = 0;
-    if (strncmp(name, "wrn-", 4) == 0) {
-        int rc = parse_wrn(name, &depth, &widen);
+    const struct arch *arch = NULL;
+    for (size_t i = 0; i < RT_ARRAY_LEN(archs) && !arch; i++)
+        if (archs[i].family ? !strncmp(name, archs[i].name, strlen(archs[i].name)) : !strcmp(name, archs[i].name))
+            arch = &archs[i];
+    struct arch_args args = {.classes = o->classes};
+    if (arch && arch->build == build_wrn) {
+        rt_errclear();
+        int rc = parse_wrn(name, &args.depth, &args.widen);
         if (rc == -EINVAL && !rt_errmsg()[0])
             return rt_errf(-EINVAL, "unknown model '%s': WideResNet is wrn-DEPTH-WIDEN, e.g. wrn-16-4", name);
         if (rc)
             return rc;
-        wrn = 1;
-    } else if (strcmp(name, "mnist-net") != 0 && strcmp(name, "resnet18") != 0 && strcmp(name, "resnet9") != 0) {
-        return rt_errf(-EINVAL, "unknown model '%s' (models: %s)", name, rt_model_names());
     }
+    if (!arch)
+        return rt_errf(-EINVAL, "unknown model '%s' (models: %s)", name, rt_model_names());
     if (o->classes < 2 || o->batch < 1 || o->c < 1 || o->h < 1 || o->w < 1)
         return rt_errf(-EINVAL, "%s: bad configuration: %d classes, batch %d, input %dx%dx%d", name, o->classes,
                        o->batch, o->c, o->h, o->w);
+    if (o->h < arch->min_hw || o->w < arch->min_hw)
+        return rt_errf(-EINVAL, "%s: input %dx%dx%d too small: needs at least %dx%d (%s)", name, o->c, o->h, o->w,
+                       arch->min_hw, arch->min_hw, arch->min_why);
 
     struct rt_model *m = rt_calloc(1, sizeof(*m), "model");
     if (!m)
         return -ENOMEM;
     snprintf(m->name, sizeof(m->name), "%s", name);
-    int fan_out = !strcmp(name, "resnet18") || wrn;
     struct rt_shape4 in = {o->batch, o->c, o->h, o->w};
     rt_errclear();
-    m->net = net_create(be, in, o->classes, fan_out ? NET_INIT_FAN_OUT : NET_INIT_DEFAULT, o->act,
-                        o->ops);
+    m->net = net_create(be, in, o->classes, arch->init, o->act, o->ops);
     if (!m->net) {
         free(m);
         return !rt_errmsg()[0] ? -ENOMEM : o->ops ? -EINVAL : -ENOTSUP;
     }
     rt_errclear();
-    int logits;
-    if (!strcmp(name, "mnist-net"))
-        logits = build_mnist(m->net, o->classes);
-    else if (!strcmp(name, "resnet18"))
-        logits = build_resnet18(m->net, o->classes);
-    else if (!strcmp(name, "resnet9"))
-        logits = build_resnet9(m->net, o->classes);
-    else
-        logits = build_wrn(m->net, o->classes, depth, widen);
+    int logits = arch->build(m->net, &args);
     int rc = logits < 0 ? -EINVAL : net_finish(m->net, logits, o->seed);
     if (rc) {
         char msg[512];

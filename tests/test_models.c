@@ -4,8 +4,10 @@
  * forward + backward on fixed weights and inputs, comparing logits, loss,
  * every parameter gradient (its L2 norm and 64 sampled elements) and the
  * batchnorm running statistics with tests/fixtures/compute/model_*.safetensors
- * (written by tools/gen_fixtures.py from tools/reference_models.py). Also
- * the flat buffers' read, write and zero calls.
+ * (written by tools/gen_fixtures.py from tools/reference_models.py; resnet50's
+ * keeps fewer sampled elements and samples its running statistics, to stay
+ * small). Also the flat buffers' read, write and zero calls, and the input
+ * sizes each model accepts and refuses.
  *
  * The weights are not stored in the fixtures: both sides compute them from
  * a hash of (tensor name, element index), see weight_value().
@@ -128,6 +130,31 @@ struct worst {
     char grad_name[96];
 };
 
+/*
+ * A fixture with a float64 reference (resnet50: in training mode its float32
+ * gradients are ill-conditioned, see tools/gen_fixtures.py) says in
+ * "f32_error" how far PyTorch's own float32 run lands from it, in the
+ * measures below. Ours may land up to twice as far; the bounds the other
+ * models are held to still apply where they are looser. Without it: zeros.
+ */
+static struct worst f32_bounds(const struct rt_st_file *f, const char *model)
+{
+    struct worst b = {0};
+    const char *js = rt_st_meta(f, "f32_error");
+    if (!js)
+        return b;
+    json_error_t je;
+    json_t *o = json_loads(js, 0, &je);
+    CHECKF(o && json_is_object(o), "%s: f32_error is not a JSON object", model);
+    b.logits = 2 * json_number_value(json_object_get(o, "logits"));
+    b.loss = 2 * json_number_value(json_object_get(o, "loss"));
+    b.grad = 2 * json_number_value(json_object_get(o, "grad"));
+    b.norm = 2 * json_number_value(json_object_get(o, "norm"));
+    b.running = 2 * json_number_value(json_object_get(o, "running"));
+    json_decref(o);
+    return b;
+}
+
 static void check_table(const struct rt_st_file *f, const struct rt_tensor_info *tab, int n, const char *model)
 {
     const char *sd = rt_st_meta(f, "state_dict");
@@ -190,6 +217,7 @@ static void run_fixture(struct rt_backend *be, const char *path)
     float *ref_logits = fetch(f, "logits", RT_ST_F32, (size_t)N * K);
     float *ref_loss = fetch(f, "loss", RT_ST_F32, 1);
     struct worst w = {0};
+    const struct worst pt = f32_bounds(f, model);
     if (images && labels && mean && std && ref_logits && ref_loss) {
         struct rt_step_opts so = {.mode = RT_TRAIN, .label_smoothing = ls, .grad_scale = 1.0f / (float)N,
                                   .no_dropout = 1, .mean = mean, .std = std};
@@ -203,7 +231,7 @@ static void run_fixture(struct rt_backend *be, const char *path)
         for (int i = 0; i < N * K; i++) {
             double e = fabs((double)logits[i] - ref_logits[i]);
             w.logits = fmax(w.logits, e / (lmax + 1e-12));
-            CHECKF(e <= 1e-5 + 1e-4 * lmax, "%s: logit %d: %.7g vs PyTorch %.7g", model, i, logits[i], ref_logits[i]);
+            CHECKF(e <= fmax(1e-5 + 1e-4 * lmax, pt.logits * lmax), "%s: logit %d: %.7g vs PyTorch %.7g", model, i, logits[i], ref_logits[i]);
         }
         free(logits);
         double loss = st.loss_sum / st.count;
@@ -212,7 +240,7 @@ static void run_fixture(struct rt_backend *be, const char *path)
          * most 2, so the mean loss moves by at most twice the largest logit error. Bounded by that, not tighter
          * than the logits: with every op's output moved by 2 ulps (another summation order, as cuDNN's), resnet18's
          * loss moved by 1.4e-5 relative where its logits stayed within a third of their bound. */
-        CHECKF(fabs(loss - ref_loss[0]) <= 2 * (1e-5 + 1e-4 * lmax), "%s: loss %.8g vs PyTorch %.8g", model, loss,
+        CHECKF(fabs(loss - ref_loss[0]) <= fmax(2 * (1e-5 + 1e-4 * lmax), pt.loss * fabs(ref_loss[0])), "%s: loss %.8g vs PyTorch %.8g", model, loss,
                ref_loss[0]);
         CHECKF(st.count == (float)N, "%s: loss over %g samples, not %d", model, (double)st.count, N);
 
@@ -224,14 +252,30 @@ static void run_fixture(struct rt_backend *be, const char *path)
             const struct rt_tensor_info *e = &tab[i];
             char nm[160];
             if (e->kind == RT_BUFFER) {
-                snprintf(nm, sizeof(nm), "after.%s", e->name);
-                float *ref = fetch(f, nm, RT_ST_F32, e->count);
-                for (size_t j = 0; ref && j < e->count; j++) {
-                    double d = fabs((double)bufs[e->offset + j] - ref[j]);
-                    w.running = fmax(w.running, d / (fabs(ref[j]) + 1e-3));
-                    CHECKF(d <= 1e-5 + 1e-4 * fabs(ref[j]), "%s: %s[%zu] = %.7g vs PyTorch %.7g", model, e->name, j,
-                          bufs[e->offset + j], ref[j]);
+                /* the whole tensor ("after.NAME"), or sampled elements ("after.NAME.idx" / ".val") */
+                size_t m_ = e->count;
+                int64_t *idx = NULL;
+                snprintf(nm, sizeof(nm), "after.%s.idx", e->name);
+                const struct rt_st_tensor *ti = rt_st_find(f, nm);
+                if (ti) {
+                    m_ = ti->bytes / 8;
+                    idx = fetch(f, nm, RT_ST_I64, m_);
+                    snprintf(nm, sizeof(nm), "after.%s.val", e->name);
+                } else {
+                    snprintf(nm, sizeof(nm), "after.%s", e->name);
                 }
+                float *ref = fetch(f, nm, RT_ST_F32, m_);
+                for (size_t j = 0; ref && (!ti || idx) && j < m_; j++) {
+                    size_t at = idx ? (size_t)idx[j] : j;
+                    CHECKF(at < e->count, "%s: bad fixture index %zu of %s", model, at, e->name);
+                    if (at >= e->count)
+                        break;
+                    double d = fabs((double)bufs[e->offset + at] - ref[j]);
+                    w.running = fmax(w.running, d / (fabs(ref[j]) + 1e-3));
+                    CHECKF(d <= fmax(1e-5 + 1e-4 * fabs(ref[j]), pt.running * (fabs(ref[j]) + 1e-3)), "%s: %s[%zu] = %.7g vs PyTorch %.7g", model, e->name, at,
+                          bufs[e->offset + at], ref[j]);
+                }
+                free(idx);
                 free(ref);
                 continue;
             }
@@ -247,7 +291,7 @@ static void run_fixture(struct rt_backend *be, const char *path)
             if (rnorm) {
                 double rel = fabs(norm - rnorm[0]) / (rnorm[0] + 1e-12);
                 w.norm = fmax(w.norm, rel);
-                CHECKF(rel <= 1e-3 || fabs(norm - rnorm[0]) < 1e-7, "%s: |grad %s| = %.7g vs PyTorch %.7g", model,
+                CHECKF(rel <= fmax(1e-3, pt.norm) || fabs(norm - rnorm[0]) < 1e-7, "%s: |grad %s| = %.7g vs PyTorch %.7g", model,
                       e->name, norm, rnorm[0]);
             }
             free(rnorm);
@@ -272,7 +316,7 @@ static void run_fixture(struct rt_backend *be, const char *path)
                     w.grad = rel;
                     snprintf(w.grad_name, sizeof(w.grad_name), "%s", e->name);
                 }
-                CHECKF(d <= 1e-6 + 2e-3 * vmax, "%s: grad %s[%lld] = %.7g vs PyTorch %.7g", model, e->name,
+                CHECKF(d <= fmax(1e-6 + 2e-3 * vmax, pt.grad * vmax), "%s: grad %s[%lld] = %.7g vs PyTorch %.7g", model, e->name,
                       (long long)idx[j], g[idx[j]], val[j]);
             }
             free(idx);
@@ -286,6 +330,10 @@ static void run_fixture(struct rt_backend *be, const char *path)
     printf("%-10s %3d tensors  max error: logits %.1e, loss %.1e, grad %.1e (%s), grad norm %.1e, running stats "
            "%.1e (relative)\n",
            model, n, w.logits, w.loss, w.grad, w.grad_name, w.norm, w.running);
+    if (rt_st_meta(f, "f32_error"))
+        printf("%-10s float64 reference; bounds twice PyTorch float32's errors: logits %.1e, loss %.1e, grad %.1e, "
+               "grad norm %.1e, running stats %.1e\n",
+               model, pt.logits, pt.loss, pt.grad, pt.norm, pt.running);
     free(images);
     free(labels);
     free(mean);
@@ -360,24 +408,116 @@ static void check_buffer_io(struct rt_backend *be)
     rt_model_destroy(m);
 }
 
-/* Unknown names and inputs too small for an architecture are clear errors. */
+/* Unknown names and inputs too small for an architecture are clear errors, made before anything is built. */
 static void check_errors(struct rt_backend *be)
 {
     struct rt_model *m = NULL;
-    struct rt_model_opts o = {.name = "resnet50", .c = 3, .h = 32, .w = 32, .classes = 10, .batch = 2};
-    CHECKF(rt_model_create(be, &o, &m) == -EINVAL && strstr(rt_errmsg(), "unknown model 'resnet50'"),
-          "unknown model: %s", rt_errmsg());
+    struct rt_model_opts o = {.name = "resnet34", .c = 3, .h = 32, .w = 32, .classes = 10, .batch = 2};
+    CHECKF(rt_model_create(be, &o, &m) == -EINVAL && strstr(rt_errmsg(), "unknown model 'resnet34'") &&
+               strstr(rt_errmsg(), "resnet50"),
+           "unknown model: %s", rt_errmsg());
     o.name = "wrn-17-4";
     CHECKF(rt_model_create(be, &o, &m) == -EINVAL && strstr(rt_errmsg(), "6n+4"), "bad wrn depth: %s", rt_errmsg());
-    o.name = "resnet9";
-    o.h = o.w = 4;
-    CHECKF(rt_model_create(be, &o, &m) == -EINVAL && strstr(rt_errmsg(), "layer3.1"), "resnet9 on 4x4: %s",
-          rt_errmsg());
-    o.name = "mnist-net";
-    o.h = o.w = 3;
-    CHECKF(rt_model_create(be, &o, &m) == -EINVAL && strstr(rt_errmsg(), "conv"), "mnist-net on 3x3: %s",
-          rt_errmsg());
+    o.name = "wrn-";
+    CHECKF(rt_model_create(be, &o, &m) == -EINVAL && strstr(rt_errmsg(), "wrn-DEPTH-WIDEN"), "wrn-: %s",
+           rt_errmsg());
+    static const struct {
+        const char *name;
+        int c, h, w;
+        const char *msg;
+    } small[] = {
+        {"resnet9", 3, 4, 4,
+         "resnet9: input 3x4x4 too small: needs at least 8x8 (its three 2x2 max-pools, in layer1, layer2 and layer3)"},
+        {"resnet9", 3, 64, 7,
+         "resnet9: input 3x64x7 too small: needs at least 8x8 (its three 2x2 max-pools, in layer1, layer2 and "
+         "layer3)"},
+        {"mnist-net", 1, 5, 28,
+         "mnist-net: input 1x5x28 too small: needs at least 6x6 (conv1 and conv2, 3x3 unpadded, then its 2x2 "
+         "max-pool)"},
+        {"resnet50", 3, 0, 32, "resnet50: bad configuration: 10 classes, batch 2, input 3x0x32"},
+    };
+    for (size_t i = 0; i < RT_ARRAY_LEN(small); i++) {
+        o.name = small[i].name;
+        o.c = small[i].c;
+        o.h = small[i].h;
+        o.w = small[i].w;
+        CHECKF(rt_model_create(be, &o, &m) == -EINVAL && !strcmp(rt_errmsg(), small[i].msg), "%s on %dx%dx%d: %s",
+               o.name, o.c, o.h, o.w, rt_errmsg());
+    }
     CHECKF(m == NULL, "no model on failure");
+}
+
+/*
+ * Every model at sizes its pooling allows, non-square included: the
+ * smallest one (a training step: backward through 1-pixel maps), then 64x64
+ * and/or 96x128 (an eval step), with finite logits. mnist-net's fc1 is sized
+ * to the input, the others' parameters are not. Building a ResNet draws its
+ * initial weights (a second of CPU for resnet50), so each gets two sizes.
+ */
+static void check_sizes(struct rt_backend *be)
+{
+    static const struct {
+        const char *name;
+        int c, min_h, min_w;
+        size_t params; /* parameter count at every size; 0: depends on it */
+        int big;       /* bit 0: 64x64, bit 1: 96x128 */
+    } cases[] = {
+        {"mnist-net", 1, 6, 7, 0, 1},         {"resnet18", 3, 1, 1, 11181642, 1}, {"resnet50", 3, 1, 2, 23528522, 2},
+        {"resnet9", 3, 8, 9, 6573120, 2}, {"wrn-10-1", 3, 1, 1, 77850, 3},
+    };
+    const int K = 10, N = 2;
+    for (size_t i = 0; i < RT_ARRAY_LEN(cases); i++) {
+        const int sizes[3][2] = {{cases[i].min_h, cases[i].min_w}, {64, 64}, {96, 128}};
+        for (int s = 0; s < 3; s++) {
+            if (s > 0 && !(cases[i].big & (1 << (s - 1))))
+                continue;
+            const int C = cases[i].c, H = sizes[s][0], W = sizes[s][1];
+            struct rt_model *m = NULL;
+            struct rt_model_opts mo = {.name = cases[i].name, .c = C, .h = H, .w = W, .classes = K, .batch = N,
+                                       .seed = 3};
+            if (rt_model_create(be, &mo, &m) < 0) {
+                CHECKF(0, "%s on %dx%dx%d: %s", cases[i].name, C, H, W, rt_errmsg());
+                continue;
+            }
+            size_t params = 0;
+            int nt;
+            const struct rt_tensor_info *tab = rt_model_tensors(m, &nt);
+            for (int t = 0; t < nt; t++)
+                params += tab[t].kind == RT_PARAM ? tab[t].count : 0;
+            if (cases[i].params) {
+                CHECKF(params == cases[i].params, "%s on %dx%dx%d: %zu parameters, want %zu", cases[i].name, C, H,
+                       W, params, cases[i].params);
+            } else {
+                const struct rt_tensor_info *fc1 = find_row(tab, nt, "fc1.weight");
+                const int64_t want = 64 * (int64_t)((H - 4) / 2) * ((W - 4) / 2);
+                CHECKF(fc1 && fc1->shape[1] == want, "mnist-net on %dx%d: fc1.weight has %lld inputs, want %lld", H,
+                       W, fc1 ? (long long)fc1->shape[1] : -1LL, (long long)want);
+            }
+            const size_t bytes = (size_t)N * C * H * W;
+            uint8_t *img = malloc(bytes);
+            for (size_t j = 0; j < bytes; j++)
+                img[j] = (uint8_t)(fmix32((uint32_t)j + 99u) & 0xff);
+            static const float mean[3] = {0.5f, 0.5f, 0.5f}, std[3] = {0.25f, 0.25f, 0.25f};
+            const int32_t labels[2] = {1, 7};
+            struct rt_step_opts so = {.mode = s == 0 ? RT_TRAIN : RT_EVAL, .grad_scale = s == 0 ? 0.5f : 0.0f,
+                                      .no_dropout = 1, .mean = mean, .std = std};
+            struct rt_loss_stats st = {0};
+            rt_model_zero_grads(m);
+            CHECKF(rt_model_step(m, &so, N, img, labels, &st) == 0, "%s on %dx%dx%d: step: %s", cases[i].name, C,
+                   H, W, rt_errmsg());
+            float logits[2 * 10];
+            rt_model_logits(m, logits, N);
+            int finite = isfinite(st.loss_sum);
+            for (int j = 0; j < N * K; j++)
+                finite &= isfinite(logits[j]);
+            CHECKF(finite && st.count == (float)N, "%s on %dx%dx%d: loss %g over %g samples", cases[i].name, C, H, W,
+                   (double)st.loss_sum, (double)st.count);
+            printf("%-10s %dx%dx%-4d %s step: loss %.4f\n", cases[i].name, C, H, W, s == 0 ? "train" : "eval ",
+                   st.loss_sum / st.count);
+            free(img);
+            rt_model_destroy(m);
+        }
+    }
 }
 
 /* ---- dropout streams ---------------------------------------------------------------------- */
@@ -523,7 +663,7 @@ int main(int argc, char **argv)
         return cuda ? 77 : 1;
     }
     printf("backend: %s\n", rt_backend_describe(be));
-    static const char *const models[] = {"mnist-net", "resnet18", "resnet9", "wrn-16-2"};
+    static const char *const models[] = {"mnist-net", "resnet18", "resnet50", "resnet9", "wrn-16-2"};
     for (size_t i = 0; i < RT_ARRAY_LEN(models); i++) {
         char path[4096];
         snprintf(path, sizeof(path), "%s/compute/model_%s.safetensors", dir, models[i]);
@@ -531,6 +671,7 @@ int main(int argc, char **argv)
     }
     check_buffer_io(be);
     check_errors(be);
+    check_sizes(be);
     check_dropout_streams(be);
     rt_backend_destroy(be);
     return check_result();

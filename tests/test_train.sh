@@ -206,8 +206,8 @@ fi
 # ---- 5. bad input: clear errors, non-zero exit, nothing overwritten ---------------------
 sum_ck() { cat "$W/ck1"/* | md5sum; }
 before=$(sum_ck)
-"$RT" train --data "$W/mnist" --model resnet50 --no-progress >"$W/b.out" 2>&1
-[ $? -ne 0 ] && grep -q "unknown model 'resnet50'" "$W/b.out" && pass "unknown model" || fail "unknown model: $(cat "$W/b.out")"
+"$RT" train --data "$W/mnist" --model resnet101 --no-progress >"$W/b.out" 2>&1
+[ $? -ne 0 ] && grep -q "unknown model 'resnet101'" "$W/b.out" && pass "unknown model" || fail "unknown model: $(cat "$W/b.out")"
 "$RT" train --data "$W/mnist" --model wrn-16-4 --checkpoint-dir "$W/ck1" --resume --no-progress >"$W/b.out" 2>&1
 [ $? -ne 0 ] && grep -q "checkpoint is of mnist-net, not wrn-16-4" "$W/b.out" && pass "resume with another model" \
     || fail "resume other model: $(cat "$W/b.out")"

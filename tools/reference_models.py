@@ -11,6 +11,8 @@ Models (MODELS lists them; "wrn-D-K" is a family, parse_wrn() reads it):
   mnist-net   the PyTorch examples MNIST net, returning logits
   resnet18    torchvision.models.resnet18(num_classes=K); conv1 replaced by
               Conv2d(C, 64, 7, 2, 3, bias=False) when C != 3
+  resnet50    torchvision.models.resnet50(num_classes=K) (Bottleneck, stride
+              on the 3x3 convolution), conv1 replaced the same way
   resnet9     the DAWNBench ResNet-9 (Myrtle.ai / David Page), logits * 0.125
   wrn-D-K     WideResNet-D-K as in xternalz/WideResNet-pytorch, dropRate 0
 
@@ -25,7 +27,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-MODELS = ("mnist-net", "resnet18", "resnet9", "wrn-D-K")
+MODELS = ("mnist-net", "resnet18", "resnet50", "resnet9", "wrn-D-K")
 
 # ---------------------------------------------------------------- mnist-net
 
@@ -58,18 +60,26 @@ class MnistNet(nn.Module):
         return self.fc2(x)
 
 
-# ---------------------------------------------------------------- resnet18
+# ---------------------------------------------------------------- resnet18, resnet50
 
 
-def _resnet18(in_channels, height, width, num_classes):
+def _torchvision_resnet(name, in_channels, num_classes):
     import torchvision
-    m = torchvision.models.resnet18(num_classes=num_classes)
+    m = getattr(torchvision.models, name)(num_classes=num_classes)
     if in_channels != 3:
         m.conv1 = nn.Conv2d(in_channels, 64, kernel_size=7, stride=2, padding=3, bias=False)
         nn.init.kaiming_normal_(m.conv1.weight, mode="fan_out", nonlinearity="relu")
     # Every stage has padding and ends in adaptive average pooling, so any
     # input of at least 1x1 gives a 1x1 map before fc: nothing is too small.
     return m
+
+
+def _resnet18(in_channels, height, width, num_classes):
+    return _torchvision_resnet("resnet18", in_channels, num_classes)
+
+
+def _resnet50(in_channels, height, width, num_classes):
+    return _torchvision_resnet("resnet50", in_channels, num_classes)
 
 
 # ---------------------------------------------------------------- resnet9
@@ -216,12 +226,14 @@ def build(name, in_channels, height, width, num_classes):
         return MnistNet(in_channels, height, width, num_classes)
     if name == "resnet18":
         return _resnet18(in_channels, height, width, num_classes)
+    if name == "resnet50":
+        return _resnet50(in_channels, height, width, num_classes)
     if name == "resnet9":
         return ResNet9(in_channels, height, width, num_classes)
     if name.startswith("wrn-"):
         depth, k = parse_wrn(name)
         return WideResNet(depth, k, in_channels, num_classes)
-    raise ValueError("unknown model %r; the models are mnist-net, resnet18, resnet9, wrn-D-K "
+    raise ValueError("unknown model %r; the models are mnist-net, resnet18, resnet50, resnet9, wrn-D-K "
                      "(D = 6n+4, e.g. wrn-16-4, wrn-28-10)" % (name,))
 
 
