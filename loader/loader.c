@@ -278,12 +278,12 @@ static int crop_record(struct rt_loader *L, struct worker *wk, const struct batc
     int flip = 0, fallback;
     char where[160];
 
-    if (L->o.crop == RT_CROP_RANDOM) {
+    /* The flip is the stream's first draw: the same for both crops. */
+    if (L->o.crop == RT_CROP_RANDOM || L->o.aug.flip == RT_FLIP_RANDOM)
         rt_rrc_box(&L->rrc, L->o.seed, j->epoch, j->ids[i], r->width, r->height, &box, &flip, &fallback);
-        flip = L->o.aug.flip == RT_FLIP_RANDOM ? flip : 0;
-    } else {
+    flip = L->o.aug.flip == RT_FLIP_RANDOM ? flip : 0;
+    if (L->o.crop == RT_CROP_CENTER)
         rt_center_box(r->width, r->height, L->w, L->h, L->center_ratio, &box);
-    }
     snprintf(where, sizeof(where), "%s record %" PRIu64, rt_split_name(L->o.split), j->ids[i]);
     const uint64_t t0 = rt_now_ns();
     int rc = rt_jpegcrop_decode(wk->crop, r->data, r->len, where, L->c, &box, L->w, L->h, &reg);

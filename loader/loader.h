@@ -179,9 +179,10 @@ enum rt_io_kind { RT_IO_AUTO = 0, RT_IO_URING, RT_IO_PREAD };
 
 /*
  * How variable-size records become S x S images: RANDOM is torchvision's
- * RandomResizedCrop(S, scale, ratio) (then the flip aug.flip = RANDOM asks
- * for), training's; CENTER is Resize(S / center_ratio) + CenterCrop(S),
- * evaluation's.
+ * RandomResizedCrop(S, scale, ratio), training's; CENTER is
+ * Resize(S / center_ratio) + CenterCrop(S), evaluation's. Either is then
+ * flipped as aug.flip = RANDOM asks (a draw of the same (seed, epoch, id)
+ * stream); other aug fields must be 0.
  */
 enum rt_crop { RT_CROP_RANDOM = 0, RT_CROP_CENTER };
 

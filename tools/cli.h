@@ -47,8 +47,8 @@ int cli_parse_aug(const char *cmd, const char *s, struct rt_aug *a);
  * Datasets of variable-size images (pack --max-side): sets lo->image_size
  * and lo->crop from --image-size and --aug -- the training split's "crop" is
  * RandomResizedCrop(S) (no padding), no crop or another split is the centre
- * crop -- keeping the flip. Fixed-size datasets take image_size 0 or their
- * own size. Returns 0, or RT_EXIT_USAGE after printing why.
+ * crop; either is flipped as aug.flip says. Fixed-size datasets take
+ * image_size 0 or their own size. Returns 0, or RT_EXIT_USAGE after printing why.
  */
 int cli_image_size(const char *cmd, const struct rt_dataset_info *info, uint32_t image_size,
                    struct rt_loader_opts *lo);
