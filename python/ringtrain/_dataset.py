@@ -10,9 +10,14 @@ class Dataset:
 
     For ``torch.utils.data.DataLoader(ringtrain.Dataset(path), ...)`` with torchvision transforms (which
     take HWC arrays). Reads one compressed block per miss through the C shard reader (checksummed; a corrupt
-    block raises ringtrain.Error naming the shard and block) and keeps the last block decoded, so reading
+    block raises ringtrain.Error naming the shard and block) and keeps the last block read, so reading
     in order is cheap. Safe in DataLoader worker processes (fork). ringtrain.Loader is the fast path; this
     is the door for code that keeps its DataLoader.
+
+    Datasets packed with ``--codec jpeg --max-side N`` (``variable`` True): every record has its own size,
+    and ``ds[i]`` is the whole image decoded at that size, (H_i, W_i, C) -- not cropped or resized, as
+    torchvision's ImageFolder gives it without a transform; ``shape`` is (C, None, None). Batching them
+    needs a transform to one size (or ringtrain.Loader with image_size=).
     """
 
     def __init__(self, data, split="train"):
@@ -21,7 +26,10 @@ class Dataset:
         self.root = os.fspath(data)
         self.split = split
         self._ds = _ringtrain.CDataset(self.root, split)
-        self.shape = (self._ds.channels, self._ds.height, self._ds.width)
+        #: True when every record has its own size (pack --max-side); then shape is (C, None, None).
+        self.variable = self._ds.height == 0
+        h, w = (None, None) if self.variable else (self._ds.height, self._ds.width)
+        self.shape = (self._ds.channels, h, w)
         self.classes = list(self._ds.classes)
 
     def __len__(self):
@@ -36,11 +44,11 @@ class Dataset:
             i += n
         if not 0 <= i < n:
             raise IndexError(f"record {i} out of range: the {self.split} split has {n}")
-        chw, label = self._ds.get(i)
-        c, h, w = self.shape
-        img = np.frombuffer(chw, dtype=np.uint8).reshape(c, h, w).transpose(1, 2, 0)
+        chw, label, h, w = self._ds.get(i)
+        img = np.frombuffer(chw, dtype=np.uint8).reshape(self.shape[0], h, w).transpose(1, 2, 0)
         return img, int(label)
 
     def __repr__(self):
         c, h, w = self.shape
-        return f"ringtrain.Dataset({self.root!r}, split={self.split!r}: {len(self)} records {c}x{h}x{w})"
+        size = f"{c}x{h}x{w}" if not self.variable else f"{c} x their own sizes"
+        return f"ringtrain.Dataset({self.root!r}, split={self.split!r}: {len(self)} records {size})"

@@ -51,7 +51,8 @@ class Loader:
     drop_last    True: every batch full, the tail of the epoch dropped. False: every sample exactly once
                  across the ranks; the last batch of a rank may be shorter.
     seed         sample order and augmentation.
-    augment      "crop+flip" (pad 4, random crop, random horizontal flip: the CIFAR recipe) or "none".
+    augment      "crop+flip" (pad 4, random crop, random horizontal flip: the CIFAR recipe; for variable-size
+                 images RandomResizedCrop + flip on the training split, see image_size) or "none".
     workers      decode/augment threads (None: the CPUs this process may use).
     rank, world_size  None: torch.distributed's when initialised, else RANK/WORLD_SIZE (torchrun),
                  SLURM_PROCID/SLURM_NTASKS (srun), OMPI_COMM_WORLD_RANK/_SIZE (mpirun), else 0 and 1.
@@ -61,6 +62,16 @@ class Loader:
                  stream, one batch ahead; the tensors yielded are on the GPU.
     slots        batches the ring holds (None: workers + 2, at least 4; 2 more on a GPU).
     digest       keep the XXH3 of every batch for digest() (it reads each whole batch once more).
+    image_size   S: the batches are uint8 (B, C, S, S) (``loader.shape`` (C, S, S)). Required for datasets
+                 packed with ``--codec jpeg --max-side N`` (images of their own sizes; ringtrain.Error
+                 otherwise); a fixed-size dataset takes None or its own size. Variable-size images are cropped as torchvision does:
+                 split "train" with augment="crop+flip": RandomResizedCrop(S, scale=crop_scale,
+                 ratio=crop_ratio) + RandomHorizontalFlip; "val"/"test", or augment="none":
+                 Resize(round(S / center_ratio)) + CenterCrop(S), flipped at random with "crop+flip". The same crops as ``ringtrain train`` and
+                 ``ringtrain loadbench --image-size S`` with the same options.
+    crop_scale, crop_ratio  RandomResizedCrop's area fraction and aspect (w/h) ranges, (min, max).
+    center_ratio the centre crop's share of the resized image (0.875: Resize(256) + CenterCrop(224)).
+                 The three crop options matter only for variable-size datasets.
 
     Lifetime (device="cpu"): a batch's slot goes back to the loader when its last tensor is freed, so a
     batch you keep keeps its values. Batch n lives in slot n % slots: a batch may be kept while `slots - 1`
@@ -71,7 +82,8 @@ class Loader:
 
     def __init__(self, data, batch_size, split="train", shuffle=True, drop_last=True, seed=0,
                  augment="crop+flip", workers=None, rank=None, world_size=None, device="cpu", slots=None,
-                 digest=False):
+                 digest=False, image_size=None, crop_scale=(0.08, 1.0), crop_ratio=(3 / 4, 4 / 3),
+                 center_ratio=0.875):
         import torch
         from torch.utils.dlpack import from_dlpack
 
@@ -111,8 +123,16 @@ class Loader:
         if slots is not None and self._slots < 3:
             raise ValueError(f"slots must be at least 3, not {slots!r}")
 
+        if image_size is not None and not 1 <= int(image_size) <= 4096:
+            raise ValueError(f"image_size must be None or in 1..4096, not {image_size!r}")
+        self.image_size = None if image_size is None else int(image_size)
+        self._crop = dict(crop_scale=tuple(crop_scale), crop_ratio=tuple(crop_ratio),
+                          center_ratio=float(center_ratio))
         info = _ringtrain.dataset_info(self.data)
-        self.shape = (info["channels"], info["height"], info["width"])
+        self.variable = bool(info["variable"])
+        # The slots' shape, as the C loader makes it (the stored size, or S x S): Error when image_size is
+        # missing for variable-size images, or is not a fixed-size dataset's own size.
+        self.shape = tuple(_ringtrain.image_shape(self.data, self.image_size))
         self.classes = list(info["classes"])
         self.mean, self.std = info.get("mean"), info.get("std")
         self._core = None
@@ -131,7 +151,8 @@ class Loader:
         kwargs = dict(split=self.split, batch=self.batch_size, shuffle=self.shuffle,
                       last="drop" if self.drop_last else "pad", seed=self.seed, augment=self.augment,
                       workers=self.workers, rank=self.rank, world=self.world_size, start_epoch=int(epoch),
-                      start_step=int(step), epochs=0, digest=self._digest)
+                      start_step=int(step), epochs=0, digest=self._digest, image_size=self.image_size,
+                      **self._crop)
         slots = self._slots
         if self._cuda:
             torch = self._torch
@@ -275,17 +296,18 @@ class Loader:
         """The position of the next batch, with what fixes the order: resume with load_state_dict()."""
         return {"epoch": self._epoch, "step": self._step, "seed": self.seed, "world_size": self.world_size,
                 "rank": self.rank, "batch_size": self.batch_size, "shuffle": self.shuffle,
-                "drop_last": self.drop_last, "augment": self.augment, "split": self.split}
+                "drop_last": self.drop_last, "augment": self.augment, "split": self.split,
+                "image_size": self.image_size}
 
     def load_state_dict(self, state):
         """Continue from `state` (a state_dict()): the next iteration yields the rest of that epoch.
 
         The batches are exactly those an uninterrupted loader would have yielded. The world size, batch
-        size, shuffle, last-batch rule, augmentation and split must match this loader's (ValueError
+        size, shuffle, last-batch rule, augmentation, split and image size must match this loader's (ValueError
         otherwise: another world or batch size makes another order); the seed is taken from `state`.
         """
         mine = self.state_dict()
-        for k in ("world_size", "rank", "batch_size", "shuffle", "drop_last", "augment", "split"):
+        for k in ("world_size", "rank", "batch_size", "shuffle", "drop_last", "augment", "split", "image_size"):
             if k in state and state[k] != mine[k]:
                 raise ValueError(f"ringtrain.Loader.load_state_dict: {k} is {state[k]!r} in the state but "
                                  f"{mine[k]!r} in this loader")

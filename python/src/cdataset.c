@@ -8,12 +8,17 @@
  * DataLoader workers fork after the dataset was made: each process opens its
  * own shards and decoder, on its first get() after a fork (getpid() changed),
  * and a lock another thread held at the fork is made afresh in the child.
- * Records are fixed-size (the manifest's C x H x W, docs/FORMAT.md), jpeg
- * included.
+ *
+ * Records of fixed-size datasets are the manifest's C x H x W (jpeg
+ * included): the cache holds the block decoded. Variable-size JPEG records
+ * (pack --max-side) come whole at their own size, with no crop or resize:
+ * the cache holds the block's checked JPEG payload (rt_block_payload), and
+ * each get() decodes its one record (rt_jpeg_record_decode).
  */
 #include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -30,13 +35,14 @@ struct cdataset {
     struct rt_dataset *ds;
     const struct rt_dataset_info *info;
     const struct rt_split_info *si;
-    size_t rec_bytes;            /* C * H * W */
+    size_t rec_bytes;            /* C * H * W; 0 for variable-size records */
+    int variable;                /* records of their own sizes (info height 0) */
     /* Per process (made again after a fork), guarded by mu. */
     pid_t pid;
     pthread_mutex_t mu;
     struct rt_shard **shards;    /* si->nshards, opened on first use */
     struct rt_decoder *dec;
-    uint8_t *stored, *decoded;   /* a block's stored bytes; its decoded records */
+    uint8_t *stored, *decoded;   /* a block's stored bytes; its decoded records (variable: its JPEG payload) */
     size_t stored_cap, decoded_cap;
     int64_t cache_shard;         /* the block in `decoded`, or -1 */
     uint32_t cache_block;
@@ -91,6 +97,7 @@ static PyObject *cdataset_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
     self->split = split;
     self->si = &self->info->split[split];
     self->rec_bytes = (size_t)self->info->channels * self->info->height * self->info->width;
+    self->variable = self->info->height == 0;
     self->pid = getpid();
     self->cache_shard = -1;
     self->path = strdup(path);
@@ -159,8 +166,14 @@ static int open_shard(struct cdataset *self, uint32_t j)
     return rc;
 }
 
-/* Record i (split-local, < records) into out (rec_bytes) and its label. Under mu. 0 or -errno. */
-static int read_record(struct cdataset *self, uint64_t i, uint8_t *out, int32_t *label)
+/*
+ * Record i (split-local, < records) and its label. Fixed-size records are
+ * copied into *out (rec_bytes, the caller's); a variable-size one is decoded
+ * into a buffer of its own size, given to the caller in *out (free() it),
+ * its size in *height, *width. Under mu. 0 or -errno.
+ */
+static int read_record(struct cdataset *self, uint64_t i, uint8_t **out, uint32_t *height, uint32_t *width,
+                       int32_t *label)
 {
     const uint32_t j = shard_of(self->si, i);
     int rc;
@@ -183,18 +196,40 @@ static int read_record(struct cdataset *self, uint64_t i, uint8_t *out, int32_t 
     if (self->cache_shard != (int64_t)j || self->cache_block != lo) {
         self->cache_shard = -1;
         char path[4096];
+        const size_t decoded_bytes = self->variable ? e[lo].raw_size : (size_t)e[lo].record_count * self->rec_bytes;
         if ((rc = rt_path_join(path, sizeof(path), self->info->dir, self->si->shards[j].file)) < 0 ||
             (rc = reserve(&self->stored, &self->stored_cap, e[lo].stored_size, "stored block")) < 0 ||
-            (rc = reserve(&self->decoded, &self->decoded_cap, (size_t)e[lo].record_count * self->rec_bytes,
-                          "decoded block")) < 0 ||
-            (rc = rt_shard_read_block(s, lo, self->stored)) < 0 ||
-            (rc = rt_block_decode(self->dec, h, &e[lo], lo, self->stored, self->decoded, path)) < 0)
+            (rc = reserve(&self->decoded, &self->decoded_cap, decoded_bytes, "decoded block")) < 0 ||
+            (rc = rt_shard_read_block(s, lo, self->stored)) < 0)
+            return rc;
+        rc = self->variable ? rt_block_payload(self->dec, h, &e[lo], lo, self->stored, self->decoded, path)
+                            : rt_block_decode(self->dec, h, &e[lo], lo, self->stored, self->decoded, path);
+        if (rc < 0)
             return rc;
         self->cache_shard = j;
         self->cache_block = lo;
     }
-    memcpy(out, self->decoded + (local - e[lo].first_record) * self->rec_bytes, self->rec_bytes);
+    const uint32_t r = (uint32_t)(local - e[lo].first_record);
     *label = rt_shard_labels(s)[local];
+    if (!self->variable) {
+        memcpy(*out, self->decoded + (size_t)r * self->rec_bytes, self->rec_bytes);
+        return 0;
+    }
+    struct rt_jpeg_record rec;
+    rt_jpeg_block_record(h, &e[lo], self->decoded, r, &rec);
+    uint8_t *img = rt_malloc((size_t)h->channels * rec.height * rec.width, "record");
+    if (!img)
+        return -ENOMEM;
+    char where[4200];
+    snprintf(where, sizeof(where), "%s/%s: block %" PRIu32 ", record %" PRIu32, self->info->dir,
+             self->si->shards[j].file, lo, r);
+    if ((rc = rt_jpeg_record_decode(self->dec, h, &rec, img, where)) < 0) {
+        free(img);
+        return rc;
+    }
+    *out = img;
+    *height = rec.height;
+    *width = rec.width;
     return 0;
 }
 
@@ -229,23 +264,34 @@ static PyObject *cdataset_get(PyObject *op, PyObject *arg)
         pthread_mutex_init(&self->mu, NULL);
         self->pid = getpid();
     }
-    PyObject *bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)self->rec_bytes);
-    if (!bytes)
-        return NULL;
-    uint8_t *out = (uint8_t *)PyBytes_AsString(bytes);
+    /* Fixed sizes: straight into the bytes object. Variable: its size is known only once the block is read
+     * (without the GIL), so the record comes in a buffer of its own and is copied once. */
+    PyObject *bytes = NULL;
+    uint8_t *out = NULL;
+    uint32_t height = self->info->height, width = self->info->width;
+    if (!self->variable) {
+        if (!(bytes = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)self->rec_bytes)))
+            return NULL;
+        out = (uint8_t *)PyBytes_AsString(bytes);
+    }
     int32_t label = 0;
     int rc;
     Py_BEGIN_ALLOW_THREADS
     pthread_mutex_lock(&self->mu);
-    rc = read_record(self, (uint64_t)i, out, &label);
+    rc = read_record(self, (uint64_t)i, &out, &height, &width, &label);
     pthread_mutex_unlock(&self->mu);
     Py_END_ALLOW_THREADS
     if (rc < 0) {
-        Py_DECREF(bytes);
+        Py_XDECREF(bytes);
         return ext_raise(rc);
     }
-    PyObject *res = Py_BuildValue("(Ni)", bytes, (int)label);
-    return res;
+    if (self->variable) {
+        bytes = PyBytes_FromStringAndSize((const char *)out, (Py_ssize_t)self->info->channels * height * width);
+        free(out);
+        if (!bytes)
+            return NULL;
+    }
+    return Py_BuildValue("(Nikk)", bytes, (int)label, (unsigned long)height, (unsigned long)width);
 }
 
 static PyObject *cdataset_reduce(PyObject *op, PyObject *noargs)
@@ -276,8 +322,8 @@ static PyObject *get_split(PyObject *op, void *c)
 
 static PyGetSetDef getset[] = {
     {"channels", get_shape, NULL, "C of each (C, H, W) record", (void *)0},
-    {"height", get_shape, NULL, "H of each record", (void *)1},
-    {"width", get_shape, NULL, "W of each record", (void *)2},
+    {"height", get_shape, NULL, "H of each record; 0: each record has its own (get() says)", (void *)1},
+    {"width", get_shape, NULL, "W of each record; 0: each record has its own (get() says)", (void *)2},
     {"classes", get_classes, NULL, "class names, by label", NULL},
     {"split", get_split, NULL, "the split read: 'train', 'val' or 'test'", NULL},
     {NULL, NULL, NULL, NULL, NULL},
@@ -285,8 +331,9 @@ static PyGetSetDef getset[] = {
 
 static PyMethodDef methods[] = {
     {"get", cdataset_get, METH_O,
-     "get(i) -> (bytes, int): record i of the split as C*H*W bytes (CHW, uint8) and its label; negative i counts "
-     "from the end"},
+     "get(i) -> (bytes, int, h, w): record i of the split as C*h*w bytes (CHW, uint8), its label and its size "
+     "(the dataset's, or the record's own for variable-size records, decoded whole); negative i counts from "
+     "the end"},
     {"__reduce__", cdataset_reduce, METH_NOARGS, "pickles as (path, split): a new process opens its own shards"},
     {NULL, NULL, 0, NULL},
 };

@@ -2,7 +2,14 @@
  * cloader.c - CLoader, the loader for Python: open_loader() opens a split
  * and starts the C loader over a ring (its own memory, or memory the caller
  * gives, such as a pinned torch tensor); next() hands out one CBatch per
- * batch, in order, with the GIL released while it waits. Also ring_bytes().
+ * batch, in order, with the GIL released while it waits. Also ring_bytes()
+ * and image_shape().
+ *
+ * Datasets of variable-size JPEG records (pack --max-side) are cropped to
+ * image_size x image_size by the C loader, with the crop `ringtrain train`
+ * and `loadbench` choose for the same augmentation and split
+ * (tools/main.c cli_image_size): RandomResizedCrop + flip for training,
+ * the centre crop otherwise. The ring's shape is rt_loader_image_shape()'s.
  *
  * A batch the user keeps holds its slot (ext.h). Batch seq lives in slot
  * seq % slots and cannot be filled before batch seq - slots is given back,
@@ -11,6 +18,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -54,6 +62,20 @@ static struct rt_aug train_aug(const struct rt_dataset_info *info)
     return a;
 }
 
+/*
+ * Variable-size records: augment "crop+flip" on the training split is
+ * RandomResizedCrop + flip; any other split, or "none", the centre crop.
+ * Whatever the channels: these are photos, and `loadbench --aug crop,flip`
+ * crops gray ones too. The options are cli_image_size()'s for the same
+ * augmentation and split (the flip kept for the centre crop too, where the
+ * loader does not apply it), so the batches and digests are loadbench's.
+ */
+static void variable_crop(int augment, struct rt_loader_opts *lo)
+{
+    lo->aug = augment == 0 ? (struct rt_aug){.flip = RT_FLIP_RANDOM} : (struct rt_aug){0};
+    lo->crop = augment == 0 && lo->split == RT_SPLIT_TRAIN ? RT_CROP_RANDOM : RT_CROP_CENTER;
+}
+
 /* An int (or an object with __index__) in [lo, hi] into *out, or -1 with TypeError/ValueError naming `what`. */
 static int u64_arg(PyObject *o, const char *what, uint64_t lo, uint64_t hi, uint64_t *out)
 {
@@ -85,6 +107,95 @@ static int u64_arg(PyObject *o, const char *what, uint64_t lo, uint64_t hi, uint
     return 0;
 }
 
+/* None (0) or an int in 1..4096 into *out, or -1 with TypeError/ValueError. */
+static int image_size_arg(PyObject *o, uint32_t *out)
+{
+    uint64_t v = 0;
+    if (o && o != Py_None && u64_arg(o, "image_size", 1, 4096, &v) < 0)
+        return -1;
+    *out = (uint32_t)v;
+    return 0;
+}
+
+/* A positive finite number into *out, or -1 with TypeError/ValueError naming `what`. */
+static int positive_arg(PyObject *o, const char *what, double *out)
+{
+    const double v = PyFloat_AsDouble(o);
+    if (v == -1.0 && PyErr_Occurred()) {
+        PyErr_Format(PyExc_TypeError, "%s must be a number", what);
+        return -1;
+    }
+    if (!(v > 0) || !isfinite(v)) {
+        PyErr_Format(PyExc_ValueError, "%s must be positive and finite, not %g", what, v);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+/* None (left as it is: the loader's default) or a (lo, hi) pair of positive numbers with lo <= hi, as
+ * torchvision's RandomResizedCrop takes scale= and ratio=. 0, or -1 with TypeError/ValueError. */
+static int range_arg(PyObject *o, const char *what, double out[2])
+{
+    if (!o || o == Py_None)
+        return 0;
+    if (!PySequence_Check(o) || PySequence_Size(o) != 2) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_TypeError, "%s must be a (min, max) pair of numbers", what);
+        return -1;
+    }
+    double v[2];
+    for (Py_ssize_t i = 0; i < 2; i++) {
+        PyObject *x = PySequence_GetItem(o, i);
+        const int rc = x ? positive_arg(x, what, &v[i]) : -1;
+        Py_XDECREF(x);
+        if (rc < 0)
+            return -1;
+    }
+    if (v[0] > v[1]) {
+        PyErr_Format(PyExc_ValueError, "%s must be (min, max), not (%g, %g)", what, v[0], v[1]);
+        return -1;
+    }
+    out[0] = v[0];
+    out[1] = v[1];
+    return 0;
+}
+
+/* rt_loader_image_shape() for Python: its message, with the keyword that answers it. 0, or -1 with Error. */
+static int image_shape(const struct rt_dataset_info *info, uint32_t image_size, uint32_t *h, uint32_t *w)
+{
+    const int rc = rt_loader_image_shape(info, image_size, h, w);
+    if (rc < 0) {
+        if (info->height == 0)
+            ext_raisef(-rc, "%s; from Python: image_size=S", rt_errmsg());
+        else
+            ext_raisef(-rc, "%s; from Python: image_size=None (or %u)", rt_errmsg(), info->height);
+        return -1;
+    }
+    return 0;
+}
+
+PyObject *ext_image_shape(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"path", "image_size", NULL};
+    const char *path;
+    PyObject *size_o = Py_None;
+    uint32_t image_size, h = 0, w = 0;
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|O:image_shape", kwlist, &path, &size_o) ||
+        image_size_arg(size_o, &image_size) < 0)
+        return NULL;
+    struct rt_dataset *ds = NULL;
+    if (ext_dataset_open(path, &ds) < 0)
+        return NULL;
+    const struct rt_dataset_info *info = rt_dataset_info(ds);
+    PyObject *res = image_shape(info, image_size, &h, &w) < 0 ? NULL
+                                                                : Py_BuildValue("(kkk)", (unsigned long)info->channels,
+                                                                                (unsigned long)h, (unsigned long)w);
+    rt_dataset_close(ds);
+    return res;
+}
+
 PyObject *ext_ring_bytes(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"slots", "batch", "c", "h", "w", NULL};
@@ -105,17 +216,29 @@ PyObject *ext_ring_bytes(PyObject *self, PyObject *args, PyObject *kw)
 PyObject *ext_open_loader(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"path",  "split", "batch",       "shuffle",    "last",   "seed",   "augment", "workers",
-                             "rank",  "world", "slots",       "start_epoch", "start_step", "epochs", "memory", "digest", NULL};
+                             "rank",  "world", "slots",       "start_epoch", "start_step", "epochs", "memory", "digest",
+                             "image_size", "crop_scale", "crop_ratio", "center_ratio", NULL};
     const char *path, *split_s = "train", *shuffle_s = "exact", *last_s = "drop", *augment_s = "crop+flip";
     PyObject *batch_o = NULL, *seed_o = NULL, *workers_o = NULL, *rank_o = NULL, *world_o = NULL, *slots_o = NULL;
     PyObject *se_o = NULL, *ss_o = NULL, *epochs_o = NULL, *memory = Py_None;
+    PyObject *size_o = Py_None, *scale_o = Py_None, *ratio_o = Py_None, *center_o = Py_None;
     int want_digest = 0;
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|sOssOsOOOOOOOOp:open_loader", kwlist, &path, &split_s, &batch_o,
-                                     &shuffle_s, &last_s, &seed_o, &augment_s, &workers_o, &rank_o, &world_o,
-                                     &slots_o, &se_o, &ss_o, &epochs_o, &memory, &want_digest))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|sOssOsOOOOOOOOpOOOO:open_loader", kwlist, &path, &split_s,
+                                     &batch_o, &shuffle_s, &last_s, &seed_o, &augment_s, &workers_o, &rank_o,
+                                     &world_o, &slots_o, &se_o, &ss_o, &epochs_o, &memory, &want_digest, &size_o,
+                                     &scale_o, &ratio_o, &center_o))
         return NULL;
     struct rt_loader_opts lo = {0};
+    uint32_t image_size;
+    if (image_size_arg(size_o, &image_size) < 0 || range_arg(scale_o, "crop_scale", lo.crop_scale) < 0 ||
+        range_arg(ratio_o, "crop_ratio", lo.crop_ratio) < 0 ||
+        (center_o != Py_None && positive_arg(center_o, "center_ratio", &lo.center_ratio) < 0))
+        return NULL;
+    if (lo.center_ratio > 1) {
+        PyErr_Format(PyExc_ValueError, "center_ratio must be in (0, 1], not %g", lo.center_ratio);
+        return NULL;
+    }
     uint64_t batch = 0, seed = 0, workers = 0, rank = 0, world = 1, slots = 0, se = 0, ss = 0, epochs = 0;
     if (!batch_o) {
         PyErr_SetString(PyExc_TypeError, "open_loader() needs batch=");
@@ -165,6 +288,11 @@ PyObject *ext_open_loader(PyObject *self, PyObject *args, PyObject *kw)
     if (ext_dataset_open(path, &ds) < 0)
         return NULL;
     const struct rt_dataset_info *info = rt_dataset_info(ds);
+    uint32_t h, w;
+    if (image_shape(info, image_size, &h, &w) < 0) {
+        rt_dataset_close(ds);
+        return NULL;
+    }
     lo.batch = (uint32_t)batch;
     lo.world = (uint32_t)world;
     lo.rank = (uint32_t)rank;
@@ -172,18 +300,21 @@ PyObject *ext_open_loader(PyObject *self, PyObject *args, PyObject *kw)
     lo.shuffle = (enum rt_shuffle)shuffle;
     lo.last = (enum rt_last_batch)last;
     lo.aug = augment == 0 ? train_aug(info) : (struct rt_aug){0};
+    lo.image_size = image_size;
+    if (info->height == 0)
+        variable_crop(augment, &lo);
     lo.workers = workers ? (int)workers : rt_cpus_available();
     lo.epochs = epochs;
     lo.start_epoch = se;
     lo.start_step = ss;
     const uint32_t nslots = slots ? (uint32_t)slots : (uint32_t)RT_MAX(lo.workers + 2, 4);
     if (owner) {
-        const size_t need = ext_core_memory_bytes(nslots, lo.batch, info->channels, info->height, info->width);
+        const size_t need = ext_core_memory_bytes(nslots, lo.batch, info->channels, h, w);
         if ((size_t)ext_bytes < need) {
             PyErr_Format(PyExc_ValueError,
                          "memory holds %zd bytes; a ring of %u slots of %u images of %ux%ux%u needs %zu "
                          "(ring_bytes())",
-                         ext_bytes, nslots, lo.batch, info->channels, info->height, info->width, need);
+                         ext_bytes, nslots, lo.batch, info->channels, h, w, need);
             rt_dataset_close(ds);
             return NULL;
         }
@@ -201,7 +332,7 @@ PyObject *ext_open_loader(PyObject *self, PyObject *args, PyObject *kw)
     struct ext_core *k = NULL;
     int rc;
     Py_BEGIN_ALLOW_THREADS
-    rc = ext_core_create(ds, nslots, lo.batch, (uintptr_t)ext_addr, (size_t)ext_bytes, owner, &k);
+    rc = ext_core_create(ds, nslots, lo.batch, h, w, (uintptr_t)ext_addr, (size_t)ext_bytes, owner, &k);
     if (rc == 0)
         rc = rt_loader_create(k->ds, &lo, k->ring, &k->L);
     Py_END_ALLOW_THREADS

@@ -86,8 +86,8 @@ static void core_free(struct ext_core *k)
     drop_owner(owner); /* last: the ring and the label buffers were inside the owner's memory */
 }
 
-int ext_core_create(struct rt_dataset *ds, uint32_t slots, uint32_t batch, uintptr_t ext_addr, size_t ext_bytes,
-                    PyObject *owner, struct ext_core **out)
+int ext_core_create(struct rt_dataset *ds, uint32_t slots, uint32_t batch, uint32_t h, uint32_t w,
+                    uintptr_t ext_addr, size_t ext_bytes, PyObject *owner, struct ext_core **out)
 {
     const struct rt_dataset_info *info = rt_dataset_info(ds);
     struct ext_core *k = rt_calloc(1, sizeof(*k), "loader core");
@@ -104,8 +104,8 @@ int ext_core_create(struct rt_dataset *ds, uint32_t slots, uint32_t batch, uintp
     k->nslots = slots;
     k->batch = batch;
     k->c = info->channels;
-    k->h = info->height;
-    k->w = info->width;
+    k->h = h;
+    k->w = w;
     int rc;
     k->slots = rt_calloc(slots, sizeof(*k->slots), "loader slot references");
     if (!k->slots) {

@@ -73,7 +73,7 @@ struct ext_core {
     struct rt_dataset *ds;
     struct rt_ring *ring;
     struct rt_loader *L;             /* NULL once closed (only under the GIL) */
-    uint32_t nslots, batch, c, h, w;
+    uint32_t nslots, batch, c, h, w; /* c, h, w: a slot image's shape (rt_loader_image_shape) */
     int64_t *labels64;               /* [nslots][batch]: the handed-out batches' labels as int64 */
     struct ext_slot *slots;
     atomic_uint held;                /* slots with refs > 0 */
@@ -94,14 +94,16 @@ size_t ext_core_memory_bytes(uint32_t slots, uint32_t batch, uint32_t c, uint32_
 
 /*
  * Makes a core for dataset `ds` (taken: closed with the core, or at once on
- * failure) with its ring shaped for `ds` -- its own mmap when ext_addr is 0,
+ * failure) with its ring's images C x h x w (C the dataset's; h x w from
+ * rt_loader_image_shape: the stored size, or the S x S that variable-size
+ * records are cropped to) -- its own mmap when ext_addr is 0,
  * else inside [ext_addr, ext_addr + ext_bytes), whose `owner` reference is
  * taken as well (dropped with the core, or on failure) -- and the int64 label
  * buffers; no loader yet. One core reference, the caller's. Returns 0 or
  * -errno with rt_errmsg() set. With or without the GIL.
  */
-int ext_core_create(struct rt_dataset *ds, uint32_t slots, uint32_t batch, uintptr_t ext_addr, size_t ext_bytes,
-                    PyObject *owner, struct ext_core **out);
+int ext_core_create(struct rt_dataset *ds, uint32_t slots, uint32_t batch, uint32_t h, uint32_t w,
+                    uintptr_t ext_addr, size_t ext_bytes, PyObject *owner, struct ext_core **out);
 /* Drops one core reference; the last frees everything. Any thread, with or without the GIL. */
 void ext_core_unref(struct ext_core *k);
 
@@ -127,6 +129,7 @@ PyObject *ext_cbatch_new(struct ext_core *k, struct rt_batch *b);
 /* Module functions of each file. */
 PyObject *ext_open_loader(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *ext_ring_bytes(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *ext_image_shape(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *ext_stage(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *ext_pack(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *ext_synth(PyObject *self, PyObject *args, PyObject *kw);

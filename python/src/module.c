@@ -124,6 +124,14 @@ static PyObject *norm_list(const struct rt_dataset_info *info, const float *v)
     return l;
 }
 
+/* A variable-size dataset's record size (height, width) as a tuple; None for fixed-size ones. */
+static PyObject *size_pair(const struct rt_dataset_info *info, const uint32_t hw[2])
+{
+    if (info->height != 0)
+        Py_RETURN_NONE;
+    return Py_BuildValue("(kk)", (unsigned long)hw[0], (unsigned long)hw[1]);
+}
+
 int ext_dataset_open(const char *path, struct rt_dataset **out)
 {
     int rc;
@@ -200,8 +208,14 @@ PyObject *ext_dataset_info(PyObject *self, PyObject *args, PyObject *kw)
         ext_dict_put(d, "stored_bytes", PyLong_FromUnsignedLongLong(info->stored_bytes)) < 0 ||
         ext_dict_put(d, "mean", norm_list(info, info->mean)) < 0 ||
         ext_dict_put(d, "std", norm_list(info, info->std)) < 0 ||
-        /* Every record decodes to the manifest's C x H x W (docs/FORMAT.md): no variable-size records. */
-        ext_dict_put(d, "variable", PyBool_FromLong(0)) < 0) {
+        /* height = width = 0: records of their own sizes (pack --max-side), cropped by the loader */
+        ext_dict_put(d, "variable", PyBool_FromLong(info->height == 0)) < 0 ||
+        ext_dict_put(d, "max_side", PyLong_FromUnsignedLong(info->max_side)) < 0 ||
+        ext_dict_put(d, "size_min", size_pair(info, info->size_min)) < 0 ||
+        ext_dict_put(d, "size_median", size_pair(info, info->size_median)) < 0 ||
+        ext_dict_put(d, "size_max", size_pair(info, info->size_max)) < 0 ||
+        ext_dict_put(d, "skipped_files", PyLong_FromUnsignedLongLong(info->skipped_files)) < 0 ||
+        ext_dict_put(d, "ignored_files", PyLong_FromUnsignedLongLong(info->ignored_files)) < 0) {
         Py_XDECREF(d);
         d = NULL;
     }
@@ -243,13 +257,21 @@ out:
 static PyMethodDef methods[] = {
     {"version", ext_version, METH_NOARGS, "version() -> str: ringtrain's version and build"},
     {"dataset_info", (PyCFunction)(void (*)(void))ext_dataset_info, METH_VARARGS | METH_KEYWORDS,
-     "dataset_info(path) -> dict: the manifest of a packed dataset (codec, shape, classes, split sizes, mean/std)"},
+     "dataset_info(path) -> dict: the manifest of a packed dataset (codec, shape, classes, split sizes, mean/std; "
+     "variable-size records: height = width = 0, variable True, max_side and size_min/median/max as (h, w); pack's "
+     "skipped_files and ignored_files)"},
     {"ring_bytes", (PyCFunction)(void (*)(void))ext_ring_bytes, METH_VARARGS | METH_KEYWORDS,
      "ring_bytes(slots, batch, c, h, w) -> int: bytes of caller-given memory (open_loader's memory=) a ring of "
      "this shape needs, its int64 label buffers and alignment included"},
+    {"image_shape", (PyCFunction)(void (*)(void))ext_image_shape, METH_VARARGS | METH_KEYWORDS,
+     "image_shape(path, image_size=None) -> (c, h, w): the images' shape in the loader's batches -- the stored "
+     "size, or image_size x image_size for variable-size records (required then); Error (EINVAL) otherwise"},
     {"open_loader", (PyCFunction)(void (*)(void))ext_open_loader, METH_VARARGS | METH_KEYWORDS,
      "open_loader(path, split='train', batch, shuffle='exact', last='drop', seed=0, augment='crop+flip', "
-     "workers=0, rank=0, world=1, slots=0, start_epoch=0, start_step=0, epochs=0, memory=None) -> CLoader"},
+     "workers=0, rank=0, world=1, slots=0, start_epoch=0, start_step=0, epochs=0, memory=None, digest=False, "
+     "image_size=None, crop_scale=None, crop_ratio=None, center_ratio=None) -> CLoader; variable-size records "
+     "need image_size and are cropped to it (RandomResizedCrop(image_size, crop_scale, crop_ratio) + flip for "
+     "the training split with augment 'crop+flip', else Resize(image_size / center_ratio) + CenterCrop)"},
     {"stage", (PyCFunction)(void (*)(void))ext_stage, METH_VARARGS | METH_KEYWORDS,
      "stage(src, parent=None, verify='full') -> dict: copies a packed dataset to node-local disk once per node "
      "(as `ringtrain stage`); 'path' is the staged copy"},

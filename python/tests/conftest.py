@@ -11,6 +11,11 @@ is there but fails to import is an error, not a skip.
 
 The dataset: one synthetic CIFAR-10 (2000 train + 501 test records, seed 26) packed with a 10 % validation
 split (train 1800, val 200, test 501), made once per run with the command line (synth + pack).
+
+The variable-size dataset (test_variable.py): the image folder tests/rt_mkfolder writes (every JPEG, PNG,
+WebP and PPM variant, bad and ignored files, PHOTOS_PER_CLASS generated JPEGs per class), packed with
+`--codec jpeg --max-side 256 --skip-bad --val-split 0.2`. rt_mkfolder is RT_MKFOLDER, else the one in the
+`tests` folder beside the ringtrain command.
 """
 
 import importlib.util
@@ -24,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from rtcheck import C, H, RECORD, SEED, TEST_RAW, TRAIN_RAW, W
+from rtcheck import C, H, MAX_SIDE, PHOTOS_PER_CLASS, RECORD, SEED, TEST_RAW, TRAIN_RAW, W
 
 SKIP_EXIT = 77
 
@@ -108,6 +113,30 @@ def dataset(tmp_path_factory, rt_bin):
     run_cli(rt_bin, "synth", "--out", src, "--train", TRAIN_RAW, "--test", TEST_RAW, "--seed", SEED, "-j", 2)
     run_cli(rt_bin, "pack", src, "--out", packed, "--val-split", "0.1", "-j", 2)
     return packed, src
+
+
+@pytest.fixture(scope="session")
+def photos_dataset(tmp_path_factory, rt_bin):
+    """(packed variable-size dataset dir, rt_mkfolder's expected.json as a dict), made once per run."""
+    import json
+
+    mk = os.environ.get("RT_MKFOLDER") or str(Path(rt_bin).resolve().parent / "tests" / "rt_mkfolder")
+    if not os.access(mk, os.X_OK):
+        pytest.fail(f"no rt_mkfolder at {mk}: build the `rt_mkfolder` target or set RT_MKFOLDER")
+    root = tmp_path_factory.mktemp("photos")
+    folder, packed = root / "photos", root / "packed"
+    r = subprocess.run([mk, str(folder), "--count", str(PHOTOS_PER_CLASS)], capture_output=True, text=True,
+                       timeout=60)
+    if r.returncode != 0:
+        pytest.fail(f"`{mk} {folder}` exited {r.returncode}:\n{r.stdout}\n{r.stderr}")
+    run_cli(rt_bin, "pack", folder, "--out", packed, "--codec", "jpeg", "--max-side", MAX_SIDE, "--skip-bad",
+            "--val-split", "0.2", "-j", 2)
+    return packed, json.loads((root / "photos.expected.json").read_text())
+
+
+@pytest.fixture(scope="session")
+def photos(photos_dataset):
+    return str(photos_dataset[0])
 
 
 @pytest.fixture(scope="session")

@@ -10,6 +10,9 @@ C, H, W = 3, 32, 32
 RECORD = C * H * W
 SHARD = {"train": "train-00000.rts", "val": "val-00000.rts", "test": "test-00000.rts"}
 
+# The variable-size dataset conftest.py makes from rt_mkfolder's image folder (pack --max-side).
+PHOTOS_PER_CLASS, MAX_SIDE = 20, 256
+
 
 def flip_byte(path, offset):
     with open(path, "r+b") as f:
