@@ -290,7 +290,7 @@ static int crop_record(struct rt_loader *L, struct worker *wk, const struct batc
     *dec_ns += rt_now_ns() - t0;
     if (rc < 0)
         return rc;
-    return rt_resize_box_chw(wk->rs, reg.px, reg.w, reg.h, L->c, reg.stride, &reg.box, dst, L->w, L->h, NULL, flip);
+    return rt_resize_crop_chw(wk->rs, reg.px, reg.w, reg.h, L->c, reg.stride, &reg.box, dst, L->w, L->h, flip);
 }
 
 /* Augments one batch into its slot and publishes it; t_start is when the job was taken. */

@@ -37,6 +37,16 @@ int rt_resize_box_chw(struct rt_resizer *r, const uint8_t *src, uint32_t sw, uin
                       size_t sstride, const struct rt_box *box, uint8_t *dst, uint32_t dw, uint32_t dh,
                       const uint32_t rect[4], int flip);
 
+/*
+ * The load-time crop's resize: as rt_resize_box_chw into the whole of dst,
+ * with the box rounded to whole pixels and swscale's bilinear filter --
+ * 4x faster than the path above on random crops, which a crop taken at
+ * random does not need to place to a fraction of a pixel (the choice and
+ * its figures: resize.c). Not thread-safe: one resizer per thread.
+ */
+int rt_resize_crop_chw(struct rt_resizer *r, const uint8_t *src, uint32_t sw, uint32_t sh, uint32_t c,
+                       size_t sstride, const struct rt_box *box, uint8_t *dst, uint32_t dw, uint32_t dh, int flip);
+
 /* The whole HWC image `src` (sw x sh) to the HWC image `dst` (dw x dh, rows dw*c bytes). */
 int rt_resize_hwc(struct rt_resizer *r, const uint8_t *src, uint32_t sw, uint32_t sh, uint32_t c,
                   size_t sstride, uint8_t *dst, uint32_t dw, uint32_t dh);
