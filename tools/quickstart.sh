@@ -53,7 +53,9 @@ if [ -n "$pictures" ]; then
     split=()
     [ -d "$input/val" ] || [ -d "$input/test" ] || split=(--val-split 0.1)
     build/ringtrain pack "$input" --out data/dataset --force --codec jpeg --max-side 256 --skip-bad "${split[@]}"
-    sized=(--image-size "$image_size")
+    # Batches of 32, or the whole training split when it is smaller (a few dozen photos train too).
+    n=$(build/ringtrain inspect data/dataset | awk '$1 == "train" { print $2; exit }')
+    sized=(--image-size "$image_size" --batch-size $((n < 32 ? n : 32)))
     model=(--model resnet18)
 else
     build/ringtrain pack "$input" --out data/dataset --force
