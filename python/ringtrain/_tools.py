@@ -37,21 +37,43 @@ def stage(data, to=None, verify="full"):
 
 
 def pack(input, output, codec="raw", val_split=0.0, quality=0, force=False, label="fine", threads=0, level=0,
-         split_seed=0):
+         split_seed=0, size=None, fit="crop", max_side=0, channels=0, skip_bad=False, exif_rotate=False):
     """Pack CIFAR-10/100 (binary, .tar.gz or the python tarball), MNIST IDX or an image folder into shards.
 
     The same as ``ringtrain pack INPUT OUTPUT``. Returns the pack's figures as a dict (records per split,
-    bytes in and out, shards, seconds). Output appears only when complete.
+    bytes in and out, shards, seconds; for an image folder also files, ignored, skipped, skipped_summary
+    and passthrough). Output appears only when complete.
+
+    Image folders (any sizes and formats): size=S or (H, W) stores every image at that size (fit "crop":
+    Resize + CenterCrop, "stretch" or "pad"); codec="jpeg", max_side=N keeps each at its own size, at most N
+    on its longer side, for Loader(..., image_size=S) to crop; channels=1 stores gray; skip_bad=True leaves
+    out unusable files and lists them in the manifest (else the first one raises ringtrain.Error);
+    exif_rotate=True turns images as their EXIF orientation says. As ``--size``, ``--fit``, ``--max-side``,
+    ``--channels``, ``--skip-bad``, ``--exif-rotate``.
     """
+    if size is None:
+        size_h = size_w = 0
+    elif isinstance(size, int):
+        size_h = size_w = size
+    else:
+        size_h, size_w = (int(v) for v in size)
     if codec not in ("raw", "jpeg"):
         raise ValueError(f"codec must be 'raw' or 'jpeg', not {codec!r}")
     if label not in ("fine", "coarse"):
         raise ValueError(f"label must be 'fine' or 'coarse', not {label!r}")
     if not 0.0 <= val_split < 1.0:
         raise ValueError(f"val_split must be in [0, 1), not {val_split!r}")
+    if size is not None and not (0 < size_h <= 65535 and 0 < size_w <= 65535):
+        raise ValueError(f"size must be S or (H, W) with sides in 1..65535, not {size!r}")
+    if fit not in ("crop", "stretch", "pad"):
+        raise ValueError(f"fit must be 'crop', 'stretch' or 'pad', not {fit!r}")
+    if channels not in (0, 1, 3):
+        raise ValueError(f"channels must be 1 or 3, not {channels!r}")
     return _ringtrain.pack(_path(input), _path(output), codec=codec, quality=int(quality), level=int(level),
                            val_split=float(val_split), split_seed=int(split_seed), label=label,
-                           threads=int(threads), force=bool(force))
+                           threads=int(threads), force=bool(force), size_h=size_h, size_w=size_w, fit=fit,
+                           max_side=int(max_side), channels=int(channels), skip_bad=bool(skip_bad),
+                           exif_rotate=bool(exif_rotate))
 
 
 def synth(output, kind="cifar10", train=50000, test=10000, seed=0, threads=0):

@@ -72,20 +72,25 @@ PyObject *ext_stage(PyObject *self, PyObject *args, PyObject *kw)
 PyObject *ext_pack(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"input", "outdir", "codec", "quality", "level", "val_split", "split_seed",
-                             "label", "threads", "force", NULL};
+                             "label", "threads", "force", "size_h", "size_w", "fit", "max_side", "channels",
+                             "skip_bad", "exif_rotate", NULL};
     static const char *const codec_names[] = {"raw", "jpeg"};
     static const char *const label_names[] = {"fine", "coarse"};
-    const char *input, *outdir, *codec_s = "raw", *label_s = "fine";
-    int quality = 0, level = 0, threads = 0, force = 0;
+    static const char *const fit_names[] = {"crop", "stretch", "pad"};
+    const char *input, *outdir, *codec_s = "raw", *label_s = "fine", *fit_s = "crop";
+    int quality = 0, level = 0, threads = 0, force = 0, skip_bad = 0, exif_rotate = 0;
+    unsigned int size_h = 0, size_w = 0, max_side = 0, channels = 0;
     double val_split = 0;
     unsigned long long split_seed = 0;
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss|siidKsip:pack", kwlist, &input, &outdir, &codec_s, &quality,
-                                     &level, &val_split, &split_seed, &label_s, &threads, &force))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "ss|siidKsipIIsIIpp:pack", kwlist, &input, &outdir, &codec_s,
+                                     &quality, &level, &val_split, &split_seed, &label_s, &threads, &force, &size_h,
+                                     &size_w, &fit_s, &max_side, &channels, &skip_bad, &exif_rotate))
         return NULL;
     const int codec = ext_choice("codec", codec_s, codec_names, 2);
     const int label = codec < 0 ? -1 : ext_choice("label", label_s, label_names, 2);
-    if (label < 0)
+    const int fit = label < 0 ? -1 : ext_choice("fit", fit_s, fit_names, 3);
+    if (fit < 0)
         return NULL;
     if (quality < 0 || quality > 100 || level < 0 || level > 22 || threads < 0 || !(val_split >= 0 && val_split < 1)) {
         PyErr_SetString(PyExc_ValueError, "pack: quality must be 0..100 (0 = the default), level 0..22, threads >= 0 "
@@ -94,7 +99,9 @@ PyObject *ext_pack(PyObject *self, PyObject *args, PyObject *kw)
     }
     struct rt_pack_opts o = {.codec = (enum rt_codec)codec, .quality = quality, .level = level,
                              .val_split = val_split, .split_seed = split_seed, .label = (enum rt_label_kind)label,
-                             .threads = threads, .force = force};
+                             .threads = threads, .force = force, .size_h = size_h, .size_w = size_w, .fit = fit,
+                             .max_side = max_side, .channels = channels, .skip_bad = skip_bad,
+                             .exif_rotate = exif_rotate};
     struct rt_pack_stats st;
     int rc;
     Py_BEGIN_ALLOW_THREADS
@@ -118,7 +125,12 @@ PyObject *ext_pack(PyObject *self, PyObject *args, PyObject *kw)
         ext_dict_put(d, "bytes_in", PyLong_FromUnsignedLongLong(st.bytes_in)) < 0 ||
         ext_dict_put(d, "bytes_out", PyLong_FromUnsignedLongLong(st.bytes_out)) < 0 ||
         ext_dict_put(d, "shards", PyLong_FromUnsignedLong(st.shards)) < 0 ||
-        ext_dict_put(d, "seconds", PyFloat_FromDouble(st.seconds)) < 0)
+        ext_dict_put(d, "seconds", PyFloat_FromDouble(st.seconds)) < 0 ||
+        ext_dict_put(d, "files", PyLong_FromUnsignedLongLong(st.files)) < 0 ||
+        ext_dict_put(d, "ignored", PyLong_FromUnsignedLongLong(st.ignored)) < 0 ||
+        ext_dict_put(d, "skipped", PyLong_FromUnsignedLongLong(st.skipped)) < 0 ||
+        ext_dict_put(d, "skipped_summary", PyUnicode_FromString(st.skipped_summary)) < 0 ||
+        ext_dict_put(d, "passthrough", PyLong_FromUnsignedLongLong(st.passthrough)) < 0)
         Py_CLEAR(d);
     return d;
 }
