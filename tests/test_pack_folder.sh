@@ -11,7 +11,7 @@
 #     within the PSNR pack_folder_check.py states; --fit pad leaves black borders;
 #   - --codec jpeg --max-side 128 keeps each record's own size (<= 128), verify
 #     passes, and the load-time crops are the same batches for 1 and 2 workers
-#     and differ for another seed; train and eval run on it at --image-size 32.
+#     and differ for another seed; train runs on them at --image-size S and eval takes S from the checkpoint.
 # Usage: test_pack_folder.sh path/to/ringtrain path/to/rt_mkfolder. Exit 0 pass, 1 fail, 77 skip.
 set -u
 RT=$1 MK=$2
@@ -80,9 +80,18 @@ checks=$((checks + 1))
 checks=$((checks + 1))
 if "$RT" loadbench "$T/var" --epochs 1 >"$T/out" 2>"$T/err"; then fail "loadbench without --image-size ran"; else
     has "$T/err" "--image-size" || fail "no hint at --image-size"; fi
-check "$RT" train --data "$T/var" --image-size 32 --model resnet18 --steps 3 --batch-size 8 \
+# A small model: the crops' path into training, not the model, is under test here.
+check "$RT" train --data "$T/var" --image-size 16 --model mnist-net --steps 3 --batch-size 8 \
     --checkpoint-dir "$T/ck" >"$T/out" 2>&1
 check has "$T/out" "val acc"
+# eval takes the crop size from the checkpoint: a folder with train/ and test/ (the same pictures).
+mkdir "$T/tt" && ln -s "$T/photos" "$T/tt/train" && ln -s "$T/photos" "$T/tt/test"
+check "$RT" pack "$T/tt" --out "$T/vt" --codec jpeg --max-side 64 --skip-bad >/dev/null 2>&1
+check "$RT" train --data "$T/vt" --image-size 20 --model mnist-net --steps 2 --batch-size 8 \
+    --checkpoint-dir "$T/ck2" >"$T/out" 2>&1
+check "$RT" eval --data "$T/vt" --checkpoint "$T/ck2/model.safetensors" >"$T/out" 2>&1
+nok=$($PY -c 'import json, sys; print(json.load(open(sys.argv[1]))["counts"]["ok"])' "$exp")
+check has "$T/out" "test split: $nok images"
 
 echo "test_pack_folder: $checks checks, $fails failed"
 [ "$fails" -eq 0 ]
