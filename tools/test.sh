@@ -13,7 +13,8 @@
 #      (RT_FUZZ_SECONDS, default 30) from the seed corpus,
 #   5. the `fresh` test: this commit on a pristine Debian 12 root, installed by root and built, run,
 #      tested and packaged by an ordinary user; the .deb installed into another pristine root
-#      (tests/test_fresh.sh; needs root and the package sources, skips without).
+#      (tests/test_fresh.sh; needs root and the package sources, skips without); it runs in the
+#      background from the end of 2 on, beside 3 and 4, and its output comes last.
 # Exits non-zero if anything fails. `.ci/run` calls exactly this.
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -32,6 +33,14 @@ cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE fresh
 
+# The fresh test is mostly apt and dpkg for its first four minutes, one core: it starts here, beside the
+# ThreadSanitizer stage (whose tests run one at a time) and then the fuzzers (one process on one core each), in
+# its own session so that a failure here can stop it and everything it started.
+echo "== fresh: a pristine Debian 12 root (beside the TSan stage and the fuzzers; its output after theirs)"
+setsid ctest --test-dir build -V -L fresh >build/fresh.log 2>&1 &
+fresh=$!
+trap 'kill -TERM -- -$fresh 2>/dev/null || true' EXIT
+
 echo "== build (ThreadSanitizer) for the threaded stages"
 cmake -S . -B build-tsan -G Ninja -DRT_TSAN=ON -DRT_CUDA=OFF >/dev/null
 cmake --build build-tsan -j "$jobs" --target test_pack test_synth test_ring test_loader test_comm test_ddp \
@@ -39,13 +48,6 @@ cmake --build build-tsan -j "$jobs" --target test_pack test_synth test_ring test
 RT_TEST_SMALL=1 RT_TEST_THREADS=1 TSAN_OPTIONS=halt_on_error=1:suppressions="$top/tests/tsan-openmpi.supp" \
     ctest --test-dir build-tsan --output-on-failure \
     -R '^test_(pack|synth|ring|loader|comm_np2|ddp_np2|train_step_async|ddp_async_np2|cpu_streams|trace|trace_run|nvml)$'
-
-# The fresh test is mostly apt and dpkg, one core; each fuzzer is one process on one core: they run side by
-# side (its own session, so that a failed fuzzer can stop it and everything it started).
-echo "== fresh: a pristine Debian 12 root (beside the fuzzers; its output after theirs)"
-setsid ctest --test-dir build -V -L fresh >build/fresh.log 2>&1 &
-fresh=$!
-trap 'kill -TERM -- -$fresh 2>/dev/null || true' EXIT
 
 echo "== fuzz (libFuzzer, ${RT_FUZZ_SECONDS:-30} s per target)"
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_C_COMPILER=clang -DRT_FUZZ=ON -DRT_CUDA=OFF >/dev/null
