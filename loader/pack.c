@@ -1036,8 +1036,14 @@ static int cmp_area(const void *a, const void *b)
     return ax != ay ? (ax > ay) - (ax < ay) : (x > y) - (x < y);
 }
 
-/* The manifest's "variable_size" and "files" (image folders only; NULL members are left out). */
-static int folder_summary(struct packer *p, json_t *extra)
+/* Files of an image folder left out of the listing: hidden ones and names that are no image's. */
+static uint64_t folder_ignored(const struct packer *p)
+{
+    return p->info->ignored_hidden + p->info->ignored_other;
+}
+
+/* Adds the manifest's "variable_size" and "files" to `extra` (image folders only). */
+static void folder_summary(struct packer *p, json_t *extra)
 {
     if (p->mode == MODE_VARIABLE && p->nsizes) {
         json_t *vs = json_object();
@@ -1052,11 +1058,10 @@ static int folder_summary(struct packer *p, json_t *extra)
     if (p->folder) {
         json_t *f = json_object();
         json_object_set_new(f, "listed", json_integer((json_int_t)p->total_records));
-        json_object_set_new(f, "ignored", json_integer((json_int_t)(p->info->ignored_hidden + p->info->ignored_other)));
+        json_object_set_new(f, "ignored", json_integer((json_int_t)folder_ignored(p)));
         json_object_set(f, "skipped", p->skipped);
         json_object_set_new(extra, "files", f);
     }
-    return 0;
 }
 
 static json_t *pack_params(const struct packer *p)
@@ -1113,10 +1118,9 @@ static int write_manifest(struct packer *p, struct shard_writer *sw)
         info.split[sp] = (struct rt_split_info){sw[sp].first_record, sw[sp].nrefs, sw[sp].refs, sw[sp].class_counts};
     if (have_norm)
         norm_stats(p, mean, std);
-    if (!extra || (rc = folder_summary(p, extra)) < 0) {
-        json_decref(extra);
-        return extra ? rc : -ENOMEM;
-    }
+    if (!extra)
+        return rt_errf(-ENOMEM, "out of memory");
+    folder_summary(p, extra);
     json_t *params = pack_params(p);
     char *text = rt_manifest_dump(&info, have_norm ? mean : NULL, have_norm ? std : NULL, extra, params);
     json_decref(params);
@@ -1321,7 +1325,7 @@ int rt_pack(const char *input, const char *outdir, const struct rt_pack_opts *op
     p.stats.seconds = (double)(rt_now_ns() - p.t0) * 1e-9;
     if (p.folder) {
         p.stats.files = p.total_records;
-        p.stats.ignored = p.info->ignored_hidden + p.info->ignored_other;
+        p.stats.ignored = folder_ignored(&p);
         for (int b = 1, n = 0; b < RT_IMG_BAD_COUNT; b++)
             if (p.skipped_by[b]) {
                 size_t at = strlen(p.stats.skipped_summary);
