@@ -43,7 +43,6 @@
 #include "common/common.h"
 
 #define GATHER_TAG 7302
-#define HB_ALL_PEERS_MAX 64 /* above this many ranks, heartbeats go to the ring neighbours only */
 
 /* A peer's last heartbeat: where its training thread was. */
 struct heard {
@@ -89,6 +88,7 @@ struct rt_comm {
     int abort_from;             /* the first peer that said it is ending the job (LL_ABORT), or -1 */
     uint64_t abort_step, abort_seen_ns;
     char abort_text[LL_TEXT_MAX + 1];
+    struct rt_comm_startup boot;
 };
 
 static const char *const phase_names[] = {"starting",   "forward/backward", "waiting for gradients",
@@ -112,6 +112,10 @@ static void *exit_soon(void *arg)
     _exit((int)(intptr_t)arg);
 }
 
+/* How long a rank that ends the job waits, in the sparse mesh, for its word to spread (see end_job): more
+ * than a peer's grace (ABORT_GRACE_NS, below) plus log2(world) hops. */
+#define SPREAD_NS 500000000L
+
 /* Ends the job; `tell`: say why to every peer first (not when repeating a
  * peer's own reason back to it). */
 static _Noreturn void end_job(struct rt_comm *c, int code, const char *msg, int tell)
@@ -127,6 +131,13 @@ static _Noreturn void end_job(struct rt_comm *c, int code, const char *msg, int 
         for (int r = 0; r < c->info.world; r++)
             if (c->hb_peer[r])
                 rt_comm_lifeline_send(c->ll, r, &m);
+        /* In the sparse mesh the others hear it from partners passing it on (a hop each): give the word time
+         * to reach every rank before MPI_Abort has the launcher kill them, so that each names this reason. */
+        if (c->boot.mesh_peers < c->info.world - 1) {
+            struct timespec ts = {0, SPREAD_NS};
+            while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                ;
+        }
     }
     if (c && c->info.mpi) {
         pthread_t t;
@@ -358,15 +369,26 @@ static void on_message(void *ctx, const struct rt_comm_lifeline_msg *m)
     case LL_BYE:
         c->gone[r] = 1;
         break;
-    case LL_ABORT:
+    case LL_ABORT: {
+        /* m->rank is the rank that ended the job; r may be a partner passing its word on. */
+        const int from = m->rank >= 0 && m->rank < c->info.world && m->rank != c->info.rank ? m->rank : r;
         c->gone[r] = 1;
+        c->gone[from] = 1;
         if (c->abort_from < 0) {
-            c->abort_from = r;
+            c->abort_from = from;
             c->abort_seen_ns = rt_now_ns();
             c->abort_step = m->step;
             snprintf(c->abort_text, sizeof(c->abort_text), "%s", m->text);
+            /* Above RT_COMM_FULL_MESH ranks not every rank is a partner of the one that ended the job: pass
+             * the word on at once, so that it reaches every rank within log2(world) hops. */
+            struct rt_comm_lifeline_msg fw = *m;
+            fw.rank = from;
+            for (int p = 0; p < c->info.world; p++)
+                if (c->hb_peer[p] && !c->gone[p])
+                    rt_comm_lifeline_send(c->ll, p, &fw);
         }
         break;
+    }
     }
 }
 
@@ -811,12 +833,36 @@ static void mpi_setup(struct rt_comm *c)
     me.node = c->info.node;
     MPI_CHECK(c, MPI_Allgather(&me, (int)sizeof(me), MPI_BYTE, c->peers, (int)sizeof(me), MPI_BYTE, w));
 
-    for (int r = 0; r < c->info.world; r++) {
-        int d = (r - c->info.rank + c->info.world) % c->info.world;
-        c->hb_peer[r] = r != c->info.rank && (c->info.world <= HB_ALL_PEERS_MAX || d == 1 || d == c->info.world - 1);
-    }
+    c->boot.rank_table_ns = rt_now_ns();
+
+    c->boot.mesh_peers = rt_comm_hb_partners(c->info.rank, c->info.world, c->o.full_mesh, c->hb_peer);
     if (c->info.world > 1 && rt_comm_lifeline_create(w, c->hb_peer, RT_MAX(60, c->o.peer_timeout_s), &c->ll) < 0)
         fatal(c, "%s (the watchdog's connections between ranks go over TCP, beside MPI)", rt_errmsg());
+    c->boot.mesh_ns = rt_now_ns();
+}
+
+int rt_comm_hb_partners(int rank, int world, int full, int *partner)
+{
+    int n = 0;
+    if (full <= 0)
+        full = RT_COMM_FULL_MESH;
+    for (int r = 0; r < world; r++)
+        partner[r] = world <= full && r != rank;
+    if (world <= full)
+        return world - 1;
+    for (long d = 1; d < world; d *= 2) {
+        partner[(rank + d) % world] = 1;
+        partner[(rank - d % world + world) % world] = 1;
+    }
+    partner[rank] = 0;
+    for (int r = 0; r < world; r++)
+        n += partner[r];
+    return n;
+}
+
+void rt_comm_startup(const struct rt_comm *c, struct rt_comm_startup *out)
+{
+    *out = c->boot;
 }
 
 int rt_comm_create(const struct rt_comm_opts *o, struct rt_comm **out)
@@ -836,6 +882,7 @@ int rt_comm_create(const struct rt_comm_opts *o, struct rt_comm **out)
         c->o.heartbeat_s = c->o.peer_timeout_s / 4;
     c->efd = -1;
     c->abort_from = -1;
+    c->boot.begin_ns = rt_now_ns();
     pthread_mutex_init(&c->mu, NULL);
     pthread_cond_init(&c->cv, NULL);
 
@@ -848,6 +895,7 @@ int rt_comm_create(const struct rt_comm_opts *o, struct rt_comm **out)
             return rt_errf(-EIO, "MPI_Init_thread failed");
         }
         c->info.mpi = 1; /* from here on, errors abort the job */
+        c->boot.mpi_init_ns = rt_now_ns();
         if (provided < MPI_THREAD_SERIALIZED)
             fatal(c, "this MPI gives thread level %d; the comm thread needs MPI_THREAD_SERIALIZED", provided);
         MPI_CHECK(c, MPI_Comm_rank(MPI_COMM_WORLD, &lv.rank));
@@ -887,6 +935,7 @@ int rt_comm_create(const struct rt_comm_opts *o, struct rt_comm **out)
         return -ENOMEM;
     }
     if (!lv.mpi) {
+        c->boot.mpi_init_ns = c->boot.rank_table_ns = c->boot.mesh_ns = c->boot.begin_ns;
         snprintf(c->backend, sizeof(c->backend), "none (one process)");
         c->threads_default = rt_cpus_available();
         fill_self(&c->peers[0], c->threads_default);
@@ -943,6 +992,103 @@ void rt_comm_print_ranks(struct rt_comm *c, FILE *f, int threads, const char *de
         fprintf(f, "            %-5d %-20s %-8d %-5d %-6d %-16s %-8d %s\n", r, p->host, p->pid,
                 c->info.world > 1 ? p->node : 0, c->info.world > 1 ? p->local_rank : 0, cpus, p->threads, device);
     }
+}
+
+/* Ranks r..(next node) as text: "0-7", or "0,4,8 .. 28" when they are not contiguous. */
+static void rank_span(const int *ranks, int n, char *buf, size_t len)
+{
+    if (n == 1)
+        snprintf(buf, len, "%d", ranks[0]);
+    else if (ranks[n - 1] - ranks[0] == n - 1)
+        snprintf(buf, len, "%d-%d", ranks[0], ranks[n - 1]);
+    else
+        snprintf(buf, len, "%d,%d .. %d", ranks[0], ranks[1], ranks[n - 1]);
+}
+
+void rt_comm_print_rank_summary(struct rt_comm *c, FILE *f, int threads, const char *device, int max_rows)
+{
+    const int world = c->info.world;
+    if (world <= max_rows) {
+        rt_comm_print_ranks(c, f, threads, device);
+        return;
+    }
+    struct peer me = c->peers[c->info.rank];
+    me.threads = threads;
+    rt_comm_allgather(c, &me, c->peers, sizeof(me), "rank table");
+    if (c->info.rank != 0)
+        return;
+    /* Per node: its ranks (in rank order), threads' range, whether all its ranks have one CPU set. */
+    const int nodes = c->info.nodes;
+    int *count = rt_calloc((size_t)nodes, sizeof(int), "rank summary");
+    int *order = rt_calloc((size_t)world, sizeof(int), "rank summary");
+    int *first = rt_calloc((size_t)nodes + 1, sizeof(int), "rank summary");
+    if (!count || !order || !first) {
+        free(count);
+        free(order);
+        free(first);
+        rt_comm_print_ranks(c, f, threads, device);
+        return;
+    }
+    for (int r = 0; r < world; r++)
+        count[c->peers[r].node]++;
+    for (int k = 0; k < nodes; k++)
+        first[k + 1] = first[k] + count[k];
+    for (int k = 0; k < nodes; k++)
+        count[k] = 0;
+    for (int r = 0; r < world; r++) {
+        const int k = c->peers[r].node;
+        order[first[k] + count[k]++] = r;
+    }
+    fprintf(f, "  ranks     %d ranks on %d node%s (the table of every rank: `ringtrain ranks`, launched the same way)\n",
+            world, nodes, nodes == 1 ? "" : "s");
+    fprintf(f, "            %-12s %-28s %-14s %-6s %-16s %-8s %s\n", "nodes", "hosts", "ranks", "each", "CPUs per rank",
+            "threads", "device");
+    int lines = 0, k = 0;
+    while (k < nodes) {
+        /* Nodes k..j-1 alike: the same rank count, the first rank's CPU count and threads. */
+        const struct peer *a = &c->peers[order[first[k]]];
+        int j = k + 1, alike = 1;
+        while (j < nodes && count[j] == count[k] && c->peers[order[first[j]]].ncpus == a->ncpus &&
+               c->peers[order[first[j]]].threads == a->threads)
+            j++;
+        if (lines == 7 && j < nodes) {
+            j = nodes; /* the rest in one line */
+            alike = 0;
+        }
+        char ns[32], hosts[160], rs[48], cpus[96];
+        snprintf(ns, sizeof(ns), j - k == 1 ? "%d" : "%d-%d", k, j - 1);
+        const struct peer *z = &c->peers[order[first[j - 1]]];
+        if (j - k == 1 || !strcmp(a->host, z->host))
+            snprintf(hosts, sizeof(hosts), "%s", a->host);
+        else
+            snprintf(hosts, sizeof(hosts), "%.60s .. %.60s", a->host, z->host);
+        if (j - k == 1)
+            rank_span(order + first[k], count[k], rs, sizeof(rs));
+        else
+            snprintf(rs, sizeof(rs), "%d in all", first[j] - first[k]);
+        int tmin = a->threads, tmax = a->threads, same_set = 1;
+        for (int i = first[k]; i < first[j]; i++) {
+            const struct peer *p = &c->peers[order[i]];
+            tmin = RT_MIN(tmin, p->threads);
+            tmax = RT_MAX(tmax, p->threads);
+            same_set &= !strcmp(p->cpus, a->cpus) && p->ncpus == a->ncpus;
+        }
+        if (same_set)
+            snprintf(cpus, sizeof(cpus), "%s (%d)", a->cpus, a->ncpus);
+        else
+            snprintf(cpus, sizeof(cpus), "%d each, own sets", a->ncpus);
+        char th[24];
+        snprintf(th, sizeof(th), tmin == tmax ? "%d" : "%d-%d", tmin, tmax);
+        char each[16];
+        snprintf(each, sizeof(each), "%d", count[k]);
+        fprintf(f, "            %-12s %-28s %-14s %-6s %-16s %-8s %s\n", ns, hosts, rs, alike ? each : "-", cpus,
+                th, device);
+        lines++;
+        k = j;
+    }
+    free(count);
+    free(order);
+    free(first);
 }
 
 void rt_comm_destroy(struct rt_comm *c)

@@ -93,6 +93,9 @@ struct rt_comm_opts {
                                0 = 300 s. Long waits the caller knows about (staging) pass their own. */
     double peer_timeout_s;  /* a peer whose heartbeat is this old is dead or stopped: abort. 0 = 20 s */
     double heartbeat_s;     /* heartbeat period; 0 = 1 s */
+    int full_mesh;          /* every rank a heartbeat partner of every other up to this many ranks, the sparse
+                               graph of rt_comm_hb_partners above; 0 = RT_COMM_FULL_MESH (the failure tests
+                               lower it to see the sparse graph at a few dozen ranks) */
 };
 
 /*
@@ -120,6 +123,29 @@ void rt_comm_destroy(struct rt_comm *c);
  * MPI_Abort with `code` on every rank, or exit(code) in a group of one. */
 _Noreturn void rt_comm_abort(struct rt_comm *c, int code, const char *msg);
 
+/* When the process group's start-up steps ended, as rt_now_ns() stamps (a group of one: all equal to the
+ * time rt_comm_create was called). For the start-up breakdown `train` prints. */
+struct rt_comm_startup {
+    uint64_t begin_ns;       /* rt_comm_create called */
+    uint64_t mpi_init_ns;    /* MPI_Init_thread returned */
+    uint64_t rank_table_ns;  /* the node split and the rank table's gather done */
+    uint64_t mesh_ns;        /* the lifeline connections made (the watchdog's mesh) */
+    int mesh_peers;          /* heartbeat partners of this rank (connections it holds) */
+};
+/* Copies the stamps into *out. */
+void rt_comm_startup(const struct rt_comm *c, struct rt_comm_startup *out);
+
+/*
+ * The heartbeat partners of `rank` in a world of `world` ranks: partner[r] is set to 1 for each (and 0
+ * otherwise; partner has `world` entries). Up to `full` ranks (0: RT_COMM_FULL_MESH) every rank is
+ * every other's partner. Above, rank r's partners are r +- 2^k (mod world) for every 2^k < world: a symmetric graph in
+ * which every rank has at most 2 ceil(log2 world) partners (20 at 1,024 ranks) and any rank reaches any
+ * other within ceil(log2 world) hops, so that a rank's death, seen by its partners, reaches every rank
+ * by forwarding in that many hops. Returns the number of partners. Pure; thread-safe.
+ */
+#define RT_COMM_FULL_MESH 64
+int rt_comm_hb_partners(int rank, int world, int full, int *partner);
+
 /* This process's rank, world and node; owned by `c`, never NULL. */
 const struct rt_rank_info *rt_comm_info(const struct rt_comm *c);
 
@@ -137,6 +163,10 @@ int rt_comm_default_threads(const struct rt_comm *c);
  * device) to `f` on rank 0; `threads` is each rank's compute thread count
  * (gathered). Collective: aborts the job on failure; never returns an error. */
 void rt_comm_print_ranks(struct rt_comm *c, FILE *f, int threads, const char *device);
+/* The same when the world has at most `max_rows` ranks; above, a summary that stays short at any size:
+ * nodes alike in rank count, CPUs, threads and device in one line each (ranks, hosts), at most 8 lines,
+ * and where the full table is (`ringtrain ranks` launched the same way). Collective, as above. */
+void rt_comm_print_rank_summary(struct rt_comm *c, FILE *f, int threads, const char *device, int max_rows);
 
 /* What the training thread is doing, sent in heartbeats and named in
  * failure messages ("rank 2 is behind: step 41, forward/backward"). */

@@ -89,6 +89,41 @@ uint64_t rt_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+static uint64_t clock_ns(clockid_t id)
+{
+    struct timespec ts;
+    clock_gettime(id, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+uint64_t rt_process_start_ns(void)
+{
+    char buf[1024];
+    FILE *f = fopen("/proc/self/stat", "r");
+    if (!f)
+        return 0;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    /* Field 22 (starttime); the command name (field 2) may hold spaces and parentheses: count from its end. */
+    const char *p = strrchr(buf, ')');
+    unsigned long long start = 0;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu",
+                     &start) != 1)
+        return 0;
+    const long hz = sysconf(_SC_CLK_TCK);
+    const uint64_t since_boot = start * (1000000000ull / (uint64_t)(hz > 0 ? hz : 100));
+    const uint64_t boot_now = clock_ns(CLOCK_BOOTTIME), mono_now = rt_now_ns();
+    const uint64_t age = boot_now > since_boot ? boot_now - since_boot : 0;
+    return mono_now > age ? mono_now - age : 0;
+}
+
+double rt_unix_time_of(uint64_t t)
+{
+    const uint64_t real = clock_ns(CLOCK_REALTIME), mono = rt_now_ns();
+    return ((double)real - ((double)mono - (double)t)) * 1e-9;
+}
+
 /* ---- Philox4x32-10 ------------------------------------------------------- */
 
 void rt_philox4x32(const uint32_t key_in[2], const uint32_t ctr_in[4], uint32_t out[4])

@@ -66,6 +66,12 @@ void rt_log(enum rt_log_level level, const char *fmt, ...) __attribute__((format
 
 /* Monotonic time in nanoseconds. */
 uint64_t rt_now_ns(void);
+/* When this process was started (exec), on rt_now_ns()'s clock: from /proc/self/stat's start time, which
+ * counts clock ticks (10 ms) since boot. 0 when it cannot be read. */
+uint64_t rt_process_start_ns(void);
+/* rt_now_ns()'s stamp `t` as Unix time in seconds (CLOCK_REALTIME), for comparing with clocks outside the
+ * process (a launcher's start); as exact as the two clocks read back to back. */
+double rt_unix_time_of(uint64_t t);
 
 /* ---- counter-based RNG --------------------------------------------------- */
 

@@ -427,7 +427,9 @@ static void test_verdict_all_wait(void)
     struct prof_rank r = {.data = 5e6, .step = 5e6};
     struct prof_verdict v;
     memset(&v, 0, sizeof(v));
-    profile_verdict(&T, &st, &r, &v);
+    struct prof_picks k;
+    profile_pick(&r, 1, &k);
+    profile_verdict(&T, &st, &k, &v);
     CHECKF(!strcmp(v.limit, "input") && !strstr(v.evidence, "inf") && !strstr(v.evidence, "nan"),
            "verdict %s: %s", v.limit, v.evidence);
     printf("verdict, data wait = the whole step: %s-bound: %s\n", v.limit, v.evidence);

@@ -147,11 +147,27 @@ void cli_aug_describe(const struct rt_aug *a, char *buf, size_t len)
  * a spinning thread takes the core a working one needs, and on two busy
  * cores that made training several times slower. libgomp reads its policy
  * once, before main(), so `train` and `eval` re-execute themselves once
- * with OMP_WAIT_POLICY=passive unless the user chose a policy.
+ * with OMP_WAIT_POLICY=passive unless the user chose a policy, or asked for
+ * one compute thread. (Setting the variable from the executable's
+ * pre-initialiser does not work: libc's own initialiser, which runs after
+ * it and before libgomp's, resets the environment to the one exec passed.)
  */
-static void set_wait_policy(char **argv)
+static void set_wait_policy(int argc, char **argv)
 {
     if (getenv("OMP_WAIT_POLICY") || getenv("GOMP_SPINCOUNT") || getenv("RINGTRAIN_REEXEC"))
+        return;
+    /* One compute thread makes no team, so nothing spins: no second start (it loads every library again,
+     * which with a hundred ranks on a node costs seconds). The last --threads counts, as getopt takes it. */
+    const char *threads = NULL;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--"))
+            break;
+        if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            threads = argv[++i];
+        else if (!strncmp(argv[i], "--threads=", 10))
+            threads = argv[i] + 10;
+    }
+    if (threads && !strcmp(threads, "1"))
         return;
     setenv("OMP_WAIT_POLICY", "passive", 1);
     setenv("RINGTRAIN_REEXEC", "1", 1);
@@ -162,7 +178,7 @@ static void set_wait_policy(char **argv)
 int main(int argc, char **argv)
 {
     if (argc >= 2 && (!strcmp(argv[1], "train") || !strcmp(argv[1], "eval")))
-        set_wait_policy(argv);
+        set_wait_policy(argc, argv);
     if (argc < 2) {
         print_help(stderr);
         return RT_EXIT_USAGE;

@@ -100,7 +100,8 @@ int train_open_backend(enum train_device dev, int local_rank, int local_world, i
 static int open_comm(struct train *T)
 {
     if (!T->comm) {
-        struct rt_comm_opts co = {.timeout_s = T->cfg.comm_timeout, .peer_timeout_s = T->cfg.peer_timeout};
+        struct rt_comm_opts co = {.timeout_s = T->cfg.comm_timeout, .peer_timeout_s = T->cfg.peer_timeout,
+                                  .full_mesh = T->faults.full_mesh};
         const int rc = rt_comm_create(&co, &T->comm);
         if (rc < 0)
             return rc;
@@ -351,16 +352,24 @@ int train_create(const struct train_cfg *cfg, struct train **out)
     T->ckpt_micro = UINT64_MAX;
     int rc;
     if ((rc = open_comm(T)) < 0 || (rc = check_ckpt_dir(T)) < 0 ||
-        (T->cfg.stage_to && (rc = copy_data_local(T)) < 0) || (rc = open_data(T)) < 0 ||
-        (rc = open_compute(T)) < 0 || (rc = make_model(T)) < 0 || (rc = replicas_create(T)) < 0 ||
-        (rc = make_bucketer(T)) < 0 || (T->cfg.resume && T->cfg.checkpoint_dir && (rc = checkpoint_resume(T)) < 0))
+        (T->cfg.stage_to && (rc = copy_data_local(T)) < 0) || (rc = open_data(T)) < 0)
         return rc;
+    startup_mark(T, BOOT_DATA);
+    if ((rc = open_compute(T)) < 0)
+        return rc;
+    startup_mark(T, BOOT_COMPUTE);
+    if ((rc = make_model(T)) < 0 || (rc = replicas_create(T)) < 0 || (rc = make_bucketer(T)) < 0 ||
+        (T->cfg.resume && T->cfg.checkpoint_dir && (rc = checkpoint_resume(T)) < 0))
+        return rc;
+    startup_mark(T, BOOT_MODEL);
     /* One model on every rank from the start: rank 0's. */
     replicas_sync_from_root(T, RT_MODEL_PARAMS, "initial parameters");
     replicas_sync_from_root(T, RT_MODEL_BUFFERS, "initial buffers");
+    startup_mark(T, BOOT_SYNC);
     if ((rc = tracefile_create(T)) < 0 || (rc = profile_create(T)) < 0 || (rc = input_create(T)) < 0)
         return rc;
     tracefile_gpu_create(T);
+    startup_mark(T, BOOT_LOADER);
     make_schedule(T);
     return open_metrics(T);
 }

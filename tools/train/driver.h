@@ -93,12 +93,19 @@ struct train_profile {
     uint64_t steps, steps_all;
     struct rt_timeline *tl;     /* on the compute stream */
     int per_layer;              /* this step marks every layer (tracing) */
-    struct prof_rank *ranks;    /* every rank's figures for the verdict (profile_gather) */
 };
 
 /* One rank's p50s, ns, as the verdict compares the ranks (compute: forward + backward). */
 struct prof_rank {
     double data, step, comm, compute;
+};
+
+/* The ranks the verdict names, with their p50s: the largest data-wait share, the most and the least
+ * compute, the least exposed-comm share (the lowest rank among equals). */
+enum { PICK_WORST_DATA, PICK_SLOW, PICK_FAST, PICK_LEAST_COMM, PICK_N };
+struct prof_picks {
+    int rank[PICK_N];
+    struct prof_rank r[PICK_N];
 };
 
 /* Percentiles of each phase, ns, and the verdict drawn from them (profile_gather). */
@@ -128,6 +135,36 @@ struct train_results {
     uint32_t streak;            /* epochs in a row at the target accuracy */
     uint64_t epochs_done;
     double run_comm_frac;       /* exposed communication over the run, averaged over the ranks */
+};
+
+/* Start-up, in the order it happens: each stamp (rt_now_ns) ends the part named after it (startup.c). */
+enum train_boot {
+    BOOT_EXEC,          /* the process started (exec) */
+    BOOT_COMM_BEGIN,    /* "process start": libraries loaded, options read, the process group begins */
+    BOOT_MPI_INIT,      /* "MPI init": MPI_Init_thread */
+    BOOT_RANK_TABLE,    /* "rank table": the node split, the ranks' hosts, pids and CPUs */
+    BOOT_MESH,          /* "lifeline mesh": the watchdog's connections */
+    BOOT_DATA,          /* "data open": the checkpoint directory, staging, the dataset's manifest */
+    BOOT_COMPUTE,       /* "compute": the backend (and NCCL) */
+    BOOT_MODEL,         /* "model": the model, its bucket plan, a resumed checkpoint */
+    BOOT_SYNC,          /* "initial sync": rank 0's parameters broadcast */
+    BOOT_LOADER,        /* "loader open": trace, profile, the loader and its ring */
+    BOOT_BANNER,        /* "banner": the banner with its rank table */
+    BOOT_FIRST_BATCH,   /* "first batch": the first batch in hand */
+    BOOT_FIRST_STEP,    /* "first step": the first update done */
+    BOOT_N
+};
+
+/* Start-up over the ranks (startup_gather, collective): per part the slowest rank's time, the launch to
+ * the first update, and what each rank holds. */
+struct train_startup {
+    int have;
+    double part_s[BOOT_N];      /* [i]: stamp i - stamp i-1, the slowest rank's; [0] unused */
+    double total_s;             /* exec to the first update done, the slowest rank's */
+    double exec_unix, first_step_unix; /* the first rank's exec, the last rank's first update (Unix s) */
+    double rss_max_mb, rss_sum_mb; /* peak resident memory, per rank (max) and over the ranks */
+    int fds_max, peers_max;     /* open file descriptors and lifeline connections per rank (max) */
+    int threads_max;            /* threads per rank (max) */
 };
 
 struct train {
@@ -179,10 +216,18 @@ struct train {
     uint64_t ckpt_micro;        /* the position (pos.micro) whose checkpoint is on disk; UINT64_MAX: none yet */
     uint64_t ckpt_saves;        /* checkpoints this process wrote */
     uint64_t t_created;
+    uint64_t boot[BOOT_N];      /* start-up stamps (enum train_boot), 0 where not reached */
+    struct train_startup startup;
 };
 
 /* loop.c: set by its SIGTERM/SIGUSR1 handler, read once per update (step_control_word) */
 extern volatile sig_atomic_t loop_stop_signal;
+
+/* startup.c */
+void startup_mark(struct train *T, enum train_boot k); /* stamp k now, once */
+void startup_gather(struct train *T);       /* collective: fills T->startup */
+const char *startup_part_name(enum train_boot k);
+const char *startup_part_key(enum train_boot k);
 
 /* input.c */
 int input_create(struct train *T);          /* the loader and its ring, or the synthetic batch; 0 or -errno */
@@ -240,6 +285,7 @@ void report_epoch(struct train *T, int partial, double time_s, double ips, doubl
 void report_stopped(const struct train *T);
 void report_profile(const struct train *T); /* the step profile's table and verdict (rank 0) */
 void report_summary(const struct train *T, double wall_s);
+void report_startup(const struct train *T); /* start-up parts and per-rank resources (rank 0) */
 void report_clear_bar(const struct train *T);
 
 /* meter.c */
@@ -255,8 +301,10 @@ void profile_micro(struct train *T, const struct train_batch *b); /* its data wa
 void profile_model_opts(struct train *T, struct rt_step_opts *so); /* the timeline for rt_model_step */
 void profile_update_end(struct train *T);   /* read the timeline, add the step */
 void profile_stats(const struct train *T, struct prof_stats *out);
-/* What limits the run (p->limit, evidence, advice) from this rank's percentiles and every rank's p50s. */
-void profile_verdict(const struct train *T, const struct prof_stats *st, const struct prof_rank *ranks,
+/* The picks from every rank's p50s (`world` entries). */
+void profile_pick(const struct prof_rank *ranks, int world, struct prof_picks *out);
+/* What limits the run (p->limit, evidence, advice) from this rank's percentiles and the picked ranks. */
+void profile_verdict(const struct train *T, const struct prof_stats *st, const struct prof_picks *k,
                      struct prof_verdict *p);
 void profile_gather(struct train *T);       /* the ranks' figures and the verdict into T->verdict; collective */
 const char *profile_phase_name(enum prof_phase k); /* "data wait" ... */
@@ -272,6 +320,7 @@ void tracefile_gpu_destroy(struct train *T); /* none made is fine */
 
 /* faults.c: the named points */
 void faults_before_compute(const struct train *T);
+void faults_step_opts(const struct train *T, struct rt_step_opts *so);
 void faults_before_unscale(struct train *T);
 void faults_before_allreduce(const struct train *T); /* on the comm thread, before a bucket's all-reduce */
 

@@ -17,7 +17,8 @@
 
 void train_faults_none(struct train_faults *f)
 {
-    *f = (struct train_faults){.stall_rank = -1, .stall_update = UINT64_MAX, .overflow_update = UINT64_MAX};
+    *f = (struct train_faults){.stall_rank = -1, .stall_update = UINT64_MAX, .overflow_update = UINT64_MAX,
+                               .slow_rank = -1};
 }
 
 /* "A:B" into two numbers; 0, or -EINVAL naming the variable. */
@@ -65,6 +66,19 @@ int train_faults_from_env(struct train_faults *f)
         parse_ms("RINGTRAIN_TEST_SLOW_ALLREDUCE", &f->allreduce_delay_ms) < 0 ||
         parse_ms("RINGTRAIN_TEST_SLOW_LOADER", &f->loader_delay_ms) < 0)
         return -EINVAL;
+    if ((s = getenv("RINGTRAIN_TEST_SLOW_RANK")) && *s) {
+        if (parse_pair("RINGTRAIN_TEST_SLOW_RANK", s, &a, &b) < 0 || a < 0 || b > 60000)
+            return rt_errf(-EINVAL, "RINGTRAIN_TEST_SLOW_RANK=%s: expected RANK:MS", s);
+        f->slow_rank = (int)a;
+        f->slow_ms = (uint32_t)b;
+    }
+    if ((s = getenv("RINGTRAIN_TEST_FULL_MESH")) && *s) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (*end || v < 1 || v > 1 << 20)
+            return rt_errf(-EINVAL, "RINGTRAIN_TEST_FULL_MESH=%s: expected a number of ranks", s);
+        f->full_mesh = (int)v;
+    }
     return 0;
 }
 
@@ -96,6 +110,35 @@ void faults_before_compute(const struct train *T)
     if (T->pos.update == T->faults.stall_update && T->rank == T->faults.stall_rank)
         for (;;)
             pause();
+}
+
+/* The straggler: the first gradients' hook of each update sleeps, inside backward (the profile counts it as
+ * compute), then hands on to the bucketer's. One process runs one step at a time: one hook will do. */
+static struct slow_hook {
+    void (*ready)(void *arg, size_t ready);
+    void *arg;
+    uint32_t ms;
+    int slept;
+} slow_hook;
+
+static void slow_ready(void *ctx, size_t ready)
+{
+    struct slow_hook *h = ctx;
+    if (!h->slept) {
+        h->slept = 1;
+        sleep_ms(h->ms);
+    }
+    h->ready(h->arg, ready);
+}
+
+/* Named point: the options of an update's last micro-batch (the one that reduces), before rt_model_step. */
+void faults_step_opts(const struct train *T, struct rt_step_opts *so)
+{
+    if (T->rank != T->faults.slow_rank || !T->faults.slow_ms || !so->grads_ready)
+        return;
+    slow_hook = (struct slow_hook){so->grads_ready, so->grads_ready_arg, T->faults.slow_ms, 0};
+    so->grads_ready = slow_ready;
+    so->grads_ready_arg = &slow_hook;
 }
 
 /* Named point: an overflow in the first gradient of the buffer, before loss scaling unscales. */

@@ -45,6 +45,7 @@ int train_loop(struct train *T)
     while (T->pos.epoch < T->cfg.epochs) {
         if ((r = train_step(T)) <= 0)
             return r;
+        startup_mark(T, BOOT_FIRST_STEP);
         if (replicas_due(T) && (r = train_replicas_check(T, NULL)) < 0)
             return r;
         if (epoch_done(T) && (r = epoch_next(T)) != 0)
@@ -66,7 +67,11 @@ int train_finish(struct train *T)
     int rc = train_replicas_check(T, &digest);
     if (rc < 0)
         return rc;
-    rt_info("param digest: %016" PRIx64, digest);
+    /* Each rank's line up to 8 ranks; above, rank 0's alone: the replica check just found them all equal. */
+    if (T->world <= 8)
+        rt_info("param digest: %016" PRIx64, digest);
+    else if (T->root)
+        rt_info("param digest: %016" PRIx64 " (the same on all %d ranks)", digest, T->world);
     report_stopped(T);
     /* The run's exposed-communication share, averaged over the ranks. */
     double ct[2] = {(double)T->meter.run.comm_ns, (double)T->meter.run.train_ns};
@@ -74,7 +79,9 @@ int train_finish(struct train *T)
     const uint64_t t_end = rt_now_ns(); /* the ranks leave this collective together: the trace's clocks */
     T->res.run_comm_frac = ct[1] > 0 ? ct[0] / ct[1] : 0;
     profile_gather(T);
+    startup_gather(T);
     report_profile(T);
+    report_startup(T);
     if ((rc = tracefile_finish(T, t_end)) < 0)
         return rc;
     report_summary(T, (double)(rt_now_ns() - T->t_created) * 1e-9);
@@ -104,6 +111,7 @@ int train_run(const struct train_cfg *cfg)
     if (rc == 0) {
         report_banner(T);
         rc = checkpoint_mark_finished(T, 0);
+        startup_mark(T, BOOT_BANNER);
     }
     if (rc == 0)
         rc = train_loop(T);

@@ -60,10 +60,7 @@ int profile_create(struct train *T)
     struct train_profile *p = &T->prof;
     p->hist = rt_calloc(PROF_N, sizeof(*p->hist), "step profile");
     p->hist_all = rt_calloc(PROF_N, sizeof(*p->hist_all), "step profile");
-    /* The ranks' figures for the verdict, allocated here: at the run's end a failure would leave this rank
-     * out of the others' allgather. */
-    p->ranks = rt_calloc((size_t)T->world, sizeof(*p->ranks), "the ranks' step profiles");
-    if (!p->hist || !p->hist_all || !p->ranks)
+    if (!p->hist || !p->hist_all)
         return -ENOMEM;
     /* Per-layer marks only while tracing: each layer's forward and backward, per micro-batch. */
     const int per_micro = T->tr.rec ? 2 * RT_MAX(rt_model_node_count(T->model), 1) + 8 : 6;
@@ -76,8 +73,6 @@ void profile_destroy(struct train *T)
     rt_timeline_destroy(T->prof.tl);
     free(T->prof.hist);
     free(T->prof.hist_all);
-    free(T->prof.ranks);
-    T->prof.ranks = NULL;
     T->prof.tl = NULL;
     T->prof.hist = T->prof.hist_all = NULL;
 }
@@ -217,39 +212,60 @@ static double share_of(double part, double step)
     return step > 0 ? part / step : 0;
 }
 
-void profile_verdict(const struct train *T, const struct prof_stats *st, const struct prof_rank *ranks,
+/* What each pick maximises: the negated value where the pick is a minimum. */
+static void pick_keys(const struct prof_rank *k, double key[PICK_N])
+{
+    key[PICK_WORST_DATA] = share_of(k->data, k->step);
+    key[PICK_SLOW] = k->compute;
+    key[PICK_FAST] = -k->compute;
+    key[PICK_LEAST_COMM] = -share_of(k->comm, k->step);
+}
+
+void profile_pick(const struct prof_rank *ranks, int world, struct prof_picks *out)
+{
+    double best[PICK_N];
+    pick_keys(&ranks[0], best);
+    for (int i = 0; i < PICK_N; i++)
+        out->rank[i] = 0;
+    for (int r = 1; r < world; r++) {
+        double key[PICK_N];
+        pick_keys(&ranks[r], key);
+        for (int i = 0; i < PICK_N; i++)
+            if (key[i] > best[i]) {
+                best[i] = key[i];
+                out->rank[i] = r;
+            }
+    }
+    for (int i = 0; i < PICK_N; i++)
+        out->r[i] = ranks[out->rank[i]];
+}
+
+void profile_verdict(const struct train *T, const struct prof_stats *st, const struct prof_picks *k,
                      struct prof_verdict *p)
 {
     const struct train_cfg *c = &T->cfg;
     const double step = st->p50[PROF_STEP] > 0 ? st->p50[PROF_STEP] : 1;
-    int worst = 0, slow = 0, fast = 0, least = 0; /* most data wait; most and least compute; least comm wait */
-    for (int r = 1; r < T->world; r++) {
-        const struct prof_rank *k = &ranks[r];
-        if (share_of(k->data, k->step) > share_of(ranks[worst].data, ranks[worst].step))
-            worst = r;
-        if (k->compute > ranks[slow].compute)
-            slow = r;
-        if (k->compute < ranks[fast].compute)
-            fast = r;
-        if (share_of(k->comm, k->step) < share_of(ranks[least].comm, ranks[least].step))
-            least = r;
-    }
-    const double imbalance = ranks[slow].compute - ranks[fast].compute;
-    const double least_comm = share_of(ranks[least].comm, ranks[least].step);
-    const double worst_data = share_of(ranks[worst].data, ranks[worst].step), worst_step = ranks[worst].step;
+    /* most data wait; most and least compute; least comm wait */
+    const int worst = k->rank[PICK_WORST_DATA], slow = k->rank[PICK_SLOW], fast = k->rank[PICK_FAST],
+              least = k->rank[PICK_LEAST_COMM];
+    const struct prof_rank *rw = &k->r[PICK_WORST_DATA], *rs = &k->r[PICK_SLOW], *rf = &k->r[PICK_FAST],
+                           *rl = &k->r[PICK_LEAST_COMM];
+    const double imbalance = rs->compute - rf->compute;
+    const double least_comm = share_of(rl->comm, rl->step);
+    const double worst_data = share_of(rw->data, rw->step), worst_step = rw->step;
     const double comm = st->p50[PROF_COMM] / step, rest = (st->p50[PROF_REST] + st->p50[PROF_COPY]) / step;
     const double compute = (st->p50[PROF_FORWARD] + st->p50[PROF_BACKWARD] + st->p50[PROF_OPTIM]) / step;
     const double imgs = (double)c->batch * c->grad_accum * T->world;
     if (worst_data >= RT_INPUT_BOUND_SHARE) {
         /* What the model alone would do, from the step without its wait: not when the wait is (nearly) all of
          * the step, where the difference is below the clock's resolution. */
-        const double own = worst_step - ranks[worst].data;
+        const double own = worst_step - rw->data;
         char alone[96] = "; the rest of the step is too short to say how fast the model alone would run";
         if (own > 0.01 * worst_step)
             snprintf(alone, sizeof(alone), "; the model alone would run at about %.0f img/s", imgs / (own * 1e-9));
         snprintf(p->limit, sizeof(p->limit), "input");
         snprintf(p->evidence, sizeof(p->evidence), "rank %d waits %.1f ms for data in a %.1f ms step (%.0f%%)%s",
-                 worst, ranks[worst].data * 1e-6, worst_step * 1e-6, 100 * worst_data, alone);
+                 worst, rw->data * 1e-6, worst_step * 1e-6, 100 * worst_data, alone);
         snprintf(p->advice, sizeof(p->advice),
                  "more loader workers (--workers %d; now %d)%s; `ringtrain loadbench DIR --target FILE.json` with "
                  "this run's --json output shows whether the loader can feed the model",
@@ -260,8 +276,8 @@ void profile_verdict(const struct train *T, const struct prof_stats *st, const s
         snprintf(p->evidence, sizeof(p->evidence),
                  "the all-reduce wait here (%.1f ms, %.0f%% of the step) is for a slower rank: rank %d waits %.0f%%; "
                  "forward + backward take %.1f ms on rank %d and %.1f ms on rank %d",
-                 st->p50[PROF_COMM] * 1e-6, 100 * comm, least, 100 * least_comm, ranks[slow].compute * 1e-6, slow,
-                 ranks[fast].compute * 1e-6, fast);
+                 st->p50[PROF_COMM] * 1e-6, 100 * comm, least, 100 * least_comm, rs->compute * 1e-6, slow,
+                 rf->compute * 1e-6, fast);
         snprintf(p->advice, sizeof(p->advice),
                  "give every rank the same cores and device (ranks sharing cores, or a busy node, run out of step); "
                  "`ringtrain ranks` shows each rank's CPUs");
@@ -308,8 +324,25 @@ void profile_gather(struct train *T)
     profile_stats(T, &st);
     const struct prof_rank mine = {st.p50[PROF_DATA], st.p50[PROF_STEP], st.p50[PROF_COMM],
                                    st.p50[PROF_FORWARD] + st.p50[PROF_BACKWARD]};
-    rt_comm_allgather(T->comm, &mine, T->prof.ranks, sizeof(mine), "the ranks' step profiles");
-    profile_verdict(T, &st, T->prof.ranks, &T->verdict);
+    /* Three small all-reduces (O(log n) each), never a gather of every rank's row: the best key of each pick,
+     * the lowest rank that holds it, and that rank's row. */
+    double key[PICK_N], best[PICK_N];
+    pick_keys(&mine, key);
+    memcpy(best, key, sizeof(best));
+    rt_comm_allreduce(T->comm, best, PICK_N, RT_COMM_F64, RT_RED_MAX, "the step profiles' extremes");
+    int32_t who[PICK_N];
+    for (int i = 0; i < PICK_N; i++)
+        who[i] = key[i] == best[i] ? T->rank : INT32_MAX;
+    rt_comm_allreduce(T->comm, who, PICK_N, RT_COMM_I32, RT_RED_MIN, "the step profiles' extremes");
+    struct prof_picks k;
+    memset(&k, 0, sizeof(k));
+    for (int i = 0; i < PICK_N; i++) {
+        k.rank[i] = who[i];
+        if (who[i] == T->rank)
+            k.r[i] = mine;
+    }
+    rt_comm_allreduce(T->comm, k.r, PICK_N * 4, RT_COMM_F64, RT_RED_SUM, "the step profiles' extremes");
+    profile_verdict(T, &st, &k, &T->verdict);
     T->verdict.have = 1;
     T->verdict.st = st;
 }

@@ -111,7 +111,9 @@ void report_banner(const struct train *T)
         banner_optim(T);
         fflush(stdout);
     }
-    rt_comm_print_ranks(T->comm, stdout, T->cfg.threads, rt_backend_kind_of(T->be) == RT_BACKEND_CUDA ? "cuda" : "cpu");
+    /* Above 16 ranks a summary by node: the table of every rank is `ringtrain ranks`. */
+    rt_comm_print_rank_summary(T->comm, stdout, T->cfg.threads,
+                               rt_backend_kind_of(T->be) == RT_BACKEND_CUDA ? "cuda" : "cpu", 16);
     if (T->root)
         fflush(stdout);
 }
@@ -288,6 +290,19 @@ static void summary_json(const struct train *T, double wall_s, double train_s, d
     struct rt_comm_counts cc;
     rt_comm_counts(T->comm, &cc);
     json_object_set_new(o, "world_size", json_integer(T->world));
+    const struct train_startup *su = &T->startup;
+    if (su->have) {
+        json_t *parts = json_object();
+        for (int k = BOOT_COMM_BEGIN; k < BOOT_N; k++)
+            json_object_set_new(parts, startup_part_key((enum train_boot)k), json_real(su->part_s[k]));
+        json_object_set_new(o, "startup", json_pack("{s:f, s:f, s:f, s:o}", "to_first_step_s", su->total_s,
+                                                    "exec_unix", su->exec_unix, "first_step_unix",
+                                                    su->first_step_unix, "parts_s", parts));
+        json_object_set_new(o, "per_rank", json_pack("{s:f, s:f, s:i, s:i, s:i}", "rss_max_mb", su->rss_max_mb,
+                                                     "rss_total_mb", su->rss_sum_mb, "fds_max", su->fds_max,
+                                                     "lifeline_peers_max", su->peers_max, "threads_max",
+                                                     su->threads_max));
+    }
     json_object_set_new(o, "device", json_string(rt_backend_kind_of(T->be) == RT_BACKEND_CUDA ? "cuda" : "cpu"));
     json_object_set_new(o, "amp", json_string(T->act == RT_F32 ? "off" : rt_dtype_name(T->act)));
     json_object_set_new(o, "optimizer_updates", json_integer((json_int_t)rt_optim_steps(T->opt)));
@@ -313,6 +328,24 @@ static void summary_json(const struct train *T, double wall_s, double train_s, d
         printf("%s\n", s);
     free(s);
     json_decref(o);
+}
+
+void report_startup(const struct train *T)
+{
+    const struct train_startup *su = &T->startup;
+    if (!T->root || !su->have)
+        return;
+    printf("start-up  %.1f s from the first process to the first update (the slowest rank's part each):", su->total_s);
+    for (int k = BOOT_COMM_BEGIN; k < BOOT_N; k++)
+        if (T->world > 1 || (k != BOOT_MPI_INIT && k != BOOT_RANK_TABLE && k != BOOT_MESH))
+            printf("%s %s %.2f", k == BOOT_COMM_BEGIN ? "" : ",", startup_part_name((enum train_boot)k),
+                   su->part_s[k]);
+    printf("\n");
+    printf("per rank  peak memory %.0f MB (max; %.0f MB over %d rank%s), %d open files, %d threads",
+           su->rss_max_mb, su->rss_sum_mb, T->world, T->world == 1 ? "" : "s", su->fds_max, su->threads_max);
+    if (T->world > 1)
+        printf(", %d lifeline connections", su->peers_max);
+    printf("\n");
 }
 
 void report_summary(const struct train *T, double wall_s)

@@ -100,6 +100,7 @@ int train_step_forward_backward(struct train *T, const struct train_batch *b, ui
     faults_before_compute(T);
     T->step_loss = (struct rt_loss_stats){0};
     profile_model_opts(T, &so);
+    faults_step_opts(T, &so);
     const uint64_t t0 = rt_trace_begin();
     const int rc = rt_model_step(T->model, &so, (int)T->cfg.batch, b->images, b->labels, &T->step_loss);
     if (rc < 0)

@@ -108,6 +108,10 @@ struct train_faults {
     uint32_t copy_delay_ms;     /* node-local copies sleep this long after each block (interrupt midway) */
     uint32_t allreduce_delay_ms; /* each bucket's all-reduce starts this much late (a slow link) */
     uint32_t loader_delay_ms;   /* each loader batch takes this much longer (slow storage) */
+    int slow_rank;              /* this rank's backward takes slow_ms longer in every update (a straggler) */
+    uint32_t slow_ms;
+    int full_mesh;              /* the watchdog's all-to-all mesh only up to this many ranks (0: the default,
+                                   rt_comm_opts.full_mesh): the sparse graph at a few dozen ranks */
 };
 
 /* No fault anywhere. */
@@ -116,7 +120,8 @@ void train_faults_none(struct train_faults *f);
 /*
  * Fills `f` from the environment, none where a variable is unset:
  *   RINGTRAIN_TEST_STALL=RANK:UPDATE, RINGTRAIN_TEST_OVERFLOW=UPDATE:COUNT,
- *   RINGTRAIN_TEST_SLOW_COPY=MS, RINGTRAIN_TEST_SLOW_ALLREDUCE=MS, RINGTRAIN_TEST_SLOW_LOADER=MS.
+ *   RINGTRAIN_TEST_SLOW_COPY=MS, RINGTRAIN_TEST_SLOW_ALLREDUCE=MS, RINGTRAIN_TEST_SLOW_LOADER=MS,
+ *   RINGTRAIN_TEST_SLOW_RANK=RANK:MS, RINGTRAIN_TEST_FULL_MESH=RANKS.
  * Returns 0, or -EINVAL naming the variable that does not parse.
  */
 int train_faults_from_env(struct train_faults *f);

@@ -21,6 +21,8 @@ void watch_update_begin(struct train *T)
 
 void watch_micro_end(struct train *T, const struct train_batch *b)
 {
+    if (!T->boot[BOOT_FIRST_BATCH])
+        T->boot[BOOT_FIRST_BATCH] = b->t_ready;
     meter_micro(&T->meter, &T->step_loss, b);
     profile_micro(T, b);
     report_progress(T);
