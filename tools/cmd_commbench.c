@@ -211,7 +211,7 @@ static void print_header(const struct cb_state *R)
     char *table = NULL;
     size_t table_len = 0;
     FILE *mem = in->rank == 0 ? open_memstream(&table, &table_len) : NULL;
-    rt_comm_print_ranks(R->c, mem ? mem : stdout, 1, in->nccl ? "cuda" : "cpu");
+    rt_comm_print_rank_summary(R->c, mem ? mem : stdout, 1, in->nccl ? "cuda" : "cpu", 16);
     if (mem)
         fclose(mem);
     if (in->rank != 0)
