@@ -66,9 +66,12 @@ static void usage(FILE *f)
             "  --no-pin               pageable batch slots (on a GPU: no cudaHostAlloc, no copy overlap)\n"
             "  --json                 end with one JSON line summing up the run\n"
             "  --trace FILE           Chrome trace of the pipeline (Perfetto, chrome://tracing): every thread,\n"
-            "                         the compute stream's layers, the buckets; one file for all ranks\n"
+            "                         the compute stream's layers, the buckets; one file, or one per rank (--trace-split)\n"
             "  --trace-steps A:B|all  optimizer steps recorded (default 3:13: ten after the warm-up)\n"
             "  --trace-mb MB          memory for events per rank (default 64); past it events are dropped\n"
+            "  --trace-split MODE     auto (default: merged up to 16 ranks and about 256 MB of trace, else rank),\n"
+            "                         merged (rank 0 writes FILE) or rank (each rank writes FILE.rankNNNNN.json;\n"
+            "                         `ringtrain trace merge` joins them)\n"
             "  -h, --help             print this help\n\n"
             "Several ranks (mpirun -np N ringtrain train ..., or srun --mpi=pmix): data-parallel, one\n"
             "process per device, gradients all-reduced in buckets while backward runs.\n"
@@ -103,7 +106,7 @@ int cmd_train(int argc, char **argv)
         O_EPOCHS = 256, O_LR, O_OPT, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPEP, O_GAMMA, O_LS, O_ACCUM, O_CLIP,
         O_SEED, O_AUG, O_IMGSZ, O_SHUF, O_TARGET, O_PAT, O_CKPT, O_RESUME, O_METRICS, O_SYN, O_STEPS, O_NOPROG, O_NOPIN, O_PIN,
         O_BUCKET, O_NOOVL, O_CTO, O_PTO, O_REPL, O_STAGE, O_AMP, O_LSCALE, O_MAXSKIP, O_ALLRED, O_TRACE, O_TRSTEPS,
-        O_TRMB, O_HELP
+        O_TRMB, O_TRSPLIT, O_HELP
     };
     static const struct option opts[] = {
         CLI_RUN_OPTIONS,
@@ -147,6 +150,7 @@ int cmd_train(int argc, char **argv)
         {"trace", required_argument, NULL, O_TRACE},
         {"trace-steps", required_argument, NULL, O_TRSTEPS},
         {"trace-mb", required_argument, NULL, O_TRMB},
+        {"trace-split", required_argument, NULL, O_TRSPLIT},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0}};
     struct cli_run_opts run = {.model = "mnist-net", .batch = 128};
@@ -295,6 +299,16 @@ int cmd_train(int argc, char **argv)
         case O_TRMB:
             if (parse_float("--trace-mb", optarg, 1, 65536, &c.trace_mb))
                 return RT_EXIT_USAGE;
+            break;
+        case O_TRSPLIT:
+            if (!strcmp(optarg, "auto"))
+                c.trace_split = TRACE_SPLIT_AUTO;
+            else if (!strcmp(optarg, "merged"))
+                c.trace_split = TRACE_SPLIT_MERGED;
+            else if (!strcmp(optarg, "rank"))
+                c.trace_split = TRACE_SPLIT_RANK;
+            else
+                return cli_usage_error("train", "--trace-split %s: expected auto, merged or rank", optarg);
             break;
         case O_AMP:
             if (train_amp_parse(optarg, &c.amp) < 0)

@@ -123,7 +123,6 @@ struct prof_verdict {
 /* --trace (tracefile.c): the recorder (its window is cfg.trace_first/last/all) and the file it made. */
 struct train_trace {
     struct rt_trace *rec;       /* NULL: not tracing */
-    uint64_t (*clocks)[2];      /* per rank: the run's end and the recorder's start (tracefile_finish's gather) */
     uint64_t file_bytes;
 };
 

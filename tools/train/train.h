@@ -80,6 +80,12 @@ enum train_allreduce { ALLREDUCE_AUTO = 0, ALLREDUCE_NCCL };
 /* Parses "auto" or "nccl"; 0 or -EINVAL with the message set. */
 int train_allreduce_parse(const char *s, enum train_allreduce *out);
 
+/* --trace-split: one trace file, or one per rank. auto: one file for a small job, one per rank past
+ * tracefile.c's limits (more than 16 ranks, or about 256 MiB of trace in all); merged: rank 0 writes one
+ * file whatever the size; rank: every rank writes FILE with ".rankNNNNN" before its extension, which
+ * `ringtrain trace merge` joins into the file `merged` would have written. */
+enum train_trace_split { TRACE_SPLIT_AUTO = 0, TRACE_SPLIT_MERGED, TRACE_SPLIT_RANK };
+
 /*
  * Opens the compute backend --device asks for: cuda fails at once with the
  * reason when no usable GPU is there; auto takes a GPU when there is one,
@@ -177,10 +183,11 @@ struct train_cfg {
     uint64_t check_replicas;    /* compare parameter digests every N updates (0: at the end only) */
     const char *stage_to;       /* copy --data under this node-local directory first */
     /* observing */
-    const char *trace;          /* Chrome trace file (rank 0 writes the merged file), NULL: none */
+    const char *trace;          /* Chrome trace file (merged by rank 0, or one per rank), NULL: none */
     uint64_t trace_first, trace_last; /* optimizer steps [first, last) recorded ... */
     int trace_all;              /* ... or the whole run */
     double trace_mb;            /* memory for events per rank (0: 64 MiB) */
+    enum train_trace_split trace_split; /* one file, or one per rank (auto: by the world and the size) */
     /* what the driver is plugged into (not options) */
     struct rt_comm *comm;       /* borrowed process group; NULL: the driver creates one from the launcher */
     const struct train_faults *faults; /* borrowed, read at create; NULL: none */
