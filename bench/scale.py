@@ -5,6 +5,7 @@ file descriptors, faults and exact resume, one table per rank count.
   bench/scale.py [--bin PATH] [--ranks 32,64,128] [--model mnist-net]
                  [--batch-size 4] [--steps 6] [--faults kill,stop,term,slow]
                  [--full-mesh N] [--bound 5] [--check] [--json FILE] [--keep DIR]
+                 [--launcher CMD] [--mpirun-args ARGS] [--train-args ARGS]
 
 Every launch is `mpirun --oversubscribe -np N BIN train --synthetic-data
 --model M --batch-size B --threads 1 --no-progress ...` (one thread per rank,
@@ -85,7 +86,7 @@ class Bench:
     def train_args(self, steps):
         a = self.a
         return [a.bin, "train", "--synthetic-data", "--model", a.model, "--batch-size", str(a.batch_size),
-                "--threads", "1", "--no-progress", "--steps", str(steps)]
+                "--threads", "1", "--no-progress", "--steps", str(steps)] + a.train_args.split()
 
     def launch(self, n, args, out, mpirun_args=(), env=None):
         cmd = self.a.launcher.split() + ["--oversubscribe", "-np", str(n)] + self.a.mpirun_args.split() + \
@@ -331,6 +332,7 @@ def main():
     ap.add_argument("--launcher", default="mpirun",
                     help="the mpirun command (a wrapper that starts mpirun across nodes: bench/scale_two_nodes.sh)")
     ap.add_argument("--mpirun-args", default="", help="more mpirun options, e.g. '--npernode 16'")
+    ap.add_argument("--train-args", default="", help="more train options, e.g. '--peer-timeout 10'")
     ap.add_argument("--json")
     ap.add_argument("--keep")
     a = ap.parse_args()
