@@ -23,7 +23,9 @@ For each rank count:
            watchdog ends the job, not mpirun): time from the signal to
            mpirun's exit, and how many ranks name the killed rank.
   stop     SIGSTOP one rank: its partners hear no heartbeat for --peer-timeout
-           (3 s) and end the job; the same two figures.
+           (3 s) and end the job; the same two figures (mpirun with
+           odls_base_sigkill_timeout 0: its clean-up of a stopped rank would
+           otherwise add two seconds of its own, SIGCONT, SIGTERM, SIGKILL).
   term     (first) SIGTERM to every rank, as Slurm's preemption sends it:
            every rank stops at one update S and checkpoints; the time to exit,
            the step, and whether `--resume` to S + --steps ends with the param
@@ -209,7 +211,11 @@ class Bench:
         """kill or stop: the time from the signal to mpirun's exit, and the ranks whose message names it."""
         out = os.path.join(d, kind)
         v = n * 3 // 4 + 1 if n > 4 else n - 1
-        p = self.launch(n, self.train_args(1000000), out, ["--enable-recovery"] if kind == "kill" else [])
+        # kill: --enable-recovery, so that the survivors' watchdog ends the job, not mpirun noticing the death.
+        # stop: mpirun's own clean-up of a stopped rank sends SIGCONT, SIGTERM and SIGKILL a second apart
+        # (odls_base_sigkill_timeout): without the wait, the job's end is the watchdog's alone.
+        mo = ["--enable-recovery"] if kind == "kill" else ["--mca", "odls_base_sigkill_timeout", "0"]
+        p = self.launch(n, self.train_args(1000000), out, mo)
         pids = self.running(p, out, n)
         if not pids:
             self.finish(p, 60)

@@ -23,6 +23,7 @@
  * each other; and a rank that was itself stopped long enough for the others
  * to give up on it says so when it runs again, instead of blaming them.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
@@ -54,6 +55,7 @@ struct peer {
     char host[64];
     int32_t pid, local_rank, node, ncpus, threads;
     char cpus[64];
+    uint64_t start;             /* the process's start, clock ticks since boot (/proc/PID/stat), 0 unknown */
 };
 
 struct rt_comm {
@@ -83,6 +85,8 @@ struct rt_comm {
     struct heard *hb_last;      /* world entries */
     int *hb_peer;               /* world entries: 1 if a heartbeat partner */
     int *gone;                  /* world entries: 1 once it said it is leaving (LL_BYE) */
+    uint64_t *busy_seen;        /* world entries: when a silent node-local peer was last found busy (ns), 0 never */
+    uint64_t *busy_checked;     /* world entries: when its /proc entry was last read (ns) */
     uint64_t woke_ns;           /* when this process ran again after not running for idle_s */
     double idle_s;
     int abort_from;             /* the first peer that said it is ending the job (LL_ABORT), or -1 */
@@ -98,6 +102,62 @@ static const char *const phase_names[] = {"starting",   "forward/backward", "wai
 static const char *phase_name(int p)
 {
     return p >= 0 && p < (int)RT_ARRAY_LEN(phase_names) ? phase_names[p] : "?";
+}
+
+/* ---- node-local peers' processes ------------------------------------------------ */
+
+/* Reads /proc/PID/stat (or a task's): the state letter and the start time in clock ticks. 0, or -1 when
+ * there is no such entry. */
+static int proc_stat(const char *path, char *state, uint64_t *start)
+{
+    char buf[1024];
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    const char *p = strrchr(buf, ')'); /* the command name may hold spaces and parentheses */
+    unsigned long long st = 0;
+    if (!p || sscanf(p + 2, "%c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d %*d %*d %*d %*d %llu", state,
+                     &st) != 2)
+        return -1;
+    *start = st;
+    return 0;
+}
+
+/*
+ * Whether a node-local peer that has gone silent is starved rather than stopped: its process (the same pid
+ * and start time as in the rank table) is there, not stopped, and one of its threads is running or waiting
+ * for a CPU (R) or for the disk (D). With many ranks on few cores (a hundred ranks on two, in the scale
+ * tests) a comm thread can wait seconds for a CPU in a step's first touches of memory; its silence is then
+ * the node's load, not a failure. 1: busy; 0: stopped, or all its threads asleep; -1: not that process.
+ */
+static int peer_busy(const struct peer *p)
+{
+    char path[64], state;
+    uint64_t start;
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)p->pid);
+    if (!p->start || proc_stat(path, &state, &start) < 0 || start != p->start)
+        return -1;
+    if (state == 'T' || state == 't' || state == 'Z' || state == 'X')
+        return 0;
+    snprintf(path, sizeof(path), "/proc/%d/task", (int)p->pid);
+    DIR *d = opendir(path);
+    if (!d)
+        return -1;
+    int busy = 0;
+    for (struct dirent *e; !busy && (e = readdir(d));) {
+        if (e->d_name[0] == '.')
+            continue;
+        char tpath[96];
+        uint64_t ts;
+        snprintf(tpath, sizeof(tpath), "/proc/%d/task/%.20s/stat", (int)p->pid, e->d_name);
+        if (proc_stat(tpath, &state, &ts) == 0 && (state == 'R' || state == 'D'))
+            busy = 1;
+    }
+    closedir(d);
+    return busy;
 }
 
 /* ---- fatal paths --------------------------------------------------------------- */
@@ -412,6 +472,9 @@ static int hb_receive(struct rt_comm *c, int r)
  * may reach this rank a moment after the peer's message. */
 #define ABORT_GRACE_NS 200000000ull
 
+/* How many peer timeouts a silent node-local peer that is busy (starved of CPU, peer_busy) is given. */
+#define STARVED_TIMEOUTS 10
+
 /* After reading every connection that had something: a death this rank saw
  * itself comes first (each survivor names the dead rank), then a peer's
  * reason for ending the job. A rank that did not run for a while names
@@ -467,16 +530,29 @@ static void watch(struct rt_comm *c, struct rt_comm_job *active, struct pollfd *
     }
     judge(c, dead, jt);
     const uint64_t now = rt_now_ns(); /* after the heartbeats just read */
+    const uint64_t hb_ns = (uint64_t)(c->o.heartbeat_s * 1e9);
     for (int r = 0; r < c->info.world; r++) {
         if (!c->hb_peer[r] || c->gone[r])
             continue;
         double quiet = (double)(now - c->hb_seen[r]) * 1e-9;
-        if (quiet > c->o.peer_timeout_s)
-            fatal(c, "rank %d (%s, pid %d) has sent no heartbeat for %.1f s (--peer-timeout %g): it is stopped or "
-                     "hung, or its node is unreachable (last heard at step %" PRIu64 ", %s). This rank: step %" PRIu64
-                     ", %s; in flight: %s. Ending the job.",
-                  r, c->peers[r].host, c->peers[r].pid, quiet, c->o.peer_timeout_s, c->hb_last[r].step,
-                  phase_name(c->hb_last[r].phase), atomic_load(&c->step), phase_name(atomic_load(&c->phase)), jt);
+        if (quiet <= c->o.peer_timeout_s)
+            continue;
+        /* A peer on this node that is starved of CPU, not stopped (peer_busy), gets up to STARVED_TIMEOUTS
+         * peer timeouts; /proc is read at most once a heartbeat period. */
+        if (c->peers[r].node == c->info.node && quiet <= STARVED_TIMEOUTS * c->o.peer_timeout_s) {
+            if (now - c->busy_checked[r] >= hb_ns) {
+                c->busy_checked[r] = now;
+                if (peer_busy(&c->peers[r]) == 1)
+                    c->busy_seen[r] = now;
+            }
+            if (c->busy_seen[r] && now - c->busy_seen[r] < 2 * hb_ns)
+                continue;
+        }
+        fatal(c, "rank %d (%s, pid %d) has sent no heartbeat for %.1f s (--peer-timeout %g): it is stopped or "
+                 "hung, or its node is unreachable (last heard at step %" PRIu64 ", %s). This rank: step %" PRIu64
+                 ", %s; in flight: %s. Ending the job.",
+              r, c->peers[r].host, c->peers[r].pid, quiet, c->o.peer_timeout_s, c->hb_last[r].step,
+              phase_name(c->hb_last[r].phase), atomic_load(&c->step), phase_name(atomic_load(&c->phase)), jt);
     }
     for (struct rt_comm_job *j = active; j; j = j->next) {
         if (j->timeout_s <= 0)
@@ -779,6 +855,9 @@ static void fill_self(struct peer *p, int threads)
     memset(p, 0, sizeof(*p));
     gethostname(p->host, sizeof(p->host) - 1);
     p->pid = (int32_t)getpid();
+    char state;
+    if (proc_stat("/proc/self/stat", &state, &p->start) < 0)
+        p->start = 0;
     cpu_set_t set;
     CPU_ZERO(&set);
     if (sched_getaffinity(0, sizeof(set), &set) == 0) {
@@ -928,7 +1007,9 @@ int rt_comm_create(const struct rt_comm_opts *o, struct rt_comm **out)
     c->hb_last = rt_calloc((size_t)c->info.world, sizeof(struct heard), "rank table");
     c->hb_peer = rt_calloc((size_t)c->info.world, sizeof(int), "rank table");
     c->gone = rt_calloc((size_t)c->info.world, sizeof(int), "rank table");
-    if (!c->peers || !c->hb_seen || !c->hb_last || !c->hb_peer || !c->gone) {
+    c->busy_seen = rt_calloc((size_t)c->info.world, sizeof(uint64_t), "rank table");
+    c->busy_checked = rt_calloc((size_t)c->info.world, sizeof(uint64_t), "rank table");
+    if (!c->peers || !c->hb_seen || !c->hb_last || !c->hb_peer || !c->gone || !c->busy_seen || !c->busy_checked) {
         if (lv.mpi)
             fatal(c, "out of memory");
         rt_comm_destroy(c);
@@ -1120,5 +1201,7 @@ void rt_comm_destroy(struct rt_comm *c)
     free(c->hb_last);
     free(c->hb_peer);
     free(c->gone);
+    free(c->busy_seen);
+    free(c->busy_checked);
     free(c);
 }
