@@ -203,7 +203,8 @@ class Bench:
             self.fail("%d ranks: the uninterrupted run failed (exit %d), see %s.err" % (n, rc, out))
             return r
         su = s["startup"]
-        r.update(launch_s=su["first_step_unix"] - p.t0, to_first_step_s=su["to_first_step_s"],
+        r.update(launch_s=su["first_step_unix"] - p.t0, spawn_s=su["exec_unix"] - p.t0,
+                 to_first_step_s=su["to_first_step_s"],
                  parts=su["parts_s"], per_rank=s["per_rank"])
         return r
 
@@ -387,19 +388,23 @@ def report_one(n, r):
 
 
 def report(results, a):
-    print("start-up and resources (the slowest rank's time for each part, s):")
-    print("%6s %8s %6s %6s %6s %6s %6s %6s %6s %9s %9s %5s %5s" %
-          ("ranks", "launch", "proc", "MPI", "table", "mesh", "model", "sync", "step1", "RSS/rank", "RSS all",
-           "fds", "links"))
+    print("start-up, s: launch to the last rank's first update; mpirun to the first rank's exec; then each part,")
+    print("from the last rank through the one before to the last rank through it; and what each rank holds:")
+    print("%6s %7s %7s %6s %6s %6s %6s %6s %6s %6s %6s %9s %9s %5s %5s" %
+          ("ranks", "launch", "mpirun", "proc", "MPI", "table", "mesh", "model", "sync", "step1", "other",
+           "RSS/rank", "RSS all", "fds", "links"))
     for n, r in results.items():
         s = r["start"]
         if "parts" not in s:
             print("%6d  (failed)" % n)
             continue
         p, pr = s["parts"], s["per_rank"]
-        print("%6d %8.1f %6.2f %6.2f %6.2f %6.2f %6.2f %6.2f %6.2f %7.0fMB %7.0fMB %5d %5d" %
-              (n, s["launch_s"], p["process"], p["mpi_init"], p["rank_table"], p["mesh"], p["model"], p["sync"],
-               p["first_step"], pr["rss_max_mb"], pr["rss_total_mb"], pr["fds_max"], pr["lifeline_peers_max"]))
+        shown = ("process", "mpi_init", "rank_table", "mesh", "model", "sync", "first_step")
+        other = sum(v for k, v in p.items() if k not in shown)
+        print("%6d %7.1f %7.2f %6.2f %6.2f %6.2f %6.2f %6.2f %6.2f %6.2f %6.2f %7.0fMB %7.0fMB %5d %5d" %
+              (n, s["launch_s"], s["spawn_s"], p["process"], p["mpi_init"], p["rank_table"], p["mesh"], p["model"],
+               p["sync"], p["first_step"], other, pr["rss_max_mb"], pr["rss_total_mb"], pr["fds_max"],
+               pr["lifeline_peers_max"]))
     print("\nfaults (seconds from the signal to the job's end; goal %g s):" % a.bound)
     print("%6s %7s %16s %7s %16s %8s %6s %8s %s" %
           ("ranks", "SIGKILL", "ranks naming it", "SIGSTOP", "ranks naming it", "SIGTERM", "step", "resume",

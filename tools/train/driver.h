@@ -154,12 +154,13 @@ enum train_boot {
     BOOT_N
 };
 
-/* Start-up over the ranks (startup_gather, collective): per part the slowest rank's time, the launch to
- * the first update, and what each rank holds. */
+/* Start-up over the ranks (startup_gather, collective): per part, from when the last rank finished the
+ * part before to when the last rank finished it (so the parts add up), the first exec to the last rank's
+ * first update, and what each rank holds. */
 struct train_startup {
     int have;
-    double part_s[BOOT_N];      /* [i]: stamp i - stamp i-1, the slowest rank's; [0] unused */
-    double total_s;             /* exec to the first update done, the slowest rank's */
+    double part_s[BOOT_N];      /* [i]: the last rank's stamp i - the last rank's stamp i-1; [0] unused */
+    double total_s;             /* the first rank's exec to the last rank's first update */
     double exec_unix, first_step_unix; /* the first rank's exec, the last rank's first update (Unix s) */
     double rss_max_mb, rss_sum_mb; /* peak resident memory, per rank (max) and over the ranks */
     int fds_max, peers_max;     /* open file descriptors and lifeline connections per rank (max) */

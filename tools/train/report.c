@@ -335,7 +335,9 @@ void report_startup(const struct train *T)
     const struct train_startup *su = &T->startup;
     if (!T->root || !su->have)
         return;
-    printf("start-up  %.1f s from the first process to the first update (the slowest rank's part each):", su->total_s);
+    printf("start-up  %.1f s from the first process to the last rank's first update, by when the last rank was "
+           "through each part:",
+           su->total_s);
     for (int k = BOOT_COMM_BEGIN; k < BOOT_N; k++)
         if (T->world > 1 || (k != BOOT_MPI_INIT && k != BOOT_RANK_TABLE && k != BOOT_MESH))
             printf("%s %s %.2f", k == BOOT_COMM_BEGIN ? "" : ",", startup_part_name((enum train_boot)k),

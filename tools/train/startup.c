@@ -1,8 +1,8 @@
 /*
  * startup.c - where the time from launch to the first update goes, and what
  * each rank holds once running: the start-up stamps (enum train_boot) taken
- * on every rank, reduced over the ranks with two small all-reduces (the
- * slowest rank's time for each part, the peaks and totals of memory and file
+ * on every rank, reduced over the ranks with two small all-reduces (when the
+ * last rank was through each part, the peaks and totals of memory and file
  * descriptors) -- O(log n) collectives, never a gather of every rank's table.
  * The report prints them (report.c) and `--json` carries them: the scale
  * bench reads them from there.
@@ -75,11 +75,14 @@ void startup_gather(struct train *T)
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     const double rss_mb = (double)ru.ru_maxrss / 1024.0;
-    /* MAX of each, with the exec time negated (its MAX is the earliest exec). */
-    double mx[BOOT_N + 7];
+    /* MAX of each: for every stamp, when the last rank reached it (Unix time, so that nodes compare); the first
+     * rank's exec as the MAX of its negation; whether any rank reached its first update ([0]). Parts are
+     * then differences between the last ranks' stamps: they add up to the launch-to-first-update time, and a
+     * rank waiting in a collective for a slower one is not counted twice. */
+    double mx[BOOT_N + 6];
     for (int k = 1; k < BOOT_N; k++)
-        mx[k] = (double)(t[k] - t[k - 1]) * 1e-9;
-    mx[0] = (double)(t[BOOT_N - 1] - t[BOOT_EXEC]) * 1e-9;
+        mx[k] = rt_unix_time_of(t[k]);
+    mx[0] = reached;
     mx[BOOT_N] = reached ? rt_unix_time_of(t[BOOT_FIRST_STEP]) : 0;
     mx[BOOT_N + 1] = -rt_unix_time_of(t[BOOT_EXEC]);
     mx[BOOT_N + 2] = rss_mb;
@@ -88,19 +91,21 @@ void startup_gather(struct train *T)
     rt_comm_startup(T->comm, &c2);
     mx[BOOT_N + 4] = c2.mesh_peers;
     mx[BOOT_N + 5] = count_entries("/proc/self/task", 0);
-    mx[BOOT_N + 6] = reached;
-    rt_comm_allreduce(T->comm, mx, BOOT_N + 7, RT_COMM_F64, RT_RED_MAX, "the start-up figures");
+    rt_comm_allreduce(T->comm, mx, BOOT_N + 6, RT_COMM_F64, RT_RED_MAX, "the start-up figures");
     double sum = rss_mb;
     rt_comm_allreduce(T->comm, &sum, 1, RT_COMM_F64, RT_RED_SUM, "the ranks' memory");
 
     struct train_startup *s = &T->startup;
     memset(s, 0, sizeof(*s));
-    s->have = mx[BOOT_N + 6] > 0;
-    for (int k = 1; k < BOOT_N; k++)
-        s->part_s[k] = mx[k];
-    s->total_s = mx[0];
+    s->have = mx[0] > 0;
     s->first_step_unix = mx[BOOT_N];
     s->exec_unix = -mx[BOOT_N + 1];
+    double prev = s->exec_unix;
+    for (int k = 1; k < BOOT_N; k++) {
+        s->part_s[k] = mx[k] > prev ? mx[k] - prev : 0;
+        prev = mx[k] > prev ? mx[k] : prev;
+    }
+    s->total_s = prev - s->exec_unix;
     s->rss_max_mb = mx[BOOT_N + 2];
     s->rss_sum_mb = sum;
     s->fds_max = (int)mx[BOOT_N + 3];
