@@ -23,7 +23,7 @@ KIND, and what A and B are:
                 timing fields (images_per_s, steady_images_per_s, time_s,
                 train_time_s, process_images_per_s, process_train_time_s (a
                 resumed run's own share), exposed_comm_frac, profile, verdict,
-                trace)
+                trace, startup, per_rank)
   eval          the last JSON line of two `eval --json` outputs: model,
                 images, loss and accuracy
 
@@ -46,7 +46,8 @@ sys.dont_write_bytecode = True  # no __pycache__ in tools/
 METRICS_TIMING = ("time_s", "images_per_s", "data_wait_frac", "exposed_comm_frac", "gpu_samples", "gpu_util_pct",
                   "gpu_mem_used_gib", "gpu_power_w", "gpu_sm_clock_mhz")
 SUMMARY_TIMING = ("images_per_s", "steady_images_per_s", "time_s", "train_time_s", "process_images_per_s",
-                  "process_train_time_s", "exposed_comm_frac", "profile", "verdict", "trace")
+                  "process_train_time_s", "exposed_comm_frac", "profile", "verdict", "trace", "startup",
+                  "per_rank")
 STATE_VOLATILE = ("checkpoint_id", "train_ns")
 META_VOLATILE = ("checkpoint_id",)
 EVAL_FIELDS = ("model", "images", "loss", "accuracy")
