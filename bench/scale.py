@@ -4,7 +4,7 @@ file descriptors, faults and exact resume, one table per rank count.
 
   bench/scale.py [--bin PATH] [--ranks 32,64,128] [--model mnist-net]
                  [--batch-size 4] [--steps 6] [--faults kill,stop,term,slow]
-                 [--full-mesh N] [--bound 5] [--check] [--json FILE] [--keep DIR]
+                 [--full-mesh N] [--bound 5] [--settle S] [--check] [--json FILE] [--keep DIR]
                  [--launcher CMD] [--mpirun-args ARGS] [--train-args ARGS]
 
 Every launch is `mpirun --oversubscribe -np N BIN train --synthetic-data
@@ -167,7 +167,7 @@ class Bench:
         if not self.wait_for(out + ".out", r"^  ranks ", p):
             return None
         pids = self.rank_pids(p, n)
-        time.sleep(3 + n / 32)
+        time.sleep(self.a.settle if self.a.settle >= 0 else 3 + n / 32)
         return pids
 
     @staticmethod
@@ -334,6 +334,8 @@ def main():
     ap.add_argument("--steps", type=int, default=6)
     ap.add_argument("--faults", default="kill,stop,term,slow")
     ap.add_argument("--full-mesh", type=int, default=0)
+    ap.add_argument("--settle", type=float, default=-1,
+                    help="seconds from the banner to a fault (default 3 + ranks/32: past the first update)")
     ap.add_argument("--bound", type=float, default=5.0)
     ap.add_argument("--check", action="store_true")
     ap.add_argument("--launcher", default="mpirun",
