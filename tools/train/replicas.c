@@ -37,6 +37,15 @@ void replicas_destroy(struct train *T)
     T->host = NULL;
 }
 
+/* Whether every rank's digest equals `mine`: one small all-reduce (O(log n)) of the largest digest and the
+ * largest complement, i.e. the smallest. Collective. */
+static int digests_agree(struct train *T, uint64_t mine, const char *what)
+{
+    uint64_t span[2] = {mine, ~mine};
+    rt_comm_allreduce(T->comm, span, 2, RT_COMM_U64, RT_RED_MAX, what);
+    return span[0] == ~span[1];
+}
+
 void replicas_sync_from_root(struct train *T, enum rt_model_buf which, const char *what)
 {
     const size_t count = buf_count(T->model, which);
@@ -47,10 +56,7 @@ void replicas_sync_from_root(struct train *T, enum rt_model_buf which, const cha
      * agree, as one small all-reduce (O(log n)) shows, there is nothing to send. Only where they differ
      * (the batchnorm statistics at an epoch's end, which each rank gathered on its own data) does rank
      * 0's copy travel: a broadcast of the whole buffer, which at a hundred ranks took seconds of start-up. */
-    const uint64_t mine = XXH64(T->host, count * sizeof(float), 0);
-    uint64_t span[2] = {mine, ~mine};
-    rt_comm_allreduce(T->comm, span, 2, RT_COMM_U64, RT_RED_MAX, what);
-    if (span[0] == ~span[1])
+    if (digests_agree(T, XXH64(T->host, count * sizeof(float), 0), what))
         return;
     rt_comm_broadcast(T->comm, T->host, count * sizeof(float), 0, what);
     rt_model_write(T->model, which, 0, T->host, count);
@@ -70,11 +76,8 @@ int train_replicas_check(struct train *T, uint64_t *digest)
         *digest = mine;
     if (T->world == 1)
         return 0;
-    /* One small all-reduce (O(log n)): the largest digest and the largest complement, i.e. the smallest. Only
-     * when they differ does every rank's digest travel, to name the ranks that differ. */
-    uint64_t span[2] = {mine, ~mine};
-    rt_comm_allreduce(T->comm, span, 2, RT_COMM_U64, RT_RED_MAX, "the replica check");
-    if (span[0] == ~span[1])
+    /* Only when they differ does every rank's digest travel, to name the ranks that differ. */
+    if (digests_agree(T, mine, "the replica check"))
         return 0;
     uint64_t *all = (uint64_t *)T->host; /* the digest is taken: the host copy is free again */
     rt_comm_allgather(T->comm, &mine, all, sizeof(mine), "the replica check");

@@ -87,9 +87,7 @@ void startup_gather(struct train *T)
     mx[BOOT_N + 1] = -rt_unix_time_of(t[BOOT_EXEC]);
     mx[BOOT_N + 2] = rss_mb;
     mx[BOOT_N + 3] = count_entries("/proc/self/fd", 1);
-    struct rt_comm_startup c2;
-    rt_comm_startup(T->comm, &c2);
-    mx[BOOT_N + 4] = c2.mesh_peers;
+    mx[BOOT_N + 4] = cs.mesh_peers;
     mx[BOOT_N + 5] = count_entries("/proc/self/task", 0);
     rt_comm_allreduce(T->comm, mx, BOOT_N + 6, RT_COMM_F64, RT_RED_MAX, "the start-up figures");
     double sum = rss_mb;
