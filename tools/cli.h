@@ -34,6 +34,7 @@ int cmd_eval(int argc, char **argv);
 int cmd_ranks(int argc, char **argv);
 int cmd_commbench(int argc, char **argv);
 int cmd_trace(int argc, char **argv);
+int cmd_report(int argc, char **argv);
 
 /* Prints "ringtrain <cmd>: <message>" to stderr and returns RT_EXIT_USAGE. */
 int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

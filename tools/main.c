@@ -28,6 +28,7 @@ static const struct subcommand subcommands[] = {
     {"train", cmd_train, "train a model (mnist-net, resnet18, resnet50, resnet9, wrn-D-K) on a packed dataset"},
     {"eval", cmd_eval, "loss and accuracy of a checkpoint on a dataset's test split"},
     {"commbench", cmd_commbench, "all-reduce bandwidth over message sizes (MPI on CPUs, NCCL on GPUs), checked"},
+    {"report", cmd_report, "one HTML page of charts from runs' metrics, summaries and benchmark outputs"},
     {"trace", cmd_trace, "merge the per-rank trace files of train --trace into one Chrome trace"},
     {"ranks", cmd_ranks, "print the rank table a job launched the same way (mpirun, srun) would use"},
     {"stage", cmd_stage, "copy a packed dataset to node-local storage, checksummed and resumable"},

@@ -1,0 +1,564 @@
+/*
+ * svg.c - the report's charts as inline SVG (see svg.h). Sizes are in CSS
+ * pixels of a 600-wide chart; the page scales it to its column. Text is the
+ * browser's sans-serif at 11 px, so no font travels with the page.
+ */
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/common.h"
+#include "tools/report/svg.h"
+
+/* ---- the text buffer ---------------------------------------------------------------- */
+
+static int sb_reserve(struct sbuf *b, size_t more)
+{
+    if (b->oom)
+        return -1;
+    if (b->n + more + 1 <= b->cap)
+        return 0;
+    size_t cap = b->cap ? b->cap : 4096;
+    while (cap < b->n + more + 1)
+        cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p) {
+        b->oom = 1;
+        return -1;
+    }
+    b->p = p;
+    b->cap = cap;
+    return 0;
+}
+
+void sb_printf(struct sbuf *b, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char small[256];
+    int n = vsnprintf(small, sizeof(small), fmt, ap);
+    va_end(ap);
+    if (n < 0 || sb_reserve(b, (size_t)n) < 0)
+        return;
+    if ((size_t)n < sizeof(small)) {
+        memcpy(b->p + b->n, small, (size_t)n + 1);
+    } else {
+        va_start(ap, fmt);
+        vsnprintf(b->p + b->n, (size_t)n + 1, fmt, ap);
+        va_end(ap);
+    }
+    b->n += (size_t)n;
+}
+
+void sb_puts(struct sbuf *b, const char *s)
+{
+    size_t n = strlen(s);
+    if (sb_reserve(b, n) < 0)
+        return;
+    memcpy(b->p + b->n, s, n + 1);
+    b->n += n;
+}
+
+void sb_esc(struct sbuf *b, const char *s)
+{
+    for (; s && *s; s++) {
+        switch (*s) {
+        case '&': sb_puts(b, "&amp;"); break;
+        case '<': sb_puts(b, "&lt;"); break;
+        case '>': sb_puts(b, "&gt;"); break;
+        case '"': sb_puts(b, "&quot;"); break;
+        case '\'': sb_puts(b, "&#39;"); break;
+        default:
+            if (sb_reserve(b, 1) == 0) {
+                b->p[b->n++] = *s;
+                b->p[b->n] = 0;
+            }
+        }
+    }
+}
+
+void sb_free(struct sbuf *b)
+{
+    free(b->p);
+    memset(b, 0, sizeof(*b));
+}
+
+/* ---- numbers on axes ---------------------------------------------------------------- */
+
+void chart_fmt_num(double v, char *buf, size_t len)
+{
+    const double a = fabs(v);
+    if (a >= 1e9)
+        snprintf(buf, len, "%gG", v / 1e9);
+    else if (a >= 1e6)
+        snprintf(buf, len, "%gM", v / 1e6);
+    else if (a >= 1e4)
+        snprintf(buf, len, "%gk", v / 1e3);
+    else
+        snprintf(buf, len, "%g", fabs(v) < 1e-12 ? 0.0 : v);
+}
+
+void chart_fmt_pct(double v, char *buf, size_t len)
+{
+    snprintf(buf, len, "%g%%", round(v * 1000.0) / 10.0);
+}
+
+void chart_fmt_bytes(double v, char *buf, size_t len)
+{
+    static const char *const unit[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    int u = 0;
+    while (v >= 1024.0 && u < 4) {
+        v /= 1024.0;
+        u++;
+    }
+    snprintf(buf, len, "%g %s", v, unit[u]);
+}
+
+const char *chart_color(int i)
+{
+    static const char *const palette[CHART_COLORS] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd",
+                                                      "#8c564b", "#e377c2", "#17becf", "#bcbd22", "#7f7f7f"};
+    return palette[((i % CHART_COLORS) + CHART_COLORS) % CHART_COLORS];
+}
+
+/* A step of 1, 2 or 5 times a power of ten near range / n. */
+static double nice_step(double range, int n)
+{
+    if (!(range > 0))
+        return 1.0;
+    const double raw = range / n, p = pow(10.0, floor(log10(raw))), f = raw / p;
+    return (f < 1.5 ? 1.0 : f < 3.5 ? 2.0 : f < 7.5 ? 5.0 : 10.0) * p;
+}
+
+/* ---- the frame every chart shares ---------------------------------------------------- */
+
+enum { ML = 64, MR = 18, MT = 34, PLOT_H = 230, LEG_ROW = 16 };
+
+struct legend_item {
+    const char *label, *color;
+    int dashed, box;
+};
+
+/* Legend rows below the x label; returns their height. */
+static int legend_height(const struct legend_item *it, int n)
+{
+    if (n <= 1)
+        return 0;
+    int rows = 1, x = ML;
+    for (int i = 0; i < n; i++) {
+        const int w = 30 + (int)(strlen(it[i].label) * 7.0);
+        if (x + w > CHART_W - MR && x > ML) {
+            rows++;
+            x = ML;
+        }
+        x += w;
+    }
+    return rows * LEG_ROW + 6;
+}
+
+static void legend_draw(struct sbuf *b, const struct legend_item *it, int n, int y0)
+{
+    if (n <= 1)
+        return;
+    sb_puts(b, "<g class=\"legend\">");
+    int x = ML, y = y0 + 12;
+    for (int i = 0; i < n; i++) {
+        const int w = 30 + (int)(strlen(it[i].label) * 7.0);
+        if (x + w > CHART_W - MR && x > ML) {
+            y += LEG_ROW;
+            x = ML;
+        }
+        if (it[i].box)
+            sb_printf(b, "<rect x=\"%d\" y=\"%d\" width=\"12\" height=\"10\" fill=\"%s\"/>", x, y - 9, it[i].color);
+        else
+            sb_printf(b, "<line x1=\"%d\" y1=\"%d\" x2=\"%d\" y2=\"%d\" stroke=\"%s\" stroke-width=\"2\"%s/>", x, y - 4,
+                      x + 18, y - 4, it[i].color, it[i].dashed ? " stroke-dasharray=\"5 3\"" : "");
+        sb_printf(b, "<text x=\"%d\" y=\"%d\">", x + 22, y);
+        sb_esc(b, it[i].label);
+        sb_puts(b, "</text>");
+        x += w;
+    }
+    sb_puts(b, "</g>");
+}
+
+static void frame_open(struct sbuf *b, const char *name, const char *title, int h)
+{
+    sb_puts(b, "<figure class=\"chart\" id=\"chart-");
+    sb_esc(b, name);
+    sb_printf(b, "\"><svg class=\"plot\" width=\"%d\" height=\"%d\" "
+                 "viewBox=\"0 0 %d %d\" role=\"img\"><title>",
+              CHART_W, h, CHART_W, h);
+    sb_esc(b, title);
+    sb_printf(b, "</title><rect class=\"bg\" x=\"0.5\" y=\"0.5\" width=\"%d\" height=\"%d\"/>"
+                 "<text class=\"title\" x=\"%d\" y=\"20\">",
+              CHART_W - 1, h - 1, ML);
+    sb_esc(b, title);
+    sb_puts(b, "</text>");
+}
+
+static void frame_close(struct sbuf *b, const char *caption)
+{
+    sb_puts(b, "</svg><figcaption>");
+    sb_esc(b, caption ? caption : "");
+    sb_puts(b, "</figcaption></figure>\n");
+}
+
+static void ylabel_draw(struct sbuf *b, const char *label)
+{
+    sb_printf(b, "<text class=\"axis-label\" transform=\"translate(14 %d) rotate(-90)\" text-anchor=\"middle\">",
+              MT + PLOT_H / 2);
+    sb_esc(b, label);
+    sb_puts(b, "</text>");
+}
+
+/* ---- lines ----------------------------------------------------------------------------- */
+
+struct axis {
+    double v0, v1; /* the domain, in values */
+    int log;
+    double p0, p1; /* pixels */
+};
+
+static double axis_t(const struct axis *a, double v) { return a->log ? log10(v) : v; }
+
+static double axis_px(const struct axis *a, double v)
+{
+    const double t0 = axis_t(a, a->v0), t1 = axis_t(a, a->v1);
+    return a->p0 + (axis_t(a, v) - t0) / (t1 - t0) * (a->p1 - a->p0);
+}
+
+/* Ticks of a log axis: powers of 2 (k doubling each step) or of 10, at most 9. */
+static int log_ticks(double lo, double hi, int base2, double *t, int max)
+{
+    int n = 0;
+    if (base2) {
+        const int e0 = (int)ceil(log2(lo) - 1e-9), e1 = (int)floor(log2(hi) + 1e-9);
+        int step = 1;
+        while ((e1 - e0) / step + 1 > 9)
+            step++;
+        for (int e = e0; e <= e1 && n < max; e += step)
+            t[n++] = ldexp(1.0, e);
+    } else {
+        const int e0 = (int)ceil(log10(lo) - 1e-9), e1 = (int)floor(log10(hi) + 1e-9);
+        for (int e = e0; e <= e1 && n < max; e++)
+            t[n++] = pow(10.0, e);
+    }
+    return n;
+}
+
+void chart_line(struct sbuf *b, const struct chart_line *c)
+{
+    /* The domain. */
+    double xmin = INFINITY, xmax = -INFINITY, ymin = INFINITY, ymax = -INFINITY;
+    for (int s = 0; s < c->ns; s++)
+        for (int i = 0; i < c->s[s].n; i++) {
+            const double x = c->s[s].x[i], y = c->s[s].y[i];
+            if (!isfinite(x) || !isfinite(y) || (c->xlog && x <= 0) || (c->ylog && y <= 0))
+                continue;
+            xmin = fmin(xmin, x), xmax = fmax(xmax, x), ymin = fmin(ymin, y), ymax = fmax(ymax, y);
+        }
+    if (!(xmin <= xmax))
+        xmin = 0, xmax = 1, ymin = 0, ymax = 1;
+    if (c->yzero)
+        ymin = fmin(ymin, 0.0), ymax = fmax(ymax, 0.0);
+    if (isfinite(c->mark_x) && (!c->xlog || c->mark_x > 0)) /* the marker is always in view */
+        xmin = fmin(xmin, c->mark_x), xmax = fmax(xmax, c->mark_x);
+    if (c->ymax_at_least > 0)
+        ymax = fmax(ymax, c->ymax_at_least);
+    if (!c->xlog && !(xmax > xmin))
+        xmin -= c->xint ? 1.0 : 0.5, xmax += c->xint ? 1.0 : 0.5;
+    if (c->xlog && !(xmax > xmin))
+        xmin /= 2.0, xmax *= 2.0;
+
+    double xt[64], yt[64];
+    int nxt = 0, nyt = 0;
+    if (c->xticks) {
+        for (int i = 0; i < c->nxticks && nxt < 64; i++)
+            xt[nxt++] = c->xticks[i];
+    } else if (c->xlog) {
+        nxt = log_ticks(xmin, xmax, 1, xt, 64);
+    } else {
+        double st = nice_step(xmax - xmin, 6);
+        if (c->xint)
+            st = fmax(1.0, round(st));
+        for (double v = ceil(xmin / st - 1e-9) * st; v <= xmax + 1e-9 * st && nxt < 64; v += st)
+            xt[nxt++] = v;
+    }
+    if (c->ylog) {
+        if (!(ymax > ymin))
+            ymin /= 2.0, ymax *= 2.0;
+        ymin = pow(10.0, floor(log10(ymin))), ymax = pow(10.0, ceil(log10(ymax)));
+        nyt = log_ticks(ymin, ymax, 0, yt, 64);
+    } else {
+        if (!(ymax > ymin)) {
+            const double d = ymax != 0 ? fabs(ymax) * 0.1 : 1.0;
+            ymin -= d, ymax += d;
+            if (c->yzero && ymin < 0 && ymax - d >= 0)
+                ymin = 0;
+        }
+        const double st = nice_step(ymax - ymin, 5);
+        ymin = floor(ymin / st + 1e-9) * st, ymax = ceil(ymax / st - 1e-9) * st;
+        for (double v = ymin; v <= ymax + 1e-9 * st && nyt < 64; v += st)
+            yt[nyt++] = v;
+    }
+    const struct axis ax = {xmin, xmax, c->xlog, ML, CHART_W - MR};
+    const struct axis ay = {ymin, ymax, c->ylog, MT + PLOT_H, MT};
+
+    struct legend_item leg[64];
+    int nleg = 0;
+    for (int s = 0; s < c->ns && nleg < 64; s++)
+        if (c->s[s].legend)
+            leg[nleg++] = (struct legend_item){c->s[s].label, chart_color(c->s[s].color), c->s[s].dashed, 0};
+    const int h = MT + PLOT_H + 48 + legend_height(leg, nleg);
+    frame_open(b, c->name, c->title, h);
+
+    /* Grid and ticks. */
+    chart_fmt xf = c->xfmt ? c->xfmt : chart_fmt_num, yf = c->yfmt ? c->yfmt : chart_fmt_num;
+    char t[48];
+    sb_puts(b, "<g class=\"grid\">");
+    for (int i = 0; i < nyt; i++) {
+        const double py = axis_px(&ay, yt[i]);
+        sb_printf(b, "<line x1=\"%d\" y1=\"%.2f\" x2=\"%d\" y2=\"%.2f\"/>", ML, py, CHART_W - MR, py);
+    }
+    for (int i = 0; i < nxt; i++) {
+        if (xt[i] < xmin - 1e-9 * fabs(xmin) || xt[i] > xmax + 1e-9 * fabs(xmax))
+            continue;
+        const double px = axis_px(&ax, xt[i]);
+        sb_printf(b, "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\"/>", px, MT, px, MT + PLOT_H);
+    }
+    sb_puts(b, "</g><g class=\"ticks\">");
+    for (int i = 0; i < nyt; i++) {
+        yf(yt[i], t, sizeof(t));
+        sb_printf(b, "<text x=\"%d\" y=\"%.2f\" text-anchor=\"end\">", ML - 6, axis_px(&ay, yt[i]) + 4);
+        sb_esc(b, t);
+        sb_puts(b, "</text>");
+    }
+    for (int i = 0; i < nxt; i++) {
+        if (xt[i] < xmin - 1e-9 * fabs(xmin) || xt[i] > xmax + 1e-9 * fabs(xmax))
+            continue;
+        xf(xt[i], t, sizeof(t));
+        sb_printf(b, "<text x=\"%.2f\" y=\"%d\" text-anchor=\"middle\">", axis_px(&ax, xt[i]), MT + PLOT_H + 16);
+        sb_esc(b, t);
+        sb_puts(b, "</text>");
+    }
+    sb_puts(b, "</g>");
+    sb_printf(b, "<rect class=\"axes\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\"/>", ML, MT, CHART_W - MR - ML,
+              PLOT_H);
+    sb_printf(b, "<text class=\"axis-label\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">", (ML + CHART_W - MR) / 2,
+              MT + PLOT_H + 36);
+    sb_esc(b, c->xlabel);
+    sb_puts(b, "</text>");
+    ylabel_draw(b, c->ylabel);
+
+    /* The plot area and its mapping: X = log10(x) on a log axis. */
+    sb_printf(b, "<g class=\"area\" data-x0=\"%.17g\" data-x1=\"%.17g\" data-y0=\"%.17g\" data-y1=\"%.17g\" "
+                 "data-px0=\"%g\" data-px1=\"%g\" data-py0=\"%g\" data-py1=\"%g\" data-xlog=\"%d\" data-ylog=\"%d\">",
+              xmin, xmax, ymin, ymax, ax.p0, ax.p1, ay.p0, ay.p1, c->xlog, c->ylog);
+    if (isfinite(c->mark_x) && c->mark_x >= xmin && c->mark_x <= xmax) {
+        const double px = axis_px(&ax, c->mark_x);
+        sb_printf(b, "<g class=\"mark\"><line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\"/>"
+                     "<text x=\"%.2f\" y=\"%d\"%s>",
+                  px, MT, px, MT + PLOT_H, px + (px > CHART_W / 2 ? -4 : 4), MT + 12,
+                  px > CHART_W / 2 ? " text-anchor=\"end\"" : "");
+        sb_esc(b, c->mark_label ? c->mark_label : "");
+        sb_puts(b, "</text></g>");
+    }
+    for (int s = 0; s < c->ns; s++) {
+        const struct chart_series *se = &c->s[s];
+        const char *col = chart_color(se->color);
+        sb_printf(b, "<g class=\"series\" data-run=\"%d\" data-key=\"", se->run);
+        sb_esc(b, se->key);
+        sb_puts(b, "\" data-label=\"");
+        sb_esc(b, se->label);
+        sb_printf(b, "\"><polyline fill=\"none\" stroke=\"%s\" stroke-width=\"%s\"%s points=\"", col,
+                  se->thin ? "1" : "2", se->dashed ? " stroke-dasharray=\"5 3\"" : "");
+        int first = 1;
+        for (int i = 0; i < se->n; i++) {
+            const double x = se->x[i], y = se->y[i];
+            if (!isfinite(x) || !isfinite(y) || (c->xlog && x <= 0) || (c->ylog && y <= 0))
+                continue;
+            sb_printf(b, "%s%.2f,%.2f", first ? "" : " ", axis_px(&ax, x), axis_px(&ay, y));
+            first = 0;
+        }
+        sb_puts(b, "\"/>");
+        if (!se->thin)
+            for (int i = 0; i < se->n; i++) {
+                const double x = se->x[i], y = se->y[i];
+                if (!isfinite(x) || !isfinite(y) || (c->xlog && x <= 0) || (c->ylog && y <= 0))
+                    continue;
+                char xs[48], ys[48];
+                xf(x, xs, sizeof(xs));
+                yf(y, ys, sizeof(ys));
+                sb_printf(b, "<circle cx=\"%.2f\" cy=\"%.2f\" r=\"2.8\" fill=\"%s\"><title>", axis_px(&ax, x),
+                          axis_px(&ay, y), col);
+                sb_esc(b, se->label);
+                sb_printf(b, ": %s at %s (%.6g)</title></circle>", ys, xs, y);
+            }
+        sb_puts(b, "</g>");
+    }
+    sb_puts(b, "</g>");
+    legend_draw(b, leg, nleg, MT + PLOT_H + 44);
+    frame_close(b, c->caption);
+}
+
+/* ---- bars ------------------------------------------------------------------------------ */
+
+void chart_bars(struct sbuf *b, const struct chart_bars *c)
+{
+    double top = 0;
+    for (int k = 0; k < c->ncat; k++) {
+        double sum = 0;
+        for (int s = 0; s < c->nseg; s++) {
+            const double v = c->v[k * c->nseg + s];
+            if (isfinite(v) && v > 0)
+                sum += v;
+        }
+        top = fmax(top, sum);
+    }
+    const double st = nice_step(top > 0 ? top : 1.0, 5), ymax = ceil((top > 0 ? top : 1.0) / st - 1e-9) * st;
+    const struct axis ay = {0, ymax, 0, MT + PLOT_H, MT};
+
+    struct legend_item leg[32];
+    int nleg = 0;
+    for (int s = 0; s < c->nseg && nleg < 32; s++)
+        leg[nleg++] = (struct legend_item){c->seg_label[s], chart_color(s), 0, 1};
+    const int groups = c->group_label != NULL;
+    const int h = MT + PLOT_H + 30 + (groups ? 16 : 0) + legend_height(leg, nleg);
+    frame_open(b, c->name, c->title, h);
+    chart_fmt yf = c->yfmt ? c->yfmt : chart_fmt_num;
+    char t[48];
+    sb_puts(b, "<g class=\"grid\">");
+    for (double v = 0; v <= ymax + 1e-9 * st; v += st)
+        sb_printf(b, "<line x1=\"%d\" y1=\"%.2f\" x2=\"%d\" y2=\"%.2f\"/>", ML, axis_px(&ay, v), CHART_W - MR,
+                  axis_px(&ay, v));
+    sb_puts(b, "</g><g class=\"ticks\">");
+    for (double v = 0; v <= ymax + 1e-9 * st; v += st) {
+        yf(v, t, sizeof(t));
+        sb_printf(b, "<text x=\"%d\" y=\"%.2f\" text-anchor=\"end\">", ML - 6, axis_px(&ay, v) + 4);
+        sb_esc(b, t);
+        sb_puts(b, "</text>");
+    }
+    sb_puts(b, "</g>");
+    sb_printf(b, "<rect class=\"axes\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\"/>", ML, MT, CHART_W - MR - ML,
+              PLOT_H);
+    ylabel_draw(b, c->ylabel);
+
+    const double slot = (double)(CHART_W - MR - ML) / (c->ncat > 0 ? c->ncat : 1);
+    const double bw = fmin(slot * 0.72, 48.0);
+    const int every = c->ncat > 16 ? (c->ncat + 15) / 16 : 1;
+    sb_printf(b, "<g class=\"area\" data-x0=\"0\" data-x1=\"%d\" data-y0=\"0\" data-y1=\"%.17g\" data-px0=\"%d\" "
+                 "data-px1=\"%d\" data-py0=\"%g\" data-py1=\"%g\" data-xlog=\"0\" data-ylog=\"0\">",
+              c->ncat, ymax, ML, CHART_W - MR, ay.p0, ay.p1);
+    for (int k = 0; k < c->ncat; k++) {
+        const double cx = ML + slot * (k + 0.5);
+        double base = 0;
+        for (int s = 0; s < c->nseg; s++) {
+            const double v = c->v[k * c->nseg + s];
+            if (!isfinite(v))
+                continue;
+            const double vv = v > 0 ? v : 0, y0 = axis_px(&ay, base), y1 = axis_px(&ay, base + vv);
+            char vs[48];
+            yf(v, vs, sizeof(vs));
+            sb_printf(b, "<rect class=\"bar\" data-run=\"%d\" data-x=\"%g\" data-key=\"", c->cat_run[k], c->cat_x[k]);
+            sb_esc(b, c->seg_key[k * c->nseg + s]);
+            sb_printf(b, "\" data-value=\"%.9g\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" fill=\"%s\"><title>",
+                      v, cx - bw / 2, y1, bw, y0 - y1, chart_color(s));
+            sb_esc(b, c->cat_label[k]);
+            sb_puts(b, " ");
+            sb_esc(b, c->seg_label[s]);
+            sb_printf(b, ": %s (%.6g)</title></rect>", vs, v);
+            base += vv;
+        }
+        if (k % every == 0) {
+            sb_printf(b, "<text class=\"cat\" x=\"%.2f\" y=\"%d\" text-anchor=\"middle\">", cx, MT + PLOT_H + 15);
+            sb_esc(b, c->cat_label[k]);
+            sb_puts(b, "</text>");
+        }
+    }
+    sb_puts(b, "</g>");
+    if (groups)
+        for (int k = 0; k < c->ncat;) {
+            int e = k + 1;
+            while (e < c->ncat && strcmp(c->group_label[e], c->group_label[k]) == 0)
+                e++;
+            const double x0 = ML + slot * k + 2, x1 = ML + slot * e - 2;
+            sb_printf(b, "<g class=\"group\"><line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\"/>"
+                         "<text x=\"%.2f\" y=\"%d\" text-anchor=\"middle\">",
+                      x0, MT + PLOT_H + 20, x1, MT + PLOT_H + 20, (x0 + x1) / 2, MT + PLOT_H + 33);
+            char g[160];
+            const size_t fit = (size_t)fmax(3.0, (x1 - x0) / 6.5);
+            snprintf(g, sizeof(g), "%s", c->group_label[k]);
+            if (strlen(g) > fit && fit >= 4)
+                snprintf(g + fit - 3, sizeof(g) - (fit - 3), "...");
+            sb_esc(b, g);
+            sb_puts(b, "</text></g>");
+            k = e;
+        }
+    legend_draw(b, leg, nleg, MT + PLOT_H + 26 + (groups ? 16 : 0));
+    frame_close(b, c->caption);
+}
+
+/* ---- a timeline -------------------------------------------------------------------------- */
+
+enum { TL_LEFT = 150, TL_ROW = 20, TL_DEPTH = 8 };
+
+void chart_timeline(struct sbuf *b, const struct chart_timeline *c)
+{
+    struct legend_item leg[CHART_COLORS];
+    int nleg = 0;
+    for (int k = 0; k < c->ncat && nleg < CHART_COLORS; k++)
+        leg[nleg++] = (struct legend_item){c->cat_label[k], chart_color(k), 0, 1};
+    const int plot_h = c->nrow * TL_ROW, h = MT + plot_h + 48 + legend_height(leg, nleg);
+    frame_open(b, c->name, c->title, h);
+    const double ms = c->t1 / 1000.0, st = nice_step(ms, 6);
+    const struct axis ax = {0, c->t1, 0, TL_LEFT, CHART_W - MR};
+    sb_puts(b, "<g class=\"grid\">");
+    for (double v = 0; v <= ms + 1e-9 * st; v += st)
+        sb_printf(b, "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\"/>", axis_px(&ax, v * 1000.0), MT,
+                  axis_px(&ax, v * 1000.0), MT + plot_h);
+    sb_puts(b, "</g><g class=\"ticks\">");
+    char t[48];
+    for (double v = 0; v <= ms + 1e-9 * st; v += st) {
+        chart_fmt_num(v, t, sizeof(t));
+        sb_printf(b, "<text x=\"%.2f\" y=\"%d\" text-anchor=\"middle\">", axis_px(&ax, v * 1000.0), MT + plot_h + 16);
+        sb_esc(b, t);
+        sb_puts(b, "</text>");
+    }
+    for (int r = 0; r < c->nrow; r++) {
+        sb_printf(b, "<text x=\"%d\" y=\"%d\" text-anchor=\"end\">", TL_LEFT - 6, MT + r * TL_ROW + 14);
+        sb_esc(b, c->row_label[r]);
+        sb_puts(b, "</text>");
+    }
+    sb_puts(b, "</g>");
+    sb_printf(b, "<rect class=\"axes\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\"/>", TL_LEFT, MT,
+              CHART_W - MR - TL_LEFT, plot_h);
+    sb_printf(b, "<text class=\"axis-label\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">ms from the window's start</text>",
+              (TL_LEFT + CHART_W - MR) / 2, MT + plot_h + 36);
+    sb_printf(b, "<g class=\"area\" data-x0=\"0\" data-x1=\"%.17g\" data-px0=\"%d\" data-px1=\"%d\" data-xlog=\"0\">",
+              c->t1, TL_LEFT, CHART_W - MR);
+    /* Nesting depth per row: the spans still open when each starts. */
+    double open[TL_DEPTH];
+    int depth = 0, row = -1;
+    for (int i = 0; i < c->nsp; i++) {
+        const struct chart_span *s = &c->sp[i];
+        if (s->row != row)
+            row = s->row, depth = 0;
+        while (depth > 0 && open[depth - 1] <= s->t0)
+            depth--;
+        const int d = RT_MIN(depth, TL_DEPTH - 1);
+        if (depth < TL_DEPTH)
+            open[depth++] = s->t1;
+        const double x0 = axis_px(&ax, s->t0), x1 = axis_px(&ax, s->t1), hh = fmax(4.0, 16.0 - 3.0 * d);
+        const double y = MT + s->row * TL_ROW + 2 + (16.0 - hh) / 2;
+        sb_printf(b, "<rect class=\"span\" data-row=\"%d\" data-t0=\"%.3f\" data-t1=\"%.3f\" x=\"%.2f\" y=\"%.2f\" "
+                     "width=\"%.2f\" height=\"%.1f\" fill=\"%s\"><title>",
+                  s->row, s->t0, s->t1, x0, y, fmax(x1 - x0, 0.6), hh, chart_color(s->cat));
+        sb_esc(b, s->name);
+        sb_printf(b, " (%s): %.3f ms</title></rect>", c->cat_label[s->cat], (s->t1 - s->t0) / 1000.0);
+    }
+    sb_puts(b, "</g>");
+    legend_draw(b, leg, nleg, MT + plot_h + 44);
+    frame_close(b, c->caption);
+}
