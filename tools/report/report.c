@@ -30,38 +30,9 @@
 #include <time.h>
 
 #include "common/common.h"
-#include "rt_buildinfo.h"
-#include "tools/report/report.h"
-#include "tools/report/svg.h"
+#include "tools/report/internal.h"
 
-enum { MAX_RUNS = 32, MAX_BENCH = 16 };
-
-struct run {
-    char label[160];
-    char src[512];
-    int labelled;     /* the caller named it */
-    json_t *records;  /* epoch records, sorted by epoch, one per epoch */
-    json_t *summary, *state;
-    char trace[512];  /* a --trace file given with the run */
-};
-
-struct bench {
-    char src[512];
-    json_t *j;
-};
-
-struct rt_report {
-    char title[256];
-    struct run run[MAX_RUNS];
-    int nrun;
-    struct bench loadbench[MAX_BENCH], commbench[MAX_BENCH], scaling[MAX_BENCH];
-    int nload, ncomm, nscal;
-    char trace[MAX_BENCH][512]; /* --trace files: one step's timeline each */
-    int ntrace;
-};
-
-static int fail(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int fail(char *err, size_t len, const char *fmt, ...)
+int rep_fail(char *err, size_t len, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -98,14 +69,13 @@ void rt_report_free(struct rt_report *r)
 
 /* ---- reading ---------------------------------------------------------------------------- */
 
-static double num(const json_t *o, const char *key)
+double rep_num(const json_t *o, const char *key)
 {
     const json_t *v = json_object_get(o, key);
     return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
-/* A value by a path: "profile.data.p50_ms", "rank_images_per_s[3]". NAN when absent or null. */
-static double path_num(const json_t *o, const char *path)
+double rep_path_num(const json_t *o, const char *path)
 {
     char key[128];
     const json_t *v = o;
@@ -169,7 +139,7 @@ static int read_file(const char *path, struct found *out, char *err, size_t len)
     memset(out, 0, sizeof(*out));
     FILE *f = fopen(path, "rb");
     if (!f)
-        return fail(err, len, "%s: %s", path, strerror(errno));
+        return rep_fail(err, len, "%s: %s", path, strerror(errno));
     char head[64] = "";
     size_t got = fread(head, 1, sizeof(head) - 1, f);
     fclose(f);
@@ -182,7 +152,7 @@ static int read_file(const char *path, struct found *out, char *err, size_t len)
     uint8_t *buf;
     size_t n;
     if (rt_file_read(path, &buf, &n) < 0)
-        return fail(err, len, "%s", rt_errmsg());
+        return rep_fail(err, len, "%s", rt_errmsg());
     json_t *whole = json_loadb((const char *)buf, n, 0, NULL);
     if (whole) {
         free(buf);
@@ -232,7 +202,7 @@ static int read_file(const char *path, struct found *out, char *err, size_t len)
 
 static int by_epoch(const void *a, const void *b)
 {
-    const double x = num(*(json_t *const *)a, "epoch"), y = num(*(json_t *const *)b, "epoch");
+    const double x = rep_num(*(json_t *const *)a, "epoch"), y = rep_num(*(json_t *const *)b, "epoch");
     return x < y ? -1 : x > y;
 }
 
@@ -254,7 +224,7 @@ static json_t *tidy_records(json_t *in)
         }
     json_t *out = json_array();
     for (size_t i = 0; i < n; i++)
-        if (i + 1 == n || num(v[i], "epoch") != num(v[i + 1], "epoch"))
+        if (i + 1 == n || rep_num(v[i], "epoch") != rep_num(v[i + 1], "epoch"))
             json_array_append(out, v[i]);
     free(v);
     return out;
@@ -263,7 +233,7 @@ static json_t *tidy_records(json_t *in)
 static struct run *new_run(struct rt_report *r, const char *src, char *err, size_t len)
 {
     if (r->nrun >= MAX_RUNS) {
-        fail(err, len, "more than %d runs: a page compares at most %d", MAX_RUNS, MAX_RUNS);
+        rep_fail(err, len, "more than %d runs: a page compares at most %d", MAX_RUNS, MAX_RUNS);
         return NULL;
     }
     struct run *u = &r->run[r->nrun++];
@@ -276,7 +246,7 @@ static int add_bench(struct bench *list, int *n, const char *src, json_t *j, con
 {
     if (*n >= MAX_BENCH) {
         json_decref(j);
-        return fail(err, len, "%s: more than %d %s outputs", src, MAX_BENCH, what);
+        return rep_fail(err, len, "%s: more than %d %s outputs", src, MAX_BENCH, what);
     }
     snprintf(list[*n].src, sizeof(list[*n].src), "%s", src);
     list[(*n)++].j = j;
@@ -287,7 +257,7 @@ int rt_report_add_train(struct rt_report *r, const char *label, json_t *records,
                         char *err, size_t errlen)
 {
     if (!json_is_array(records) && !summary && !state)
-        return fail(err, errlen, "a run needs epoch records, a summary or a checkpoint's state");
+        return rep_fail(err, errlen, "a run needs epoch records, a summary or a checkpoint's state");
     struct run *u = new_run(r, label ? label : "this run", err, errlen);
     if (!u)
         return -1;
@@ -316,7 +286,7 @@ static int add_files(struct rt_report *r, const char *src, char **files, int n, 
         switch (fd.kind) {
         case K_NONE:
             if (!from_dir)
-                rc = fail(err, len,
+                rc = rep_fail(err, len,
                           "%s: not a file ringtrain writes (--metrics, --json, state.json, loadbench/commbench "
                           "--json, bench/scaling.sh --json, --trace)",
                           files[i]);
@@ -324,13 +294,13 @@ static int add_files(struct rt_report *r, const char *src, char **files, int n, 
         case K_TRACE:
             trace = files[i];
             if (r->ntrace >= MAX_BENCH)
-                rc = fail(err, len, "%s: more than %d trace files", files[i], MAX_BENCH);
+                rc = rep_fail(err, len, "%s: more than %d trace files", files[i], MAX_BENCH);
             else
                 snprintf(r->trace[r->ntrace++], sizeof(r->trace[0]), "%s", files[i]);
             break;
         case K_RECORDS:
             if (recs) {
-                rc = fail(err, len, "%s and %s: two metrics files in one run (name each as a run of its own)",
+                rc = rep_fail(err, len, "%s and %s: two metrics files in one run (name each as a run of its own)",
                           recs_from, files[i]);
                 json_decref(fd.j);
             } else {
@@ -375,7 +345,7 @@ static int list_dir(const char *dir, char ***out, int *n, char *err, size_t len)
 {
     DIR *d = opendir(dir);
     if (!d)
-        return fail(err, len, "%s: %s", dir, strerror(errno));
+        return rep_fail(err, len, "%s: %s", dir, strerror(errno));
     char **v = NULL;
     int cnt = 0, cap = 0, rc = 0;
     struct dirent *e;
@@ -401,13 +371,13 @@ static int list_dir(const char *dir, char ***out, int *n, char *err, size_t len)
             cap = cap ? cap * 2 : 16;
             char **nv = realloc(v, (size_t)cap * sizeof(*v));
             if (!nv) {
-                rc = fail(err, len, "%s: out of memory", dir);
+                rc = rep_fail(err, len, "%s: out of memory", dir);
                 break;
             }
             v = nv;
         }
         if (!(v[cnt] = strdup(p)))
-            rc = fail(err, len, "%s: out of memory", dir);
+            rc = rep_fail(err, len, "%s: out of memory", dir);
         else
             cnt++;
     }
@@ -424,17 +394,17 @@ int rt_report_add_path(struct rt_report *r, const char *arg, char *err, size_t e
     char **files = NULL;
     int n = 0, rc = 0;
     if (!copy)
-        return fail(err, errlen, "out of memory");
+        return rep_fail(err, errlen, "out of memory");
     struct stat st;
     if (!strchr(arg, ',') && stat(arg, &st) == 0 && S_ISDIR(st.st_mode)) {
         rc = list_dir(arg, &files, &n, err, errlen);
         if (rc == 0 && n == 0)
-            rc = fail(err, errlen, "%s: no file ringtrain wrote in it", arg);
+            rc = rep_fail(err, errlen, "%s: no file ringtrain wrote in it", arg);
         const int before = r->nrun + r->nload + r->ncomm + r->nscal + r->ntrace;
         if (rc == 0)
             rc = add_files(r, arg, files, n, 1, err, errlen);
         if (rc == 0 && r->nrun + r->nload + r->ncomm + r->nscal + r->ntrace == before)
-            rc = fail(err, errlen, "%s: holds no --metrics file, --json summary, checkpoint state.json or benchmark "
+            rc = rep_fail(err, errlen, "%s: holds no --metrics file, --json summary, checkpoint state.json or benchmark "
                       "output", arg);
     } else {
         /* One file, or files joined with commas (a checkpoint directory among them gives its state.json). */
@@ -443,18 +413,18 @@ int rt_report_add_path(struct rt_report *r, const char *arg, char *err, size_t e
             char path[4096];
             snprintf(path, sizeof(path), "%s", p);
             if (stat(p, &st) < 0) {
-                rc = fail(err, errlen, "%s: %s", p, strerror(errno));
+                rc = rep_fail(err, errlen, "%s: %s", p, strerror(errno));
                 break;
             }
             if (S_ISDIR(st.st_mode) && snprintf(path, sizeof(path), "%s/state.json", p) < (int)sizeof(path) &&
                 stat(path, &st) < 0) {
-                rc = fail(err, errlen, "%s: a directory in a comma list must be a checkpoint directory (no state.json)", p);
+                rc = rep_fail(err, errlen, "%s: a directory in a comma list must be a checkpoint directory (no state.json)", p);
                 break;
             }
             char **nv = realloc(files, (size_t)(n + 1) * sizeof(*files));
             if (!nv || !(nv[n] = strdup(path))) {
                 files = nv ? nv : files;
-                rc = fail(err, errlen, "out of memory");
+                rc = rep_fail(err, errlen, "out of memory");
                 break;
             }
             files = nv;
@@ -472,7 +442,7 @@ int rt_report_add_path(struct rt_report *r, const char *arg, char *err, size_t e
 
 /* ---- labels: the options in which the runs differ -------------------------------------- */
 
-static const json_t *command_of(const struct run *u)
+const json_t *rep_command_of(const struct run *u)
 {
     const json_t *c = json_object_get(u->summary, "command");
     if (!json_is_array(c))
@@ -512,13 +482,13 @@ static int output_option(const char *opt, size_t len)
     return 0;
 }
 
-static void make_labels(struct rt_report *r)
+void rep_make_labels(struct rt_report *r)
 {
     /* Every option any run names. */
     const char *opts[256];
     int nopt = 0;
     for (int i = 0; i < r->nrun; i++) {
-        const json_t *c = command_of(&r->run[i]);
+        const json_t *c = rep_command_of(&r->run[i]);
         for (size_t k = 0; c && k < json_array_size(c); k++) {
             const char *a = json_string_value(json_array_get(c, k));
             if (!a || strncmp(a, "--", 2) != 0 || a[2] == 0)
@@ -540,14 +510,14 @@ static void make_labels(struct rt_report *r)
         struct run *u = &r->run[i];
         if (u->labelled)
             continue;
-        const json_t *c = command_of(u);
+        const json_t *c = rep_command_of(u);
         char lab[sizeof(u->label)] = "";
         for (int o = 0; c && o < nopt && r->nrun > 1; o++) {
             char mine[128], other[128];
             const char *m = option_value(c, opts[o], mine, sizeof(mine));
             int differs = 0;
             for (int k = 0; k < r->nrun && !differs; k++) {
-                const json_t *ck = command_of(&r->run[k]);
+                const json_t *ck = rep_command_of(&r->run[k]);
                 const char *t = ck ? option_value(ck, opts[o], other, sizeof(other)) : NULL;
                 differs = ck && ((!m) != (!t) || (m && t && strcmp(m, t) != 0));
             }
@@ -574,824 +544,15 @@ static void make_labels(struct rt_report *r)
         free((char *)opts[o]);
 }
 
-/* ---- the charts ------------------------------------------------------------------------ */
-
-/* Series of a key over epochs, the arrays kept until the chart is drawn. */
-struct plot {
-    struct chart_series s[256];
-    double *mem[256];
-    char keys[256][48], labels[256][200];
-    int n;
-};
-
-static void plot_free(struct plot *p)
-{
-    for (int i = 0; i < p->n; i++)
-        free(p->mem[i]);
-    p->n = 0;
-}
-
-/* Adds run U's KEY over its epochs; 1 when it has a point. */
-static int plot_add(struct plot *p, const struct run *u, int run, const char *key, const char *label, int color,
-                    int dashed, int thin, int legend)
-{
-    if (p->n >= 256)
-        return 0;
-    const size_t n = json_array_size(u->records);
-    double *m = calloc(2 * (n ? n : 1), sizeof(double));
-    if (!m)
-        return 0;
-    int k = 0;
-    for (size_t i = 0; i < n; i++) {
-        const json_t *o = json_array_get(u->records, i);
-        const double x = num(o, "epoch"), y = path_num(o, key);
-        if (isfinite(x) && isfinite(y))
-            m[k] = x, m[n + k] = y, k++;
-    }
-    if (!k) {
-        free(m);
-        return 0;
-    }
-    memmove(m + k, m + n, (size_t)k * sizeof(double));
-    const int i = p->n++;
-    p->mem[i] = m;
-    snprintf(p->keys[i], sizeof(p->keys[i]), "%s", key);
-    snprintf(p->labels[i], sizeof(p->labels[i]), "%s", label);
-    p->s[i] = (struct chart_series){p->labels[i], run, p->keys[i], k, m, m + k, color, dashed, thin, legend};
-    return 1;
-}
-
-static void line_epochs(struct sbuf *b, struct plot *p, const char *name, const char *title, const char *ylabel,
-                        chart_fmt yf, int yzero, const char *caption)
-{
-    if (p->n > 0) {
-        struct chart_line c = {.name = name, .title = title, .xlabel = "epoch", .ylabel = ylabel, .xint = 1,
-                               .yfmt = yf, .yzero = yzero, .s = p->s, .ns = p->n, .mark_x = NAN, .caption = caption};
-        chart_line(b, &c);
-    }
-    plot_free(p);
-}
-
-static void lab2(char *buf, size_t len, const struct rt_report *r, const struct run *u, const char *what)
-{
-    if (r->nrun > 1)
-        snprintf(buf, len, "%s, %s", u->label, what);
-    else
-        snprintf(buf, len, "%s", what);
-}
-
-static void training_charts(struct sbuf *b, struct rt_report *r, struct plot *p)
-{
-    char l[240];
-    const int multi = r->nrun > 1;
-    for (int i = 0; i < r->nrun; i++) {
-        const struct run *u = &r->run[i];
-        lab2(l, sizeof(l), r, u, "train");
-        plot_add(p, u, i, "train_loss", l, multi ? i : 0, 0, 0, 1);
-        lab2(l, sizeof(l), r, u, "validation");
-        plot_add(p, u, i, "val_loss", l, multi ? i : 1, 1, 0, 1);
-    }
-    line_epochs(b, p, "loss", "Loss", "loss", NULL, 0,
-                "Mean cross-entropy over each epoch's training batches (solid) and on the validation split after it (dashed).");
-    for (int i = 0; i < r->nrun; i++) {
-        const struct run *u = &r->run[i];
-        lab2(l, sizeof(l), r, u, "train");
-        plot_add(p, u, i, "train_acc", l, multi ? i : 0, 0, 0, 1);
-        lab2(l, sizeof(l), r, u, "validation");
-        plot_add(p, u, i, "val_acc", l, multi ? i : 1, 1, 0, 1);
-    }
-    line_epochs(b, p, "accuracy", "Accuracy", "top-1 accuracy", chart_fmt_pct, 0,
-                "Top-1 accuracy on the epoch's training batches (solid, as augmented) and on the validation split (dashed).");
-
-    /* Images/s: each rank's line where the records have them, else the run's. */
-    int ranks_max = 0;
-    for (int i = 0; i < r->nrun; i++) {
-        const struct run *u = &r->run[i];
-        int nr = 0;
-        for (size_t e = 0; e < json_array_size(u->records); e++)
-            nr = RT_MAX(nr, (int)json_array_size(json_object_get(json_array_get(u->records, e), "rank_images_per_s")));
-        ranks_max = RT_MAX(ranks_max, nr);
-        if (nr == 0) {
-            lab2(l, sizeof(l), r, u, "all ranks");
-            plot_add(p, u, i, "images_per_s", l, i, 0, 0, 1);
-            continue;
-        }
-        for (int k = 0; k < nr; k++) {
-            char key[48];
-            snprintf(key, sizeof(key), "rank_images_per_s[%d]", k);
-            if (nr <= 16) {
-                char what[40];
-                snprintf(what, sizeof(what), "rank %d", k);
-                lab2(l, sizeof(l), r, u, what);
-                plot_add(p, u, i, key, l, multi ? i : k, multi && k > 0, 0, !multi || k == 0);
-            } else {
-                snprintf(l, sizeof(l), "%s%s%d ranks", multi ? u->label : "", multi ? ", " : "", nr);
-                plot_add(p, u, i, key, l, i, 0, 1, k == 0);
-            }
-        }
-    }
-    char cap[400];
-    snprintf(cap, sizeof(cap), "%s",
-             ranks_max > 0 ? "Images per second each rank trained at over each epoch (its own images over its own "
-                             "epoch time); the run's rate is their sum."
-                           : "Images per second over each epoch, all ranks together.");
-    line_epochs(b, p, "throughput", ranks_max > 0 ? "Images/s per rank" : "Images/s", "images/s", NULL, 1, cap);
-
-    for (int i = 0; i < r->nrun; i++)
-        plot_add(p, &r->run[i], i, "lr", multi ? r->run[i].label : "learning rate", i, 0, 0, multi);
-    line_epochs(b, p, "lr", "Learning rate", "learning rate", NULL, 1,
-                "The learning rate at each epoch's last step (the schedule's value).");
-    for (int i = 0; i < r->nrun; i++)
-        plot_add(p, &r->run[i], i, "loss_scale", multi ? r->run[i].label : "loss scale", i, 0, 0, multi);
-    line_epochs(b, p, "loss-scale", "fp16 loss scale", "loss scale", NULL, 0,
-                "The dynamic loss scale at each epoch's end (fp16 mixed precision): it halves on an overflow and "
-                "grows after a run of good steps.");
-}
-
-static const char *const phase_key[] = {"data", "copy", "forward", "backward", "comm", "optimizer", "rest"};
-static const char *const phase_name[] = {"data wait", "copy", "forward", "backward", "exposed comm", "optimizer", "rest"};
-enum { NPHASE = 7 };
-
-static void verdict_text(const struct rt_report *r, char *buf, size_t len)
-{
-    buf[0] = 0;
-    for (int i = 0; i < r->nrun; i++) {
-        const json_t *v = json_object_get(r->run[i].summary, "verdict");
-        const char *lim = json_string_value(json_object_get(v, "limit"));
-        const char *ev = json_string_value(json_object_get(v, "evidence"));
-        const char *ad = json_string_value(json_object_get(v, "advice"));
-        if (!lim)
-            continue;
-        const size_t l = strlen(buf);
-        snprintf(buf + l, len - l, "%s%s%sLimited by %s: %s%s%s", l ? " " : "", r->nrun > 1 ? r->run[i].label : "",
-                 r->nrun > 1 ? ": " : "", lim, ev ? ev : "", ad && *ad ? ". " : "", ad ? ad : "");
-    }
-}
-
-static void profile_chart(struct sbuf *b, struct rt_report *r, const char *pct)
-{
-    int ncat = 0;
-    for (int i = 0; i < r->nrun; i++)
-        for (size_t e = 0; e < json_array_size(r->run[i].records); e++)
-            ncat += json_is_object(json_object_get(json_array_get(r->run[i].records, e), "profile"));
-    if (!ncat)
-        return;
-    char (*cat)[24] = calloc((size_t)ncat, sizeof(*cat));
-    char (*keys)[40] = calloc((size_t)ncat * NPHASE, sizeof(*keys));
-    const char **catl = calloc((size_t)ncat, sizeof(*catl)), **grp = calloc((size_t)ncat, sizeof(*grp));
-    const char **keyp = calloc((size_t)ncat * NPHASE, sizeof(*keyp));
-    int *run = calloc((size_t)ncat, sizeof(*run));
-    double *x = calloc((size_t)ncat, sizeof(*x)), *v = calloc((size_t)ncat * NPHASE, sizeof(*v));
-    if (cat && keys && catl && grp && keyp && run && x && v) {
-        int k = 0;
-        for (int i = 0; i < r->nrun; i++)
-            for (size_t e = 0; e < json_array_size(r->run[i].records); e++) {
-                const json_t *o = json_array_get(r->run[i].records, e);
-                if (!json_is_object(json_object_get(o, "profile")))
-                    continue;
-                x[k] = num(o, "epoch");
-                run[k] = i;
-                snprintf(cat[k], sizeof(cat[k]), "%g", x[k]);
-                catl[k] = cat[k];
-                grp[k] = r->run[i].label;
-                for (int s = 0; s < NPHASE; s++) {
-                    snprintf(keys[k * NPHASE + s], sizeof(keys[0]), "profile.%s.%s_ms", phase_key[s], pct);
-                    keyp[k * NPHASE + s] = keys[k * NPHASE + s];
-                    v[k * NPHASE + s] = path_num(o, keys[k * NPHASE + s]);
-                }
-                k++;
-            }
-        char title[64], caption[1400], verdict[1100];
-        snprintf(title, sizeof(title), "Step profile, %s per epoch (rank 0)", pct);
-        verdict_text(r, verdict, sizeof(verdict));
-        snprintf(caption, sizeof(caption),
-                 "Each phase's %s over rank 0's optimizer steps of the epoch, stacked (the %ss do not add up to "
-                 "the step's exactly). %s",
-                 pct, pct, verdict[0] ? verdict : "No --json summary given: no verdict.");
-        char name[32];
-        snprintf(name, sizeof(name), "profile-%s", pct);
-        struct chart_bars c = {.name = name, .title = title, .ylabel = "ms per step", .ncat = ncat, .nseg = NPHASE,
-                               .cat_label = catl, .group_label = r->nrun > 1 ? grp : NULL, .cat_run = run,
-                               .cat_x = x, .seg_label = phase_name, .seg_key = keyp, .v = v, .caption = caption};
-        chart_bars(b, &c);
-    }
-    free(cat), free(keys), free(catl), free(grp), free(keyp), free(run), free(x), free(v);
-}
-
-static void gpu_charts(struct sbuf *b, struct rt_report *r, struct plot *p)
-{
-    static const char *const key[] = {"gpu_util_pct", "gpu_mem_used_gib", "gpu_power_w"};
-    static const char *const name[] = {"gpu-util", "gpu-mem", "gpu-power"};
-    static const char *const title[] = {"GPU utilisation", "GPU memory used", "GPU power"};
-    static const char *const ylab[] = {"% of time busy (mean)", "GiB (peak)", "W (mean)"};
-    for (int g = 0; g < 3; g++) {
-        for (int i = 0; i < r->nrun; i++)
-            plot_add(p, &r->run[i], i, key[g], r->nrun > 1 ? r->run[i].label : title[g], i, 0, 0, r->nrun > 1);
-        line_epochs(b, p, name[g], title[g], ylab[g], NULL, 1,
-                    "From NVML on rank 0's GPU, sampled through each epoch.");
-    }
-}
-
-static void loadbench_charts(struct sbuf *b, struct rt_report *r)
-{
-    if (!r->nload)
-        return;
-    struct chart_series s[MAX_BENCH];
-    double xs[MAX_BENCH][64], ys[MAX_BENCH][64], ticks[64];
-    int nt = 0;
-    for (int i = 0; i < r->nload; i++) {
-        const json_t *sc = json_object_get(r->loadbench[i].j, "scaling");
-        int n = 0;
-        for (size_t k = 0; k < json_array_size(sc) && n < 64; k++) {
-            const json_t *o = json_array_get(sc, k);
-            xs[i][n] = num(o, "workers"), ys[i][n] = num(o, "images_per_s");
-            int seen = 0;
-            for (int t = 0; t < nt; t++)
-                seen |= ticks[t] == xs[i][n];
-            if (!seen && nt < 64)
-                ticks[nt++] = xs[i][n];
-            n++;
-        }
-        s[i] = (struct chart_series){r->loadbench[i].src, i, "scaling[].images_per_s", n, xs[i], ys[i], i, 0, 0,
-                                     r->nload > 1};
-    }
-    struct chart_line c = {.name = "loadbench-workers", .title = "Input pipeline: images/s against workers",
-                           .xlabel = "decode/augment workers", .ylabel = "images/s", .xint = 1, .xticks = ticks,
-                           .nxticks = nt, .yzero = 1, .s = s, .ns = r->nload, .mark_x = NAN,
-                           .caption = "ringtrain loadbench: the loader and batch ring with no compute; images/s "
-                                      "over the whole run at each worker count."};
-    chart_line(b, &c);
-
-    /* Stage shares of the last worker count, one group of bars per file. */
-    static const char *const st[] = {"io", "checksum", "decompress", "decode", "augment", "slot_wait", "ring_wait", "idle"};
-    enum { NST = 8 };
-    const int ncat = r->nload * NST;
-    const char **catl = calloc((size_t)ncat, sizeof(*catl)), **grp = calloc((size_t)ncat, sizeof(*grp));
-    const char **keyp = calloc((size_t)ncat, sizeof(*keyp));
-    char (*keys)[48] = calloc((size_t)ncat, sizeof(*keys));
-    int *run = calloc((size_t)ncat, sizeof(*run));
-    double *x = calloc((size_t)ncat, sizeof(*x)), *v = calloc((size_t)ncat, sizeof(*v));
-    if (catl && grp && keyp && keys && run && x && v) {
-        for (int i = 0; i < r->nload; i++)
-            for (int k = 0; k < NST; k++) {
-                const int c2 = i * NST + k;
-                catl[c2] = st[k];
-                grp[c2] = r->loadbench[i].src;
-                run[c2] = i;
-                x[c2] = k;
-                snprintf(keys[c2], sizeof(keys[0]), "stages.%s.share", st[k]);
-                keyp[c2] = keys[c2];
-                v[c2] = path_num(r->loadbench[i].j, keys[c2]);
-            }
-        static const char *const seg[] = {"share of worker time"};
-        char cap[300];
-        snprintf(cap, sizeof(cap),
-                 "Where the workers' time went at %g workers: busy in each stage, waiting for a free slot or for the "
-                 "ring, or idle. The largest busy stage is what to speed up.",
-                 num(r->loadbench[r->nload - 1].j, "workers"));
-        struct chart_bars cb = {.name = "loadbench-stages", .title = "Input pipeline: stage shares",
-                                .ylabel = "share of worker time", .ncat = ncat, .nseg = 1, .cat_label = catl,
-                                .group_label = r->nload > 1 ? grp : NULL, .cat_run = run, .cat_x = x,
-                                .seg_label = seg, .seg_key = keyp, .v = v, .yfmt = chart_fmt_pct, .caption = cap};
-        chart_bars(b, &cb);
-    }
-    free(catl), free(grp), free(keyp), free(keys), free(run), free(x), free(v);
-}
-
-static void commbench_chart(struct sbuf *b, struct rt_report *r)
-{
-    if (!r->ncomm)
-        return;
-    enum { PTS = 64, SER = 32 };
-    static double xs[SER][PTS], ys[SER][PTS];
-    static char lab[SER][160];
-    struct chart_series s[SER];
-    int ns = 0;
-    double mark = NAN;
-    char mark_label[64] = "";
-    for (int i = 0; i < r->ncomm; i++) {
-        const json_t *j = r->commbench[i].j, *res = json_object_get(j, "results");
-        const char *paths[4];
-        int np = 0;
-        for (size_t k = 0; k < json_array_size(res); k++) {
-            const char *p = json_string_value(json_object_get(json_array_get(res, k), "path"));
-            int seen = 0;
-            for (int q = 0; q < np; q++)
-                seen |= p && strcmp(paths[q], p) == 0;
-            if (p && !seen && np < 4)
-                paths[np++] = p;
-        }
-        for (int q = 0; q < np && ns < SER; q++) {
-            int n = 0;
-            for (size_t k = 0; k < json_array_size(res) && n < PTS; k++) {
-                const json_t *o = json_array_get(res, k);
-                const char *p = json_string_value(json_object_get(o, "path"));
-                if (p && strcmp(p, paths[q]) == 0)
-                    xs[ns][n] = num(o, "size"), ys[ns][n] = num(o, "busbw"), n++;
-            }
-            snprintf(lab[ns], sizeof(lab[ns]), "%s%s%s (%g ranks)", r->ncomm > 1 ? r->commbench[i].src : "",
-                     r->ncomm > 1 ? ": " : "", paths[q], num(j, "ranks"));
-            s[ns] = (struct chart_series){lab[ns], i, "results[].busbw", n, xs[ns], ys[ns], ns, 0, 0, 1};
-            ns++;
-        }
-        const double bk = path_num(j, "bucket.bytes");
-        if (isfinite(bk) && !isfinite(mark)) {
-            mark = bk;
-            char sz[32];
-            chart_fmt_bytes(bk, sz, sizeof(sz));
-            snprintf(mark_label, sizeof(mark_label), "bucket %s", sz);
-        }
-    }
-    struct chart_line c = {.name = "commbench-busbw", .title = "All-reduce bus bandwidth against message size",
-                           .xlabel = "message size", .ylabel = "busbw (GB/s)", .xlog = 1, .xfmt = chart_fmt_bytes,
-                           .yzero = 1, .s = s, .ns = ns, .mark_x = mark, .mark_label = mark_label,
-                           .caption = "ringtrain commbench: bus bandwidth as nccl-tests defines it (algbw x 2(n-1)/n "
-                                      "for all-reduce) for each path; the dashed line is the gradient bucket size "
-                                      "training uses."};
-    chart_line(b, &c);
-}
-
-static void scaling_charts(struct sbuf *b, struct rt_report *r)
-{
-    if (!r->nscal)
-        return;
-    enum { PTS = 64, SER = 16 };
-    static double xs[SER][PTS], ys[SER][PTS], ideal_x[PTS], ideal_y[PTS];
-    static char lab[SER][160];
-    static const char *const modes[] = {"overlap", "no-overlap"};
-    for (int what = 0; what < 2; what++) {
-        struct chart_series s[SER + 1];
-        int ns = 0, ni = 0;
-        double ticks[PTS];
-        int nt = 0;
-        for (int i = 0; i < r->nscal; i++) {
-            const json_t *rows = json_object_get(r->scaling[i].j, "rows");
-            for (int m = 0; m < 2 && ns < SER; m++) {
-                int n = 0;
-                for (size_t k = 0; k < json_array_size(rows) && n < PTS; k++) {
-                    const json_t *row = json_array_get(rows, k), *c = json_object_get(row, modes[m]);
-                    const double x = num(row, "ranks"), y = num(c, what ? "efficiency" : "speedup");
-                    if (!isfinite(x) || !isfinite(y))
-                        continue;
-                    xs[ns][n] = x, ys[ns][n] = y, n++;
-                    int seen = 0;
-                    for (int t = 0; t < nt; t++)
-                        seen |= ticks[t] == x;
-                    if (!seen && nt < PTS)
-                        ticks[nt++] = x;
-                }
-                if (!n)
-                    continue;
-                snprintf(lab[ns], sizeof(lab[ns]), "%s%s%s", r->nscal > 1 ? r->scaling[i].src : "",
-                         r->nscal > 1 ? ": " : "", m ? "all-reduce after backward (--no-overlap)" : "all-reduce overlapped");
-                s[ns] = (struct chart_series){lab[ns], i, what ? (m ? "rows[].no-overlap.efficiency" : "rows[].overlap.efficiency")
-                                                               : (m ? "rows[].no-overlap.speedup" : "rows[].overlap.speedup"),
-                                              n, xs[ns], ys[ns], ns, m, 0, 1};
-                ns++;
-            }
-        }
-        if (!ns)
-            return;
-        /* The ideal: speedup N / N0, efficiency 1. */
-        double n0 = INFINITY;
-        for (int t = 0; t < nt; t++)
-            n0 = fmin(n0, ticks[t]);
-        for (int t = 0; t < nt; t++) {
-            double lo = INFINITY;
-            for (int q = 0; q < nt; q++)
-                if (ticks[q] > (t ? ideal_x[t - 1] : -1.0))
-                    lo = fmin(lo, ticks[q]);
-            ideal_x[t] = lo, ideal_y[t] = what ? 1.0 : lo / n0;
-            ni++;
-        }
-        s[ns++] = (struct chart_series){"ideal", -1, "ideal", ni, ideal_x, ideal_y, 9, 1, 1, 1};
-        struct chart_line c = {.name = what ? "scaling-efficiency" : "scaling-speedup",
-                               .title = what ? "Scaling efficiency" : "Speedup against ranks", .xlabel = "ranks",
-                               .ylabel = what ? "efficiency" : "speedup", .xlog = 1, .xticks = ticks, .nxticks = nt,
-                               .yfmt = what ? chart_fmt_pct : NULL, .yzero = 1, .ymax_at_least = what ? 1.0 : 0,
-                               .s = s, .ns = ns, .mark_x = NAN,
-                               .caption = what ? "bench/scaling.sh: speedup x N0 / N (1 is perfect), medians over "
-                                                 "the repeats."
-                                               : "bench/scaling.sh: images/s at N ranks over images/s at the "
-                                                 "smallest rank count, medians over the repeats; grey: ideal."};
-        chart_line(b, &c);
-    }
-}
-
-/* ---- one step of a trace ---------------------------------------------------------------- */
-
-enum { TL_MAX_SPANS = 4000, TL_MAX_ROWS = 24, TL_MAX_CATS = CHART_COLORS, TRACE_MAX_BYTES = 256 << 20 };
-
-static int by_row_start(const void *a, const void *b)
-{
-    const struct chart_span *x = a, *y = b;
-    if (x->row != y->row)
-        return x->row - y->row;
-    if (x->t0 != y->t0)
-        return x->t0 < y->t0 ? -1 : 1;
-    return (y->t1 - y->t0) < (x->t1 - x->t0) ? -1 : (y->t1 - y->t0) > (x->t1 - x->t0);
-}
-
-/*
- * The typical optimizer step of rank 0 (the lowest pid) in a --trace file: its step span of median length, and
- * every span of that rank's threads within it, a row per thread in the trace's own order. Files past 256 MB are
- * left to Perfetto.
- */
-static void timeline_chart(struct sbuf *b, const char *path, int idx)
-{
-    struct stat st;
-    if (stat(path, &st) < 0 || st.st_size > TRACE_MAX_BYTES)
-        return;
-    json_t *j = json_load_file(path, 0, NULL);
-    const json_t *ev = json_object_get(j, "traceEvents");
-    int pid = INT32_MAX;
-    for (size_t i = 0; i < json_array_size(ev); i++) {
-        const json_t *e = json_array_get(ev, i);
-        const char *ph = json_string_value(json_object_get(e, "ph"));
-        if (ph && *ph == 'X')
-            pid = RT_MIN(pid, (int)json_integer_value(json_object_get(e, "pid")));
-    }
-    /* The steps: spans of category "step" named "step N". */
-    double *dur = calloc(json_array_size(ev) + 1, sizeof(double));
-    int nsteps = 0;
-    for (size_t i = 0; dur && i < json_array_size(ev); i++) {
-        const json_t *e = json_array_get(ev, i);
-        const char *cat = json_string_value(json_object_get(e, "cat")), *nm = json_string_value(json_object_get(e, "name"));
-        if (cat && nm && strcmp(cat, "step") == 0 && strncmp(nm, "step ", 5) == 0 &&
-            json_integer_value(json_object_get(e, "pid")) == pid)
-            dur[nsteps++] = num(e, "dur");
-    }
-    double pick = NAN, w0 = 0, w1 = 0;
-    if (nsteps) {
-        double *sorted = malloc((size_t)nsteps * sizeof(double));
-        if (sorted) {
-            memcpy(sorted, dur, (size_t)nsteps * sizeof(double));
-            for (int a = 1; a < nsteps; a++)
-                for (int k = a; k > 0 && sorted[k - 1] > sorted[k]; k--) {
-                    const double t = sorted[k];
-                    sorted[k] = sorted[k - 1], sorted[k - 1] = t;
-                }
-            pick = sorted[nsteps / 2];
-            free(sorted);
-        }
-    }
-    const char *step_name = NULL;
-    for (size_t i = 0; isfinite(pick) && i < json_array_size(ev); i++) {
-        const json_t *e = json_array_get(ev, i);
-        const char *cat = json_string_value(json_object_get(e, "cat")), *nm = json_string_value(json_object_get(e, "name"));
-        if (cat && nm && strcmp(cat, "step") == 0 && strncmp(nm, "step ", 5) == 0 &&
-            json_integer_value(json_object_get(e, "pid")) == pid && num(e, "dur") == pick) {
-            const double ts = num(e, "ts"), d = num(e, "dur");
-            w0 = ts - 0.04 * d, w1 = ts + 1.04 * d, step_name = nm;
-            break;
-        }
-    }
-    free(dur);
-    if (!step_name) {
-        json_decref(j);
-        return;
-    }
-    /* The threads of that rank, in the trace's sort order, and their spans in the window. */
-    int tids[TL_MAX_ROWS], sort[TL_MAX_ROWS], nrow = 0;
-    const char *rowl[TL_MAX_ROWS], *cats[TL_MAX_CATS];
-    int ncat = 0, nsp = 0;
-    struct chart_span *sp = calloc(TL_MAX_SPANS, sizeof(*sp));
-    for (size_t i = 0; sp && i < json_array_size(ev); i++) {
-        const json_t *e = json_array_get(ev, i);
-        const char *ph = json_string_value(json_object_get(e, "ph"));
-        if (!ph || *ph != 'X' || json_integer_value(json_object_get(e, "pid")) != pid)
-            continue;
-        const double ts = num(e, "ts"), d = num(e, "dur");
-        if (!(ts < w1 && ts + d > w0) || nsp >= TL_MAX_SPANS)
-            continue;
-        const int tid = (int)json_integer_value(json_object_get(e, "tid"));
-        int row = -1;
-        for (int k = 0; k < nrow; k++)
-            if (tids[k] == tid)
-                row = k;
-        if (row < 0 && nrow < TL_MAX_ROWS) {
-            row = nrow++;
-            tids[row] = tid, sort[row] = tid, rowl[row] = NULL;
-        }
-        const char *cat = json_string_value(json_object_get(e, "cat"));
-        int ci = -1;
-        for (int k = 0; k < ncat; k++)
-            if (cat && strcmp(cats[k], cat) == 0)
-                ci = k;
-        if (ci < 0 && cat && ncat < TL_MAX_CATS)
-            cats[ci = ncat++] = cat;
-        if (row < 0 || ci < 0)
-            continue;
-        sp[nsp++] = (struct chart_span){row, ci, fmax(ts, w0) - w0, fmin(ts + d, w1) - w0,
-                                        json_string_value(json_object_get(e, "name"))};
-    }
-    for (size_t i = 0; i < json_array_size(ev); i++) {
-        const json_t *e = json_array_get(ev, i);
-        const char *nm = json_string_value(json_object_get(e, "name"));
-        if (!nm || json_integer_value(json_object_get(e, "pid")) != pid)
-            continue;
-        const int tid = (int)json_integer_value(json_object_get(e, "tid"));
-        const json_t *args = json_object_get(e, "args");
-        for (int k = 0; k < nrow; k++)
-            if (tids[k] == tid) {
-                if (strcmp(nm, "thread_name") == 0)
-                    rowl[k] = json_string_value(json_object_get(args, "name"));
-                else if (strcmp(nm, "thread_sort_index") == 0)
-                    sort[k] = (int)json_integer_value(json_object_get(args, "sort_index"));
-            }
-    }
-    /* Rows in sort order: renumber. */
-    int order[TL_MAX_ROWS], rank_of[TL_MAX_ROWS];
-    for (int k = 0; k < nrow; k++)
-        order[k] = k;
-    for (int a = 1; a < nrow; a++)
-        for (int k = a; k > 0 && sort[order[k - 1]] > sort[order[k]]; k--) {
-            const int t = order[k];
-            order[k] = order[k - 1], order[k - 1] = t;
-        }
-    const char *labels[TL_MAX_ROWS];
-    char fallback[TL_MAX_ROWS][24];
-    for (int k = 0; k < nrow; k++) {
-        rank_of[order[k]] = k;
-        snprintf(fallback[k], sizeof(fallback[k]), "thread %d", tids[order[k]]);
-        labels[k] = rowl[order[k]] ? rowl[order[k]] : fallback[k];
-    }
-    for (int i = 0; i < nsp; i++)
-        sp[i].row = rank_of[sp[i].row];
-    if (sp)
-        qsort(sp, (size_t)nsp, sizeof(*sp), by_row_start);
-    char name[32], title[200], caption[900];
-    snprintf(name, sizeof(name), idx ? "timeline-%d" : "timeline", idx + 1);
-    snprintf(title, sizeof(title), "One optimizer step: %s of rank 0", step_name);
-    snprintf(caption, sizeof(caption),
-             "From %s: the step of median length among the %d traced (%.2f ms), every thread of rank 0 during it. "
-             "Open the file in Perfetto (ui.perfetto.dev) or chrome://tracing for every step and rank.",
-             path, nsteps, pick / 1000.0);
-    if (sp && nsp) {
-        struct chart_timeline c = {.name = name, .title = title, .nrow = nrow, .row_label = labels, .ncat = ncat,
-                                   .cat_label = cats, .sp = sp, .nsp = nsp, .t1 = w1 - w0, .caption = caption};
-        chart_timeline(b, &c);
-    }
-    free(sp);
-    json_decref(j);
-}
-
-/* ---- tables ---------------------------------------------------------------------------- */
-
-static void cell_num(struct sbuf *b, double v, const char *fmt)
-{
-    sb_puts(b, "<td class=\"num\">");
-    if (isfinite(v))
-        sb_printf(b, fmt, v);
-    else
-        sb_puts(b, "&ndash;");
-    sb_puts(b, "</td>");
-}
-
-static double last_num(const struct run *u, const char *key)
-{
-    for (size_t i = json_array_size(u->records); i-- > 0;) {
-        const double v = path_num(json_array_get(u->records, i), key);
-        if (isfinite(v))
-            return v;
-    }
-    return NAN;
-}
-
-static void runs_table(struct sbuf *b, const struct rt_report *r)
-{
-    sb_puts(b, "<table class=\"runs\" id=\"runs\"><tr><th></th><th>run</th><th>model</th><th>ranks</th>"
-               "<th>epochs</th><th>train loss</th><th>val loss</th><th>val accuracy</th><th>best</th>"
-               "<th>images/s</th><th>wall</th><th>from</th></tr>\n");
-    for (int i = 0; i < r->nrun; i++) {
-        const struct run *u = &r->run[i];
-        const char *model = json_string_value(json_object_get(u->summary, "model"));
-        if (!model)
-            model = json_string_value(json_object_get(u->state, "model"));
-        double ranks = num(u->summary, "world_size");
-        if (!isfinite(ranks))
-            ranks = last_num(u, "world_size");
-        double best = num(u->summary, "best_val_acc");
-        if (!isfinite(best))
-            best = num(u->state, "best_val_acc");
-        double ips = num(u->summary, "steady_images_per_s");
-        if (!isfinite(ips))
-            ips = num(u->summary, "images_per_s");
-        if (!isfinite(ips))
-            ips = last_num(u, "images_per_s");
-        sb_printf(b, "<tr><td><span class=\"swatch\" style=\"background:%s\"></span></td><td>", chart_color(i));
-        sb_esc(b, u->label);
-        sb_puts(b, "</td><td>");
-        sb_esc(b, model ? model : "");
-        sb_puts(b, "</td>");
-        cell_num(b, ranks, "%g");
-        cell_num(b, (double)json_array_size(u->records) > 0 ? last_num(u, "epoch") : num(u->state, "epoch"), "%g");
-        cell_num(b, last_num(u, "train_loss"), "%.4f");
-        cell_num(b, last_num(u, "val_loss"), "%.4f");
-        const double va = last_num(u, "val_acc");
-        cell_num(b, isfinite(va) ? va * 100.0 : NAN, "%.2f%%");
-        cell_num(b, isfinite(best) ? best * 100.0 : NAN, "%.2f%%");
-        cell_num(b, ips, "%.0f");
-        cell_num(b, num(u->summary, "time_s"), "%.1f s");
-        sb_puts(b, "<td class=\"src\">");
-        sb_esc(b, u->src);
-        if (u->trace[0]) {
-            sb_puts(b, " (trace: ");
-            sb_esc(b, u->trace);
-            sb_puts(b, ", open it in Perfetto)");
-        }
-        sb_puts(b, "</td></tr>\n");
-    }
-    sb_puts(b, "</table>\n");
-}
-
-static const json_t *facts_of(const struct run *u)
-{
-    const json_t *f = json_object_get(u->summary, "facts");
-    if (!json_is_array(f))
-        f = json_object_get(u->state, "facts");
-    return json_is_array(f) ? f : NULL;
-}
-
-static const char *fact(const json_t *facts, const char *key)
-{
-    for (size_t i = 0; i < json_array_size(facts); i++) {
-        const json_t *p = json_array_get(facts, i);
-        const char *k = json_string_value(json_array_get(p, 0));
-        if (k && strcmp(k, key) == 0)
-            return json_string_value(json_array_get(p, 1));
-    }
-    return NULL;
-}
-
-/* The banner's facts, a column per run; rows whose values differ are marked. And the command lines. */
-static void config_table(struct sbuf *b, const struct rt_report *r)
-{
-    const char *keys[64];
-    int nk = 0, any_cmd = 0;
-    for (int i = 0; i < r->nrun; i++) {
-        const json_t *f = facts_of(&r->run[i]);
-        any_cmd |= command_of(&r->run[i]) != NULL;
-        for (size_t k = 0; k < json_array_size(f); k++) {
-            const char *key = json_string_value(json_array_get(json_array_get(f, k), 0));
-            int seen = 0;
-            for (int q = 0; q < nk; q++)
-                seen |= key && strcmp(keys[q], key) == 0;
-            if (key && !seen && nk < 64)
-                keys[nk++] = key;
-        }
-    }
-    if (!nk && !any_cmd)
-        return;
-    sb_puts(b, "<h2 id=\"configuration\">Configuration</h2>\n<table class=\"config\" id=\"config\"><tr><th></th>");
-    for (int i = 0; i < r->nrun; i++) {
-        sb_puts(b, "<th>");
-        sb_esc(b, r->nrun > 1 ? r->run[i].label : "as the run's banner said");
-        sb_puts(b, "</th>");
-    }
-    sb_puts(b, "</tr>\n");
-    for (int q = 0; q < nk; q++) {
-        int differs = 0;
-        const char *first = fact(facts_of(&r->run[0]), keys[q]);
-        for (int i = 1; i < r->nrun; i++) {
-            const char *v = fact(facts_of(&r->run[i]), keys[q]);
-            differs |= (!v) != (!first) || (v && first && strcmp(v, first) != 0);
-        }
-        sb_printf(b, "<tr%s><th>", differs ? " class=\"differs\"" : "");
-        sb_esc(b, keys[q]);
-        sb_puts(b, "</th>");
-        for (int i = 0; i < r->nrun; i++) {
-            sb_puts(b, "<td>");
-            sb_esc(b, fact(facts_of(&r->run[i]), keys[q]));
-            sb_puts(b, "</td>");
-        }
-        sb_puts(b, "</tr>\n");
-    }
-    if (any_cmd) {
-        sb_puts(b, "<tr><th>command</th>");
-        for (int i = 0; i < r->nrun; i++) {
-            const json_t *c = command_of(&r->run[i]);
-            sb_puts(b, "<td><code>");
-            for (size_t k = 0; c && k < json_array_size(c); k++) {
-                const char *a = json_string_value(json_array_get(c, k));
-                if (k)
-                    sb_puts(b, " ");
-                sb_esc(b, a ? a : "");
-            }
-            sb_puts(b, "</code></td>");
-        }
-        sb_puts(b, "</tr>\n");
-    }
-    sb_puts(b, "</table>\n");
-}
-
-/* ---- the page -------------------------------------------------------------------------- */
-
-static const char style[] =
-    "body{font:14px/1.45 sans-serif;margin:24px auto;max-width:1260px;padding:0 12px;color:#222;background:#fff}"
-    "h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:26px 0 8px;border-bottom:1px solid #ddd}"
-    ".meta{color:#666;margin:0 0 14px}"
-    ".charts{display:grid;grid-template-columns:repeat(auto-fill,minmax(600px,1fr));gap:14px}"
-    "figure.chart{margin:0;border:1px solid #ddd;border-radius:4px;padding:6px;background:#fff}"
-    "figure.chart svg{display:block;width:100%;height:auto}"
-    "figcaption{font-size:12px;color:#444;padding:4px 6px 2px}"
-    "svg text{font:11px sans-serif;fill:#333}svg text.title{font-size:14px;font-weight:bold}"
-    "svg text.axis-label{font-size:12px}svg .bg{fill:#fff;stroke:none}"
-    "svg .axes{fill:none;stroke:#888}svg .grid line{stroke:#e6e6e6}"
-    "svg .mark line{stroke:#555;stroke-dasharray:4 3}svg .group line{stroke:#999}"
-    "table{border-collapse:collapse;font-size:13px;margin:6px 0}th,td{border:1px solid #ddd;padding:3px 8px;"
-    "text-align:left;vertical-align:top}td.num{text-align:right;font-variant-numeric:tabular-nums}"
-    "tr.differs th{background:#fff3cd}td.src{font-family:monospace;font-size:12px;color:#555}"
-    ".swatch{display:inline-block;width:12px;height:12px;border-radius:2px}"
-    "code{font-size:12px;word-break:break-all}";
-
-static void section(struct sbuf *b, const char *id, const char *title, size_t *mark)
-{
-    sb_printf(b, "<h2 id=\"%s\">", id);
-    sb_esc(b, title);
-    sb_puts(b, "</h2>\n<div class=\"charts\">\n");
-    *mark = b->n;
-}
-
-/* Ends a section; one that drew nothing is taken back out. */
-static void section_end(struct sbuf *b, size_t mark, size_t start)
-{
-    if (b->n == mark && !b->oom) {
-        b->n = start;
-        b->p[b->n] = 0;
-        return;
-    }
-    sb_puts(b, "</div>\n");
-}
-
 int rt_report_write(struct rt_report *r, const char *path, char *err, size_t errlen)
 {
     if (!r->nrun && !r->nload && !r->ncomm && !r->nscal && !r->ntrace)
-        return fail(err, errlen, "nothing to report: no run or benchmark output was given");
-    make_labels(r);
+        return rep_fail(err, errlen, "nothing to report: no run or benchmark output was given");
+    rep_make_labels(r);
     struct sbuf b = {0};
-    char when[64];
-    const time_t now = time(NULL);
-    struct tm tm;
-    strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S %Z", localtime_r(&now, &tm));
-    sb_puts(&b, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-                "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>");
-    sb_esc(&b, r->title);
-    sb_printf(&b, "</title><style>%s</style></head><body>\n<h1>", style);
-    sb_esc(&b, r->title);
-    sb_printf(&b, "</h1><p class=\"meta\">ringtrain %s, written %s from", RT_VERSION, when);
-    const int count[] = {r->nrun, r->nload, r->ncomm, r->nscal, r->ntrace};
-    static const char *const what[] = {"training run", "loadbench output", "commbench output", "scaling output",
-                                       "trace"};
-    int shown = 0;
-    for (int i = 0; i < 5; i++)
-        if (count[i])
-            sb_printf(&b, "%s %d %s%s", shown++ ? "," : "", count[i], what[i], count[i] == 1 ? "" : "s");
-    sb_puts(&b, ".</p>\n");
-    if (r->nrun)
-        runs_table(&b, r);
-
-    size_t start = b.n, mark;
-    struct plot *plot = calloc(1, sizeof(*plot)); /* series kept until each chart is drawn */
-    if (!plot)
-        return fail(err, errlen, "%s: out of memory composing the page", path);
-    section(&b, "training", "Training", &mark);
-    training_charts(&b, r, plot);
-    section_end(&b, mark, start);
-    start = b.n;
-    section(&b, "step-profile", "Where the time goes: the step profile", &mark);
-    profile_chart(&b, r, "p50");
-    profile_chart(&b, r, "p99");
-    for (int i = 0; i < r->ntrace; i++)
-        timeline_chart(&b, r->trace[i], i);
-    section_end(&b, mark, start);
-    start = b.n;
-    section(&b, "gpu", "GPU", &mark);
-    gpu_charts(&b, r, plot);
-    free(plot);
-    section_end(&b, mark, start);
-    start = b.n;
-    section(&b, "input", "Input pipeline (loadbench)", &mark);
-    loadbench_charts(&b, r);
-    section_end(&b, mark, start);
-    start = b.n;
-    section(&b, "allreduce", "All-reduce (commbench)", &mark);
-    commbench_chart(&b, r);
-    section_end(&b, mark, start);
-    start = b.n;
-    section(&b, "scaling", "Scaling (bench/scaling.sh)", &mark);
-    scaling_charts(&b, r);
-    section_end(&b, mark, start);
-    if (r->nrun)
-        config_table(&b, r);
-    sb_puts(&b, "</body></html>\n");
-    if (b.oom) {
-        sb_free(&b);
-        return fail(err, errlen, "%s: out of memory composing the page", path);
-    }
-    int rc = rt_file_write_atomic(path, b.p, b.n);
+    if (rep_page(r, &b, path, err, errlen) < 0)
+        return -1;
+    const int rc = rt_file_write_atomic(path, b.p, b.n);
     sb_free(&b);
-    if (rc < 0)
-        return fail(err, errlen, "%s", rt_errmsg());
-    return 0;
+    return rc < 0 ? rep_fail(err, errlen, "%s", rt_errmsg()) : 0;
 }
