@@ -194,6 +194,9 @@ assert [r["epoch"] for r in rows] == [1, 2], rows
 for r in rows:
     assert r["world_size"] == 2, r
     assert 0 <= r["exposed_comm_frac"] <= 1, r
+    # each rank's own rate; they trained as many images each, so their sum is at least the run's rate
+    ips = r["rank_images_per_s"]
+    assert len(ips) == 2 and all(x > 0 for x in ips) and sum(ips) >= r["images_per_s"] * (1 - 1e-9), r
 s = json.loads([l for l in open(sys.argv[2]) if l.startswith("{")][-1])
 assert s["world_size"] == 2 and 0 <= s["exposed_comm_frac"] <= 1 and s["images_per_s"] > 0, s
 assert s["steps"] == 2 * (1024 // (16 * 2)) and s["val_acc"] == rows[-1]["val_acc"], s

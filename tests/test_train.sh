@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # test_train.sh - `ringtrain train` and `ringtrain eval` as a user drives them:
 #   - a short run on a small synthetic dataset reaches a stated accuracy;
-#   - --metrics / --json carry the values the epoch lines print;
+#   - --metrics / --json carry the values the epoch lines print, and what the
+#     report page reads (each epoch's step profile, each rank's images/s, the
+#     loss scale; the command line and the banner's facts); --report writes the
+#     page of a resumed run's whole history;
 #   - an interrupted run resumed with --resume ends with the same weights, bit
 #     for bit, as an uninterrupted one: stopped by --steps mid-epoch, by
 #     SIGTERM mid-epoch, by a signal during start-up, and killed (SIGKILL)
@@ -61,6 +64,39 @@ for k in ("images_per_s", "steps", "time_s", "train_loss", "val_acc"):
 assert s["val_acc"] == rows[-1]["val_acc"] and s["steps"] == 3 * (3000 // 64), s
 EOF
 then pass "metrics JSONL and --json summary match the epoch lines"; else fail "metrics/json"; fi
+# What the report page reads: each epoch's step profile (rank 0's steps of that epoch) and each rank's images/s,
+# whose sum is the epoch's images_per_s (one rank here: equal; with more it is at least that, each rank's own
+# time being at most the mean); the command line and the banner's facts in the summary and state.json.
+if out=$("$PY" - "$W/m1.jsonl" "$W/t1.out" "$W/ck1/state.json" "$RT" <<'EOF' 2>&1
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+per_epoch = 3000 // 64
+for r in rows:
+    p = r["profile"]
+    assert p["steps"] >= 1 and p["step"]["p50_ms"] > 0, p
+    assert set(p) == {"steps", "warmup_included", "data", "copy", "forward", "backward", "comm", "optimizer", "rest",
+                      "step"}, sorted(p)
+    assert all(p[k]["p99_ms"] >= p[k]["p50_ms"] for k in p if isinstance(p[k], dict)), p
+    ips = r["rank_images_per_s"]
+    assert len(ips) == r["world_size"] == 1 and all(x > 0 for x in ips), ips
+    assert abs(sum(ips) - r["images_per_s"]) <= 1e-9 * r["images_per_s"], (ips, r["images_per_s"])
+    assert "loss_scale" not in r, r
+# The first epoch leaves the run's 3 warm-up steps out; later epochs have none to leave out.
+assert rows[0]["profile"]["steps"] == per_epoch - 3 and not rows[0]["profile"]["warmup_included"], rows[0]["profile"]
+assert rows[1]["profile"]["steps"] == per_epoch, rows[1]["profile"]
+s = json.loads([l for l in open(sys.argv[2]) if l.startswith("{")][-1])
+st = json.load(open(sys.argv[3]))
+for o in (s, st):
+    assert o["command"][:2] == [sys.argv[4], "train"] and "--metrics" in o["command"], o["command"]
+    facts = dict(o["facts"])
+    assert [k for k, _ in o["facts"]][:2] == ["world", "model"], o["facts"]
+    assert facts["data"].startswith(sys.argv[1].rsplit("/", 1)[0] + "/mnist (3000 train"), facts
+    assert facts["batch"].startswith("64 per rank x 1 ranks"), facts
+print("epoch 1: %d steps profiled, step p50 %.2f ms; %d facts" % (rows[0]["profile"]["steps"],
+                                                                 rows[0]["profile"]["step"]["p50_ms"], len(s["facts"])))
+EOF
+); then pass "metrics: per-epoch profile and per-rank images/s; summary and state.json: command and facts ($out)"
+else fail "profile/rank_images_per_s/command/facts: $out"; fi
 
 # ---- 2. eval reproduces the last validation (val = test split here) -------------
 "$RT" eval --data "$W/mnist" --checkpoint "$W/ck1/model.safetensors" --json >"$W/e1.out" 2>&1
@@ -130,14 +166,15 @@ if "$RT" train "${T4[@]}" --checkpoint-dir "$W/full" >"$W/full.out" 2>&1; then
     else
         fail "resume after SIGKILL past the epoch's checkpoint: rc $rc2"; tail -n 3 "$W/k1.out" "$W/k2.out"
     fi
-    "$RT" train "${T4[@]}" --checkpoint-dir "$W/part" --steps 7 --json >"$W/p1.out" 2>&1
+    "$RT" train "${T4[@]}" --checkpoint-dir "$W/part" --steps 7 --json --metrics "$W/part.jsonl" >"$W/p1.out" 2>&1
     rc1=$?
     # 7 updates are 14 of the first epoch's 19 micro-batches: no epoch completed.
     [ "$(jfield "$W/p1.out" epochs 2>/dev/null)" = 0 ] && [ "$(jfield "$W/p1.out" steps 2>/dev/null)" = 7 ] \
         && pass "--steps 7 inside the first epoch: the summary counts 0 epochs done, 7 steps" \
         || fail "--steps 7 summary: epochs $(jfield "$W/p1.out" epochs 2>&1), steps $(jfield "$W/p1.out" steps 2>&1)"
     [ -e "$W/part/finished" ] && had_finished=1 || had_finished=0
-    "$RT" train "${T4[@]}" --checkpoint-dir "$W/part" --resume >"$W/p2.out" 2>&1
+    "$RT" train "${T4[@]}" --checkpoint-dir "$W/part" --resume --metrics "$W/part.jsonl" --report "$W/part.html" \
+        >"$W/p2.out" 2>&1
     rc2=$?
     if [ $rc1 -eq 0 ] && [ $rc2 -eq 0 ] && grep -q "resuming from" "$W/p2.out" && same_weights "$W/full/model.safetensors" "$W/part/model.safetensors" \
         && same_weights "$W/full/optimizer.safetensors" "$W/part/optimizer.safetensors"; then
@@ -150,6 +187,14 @@ if "$RT" train "${T4[@]}" --checkpoint-dir "$W/full" >"$W/full.out" 2>&1; then
         pass "'finished': absent after a --steps stop, written when the run ends (resumed or not)"
     else
         fail "'finished' marker: after --steps $had_finished (want 0), at the end: $(ls "$W/part" "$W/full")"
+    fi
+    # --report on the resumed run: the page covers the whole run, the earlier process's epoch read back from
+    # --metrics (its partial row replaced by the whole epoch's).
+    if [ $rc2 -eq 0 ] && grep -q "^report: $W/part.html (2 epochs)$" "$W/p2.out" && [ "$(grep -c . "$W/part.jsonl")" = 3 ] \
+        && grep -q 'id="chart-loss"' "$W/part.html"; then
+        pass "--report after a resume: the page of the whole run's 2 epochs, with its loss chart"
+    else
+        fail "--report: $(grep '^report' "$W/p2.out"; grep -c . "$W/part.jsonl"; ls -l "$W/part.html" 2>&1)"
     fi
     # After a resume the summary keeps this process's steps apart from the whole run's.
     total=$(sed -n 's/^done (completed): \([0-9]*\) steps.*/\1/p' "$W/full.out")
@@ -276,14 +321,15 @@ d_off=$(grep -o 'param digest: [0-9a-f]*' "$W/ls_off.out"); d_dyn=$(grep -o 'par
     && pass "--loss-scale dynamic without overflow = unscaled run ($d_dyn)" || fail "loss scale changes the weights: '$d_off' vs '$d_dyn'"
 # Injected overflows at optimizer steps 2, 3, 4: each is skipped and halves the scale; the optimizer applies 5 of 8.
 RINGTRAIN_TEST_OVERFLOW=2:3 "$RT" train --synthetic-data --model mnist-net --batch-size 16 --steps 8 --threads 2 \
-    --loss-scale dynamic --json --no-progress >"$W/ovf.out" 2>&1
+    --loss-scale dynamic --json --no-progress --metrics "$W/ovf.jsonl" >"$W/ovf.out" 2>&1
 upd=$(jfield "$W/ovf.out" optimizer_updates 2>/dev/null || echo x); sk=$(jfield "$W/ovf.out" skipped_steps 2>/dev/null || echo x)
 sc=$(jfield "$W/ovf.out" loss_scale 2>/dev/null || echo x)
-[ "$upd" = 5 ] && [ "$sk" = 3 ] && [ "$sc" = 8192.0 ] \
+msc=$(jfield "$W/ovf.jsonl" loss_scale 2>/dev/null || echo x)
+[ "$upd" = 5 ] && [ "$sk" = 3 ] && [ "$sc" = 8192.0 ] && [ "$msc" = 8192.0 ] \
     && grep -q "step 2: gradients overflowed at loss scale 65536: update skipped, scale now 32768" "$W/ovf.out" \
     && grep -q "step 4: gradients overflowed at loss scale 16384: update skipped, scale now 8192" "$W/ovf.out" \
     && pass "3 injected overflows: 3 skipped steps logged with their scale, 5 of 8 updates applied, scale 8192" \
-    || fail "overflow handling: updates=$upd skipped=$sk scale=$sc $(grep -E 'overflow|error' "$W/ovf.out")"
+    || fail "overflow handling: updates=$upd skipped=$sk scale=$sc (metrics $msc) $(grep -E 'overflow|error' "$W/ovf.out")"
 # Overflows that never stop end the run after --max-skipped-steps, naming the tensor.
 RINGTRAIN_TEST_OVERFLOW=1:1000 "$RT" train --synthetic-data --model mnist-net --batch-size 16 --steps 30 --threads 2 \
     --loss-scale dynamic --max-skipped-steps 4 --no-progress >"$W/ovf2.out" 2>&1

@@ -58,6 +58,7 @@ static void usage(FILE *f)
             "                         and on SIGTERM/SIGUSR1 (finish the step, save, exit 0)\n"
             "  --resume               continue from --checkpoint-dir (starts fresh if it holds none)\n"
             "  --metrics FILE         JSON Lines, one object per epoch\n"
+            "  --report FILE          at the end, one HTML page of the run's charts (as `ringtrain report`)\n"
             "  --synthetic-data       random batches made once on the device: measures compute alone\n"
             "  --steps N              stop after N optimizer steps\n"
             "  --no-progress          no progress bar (shown when stderr is a terminal)\n"
@@ -104,7 +105,7 @@ int cmd_train(int argc, char **argv)
 {
     enum {
         O_EPOCHS = 256, O_LR, O_OPT, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPEP, O_GAMMA, O_LS, O_ACCUM, O_CLIP,
-        O_SEED, O_AUG, O_IMGSZ, O_SHUF, O_TARGET, O_PAT, O_CKPT, O_RESUME, O_METRICS, O_SYN, O_STEPS, O_NOPROG, O_NOPIN, O_PIN,
+        O_SEED, O_AUG, O_IMGSZ, O_SHUF, O_TARGET, O_PAT, O_CKPT, O_RESUME, O_METRICS, O_REPORT, O_SYN, O_STEPS, O_NOPROG, O_NOPIN, O_PIN,
         O_BUCKET, O_NOOVL, O_CTO, O_PTO, O_REPL, O_STAGE, O_AMP, O_LSCALE, O_MAXSKIP, O_ALLRED, O_TRACE, O_TRSTEPS,
         O_TRMB, O_TRSPLIT, O_HELP
     };
@@ -132,6 +133,7 @@ int cmd_train(int argc, char **argv)
         {"checkpoint-dir", required_argument, NULL, O_CKPT},
         {"resume", no_argument, NULL, O_RESUME},
         {"metrics", required_argument, NULL, O_METRICS},
+        {"report", required_argument, NULL, O_REPORT},
         {"synthetic-data", no_argument, NULL, O_SYN},
         {"steps", required_argument, NULL, O_STEPS},
         {"no-progress", no_argument, NULL, O_NOPROG},
@@ -255,6 +257,7 @@ int cmd_train(int argc, char **argv)
         case O_CKPT: c.checkpoint_dir = optarg; break;
         case O_RESUME: c.resume = 1; break;
         case O_METRICS: c.metrics = optarg; break;
+        case O_REPORT: c.report = optarg; break;
         case O_SYN: c.synthetic = 1; break;
         case O_STEPS:
             if (cli_parse_u64("train", "--steps", optarg, &c.max_updates))
@@ -349,6 +352,10 @@ int cmd_train(int argc, char **argv)
     c.json = run.json;
     if (optind < argc)
         return cli_usage_error("train", "unexpected argument '%s'", argv[optind]);
+    /* The command line for the summary and state.json. main hands a command argv + 1, so the binary's name is just
+     * before; getopt_long moves only non-options, and there are none past the check above: argv is as typed. */
+    c.argv = (const char *const *)(argv - 1);
+    c.argc = argc + 1;
     if (c.stage_to && !c.data)
         return cli_usage_error("train", "--stage-to needs --data");
     if (!c.data && !c.synthetic)

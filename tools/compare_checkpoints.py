@@ -12,10 +12,11 @@ KIND, and what A and B are:
   safetensors   two safetensors files: the tensors' names (in file order),
                 dtypes, shapes, data offsets and bytes, and __metadata__ but
                 for checkpoint_id (which is new for every checkpoint)
-  state         two state.json files, but for checkpoint_id and train_ns
+  state         two state.json files, but for checkpoint_id, train_ns and the
+                run's command line and banner facts (which name paths)
   metrics       two --metrics JSON Lines files, row by row, but for the timing
                 fields (time_s, images_per_s, data_wait_frac, exposed_comm_frac,
-                the GPU counters)
+                the GPU counters, the epoch's step profile, rank_images_per_s)
   metrics-final the same, keeping the last row of each epoch only: an
                 interrupted run that was resumed writes a "(partial)" row for
                 the epoch it stopped in, and the resumed run the whole epoch's
@@ -23,7 +24,7 @@ KIND, and what A and B are:
                 timing fields (images_per_s, steady_images_per_s, time_s,
                 train_time_s, process_images_per_s, process_train_time_s (a
                 resumed run's own share), exposed_comm_frac, profile, verdict,
-                trace, startup, per_rank)
+                trace, startup, per_rank) and the command line and facts
   eval          the last JSON line of two `eval --json` outputs: model,
                 images, loss and accuracy
 
@@ -44,11 +45,12 @@ import sys
 sys.dont_write_bytecode = True  # no __pycache__ in tools/
 
 METRICS_TIMING = ("time_s", "images_per_s", "data_wait_frac", "exposed_comm_frac", "gpu_samples", "gpu_util_pct",
-                  "gpu_mem_used_gib", "gpu_power_w", "gpu_sm_clock_mhz")
+                  "gpu_mem_used_gib", "gpu_power_w", "gpu_sm_clock_mhz", "profile", "rank_images_per_s")
 SUMMARY_TIMING = ("images_per_s", "steady_images_per_s", "time_s", "train_time_s", "process_images_per_s",
                   "process_train_time_s", "exposed_comm_frac", "profile", "verdict", "trace", "startup",
-                  "per_rank")
-STATE_VOLATILE = ("checkpoint_id", "train_ns")
+                  "per_rank", "command", "facts")
+# "command" and "facts" (the run's command line and banner) name paths, which differ between two runs compared
+STATE_VOLATILE = ("checkpoint_id", "train_ns", "command", "facts")
 META_VOLATILE = ("checkpoint_id",)
 EVAL_FIELDS = ("model", "images", "loss", "accuracy")
 NUMPY_DTYPES = {"F32": "<f4", "F64": "<f8", "F16": "<f2", "I64": "<i8", "I32": "<i4", "U8": "u1"}

@@ -305,7 +305,7 @@ static void commbench_chart(struct sbuf *b, struct rt_report *r)
         return;
     enum { PTS = 64, SER = 32 };
     static double xs[SER][PTS], ys[SER][PTS];
-    static char lab[SER][160];
+    static char lab[SER][160], key[SER][48];
     struct chart_series s[SER];
     int ns = 0;
     double mark = NAN;
@@ -332,7 +332,8 @@ static void commbench_chart(struct sbuf *b, struct rt_report *r)
             }
             snprintf(lab[ns], sizeof(lab[ns]), "%s%s%s (%g ranks)", r->ncomm > 1 ? r->commbench[i].src : "",
                      r->ncomm > 1 ? ": " : "", paths[q], rep_num(j, "ranks"));
-            s[ns] = (struct chart_series){lab[ns], i, "results[].busbw", n, xs[ns], ys[ns], ns, 0, 0, 1};
+            snprintf(key[ns], sizeof(key[ns]), "results[path=%s].busbw", paths[q]);
+            s[ns] = (struct chart_series){lab[ns], i, key[ns], n, xs[ns], ys[ns], ns, 0, 0, 1};
             ns++;
         }
         const double bk = rep_path_num(j, "bucket.bytes");

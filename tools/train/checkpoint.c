@@ -78,7 +78,17 @@ static int save_state(struct train *T, const double ep[3])
         json_object_set_new(st, "loss_scale_good_steps", json_integer(T->scaler.good));
         json_object_set_new(st, "skipped_steps", json_integer((json_int_t)T->scaler.skipped));
     }
+    /* What ran, for people and `ringtrain report`; a resume reads none of it. */
+    json_t *cmd = st ? report_command(T) : NULL;
+    if (cmd)
+        json_object_set_new(st, "command", cmd);
+    if (st && T->facts)
+        json_object_set(st, "facts", T->facts);
     char *text = st ? json_dumps(st, JSON_INDENT(2)) : NULL;
+    if (text && T->cfg.report) {
+        json_decref(T->state);
+        T->state = json_incref(st);
+    }
     json_decref(st);
     if (!text)
         return rt_errf(-ENOMEM, "cannot format the checkpoint state");

@@ -307,6 +307,19 @@ static int open_metrics(struct train *T)
     return 0;
 }
 
+/* --metrics and --report: each rank's images/s gathered at each epoch's end (the same on every rank: the
+ * gather is collective), the records kept for the page, the metrics file. */
+static int open_records(struct train *T)
+{
+    int rc;
+    if ((T->cfg.metrics || T->cfg.report) &&
+        !(T->rank_ips = rt_calloc((size_t)T->world, sizeof(*T->rank_ips), "each rank's images/s")))
+        return -ENOMEM;
+    if ((rc = report_records_open(T)) < 0)
+        return rc;
+    return open_metrics(T);
+}
+
 /*
  * --checkpoint-dir: rank 0 writes there and every rank trusts what it reads
  * back on --resume, so it must be a directory only this user can write, not
@@ -371,7 +384,7 @@ int train_create(const struct train_cfg *cfg, struct train **out)
     tracefile_gpu_create(T);
     startup_mark(T, BOOT_LOADER);
     make_schedule(T);
-    return open_metrics(T);
+    return open_records(T);
 }
 
 void train_destroy(struct train *T)
@@ -380,6 +393,11 @@ void train_destroy(struct train *T)
         return;
     if (T->metrics)
         fclose(T->metrics);
+    free(T->rank_ips);
+    json_decref(T->facts);
+    json_decref(T->records);
+    json_decref(T->summary);
+    json_decref(T->state);
     input_destroy(T);
     profile_destroy(T);
     tracefile_gpu_destroy(T);

@@ -15,6 +15,8 @@
 #include <signal.h>
 #include <stdio.h>
 
+#include <jansson.h>
+
 #include "comm/comm.h"
 #include "common/nvml.h"
 #include "tools/train/train.h"
@@ -84,13 +86,22 @@ enum { PROF_BINS = 1100, PROF_WARMUP = 3 };
 /* The driver's own timeline marks (compute.h's rt_mark_kind are the model's). */
 enum { MARK_MICRO = 100, MARK_OPTIM_START, MARK_OPTIM_END };
 
+/* One set of the phases' histograms and the steps it counts. */
+struct prof_hist {
+    uint32_t (*bins)[PROF_BINS]; /* PROF_N rows */
+    uint64_t steps;
+};
+
+/* The sets the steps go into: the run's and the epoch's (reset when an epoch starts), each as the steps after
+ * the run's warm-up and as every step (for spans that hold none after it). */
+enum prof_set { PROF_RUN, PROF_RUN_ALL, PROF_EPOCH, PROF_EPOCH_ALL, PROF_SETS };
+
 struct train_profile {
     uint64_t cur[PROF_N];       /* this optimizer step so far, ns */
     uint64_t t_step0;           /* its start */
     uint32_t micro;             /* its micro-batches so far */
-    uint32_t (*hist)[PROF_BINS]; /* PROF_N rows: the steps after the warm-up ... */
-    uint32_t (*hist_all)[PROF_BINS]; /* ... and every step (for runs shorter than the warm-up) */
-    uint64_t steps, steps_all;
+    uint64_t steps_seen;        /* the steps this process profiled: the first PROF_WARMUP are the warm-up */
+    struct prof_hist set[PROF_SETS];
     struct rt_timeline *tl;     /* on the compute stream */
     int per_layer;              /* this step marks every layer (tracing) */
 };
@@ -212,6 +223,13 @@ struct train {
     struct train_results res;
     enum train_stop stop;
     FILE *metrics;
+    double *rank_ips;           /* --metrics or --report: each rank's images/s this epoch (world entries) */
+    /* rank 0, for the summary, state.json and --report (NULL where not kept) */
+    json_t *facts;              /* the banner's lines: [[key, text], ...] */
+    json_t *records;            /* --report: the run's epoch records, the metrics file's earlier ones included */
+    int records_earlier;        /* --report on a resumed run: 1 the earlier epochs were read back, 0 not */
+    json_t *summary;            /* --report: the --json summary object */
+    json_t *state;              /* --report: the last state.json written */
     char ckpt_id[64];
     uint64_t ckpt_micro;        /* the position (pos.micro) whose checkpoint is on disk; UINT64_MAX: none yet */
     uint64_t ckpt_saves;        /* checkpoints this process wrote */
@@ -243,6 +261,7 @@ void watch_run_begin(struct train *T);
 void watch_update_begin(struct train *T);
 void watch_micro_end(struct train *T, const struct train_batch *b);
 void watch_update_end(struct train *T);
+void watch_epoch_begin(struct train *T);    /* the epoch's meters and profile start over */
 
 /* fence.c: the buckets' events, for rt_bucket_opts' fence_mark / fence_wait */
 int fence_create(struct train *T, int n);   /* 0 or -errno */
@@ -278,13 +297,17 @@ void replicas_sync_from_root(struct train *T, enum rt_model_buf which, const cha
 int replicas_due(const struct train *T);    /* --check-replicas: 1 after every Nth update */
 
 /* report.c */
-void report_banner(const struct train *T);
+void report_banner(struct train *T);         /* prints the banner; keeps its lines in T->facts (rank 0) */
 void report_progress(struct train *T);
 void report_epoch(struct train *T, int partial, double time_s, double ips, double wait, double comm,
                   const char *val);
 void report_stopped(const struct train *T);
 void report_profile(const struct train *T); /* the step profile's table and verdict (rank 0) */
-void report_summary(const struct train *T, double wall_s);
+void report_summary(struct train *T, double wall_s); /* with --report keeps the summary in T->summary */
+json_t *report_command(const struct train *T); /* cfg.argv as a JSON array (a new reference), NULL: none */
+int report_records_open(struct train *T);   /* --report: the record list, a resumed run's earlier records
+                                             * read back from --metrics; 0 or -errno */
+int report_page(struct train *T);           /* --report: rank 0 writes the HTML page; 0 or -EIO */
 void report_startup(const struct train *T); /* start-up parts and per-rank resources (rank 0) */
 void report_clear_bar(const struct train *T);
 
@@ -300,7 +323,9 @@ void profile_update_begin(struct train *T);
 void profile_micro(struct train *T, const struct train_batch *b); /* its data wait and copies */
 void profile_model_opts(struct train *T, struct rt_step_opts *so); /* the timeline for rt_model_step */
 void profile_update_end(struct train *T);   /* read the timeline, add the step */
-void profile_stats(const struct train *T, struct prof_stats *out);
+void profile_stats(const struct train *T, struct prof_stats *out);       /* the run's steps */
+void profile_epoch_stats(const struct train *T, struct prof_stats *out); /* this epoch's steps */
+void profile_epoch_reset(struct train *T);
 /* The picks from every rank's p50s (`world` entries). */
 void profile_pick(const struct prof_rank *ranks, int world, struct prof_picks *out);
 /* What limits the run (p->limit, evidence, advice) from this rank's percentiles and the picked ranks. */

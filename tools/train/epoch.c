@@ -48,6 +48,11 @@ int epoch_close(struct train *T, int partial)
     double g[7] = {m->ep_loss.loss_sum, m->ep_loss.correct, m->ep_loss.count, (double)m->epoch.images,
                    (double)m->epoch.train_ns, (double)m->epoch.wait_ns, (double)m->epoch.comm_ns};
     rt_comm_allreduce(T->comm, g, 7, RT_COMM_F64, RT_RED_SUM, "epoch metrics");
+    /* Each rank's own images over its own time, for the records: one number per rank, once an epoch. */
+    if (T->rank_ips) {
+        const double mine = m->epoch.train_ns ? (double)m->epoch.images / ((double)m->epoch.train_ns * 1e-9) : 0;
+        rt_comm_allgather(T->comm, &mine, T->rank_ips, sizeof(mine), "each rank's images/s");
+    }
     const double time_s = g[4] / T->world * 1e-9;
     T->res.train_loss = g[2] ? g[0] / g[2] : NAN;
     T->res.train_acc = g[2] ? g[1] / g[2] : NAN;
@@ -74,7 +79,7 @@ int epoch_next(struct train *T)
         return hit;
     T->pos.epoch++;
     T->pos.batch = 0;
-    meter_epoch_reset(&T->meter);
+    watch_epoch_begin(T);
     const int rc = checkpoint_save(T);
     if (rc < 0)
         return rc;

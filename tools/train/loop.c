@@ -119,6 +119,8 @@ int train_run(const struct train_cfg *cfg)
         rc = train_finish(T);
     if (rc < 0)
         train_fail(T);
+    else if ((rc = report_page(T)) < 0)
+        fprintf(stderr, "error: %s\n", rt_errmsg()); /* rank 0's alone, after the last collective: no peer waits */
     train_destroy(T);
     sigaction(SIGTERM, &old_term, NULL);
     sigaction(SIGUSR1, &old_usr1, NULL);

@@ -1,9 +1,10 @@
 /*
  * profile.c - the step profile and its verdict: where each optimizer step's
  * time goes (data wait, copy, forward, backward, exposed communication,
- * optimizer, the rest), p50 and p99 over the run, and what limits the run
- * with the next thing to try. Also the trace's step spans: the step on the
- * training thread, and the compute stream's layers from the timeline.
+ * optimizer, the rest), p50 and p99 over the run and over each epoch (the
+ * --metrics records), and what limits the run with the next thing to try.
+ * Also the trace's step spans: the step on the training thread, and the
+ * compute stream's layers from the timeline.
  *
  * Forward, backward and the optimizer are timed on the compute stream (a
  * timeline: CUDA events on a GPU, the host clock on the CPU), the rest on the
@@ -58,10 +59,9 @@ static double percentile(const uint32_t *h, uint64_t n, double q)
 int profile_create(struct train *T)
 {
     struct train_profile *p = &T->prof;
-    p->hist = rt_calloc(PROF_N, sizeof(*p->hist), "step profile");
-    p->hist_all = rt_calloc(PROF_N, sizeof(*p->hist_all), "step profile");
-    if (!p->hist || !p->hist_all)
-        return -ENOMEM;
+    for (int i = 0; i < PROF_SETS; i++)
+        if (!(p->set[i].bins = rt_calloc(PROF_N, sizeof(*p->set[i].bins), "step profile")))
+            return -ENOMEM;
     /* Per-layer marks only while tracing: each layer's forward and backward, per micro-batch. */
     const int per_micro = T->tr.rec ? 2 * RT_MAX(rt_model_node_count(T->model), 1) + 8 : 6;
     const int rc = rt_timeline_create(T->be, per_micro * (int)T->cfg.grad_accum + 4, &p->tl);
@@ -71,10 +71,26 @@ int profile_create(struct train *T)
 void profile_destroy(struct train *T)
 {
     rt_timeline_destroy(T->prof.tl);
-    free(T->prof.hist);
-    free(T->prof.hist_all);
     T->prof.tl = NULL;
-    T->prof.hist = T->prof.hist_all = NULL;
+    for (int i = 0; i < PROF_SETS; i++) {
+        free(T->prof.set[i].bins);
+        T->prof.set[i].bins = NULL;
+    }
+}
+
+void profile_epoch_reset(struct train *T)
+{
+    for (int i = PROF_EPOCH; i <= PROF_EPOCH_ALL; i++) {
+        memset(T->prof.set[i].bins, 0, PROF_N * sizeof(*T->prof.set[i].bins));
+        T->prof.set[i].steps = 0;
+    }
+}
+
+static void hist_add(struct prof_hist *h, const uint64_t cur[PROF_N])
+{
+    for (int k = 0; k < PROF_N; k++)
+        h->bins[k][bin_of(cur[k])]++;
+    h->steps++;
 }
 
 void profile_update_begin(struct train *T)
@@ -162,14 +178,12 @@ void profile_update_end(struct train *T)
     for (int k = 0; k < PROF_REST; k++)
         parts += p->cur[k];
     p->cur[PROF_REST] = p->cur[PROF_STEP] > parts ? p->cur[PROF_STEP] - parts : 0;
-    for (int k = 0; k < PROF_N; k++) {
-        const int b = bin_of(p->cur[k]);
-        p->hist_all[k][b]++;
-        if (p->steps_all >= PROF_WARMUP)
-            p->hist[k][b]++;
+    hist_add(&p->set[PROF_RUN_ALL], p->cur);
+    hist_add(&p->set[PROF_EPOCH_ALL], p->cur);
+    if (p->steps_seen++ >= PROF_WARMUP) {
+        hist_add(&p->set[PROF_RUN], p->cur);
+        hist_add(&p->set[PROF_EPOCH], p->cur);
     }
-    if (p->steps_all++ >= PROF_WARMUP)
-        p->steps++;
     if (rt_trace_live()) {
         char label[24];
         snprintf(label, sizeof(label), "%" PRIu64, T->pos.update - 1);
@@ -181,17 +195,26 @@ void profile_update_end(struct train *T)
     }
 }
 
+/* The percentiles of the steps after the warm-up, or of every step where there are none after it. */
+static void hist_stats(const struct prof_hist *steady, const struct prof_hist *all, struct prof_stats *out)
+{
+    const struct prof_hist *h = steady->steps > 0 ? steady : all;
+    out->steps = h->steps;
+    out->warm = h == all;
+    for (int k = 0; k < PROF_N; k++) {
+        out->p50[k] = percentile(h->bins[k], h->steps, 0.50);
+        out->p99[k] = percentile(h->bins[k], h->steps, 0.99);
+    }
+}
+
 void profile_stats(const struct train *T, struct prof_stats *out)
 {
-    const struct train_profile *p = &T->prof;
-    const int steady = p->steps > 0;
-    uint32_t(*h)[PROF_BINS] = steady ? p->hist : p->hist_all;
-    out->steps = steady ? p->steps : p->steps_all;
-    out->warm = !steady;
-    for (int k = 0; k < PROF_N; k++) {
-        out->p50[k] = percentile(h[k], out->steps, 0.50);
-        out->p99[k] = percentile(h[k], out->steps, 0.99);
-    }
+    hist_stats(&T->prof.set[PROF_RUN], &T->prof.set[PROF_RUN_ALL], out);
+}
+
+void profile_epoch_stats(const struct train *T, struct prof_stats *out)
+{
+    hist_stats(&T->prof.set[PROF_EPOCH], &T->prof.set[PROF_EPOCH_ALL], out);
 }
 
 /* ---- the verdict ------------------------------------------------------------------ */

@@ -1,12 +1,16 @@
 /*
- * report.c - what the driver prints and writes for people: rank 0's banner,
- * the progress bar (stderr, when it is a terminal), the epoch line and its
- * JSON Lines record, the stop message and the summary. Figures come in
- * already global; nothing here calls a collective except the rank table.
+ * report.c - what the driver prints and writes for people: rank 0's banner
+ * (its lines kept as the run's "facts"), the progress bar (stderr, when it is
+ * a terminal), the epoch line and its JSON Lines record, the stop message,
+ * the summary, and --report's HTML page (tools/report/) from the records and
+ * the summary kept in memory. Figures come in already global; nothing here
+ * calls a collective except the rank table.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
@@ -14,6 +18,7 @@
 #include <jansson.h>
 
 #include "common/common.h"
+#include "tools/report/report.h"
 #include "tools/train/driver.h"
 
 static const char *precision(enum rt_dtype act)
@@ -22,34 +27,68 @@ static const char *precision(enum rt_dtype act)
                                                    : "mixed precision fp16 (fp32 weights)";
 }
 
-static void banner_data(const struct train *T)
+/* Appends to the string at buf (len bytes in all), cut at its end. */
+static void text_add(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void text_add(char *buf, size_t len, const char *fmt, ...)
+{
+    const size_t n = strlen(buf);
+    if (n + 1 >= len)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + n, len - n, fmt, ap);
+    va_end(ap);
+}
+
+/* A banner line kept as [key, text] in T->facts, the run's facts for the summary, state.json and --report. */
+static void fact_keep(struct train *T, const char *key, const char *text)
+{
+    if (T->facts)
+        json_array_append_new(T->facts, json_pack("[s, s]", key, text));
+}
+
+/* One banner line under the header: "  KEY       TEXT", kept as a fact. */
+static void banner_line(struct train *T, const char *key, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static void banner_line(struct train *T, const char *key, const char *fmt, ...)
+{
+    char text[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(text, sizeof(text), fmt, ap);
+    va_end(ap);
+    printf("  %-9s %s\n", key, text);
+    fact_keep(T, key, text);
+}
+
+static void banner_data(struct train *T)
 {
     const struct train_cfg *c = &T->cfg;
     char mean[128], std[128];
     if (c->synthetic)
-        printf("  data      synthetic batches (%ux%ux%u, %u classes), compute only\n", T->c, T->h, T->w,
-               T->classes);
+        banner_line(T, "data", "synthetic batches (%ux%ux%u, %u classes), compute only", T->c, T->h, T->w,
+                    T->classes);
     else
-        printf("  data      %s (%" PRIu64 " train, %s: %" PRIu64 ", %ux%ux%u, %u classes)\n",
-               T->data_path[0] ? T->data_path : c->data, T->info->split[RT_SPLIT_TRAIN].records,
-               T->val_split >= 0 ? rt_split_name(T->val_split) : "no val",
-               T->val_split >= 0 ? T->info->split[T->val_split].records : 0, T->c, T->h, T->w, T->classes);
+        banner_line(T, "data", "%s (%" PRIu64 " train, %s: %" PRIu64 ", %ux%ux%u, %u classes)",
+                    T->data_path[0] ? T->data_path : c->data, T->info->split[RT_SPLIT_TRAIN].records,
+                    T->val_split >= 0 ? rt_split_name(T->val_split) : "no val",
+                    T->val_split >= 0 ? T->info->split[T->val_split].records : 0, T->c, T->h, T->w, T->classes);
     checkpoint_json_floats(mean, sizeof(mean), T->mean, T->c);
     checkpoint_json_floats(std, sizeof(std), T->std, T->c);
-    printf("  normalise mean %s std %s%s\n", mean, std,
-           T->norm_from_data ? "" : " (defaults: no statistics in the manifest)");
+    banner_line(T, "normalise", "mean %s std %s%s", mean, std,
+                T->norm_from_data ? "" : " (defaults: no statistics in the manifest)");
     const uint64_t short_micro = T->in.batches_per_epoch % c->grad_accum;
     char tail[96] = "";
     if (short_micro)
         snprintf(tail, sizeof(tail), " (its last of %" PRIu64 " micro-batch%s)", short_micro,
                  short_micro == 1 ? "" : "es");
-    printf("  batch     %u per rank x %d ranks x %u accumulation = %u effective, %" PRIu64 " steps/epoch%s, %" PRIu64
-           " epochs\n",
-           c->batch, T->world, c->grad_accum, c->batch * (uint32_t)T->world * c->grad_accum,
-           step_updates_per_epoch(T), tail, c->epochs);
+    banner_line(T, "batch",
+                "%u per rank x %d ranks x %u accumulation = %u effective, %" PRIu64 " steps/epoch%s, %" PRIu64
+                " epochs",
+                c->batch, T->world, c->grad_accum, c->batch * (uint32_t)T->world * c->grad_accum,
+                step_updates_per_epoch(T), tail, c->epochs);
 }
 
-static void banner_comm(const struct train *T)
+static void banner_comm(struct train *T)
 {
     const struct train_cfg *c = &T->cfg;
     const struct rt_rank_info *ri = rt_comm_info(T->comm);
@@ -61,33 +100,37 @@ static void banner_comm(const struct train *T)
         rt_bucketer_bucket(T->bucketer, i, &off, &cnt, NULL, 0);
         big = RT_MAX(big, (double)cnt * 4e-6);
     }
-    printf("  comm      %s (ranks from %s: %s), all-reduce in %d bucket%s (first %.2f MB, largest %.2f MB, "
-           "cap %g MB)%s\n",
-           rt_comm_backend(T->comm), rt_rank_source_name(ri->source), ri->vars, nb, nb == 1 ? "" : "s", first,
-           nb > 1 ? big : first, c->bucket_cap_mb,
-           c->no_overlap ? ", after backward (--no-overlap)" : ", overlapped with backward");
+    banner_line(T, "comm",
+                "%s (ranks from %s: %s), all-reduce in %d bucket%s (first %.2f MB, largest %.2f MB, cap %g MB)%s",
+                rt_comm_backend(T->comm), rt_rank_source_name(ri->source), ri->vars, nb, nb == 1 ? "" : "s", first,
+                nb > 1 ? big : first, c->bucket_cap_mb,
+                c->no_overlap ? ", after backward (--no-overlap)" : ", overlapped with backward");
     if (T->nccl)
-        printf("  gradients %s\n", rt_nccl_describe(T->nccl));
+        banner_line(T, "gradients", "%s", rt_nccl_describe(T->nccl));
 }
 
-static void banner_optim(const struct train *T)
+static void banner_optim(struct train *T)
 {
     const struct train_cfg *c = &T->cfg;
-    printf("  optimizer %s lr %g", rt_optim_kind_name(c->optim.kind), (double)c->lr);
+    char t[512] = "";
+    text_add(t, sizeof(t), "%s lr %g", rt_optim_kind_name(c->optim.kind), (double)c->lr);
     if (c->optim.kind == RT_OPT_SGD)
-        printf(" momentum %g%s", (double)c->optim.momentum, c->optim.nesterov ? " nesterov" : "");
-    printf(" weight decay %g, schedule %s (warm-up %" PRIu64 " steps of %" PRIu64 ")", (double)c->optim.weight_decay,
-           rt_sched_kind_name(c->sched), T->sched.warmup_steps, T->sched.total_steps);
+        text_add(t, sizeof(t), " momentum %g%s", (double)c->optim.momentum, c->optim.nesterov ? " nesterov" : "");
+    text_add(t, sizeof(t), " weight decay %g, schedule %s (warm-up %" PRIu64 " steps of %" PRIu64 ")",
+             (double)c->optim.weight_decay, rt_sched_kind_name(c->sched), T->sched.warmup_steps,
+             T->sched.total_steps);
     if (c->label_smoothing > 0)
-        printf(", label smoothing %g", (double)c->label_smoothing);
+        text_add(t, sizeof(t), ", label smoothing %g", (double)c->label_smoothing);
     if (c->clip_grad_norm > 0)
-        printf(", clip %g", (double)c->clip_grad_norm);
-    printf("\n");
+        text_add(t, sizeof(t), ", clip %g", (double)c->clip_grad_norm);
+    banner_line(T, "optimizer", "%s", t);
 }
 
-void report_banner(const struct train *T)
+void report_banner(struct train *T)
 {
     if (T->root) {
+        json_decref(T->facts);
+        T->facts = json_array();
         size_t params = 0;
         int count;
         const struct rt_tensor_info *tab = rt_model_tensors(T->model, &count);
@@ -95,16 +138,20 @@ void report_banner(const struct train *T)
             if (tab[i].kind == RT_PARAM)
                 params += tab[i].count;
         const struct rt_rank_info *ri = rt_comm_info(T->comm);
-        printf("ringtrain train: world %d (%d node%s, %d rank%s per node), %s\n", T->world, ri->nodes,
-               ri->nodes == 1 ? "" : "s", ri->local_world, ri->local_world == 1 ? "" : "s",
-               rt_backend_describe(T->be));
-        printf("  model     %s, %.2f M parameters, %s\n", rt_model_name(T->model), (double)params / 1e6,
-               precision(T->act));
+        char world[512];
+        snprintf(world, sizeof(world), "%d (%d node%s, %d rank%s per node), %s", T->world, ri->nodes,
+                 ri->nodes == 1 ? "" : "s", ri->local_world, ri->local_world == 1 ? "" : "s",
+                 rt_backend_describe(T->be));
+        printf("ringtrain train: world %s\n", world);
+        fact_keep(T, "world", world);
+        banner_line(T, "model", "%s, %.2f M parameters, %s", rt_model_name(T->model), (double)params / 1e6,
+                    precision(T->act));
         if (T->scaling)
-            printf("  scaling   dynamic loss scale from %g (x%g every %u good steps, x%g on overflow; stop after %u "
-                   "overflows in a row)\n",
-                   (double)T->scaler.scale, (double)T->scaler.growth, T->scaler.growth_interval,
-                   (double)T->scaler.backoff, T->scaler.max_skips);
+            banner_line(T, "scaling",
+                        "dynamic loss scale from %g (x%g every %u good steps, x%g on overflow; stop after %u "
+                        "overflows in a row)",
+                        (double)T->scaler.scale, (double)T->scaler.growth, T->scaler.growth_interval,
+                        (double)T->scaler.backoff, T->scaler.max_skips);
         banner_data(T);
         if (T->world > 1 || T->nccl) /* one rank with --allreduce nccl still reduces through NCCL */
             banner_comm(T);
@@ -162,6 +209,45 @@ static void gpu_members(json_t *o, const struct rt_nvml_summary *g)
     json_decref(m);
 }
 
+/* The phases' p50 and p99 (ms) as members of o, named by profile_phase_key(). */
+static void phase_members(json_t *o, const struct prof_stats *st)
+{
+    for (int k = 0; k < PROF_N; k++)
+        json_object_set_new(o, profile_phase_key((enum prof_phase)k),
+                            json_pack("{s:f, s:f}", "p50_ms", st->p50[k] * 1e-6, "p99_ms", st->p99[k] * 1e-6));
+}
+
+/* The epoch's step profile (rank 0's steps in this epoch), each rank's images/s and the loss scale. */
+static void epoch_members(const struct train *T, json_t *o)
+{
+    struct prof_stats st;
+    profile_epoch_stats(T, &st);
+    if (st.steps) {
+        json_t *p = json_pack("{s:I, s:b}", "steps", (json_int_t)st.steps, "warmup_included", st.warm);
+        phase_members(p, &st);
+        json_object_set_new(o, "profile", p);
+    }
+    if (T->rank_ips) {
+        json_t *a = json_array();
+        for (int r = 0; r < T->world; r++)
+            json_array_append_new(a, json_real(T->rank_ips[r]));
+        json_object_set_new(o, "rank_images_per_s", a);
+    }
+    if (T->scaling)
+        json_object_set_new(o, "loss_scale", json_real(T->scaler.scale));
+}
+
+/* Keeps the record for --report, in place of those of its epoch and later ones that an earlier process wrote
+ * (a partial epoch's, or an epoch's whose checkpoint was not saved before the process ended). */
+static void records_add(struct train *T, json_t *rec)
+{
+    const json_int_t epoch = json_integer_value(json_object_get(rec, "epoch"));
+    size_t n = json_array_size(T->records);
+    while (n > 0 && json_integer_value(json_object_get(json_array_get(T->records, n - 1), "epoch")) >= epoch)
+        json_array_remove(T->records, --n);
+    json_array_append(T->records, rec);
+}
+
 static void write_metrics(struct train *T, double time_s, double ips, double wait, double comm,
                           const struct rt_nvml_summary *gpu)
 {
@@ -177,7 +263,10 @@ static void write_metrics(struct train *T, double time_s, double ips, double wai
     json_object_set_new(o, "val_loss", r->have_val ? json_real(r->val_loss) : json_null());
     json_object_set_new(o, "val_acc", r->have_val ? json_real(r->val_acc) : json_null());
     gpu_members(o, gpu);
-    char *s = json_dumps(o, JSON_COMPACT);
+    epoch_members(T, o);
+    if (T->records)
+        records_add(T, o);
+    char *s = T->metrics ? json_dumps(o, JSON_COMPACT) : NULL;
     if (s) {
         fprintf(T->metrics, "%s\n", s);
         fflush(T->metrics);
@@ -207,7 +296,7 @@ void report_epoch(struct train *T, int partial, double time_s, double ips, doubl
            T->pos.epoch + 1, T->cfg.epochs, partial ? " (partial)" : "", time_s, T->res.train_loss,
            100 * T->res.train_acc, val, ips, 100 * wait, comm_s, gpu_s);
     fflush(stdout);
-    if (T->metrics)
+    if (T->metrics || T->records)
         write_metrics(T, time_s, ips, wait, comm, &gpu);
 }
 
@@ -249,9 +338,7 @@ static void profile_members(const struct train *T, json_t *o)
         return;
     const struct prof_stats *st = &T->verdict.st;
     json_t *ph = json_object();
-    for (int k = 0; k < PROF_N; k++)
-        json_object_set_new(ph, profile_phase_key((enum prof_phase)k),
-                            json_pack("{s:f, s:f}", "p50_ms", st->p50[k] * 1e-6, "p99_ms", st->p99[k] * 1e-6));
+    phase_members(ph, st);
     json_object_set_new(o, "profile", json_pack("{s:I, s:b, s:o}", "steps", (json_int_t)st->steps, "warmup_included",
                                                 st->warm, "phases", ph));
     json_object_set_new(o, "verdict", json_pack("{s:s, s:s, s:s}", "limit", T->verdict.limit, "evidence",
@@ -261,8 +348,18 @@ static void profile_members(const struct train *T, json_t *o)
 /* enum train_stop, as the summary says it */
 static const char *const stop_reasons[] = {"completed", "target accuracy reached", "step limit", "signal"};
 
-/* The --json summary's fields beyond the first line's. */
-static void summary_json(const struct train *T, double wall_s, double train_s, double images, double ips)
+json_t *report_command(const struct train *T)
+{
+    if (!T->cfg.argv)
+        return NULL;
+    json_t *a = json_array();
+    for (int i = 0; i < T->cfg.argc; i++)
+        json_array_append_new(a, json_string(T->cfg.argv[i]));
+    return a;
+}
+
+/* The --json summary: the first line's figures and the rest; NULL on no memory. */
+static json_t *summary_json(const struct train *T, double wall_s, double train_s, double images, double ips)
 {
     const struct train_cfg *c = &T->cfg;
     const struct train_results *r = &T->res;
@@ -272,7 +369,7 @@ static void summary_json(const struct train *T, double wall_s, double train_s, d
                           (json_int_t)images, "batch_size", (int)c->batch, "threads", c->threads, "stopped",
                           stop_reasons[T->stop]);
     if (!o)
-        return;
+        return NULL;
     json_object_set_new(o, "train_acc", json_real(r->train_acc));
     const struct train_meter *m = &T->meter;
     if (m->update_before || m->before.train_ns) {
@@ -323,11 +420,12 @@ static void summary_json(const struct train *T, double wall_s, double train_s, d
         json_object_set_new(o, "val_acc", json_real(r->val_acc));
         json_object_set_new(o, "best_val_acc", json_real(r->best_acc));
     }
-    char *s = json_dumps(o, JSON_COMPACT);
-    if (s)
-        printf("%s\n", s);
-    free(s);
-    json_decref(o);
+    json_t *cmd = report_command(T);
+    if (cmd)
+        json_object_set_new(o, "command", cmd);
+    if (T->facts)
+        json_object_set(o, "facts", T->facts);
+    return o;
 }
 
 void report_startup(const struct train *T)
@@ -350,7 +448,7 @@ void report_startup(const struct train *T)
     printf("\n");
 }
 
-void report_summary(const struct train *T, double wall_s)
+void report_summary(struct train *T, double wall_s)
 {
     /* Global: every rank trains the same number of full batches, so the
      * images are this rank's times the world; the time is rank 0's. */
@@ -377,7 +475,73 @@ void report_summary(const struct train *T, double wall_s)
     printf("\n");
     if (T->cfg.checkpoint_dir)
         printf("checkpoint: %s/model.safetensors\n", T->cfg.checkpoint_dir);
-    if (T->cfg.json)
-        summary_json(T, wall_s, train_s, images, ips);
+    json_t *o = T->cfg.json || T->cfg.report ? summary_json(T, wall_s, train_s, images, ips) : NULL;
+    char *s = o && T->cfg.json ? json_dumps(o, JSON_COMPACT) : NULL;
+    if (s)
+        printf("%s\n", s);
+    free(s);
+    if (T->cfg.report) {
+        json_decref(T->summary);
+        T->summary = json_incref(o);
+    }
+    json_decref(o);
     fflush(stdout);
+}
+
+/* ---- --report: the HTML page of the run (tools/report/) -------------------------------- */
+
+/*
+ * A resumed run's earlier epochs are in the --metrics file the earlier processes wrote (appended to by this one):
+ * read back, they make the page cover the whole run. A line that is no JSON object (one cut short by a kill) is
+ * left out. Without --metrics, or when the file cannot be read, the page holds this process's epochs, and its
+ * line says so.
+ */
+int report_records_open(struct train *T)
+{
+    if (!T->root || !T->cfg.report)
+        return 0;
+    if (!(T->records = json_array()))
+        return rt_errf(-ENOMEM, "--report: no memory for the epoch records");
+    if (!T->meter.update_before || !T->cfg.metrics)
+        return 0;
+    FILE *f = fopen(T->cfg.metrics, "r");
+    if (!f)
+        return 0;
+    char *line = NULL;
+    size_t cap = 0;
+    while (getline(&line, &cap, f) > 0) {
+        json_t *rec = json_loads(line, 0, NULL);
+        if (json_is_object(rec) && json_is_integer(json_object_get(rec, "epoch")))
+            records_add(T, rec);
+        json_decref(rec);
+    }
+    free(line);
+    T->records_earlier = !ferror(f);
+    fclose(f);
+    return 0;
+}
+
+int report_page(struct train *T)
+{
+    if (!T->root || !T->cfg.report)
+        return 0;
+    char err[512] = "no memory";
+    struct rt_report *r = rt_report_new(NULL);
+    int rc = r ? 0 : -1;
+    if (rc == 0)
+        rc = rt_report_add_train(r, NULL, T->records, T->summary, T->state, err, sizeof(err));
+    if (rc == 0)
+        rc = rt_report_write(r, T->cfg.report, err, sizeof(err));
+    rt_report_free(r);
+    if (rc < 0)
+        return rt_errf(-EIO, "--report: %s%s", err,
+                       T->cfg.checkpoint_dir ? " (the training is done and its checkpoint saved)" : "");
+    const size_t n = json_array_size(T->records);
+    const char *whose = T->meter.update_before && !T->records_earlier
+                            ? (T->cfg.metrics ? "; this process's only: the earlier ones could not be read from --metrics"
+                                              : "; this process's only: the run was resumed without --metrics")
+                            : "";
+    printf("report: %s (%zu epoch%s%s)\n", T->cfg.report, n, n == 1 ? "" : "s", whose);
+    fflush(stdout);
+    return 0;
 }

@@ -161,6 +161,7 @@ struct train_cfg {
     const char *checkpoint_dir; /* NULL: no checkpoints */
     int resume;
     const char *metrics;        /* JSON Lines file, NULL: none */
+    const char *report;         /* HTML page of the run, written by rank 0 at its end (tools/report/), NULL: none */
     int synthetic;              /* one random batch made once on the device, used for every micro-batch */
     uint32_t syn_c, syn_h, syn_w, syn_classes; /* synthetic shape without --data */
     uint64_t max_updates;       /* --steps: stop after this many updates (0: no limit) */
@@ -190,6 +191,8 @@ struct train_cfg {
     enum train_trace_split trace_split; /* one file, or one per rank (auto: by the world and the size) */
     /* what the driver is plugged into (not options) */
     struct rt_comm *comm;       /* borrowed process group; NULL: the driver creates one from the launcher */
+    const char *const *argv;    /* borrowed: the command line from the binary's name on (argc strings), for the */
+    int argc;                   /* summary's and state.json's "command"; NULL: none */
     const struct train_faults *faults; /* borrowed, read at create; NULL: none */
 };
 
@@ -197,10 +200,11 @@ struct train_cfg {
 
 /*
  * Runs the training described by cfg: set-up, the banner, the loop, the
- * summary. A stop on SIGTERM/SIGUSR1 saves a checkpoint and counts as
- * success; a signal stops only the train_run it reached. Returns 0, or
- * -errno after printing "error: <message>" (and, with several ranks, ending
- * the job so that no peer waits).
+ * summary, --report's page. A stop on SIGTERM/SIGUSR1 saves a checkpoint and
+ * counts as success; a signal stops only the train_run it reached. Returns 0,
+ * or -errno after printing "error: <message>" (and, with several ranks,
+ * ending the job so that no peer waits) -- but for a page that could not be
+ * written: -EIO on rank 0 alone, after the run's end and its checkpoint.
  */
 int train_run(const struct train_cfg *cfg);
 

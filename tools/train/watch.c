@@ -13,6 +13,12 @@ void watch_run_begin(struct train *T)
     T->meter.epoch_t0 = rt_now_ns();
 }
 
+void watch_epoch_begin(struct train *T)
+{
+    meter_epoch_reset(&T->meter);
+    profile_epoch_reset(T);
+}
+
 void watch_update_begin(struct train *T)
 {
     tracefile_window(T, T->pos.update, 1);
