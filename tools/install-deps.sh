@@ -5,7 +5,9 @@
 #   --test  also the test tools: clang + libFuzzer runtime for the fuzz targets, Slurm and munge
 #           for the cluster tests (tests/cluster/lib.sh), and
 #           Python with PyTorch, which reads our checkpoints back as a user's script would, and
-#           mmdebstrap for the `fresh` test (a pristine Debian 12 root: tests/test_fresh.sh).
+#           mmdebstrap for the `fresh` test (a pristine Debian 12 root: tests/test_fresh.sh), and
+#           Chromium, which renders the report page headless (tests/test_report_view.sh); its text
+#           needs a font, which it gets through libfontconfig1 -> fontconfig-config -> fonts-dejavu-core.
 # The build needs help2man (the man pages, made from --help), dpkg-dev and file (dpkg-shlibdeps and the
 # file type check that `cpack -G DEB` uses to compute the package's dependencies).
 set -eu
@@ -16,7 +18,7 @@ build_pkgs=(gcc libc6-dev make cmake ninja-build pkg-config liburing-dev libzstd
     libjpeg62-turbo-dev libwebp-dev libexif-dev libstb-dev libswscale-dev libavutil-dev)
 test_pkgs=(clang libclang-rt-14-dev python3 python3-numpy python3-torch python3-torchvision python3-pytest python3-pil
     python3-venv python3-pip
-    slurmctld slurmd slurm-client munge iproute2 mmdebstrap)
+    slurmctld slurmd slurm-client munge iproute2 mmdebstrap chromium)
 
 want=("${build_pkgs[@]}")
 [ "${1:-}" = "--test" ] && want+=("${test_pkgs[@]}")

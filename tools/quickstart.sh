@@ -14,8 +14,10 @@
 # Steps: synth (default only) -> pack -> verify -> inspect -> loadbench (the
 # loader and batch ring feeding no compute, 2 epochs) -> train (the default
 # model, mnist-net, 2 epochs: under 3 minutes on 2 cores, above 95 % test
-# accuracy on the synthetic set) -> eval of the checkpoint. Output under data/.
-set -eu
+# accuracy on the synthetic set) -> eval of the checkpoint -> report: data/report.html, one page of
+# charts (loss, accuracy, images/s, the step profile, the loader's stages; open it in any browser).
+# Output under data/.
+set -eu -o pipefail
 epochs=2 synth=data/synth synth_size=() input= image_size=64 want_size=
 for a in "$@"; do
     if [ -n "$want_size" ]; then
@@ -63,9 +65,13 @@ else
 fi
 build/ringtrain verify data/dataset
 build/ringtrain inspect data/dataset
-build/ringtrain loadbench data/dataset --epochs 2 --digest "${sized[@]}"
+build/ringtrain loadbench data/dataset --epochs 2 --digest --json "${sized[@]}" | tee data/loadbench.out
 build/ringtrain train --data data/dataset --epochs "$epochs" --checkpoint-dir data/checkpoint \
-    --metrics data/metrics.jsonl "${sized[@]}" "${model[@]}"
+    --metrics data/metrics.jsonl --json "${sized[@]}" "${model[@]}" | tee data/train.out
 if [ -z "$pictures" ] || [ -d "$input/test" ]; then
     build/ringtrain eval --data data/dataset --checkpoint data/checkpoint/model.safetensors
 fi
+# One page of charts from what the steps above wrote (ringtrain report --help).
+build/ringtrain report data/metrics.jsonl,data/train.out,data/checkpoint data/loadbench.out \
+    --title "ringtrain quick start" -o data/report.html
+echo "report: $top/data/report.html (open it in a browser)"
