@@ -280,14 +280,16 @@ def check_structure(c, tree, expect):
         for b in bars:
             k = (b.attrs.get("data-run"), b.attrs.get("data-x"))
             per_cat[k] = per_cat.get(k, 0) + 1
+        spans = f.find_all("rect", "span")  # a timeline's (a traced step): rows of spans, no series
         nkeys = len(series) + max(per_cat.values(), default=0)
         legend = bool(f.find_all("g", "legend"))
-        good = good and (series or bars) and (nkeys <= 1 or legend)
+        good = good and (series or bars or spans) and (nkeys <= 1 or legend)
         c.check(good, "chart %s: one svg.plot (%gx%g), a figcaption, one g.area with a valid mapping, "
-                "%d series, %d bars, legend %s" % (name, w, h, len(series), len(bars), "yes" if legend else "no"))
+                "%d series, %d bars, %d spans, legend %s" % (name, w, h, len(series), len(bars), len(spans),
+                                                             "yes" if legend else "no"))
         if good:
             charts.append({"name": name, "fig": f, "svg": svgs[0], "w": w, "h": h, "map": m,
-                           "series": series, "bars": bars})
+                           "series": series, "bars": bars, "spans": spans})
     c.check(bool([t for t in tree.root.find_all("table", "config") if t.attrs.get("id") == "config"]),
             "the config table (table.config#config)")
     return charts
@@ -369,6 +371,23 @@ def check_data(c, charts, metrics):
                 ch["name"], len(ch["bars"]), ", %d of them = the records' profile fields" % compared if compared else "",
                 ": " + "; ".join(bad[:3]) if bad else ""))
             total_pts += len(ch["bars"])
+        if ch.get("spans"):
+            # A span from data-t0 to data-t1 (microseconds) is drawn there, in its row's band (data-row r: y from
+            # r to r + 1, rows counted from the top), at least 0.6 px wide.
+            m, bad = ch["map"], []
+            for sp in ch["spans"]:
+                t0, t1, row = num(sp.attrs.get("data-t0")), num(sp.attrs.get("data-t1")), num(sp.attrs.get("data-row"))
+                x, wd = num(sp.attrs.get("x")), num(sp.attrs.get("width"))
+                y, ht = num(sp.attrs.get("y")), num(sp.attrs.get("height"))
+                if not (m.v["x0"] <= t0 <= t1 <= m.v["x1"] + 1e-6):
+                    bad.append("span %g..%g outside the window" % (t0, t1))
+                elif abs(x - m.px(t0)) > PX_TOL or abs(x + wd - max(m.px(t1), m.px(t0) + 0.6)) > PX_TOL:
+                    bad.append("span %g..%g drawn at %.2f..%.2f px" % (t0, t1, x, x + wd))
+                elif not (m.py(row) - PX_TOL <= y and y + ht <= m.py(row + 1) + PX_TOL):
+                    bad.append("span of row %g drawn at y %.2f..%.2f" % (row, y, y + ht))
+            c.check(not bad, "chart %s: %d spans, each drawn at its times and in its row%s" % (
+                ch["name"], len(ch["spans"]), ": " + "; ".join(bad[:3]) if bad else ""))
+            total_pts += len(ch["spans"])
     print("data: %d charts, %d series, %d points and bars" % (len(charts), total_series, total_pts))
 
 

@@ -160,12 +160,12 @@ static void verdict_text(const struct rt_report *r, char *buf, size_t len)
         const json_t *v = json_object_get(r->run[i].summary, "verdict");
         const char *lim = json_string_value(json_object_get(v, "limit"));
         const char *ev = json_string_value(json_object_get(v, "evidence"));
-        const char *ad = json_string_value(json_object_get(v, "advice"));
+        const char *ad = json_string_value(json_object_get(v, "try"));
         if (!lim)
             continue;
         const size_t l = strlen(buf);
-        snprintf(buf + l, len - l, "%s%s%sLimited by %s: %s%s%s", l ? " " : "", r->nrun > 1 ? r->run[i].label : "",
-                 r->nrun > 1 ? ": " : "", lim, ev ? ev : "", ad && *ad ? ". " : "", ad ? ad : "");
+        snprintf(buf + l, len - l, "%s%s%sLimited by %s: %s.%s%s", l ? " " : "", r->nrun > 1 ? r->run[i].label : "",
+                 r->nrun > 1 ? ": " : "", lim, ev ? ev : "", ad && *ad ? " Try: " : "", ad ? ad : "");
     }
 }
 
@@ -406,7 +406,7 @@ static void scaling_charts(struct sbuf *b, struct rt_report *r)
             ideal_x[t] = lo, ideal_y[t] = what ? 1.0 : lo / n0;
             ni++;
         }
-        s[ns++] = (struct chart_series){"ideal", -1, "ideal", ni, ideal_x, ideal_y, 9, 1, 1, 1};
+        s[ns++] = (struct chart_series){"ideal", 0, "ideal", ni, ideal_x, ideal_y, 9, 1, 1, 1};
         struct chart_line c = {.name = what ? "scaling-efficiency" : "scaling-speedup",
                                .title = what ? "Scaling efficiency" : "Speedup against ranks", .xlabel = "ranks",
                                .ylabel = what ? "efficiency" : "speedup", .xlog = 1, .xticks = ticks, .nxticks = nt,

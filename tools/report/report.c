@@ -3,7 +3,7 @@
  * the files apart by their content, and writes one HTML page of SVG charts.
  *
  * What a file is comes from its JSON, never from its name:
- *   - an object with "traceEvents": a --trace file (noted, not drawn);
+ *   - an object with "traceEvents": a --trace file (one step drawn as a timeline);
  *   - "command": "commbench": commbench --json;
  *   - "settings" and "rows": bench/scaling.sh --json;
  *   - "checkpoint_id": a checkpoint's state.json;

@@ -11,7 +11,7 @@
  * mapping (data-x0 data-x1 data-px0 data-px1, the same for y, data-xlog,
  * data-ylog); each line series is <g class="series" data-run data-key
  * data-label> holding one <polyline>; each stacked segment is <rect
- * class="bar" data-run data-x data-key data-value>. See docs/PROFILING.md.
+ * class="bar" data-run data-x data-key data-value>; docs/PROFILING.md says more.
  */
 #ifndef RT_TOOLS_REPORT_H
 #define RT_TOOLS_REPORT_H

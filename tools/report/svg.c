@@ -536,8 +536,10 @@ void chart_timeline(struct sbuf *b, const struct chart_timeline *c)
               CHART_W - MR - TL_LEFT, plot_h);
     sb_printf(b, "<text class=\"axis-label\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">ms from the window's start</text>",
               (TL_LEFT + CHART_W - MR) / 2, MT + plot_h + 36);
-    sb_printf(b, "<g class=\"area\" data-x0=\"0\" data-x1=\"%.17g\" data-px0=\"%d\" data-px1=\"%d\" data-xlog=\"0\">",
-              c->t1, TL_LEFT, CHART_W - MR);
+    /* x: microseconds from the window's start; y: rows from the top (row r spans r to r + 1). */
+    sb_printf(b, "<g class=\"area\" data-x0=\"0\" data-x1=\"%.17g\" data-y0=\"%d\" data-y1=\"0\" data-px0=\"%d\" "
+                 "data-px1=\"%d\" data-py0=\"%d\" data-py1=\"%d\" data-xlog=\"0\" data-ylog=\"0\">",
+              c->t1, c->nrow, TL_LEFT, CHART_W - MR, MT + plot_h, MT);
     /* Nesting depth per row: the spans still open when each starts. */
     double open[TL_DEPTH];
     int depth = 0, row = -1;
