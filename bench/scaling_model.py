@@ -470,8 +470,8 @@ HARDWARE = {
 
 A100_RN50_AMP = 2470.0  # img/s, 1x A100 80GB, ResNet-50 v1.5, PyTorch AMP, batch 256 (public NVIDIA figure)
 H100_OVER_A100 = 1.6    # assumed for convolutional networks in bf16 (peak math 3.2x, HBM 1.7x)
-RT_H100_WRN16_4 = 46326.0  # img/s, this project's measured wrn-16-4, bf16, batch 512, one H100 (README)
-RT_H100_RN18_CIFAR = 85835.0  # img/s, this project's measured resnet18 on 3x32x32, bf16, batch 512 (README)
+RT_H100_WRN16_4 = 46326.0  # img/s, this project's measured wrn-16-4, bf16, batch 512, one H100 (docs/PERFORMANCE.md)
+RT_H100_RN18_CIFAR = 85835.0  # img/s, this project's measured resnet18 on 3x32x32, bf16, batch 512 (docs/PERFORMANCE.md)
 
 WORKLOADS = {
     "resnet18": {"model": "resnet18", "classes": 1000, "hw": 224, "batch": 256, "data": "ImageNet 224x224",
@@ -486,11 +486,11 @@ WORKLOADS = {
                                                                                          A100_RN50_AMP)},
     "wrn-28-10": {"model": "wrn-28-10", "classes": 10, "hw": 32, "batch": 128, "data": "CIFAR-10 32x32",
                   "ips": lambda: RT_H100_WRN16_4 * build_model("wrn-16-4").macs() / build_model("wrn-28-10").macs(),
-                  "source": "this project's H100 wrn-16-4 bf16 figure (%.0f img/s, README) x wrn-16-4/wrn-28-10 "
+                  "source": "this project's H100 wrn-16-4 bf16 figure (%.0f img/s, docs/PERFORMANCE.md) x wrn-16-4/wrn-28-10 "
                             "forward MACs, i.e. the same ~109 TFLOP/s" % RT_H100_WRN16_4},
     "resnet18-cifar": {"model": "resnet18", "classes": 10, "hw": 32, "batch": 512, "data": "3x32x32 (CIFAR)",
                        "ips": lambda: RT_H100_RN18_CIFAR,
-                       "source": "measured: this project's resnet18 bf16 batch 512 on one H100 (README)"},
+                       "source": "measured: this project's resnet18 bf16 batch 512 on one H100 (docs/PERFORMANCE.md)"},
 }
 
 
@@ -780,7 +780,7 @@ def check_run(a, out):
         for n, mode in order:
             name = "train-np%d-%s-r%d.out" % (n, mode, rep)
             cmd = mpirun(n) + train + ["--steps", str(a.steps + 3)] + (["--no-overlap"] if mode != "overlap" else [])
-            # The trace's cost is below this machine's noise (README, bench/trace_overhead.sh).
+            # The trace's cost is below this machine's noise (docs/PERFORMANCE.md, bench/trace_overhead.sh).
             cmd += ["--trace", os.path.join(out, name[:-4] + ".trace.json"), "--trace-steps", "3:%d" % (a.steps + 3)]
             rc, wall, oth = run_logged(cmd, os.path.join(out, name), 300)
             print("  train np %d %-10s repeat %d: rc %d, %.1f s, others %.0f %% of the CPUs"

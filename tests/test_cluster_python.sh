@@ -14,7 +14,7 @@
 #      validated exactly once per epoch across the ranks (35 is odd: the ranks' shares differ, and
 #      each rank's last batch is a short one), a finite loss, and equal parameter digests on both
 #      ranks (the replicas agree);
-#   3. README.md shows that job script word for word (the ```sh block after
+#   3. docs/STAGING.md (the staging and Slurm guide) shows that job script word for word (the ```sh block after
 #      `<!-- file: python/examples/slurm_ddp.sbatch -->`).
 # About 30 s on 2 cores (most of it the job: torch starting, ResNet-18's first steps on one core). Needs root, Debian's slurmctld, slurmd, slurm-client, munge, python3-torch
 # and python3-torchvision, and the ringtrain module in PYDIR; exits 77 without them.
@@ -155,13 +155,13 @@ print(f"  world {r['world_size']} ({r['backend']}), {epochs} epochs of {steps} s
       f"parameter digest {d[0]} on both ranks, data wait {100 * r['data_wait_share']:.1f}% of the step")
 EOF
 
-# --- 3. the README's copy ---------------------------------------------------------
+# --- 3. the guide's copy ----------------------------------------------------------
 readme=$(awk -v m="<!-- file: python/examples/slurm_ddp.sbatch -->" '
     $0 == m { f = 1; next }
     f == 1 { f = $0 == "```sh" ? 2 : 0; next }
     f == 2 { if ($0 == "```") { f = 0; done = 1 } else print }
-    END { exit !done }' "$TOP/README.md") || fail "README.md: no \`\`\`sh block right after <!-- file: python/examples/slurm_ddp.sbatch -->"
+    END { exit !done }' "$TOP/docs/STAGING.md") || fail "docs/STAGING.md: no \`\`\`sh block right after <!-- file: python/examples/slurm_ddp.sbatch -->"
 diff <(printf '%s\n' "$readme") "$JOB" > /dev/null ||
-    { diff -u <(printf '%s\n' "$readme") "$JOB" | head -n 30; fail "README.md's slurm_ddp.sbatch differs from $JOB"; }
-cl_el "README.md shows python/examples/slurm_ddp.sbatch as it is"
+    { diff -u <(printf '%s\n' "$readme") "$JOB" | head -n 30; fail "docs/STAGING.md's slurm_ddp.sbatch differs from $JOB"; }
+cl_el "docs/STAGING.md shows python/examples/slurm_ddp.sbatch as it is"
 cl_el "PASS"

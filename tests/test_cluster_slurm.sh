@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# test_cluster_slurm.sh RINGTRAIN - the README's own Slurm job scripts, run for real.
+# test_cluster_slurm.sh RINGTRAIN - the Slurm job scripts of docs/STAGING.md, run for real.
 #
 # Brings up a throwaway one-node Slurm 22.05 (munged, slurmctld, slurmd in this
 # machine's root network namespace; tests/cluster/slurm_one_node.sh) with its
 # state in /var/tmp/rt-cl-slurm and SLURM_CONF pointing there, and runs every job
-# script README.md's "## Slurm" section marks with `<!-- job: NAME -->`, taken
-# from the README at test time. Only the site's tokens are replaced:
+# script docs/STAGING.md's "## Slurm" section marks with `<!-- job: NAME -->`,
+# taken from that page at test time. Only the site's tokens are replaced:
 # build/ringtrain -> the binary under test, /shared/datasets/cifar10 -> a small
 # packed dataset, $HOME/runs -> a folder of the test. Resources stay as
 # written and are overridden on the sbatch line (one node, 2 tasks or 1, one CPU
@@ -40,7 +40,7 @@
 # "$0 down" tears it down later. Exit 0 pass, 1 fail, 77 skip.
 set -uo pipefail
 T=$(cd "$(dirname "$0")" && pwd)
-README=$T/../README.md
+GUIDE=$T/../docs/STAGING.md # the staging and Slurm guide, which holds the job scripts
 W=/var/tmp/rt-cl-slurm
 . "$T/cluster/lib.sh"
 . "$T/cluster/slurm_one_node.sh"
@@ -79,18 +79,18 @@ ln -sf "$RT" "$W/bin/ringtrain"
     "$RT" pack "$W/src" --out "$W/data/cifar10" > /dev/null || fail "synth/pack"
 cl_el "dataset: 2000 train + 500 test images packed in $W/data/cifar10"
 
-# --- the job scripts, from the README ---------------------------------------
+# --- the job scripts, from docs/STAGING.md ---------------------------------
 known="stage one-process srun mpirun gpu"
-marked=$(sed -n '/^## Slurm$/,/^## Layout$/p' "$README" | sed -n 's/^<!-- job: \([a-z0-9-]*\) -->$/\1/p' | paste -sd' ')
-for n in $marked; do [[ " $known " == *" $n "* ]] || fail "README job '$n' is not run by this test"; done
+marked=$(cl_guide_jobs "$GUIDE" | paste -sd' ')
+for n in $marked; do [[ " $known " == *" $n "* ]] || fail "$GUIDE: job '$n' is not run by this test"; done
 for n in $known; do
-    [[ " $marked " == *" $n "* ]] || fail "README has no job script marked <!-- job: $n -->"
-    cl_readme_job "$README" "$n" "$W/bin/ringtrain" "$W/data/cifar10" "$W/runs" > "$W/jobs/$n.sh" ||
-        fail "job $n: not taken from the README"
+    [[ " $marked " == *" $n "* ]] || fail "$GUIDE has no job script marked <!-- job: $n --> under \"## Slurm\""
+    cl_guide_job "$GUIDE" "$n" "$W/bin/ringtrain" "$W/data/cifar10" "$W/runs" > "$W/jobs/$n.sh" ||
+        fail "job $n: not taken from $GUIDE"
     head -1 "$W/jobs/$n.sh" | grep -qx '#!/bin/bash' || fail "job $n: does not start with #!/bin/bash"
     [ "$n" = one-process ] && sed "s|$W/runs|$W/runs/ref|g" "$W/jobs/$n.sh" > "$W/jobs/$n-ref.sh"
 done
-cl_el "README job scripts: $marked; as run (site paths replaced):"
+cl_el "job scripts of docs/STAGING.md: $marked; as run (site paths replaced):"
 for n in $known; do echo "--- $n.sh" && sed 's/^/    /' "$W/jobs/$n.sh"; done
 
 # --- helpers ------------------------------------------------------------------

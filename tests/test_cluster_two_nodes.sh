@@ -8,7 +8,7 @@
 #   3. `train --stage-to DIR`, 2 ranks per node: each node's local rank 0 copies once into its own
 #      node-local DIR, the other rank of the node reads that same copy (same file, same disk);
 #   4. the param digest equals a one-node run's with the same world size and settings;
-#      and under srun, the README's own srun job script (`<!-- job: srun -->`) with --nodes=2;
+#      and under srun, the srun job script of docs/STAGING.md (`<!-- job: srun -->`) with --nodes=2;
 #   5. faults on the other node end the job within LIMIT (5) s of the injection, with a message
 #      from ringtrain naming the rank, its host and the step; the time to rank 0's message, to the
 #      ranks' exit and to the launcher's return are measured and printed:
@@ -390,19 +390,19 @@ fault_cleanup() {
     fi
 }
 
-# ---- the README's own srun job script (its "Several nodes" case) on both nodes -------------------------
+# ---- docs/STAGING.md's srun job script (its "Several nodes" case) on both nodes ------------------------
 # As test_cluster_slurm.sh runs it on one node, here with --nodes=2 on the sbatch line (one task per node:
 # Slurm 22.05 will not overcommit --ntasks-per-node=2 on these one-CPU nodes): 2 ranks on 2 nodes, each node
 # staging once to its own $SLURM_TMPDIR (its node-local disk), one param digest, COMPLETED.
 readme_job() {
     local d=$W/readme j st o staged digests
     mkdir -p "$d" && ln -sf "$RT" "$d/ringtrain"
-    cl_readme_job "$HERE/../README.md" srun "$d/ringtrain" "$W/small" "$d/runs" >"$d/srun.sh" ||
-        { fail "README srun job: not taken from the README"; return; }
+    cl_guide_job "$HERE/../docs/STAGING.md" srun "$d/ringtrain" "$W/small" "$d/runs" >"$d/srun.sh" ||
+        { fail "srun job: not taken from docs/STAGING.md"; return; }
     j=$(tn_in0 sbatch --parsable --nodes=2 --ntasks-per-node=1 --cpus-per-task=1 \
         --output="$d/job-%j.out" --export="ALL,SLURM_TMPDIR=$W/local" "$d/srun.sh" \
         --model mnist-net --batch-size 32 --threads 1 --epochs 1 2>&1) ||
-        { fail "README srun job: sbatch: $j"; return; }
+        { fail "srun job of docs/STAGING.md: sbatch: $j"; return; }
     cl_waitfor 120 "[ -z \"\$(tn_in0 squeue -h -j $j 2>/dev/null)\" ]" || true
     st=$(tn_in0 scontrol -o show job "$j" | grep -oE '(^| )(JobState|Restarts|ExitCode|NodeList)=\S+' | sed 's/^ //' |
         paste -sd' ')
@@ -412,9 +412,9 @@ readme_job() {
     if [ "$st" = "JobState=COMPLETED Restarts=0 ExitCode=0:0 NodeList=n[0-1]" ] &&
         [ "$(rank_col "$o" 0 2) $(rank_col "$o" 1 2)" = "n0 n1" ] && [ "$staged" = 2 ] &&
         [ "${digests%% *}" = 2 ] && [ -e "$d/runs/r18-dp/finished" ]; then
-        pass "README srun job on --nodes=2: $st; ranks on n0, n1, each staged once to its node's disk; param digest ${digests#* } on both; 'finished' written"
+        pass "srun job of docs/STAGING.md on --nodes=2: $st; ranks on n0, n1, each staged once to its node's disk; param digest ${digests#* } on both; 'finished' written"
     else
-        fail "README srun job on --nodes=2: $st; staged lines $staged (want 2); digests: $digests"
+        fail "srun job of docs/STAGING.md on --nodes=2: $st; staged lines $staged (want 2); digests: $digests"
         show "$o"
     fi
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# test_fresh.sh - the README's promise on a new machine: a pristine Debian 12 root (mmdebstrap
+# test_fresh.sh - the README's quick start on a new machine: a pristine Debian 12 root (mmdebstrap
 # --variant=minbase, this machine's package sources), a clean clone of the commit copied in, then inside it
 #   1. as an ordinary user with no sudo: tools/install-deps.sh stops and names what to install as root;
 #   2. as root: tools/install-deps.sh, then tools/install-deps.sh --test, from nothing;

@@ -2,7 +2,7 @@
 # test.sh - builds and runs every test on a fresh Debian 12 machine: installs
 # what is missing, then
 #   1. the normal build and its ctest suite (with the `cluster` tests: a throwaway Slurm
-#      running the README's job scripts, two "nodes" as network namespaces, a second
+#      running the job scripts of docs/STAGING.md, two "nodes" as network namespaces, a second
 #      local user against staging; they need root and namespaces, and skip without),
 #   2. an ASan+UBSan build (-DRT_SANITIZE=ON) and the same suite but the `scale` test (32 ranks),
 #   3. a ThreadSanitizer build (-DRT_TSAN=ON) of the threaded stages' tests (the comm

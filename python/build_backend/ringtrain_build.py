@@ -11,7 +11,7 @@ Hooks:
                    source tree), builds `rt_python`, packs <build>/python/ringtrain/ into
                    ringtrain-<version>-cp311-abi3-<platform>.whl and removes the folder.
   build_editable   builds `rt_python` in a kept build folder (default <source>/build, the one the
-                   README's cmake commands use) and installs a .pth that puts <build>/python on
+                   build commands of docs/INSTALL.md use) and installs a .pth that puts <build>/python on
                    sys.path: `cmake --build build --target rt_python` then updates the installed
                    package in place.
   build_sdist      ringtrain-<version>.tar.gz of the files git knows (tracked, or new and not ignored).

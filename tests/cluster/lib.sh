@@ -107,12 +107,19 @@ cl_netns_up() {
     done
 }
 
-# cl_readme_job README NAME RT DATA RUNS: prints the job script README.md's "## Slurm" section marks
+# cl_guide_jobs GUIDE: the names of the job scripts GUIDE's "## Slurm" section marks with
+# `<!-- job: NAME -->` (docs/STAGING.md, the staging and Slurm guide), one a line, in order.
+cl_guide_jobs() {
+    awk '/^## / { sl = $0 == "## Slurm" }
+        sl && /^<!-- job: [a-z0-9-]+ -->$/ { sub(/^<!-- job: /, ""); sub(/ -->$/, ""); print }' "$1"
+}
+
+# cl_guide_job GUIDE NAME RT DATA RUNS: prints the job script GUIDE's "## Slurm" section marks
 # with `<!-- job: NAME -->` (the ```sh block right after the marker), with only the site's tokens
 # replaced: build/ringtrain -> RT, /shared/datasets/cifar10 -> DATA, $HOME/runs -> RUNS. 1 when
 # there is no such block, or a site path is left (RT must not itself contain "build/ringtrain").
-cl_readme_job() {
-    local readme=$1 name=$2 rt=$3 data=$4 runs=$5 text
+cl_guide_job() {
+    local guide=$1 name=$2 rt=$3 data=$4 runs=$5 text
     # One awk over the whole file, reading to its end (an early exit would SIGPIPE a writer before it: a
     # failure under pipefail, now and then).
     text=$(awk -v m="<!-- job: $name -->" '
@@ -121,11 +128,11 @@ cl_readme_job() {
         $0 == m { f = 1; next }
         f == 1 { if ($0 != "```sh") f = 0; else f = 2; next }
         f == 2 { if ($0 == "```") done = 1; else print }
-        END { exit !done }' "$readme") || { echo "README: no \`\`\`sh block right after <!-- job: $name -->" >&2; return 1; }
+        END { exit !done }' "$guide") || { echo "$guide: no \`\`\`sh block right after <!-- job: $name --> under \"## Slurm\"" >&2; return 1; }
     text=$(printf '%s\n' "$text" | sed -e "s|build/ringtrain|$rt|g" -e "s|/shared/datasets/cifar10|$data|g" \
         -e "s|\$HOME/runs|$runs|g")
     if printf '%s\n' "$text" | grep -nE 'build/ringtrain|/shared/|\$HOME' >&2; then
-        echo "README job $name: a site path left unreplaced" >&2
+        echo "$guide: job $name: a site path left unreplaced" >&2
         return 1
     fi
     printf '%s\n' "$text"

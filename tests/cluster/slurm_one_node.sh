@@ -6,7 +6,7 @@
 # under /etc/slurm); slurm_one_node_down DIR stops only those daemons (their pid
 # files in DIR). The settings are the known-working recipe's (docs/ARCHITECTURE.md,
 # "Cluster tests"): SlurmUser=root, proctrack/linuxproc, no cgroup plugins,
-# NodeName = hostname -s. The site conventions the README's job scripts rely on
+# NodeName = hostname -s. The site conventions the job scripts of docs/STAGING.md rely on
 # are set up as a site would:
 #   - SLURM_TMPDIR: the Prolog makes DIR/jobtmp/JOBID, the TaskProlog exports it,
 #     the Epilog removes it;
