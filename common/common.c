@@ -13,6 +13,7 @@
 #include <pthread.h>
 #include <pwd.h>
 #include <sched.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -248,6 +249,17 @@ void rt_format_bytes(double bytes, char *buf, size_t len)
         u++;
     }
     snprintf(buf, len, u ? "%.1f %s" : "%.0f %s", bytes, unit[u]);
+}
+
+void rt_appendf(char *buf, size_t len, const char *fmt, ...)
+{
+    const size_t used = strnlen(buf, len);
+    if (used + 1 >= len)
+        return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(buf + used, len - used, fmt, ap);
+    va_end(ap);
 }
 
 /* ---- CPUs ----------------------------------------------------------------- */

@@ -127,6 +127,9 @@ int rt_parse_size(const char *s, uint64_t *out);
 /* Formats `bytes` as "12.3 MB" (powers of 1000, as throughput is quoted). */
 void rt_format_bytes(double bytes, char *buf, size_t len);
 
+/* Appends printf-style text to the NUL-terminated string in buf[len], cut at its end; a full buf is left as is. */
+void rt_appendf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
 /*
  * The double a Python script holds for a hyperparameter that reached us as a
  * float: the shortest decimal that reads back as `f` (what the user typed,

@@ -14,7 +14,6 @@
 #include <errno.h>
 #include <link.h>
 #include <pthread.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -100,19 +99,6 @@ static const struct {
 #undef NVML_SYM
 };
 
-/* Appends a formatted piece to buf[len], cutting what does not fit. */
-static void appendf(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void appendf(char *buf, size_t len, const char *fmt, ...)
-{
-    size_t used = strnlen(buf, len);
-    if (used + 1 >= len)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf + used, len - used, fmt, ap);
-    va_end(ap);
-}
-
 static const char *nvml_err(const struct nvml_lib *L, int rc)
 {
     const char *s = L->nvmlErrorString ? L->nvmlErrorString(rc) : NULL;
@@ -148,7 +134,7 @@ static int lib_open(struct nvml_lib *L, const char *soname, char *why, size_t le
     for (size_t i = 0; i < RT_ARRAY_LEN(nvml_syms); i++) {
         void *addr = dlsym(h, nvml_syms[i].name);
         if (!addr) {
-            appendf(missing, sizeof(missing), "%s%s", nmissing ? ", " : "", nvml_syms[i].name);
+            rt_appendf(missing, sizeof(missing), "%s%s", nmissing ? ", " : "", nvml_syms[i].name);
             nmissing++;
         }
         /* ISO C has no conversion from void * to a function pointer; the bytes are the address. */
@@ -204,26 +190,26 @@ static void read_counters(const struct nvml_lib *L, struct nvmlDevice_st *dev, s
         r->util_mem_pct = u.memory;
         r->valid_mask |= RT_NVML_UTIL;
     } else if (why) {
-        appendf(why, len, "%sutilization: %s", why[0] ? "; " : "", nvml_err(L, rc));
+        rt_appendf(why, len, "%sutilization: %s", why[0] ? "; " : "", nvml_err(L, rc));
     }
     if ((rc = L->nvmlDeviceGetMemoryInfo(dev, &m)) == NVML_SUCCESS) {
         r->mem_used_bytes = m.used;
         r->mem_total_bytes = m.total;
         r->valid_mask |= RT_NVML_MEM;
     } else if (why) {
-        appendf(why, len, "%smemory: %s", why[0] ? "; " : "", nvml_err(L, rc));
+        rt_appendf(why, len, "%smemory: %s", why[0] ? "; " : "", nvml_err(L, rc));
     }
     if ((rc = L->nvmlDeviceGetPowerUsage(dev, &mw)) == NVML_SUCCESS) {
         r->power_w = mw / 1000.0;
         r->valid_mask |= RT_NVML_POWER;
     } else if (why) {
-        appendf(why, len, "%spower: %s", why[0] ? "; " : "", nvml_err(L, rc));
+        rt_appendf(why, len, "%spower: %s", why[0] ? "; " : "", nvml_err(L, rc));
     }
     if ((rc = L->nvmlDeviceGetClockInfo(dev, NVML_CLOCK_SM, &mhz)) == NVML_SUCCESS) {
         r->sm_clock_mhz = mhz;
         r->valid_mask |= RT_NVML_SM_CLOCK;
     } else if (why) {
-        appendf(why, len, "%sSM clock: %s", why[0] ? "; " : "", nvml_err(L, rc));
+        rt_appendf(why, len, "%sSM clock: %s", why[0] ? "; " : "", nvml_err(L, rc));
     }
 }
 
@@ -497,13 +483,13 @@ int rt_nvml_summary_format(const struct rt_nvml_summary *sum, char *buf, size_t 
     char t[160] = "";
     const unsigned m = sum->valid_mask;
     if (m & RT_NVML_UTIL)
-        appendf(t, sizeof(t), "gpu %.0f%%", sum->util_gpu_pct_mean);
+        rt_appendf(t, sizeof(t), "gpu %.0f%%", sum->util_gpu_pct_mean);
     if (m & RT_NVML_MEM)
-        appendf(t, sizeof(t), "%smem %.1f GiB", t[0] ? " " : "gpu ", (double)sum->mem_used_bytes_max / GIB);
+        rt_appendf(t, sizeof(t), "%smem %.1f GiB", t[0] ? " " : "gpu ", (double)sum->mem_used_bytes_max / GIB);
     if (m & RT_NVML_POWER)
-        appendf(t, sizeof(t), "%s%.0f W", t[0] ? " " : "gpu ", sum->power_w_mean);
+        rt_appendf(t, sizeof(t), "%s%.0f W", t[0] ? " " : "gpu ", sum->power_w_mean);
     if (m & RT_NVML_SM_CLOCK)
-        appendf(t, sizeof(t), "%s%.0f MHz", t[0] ? " " : "gpu ", sum->sm_clock_mhz_mean);
+        rt_appendf(t, sizeof(t), "%s%.0f MHz", t[0] ? " " : "gpu ", sum->sm_clock_mhz_mean);
     if (snprintf(buf, len, "%s", t) >= (int)len)
         return rt_errf(-ENOSPC, "rt_nvml_summary_format: %zu bytes of text for a buffer of %zu", strlen(t) + 1, len);
     return 0;
@@ -518,15 +504,15 @@ int rt_nvml_summary_json(const struct rt_nvml_summary *sum, char *buf, size_t le
         return 0;
     char t[256] = "";
     const unsigned m = sum->valid_mask;
-    appendf(t, sizeof(t), "\"gpu_samples\": %u", sum->samples);
+    rt_appendf(t, sizeof(t), "\"gpu_samples\": %u", sum->samples);
     if (m & RT_NVML_UTIL)
-        appendf(t, sizeof(t), ", \"gpu_util_pct\": %.1f", sum->util_gpu_pct_mean);
+        rt_appendf(t, sizeof(t), ", \"gpu_util_pct\": %.1f", sum->util_gpu_pct_mean);
     if (m & RT_NVML_MEM)
-        appendf(t, sizeof(t), ", \"gpu_mem_used_gib\": %.3f", (double)sum->mem_used_bytes_max / GIB);
+        rt_appendf(t, sizeof(t), ", \"gpu_mem_used_gib\": %.3f", (double)sum->mem_used_bytes_max / GIB);
     if (m & RT_NVML_POWER)
-        appendf(t, sizeof(t), ", \"gpu_power_w\": %.1f", sum->power_w_mean);
+        rt_appendf(t, sizeof(t), ", \"gpu_power_w\": %.1f", sum->power_w_mean);
     if (m & RT_NVML_SM_CLOCK)
-        appendf(t, sizeof(t), ", \"gpu_sm_clock_mhz\": %.0f", sum->sm_clock_mhz_mean);
+        rt_appendf(t, sizeof(t), ", \"gpu_sm_clock_mhz\": %.0f", sum->sm_clock_mhz_mean);
     if (strlen(t) + 1 > len)
         return rt_errf(-ENOSPC, "rt_nvml_summary_json: %zu bytes of JSON for a buffer of %zu", strlen(t) + 1, len);
     memcpy(buf, t, strlen(t) + 1);

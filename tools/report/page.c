@@ -81,26 +81,28 @@ static void lab2(char *buf, size_t len, const struct rt_report *r, const struct 
         snprintf(buf, len, "%s", what);
 }
 
-static void training_charts(struct sbuf *b, struct rt_report *r, struct plot *p)
+/* Each run's KEY_TRAIN (solid) and KEY_VAL (dashed): a run's colour when several, else train blue, val red. */
+static void train_val(struct plot *p, const struct rt_report *r, const char *key_train, const char *key_val)
 {
     char l[240];
     const int multi = r->nrun > 1;
     for (int i = 0; i < r->nrun; i++) {
         const struct run *u = &r->run[i];
         lab2(l, sizeof(l), r, u, "train");
-        plot_add(p, u, i, "train_loss", l, multi ? i : 0, 0, 0, 1);
+        plot_add(p, u, i, key_train, l, multi ? i : 0, 0, 0, 1);
         lab2(l, sizeof(l), r, u, "validation");
-        plot_add(p, u, i, "val_loss", l, multi ? i : 1, 1, 0, 1);
+        plot_add(p, u, i, key_val, l, multi ? i : 1, 1, 0, 1);
     }
+}
+
+static void training_charts(struct sbuf *b, struct rt_report *r, struct plot *p)
+{
+    char l[240];
+    const int multi = r->nrun > 1;
+    train_val(p, r, "train_loss", "val_loss");
     line_epochs(b, p, "loss", "Loss", "loss", NULL, 0,
                 "Mean cross-entropy over each epoch's training batches (solid) and on the validation split after it (dashed).");
-    for (int i = 0; i < r->nrun; i++) {
-        const struct run *u = &r->run[i];
-        lab2(l, sizeof(l), r, u, "train");
-        plot_add(p, u, i, "train_acc", l, multi ? i : 0, 0, 0, 1);
-        lab2(l, sizeof(l), r, u, "validation");
-        plot_add(p, u, i, "val_acc", l, multi ? i : 1, 1, 0, 1);
-    }
+    train_val(p, r, "train_acc", "val_acc");
     line_epochs(b, p, "accuracy", "Accuracy", "top-1 accuracy", chart_fmt_pct, 0,
                 "Top-1 accuracy on the epoch's training batches (solid, as augmented) and on the validation split (dashed).");
 

@@ -27,18 +27,6 @@ static const char *precision(enum rt_dtype act)
                                                    : "mixed precision fp16 (fp32 weights)";
 }
 
-/* Appends to the string at buf (len bytes in all), cut at its end. */
-static void text_add(char *buf, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void text_add(char *buf, size_t len, const char *fmt, ...)
-{
-    const size_t n = strlen(buf);
-    if (n + 1 >= len)
-        return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(buf + n, len - n, fmt, ap);
-    va_end(ap);
-}
 
 /* A banner line kept as [key, text] in T->facts, the run's facts for the summary, state.json and --report. */
 static void fact_keep(struct train *T, const char *key, const char *text)
@@ -113,16 +101,16 @@ static void banner_optim(struct train *T)
 {
     const struct train_cfg *c = &T->cfg;
     char t[512] = "";
-    text_add(t, sizeof(t), "%s lr %g", rt_optim_kind_name(c->optim.kind), (double)c->lr);
+    rt_appendf(t, sizeof(t), "%s lr %g", rt_optim_kind_name(c->optim.kind), (double)c->lr);
     if (c->optim.kind == RT_OPT_SGD)
-        text_add(t, sizeof(t), " momentum %g%s", (double)c->optim.momentum, c->optim.nesterov ? " nesterov" : "");
-    text_add(t, sizeof(t), " weight decay %g, schedule %s (warm-up %" PRIu64 " steps of %" PRIu64 ")",
+        rt_appendf(t, sizeof(t), " momentum %g%s", (double)c->optim.momentum, c->optim.nesterov ? " nesterov" : "");
+    rt_appendf(t, sizeof(t), " weight decay %g, schedule %s (warm-up %" PRIu64 " steps of %" PRIu64 ")",
              (double)c->optim.weight_decay, rt_sched_kind_name(c->sched), T->sched.warmup_steps,
              T->sched.total_steps);
     if (c->label_smoothing > 0)
-        text_add(t, sizeof(t), ", label smoothing %g", (double)c->label_smoothing);
+        rt_appendf(t, sizeof(t), ", label smoothing %g", (double)c->label_smoothing);
     if (c->clip_grad_norm > 0)
-        text_add(t, sizeof(t), ", clip %g", (double)c->clip_grad_norm);
+        rt_appendf(t, sizeof(t), ", clip %g", (double)c->clip_grad_norm);
     banner_line(T, "optimizer", "%s", t);
 }
 
