@@ -198,7 +198,7 @@ static void profile_chart(struct sbuf *b, struct rt_report *r, const char *pct)
                 catl[k] = cat[k];
                 grp[k] = r->run[i].label;
                 for (int s = 0; s < NPHASE; s++) {
-                    snprintf(keys[k * NPHASE + s], sizeof(keys[0]), "profile.%s.%s_ms", phase_key[s], pct);
+                    snprintf(keys[k * NPHASE + s], sizeof(keys[0]), "profile.phases.%s.%s_ms", phase_key[s], pct);
                     keyp[k * NPHASE + s] = keys[k * NPHASE + s];
                     v[k * NPHASE + s] = rep_path_num(o, keys[k * NPHASE + s]);
                 }

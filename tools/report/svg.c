@@ -554,7 +554,7 @@ void chart_timeline(struct sbuf *b, const struct chart_timeline *c)
             open[depth++] = s->t1;
         const double x0 = axis_px(&ax, s->t0), x1 = axis_px(&ax, s->t1), hh = fmax(4.0, 16.0 - 3.0 * d);
         const double y = MT + s->row * TL_ROW + 2 + (16.0 - hh) / 2;
-        sb_printf(b, "<rect class=\"span\" data-row=\"%d\" data-t0=\"%.3f\" data-t1=\"%.3f\" x=\"%.2f\" y=\"%.2f\" "
+        sb_printf(b, "<rect class=\"span\" data-row=\"%d\" data-t0=\"%.17g\" data-t1=\"%.17g\" x=\"%.2f\" y=\"%.2f\" "
                      "width=\"%.2f\" height=\"%.1f\" fill=\"%s\"><title>",
                   s->row, s->t0, s->t1, x0, y, fmax(x1 - x0, 0.6), hh, chart_color(s->cat));
         sb_esc(b, s->name);

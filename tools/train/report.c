@@ -210,10 +210,11 @@ static void epoch_members(const struct train *T, json_t *o)
 {
     struct prof_stats st;
     profile_epoch_stats(T, &st);
-    if (st.steps) {
-        json_t *p = json_pack("{s:I, s:b}", "steps", (json_int_t)st.steps, "warmup_included", st.warm);
-        phase_members(p, &st);
-        json_object_set_new(o, "profile", p);
+    if (st.steps) { /* shaped as the --json summary's "profile" */
+        json_t *ph = json_object();
+        phase_members(ph, &st);
+        json_object_set_new(o, "profile", json_pack("{s:I, s:b, s:o}", "steps", (json_int_t)st.steps,
+                                                    "warmup_included", st.warm, "phases", ph));
     }
     if (T->rank_ips) {
         json_t *a = json_array();
