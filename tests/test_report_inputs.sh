@@ -9,6 +9,7 @@
 #     --loss-scale), never by where they wrote (--metrics, --checkpoint-dir);
 #   - the benchmark series are the outputs' own numbers (loadbench images/s per worker count, commbench
 #     busbw per path and size, scaling speedups);
+#   - GPU counters (NVML's fields, added to a run's records: no GPU here) give the three GPU charts;
 #   - wrong inputs fail naming the file: two metrics files in one run, a file ringtrain does not write, a
 #     directory holding none, a missing path; no RUN at all is a usage error (2).
 # Usage: test_report_inputs.sh RINGTRAIN [python3]. Exit 0 pass, 1 fail.
@@ -120,6 +121,25 @@ EOF
 else
     fail "the page against the fixtures:"
     sed 's/^/    /' "$W/py" | tail -12
+fi
+
+# GPU counters: no GPU here, so run-a's records with NVML's fields added (as a GPU run's records carry them:
+# tools/train/report.c gpu_members) must give the three GPU charts, each series = the added values.
+"$PY" - "$FX/run-a/metrics.jsonl" "$W/gpu.jsonl" <<'EOF'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+with open(sys.argv[2], "w") as f:
+    for i, r in enumerate(rows):
+        r.update(gpu_samples=40 + i, gpu_util_pct=61.5 + 7 * i, gpu_mem_used_gib=3.25 + 0.5 * i, gpu_power_w=212.0 - 9 * i)
+        f.write(json.dumps(r) + "\n")
+EOF
+if "$RT" report "$W/gpu.jsonl" -o "$W/gpu.html" >"$W/out" 2>&1 &&
+    "$PY" "$HERE/report_view.py" "$W/gpu.html" --no-render --metrics "$W/gpu.jsonl" \
+        --expect-charts loss,accuracy,throughput,lr,profile-p50,profile-p99,gpu-util,gpu-mem,gpu-power >"$W/view" 2>&1; then
+    pass "GPU counters: $(grep -c '^ *ok *chart gpu-[a-z]* series' "$W/view") GPU series, each = the records"
+else
+    fail "GPU counters' charts:"
+    sed 's/^/    /' "$W/out" "$W/view" | grep -v '^ *ok' | tail -8
 fi
 
 # A directory is one run; the same run given as its files gives the same series.

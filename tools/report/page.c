@@ -685,9 +685,13 @@ static void config_table(struct sbuf *b, const struct rt_report *r)
                 keys[nk++] = key;
         }
     }
-    if (!nk && !any_cmd)
+    sb_puts(b, "<h2 id=\"configuration\">Configuration</h2>\n<table class=\"config\" id=\"config\">");
+    if (!nk && !any_cmd) {
+        sb_puts(b, "<tr><td>Not known: give a run's <code>train --json</code> output or its checkpoint's "
+                   "<code>state.json</code> with its metrics (comma-joined, or in its directory).</td></tr></table>\n");
         return;
-    sb_puts(b, "<h2 id=\"configuration\">Configuration</h2>\n<table class=\"config\" id=\"config\"><tr><th></th>");
+    }
+    sb_puts(b, "<tr><th></th>");
     for (int i = 0; i < r->nrun; i++) {
         sb_puts(b, "<th>");
         sb_esc(b, r->nrun > 1 ? r->run[i].label : "as the run's banner said");
