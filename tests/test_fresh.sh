@@ -4,7 +4,8 @@
 #   1. as an ordinary user with no sudo: tools/install-deps.sh stops and names what to install as root;
 #   2. as root: tools/install-deps.sh, then tools/install-deps.sh --test, from nothing;
 #   3. as a new ordinary user (`ulimit -l` 8 MiB, as a login gives): the quick start
-#      (tools/quickstart.sh --small), its accuracy read back, a unit-labelled subset of the test suite
+#      (tools/quickstart.sh --small), its accuracy and report page read back, a unit-labelled subset of the
+#      test suite (Chromium drawing the report page among them)
 #      and one mpirun test, then `cpack -G DEB`;
 #   4. in a second untouched copy of the root: `apt-get install ./ringtrain_*.deb` pulls what dpkg-shlibdeps
 #      computed, no build package comes with it, and the ordinary user runs
@@ -137,7 +138,14 @@ acc=$(sed -nE 's/.* test split: .* accuracy ([0-9.]+)%.*/\1/p' "$work/quickstart
 awk -v a="$acc" 'BEGIN { exit !(a > 50) }' || fail "the quick start's eval accuracy is $acc %, expected above 50 %"
 grep -q 'pageable slots' "$work/quickstart.log" && stamp "quick start: ring slots pageable under the 8 MiB limit"
 stamp "quick start: eval accuracy $acc % ($(grep -c '' "$work/quickstart.log") lines of output)"
-units='^test_(common|format|ring|loader|sampler|safetensors|optim|cli|help|stage_cli|install_deps|comm_np2|python)$'
+# The quick start ends by writing its report page: one, with the run's charts.
+for c in loss accuracy throughput loadbench-workers; do
+    grep -q "id=\"chart-$c\"" "$R/home/$user/ringtrain/data/report.html" 2>/dev/null ||
+        fail "the quick start's data/report.html has no chart $c"
+done
+stamp "quick start: data/report.html ($(grep -o 'class="chart"' "$R/home/$user/ringtrain/data/report.html" | wc -l) charts)"
+# test_report_view: Chromium, as the test command installed it, drawing the report as this user.
+units='^test_(common|format|ring|loader|sampler|safetensors|optim|cli|help|stage_cli|install_deps|comm_np2|python|report_view)$'
 step tests "$R" "$user" "cd ~/ringtrain && ctest --test-dir build --output-on-failure -j \$(nproc) -R '$units'"
 passed=$(grep -cE 'Test +#[0-9]+: .* Passed' "$work/tests.log")
 [ "$passed" -ge 12 ] || { tail -20 "$work/tests.log"; fail "only $passed of the subset passed (skips count as failures here)"; }
