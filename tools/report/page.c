@@ -267,6 +267,8 @@ static void loadbench_charts(struct sbuf *b, struct rt_report *r)
 
     /* Stage shares of the last worker count, one group of bars per file. */
     static const char *const st[] = {"io", "checksum", "decompress", "decode", "augment", "slot_wait", "ring_wait", "idle"};
+    static const char *const shown[] = {"io", "checksum", "decompress", "decode", "augment", "slot wait", "ring wait",
+                                        "idle"};
     enum { NST = 8 };
     const int ncat = r->nload * NST;
     const char **catl = calloc((size_t)ncat, sizeof(*catl)), **grp = calloc((size_t)ncat, sizeof(*grp));
@@ -278,7 +280,7 @@ static void loadbench_charts(struct sbuf *b, struct rt_report *r)
         for (int i = 0; i < r->nload; i++)
             for (int k = 0; k < NST; k++) {
                 const int c2 = i * NST + k;
-                catl[c2] = st[k];
+                catl[c2] = shown[k];
                 grp[c2] = r->loadbench[i].src;
                 run[c2] = i;
                 x[c2] = k;
