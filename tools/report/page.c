@@ -439,7 +439,7 @@ static int by_row_start(const void *a, const void *b)
 }
 
 /*
- * The typical optimizer step of rank 0 (the lowest pid) in a --trace file: its step span of median length, and
+ * The typical optimizer step of the lowest rank (pid) in a --trace file (rank 0's, but in a --trace-split part): its step span of median length, and
  * every span of that rank's threads within it, a row per thread in the trace's own order. Files past 256 MB are
  * left to Perfetto.
  */
@@ -531,6 +531,9 @@ static void timeline_chart(struct sbuf *b, const char *path, int idx)
         sp[nsp++] = (struct chart_span){row, ci, fmax(ts, w0) - w0, fmin(ts + d, w1) - w0,
                                         json_string_value(json_object_get(e, "name"))};
     }
+    char rank_name[48];
+    snprintf(rank_name, sizeof(rank_name), "rank %d", pid); /* the trace's pid is the rank */
+    const char *proc = rank_name;                            /* "rank 3 (host)" where the trace names it */
     for (size_t i = 0; i < json_array_size(ev); i++) {
         const json_t *e = json_array_get(ev, i);
         const char *nm = json_string_value(json_object_get(e, "name"));
@@ -538,6 +541,8 @@ static void timeline_chart(struct sbuf *b, const char *path, int idx)
             continue;
         const int tid = (int)json_integer_value(json_object_get(e, "tid"));
         const json_t *args = json_object_get(e, "args");
+        if (strcmp(nm, "process_name") == 0 && json_string_value(json_object_get(args, "name")))
+            proc = json_string_value(json_object_get(args, "name"));
         for (int k = 0; k < nrow; k++)
             if (tids[k] == tid) {
                 if (strcmp(nm, "thread_name") == 0)
@@ -568,11 +573,11 @@ static void timeline_chart(struct sbuf *b, const char *path, int idx)
         qsort(sp, (size_t)nsp, sizeof(*sp), by_row_start);
     char name[32], title[200], caption[900];
     snprintf(name, sizeof(name), idx ? "timeline-%d" : "timeline", idx + 1);
-    snprintf(title, sizeof(title), "One optimizer step: %s of rank 0", step_name);
+    snprintf(title, sizeof(title), "One optimizer step: %s of %s", step_name, proc);
     snprintf(caption, sizeof(caption),
-             "From %s: the step of median length among the %d traced (%.2f ms), every thread of rank 0 during it. "
+             "From %s: the step of median length among the %d traced (%.2f ms), every thread of %s during it. "
              "Open the file in Perfetto (ui.perfetto.dev) or chrome://tracing for every step and rank.",
-             path, nsteps, pick / 1000.0);
+             path, nsteps, pick / 1000.0, proc);
     if (sp && nsp) {
         struct chart_timeline c = {.name = name, .title = title, .nrow = nrow, .row_label = labels, .ncat = ncat,
                                    .cat_label = cats, .sp = sp, .nsp = nsp, .t1 = w1 - w0, .caption = caption};
