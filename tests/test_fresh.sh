@@ -144,11 +144,12 @@ for c in loss accuracy throughput loadbench-workers; do
         fail "the quick start's data/report.html has no chart $c"
 done
 stamp "quick start: data/report.html ($(grep -o 'class="chart"' "$R/home/$user/ringtrain/data/report.html" | wc -l) charts)"
-# test_report_view: Chromium, as the test command installed it, drawing the report as this user.
-units='^test_(common|format|ring|loader|sampler|safetensors|optim|cli|help|stage_cli|install_deps|comm_np2|python|report_view)$'
+# test_report_view: Chromium, as the test command installed it, drawing the report as this user. (test_help, which
+# checks text against text and nothing of this root, runs in CI's own stages only.)
+units='^test_(common|format|ring|loader|sampler|safetensors|optim|cli|stage_cli|install_deps|comm_np2|python|report_view)$'
 step tests "$R" "$user" "cd ~/ringtrain && ctest --test-dir build --output-on-failure -j \$(nproc) -R '$units'"
 passed=$(grep -cE 'Test +#[0-9]+: .* Passed' "$work/tests.log")
-[ "$passed" -ge 13 ] || { tail -20 "$work/tests.log"; fail "only $passed of the subset passed (skips count as failures here)"; }
+[ "$passed" -ge 12 ] || { tail -20 "$work/tests.log"; fail "only $passed of the subset passed (skips count as failures here)"; }
 grep -qE 'Test +#[0-9]+: test_report_view .* Passed' "$work/tests.log" ||
     { grep -A12 'test_report_view' "$work/tests.log" | tail -14; fail "test_report_view did not pass as the new user"; }
 stamp "tests: $passed passed, test_report_view (Chromium drawing the report) among them"
