@@ -438,6 +438,20 @@ static int by_row_start(const void *a, const void *b)
     return (y->t1 - y->t0) < (x->t1 - x->t0) ? -1 : (y->t1 - y->t0) > (x->t1 - x->t0);
 }
 
+struct step_span {
+    double dur;
+    size_t at; /* the event's place in the file */
+    const json_t *e;
+};
+
+static int by_length(const void *a, const void *b)
+{
+    const struct step_span *x = a, *y = b;
+    if (x->dur != y->dur)
+        return x->dur < y->dur ? -1 : 1;
+    return x->at < y->at ? -1 : x->at > y->at;
+}
+
 /*
  * The typical optimizer step of the lowest rank (pid) in a --trace file (rank 0's, but in a --trace-split part): its step span of median length, and
  * every span of that rank's threads within it, a row per thread in the trace's own order. Files past 256 MB are
@@ -458,41 +472,29 @@ static void timeline_chart(struct sbuf *b, const char *path, int idx)
             pid = RT_MIN(pid, (int)json_integer_value(json_object_get(e, "pid")));
     }
     /* The steps: spans of category "step" named "step N". */
-    double *dur = calloc(json_array_size(ev) + 1, sizeof(double));
+    /* The steps: spans of category "step" named "step N", by length (then file order). */
+    struct step_span *steps = calloc(json_array_size(ev) + 1, sizeof(*steps));
     int nsteps = 0;
-    for (size_t i = 0; dur && i < json_array_size(ev); i++) {
+    for (size_t i = 0; steps && i < json_array_size(ev); i++) {
         const json_t *e = json_array_get(ev, i);
         const char *cat = json_string_value(json_object_get(e, "cat")), *nm = json_string_value(json_object_get(e, "name"));
         if (cat && nm && strcmp(cat, "step") == 0 && strncmp(nm, "step ", 5) == 0 &&
             json_integer_value(json_object_get(e, "pid")) == pid)
-            dur[nsteps++] = rep_num(e, "dur");
+            steps[nsteps++] = (struct step_span){rep_num(e, "dur"), i, e};
     }
     double pick = NAN, w0 = 0, w1 = 0;
-    if (nsteps) {
-        double *sorted = malloc((size_t)nsteps * sizeof(double));
-        if (sorted) {
-            memcpy(sorted, dur, (size_t)nsteps * sizeof(double));
-            for (int a = 1; a < nsteps; a++)
-                for (int k = a; k > 0 && sorted[k - 1] > sorted[k]; k--) {
-                    const double t = sorted[k];
-                    sorted[k] = sorted[k - 1], sorted[k - 1] = t;
-                }
-            pick = sorted[nsteps / 2];
-            free(sorted);
-        }
-    }
     const char *step_name = NULL;
-    for (size_t i = 0; isfinite(pick) && i < json_array_size(ev); i++) {
-        const json_t *e = json_array_get(ev, i);
-        const char *cat = json_string_value(json_object_get(e, "cat")), *nm = json_string_value(json_object_get(e, "name"));
-        if (cat && nm && strcmp(cat, "step") == 0 && strncmp(nm, "step ", 5) == 0 &&
-            json_integer_value(json_object_get(e, "pid")) == pid && rep_num(e, "dur") == pick) {
-            const double ts = rep_num(e, "ts"), d = rep_num(e, "dur");
-            w0 = ts - 0.04 * d, w1 = ts + 1.04 * d, step_name = nm;
-            break;
-        }
+    if (nsteps) {
+        qsort(steps, (size_t)nsteps, sizeof(*steps), by_length);
+        int m = nsteps / 2; /* the median; of equal lengths, the first in the file */
+        while (m > 0 && steps[m - 1].dur == steps[m].dur)
+            m--;
+        const double ts = rep_num(steps[m].e, "ts");
+        pick = steps[m].dur;
+        w0 = ts - 0.04 * pick, w1 = ts + 1.04 * pick;
+        step_name = json_string_value(json_object_get(steps[m].e, "name"));
     }
-    free(dur);
+    free(steps);
     if (!step_name) {
         json_decref(j);
         return;

@@ -86,10 +86,10 @@ void profile_epoch_reset(struct train *T)
     }
 }
 
-static void hist_add(struct prof_hist *h, const uint64_t cur[PROF_N])
+static void hist_add(struct prof_hist *h, const int bin[PROF_N])
 {
     for (int k = 0; k < PROF_N; k++)
-        h->bins[k][bin_of(cur[k])]++;
+        h->bins[k][bin[k]]++;
     h->steps++;
 }
 
@@ -178,11 +178,14 @@ void profile_update_end(struct train *T)
     for (int k = 0; k < PROF_REST; k++)
         parts += p->cur[k];
     p->cur[PROF_REST] = p->cur[PROF_STEP] > parts ? p->cur[PROF_STEP] - parts : 0;
-    hist_add(&p->set[PROF_RUN_ALL], p->cur);
-    hist_add(&p->set[PROF_EPOCH_ALL], p->cur);
+    int bin[PROF_N]; /* each phase's bin, once for the sets it goes into */
+    for (int k = 0; k < PROF_N; k++)
+        bin[k] = bin_of(p->cur[k]);
+    hist_add(&p->set[PROF_RUN_ALL], bin);
+    hist_add(&p->set[PROF_EPOCH_ALL], bin);
     if (p->steps_seen++ >= PROF_WARMUP) {
-        hist_add(&p->set[PROF_RUN], p->cur);
-        hist_add(&p->set[PROF_EPOCH], p->cur);
+        hist_add(&p->set[PROF_RUN], bin);
+        hist_add(&p->set[PROF_EPOCH], bin);
     }
     if (rt_trace_live()) {
         char label[24];
