@@ -39,16 +39,17 @@ int rt_model_save(struct rt_model *m, const char *path, const char *const *meta_
     struct rt_st_tensor *t = rt_calloc((size_t)count, sizeof(*t), "checkpoint table");
     float *params = download(be, rt_model_params(m), rt_model_param_count(m));
     float *bufs = download(be, rt_model_buffers(m), rt_model_buffer_count(m));
-    int64_t tracked = rt_model_batches_tracked(m);
+    int64_t *tracked = rt_calloc((size_t)count + 1, sizeof(*tracked), "checkpoint counts");
     int rc = -ENOMEM;
-    if (t && params && bufs) {
+    if (t && params && bufs && tracked) {
         for (int i = 0; i < count; i++) {
             const struct rt_tensor_info *e = &tab[i];
             set_shape(&t[i], e, "");
             if (e->kind == RT_BUFFER_I64) {
+                tracked[i] = rt_model_tracked(m, i);
                 t[i].dtype = RT_ST_I64;
-                t[i].data = &tracked;
-                t[i].bytes = sizeof(tracked);
+                t[i].data = &tracked[i];
+                t[i].bytes = sizeof(tracked[i]);
             } else {
                 t[i].dtype = RT_ST_F32;
                 t[i].data = (e->kind == RT_PARAM ? params : bufs) + e->offset;
@@ -60,6 +61,7 @@ int rt_model_save(struct rt_model *m, const char *path, const char *const *meta_
     free(t);
     free(params);
     free(bufs);
+    free(tracked);
     return rc;
 }
 
@@ -116,7 +118,7 @@ int rt_model_load(struct rt_model *m, const struct rt_st_file *f, const char *pa
         if (e->kind == RT_BUFFER_I64) {
             int64_t v;
             memcpy(&v, t->data, sizeof(v));
-            rt_model_set_batches_tracked(m, v);
+            rt_model_set_tracked(m, i, v);
             continue;
         }
         float *dst = (e->kind == RT_PARAM ? rt_model_params(m) : rt_model_buffers(m)) + e->offset;
@@ -132,7 +134,7 @@ int rt_optim_save(struct rt_optim *opt, const struct rt_model *m, const char *pa
     struct rt_backend *be = rt_model_backend(m);
     int count, ns = rt_optim_state_count(opt);
     const struct rt_tensor_info *tab = rt_model_tensors(m, &count);
-    size_t np = rt_model_param_count(m);
+    size_t np = rt_model_trainable_count(m);
     struct rt_st_tensor *t = rt_calloc((size_t)count * 2 + 1, sizeof(*t), "optimizer table");
     float *host[2] = {NULL, NULL};
     int rc = t ? 0 : -ENOMEM;
@@ -146,8 +148,8 @@ int rt_optim_save(struct rt_optim *opt, const struct rt_model *m, const char *pa
         char suffix[40];
         snprintf(suffix, sizeof(suffix), ".%s", sname);
         for (int i = 0; i < count; i++) {
-            if (tab[i].kind != RT_PARAM)
-                continue;
+            if (tab[i].kind != RT_PARAM || tab[i].frozen)
+                continue; /* a frozen layer has no optimizer state */
             set_shape(&t[n], &tab[i], suffix);
             t[n].dtype = RT_ST_F32;
             t[n].data = host[k] + tab[i].offset;
@@ -189,15 +191,16 @@ int rt_optim_load(struct rt_optim *opt, const struct rt_model *m, const struct r
     if (!step || *end || v < 0)
         return rt_errf(-EINVAL, "%s: no valid \"step\" in the metadata", path);
     for (int i = 0; i < count; i++)
-        params += tab[i].kind == RT_PARAM;
+        params += tab[i].kind == RT_PARAM && !tab[i].frozen;
     if (rt_st_count(f) != params * ns)
-        return rt_errf(-EINVAL, "%s: %d tensors, expected %d for %s with this optimizer (another optimizer?)", path,
-                       rt_st_count(f), params * ns, rt_model_name(m));
+        return rt_errf(-EINVAL, "%s: %d tensors, expected %d for %s with this optimizer (another optimizer, or "
+                                "another --freeze?)",
+                       path, rt_st_count(f), params * ns, rt_model_name(m));
     for (int k = 0; k < ns; k++) {
         const char *sname;
         float *dst = rt_optim_state(opt, k, &sname);
         for (int i = 0; i < count; i++) {
-            if (tab[i].kind != RT_PARAM)
+            if (tab[i].kind != RT_PARAM || tab[i].frozen)
                 continue;
             char name[160];
             snprintf(name, sizeof(name), "%s.%s", tab[i].name, sname);
@@ -209,4 +212,202 @@ int rt_optim_load(struct rt_optim *opt, const struct rt_model *m, const struct r
     }
     rt_optim_set_steps(opt, v);
     return 0;
+}
+
+/* ---- starting weights (train --init) ------------------------------------------ */
+
+/* "F32 [1000, 512]" */
+static void describe_tensor(char *buf, size_t len, const char *dtype, int ndim, const int64_t *shape)
+{
+    size_t o = (size_t)snprintf(buf, len, "%s [", dtype);
+    for (int i = 0; i < ndim && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%" PRId64, i ? ", " : "", shape[i]);
+    if (o < len)
+        snprintf(buf + o, len - o, "]");
+}
+
+static int is_float_dtype(enum rt_st_dtype d)
+{
+    return d == RT_ST_F32 || d == RT_ST_F16 || d == RT_ST_BF16 || d == RT_ST_F64;
+}
+
+static int is_int_dtype(enum rt_st_dtype d)
+{
+    return d == RT_ST_I64 || d == RT_ST_I32 || d == RT_ST_U8;
+}
+
+/* IEEE half to float, exactly (every half is a float). */
+static float half_to_float(uint16_t h)
+{
+    const uint32_t sign = (uint32_t)(h >> 15) << 31, e = (h >> 10) & 0x1f, m = h & 0x3ff;
+    uint32_t bits;
+    if (e == 0x1f) {
+        bits = sign | 0x7f800000u | (m << 13); /* Inf, NaN */
+    } else if (e) {
+        bits = sign | ((e + 112) << 23) | (m << 13);
+    } else {
+        float v = (float)m * 0x1p-24f; /* subnormal or zero */
+        return sign ? -v : v;
+    }
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+
+/* Tensor t's elements as floats (t's dtype is a floating one; the data may be unaligned). */
+static void to_floats(const struct rt_st_tensor *t, size_t count, float *out)
+{
+    const unsigned char *p = t->data;
+    for (size_t i = 0; i < count; i++) {
+        switch (t->dtype) {
+        case RT_ST_F32:
+            memcpy(&out[i], p + 4 * i, 4);
+            break;
+        case RT_ST_F64: {
+            double v;
+            memcpy(&v, p + 8 * i, 8);
+            out[i] = (float)v;
+            break;
+        }
+        case RT_ST_F16: {
+            uint16_t h;
+            memcpy(&h, p + 2 * i, 2);
+            out[i] = half_to_float(h);
+            break;
+        }
+        default: { /* BF16: the high half of a float */
+            uint16_t h;
+            memcpy(&h, p + 2 * i, 2);
+            const uint32_t bits = (uint32_t)h << 16;
+            memcpy(&out[i], &bits, 4);
+            break;
+        }
+        }
+    }
+}
+
+static int64_t to_int(const struct rt_st_tensor *t)
+{
+    if (t->dtype == RT_ST_I64) {
+        int64_t v;
+        memcpy(&v, t->data, 8);
+        return v;
+    }
+    if (t->dtype == RT_ST_I32) {
+        int32_t v;
+        memcpy(&v, t->data, 4);
+        return v;
+    }
+    return *(const uint8_t *)t->data;
+}
+
+static void add_diff(struct rt_init_result *r, enum rt_init_diff_kind k, const char *name,
+                     const struct rt_st_tensor *ft, const struct rt_tensor_info *e)
+{
+    struct rt_init_diff *d = &r->diff[r->ndiff++];
+    memset(d, 0, sizeof(*d));
+    d->kind = k;
+    snprintf(d->name, sizeof(d->name), "%s", name);
+    if (ft)
+        describe_tensor(d->file, sizeof(d->file), rt_st_dtype_name(ft->dtype), ft->ndim, ft->shape);
+    if (e) {
+        describe_tensor(d->model, sizeof(d->model), e->kind == RT_BUFFER_I64 ? "I64" : "F32", e->ndim, e->shape);
+        d->head = e->head;
+    }
+}
+
+int rt_model_load_init(struct rt_model *m, const struct rt_st_file *f, int reset_head, struct rt_init_result *r)
+{
+    int count;
+    const struct rt_tensor_info *tab = rt_model_tensors(m, &count);
+    memset(r, 0, sizeof(*r));
+    r->diff = rt_calloc((size_t)(count + rt_st_count(f)) + 1, sizeof(*r->diff), "the differences");
+    if (!r->diff)
+        return -ENOMEM;
+    size_t maxc = 1;
+    for (int i = 0; i < count; i++) {
+        const struct rt_tensor_info *e = &tab[i];
+        if (reset_head && e->head)
+            continue;
+        const struct rt_st_tensor *t = rt_st_find(f, e->name);
+        if (!t) {
+            add_diff(r, RT_INIT_MISSING, e->name, NULL, e);
+            continue;
+        }
+        if (e->kind == RT_BUFFER_I64 ? !is_int_dtype(t->dtype) : !is_float_dtype(t->dtype)) {
+            add_diff(r, RT_INIT_DTYPE, e->name, t, e);
+            continue;
+        }
+        int same = t->ndim == e->ndim;
+        for (int d = 0; same && d < e->ndim; d++)
+            same = t->shape[d] == e->shape[d];
+        if (!same)
+            add_diff(r, RT_INIT_SHAPE, e->name, t, e);
+        maxc = RT_MAX(maxc, e->count);
+    }
+    for (int j = 0; j < rt_st_count(f); j++) {
+        const struct rt_st_tensor *t = rt_st_get(f, j);
+        int known = 0;
+        for (int i = 0; i < count && !known; i++)
+            known = !strcmp(tab[i].name, t->name);
+        if (!known)
+            add_diff(r, RT_INIT_UNEXPECTED, t->name, t, NULL);
+    }
+    if (r->ndiff)
+        return rt_errf(-EINVAL, "%d difference%s between the file and %s", r->ndiff, r->ndiff == 1 ? "" : "s",
+                       rt_model_name(m));
+    float *host = rt_malloc(maxc * sizeof(float), "starting weights");
+    if (!host)
+        return -ENOMEM;
+    for (int i = 0; i < count; i++) {
+        const struct rt_tensor_info *e = &tab[i];
+        if (reset_head && e->head) {
+            r->head_reset++;
+            continue;
+        }
+        const struct rt_st_tensor *t = rt_st_find(f, e->name);
+        if (e->kind == RT_BUFFER_I64) {
+            rt_model_set_tracked(m, i, to_int(t));
+        } else {
+            to_floats(t, e->count, host);
+            rt_model_write(m, e->kind == RT_PARAM ? RT_MODEL_PARAMS : RT_MODEL_BUFFERS, e->offset, host, e->count);
+        }
+        r->loaded++;
+    }
+    free(host);
+    return 0;
+}
+
+size_t rt_init_describe(const struct rt_init_result *r, char *buf, size_t len)
+{
+    static const char *const kind[] = {"missing", "unexpected", "shape", "dtype"};
+    size_t o = 0;
+    if (len)
+        buf[0] = 0;
+    for (int i = 0; i < r->ndiff; i++) {
+        const struct rt_init_diff *d = &r->diff[i];
+        char line[400];
+        int n;
+        if (d->kind == RT_INIT_MISSING)
+            n = snprintf(line, sizeof(line), "  %-10s  %-40s  model %s\n", kind[d->kind], d->name, d->model);
+        else if (d->kind == RT_INIT_UNEXPECTED)
+            n = snprintf(line, sizeof(line), "  %-10s  %-40s  file %s\n", kind[d->kind], d->name, d->file);
+        else
+            n = snprintf(line, sizeof(line), "  %-10s  %-40s  file %s, model %s\n", kind[d->kind], d->name, d->file,
+                         d->model);
+        if (o + (size_t)n < len)
+            memcpy(buf + o, line, (size_t)n + 1);
+        else if (len > 4 && o < len)
+            snprintf(buf + (o + 4 < len ? o : len - 5), 5, "...\n");
+        o += (size_t)n;
+    }
+    return o;
+}
+
+void rt_init_result_free(struct rt_init_result *r)
+{
+    if (!r)
+        return;
+    free(r->diff);
+    memset(r, 0, sizeof(*r));
 }

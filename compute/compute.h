@@ -328,6 +328,13 @@ struct rt_loss_stats {
                      const float *gamma, const float *beta, const float *save_mean, const float *save_invstd,          \
                      float beta_dx, float *dx, float *dgamma, float *dbeta),                                           \
                            (s, d, x, dy, gamma, beta, save_mean, save_invstd, beta_dx, dx, dgamma, dbeta))             \
+    /* The data gradient of bn_infer_fwd (a frozen layer: running statistics, no parameter gradients):             \
+     * dx = beta_dx dx + dy gamma invstd, invstd = (float)(1 / sqrt((double)running_var + eps)) as the forward's;    \
+     * with d->relu, dy only where the forward's output, recomputed from x, is > 0 */                                \
+    X(void, bn_infer_bwd, (struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *dy,           \
+                           const float *gamma, const float *beta, const float *running_mean, const float *running_var, \
+                           float beta_dx, float *dx),                                                                  \
+                                 (s, d, x, dy, gamma, beta, running_mean, running_var, beta_dx, dx))                   \
                                                                                                                        \
     /* -- pooling: y (N, C, oh, ow); backward recomputes the max positions from x -- */                                \
     X(void, maxpool_fwd, (struct rt_stream *s, const struct rt_pool_desc *d, const float *x, float *y), (s, d, x, y))  \
@@ -446,11 +453,11 @@ struct rt_loss_stats {
  * bf16 table in test_cpu_bf16, the CUDA tables in test_cuda_ops).
  */
 #define RT_OPS_ACT_LIST(X)                                                                                             \
-    X(to_nchw) X(from_nchw) X(input_u8) X(input_u8_dev) X(conv2d_fwd) X(conv2d_bwd_data) X(conv2d_bwd_filter)         \
-    X(bn_train_fwd) X(bn_infer_fwd) X(bn_bwd) X(maxpool_fwd) X(maxpool_bwd) X(avgpool_fwd) X(avgpool_bwd)             \
-    X(gap_fwd) X(gap_bwd) X(flatten_fwd) X(flatten_bwd) X(linear_fwd) X(linear_bwd_data) X(linear_bwd_filter)        \
-    X(relu_fwd) X(relu_bwd) X(gelu_fwd) X(gelu_bwd) X(dropout_fwd) X(dropout_bwd) X(add) X(scale) X(axpy)            \
-    X(xent_fwd_bwd) X(sumsq) X(count_nonfinite)
+    X(to_nchw) X(from_nchw) X(input_u8) X(input_u8_dev) X(conv2d_fwd) X(conv2d_bwd_data) X(conv2d_bwd_filter)          \
+    X(bn_train_fwd) X(bn_infer_fwd) X(bn_bwd) X(bn_infer_bwd) X(maxpool_fwd) X(maxpool_bwd) X(avgpool_fwd)             \
+    X(avgpool_bwd) X(gap_fwd) X(gap_bwd) X(flatten_fwd) X(flatten_bwd) X(linear_fwd) X(linear_bwd_data)                \
+    X(linear_bwd_filter) X(relu_fwd) X(relu_bwd) X(gelu_fwd) X(gelu_bwd) X(dropout_fwd) X(dropout_bwd) X(add)          \
+    X(scale) X(axpy) X(xent_fwd_bwd) X(sumsq) X(count_nonfinite)
 
 /* One member of struct rt_ops: a pointer to the op's function. */
 #define RT_OPS_MEMBER(ret, name, params, args) ret(*name) params;
@@ -483,6 +490,9 @@ struct rt_tensor_info {
     size_t count;
     int ndim;
     int64_t shape[4];
+    int frozen;            /* its layer is frozen (rt_model_opts.freeze): a PARAM has no gradient and no optimizer
+                            * state and lies past rt_model_trainable_count(); a batchnorm's buffers stay as they are */
+    int head;              /* a tensor of the classifier, the layer that computes the logits */
 };
 
 struct rt_model_opts {
@@ -496,6 +506,16 @@ struct rt_model_opts {
      * wrapped (the tests plant faults in one op this way); its act must be `act`, and a 16-bit one must keep
      * rt_ops_check_act_table's rule against rt_backend_ops(be). Borrowed: it must outlive the model. */
     const struct rt_ops *ops;
+    /*
+     * Layers to freeze, or NULL: comma-separated fnmatch(3) globs matched against the parameters' state_dict
+     * names ("conv1.*,bn1.*,layer1.*"; `*` crosses dots). A layer is frozen when every parameter of it matches;
+     * one matched in part (a weight without its bias) or a glob matching nothing is -EINVAL naming it. A frozen
+     * layer gets no gradient (backward computes only the data gradients something trainable needs, and nothing
+     * at all below the lowest trainable layer), its parameters are laid out after the trainable ones, and a
+     * frozen batchnorm runs in inference mode in training too (running statistics and num_batches_tracked
+     * untouched), as requires_grad_(False) plus .eval() on those modules does in PyTorch.
+     */
+    const char *freeze;
 };
 
 struct rt_model;
@@ -520,13 +540,26 @@ const char *rt_model_names(void);
 /* The tensor table in state_dict order of the PyTorch module; owned by m. */
 const struct rt_tensor_info *rt_model_tensors(const struct rt_model *m, int *count);
 size_t rt_model_param_count(const struct rt_model *m);   /* floats in the parameter buffer */
+/* Floats [0, n) of the parameter buffer that train: the whole gradient buffer, what the optimizer, clipping and
+ * the all-reduce cover. rt_model_param_count() when nothing is frozen. */
+size_t rt_model_trainable_count(const struct rt_model *m);
+/* The classifier (the layer computing the logits): its name ("fc"), and the floats [0, n) of the parameter
+ * buffer it holds (it is laid out first), 0 when it is frozen. */
+const char *rt_model_head_name(const struct rt_model *m);
+size_t rt_model_head_count(const struct rt_model *m);
+/* Parameters (elements) in trainable and in frozen layers, for banners. */
+void rt_model_param_split(const struct rt_model *m, uint64_t *trainable, uint64_t *frozen);
 int rt_model_node_count(const struct rt_model *m);       /* layers (ops) of the graph: a step's timeline marks */
 size_t rt_model_buffer_count(const struct rt_model *m);  /* floats in the buffer buffer */
 float *rt_model_params(struct rt_model *m);              /* device */
 float *rt_model_grads(struct rt_model *m);               /* device */
 float *rt_model_buffers(struct rt_model *m);             /* device */
+/* num_batches_tracked: of the trainable batchnorms (which count together; the first's when all are frozen), and
+ * set on every batchnorm. A frozen batchnorm keeps its own: rt_model_tracked() reads it by its tensor-table row. */
 int64_t rt_model_batches_tracked(const struct rt_model *m);
 void rt_model_set_batches_tracked(struct rt_model *m, int64_t v);
+int64_t rt_model_tracked(const struct rt_model *m, int row);
+void rt_model_set_tracked(struct rt_model *m, int row, int64_t v);
 const char *rt_model_name(const struct rt_model *m);
 enum rt_dtype rt_model_act(const struct rt_model *m);
 struct rt_backend *rt_model_backend(const struct rt_model *m);
@@ -534,7 +567,7 @@ struct rt_backend *rt_model_backend(const struct rt_model *m);
 /* Which of the model's flat buffers (all fp32, on the model's backend). */
 enum rt_model_buf {
     RT_MODEL_PARAMS = 0,   /* parameters: rt_model_param_count() floats, laid out as the tensor table says */
-    RT_MODEL_GRADS,        /* their gradients: the same count and layout */
+    RT_MODEL_GRADS,        /* their gradients: the same layout, rt_model_trainable_count() floats */
     RT_MODEL_BUFFERS,      /* batchnorm running statistics: rt_model_buffer_count() floats */
 };
 
@@ -631,6 +664,10 @@ int rt_optim_create(struct rt_backend *be, const struct rt_optim_opts *o, size_t
 void rt_optim_destroy(struct rt_optim *opt);
 /* Applies one update with learning rate lr to params from grads (both n floats, device). */
 void rt_optim_step(struct rt_optim *opt, float *params, const float *grads, float lr);
+/* The same with two parameter groups: floats [0, first_n) at learning rate first_lr (the classifier, laid out
+ * first, with --lr-head), the rest at lr; one step of the count. first_lr == lr is rt_optim_step exactly. */
+void rt_optim_step_groups(struct rt_optim *opt, float *params, const float *grads, float lr, size_t first_n,
+                          float first_lr);
 int64_t rt_optim_steps(const struct rt_optim *opt);
 /* State buffers for checkpoints: SGD momentum (NULL before the first step or with
  * momentum 0); Adam exp_avg and exp_avg_sq. Device, n floats each. */
@@ -765,6 +802,38 @@ int rt_model_save(struct rt_model *m, const char *path, const char *const *meta_
  * the tensor) the model may be partly overwritten.
  */
 int rt_model_load(struct rt_model *m, const struct rt_st_file *f, const char *path);
+
+/*
+ * Starting weights from another run or from PyTorch (train --init, eval of a file without ringtrain's
+ * metadata): a safetensors state_dict with PyTorch's names, strictly. Every difference between the file and the
+ * model is collected, as load_state_dict(strict=True) reports them: a tensor the model has and the file lacks
+ * (missing), one the file has and the model lacks (unexpected), one of another shape, one of a type that is not
+ * a number of its kind (floating tensors may be F32, F16, BF16 or F64, converted to fp32; num_batches_tracked an
+ * integer). With reset_head the classifier's tensors are left out of the comparison (the file may lack them or
+ * hold another number of classes) and keep the model's own initialisation, PyTorch's for that layer drawn from
+ * the seed. Returns 0 with every other tensor loaded, or -EINVAL with r->diff listing the differences and the
+ * model untouched (rt_errmsg() says how many; rt_init_describe() lists them). r is filled either way; free it
+ * with rt_init_result_free().
+ */
+enum rt_init_diff_kind { RT_INIT_MISSING = 0, RT_INIT_UNEXPECTED, RT_INIT_SHAPE, RT_INIT_DTYPE };
+struct rt_init_diff {
+    enum rt_init_diff_kind kind;
+    char name[128];
+    char file[48];         /* the file's dtype and shape, "F32 [1000, 512]" ("" when missing) */
+    char model[48];        /* the model's, "F32 [10, 512]" ("" when unexpected) */
+    int head;              /* the tensor is the classifier's (a --reset-head would settle it) */
+};
+struct rt_init_result {
+    int loaded;            /* tensors loaded */
+    int head_reset;        /* tensors of the classifier left at their initialisation */
+    int ndiff;
+    struct rt_init_diff *diff;
+};
+int rt_model_load_init(struct rt_model *m, const struct rt_st_file *f, int reset_head, struct rt_init_result *r);
+/* The differences, one per line ("  missing     layer1.0.bn1.running_var  model F32 [64]"), into buf (always
+ * terminated; cut with "..." when it does not fit). Returns the length it needed. */
+size_t rt_init_describe(const struct rt_init_result *r, char *buf, size_t len);
+void rt_init_result_free(struct rt_init_result *r);
 
 /* The optimizer's state as "<parameter>.<state>" tensors (PyTorch's names:
  * momentum_buffer, exp_avg, exp_avg_sq) plus metadata "step"; and back. */

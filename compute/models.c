@@ -291,7 +291,7 @@ int rt_model_create(struct rt_backend *be, const struct rt_model_opts *o, struct
     }
     rt_errclear();
     int logits = arch->build(m->net, &args);
-    int rc = logits < 0 ? -EINVAL : net_finish(m->net, logits, o->seed);
+    int rc = logits < 0 ? -EINVAL : net_finish(m->net, logits, o->seed, o->freeze);
     if (rc) {
         char msg[512];
         snprintf(msg, sizeof(msg), "%s", rt_errmsg());
@@ -323,6 +323,41 @@ int rt_model_node_count(const struct rt_model *m)
 size_t rt_model_param_count(const struct rt_model *m)
 {
     return net_param_count(m->net);
+}
+
+size_t rt_model_trainable_count(const struct rt_model *m)
+{
+    return net_trainable_count(m->net);
+}
+
+const char *rt_model_head_name(const struct rt_model *m)
+{
+    return net_head_name(m->net);
+}
+
+size_t rt_model_head_count(const struct rt_model *m)
+{
+    return net_head_count(m->net);
+}
+
+void rt_model_param_split(const struct rt_model *m, uint64_t *trainable, uint64_t *frozen)
+{
+    int count;
+    const struct rt_tensor_info *tab = net_tensors(m->net, &count);
+    *trainable = *frozen = 0;
+    for (int i = 0; i < count; i++)
+        if (tab[i].kind == RT_PARAM)
+            *(tab[i].frozen ? frozen : trainable) += tab[i].count;
+}
+
+int64_t rt_model_tracked(const struct rt_model *m, int row)
+{
+    return net_tracked(m->net, row);
+}
+
+void rt_model_set_tracked(struct rt_model *m, int row, int64_t v)
+{
+    net_set_tracked(m->net, row, v);
 }
 
 size_t rt_model_buffer_count(const struct rt_model *m)

@@ -8,6 +8,7 @@
  * optimizer: it fills the gradient buffer and stops.
  */
 #include <errno.h>
+#include <fnmatch.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,7 @@ struct tensor {
     int alias;              /* shares data with this tensor (in-place ReLU), or -1 */
     int grad_slot;          /* index into the gradient buffer pool; -1 none */
     int grad_written;       /* during backward: the first consumer overwrites, later ones add */
+    int needs_grad;         /* something trainable lies at or before its producer: backward needs its gradient */
 };
 
 struct node {
@@ -46,6 +48,8 @@ struct node {
     int lin_in, lin_out;
     int w, b;               /* tensor-table rows: weight/gamma, bias/beta; -1 none */
     int rm, rv;             /* batchnorm running statistics rows */
+    int bt;                 /* batchnorm num_batches_tracked row */
+    int frozen;             /* its parameters train not (rt_model_opts.freeze); a batchnorm runs in inference mode */
     float *save_mean, *save_invstd;
     float p, alpha;         /* dropout probability; scale factor */
     int fused;              /* ReLU: done by the batchnorm before it (nothing to run) */
@@ -78,8 +82,12 @@ struct net {
     struct rt_tensor_info *tab; /* the rows of ent, contiguous, made by net_finish() */
 
     size_t param_count, buffer_count;
+    size_t trainable_count; /* floats [0, n) of params that train: the gradient buffer's size */
+    size_t head_count;      /* floats [0, n) of params that are the classifier's (0: it is frozen) */
+    int head;               /* the classifier's node */
     float *params, *grads, *buffers;
-    int64_t batches_tracked;
+    int64_t *tracked;       /* num_batches_tracked per tensor-table row (batchnorm rows only) */
+    int64_t train_steps;    /* training steps, the count a model without batchnorm reports */
     uint64_t seed;          /* initial weights and dropout masks */
     int last_batch;         /* batch of the last step (for the non-finite search) */
     int last_mode;
@@ -138,7 +146,7 @@ static struct node *new_node(struct net *n, enum node_kind k, int in0, int in1, 
     d->kind = k;
     d->in[0] = in0;
     d->in[1] = in1;
-    d->w = d->b = d->rm = d->rv = -1;
+    d->w = d->b = d->rm = d->rv = d->bt = -1;
     snprintf(d->name, sizeof(d->name), "%s", name ? name : "");
     n->t[in0].consumers++;
     if (in1 >= 0)
@@ -258,7 +266,7 @@ int net_bn(struct net *n, int x, const char *name)
     nd->b = add_entry(n, name, "bias", RT_PARAM, I_BN_BIAS, 1, cs, 0, 0);
     nd->rm = add_entry(n, name, "running_mean", RT_BUFFER, I_RUNNING_MEAN, 1, cs, 0, 0);
     nd->rv = add_entry(n, name, "running_var", RT_BUFFER, I_RUNNING_VAR, 1, cs, 0, 0);
-    add_entry(n, name, "num_batches_tracked", RT_BUFFER_I64, I_COUNT, 0, NULL, 0, 0);
+    nd->bt = add_entry(n, name, "num_batches_tracked", RT_BUFFER_I64, I_COUNT, 0, NULL, 0, 0);
     nd->out = new_tensor(n, 1, n->t[x].sh);
     return n->failed ? -1 : nd->out;
 }
@@ -507,19 +515,105 @@ static int plan_grads(struct net *n)
         const struct node *d = &n->nd[i];
         if (d->kind == K_RELU && d->fused)
             continue; /* its batchnorm reads the gradient of its output, and frees it */
+        if (!n->t[d->out].needs_grad)
+            continue; /* no backward: nothing trainable at or before it */
+        /* A trainable batchnorm computes its data gradient with its parameters' in one op: where nothing needs
+         * it (the layer before is frozen), it goes to a buffer of its own, free again for the layers below. */
+        const int sink = d->kind == K_BN && !d->frozen && !n->t[d->in[0]].needs_grad;
         for (int k = 0; k < 2; k++) {
             int x = d->in[k];
-            if (x > 0 && n->t[x].grad_slot < 0)
+            if (x > 0 && n->t[x].grad_slot < 0 && (n->t[x].needs_grad || sink))
                 take_slot(n, busy, &np, x);
         }
         busy[n->t[d->kind == K_BN && d->bn.relu ? d->relu_out : d->out].grad_slot] = 0;
+        if (sink && d->in[0] > 0)
+            busy[n->t[d->in[0]].grad_slot] = 0;
     }
     free(busy);
     n->ngrad_pool = np;
     return 0;
 }
 
-int net_finish(struct net *n, int logits, uint64_t seed)
+/* The classifier: the layer with parameters that computes the logits, through the parameter-free layers after it
+ * (resnet9 scales its logits); -1 if there is none. */
+static int find_head(const struct net *n, int logits)
+{
+    for (int t = logits; t > 0;) {
+        const int p = n->t[t].producer;
+        if (p < 0 || n->nd[p].in[1] >= 0)
+            return -1;
+        if (n->nd[p].w >= 0)
+            return p;
+        t = n->nd[p].in[0];
+    }
+    return -1;
+}
+
+/* 1 if a glob of pats[0..np) matches `name`, marking which did in used[]. */
+static int glob_hit(char **pats, int np, int *used, const char *name)
+{
+    int hit = 0;
+    for (int k = 0; k < np; k++)
+        if (fnmatch(pats[k], name, 0) == 0)
+            hit = used[k] = 1;
+    return hit;
+}
+
+/* Marks the layers `freeze` names (rt_model_opts.freeze): a layer is frozen when all its parameters match. */
+static int apply_freeze(struct net *n, const char *freeze)
+{
+    if (!freeze || !*freeze)
+        return 0;
+    char buf[1024], *pats[64], *save = NULL;
+    int np = 0, used[64] = {0};
+    if (strlen(freeze) >= sizeof(buf))
+        return rt_errf(-EINVAL, "--freeze: the list of globs is longer than %zu characters", sizeof(buf) - 1);
+    snprintf(buf, sizeof(buf), "%s", freeze);
+    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        while (*tok == ' ')
+            tok++;
+        for (char *e = tok + strlen(tok); e > tok && e[-1] == ' ';)
+            *--e = 0;
+        if (!*tok)
+            continue;
+        if (np == (int)RT_ARRAY_LEN(pats))
+            return rt_errf(-EINVAL, "--freeze: more than %d globs", (int)RT_ARRAY_LEN(pats));
+        pats[np++] = tok;
+    }
+    int trainable = 0;
+    for (int i = 0; i < n->nn; i++) {
+        struct node *d = &n->nd[i];
+        if (d->w < 0)
+            continue;
+        const int hw = glob_hit(pats, np, used, n->ent[d->w].info.name);
+        const int hb = d->b >= 0 ? glob_hit(pats, np, used, n->ent[d->b].info.name) : hw;
+        if (hw != hb)
+            return rt_errf(-EINVAL, "--freeze '%s' matches %s but not %s: a layer is frozen whole", freeze,
+                           n->ent[hw ? d->w : d->b].info.name, n->ent[hw ? d->b : d->w].info.name);
+        d->frozen = hw;
+        trainable += !hw;
+        const int rows[] = {d->w, d->b, d->rm, d->rv, d->bt};
+        for (size_t k = 0; k < RT_ARRAY_LEN(rows); k++)
+            if (rows[k] >= 0)
+                n->ent[rows[k]].info.frozen = hw;
+    }
+    for (int k = 0; k < np; k++) {
+        if (used[k])
+            continue;
+        const char *some[3] = {"", "", ""};
+        for (int i = 0, seen = 0; i < n->nn; i++)
+            if (n->nd[i].w >= 0 && seen++ < 3)
+                some[seen - 1] = n->nd[i].name;
+        return rt_errf(-EINVAL, "--freeze: '%s' matches no parameter (the globs match PyTorch's state_dict names: "
+                                "here %s.weight, %s.*, %s.*, ..., %s.*)",
+                       pats[k], some[0], some[1], some[2], n->head >= 0 ? n->nd[n->head].name : "?");
+    }
+    if (!trainable)
+        return rt_errf(-EINVAL, "--freeze '%s' freezes every layer: nothing would train", freeze);
+    return 0;
+}
+
+int net_finish(struct net *n, int logits, uint64_t seed, const char *freeze)
 {
     if (n->failed)
         return -EINVAL;
@@ -528,19 +622,47 @@ int net_finish(struct net *n, int logits, uint64_t seed)
         return rt_errf(-EINVAL, "the last layer gives %d outputs, not %d classes", lt->sh.c, n->classes);
     n->logits = logits;
     n->seed = seed;
+    n->head = find_head(n, logits);
+    int rc = apply_freeze(n, freeze);
+    if (rc < 0)
+        return rc;
+    if (n->head >= 0) {
+        n->ent[n->nd[n->head].w].info.head = 1;
+        if (n->nd[n->head].b >= 0)
+            n->ent[n->nd[n->head].b].info.head = 1;
+    }
 
-    /* Parameters in the order backward finishes them: last node first. */
+    /* Parameters in the order backward finishes them, last node first: the trainable ones, then the frozen. */
     size_t off = 0;
-    for (int i = n->nn - 1; i >= 0; i--) {
-        int rows[2] = {n->nd[i].w, n->nd[i].b};
-        for (int k = 0; k < 2; k++) {
-            if (rows[k] < 0)
-                continue;
-            n->ent[rows[k]].info.offset = off;
-            off = align64(off + n->ent[rows[k]].info.count);
+    for (int frozen = 0; frozen < 2; frozen++) {
+        for (int i = n->nn - 1; i >= 0; i--) {
+            int rows[2] = {n->nd[i].w, n->nd[i].b};
+            for (int k = 0; k < 2; k++) {
+                if (rows[k] < 0 || n->nd[i].frozen != frozen)
+                    continue;
+                n->ent[rows[k]].info.offset = off;
+                off = align64(off + n->ent[rows[k]].info.count);
+            }
         }
+        if (!frozen)
+            n->trainable_count = off;
     }
     n->param_count = off;
+    /* The classifier is the last layer, so the first laid out: floats [0, head_count). */
+    if (n->head >= 0 && !n->nd[n->head].frozen && n->ent[n->nd[n->head].w].info.offset == 0) {
+        const struct node *h = &n->nd[n->head];
+        n->head_count = align64(n->ent[h->w].info.count);
+        if (h->b >= 0)
+            n->head_count = RT_MAX(n->head_count, align64(n->ent[h->b].info.offset + n->ent[h->b].info.count));
+    }
+    /* Which tensors backward needs the gradient of: those with something trainable at or before them. */
+    for (int i = 0; i < n->nn; i++) {
+        const struct node *d = &n->nd[i];
+        int ng = d->w >= 0 && !d->frozen;
+        for (int k = 0; k < 2; k++)
+            ng |= d->in[k] >= 0 && n->t[d->in[k]].needs_grad;
+        n->t[d->out].needs_grad = ng;
+    }
     off = 0;
     for (int i = 0; i < n->nent; i++) {
         if (n->ent[i].info.kind != RT_BUFFER)
@@ -556,9 +678,12 @@ int net_finish(struct net *n, int logits, uint64_t seed)
     for (int i = 0; i < n->nent; i++)
         n->tab[i] = n->ent[i].info;
 
+    n->tracked = rt_calloc((size_t)n->nent, sizeof(*n->tracked), "num_batches_tracked");
+    if (!n->tracked)
+        return -ENOMEM;
     int err = 0;
     n->params = dev_alloc(n, n->param_count, &err);
-    n->grads = dev_alloc(n, n->param_count, &err);
+    n->grads = dev_alloc(n, RT_MAX(n->trainable_count, 1), &err);
     n->buffers = dev_alloc(n, RT_MAX(n->buffer_count, 1), &err);
     n->labels = dev_alloc(n, (size_t)n->t[0].sh.n, &err);
     n->stats = dev_alloc(n, sizeof(struct rt_loss_stats) / sizeof(float), &err);
@@ -652,6 +777,7 @@ void net_destroy(struct net *n)
     free(n->grad_pool);
     free(n->grad_pool_size);
     free(n->tab);
+    free(n->tracked);
     free(n->ent);
     free(n->nd);
     free(n->t);
@@ -713,7 +839,7 @@ static void node_fwd(struct net *n, int i, int batch, const struct rt_step_opts 
     case K_BN: {
         struct rt_bn_desc b = d->bn;
         b.in.n = batch;
-        if (train)
+        if (train && !d->frozen)
             op->bn_train_fwd(s, &b, x->data, P(n, d->w), P(n, d->b), B(n, d->rm), B(n, d->rv), d->save_mean,
                              d->save_invstd, y->data);
         else
@@ -759,8 +885,8 @@ static void node_fwd(struct net *n, int i, int batch, const struct rt_step_opts 
 static float *dx_of(struct net *n, const struct node *d, int k, float *beta)
 {
     struct tensor *x = &n->t[d->in[k]];
-    if (d->in[k] == 0)
-        return NULL;
+    if (d->in[k] == 0 || !x->grad)
+        return NULL; /* the image, or a tensor below everything trainable */
     *beta = x->grad_written ? 1.0f : 0.0f;
     x->grad_written = 1;
     return x->grad;
@@ -801,12 +927,16 @@ static void node_bwd(struct net *n, int i, int batch, const struct rt_step_opts 
     const float *dy = y->grad;
     float beta = 0.0f;
     float *dx;
+    if (!y->needs_grad)
+        return; /* nothing trainable at or before this layer */
     switch (d->kind) {
     case K_CONV: {
         struct rt_conv_desc c = d->conv;
         c.in.n = batch;
-        op->conv2d_bwd_filter(s, &c, x->data, dy, G(n, d->w), G(n, d->b));
-        grads_done(n, d, o); /* before the data gradient: the all-reduce starts sooner */
+        if (!d->frozen) {
+            op->conv2d_bwd_filter(s, &c, x->data, dy, G(n, d->w), G(n, d->b));
+            grads_done(n, d, o); /* before the data gradient: the all-reduce starts sooner */
+        }
         if ((dx = dx_of(n, d, 0, &beta)))
             op->conv2d_bwd_data(s, &c, dy, P(n, d->w), beta, dx);
         break;
@@ -817,6 +947,11 @@ static void node_bwd(struct net *n, int i, int batch, const struct rt_step_opts 
         dx = dx_of(n, d, 0, &beta);
         if (b.relu)
             dy = n->t[d->relu_out].grad;
+        if (d->frozen) { /* inference mode: the data gradient through the running statistics */
+            if (dx)
+                op->bn_infer_bwd(s, &b, x->data, dy, P(n, d->w), P(n, d->b), B(n, d->rm), B(n, d->rv), beta, dx);
+            break;
+        }
         op->bn_bwd(s, &b, x->data, dy, P(n, d->w), P(n, d->b), d->save_mean, d->save_invstd, beta, dx, G(n, d->w),
                    G(n, d->b));
         grads_done(n, d, o);
@@ -839,8 +974,10 @@ static void node_bwd(struct net *n, int i, int batch, const struct rt_step_opts 
             (d->kind == K_GAP ? op->gap_bwd : op->flatten_bwd)(s, shape_at(x, batch), dy, beta, dx);
         break;
     case K_LINEAR:
-        op->linear_bwd_filter(s, batch, d->lin_in, d->lin_out, x->data, dy, G(n, d->w), G(n, d->b));
-        grads_done(n, d, o);
+        if (!d->frozen) {
+            op->linear_bwd_filter(s, batch, d->lin_in, d->lin_out, x->data, dy, G(n, d->w), G(n, d->b));
+            grads_done(n, d, o);
+        }
         if ((dx = dx_of(n, d, 0, &beta)))
             op->linear_bwd_data(s, batch, d->lin_in, d->lin_out, dy, P(n, d->w), beta, dx);
         break;
@@ -915,7 +1052,11 @@ int net_step(struct net *n, const struct rt_step_opts *o, int batch, const uint8
             rt_timeline_mark(tl, "backward", RT_MARK_BACKWARD);
     }
     if (o->mode == RT_TRAIN)
-        n->batches_tracked++;
+        n->train_steps++;
+    if (o->mode == RT_TRAIN)
+        for (int i = 0; i < n->nn; i++)
+            if (n->nd[i].bt >= 0 && !n->nd[i].frozen)
+                n->tracked[n->nd[i].bt]++;
     struct rt_loss_stats st;
     op->download(s, &st, n->stats, sizeof(st));
     stats->loss_sum += st.loss_sum;
@@ -988,7 +1129,7 @@ void net_find_nonfinite(struct net *n, char *buf, size_t len)
         return;
     for (int i = 0; i < n->nent; i++) {
         const struct rt_tensor_info *e = &n->ent[i].info;
-        if (e->kind == RT_PARAM && nonfinite_in(n, n->grads + e->offset, e->count, 1)) {
+        if (e->kind == RT_PARAM && !e->frozen && nonfinite_in(n, n->grads + e->offset, e->count, 1)) {
             snprintf(buf, len, "%s gradient", e->name);
             return;
         }
@@ -1044,7 +1185,7 @@ float *net_buffers(struct net *n)
 /* The flat buffers are fp32 whatever the activations: cleared and copied with the fp32 table's memory ops. */
 void net_zero_grads(struct net *n)
 {
-    n->ops32->zero(n->s, n->grads, n->param_count * sizeof(float));
+    n->ops32->zero(n->s, n->grads, n->trainable_count * sizeof(float));
 }
 
 /* Floats [offset, offset + count) of buffer `which`; a range outside it aborts, naming it. */
@@ -1052,7 +1193,9 @@ static float *buf_range(struct net *n, enum rt_model_buf which, size_t offset, s
 {
     static const char *const names[] = {"parameter", "gradient", "buffer"};
     float *base = which == RT_MODEL_PARAMS ? n->params : which == RT_MODEL_GRADS ? n->grads : n->buffers;
-    const size_t size = which == RT_MODEL_BUFFERS ? n->buffer_count : n->param_count;
+    const size_t size = which == RT_MODEL_BUFFERS ? n->buffer_count
+                        : which == RT_MODEL_GRADS ? n->trainable_count
+                                                  : n->param_count;
     if ((unsigned)which >= RT_ARRAY_LEN(names) || offset > size || count > size - offset) {
         fprintf(stderr, "ringtrain: %zu floats at offset %zu of the model's %s buffer, which holds %zu\n", count,
                 offset, (unsigned)which < RT_ARRAY_LEN(names) ? names[which] : "unknown", size);
@@ -1075,12 +1218,51 @@ void net_write(struct net *n, enum rt_model_buf which, size_t offset, const floa
         n->ops32->upload(n->s, dst, src, count * sizeof(float));
 }
 
+/* The trainable batchnorms' count (they move together); the first batchnorm's when all are frozen; the training
+ * steps without batchnorm. */
 int64_t net_batches_tracked(const struct net *n)
 {
-    return n->batches_tracked;
+    int first = -1;
+    for (int i = 0; i < n->nn; i++) {
+        if (n->nd[i].bt < 0)
+            continue;
+        if (!n->nd[i].frozen)
+            return n->tracked[n->nd[i].bt];
+        if (first < 0)
+            first = n->nd[i].bt;
+    }
+    return first >= 0 ? n->tracked[first] : n->train_steps;
 }
 
 void net_set_batches_tracked(struct net *n, int64_t v)
 {
-    n->batches_tracked = v;
+    for (int i = 0; i < n->nent; i++)
+        n->tracked[i] = v;
+    n->train_steps = v;
+}
+
+int64_t net_tracked(const struct net *n, int row)
+{
+    return row >= 0 && row < n->nent ? n->tracked[row] : 0;
+}
+
+void net_set_tracked(struct net *n, int row, int64_t v)
+{
+    if (row >= 0 && row < n->nent)
+        n->tracked[row] = v;
+}
+
+size_t net_trainable_count(const struct net *n)
+{
+    return n->trainable_count;
+}
+
+size_t net_head_count(const struct net *n)
+{
+    return n->head_count;
+}
+
+const char *net_head_name(const struct net *n)
+{
+    return n->head >= 0 ? n->nd[n->head].name : "";
 }

@@ -49,7 +49,7 @@ int net_scale(struct net *n, int x, const char *what, float alpha);
 
 /* Allocates parameters, buffers, activations and gradients; initialises the
  * weights from `seed`. `logits` must be a (N, classes) feature tensor. */
-int net_finish(struct net *n, int logits, uint64_t seed);
+int net_finish(struct net *n, int logits, uint64_t seed, const char *freeze); /* freeze: rt_model_opts.freeze */
 
 /* What struct rt_model exposes, forwarded. */
 const struct rt_tensor_info *net_tensors(const struct net *n, int *count);
@@ -65,6 +65,11 @@ void net_read(struct net *n, enum rt_model_buf which, size_t offset, size_t coun
 void net_write(struct net *n, enum rt_model_buf which, size_t offset, const float *src, size_t count);
 int64_t net_batches_tracked(const struct net *n);
 void net_set_batches_tracked(struct net *n, int64_t v);
+int64_t net_tracked(const struct net *n, int row);
+void net_set_tracked(struct net *n, int row, int64_t v);
+size_t net_trainable_count(const struct net *n);
+size_t net_head_count(const struct net *n);
+const char *net_head_name(const struct net *n);
 int net_step(struct net *n, const struct rt_step_opts *o, int batch, const uint8_t *images, const int32_t *labels,
              struct rt_loss_stats *stats);
 void net_logits(struct net *n, float *host, int batch);

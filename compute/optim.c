@@ -73,17 +73,36 @@ void rt_optim_destroy(struct rt_optim *opt)
     free(opt);
 }
 
-void rt_optim_step(struct rt_optim *opt, float *params, const float *grads, float lr)
+/* The update of floats [off, off + count) at learning rate lr (the step count already advanced). */
+static void update(struct rt_optim *opt, float *params, const float *grads, size_t off, size_t count, float lr)
 {
     struct rt_stream *s = rt_backend_stream(opt->be);
     const struct rt_optim_opts *o = &opt->o;
-    opt->steps++;
+    if (!count)
+        return;
     if (o->kind == RT_OPT_SGD)
-        opt->ops->sgd_update(s, opt->n, params, grads, opt->state[0], lr, o->momentum, o->dampening,
-                             o->weight_decay, o->nesterov, opt->steps == 1);
+        opt->ops->sgd_update(s, count, params + off, grads + off, opt->state[0] ? opt->state[0] + off : NULL, lr,
+                             o->momentum, o->dampening, o->weight_decay, o->nesterov, opt->steps == 1);
     else
-        opt->ops->adam_update(s, opt->n, params, grads, opt->state[0], opt->state[1], lr, o->beta1, o->beta2, o->eps,
-                              o->weight_decay, o->kind == RT_OPT_ADAMW, opt->steps);
+        opt->ops->adam_update(s, count, params + off, grads + off, opt->state[0] + off, opt->state[1] + off, lr,
+                              o->beta1, o->beta2, o->eps, o->weight_decay, o->kind == RT_OPT_ADAMW, opt->steps);
+}
+
+void rt_optim_step(struct rt_optim *opt, float *params, const float *grads, float lr)
+{
+    opt->steps++;
+    update(opt, params, grads, 0, opt->n, lr);
+}
+
+void rt_optim_step_groups(struct rt_optim *opt, float *params, const float *grads, float lr, size_t first_n,
+                          float first_lr)
+{
+    opt->steps++;
+    first_n = RT_MIN(first_n, opt->n);
+    if (first_lr == lr)
+        first_n = 0; /* one group: the same ops as rt_optim_step */
+    update(opt, params, grads, 0, first_n, first_lr);
+    update(opt, params, grads, first_n, opt->n - first_n, lr);
 }
 
 int64_t rt_optim_steps(const struct rt_optim *opt)

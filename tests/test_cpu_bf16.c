@@ -17,8 +17,9 @@
  *  - exact: ops whose output is one fp32 expression of their inputs per
  *    element, computed as the fp32 kernel does (ReLU, GELU, add, scale,
  *    axpy, dropout, max pooling's forward, flatten, layout, input,
- *    batchnorm inference, average pooling, the loss): the bf16 output must
- *    be the fp32 output rounded, bit for bit; the loss statistics equal.
+ *    batchnorm inference and its backward (bn_infer_bwd), average
+ *    pooling, the loss): the bf16 output must be the fp32 output rounded,
+ *    bit for bit; the loss statistics equal.
  *  - sums in another order: max pooling's backward (up to 4 overlapping
  *    windows add into one element), global pooling (HW terms): u |ref| for
  *    the rounding plus (terms) 2^-24 of the sum of |terms| for the order.
@@ -456,6 +457,27 @@ static void test_bn_shape(struct rt_shape4 sh, float lo, float hi)
         sdy[c] = 1e-5 * sdy[c] + 1e-7;
         sdyx[c] = 1e-5 * sdyx[c] + 1e-7;
     }
+    /* inference's backward (a frozen layer): dy times the forward's scale, one fp32 expression per element */
+    for (int beta_dx = 0; beta_dx < 2; beta_dx++) {
+        float *dx0 = random_bf16(n, -1.0f, 1.0f);
+        float *dx32 = put32(dx0, n, &sh), *dx16 = put16(dx0, n, &sh);
+        if (!beta_dx) { /* beta 0 must not read dx */
+            fill32(dx32, n, NAN);
+            fill16(dx16, n, 0x7fc0u);
+        }
+        o32->bn_infer_bwd(st, &d, x32, dy32, g32, b32, rm[0], rv[0], (float)beta_dx, dx32);
+        o16->bn_infer_bwd(st, &d, x16, dy16, g32, b32, rm[0], rv[0], (float)beta_dx, dx16);
+        r = get32(dx32, n, &sh);
+        g = get16(dx16, n, &sh);
+        char op[64];
+        snprintf(op, sizeof(op), "bn_infer_bwd dx beta %d", beta_dx);
+        compare(op, ss, r, g, n, 1, 0, 0, NULL);
+        free(r);
+        free(g);
+        dfree(dx32);
+        dfree(dx16);
+        free(dx0);
+    }
     for (int beta_dx = 0; beta_dx < 2; beta_dx++) {
         float *dx0 = random_bf16(n, -1.0f, 1.0f);
         float *dx32 = put32(dx0, n, &sh), *dx16 = put16(dx0, n, &sh);
@@ -536,10 +558,12 @@ static void test_bn(void)
  * A ReLU fused into the batchnorm (rt_bn_desc.relu) against this table's
  * batchnorm then its ReLU, which the fusion replaces: bit for bit, y and the
  * statistics of training, y of inference, and for beta_dx 0 and 1 dx,
- * dgamma and dbeta of bn_bwd against relu_bwd then bn_bwd. Gamma is negative
- * on some channels and beta straddles 0, so the mask is mixed. Channels 0
- * and 1 hold -1, 0, 1 (mean exactly 0) with beta +0 and -0 (gamma < 0 on
- * channel 1), so some outputs are exactly +0 and -0: the ReLU passes both
+ * dgamma and dbeta of bn_bwd against relu_bwd then bn_bwd, and dx of
+ * bn_infer_bwd against relu_bwd (on inference's y) then bn_infer_bwd.
+ * Gamma is negative on some channels and beta straddles 0, so the mask
+ * is mixed. Channels 0 and 1 hold -1, 0, 1 (mean exactly 0) with beta +0
+ * and -0 (gamma < 0 on channel 1), so some outputs are exactly +0 and -0
+ * (the running mean of both is 0 too): the ReLU passes both
  * forward and blocks their gradient, which a mask of `>= 0` or `<= 0` gets
  * wrong. With `denormals`, a small shape runs on this thread with FTZ and
  * DAZ off (the backend's threads have them on, which rules denormals out)
@@ -549,7 +573,7 @@ static void test_bn(void)
  * v's sign.
  */
 struct bnr_out {
-    uint16_t *ytr, *yin, *dx[2];
+    uint16_t *ytr, *yin, *dx[2], *dxi[2]; /* dxi: bn_infer_bwd's */
     float *stats, *pgrad[2]; /* running mean, var, save mean, invstd; dgamma, dbeta per beta_dx */
 };
 
@@ -654,6 +678,17 @@ static void test_bn_relu_case(struct rt_shape4 sh, int denormals)
             }
             out[f].dx[bd] = dev_bits(dx16, n * sizeof(uint16_t));
             out[f].pgrad[bd] = get32(pg, 2 * C, NULL);
+            if (bd)
+                o16->from_nchw(st, sh, dx0, dx16);
+            else
+                fill16(dx16, n, 0x7fc0u);
+            if (f) {
+                o16->bn_infer_bwd(st, d, x16, dy16, g32, b32, rmi, rvi, (float)bd, dx16);
+            } else {
+                o16->relu_bwd(st, n, yin, dy16, 0.0f, t16);
+                o16->bn_infer_bwd(st, d, x16, t16, g32, b32, rmi, rvi, (float)bd, dx16);
+            }
+            out[f].dxi[bd] = dev_bits(dx16, n * sizeof(uint16_t));
         }
     }
 #if defined(__x86_64__)
@@ -668,6 +703,8 @@ static void test_bn_relu_case(struct rt_shape4 sh, int denormals)
         same_bits(op, ss, out[0].dx[bd], out[1].dx[bd], n, 2);
         snprintf(op, sizeof(op), "relu_bwd+bn_bwd dgamma, dbeta %d", bd);
         same_bits(op, ss, out[0].pgrad[bd], out[1].pgrad[bd], 2 * C, 4);
+        snprintf(op, sizeof(op), "relu_bwd+bn_infer_bwd dx beta %d", bd);
+        same_bits(op, ss, out[0].dxi[bd], out[1].dxi[bd], n, 2);
     }
     /* the mask is mixed, and the exact zeros of channels 0 and 1 are there: +0 and -0 pass forward */
     size_t zeros = 0, negz = 0;
@@ -687,6 +724,7 @@ static void test_bn_relu_case(struct rt_shape4 sh, int denormals)
         free(out[f].stats);
         for (int bd = 0; bd < 2; bd++) {
             free(out[f].dx[bd]);
+            free(out[f].dxi[bd]);
             free(out[f].pgrad[bd]);
         }
     }

@@ -603,6 +603,77 @@ static void test_conv(void)
 
 /* ---- batchnorm ----------------------------------------------------------------------------------------------- */
 
+/* A device buffer of the GPU side alone; exits as d_alloc does. */
+static void *gpu_alloc(size_t bytes)
+{
+    void *p = S[GPU].ops->alloc(S[GPU].be, bytes ? bytes : 4);
+    if (!p) {
+        fprintf(stderr, "test_cuda_ops: %s alloc of %zu bytes: %s\n", S[GPU].name, bytes, rt_errmsg());
+        exit(1);
+    }
+    return p;
+}
+
+/*
+ * bn_infer_bwd of the 16-bit tables (NHWC), which no model test reaches (they freeze nothing): on x, dy and dx's
+ * old values (host NCHW) rounded to the table's type, against the CPU's fp32 results ref0 (beta_dx 0: dy a) and
+ * ref1 (beta_dx 1: old + dy a). dx = R(R(old) + R(dy) a) is within u |old| + u |dy a| of the exact sum before its
+ * own rounding (u the type's unit roundoff), so 3 u (|old| + |ref0|) bounds it, plus 1e-6 for fp16's subnormal
+ * spacing. g, b, rm, rv: the fp32 parameters and running statistics on the GPU side.
+ */
+static void test_bn_infer_bwd16(const struct rt_bn_desc *d, const char *shape, const float *hx, const float *hdy,
+                                const float *old, const float *ref0, const float *ref1, const float *g, const float *b,
+                                const float *rm, const float *rv)
+{
+    const struct rt_shape4 sh = d->in;
+    const size_t n = count4(sh);
+    float *nans = tu_hfloats(n), *got = tu_hfloats(n);
+    fill_const(nans, n, NAN);
+    for (int t = 0; t < 2; t++) {
+        const enum rt_dtype act = t ? RT_F16 : RT_BF16;
+        const struct rt_ops *o16 = rt_backend_ops_for(S[GPU].be, act);
+        if (!o16)
+            continue;
+        const double u = act == RT_BF16 ? 0x1p-8 : 0x1p-11;
+        struct rt_stream *gs = S[GPU].st;
+        float *x16 = gpu_alloc(n * sizeof(uint16_t)), *dy16 = gpu_alloc(n * sizeof(uint16_t));
+        float *dx16 = gpu_alloc(n * sizeof(uint16_t));
+        o16->from_nchw(gs, sh, hx, x16);
+        o16->from_nchw(gs, sh, hdy, dy16);
+        for (int bd = 0; bd < 2; bd++) {
+            o16->from_nchw(gs, sh, bd ? old : nans, dx16); /* beta_dx 0 must not read dx */
+            o16->bn_infer_bwd(gs, d, x16, dy16, g, b, rm, rv, (float)bd, dx16);
+            o16->to_nchw(gs, sh, dx16, got);
+            o16->sync(gs);
+            const float *ref = bd ? ref1 : ref0;
+            size_t bad = 0;
+            double worst = 0.0, worst_tol = 0.0;
+            for (size_t i = 0; i < n; i++) {
+                const double tol = 3.0 * u * (fabs((double)ref0[i]) + (bd ? fabs((double)old[i]) : 0.0)) + 1e-6;
+                const double err = fabs((double)got[i] - (double)ref[i]);
+                if (!(err <= tol) && bad++ < 5)
+                    fprintf(stderr, "    bn_infer_bwd %s[%zu]: %s %.9g cpu fp32 %.9g (err %.3g > tol %.3g)\n",
+                            rt_dtype_name(act), i, S[GPU].name, (double)got[i], (double)ref[i], err, tol);
+                if (err / tol > (worst_tol > 0.0 ? worst / worst_tol : 0.0)) {
+                    worst = err;
+                    worst_tol = tol;
+                }
+            }
+            char op[64];
+            snprintf(op, sizeof(op), "bn_infer_bwd %s beta_dx=%d dx", rt_dtype_name(act), bd);
+            printf("  %-40s %-50s err %-9.3g tol %-9.3g (3u of |old| + |dy a|) n=%zu  %s\n", op, shape, worst,
+                   worst_tol, n, bad ? "FAIL" : "ok");
+            CHECKF(bad == 0, "%s %s: %zu of %zu values outside 3u (|old| + |dy a|) of the fp32 CPU's", op, shape, bad,
+                   n);
+        }
+        S[GPU].ops->free(S[GPU].be, x16);
+        S[GPU].ops->free(S[GPU].be, dy16);
+        S[GPU].ops->free(S[GPU].be, dx16);
+    }
+    free(nans);
+    free(got);
+}
+
 static void test_bn_case(struct rt_shape4 sh, uint64_t stream)
 {
     const struct rt_bn_desc d = {.in = sh, .eps = 1e-5f, .momentum = 0.1f};
@@ -677,6 +748,24 @@ static void test_bn_case(struct rt_shape4 sh, uint64_t stream)
     cmp_flat("bn_bwd dgamma (+= twice)", shape, &dg, c, T_REDUCE);
     cmp_flat("bn_bwd dbeta (+= twice)", shape, &dbt, c, T_REDUCE);
 
+    /* inference's backward (a frozen layer) from the running statistics: dy times the forward's scale, with the
+     * same roundings on both (no sums), so elementwise; d.relu stays 0, as the CUDA tables do not fuse a ReLU */
+    float *ref[2] = {tu_hfloats(n), tu_hfloats(n)}, *got = tu_hfloats(n);
+    for (int bd = 0; bd < 2; bd++) {
+        if (bd)
+            d_put_sp(&dx, sh, old);
+        else
+            d_fill(&dx, n, NAN); /* beta_dx 0 must not read dx */
+        BOTH OP(s, bn_infer_bwd, &d, DF(x, s), DF(dy, s), DF(g, s), DF(b, s), DF(rm, s), DF(rv, s), (float)bd,
+                DF(dx, s));
+        d_get_sp(&dx, sh, ref[bd], got);
+        compare(bd ? "bn_infer_bwd beta_dx=1 dx" : "bn_infer_bwd beta_dx=0 dx", shape, ref[bd], got, n, T_ELEM);
+    }
+    test_bn_infer_bwd16(&d, shape, hx, hdy, old, ref[0], ref[1], DF(g, GPU), DF(b, GPU), DF(rm, GPU), DF(rv, GPU));
+    free(ref[0]);
+    free(ref[1]);
+    free(got);
+
     struct dual *all[] = {&x, &y, &g, &b, &rm, &rv, &sm, &si, &dy, &dx, &dg, &dbt};
     for (size_t i = 0; i < RT_ARRAY_LEN(all); i++)
         d_free(all[i]);
@@ -694,7 +783,7 @@ static void test_bn_case(struct rt_shape4 sh, uint64_t stream)
 
 static void test_bn(void)
 {
-    printf("batchnorm train / infer / bwd\n");
+    printf("batchnorm train / infer / bwd / infer bwd\n");
     static const struct rt_shape4 shapes[] = {{5, 16, 8, 8}, {1, 8, 7, 5}, {4, 32, 1, 1}, {2, 6, 33, 31}};
     for (size_t i = 0; i < RT_ARRAY_LEN(shapes); i++)
         test_bn_case(shapes[i], 200 + i);
@@ -2052,6 +2141,14 @@ static void emu_bn_bwd(struct rt_stream *s, const struct rt_bn_desc *d, const fl
     emu_round(s, dx, count4(d->in));
 }
 
+static void emu_bn_infer_bwd(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *dy,
+                             const float *gamma, const float *beta, const float *rm, const float *rv, float beta_dx,
+                             float *dx)
+{
+    S[CPU].ops->bn_infer_bwd(s, d, x, dy, gamma, beta, rm, rv, beta_dx, dx);
+    emu_round(s, dx, count4(d->in));
+}
+
 static void emu_maxpool_bwd(struct rt_stream *s, const struct rt_pool_desc *d, const float *x, const float *y,
                             const float *dy, float beta, float *dx)
 {
@@ -2180,6 +2277,7 @@ static const struct rt_ops *emu_table(enum emu_kind kind)
     t.bn_train_fwd = emu_bn_train_fwd;
     t.bn_infer_fwd = emu_bn_infer_fwd;
     t.bn_bwd = emu_bn_bwd;
+    t.bn_infer_bwd = emu_bn_infer_bwd;
     t.maxpool_bwd = emu_maxpool_bwd;
     t.avgpool_fwd = emu_avgpool_fwd;
     t.avgpool_bwd = emu_avgpool_bwd;

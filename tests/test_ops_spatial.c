@@ -1,7 +1,8 @@
 /*
  * test_ops_spatial.c - the CPU backend's spatial ops through the op table:
- * convolution, max/average/global pooling, flatten, linear and the NCHW
- * layout conversions.
+ * convolution, max/average/global pooling, flatten, linear, the NCHW
+ * layout conversions and batchnorm's inference-mode backward (bn_infer_bwd,
+ * a frozen layer's; the rest of batchnorm is test_ops_elem.c's).
  *
  * Every forward is compared with a naive direct loop written here in NCHW
  * and double precision. Every backward is compared element by element with
@@ -759,6 +760,121 @@ static void test_feat(void)
     }
 }
 
+/* ---- batchnorm in inference mode (a frozen layer) --------------------------------- */
+
+/*
+ * bn_infer_bwd is the gradient of bn_infer_fwd with the running statistics
+ * fixed: dx = dy gamma / sqrt(running_var + eps), and with a fused ReLU
+ * (rt_bn_desc.relu; this table's bn_relu is 1) dy only where the forward's
+ * output is > 0. Checked against that in double, and against central
+ * differences of bn_infer_fwd itself (with the same relu) at the usual
+ * points. x is made from the pre-activation it should give, 0.1 to 2 from
+ * the ReLU's kink and negative at every third element, so the mask is mixed
+ * in every shape and the steps (1e-2 in x, at most 0.03 in the
+ * pre-activation) never cross the kink: the differences are exact up to
+ * float rounding. Channel 1 has a negative gamma.
+ */
+struct bni_ctx {
+    struct rt_bn_desc d;
+    float *x, *r, *y;                          /* host NCHW */
+    float *x_, *y_, *g_, *b_, *rm_, *rv_;      /* device */
+};
+
+static double bni_loss(void *p)
+{
+    struct bni_ctx *c = p;
+    ops->from_nchw(st, c->d.in, c->x, c->x_);
+    ops->bn_infer_fwd(st, &c->d, c->x_, c->g_, c->b_, c->rm_, c->rv_, c->y_);
+    get_spatial(c->d.in, c->y_, c->y);
+    return dot_f(c->y, c->r, shape_count(c->d.in));
+}
+
+static void test_bn_infer_case(struct rt_shape4 sh, int relu, uint64_t stream)
+{
+    struct bni_ctx c = {.d = {.in = sh, .eps = 1e-5f, .momentum = 0.1f, .relu = relu}};
+    char shape[96];
+    snprintf(shape, sizeof(shape), "x(%d,%d,%d,%d)%s%s", sh.n, sh.c, sh.h, sh.w, sh.c % 16 ? "" : " blocked",
+             relu ? " relu" : "");
+    const size_t nx = shape_count(sh), C = (size_t)sh.c, hw = (size_t)sh.h * sh.w;
+    struct rt_rng rng;
+    rt_rng_init(&rng, SEED, stream);
+    float *g = tu_hfloats(C), *b = tu_hfloats(C), *rm = tu_hfloats(C), *rv = tu_hfloats(C);
+    fill_uniform(&rng, g, C, 0.5f, 1.5f);
+    fill_uniform(&rng, b, C, -0.5f, 0.5f);
+    fill_uniform(&rng, rm, C, -1, 1);
+    fill_uniform(&rng, rv, C, 0.5f, 2.0f);
+    if (C > 1)
+        g[1] = -g[1];
+    double *a = tu_xmalloc(C * sizeof(double)); /* the forward's slope, gamma / sqrt(var + eps) */
+    for (size_t ch = 0; ch < C; ch++)
+        a[ch] = g[ch] / sqrt((double)rv[ch] + (double)c.d.eps);
+    c.x = tu_hfloats(nx);
+    c.r = tu_hfloats(nx);
+    c.y = tu_hfloats(nx);
+    double *dxref = tu_xmalloc(nx * sizeof(double));
+    for (size_t i = 0; i < nx; i++) {
+        const size_t ch = i / hw % C;
+        /* the pre-activation v: 0.1 to 2 from the kink, negative at every third element (a mixed mask) */
+        const double vt = (i % 3 ? 1.0 : -1.0) * (0.1 + 1.9 * rt_rng_uniform(&rng));
+        c.x[i] = (float)(rm[ch] + (vt - b[ch]) / a[ch]);
+        const double v = ((double)c.x[i] - rm[ch]) * a[ch] + b[ch];
+        c.r[i] = -1.0f + 2.0f * rt_rng_uniform(&rng);
+        dxref[i] = relu && !(v > 0) ? 0.0 : (double)c.r[i] * a[ch];
+    }
+    c.x_ = dev_alloc(nx);
+    c.y_ = dev_alloc(nx);
+    c.g_ = dev_plain(g, C);
+    c.b_ = dev_plain(b, C);
+    c.rm_ = dev_plain(rm, C);
+    c.rv_ = dev_plain(rv, C);
+
+    float *dy = dev_spatial(sh, c.r), *gx = dev_alloc(nx);
+    float *hx = tu_hfloats(nx), *old = tu_hfloats(nx);
+    ops->from_nchw(st, sh, c.x, c.x_);
+    fill_value(hx, nx, NAN); /* beta_dx 0 must not read dx */
+    ops->upload(st, gx, hx, nx * sizeof(float));
+    ops->bn_infer_bwd(st, &c.d, c.x_, dy, c.g_, c.b_, c.rm_, c.rv_, 0.0f, gx);
+    get_spatial(sh, gx, hx);
+    compare("bn_infer_bwd beta_dx=0", shape, "dx", hx, dxref, nx, REF_ATOL, REF_RTOL);
+    /* the op's own gradient against central differences of bn_infer_fwd (check_fd leaves x_ as c.x again) */
+    double *got = tu_xmalloc(nx * sizeof(double));
+    for (size_t i = 0; i < nx; i++)
+        got[i] = hx[i];
+    check_fd("bn_infer_bwd", shape, "dx", c.x, nx, got, bni_loss, &c, 2 * nx);
+    free(got);
+
+    fill_uniform(&rng, old, nx, -1, 1);
+    ops->from_nchw(st, sh, old, gx);
+    ops->bn_infer_bwd(st, &c.d, c.x_, dy, c.g_, c.b_, c.rm_, c.rv_, 1.0f, gx);
+    get_spatial(sh, gx, hx);
+    double *want = sum_ref(old, dxref, nx);
+    compare("bn_infer_bwd beta_dx=1", shape, "dx", hx, want, nx, REF_ATOL, REF_RTOL);
+    free(want);
+
+    float *dp[] = {dy, gx, c.x_, c.y_, c.g_, c.b_, c.rm_, c.rv_};
+    for (size_t i = 0; i < RT_ARRAY_LEN(dp); i++)
+        ops->free(be, dp[i]);
+    float *hp[] = {hx, old, g, b, rm, rv, c.x, c.r, c.y};
+    for (size_t i = 0; i < RT_ARRAY_LEN(hp); i++)
+        free(hp[i]);
+    free(a);
+    free(dxref);
+}
+
+static void test_bn_infer(void)
+{
+    CHECKF(ops->bn_relu == 1, "the CPU's fp32 table does not fuse batchnorm and ReLU (bn_relu %d)", ops->bn_relu);
+    static const struct rt_shape4 shapes[] = {
+        {2, 3, 5, 4},  {1, 5, 1, 1},   {3, 7, 6, 6},   /* (C, N, H, W) */
+        {2, 16, 5, 3}, {3, 32, 4, 4},  {2, 16, 1, 1},  /* nChw16c */
+        {8, 5, 32, 32}, {4, 64, 12, 12},               /* big enough for the threads, one of each layout */
+    };
+    uint64_t stream = 500;
+    for (size_t i = 0; i < RT_ARRAY_LEN(shapes); i++)
+        for (int relu = 0; relu < 2; relu++)
+            test_bn_infer_case(shapes[i], relu, stream++);
+}
+
 /* ---- layout -------------------------------------------------------------------- */
 
 /*
@@ -972,6 +1088,7 @@ int main(void)
     test_conv();
     test_pool();
     test_feat();
+    test_bn_infer();
     test_linear();
 
     rt_backend_destroy(be);

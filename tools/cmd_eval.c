@@ -12,11 +12,14 @@ static void usage(FILE *f)
 {
     fprintf(f, "Usage: ringtrain eval --data DIR --checkpoint FILE [options]\n\n"
                "Prints the loss and accuracy of a checkpoint (model.safetensors from `ringtrain train`)\n"
-               "on the dataset's test split.\n\n"
+               "on the dataset's test split. A state_dict saved elsewhere (PyTorch's names, no ringtrain\n"
+               "metadata) is scored too: --model names its architecture, the dataset gives its image size,\n"
+               "classes and normalisation.\n\n"
                "Options:\n"
                "  --data DIR          packed dataset (its test split is scored)\n"
-               "  --checkpoint FILE   the model.safetensors a `ringtrain train --checkpoint-dir` wrote\n"
-               "  --model NAME        check that the checkpoint holds this model\n"
+               "  --checkpoint FILE   the model.safetensors a `ringtrain train --checkpoint-dir` wrote, or a\n"
+               "                      safetensors state_dict from PyTorch (python3 -m ringtrain.convert for a .pth)\n"
+               "  --model NAME        check that the checkpoint holds this model (required for PyTorch's files)\n"
                "  --batch-size N      images per batch (default 256)\n"
                "  --workers N         loader threads (default 1)\n"
                "  --threads N         compute threads (default: the CPUs this process may use)\n"
@@ -25,7 +28,8 @@ static void usage(FILE *f)
                "  --json              also print one JSON line\n"
                "  -h, --help          print this help\n\n"
                "Examples:\n"
-               "  $ ringtrain eval --data data/mnist --checkpoint ckpt/model.safetensors --amp off\n");
+               "  $ ringtrain eval --data data/mnist --checkpoint ckpt/model.safetensors --amp off\n"
+               "  $ ringtrain eval --data data/photos --checkpoint resnet18.safetensors --model resnet18\n");
 }
 
 int cmd_eval(int argc, char **argv)

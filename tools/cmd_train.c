@@ -25,6 +25,14 @@ static void usage(FILE *f)
             "  --model NAME           %s\n"
             "                         (default mnist-net: the fastest on CPUs; the ResNets for real CIFAR)\n"
             "  --epochs N             passes over the training split (default 10)\n"
+            "  --init FILE            start from these weights: a safetensors state_dict with PyTorch's names\n"
+            "                         (a ringtrain checkpoint's model.safetensors, or torchvision's; a .pth:\n"
+            "                         python3 -m ringtrain.convert FILE.pth FILE.safetensors first)\n"
+            "  --reset-head           --init: the classifier starts afresh (PyTorch's init) for this dataset's\n"
+            "                         classes, whatever the file's\n"
+            "  --freeze GLOBS         layers not trained, by parameter name: 'conv1.*,bn1.*,layer1.*' (no\n"
+            "                         gradient, no optimizer state, not all-reduced; batchnorm in eval mode)\n"
+            "  --lr-head LR           the classifier's peak learning rate (default --lr)\n"
             "  --batch-size N         per rank (default 128)\n"
             "  --lr LR                peak learning rate (default 0.1)\n"
             "  --optimizer NAME       sgd (default), adam, adamw\n"
@@ -107,11 +115,15 @@ int cmd_train(int argc, char **argv)
         O_EPOCHS = 256, O_LR, O_OPT, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPEP, O_GAMMA, O_LS, O_ACCUM, O_CLIP,
         O_SEED, O_AUG, O_IMGSZ, O_SHUF, O_TARGET, O_PAT, O_CKPT, O_RESUME, O_METRICS, O_REPORT, O_SYN, O_STEPS, O_NOPROG, O_NOPIN, O_PIN,
         O_BUCKET, O_NOOVL, O_CTO, O_PTO, O_REPL, O_STAGE, O_AMP, O_LSCALE, O_MAXSKIP, O_ALLRED, O_TRACE, O_TRSTEPS,
-        O_TRMB, O_TRSPLIT, O_HELP
+        O_TRMB, O_TRSPLIT, O_INIT, O_RESETHEAD, O_FREEZE, O_LRHEAD, O_HELP
     };
     static const struct option opts[] = {
         CLI_RUN_OPTIONS,
         {"epochs", required_argument, NULL, O_EPOCHS},
+        {"init", required_argument, NULL, O_INIT},
+        {"reset-head", no_argument, NULL, O_RESETHEAD},
+        {"freeze", required_argument, NULL, O_FREEZE},
+        {"lr-head", required_argument, NULL, O_LRHEAD},
         {"lr", required_argument, NULL, O_LR},
         {"optimizer", required_argument, NULL, O_OPT},
         {"momentum", required_argument, NULL, O_MOM},
@@ -178,6 +190,14 @@ int cmd_train(int argc, char **argv)
             if (parse_float("--lr", optarg, 0, 1e6, &d))
                 return RT_EXIT_USAGE;
             c.lr = (float)d;
+            break;
+        case O_INIT: c.init = optarg; break;
+        case O_RESETHEAD: c.reset_head = 1; break;
+        case O_FREEZE: c.freeze = optarg; break;
+        case O_LRHEAD:
+            if (parse_float("--lr-head", optarg, 0, 1e6, &d))
+                return RT_EXIT_USAGE;
+            c.lr_head = (float)d;
             break;
         case O_OPT:
             if (rt_optim_kind_parse(optarg, &c.optim.kind) < 0)
@@ -362,6 +382,9 @@ int cmd_train(int argc, char **argv)
         return cli_usage_error("train", "--data DIR is required (or --synthetic-data to measure compute alone)");
     if (c.resume && !c.checkpoint_dir)
         return cli_usage_error("train", "--resume needs --checkpoint-dir");
+    if (c.reset_head && !c.init)
+        return cli_usage_error("train", "--reset-head needs --init FILE (a model of --seed's weights has a fresh "
+                                        "classifier already)");
     if (c.epochs < 1)
         return cli_usage_error("train", "--epochs must be at least 1");
     if (c.optim.nesterov && c.optim.kind != RT_OPT_SGD)

@@ -819,6 +819,29 @@ BF16_TARGET static void bn_dx_row(const uint16_t *x, const uint16_t *dy, size_t 
     }
 }
 
+/* dx = beta_dx dx + (dy - k - (x - mean) p) sc per channel, masked by a fused ReLU's (ra, rb) when they are given:
+ * bn_dx_row / bn_dx_block over the tensor's layout. */
+static void bn_dx_all(struct rt_stream *s, const struct geo *g, const uint16_t *xh, const uint16_t *gh,
+                      const float *mean, const float *k, const float *p, const float *sc, const float *ra,
+                      const float *rb, float beta_dx, uint16_t *dxh)
+{
+    const size_t m = g->n * g->hw;
+    if (!g->blocked) {
+#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (g->c * m >= PAR_MIN)
+        for (size_t c = 0; c < g->c; c++)
+            bn_dx_row(xh + c * m, gh + c * m, m, mean[c], k[c], p[c], sc[c], ra ? ra + c : NULL, rb ? rb + c : NULL,
+                      beta_dx, dxh + c * m);
+        return;
+    }
+    const size_t cbs = g->c / LANES;
+#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (g->c * m >= PAR_MIN)
+    for (size_t j = 0; j < g->planes; j++) {
+        const size_t c0 = (j % cbs) * LANES, o = j * g->plane;
+        bn_dx_block(xh + o, gh + o, g->hw, mean + c0, k + c0, p + c0, sc + c0, ra ? ra + c0 : NULL,
+                    rb ? rb + c0 : NULL, beta_dx, dxh + o);
+    }
+}
+
 static void bf16_bn_bwd(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *dy,
                         const float *gamma, const float *beta, const float *save_mean, const float *save_invstd,
                         float beta_dx, float *dx, float *dgamma, float *dbeta)
@@ -847,20 +870,32 @@ static void bf16_bn_bwd(struct rt_stream *s, const struct rt_bn_desc *d, const f
         w.a[c] = (float)(sdyx * invstd * invstd / (double)m);
         w.b[c] = (float)(invstd * gamma[c]);
     }
-    if (!g.blocked) {
-#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (g.c * m >= PAR_MIN)
-        for (size_t c = 0; c < g.c; c++)
-            bn_dx_row(xh + c * m, gh + c * m, m, save_mean[c], w.k[c], w.a[c], w.b[c], ra ? ra + c : NULL,
-                      rb ? rb + c : NULL, beta_dx, dxh + c * m);
-        return;
+    bn_dx_all(s, &g, xh, gh, save_mean, w.k, w.a, w.b, ra, rb, beta_dx, dxh);
+}
+
+/*
+ * The data gradient of bn_infer_fwd: dx = dy a with a = invstd * gamma, the forward's float product, through
+ * bf16_bn_bwd's dx kernels with grad_mean = proj = 0 and scale = a (dy - 0 - (x - mean) 0 is dy for every finite
+ * x), so the result is the fp32 op's (elem.c) rounded once. A fused ReLU's mask is relu_pass on the forward's v,
+ * recomputed from its very operands (running_mean, a, beta): the mask of this table's bn_infer_fwd then relu_bwd.
+ */
+static void bf16_bn_infer_bwd(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *dy,
+                              const float *gamma, const float *beta, const float *running_mean,
+                              const float *running_var, float beta_dx, float *dx)
+{
+    const struct geo g = geo_of(d->in);
+    const uint16_t *xh = cb16(x), *gh = cb16(dy);
+    uint16_t *dxh = mb16(dx);
+    struct bn_scratch w;
+    bn_scratch_get(s, &g, &w);
+    const double eps = rt_decimal_double(d->eps);
+    /* per channel: w.k = 0 (grad_mean and proj), w.a = the forward's scale */
+    for (size_t c = 0; c < g.c; c++) {
+        w.k[c] = 0.0f;
+        w.a[c] = (float)(1.0 / sqrt((double)running_var[c] + eps)) * gamma[c];
     }
-    const size_t cbs = g.c / LANES;
-#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (g.c * m >= PAR_MIN)
-    for (size_t j = 0; j < g.planes; j++) {
-        const size_t c0 = (j % cbs) * LANES, o = j * g.plane;
-        bn_dx_block(xh + o, gh + o, g.hw, save_mean + c0, w.k + c0, w.a + c0, w.b + c0, ra ? ra + c0 : NULL,
-                    rb ? rb + c0 : NULL, beta_dx, dxh + o);
-    }
+    const float *ra = d->relu ? w.a : NULL, *rb = d->relu ? beta : NULL;
+    bn_dx_all(s, &g, xh, gh, running_mean, w.k, w.k, w.a, ra, rb, beta_dx, dxh);
 }
 
 /* ==== max pooling ========================================================== */
@@ -1883,6 +1918,7 @@ void rt_cpu_fill_bf16(struct rt_ops *t)
     t->bn_train_fwd = bf16_bn_train_fwd;
     t->bn_infer_fwd = bf16_bn_infer_fwd;
     t->bn_bwd = bf16_bn_bwd;
+    t->bn_infer_bwd = bf16_bn_infer_bwd;
     t->maxpool_fwd = bf16_maxpool_fwd;
     t->maxpool_bwd = bf16_maxpool_bwd;
     t->avgpool_fwd = bf16_avgpool_fwd;

@@ -629,6 +629,50 @@ void rt_cpu_bn_bwd(struct rt_stream *s, const struct rt_bn_desc *d, const float 
     }
 }
 
+/*
+ * The data gradient of bn_infer_fwd, y = (x - running_mean) a + beta with a = invstd * gamma as bn_infer_fwd rounds
+ * it: dx = dy a. That is bn_bwd's dx with grad_mean = proj = 0 and scale = a, so the dx kernels above run with
+ * those constants (dy - 0 - (x - mean) 0 is dy for every finite x); a fused ReLU's mask is the forward's output
+ * recomputed from the forward's very operands (running_mean, a, beta), as bn_bwd recomputes its own.
+ */
+void rt_cpu_bn_infer_bwd(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *dy,
+                         const float *gamma, const float *beta, const float *running_mean, const float *running_var,
+                         float beta_dx, float *dx)
+{
+    const size_t c = (size_t)d->in.c, m = (size_t)d->in.n * d->in.h * d->in.w;
+    const double eps = rt_decimal_double(d->eps);
+    if (rt_cpu_blocked(d->in)) {
+        const size_t cb = c / BLK, hw = (size_t)d->in.h * d->in.w, blocks = (size_t)d->in.n * cb;
+        const struct bn_blk_scratch t = bn_blk_scratch(s, 0, c);
+        for (size_t ch = 0; ch < c; ch++) {
+            t.f0[ch] = 0.0f; /* grad_mean and proj */
+            t.f1[ch] = (float)(1.0 / sqrt((double)running_var[ch] + eps)) * gamma[ch];
+        }
+        const float *ra = d->relu ? t.f1 : NULL;
+#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (c * m >= PAR_MIN)
+        for (size_t j = 0; j < blocks; j++) {
+            const size_t c0 = j % cb * BLK, o = j * hw * BLK;
+            bn_blk_bwd_dx(x + o, dy + o, hw, running_mean + c0, t.f0 + c0, t.f0 + c0, t.f1 + c0,
+                          ra ? ra + c0 : NULL, beta + c0, beta_dx, dx + o);
+        }
+        return;
+    }
+    /* A fused ReLU on the (C, N, H, W) path masks dy into scratch first, as rt_cpu_bn_bwd does. */
+    float *masked = d->relu ? scratch(s, c * m * sizeof(float)) : NULL;
+#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (c * m >= PAR_MIN)
+    for (size_t ch = 0; ch < c; ch++) {
+        const float *xr = x + ch * m, *gr = dy + ch * m;
+        const float mean = running_mean[ch], a = (float)(1.0 / sqrt((double)running_var[ch] + eps)) * gamma[ch];
+        if (masked) {
+            float *mr = masked + ch * m;
+            for (size_t i = 0; i < m; i++)
+                mr[i] = bn_relu_grad(gr[i], xr[i], mean, a, beta[ch]);
+            gr = mr;
+        }
+        bn_row_bwd_dx(xr, gr, m, mean, 0.0f, 0.0f, a, beta_dx, dx + ch * m);
+    }
+}
+
 /* ==== activations ========================================================== */
 
 void rt_cpu_relu_fwd(struct rt_stream *s, size_t n, const float *x, float *y)

@@ -525,6 +525,39 @@ static void bn_bwd_t(struct rt_stream *s, const struct rt_bn_desc *d, const floa
     RT_CUDA_LAUNCHED();
 }
 
+/* bn_infer_bwd's coefficients in bn_bwd_dx_k's form: grad_mean = proj = 0, scale = the forward's invstd * gamma,
+ * rounded as bn_infer_fwd_t computes it (bn_invstd_k, then bn_affine_k's product). */
+static __global__ void bn_infer_bwd_coef_k(size_t c, const float *running_var, const float *gamma, double eps,
+                                           float *coef)
+{
+    const size_t ch = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= c)
+        return;
+    const float invstd = (float)(1.0 / sqrt((double)running_var[ch] + eps));
+    coef[3 * ch] = 0.0f;
+    coef[3 * ch + 1] = 0.0f;
+    coef[3 * ch + 2] = invstd * gamma[ch];
+}
+
+/* dx = beta_dx dx + dy invstd gamma, rounded once into T: bn_bwd_dx_k with the coefficients above and
+ * mean = running_mean (dy - 0 - (x - mean) 0 is dy for every finite x). */
+template <typename T>
+static void bn_infer_bwd_t(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *dy,
+                           const float *gamma, const float *beta, const float *running_mean, const float *running_var,
+                           float beta_dx, float *dx)
+{
+    (void)beta; /* only for a fused ReLU, which the CUDA tables do not offer (rt_ops.bn_relu 0): d->relu is never set */
+    const size_t c = (size_t)d->in.c, n = shape_count(d->in);
+    if (n == 0)
+        return;
+    const cudaStream_t st = rt_cuda_stream(s);
+    float *coef = (float *)rt_cuda_workspace(s, 3 * c * sizeof(float));
+    bn_infer_bwd_coef_k<<<grid_for(c), THREADS, 0, st>>>(c, running_var, gamma, rt_decimal_double(d->eps), coef);
+    RT_CUDA_LAUNCHED();
+    bn_bwd_dx_k<T><<<grid_for(n), THREADS, 0, st>>>(n, c, TP(x), TP(dy), running_mean, coef, beta_dx, TM(dx));
+    RT_CUDA_LAUNCHED();
+}
+
 /* ==== pooling =============================================================== */
 
 static struct pool_geom geom_of(const struct rt_pool_desc *d)
@@ -783,6 +816,7 @@ template <typename T> static void spatial_fill(struct rt_ops *t)
     t->bn_train_fwd = bn_train_fwd_t<T>;
     t->bn_infer_fwd = bn_infer_fwd_t<T>;
     t->bn_bwd = bn_bwd_t<T>;
+    t->bn_infer_bwd = bn_infer_bwd_t<T>;
     t->maxpool_fwd = maxpool_fwd_t<T>;
     t->maxpool_bwd = maxpool_bwd_t<T>;
     t->avgpool_fwd = avgpool_fwd_t<T>;

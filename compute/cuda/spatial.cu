@@ -396,6 +396,39 @@ void rt_cuda_bn_bwd(struct rt_stream *s, const struct rt_bn_desc *d, const float
     LAUNCH_FLAT(s, n, n, bn_bwd_dx_kernel, hw, c, x, dy, save_mean, coef, beta_dx, dx);
 }
 
+/*
+ * bn_infer_bwd's coefficients in bn_bwd_dx_kernel's form: grad_mean = proj = 0 and scale = the forward's
+ * invstd * gamma, rounded as bn_infer_fwd computes it (bn_infer_invstd_kernel, then bn_affine_kernel's product).
+ */
+static __global__ void bn_infer_bwd_coef_kernel(size_t c, const float *running_var, const float *gamma, double eps,
+                                                float *coef)
+{
+    const size_t ch = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (ch >= c)
+        return;
+    const float invstd = (float)__ddiv_rn(1.0, __dsqrt_rn(__dadd_rn((double)running_var[ch], eps)));
+    coef[3 * ch] = 0.0f;
+    coef[3 * ch + 1] = 0.0f;
+    coef[3 * ch + 2] = __fmul_rn(invstd, gamma[ch]);
+}
+
+/* dx = beta_dx dx + dy invstd gamma: bn_bwd's dx kernel with the coefficients above and mean = running_mean
+ * (dy - 0 - (x - mean) 0 is dy for every finite x), as the CPU's rt_cpu_bn_infer_bwd. */
+void rt_cuda_bn_infer_bwd(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *dy,
+                          const float *gamma, const float *beta, const float *running_mean, const float *running_var,
+                          float beta_dx, float *dx)
+{
+    (void)beta; /* only for a fused ReLU, which the CUDA tables do not offer (rt_ops.bn_relu 0): d->relu is never set */
+    const size_t c = (size_t)d->in.c, hw = (size_t)d->in.h * d->in.w, n = shape_count(d->in);
+    if (n == 0)
+        return;
+    float *coef = (float *)rt_cuda_workspace(s, 3 * c * sizeof(float));
+    bn_infer_bwd_coef_kernel<<<grid_for(c), THREADS, 0, rt_cuda_stream(s)>>>(c, running_var, gamma,
+                                                                            rt_decimal_double(d->eps), coef);
+    RT_CUDA_LAUNCHED();
+    LAUNCH_FLAT(s, n, n, bn_bwd_dx_kernel, hw, c, x, dy, running_mean, coef, beta_dx, dx);
+}
+
 /* ==== pooling ============================================================= */
 
 static struct pool_geom pool_geom_of(const struct rt_pool_desc *d)

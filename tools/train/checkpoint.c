@@ -73,6 +73,15 @@ static int save_state(struct train *T, const double ep[3])
                            T->res.best_acc, "target_streak", (int)T->res.streak, "epoch_loss_sum", ep[0],
                            "epoch_correct", ep[1], "epoch_count", ep[2], "images", (json_int_t)T->meter.run.images,
                            "train_ns", (json_int_t)T->meter.run.train_ns, "world_size", T->world);
+    /* Fine-tuning: the frozen layers shape the optimizer's state, so a resume must freeze the same. */
+    if (st && c->freeze)
+        json_object_set_new(st, "freeze", json_string(c->freeze));
+    if (st && c->init) {
+        json_object_set_new(st, "init", json_string(c->init));
+        json_object_set_new(st, "reset_head", json_boolean(c->reset_head));
+    }
+    if (st && c->lr_head > 0)
+        json_object_set_new(st, "lr_head", json_real(c->lr_head));
     if (st && T->scaling) {
         json_object_set_new(st, "loss_scale", json_real(T->scaler.scale));
         json_object_set_new(st, "loss_scale_good_steps", json_integer(T->scaler.good));
@@ -195,7 +204,7 @@ static int read_state(json_t *st, const char *p, struct saved_state *s)
 }
 
 /* A checkpoint resumes only the run that wrote it: the same world, model, batch, accumulation, seed, optimizer. */
-static int check_same_run(const struct train *T, const struct saved_state *s, const char *p)
+static int check_same_run(const struct train *T, const struct saved_state *s, json_t *st, const char *p)
 {
     const struct train_cfg *c = &T->cfg;
     struct rt_loader_state ls;
@@ -211,6 +220,12 @@ static int check_same_run(const struct train *T, const struct saved_state *s, co
         return rt_errf(-EINVAL, "%s: the checkpoint was trained with --batch-size %d --grad-accum %d --seed %" PRId64
                                 " --optimizer %s; resume with the same",
                        c->checkpoint_dir, s->batch_size, s->accum, (int64_t)s->seed, s->optname);
+    json_t *jf = json_object_get(st, "freeze");
+    const char *was = jf && json_is_string(jf) ? json_string_value(jf) : "";
+    if (strcmp(was, c->freeze ? c->freeze : "") != 0)
+        return rt_errf(-EINVAL, "%s: the checkpoint was trained with %s%s%s; resume with the same (the frozen layers "
+                                "have no optimizer state)",
+                       c->checkpoint_dir, *was ? "--freeze '" : "no --freeze", was, *was ? "'" : "");
     if (s->accum > 0 && s->batch % s->accum != 0)
         return rt_errf(-EINVAL, "%s: the checkpoint was written after micro-batch %" PRId64 " of epoch %" PRId64
                                 ", inside an update of --grad-accum %d (versions before updates ended with their "
@@ -259,7 +274,7 @@ int checkpoint_load(struct train *T)
     struct saved_state s;
     rc = read_state(st, p, &s);
     if (rc == 0) {
-        rc = check_same_run(T, &s, p);
+        rc = check_same_run(T, &s, st, p);
         snprintf(T->ckpt_id, sizeof(T->ckpt_id), "%s", s.id);
     }
     if (rc == 0)

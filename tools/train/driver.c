@@ -232,11 +232,15 @@ static int make_model(struct train *T)
 {
     const struct train_cfg *c = &T->cfg;
     struct rt_model_opts mo = {.name = c->model, .c = (int)T->c, .h = (int)T->h, .w = (int)T->w,
-                               .classes = (int)T->classes, .batch = (int)c->batch, .seed = c->seed, .act = T->act};
+                               .classes = (int)T->classes, .batch = (int)c->batch, .seed = c->seed, .act = T->act,
+                               .freeze = c->freeze};
     int rc;
+    /* The optimizer holds state for the trainable parameters only: a frozen layer has none. */
     if ((rc = rt_model_create(T->be, &mo, &T->model)) < 0 ||
-        (rc = rt_optim_create(T->be, &c->optim, rt_model_param_count(T->model), &T->opt)) < 0)
+        (rc = rt_optim_create(T->be, &c->optim, rt_model_trainable_count(T->model), &T->opt)) < 0)
         return rc;
+    if (c->lr_head > 0 && !rt_model_head_count(T->model))
+        return rt_errf(-EINVAL, "--lr-head: the classifier (%s) is frozen", rt_model_head_name(T->model));
     T->scaling = c->loss_scale > 0 || (c->loss_scale < 0 && T->act == RT_F16);
     rt_scaler_init(&T->scaler);
     if (c->max_skipped_steps)
@@ -252,8 +256,8 @@ static int make_bucketer(struct train *T)
     struct rt_bucket_tensor *bt = rt_calloc((size_t)count, sizeof(*bt), "bucket plan");
     if (!bt)
         return -ENOMEM;
-    for (int i = 0; i < count; i++)
-        if (tab[i].kind == RT_PARAM)
+    for (int i = 0; i < count; i++) /* frozen layers have no gradient to reduce */
+        if (tab[i].kind == RT_PARAM && !tab[i].frozen)
             bt[np++] = (struct rt_bucket_tensor){tab[i].name, tab[i].offset, tab[i].count};
     /* NCCL mode orders its comm stream with events of its own; the MPI path's comm thread waits on ours. */
     struct rt_bucket_opts bo = {.cap_bytes = (size_t)(T->cfg.bucket_cap_mb * 1048576.0),
@@ -261,7 +265,7 @@ static int make_bucketer(struct train *T)
                                 .stream = T->nccl ? rt_backend_native_stream(T->be) : NULL,
                                 .fence_mark = T->nccl ? NULL : fence_mark, .fence_wait = T->nccl ? NULL : fence_wait,
                                 .fence_ctx = T};
-    int rc = rt_bucketer_create(T->comm, rt_model_grads(T->model), rt_model_param_count(T->model), bt, np, &bo,
+    int rc = rt_bucketer_create(T->comm, rt_model_grads(T->model), rt_model_trainable_count(T->model), bt, np, &bo,
                                 &T->bucketer);
     free(bt);
     /* One event per bucket; none is recorded before the first step. */
@@ -287,6 +291,66 @@ static void make_schedule(struct train *T)
     if (T->sched.warmup_steps > T->sched.total_steps)
         T->sched.warmup_steps = T->sched.total_steps;
     T->sched.step_size = (uint64_t)RT_MAX(llround(c->step_epochs * (double)per_epoch), 1);
+    /* --lr-head: PyTorch's parameter groups under one scheduler, each from its own initial learning rate. */
+    T->sched_head = T->sched;
+    T->sched_head.base_lr = c->lr_head > 0 ? c->lr_head : c->lr;
+}
+
+/*
+ * --init: the starting weights, on every rank (all read the file, as they read a checkpoint), after --resume
+ * found none: a resumed run continues from its checkpoint instead. Rank 0 lists every difference between the
+ * file and the model before the error.
+ */
+static int load_init(struct train *T)
+{
+    const struct train_cfg *c = &T->cfg;
+    if (!c->init || T->pos.update > 0 || T->ckpt_micro != UINT64_MAX)
+        return 0;
+    struct rt_st_file *f = NULL;
+    struct rt_init_result r;
+    memset(&r, 0, sizeof(r));
+    int rc = rt_st_read(c->init, &f);
+    if (rc < 0) {
+        const size_t n = strlen(c->init);
+        if (n > 4 && (!strcmp(c->init + n - 4, ".pth") || !strcmp(c->init + n - 3, ".pt")))
+            return rt_errf(rc, "--init %s: %s. A PyTorch .pth/.pt is a pickle, not safetensors: convert it with "
+                               "`python3 -m ringtrain.convert %s out.safetensors` and pass that",
+                           c->init, rt_errmsg(), c->init);
+        return rt_errf(rc, "--init: %s", rt_errmsg());
+    }
+    rc = rt_model_load_init(T->model, f, c->reset_head, &r);
+    if (rc < 0 && r.ndiff) {
+        int head = 0;
+        for (int i = 0; i < r.ndiff; i++)
+            head += r.diff[i].head;
+        if (T->root) {
+            const size_t need = rt_init_describe(&r, NULL, 0) + 1;
+            char *text = rt_malloc(need, "the differences");
+            if (text) {
+                rt_init_describe(&r, text, need);
+                fprintf(stderr, "--init %s does not fit %s for %ux%ux%u images and %u classes:\n%s", c->init,
+                        rt_model_name(T->model), T->c, T->h, T->w, T->classes, text);
+                free(text);
+            }
+        }
+        char msg[300];
+        snprintf(msg, sizeof(msg), "%s", rt_errmsg());
+        if (head && head == r.ndiff)
+            rc = rt_errf(rc, "--init %s: %s, all of the classifier (%s): add --reset-head to train a new one for "
+                             "%u classes",
+                         c->init, msg, rt_model_head_name(T->model), T->classes);
+        else
+            rc = rt_errf(rc, "--init %s: %s (listed above)%s", c->init, msg,
+                         head ? "; --reset-head would settle the classifier's" : "");
+    } else if (rc < 0) {
+        rc = rt_errf(rc, "--init %s: %s", c->init, rt_errmsg());
+    } else {
+        T->init_loaded = r.loaded;
+        T->init_head_reset = r.head_reset;
+    }
+    rt_init_result_free(&r);
+    rt_st_close(f);
+    return rc;
 }
 
 /* --metrics: appended to on a resumed run; never opened through a link, nor as another user's file. */
@@ -372,7 +436,7 @@ int train_create(const struct train_cfg *cfg, struct train **out)
         return rc;
     startup_mark(T, BOOT_COMPUTE);
     if ((rc = make_model(T)) < 0 || (rc = replicas_create(T)) < 0 || (rc = make_bucketer(T)) < 0 ||
-        (T->cfg.resume && T->cfg.checkpoint_dir && (rc = checkpoint_resume(T)) < 0))
+        (T->cfg.resume && T->cfg.checkpoint_dir && (rc = checkpoint_resume(T)) < 0) || (rc = load_init(T)) < 0)
         return rc;
     startup_mark(T, BOOT_MODEL);
     /* One model on every rank from the start: rank 0's. */

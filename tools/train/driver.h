@@ -203,6 +203,9 @@ struct train {
     float *host;                /* a host copy of the parameters (replicas.c), made with the model */
     struct rt_optim *opt;
     struct rt_sched sched;
+    struct rt_sched sched_head; /* --lr-head: the classifier's, the same schedule from its own peak */
+    int init_loaded;            /* --init: tensors loaded from the file (0: none, a resumed run) */
+    int init_head_reset;        /* --init --reset-head: the classifier's tensors left at their initialisation */
     enum rt_dtype act;          /* activations' type (--amp) */
     int scaling;                /* dynamic loss scaling on */
     struct rt_scaler scaler;

@@ -75,13 +75,23 @@ static int meta_floats(const struct rt_st_file *f, const char *path, const char 
     return 0;
 }
 
-/* What a checkpoint says it is: its model, classes and input shape. */
+/* What a checkpoint says it is: its model, classes and input shape; *foreign = 1 for a state_dict saved
+ * elsewhere (PyTorch), which says none of it: --model names the architecture, and the dataset the rest. */
 static int checkpoint_identity(const struct eval_cfg *cfg, const struct rt_st_file *f, const char **model,
-                               const char **classes, uint32_t shape[3])
+                               const char **classes, uint32_t shape[3], int *foreign)
 {
     float fs[3];
     *model = rt_st_meta(f, "model");
     *classes = rt_st_meta(f, "num_classes");
+    *foreign = !*model && !*classes;
+    if (*foreign) {
+        if (!cfg->model)
+            return rt_errf(-EINVAL, "%s has no ringtrain metadata (a state_dict saved by PyTorch?): name its "
+                                    "architecture with --model",
+                           cfg->checkpoint);
+        *model = cfg->model;
+        return 0;
+    }
     if (!*model || !*classes)
         return rt_errf(-EINVAL, "%s: no \"model\"/\"num_classes\" metadata: not a ringtrain checkpoint",
                        cfg->checkpoint);
@@ -112,16 +122,63 @@ static int check_fits(const struct eval_cfg *cfg, const char *classes, const uin
     return 0;
 }
 
+/* A foreign file is scored at the dataset's image size with the dataset's normalisation, as train --init
+ * would fine-tune it. */
+static int foreign_fits(const struct eval_cfg *cfg, const struct rt_dataset_info *di, uint32_t shape[3], float *mean,
+                        float *std)
+{
+    if (di->channels > 4)
+        return rt_errf(-EINVAL, "images with %u channels: at most 4 are supported", di->channels);
+    if (!di->height)
+        return rt_errf(-EINVAL, "%s holds images of their own sizes, and %s (no ringtrain metadata) does not say "
+                                "which size it was trained at: train --init from it instead",
+                       cfg->data, cfg->checkpoint);
+    if (!di->split[RT_SPLIT_TEST].records)
+        return rt_errf(-EINVAL, "%s has no test split", cfg->data);
+    shape[0] = di->channels;
+    shape[1] = di->height;
+    shape[2] = di->width;
+    for (uint32_t i = 0; i < di->channels; i++) {
+        mean[i] = di->have_norm ? di->mean[i] : 0.5f;
+        std[i] = di->have_norm ? di->std[i] : 0.25f;
+    }
+    return 0;
+}
+
+/* Loads a foreign file into m strictly, printing every difference before the error. */
+static int load_foreign(struct rt_model *m, const struct rt_st_file *f, const char *path, uint32_t classes)
+{
+    struct rt_init_result r;
+    int rc = rt_model_load_init(m, f, 0, &r);
+    if (rc < 0 && r.ndiff) {
+        const size_t need = rt_init_describe(&r, NULL, 0) + 1;
+        char *text = rt_malloc(need, "the differences");
+        if (text) {
+            rt_init_describe(&r, text, need);
+            fprintf(stderr, "%s does not fit %s for %u classes:\n%s", path, rt_model_name(m), classes, text);
+            free(text);
+        }
+        rc = rt_errf(rc, "%s: %s (listed above)", path, rt_errmsg());
+    }
+    rt_init_result_free(&r);
+    return rc;
+}
+
 /* Builds the checkpoint's model on the backend --device picks, and evaluates the test split. */
 static int evaluate_model(const struct eval_cfg *cfg, const struct rt_st_file *f, struct rt_dataset *ds,
-                          const char *model, const uint32_t shape[3], struct eval_result *res)
+                          const char *model, const uint32_t shape_in[3], int foreign, struct eval_result *res)
 {
     const struct rt_dataset_info *di = rt_dataset_info(ds);
     float mean[4], std[4];
+    uint32_t shape[3] = {shape_in[0], shape_in[1], shape_in[2]};
     int rc;
-    if ((rc = meta_floats(f, cfg->checkpoint, "mean", mean, di->channels)) < 0 ||
-        (rc = meta_floats(f, cfg->checkpoint, "std", std, di->channels)) < 0)
+    if (foreign) {
+        if ((rc = foreign_fits(cfg, di, shape, mean, std)) < 0)
+            return rc;
+    } else if ((rc = meta_floats(f, cfg->checkpoint, "mean", mean, di->channels)) < 0 ||
+               (rc = meta_floats(f, cfg->checkpoint, "std", std, di->channels)) < 0) {
         return rc;
+    }
     const uint32_t image_size = di->height ? 0 : shape[1];
     struct rt_model_opts mo = {.name = model, .c = (int)di->channels, .h = (int)shape[1], .w = (int)shape[2],
                                .classes = (int)di->num_classes, .batch = (int)cfg->batch};
@@ -131,7 +188,8 @@ static int evaluate_model(const struct eval_cfg *cfg, const struct rt_st_file *f
     uint64_t t0 = 0;
     if ((rc = train_open_backend(cfg->device, 0, 1, cfg->threads, &be)) == 0 &&
         (rc = train_amp_resolve(cfg->amp, be, &mo.act)) == 0 && (rc = rt_model_create(be, &mo, &m)) == 0 &&
-        (rc = rt_model_load(m, f, cfg->checkpoint)) == 0) {
+        (rc = foreign ? load_foreign(m, f, cfg->checkpoint, di->num_classes)
+                      : rt_model_load(m, f, cfg->checkpoint)) == 0) {
         t0 = rt_now_ns();
         rc = evaluate_split(m, ds, RT_SPLIT_TEST, image_size, cfg->batch, cfg->workers, RT_PIN_AUTO, NULL, mean,
                             std, &vs);
@@ -153,16 +211,17 @@ int train_evaluate_checkpoint(const struct eval_cfg *cfg, struct eval_result *re
     struct rt_dataset *ds = NULL;
     const char *model = NULL, *classes = NULL;
     uint32_t shape[3] = {0};
+    int foreign = 0;
     int rc = rt_st_read(cfg->checkpoint, &f);
     if (rc == 0)
-        rc = checkpoint_identity(cfg, f, &model, &classes, shape);
+        rc = checkpoint_identity(cfg, f, &model, &classes, shape, &foreign);
     if (rc == 0)
         rc = rt_dataset_open(cfg->data, &ds);
-    if (rc == 0)
+    if (rc == 0 && !foreign)
         rc = check_fits(cfg, classes, shape, rt_dataset_info(ds));
     if (rc == 0) {
         snprintf(res->model, sizeof(res->model), "%s", model);
-        rc = evaluate_model(cfg, f, ds, model, shape, res);
+        rc = evaluate_model(cfg, f, ds, model, shape, foreign, res);
     }
     rt_dataset_close(ds);
     rt_st_close(f);

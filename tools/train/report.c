@@ -88,11 +88,17 @@ static void banner_comm(struct train *T)
         rt_bucketer_bucket(T->bucketer, i, &off, &cnt, NULL, 0);
         big = RT_MAX(big, (double)cnt * 4e-6);
     }
+    uint64_t trainable, frozen;
+    rt_model_param_split(T->model, &trainable, &frozen);
+    char left[96] = "";
+    if (frozen)
+        snprintf(left, sizeof(left), "; %.2f MB of frozen layers left out", (double)frozen * 4e-6);
     banner_line(T, "comm",
-                "%s (ranks from %s: %s), all-reduce in %d bucket%s (first %.2f MB, largest %.2f MB, cap %g MB)%s",
-                rt_comm_backend(T->comm), rt_rank_source_name(ri->source), ri->vars, nb, nb == 1 ? "" : "s", first,
-                nb > 1 ? big : first, c->bucket_cap_mb,
-                c->no_overlap ? ", after backward (--no-overlap)" : ", overlapped with backward");
+                "%s (ranks from %s: %s), all-reduce of %.2f MB per step in %d bucket%s (first %.2f MB, largest "
+                "%.2f MB, cap %g MB)%s%s",
+                rt_comm_backend(T->comm), rt_rank_source_name(ri->source), ri->vars, (double)trainable * 4e-6, nb,
+                nb == 1 ? "" : "s", first, nb > 1 ? big : first, c->bucket_cap_mb,
+                c->no_overlap ? ", after backward (--no-overlap)" : ", overlapped with backward", left);
     if (T->nccl)
         banner_line(T, "gradients", "%s", rt_nccl_describe(T->nccl));
 }
@@ -102,6 +108,8 @@ static void banner_optim(struct train *T)
     const struct train_cfg *c = &T->cfg;
     char t[512] = "";
     rt_appendf(t, sizeof(t), "%s lr %g", rt_optim_kind_name(c->optim.kind), (double)c->lr);
+    if (c->lr_head > 0)
+        rt_appendf(t, sizeof(t), " (%s %g)", rt_model_head_name(T->model), (double)c->lr_head);
     if (c->optim.kind == RT_OPT_SGD)
         rt_appendf(t, sizeof(t), " momentum %g%s", (double)c->optim.momentum, c->optim.nesterov ? " nesterov" : "");
     rt_appendf(t, sizeof(t), " weight decay %g, schedule %s (warm-up %" PRIu64 " steps of %" PRIu64 ")",
@@ -112,6 +120,36 @@ static void banner_optim(struct train *T)
     if (c->clip_grad_norm > 0)
         rt_appendf(t, sizeof(t), ", clip %g", (double)c->clip_grad_norm);
     banner_line(T, "optimizer", "%s", t);
+}
+
+/* --init and --freeze: where the weights come from, and what trains. */
+static void banner_finetune(struct train *T)
+{
+    const struct train_cfg *c = &T->cfg;
+    if (c->init && T->init_loaded) {
+        char head[160] = "";
+        if (T->init_head_reset)
+            snprintf(head, sizeof(head), "; %s starts afresh for %u classes (PyTorch's initialisation, --seed %" PRIu64
+                                         ")",
+                     rt_model_head_name(T->model), T->classes, c->seed);
+        banner_line(T, "init", "%s: %d tensors loaded%s", c->init, T->init_loaded, head);
+    } else if (c->init) {
+        banner_line(T, "init", "%s not read: the run resumes from its checkpoint", c->init);
+    }
+    if (!c->freeze)
+        return;
+    int count, layers = 0;
+    const struct rt_tensor_info *tab = rt_model_tensors(T->model, &count);
+    for (int i = 0; i < count; i++) {
+        const size_t n = strlen(tab[i].name);
+        layers += tab[i].kind == RT_PARAM && tab[i].frozen && n > 7 && !strcmp(tab[i].name + n - 7, ".weight");
+    }
+    uint64_t trainable, frozen;
+    rt_model_param_split(T->model, &trainable, &frozen);
+    banner_line(T, "freeze",
+                "%s: %d layers frozen (%.2f M parameters, no gradient or optimizer state; batchnorm in eval mode); "
+                "%.2f M of %.2f M parameters train",
+                c->freeze, layers, (double)frozen / 1e6, (double)trainable / 1e6, (double)(trainable + frozen) / 1e6);
 }
 
 void report_banner(struct train *T)
@@ -134,6 +172,7 @@ void report_banner(struct train *T)
         fact_keep(T, "world", world);
         banner_line(T, "model", "%s, %.2f M parameters, %s", rt_model_name(T->model), (double)params / 1e6,
                     precision(T->act));
+        banner_finetune(T);
         if (T->scaling)
             banner_line(T, "scaling",
                         "dynamic loss scale from %g (x%g every %u good steps, x%g on overflow; stop after %u "
@@ -398,6 +437,17 @@ static json_t *summary_json(const struct train *T, double wall_s, double train_s
     }
     json_object_set_new(o, "exposed_comm_frac", json_real(r->run_comm_frac));
     json_object_set_new(o, "buckets", json_integer(rt_bucketer_count(T->bucketer)));
+    /* What trains and what the all-reduce moves per update (bytes of the gradients in the buckets). */
+    uint64_t trainable, frozen;
+    rt_model_param_split(T->model, &trainable, &frozen);
+    json_object_set_new(o, "params", json_pack("{s:I, s:I}", "trainable", (json_int_t)trainable, "frozen",
+                                               (json_int_t)frozen));
+    size_t boff, bcnt, bbytes = 0;
+    for (int i = 0; i < rt_bucketer_count(T->bucketer); i++) {
+        rt_bucketer_bucket(T->bucketer, i, &boff, &bcnt, NULL, 0);
+        bbytes += bcnt * sizeof(float);
+    }
+    json_object_set_new(o, "allreduce_bytes", json_integer((json_int_t)bbytes));
     json_object_set_new(o, "bucket_cap_mb", json_real(c->bucket_cap_mb));
     json_object_set_new(o, "overlap", json_boolean(!c->no_overlap));
     json_object_set_new(o, "bucket_allreduces", json_integer((json_int_t)cc.bucket_allreduces));

@@ -156,7 +156,7 @@ static int unscale(struct train *T)
 {
     faults_before_unscale(T);
     const float used = T->scaler.scale;
-    int found = rt_optim_unscale(T->opt, rt_model_grads(T->model), rt_model_param_count(T->model), 1.0f / used);
+    int found = rt_optim_unscale(T->opt, rt_model_grads(T->model), rt_model_trainable_count(T->model), 1.0f / used);
     const enum rt_scaler_verdict v = rt_scaler_update(&T->scaler, found);
     if (v == RT_SCALER_APPLY)
         return 0;
@@ -180,7 +180,7 @@ static int unscale(struct train *T)
 
 static int clip(struct train *T)
 {
-    float norm = rt_clip_grad_norm(T->opt, rt_model_grads(T->model), rt_model_param_count(T->model),
+    float norm = rt_clip_grad_norm(T->opt, rt_model_grads(T->model), rt_model_trainable_count(T->model),
                                    T->cfg.clip_grad_norm);
     if (isfinite(norm))
         return 0;
@@ -200,9 +200,12 @@ static int apply(struct train *T)
     const int r = T->cfg.clip_grad_norm > 0 ? clip(T) : 0;
     if (r < 0)
         return r;
-    /* The schedule counts applied updates: one skipped by loss scaling does not advance it. */
-    rt_optim_step(T->opt, rt_model_params(T->model), rt_model_grads(T->model),
-                  rt_sched_lr(&T->sched, (uint64_t)rt_optim_steps(T->opt)));
+    /* The schedule counts applied updates: one skipped by loss scaling does not advance it. With --lr-head the
+     * classifier, laid out first, is a group of its own. */
+    const uint64_t applied = (uint64_t)rt_optim_steps(T->opt);
+    rt_optim_step_groups(T->opt, rt_model_params(T->model), rt_model_grads(T->model),
+                         rt_sched_lr(&T->sched, applied), rt_model_head_count(T->model),
+                         rt_sched_lr(&T->sched_head, applied));
     return 0;
 }
 

@@ -142,6 +142,11 @@ void train_faults_loader_batch(void *ctx, const struct rt_batch *b);
 struct train_cfg {
     const char *data;           /* dataset directory (NULL: synthetic data with the shape below) */
     const char *model;
+    /* fine-tuning */
+    const char *init;           /* starting weights: a safetensors state_dict (train --init), NULL: --seed's */
+    int reset_head;             /* the classifier keeps its fresh initialisation (a file of other classes) */
+    const char *freeze;         /* globs of the layers to freeze (rt_model_opts.freeze), NULL: none */
+    float lr_head;              /* the classifier's peak learning rate, 0: lr */
     uint64_t epochs;
     uint32_t batch;             /* samples per micro-batch, per rank */
     struct rt_optim_opts optim;
