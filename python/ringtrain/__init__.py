@@ -12,6 +12,10 @@ verify, the input verdict); nothing here re-implements what they do.
             x = images.float().div_(255)   # normalisation stays with the model
             ...
 
+Weights for ``ringtrain train --init``: ``ringtrain.save_safetensors(model.state_dict(), "m.safetensors")``,
+``ringtrain.convert("m.pth")`` (``python3 -m ringtrain.convert`` on the command line) and
+``ringtrain.load_state_dict(path)``, from ringtrain/convert.py.
+
 See docs/PYTHON.md for the whole manual: the batch lifetime, resume,
 distributed use, the profiler and the errors.
 """
@@ -37,6 +41,22 @@ Error = _ringtrain.Error
 
 __version__ = _ringtrain.version().split()[1]  # "ringtrain X.Y.Z (build ...)"
 
+# convert.py's functions, imported on first use: `python3 -m ringtrain.convert` imports this package before it runs
+# the module, which would warn that the module was already imported; and `import ringtrain` needs no torch.
+_CONVERT_NAMES = ("convert", "save_safetensors", "load_state_dict", "ConvertError")
+
+
+def __getattr__(name):
+    if name in _CONVERT_NAMES:
+        import importlib
+
+        mod = importlib.import_module(".convert", __name__)
+        # Importing the submodule bound `convert` to it; the package's `convert` is the function.
+        globals().update({n: getattr(mod, n) for n in _CONVERT_NAMES})
+        return globals()[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 __all__ = [
     "Error",
     "Loader",
@@ -49,5 +69,9 @@ __all__ = [
     "synth",
     "verify",
     "dataset_info",
+    "convert",
+    "save_safetensors",
+    "load_state_dict",
+    "ConvertError",
     "__version__",
 ]
