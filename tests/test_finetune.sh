@@ -72,13 +72,13 @@ def frozen(name, globs):
 EOF
 
 # ---- 1. pre-train on A; fine-tune on B against training B from scratch ------------------------------------
-"$RT" train --data "$W/A" "${COMMON[@]}" --epochs 6 --checkpoint-dir "$W/pre" >"$W/pre.out" 2>&1 ||
+"$RT" train --data "$W/A" "${COMMON[@]}" --epochs 5 --checkpoint-dir "$W/pre" >"$W/pre.out" 2>&1 ||
     { fail "pre-training on A"; show "$W/pre.out"; exit 1; }
-FT=(--data "$W/B" "${COMMON[@]}" --epochs 3 --init "$W/pre/model.safetensors" --reset-head --freeze "$FREEZE"
+FT=(--data "$W/B" "${COMMON[@]}" --epochs 2 --init "$W/pre/model.safetensors" --reset-head --freeze "$FREEZE"
     --lr-head 0.2)
 "$RT" train "${FT[@]}" --checkpoint-dir "$W/ft" --metrics "$W/ft.jsonl" --json >"$W/ft.out" 2>&1 ||
     { fail "fine-tuning on B"; show "$W/ft.out"; exit 1; }
-"$RT" train --data "$W/B" "${COMMON[@]}" --epochs 3 --metrics "$W/scratch.jsonl" >"$W/scratch.out" 2>&1 ||
+"$RT" train --data "$W/B" "${COMMON[@]}" --epochs 2 --metrics "$W/scratch.jsonl" >"$W/scratch.out" 2>&1 ||
     { fail "training B from scratch"; show "$W/scratch.out"; exit 1; }
 TARGET=0.35
 res=$("$PY" - "$W/ft.jsonl" "$W/scratch.jsonl" $TARGET <<'EOF'
