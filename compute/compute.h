@@ -630,7 +630,9 @@ enum rt_mark_kind { RT_MARK_INPUT = 1, RT_MARK_LAYER_FWD, RT_MARK_FORWARD, RT_MA
  * grad_scale > 0, backward, adding into the gradient buffer. Adds the loss
  * sums into *stats (host). n <= the batch the model was built for. In
  * RT_TRAIN batchnorm uses batch statistics and updates running statistics
- * (and batches_tracked); RT_EVAL uses the running statistics and no dropout.
+ * (and num_batches_tracked), but for a frozen layer's (rt_model_opts.freeze),
+ * which stays in inference mode; RT_EVAL uses the running statistics and no
+ * dropout.
  * Returns 0 or -EINVAL (shape mismatch).
  */
 int rt_model_step(struct rt_model *m, const struct rt_step_opts *o, int n, const uint8_t *images,

@@ -273,6 +273,12 @@ static int parse(const char *path, struct rt_st_file *f)
 
     if (f->len < 8)
         return rt_errf(-EBADMSG, "%s: %zu bytes: too short for the 8-byte header length", path, f->len);
+    /* What torch.save writes: a zip archive (PyTorch 1.6 and later) or, before, a pickle (protocol 2 and up). */
+    if (!memcmp(f->buf, "PK\x03\x04", 4) || (f->buf[0] == 0x80 && f->buf[1] >= 2 && f->buf[1] <= 5))
+        return rt_errf(-EBADMSG, "%s is a PyTorch file of torch.save (a pickle), not safetensors: convert it with "
+                                 "`python3 -m ringtrain.convert %s OUT.safetensors` (ringtrain's Python package, or "
+                                 "python/ringtrain/convert.py by path) and use OUT.safetensors",
+                       path, path);
     hlen = 0;
     for (int b = 7; b >= 0; b--)
         hlen = hlen << 8 | f->buf[b];

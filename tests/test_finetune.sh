@@ -8,7 +8,7 @@
 #      training, every trainable tensor moved, and the optimizer holds no state for the frozen layers;
 #   3. the same run stopped after its first epoch and resumed ends on the same parameter digest;
 #   4. a file whose classifier has another number of classes fails naming fc's tensors and their shapes, and
-#      --reset-head takes it; a glob matching nothing fails naming it;
+#      --reset-head takes it; a glob matching nothing fails naming it; a torch.save file names the converter;
 #   5. two ranks: the all-reduce leaves the frozen layers out (bytes per update against the unfrozen run) and
 #      the replicas stay identical;
 #   6. `eval --model` scores the fine-tuned weights saved without metadata exactly as its checkpoint.
@@ -163,6 +163,13 @@ rc=$?
 "$RT" train --data "$W/B" "${COMMON[@]}" --steps 1 --freeze 'conv1.*,blok1.*' >"$W/g.out" 2>&1
 [ $? -ne 0 ] && grep -q "'blok1.\*' matches no parameter" "$W/g.out" && pass "a glob matching nothing is named" ||
     { fail "unmatched glob"; show "$W/g.out"; }
+
+# torch.save's files are zip archives: recognised, and the converter named
+"$PY" -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1], 'w').writestr('archive/data.pkl', b'\x80\x02}q\x00.')" \
+    "$W/model.pth"
+"$RT" train --data "$W/B" "${COMMON[@]}" --steps 1 --init "$W/model.pth" >"$W/pth.out" 2>&1
+[ $? -ne 0 ] && grep -q "model.pth is a PyTorch file of torch.save (a pickle), not safetensors: convert it with \`python3 -m ringtrain.convert" "$W/pth.out" &&
+    pass "--init of a .pth names the converter" || { fail "--init of a .pth"; show "$W/pth.out"; }
 
 # ---- 5. two ranks: fewer bytes all-reduced, identical replicas -------------------------------------------------
 if command -v mpirun >/dev/null 2>&1 && timeout 60 mpirun -np 2 --bind-to none --oversubscribe true >/dev/null 2>&1; then

@@ -309,15 +309,9 @@ static int load_init(struct train *T)
     struct rt_st_file *f = NULL;
     struct rt_init_result r;
     memset(&r, 0, sizeof(r));
-    int rc = rt_st_read(c->init, &f);
-    if (rc < 0) {
-        const size_t n = strlen(c->init);
-        if (n > 4 && (!strcmp(c->init + n - 4, ".pth") || !strcmp(c->init + n - 3, ".pt")))
-            return rt_errf(rc, "--init %s: %s. A PyTorch .pth/.pt is a pickle, not safetensors: convert it with "
-                               "`python3 -m ringtrain.convert %s out.safetensors` and pass that",
-                           c->init, rt_errmsg(), c->init);
+    int rc = rt_st_read(c->init, &f); /* a torch.save file is recognised there, and the converter named */
+    if (rc < 0)
         return rt_errf(rc, "--init: %s", rt_errmsg());
-    }
     rc = rt_model_load_init(T->model, f, c->reset_head, &r);
     if (rc < 0 && r.ndiff) {
         int head = 0;
