@@ -4,7 +4,8 @@
 #   1. the normal build and its ctest suite (with the `cluster` tests: a throwaway Slurm
 #      running the job scripts of docs/STAGING.md, two "nodes" as network namespaces, a second
 #      local user against staging; they need root and namespaces, and skip without),
-#   2. an ASan+UBSan build (-DRT_SANITIZE=ON) and the same suite but the `scale` test (32 ranks),
+#   2. an ASan+UBSan build (-DRT_SANITIZE=ON) and the same suite but the `scale` test (32 ranks) and
+#      the tests labelled `nosan` (text checks, or C paths another test runs under ASan: tests/CMakeLists.txt),
 #   3. a ThreadSanitizer build (-DRT_TSAN=ON) of the threaded stages' tests (the comm
 #      thread's under mpirun -np 2), of the stream protocol on the CPU backend's
 #      asynchronous streams (RINGTRAIN_CPU_STREAMS=async, one compute thread), and of
@@ -31,7 +32,7 @@ echo "== build (ASan + UBSan)"
 cmake -S . -B build-asan -G Ninja -DRT_SANITIZE=ON -DRT_CUDA=OFF >/dev/null
 cmake --build build-asan -j "$jobs"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE 'fresh|scale'
+    ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE 'fresh|scale|nosan'
 
 # The fresh test is mostly apt and dpkg for its first four minutes, one core: it starts here, beside the
 # ThreadSanitizer stage (whose tests run one at a time) and then the fuzzers (one process on one core each), in
