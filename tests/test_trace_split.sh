@@ -52,7 +52,7 @@ EACH=(--require-each-rank '^bucket ready->reduced' --require-each-rank '^bucket 
 
 # ---- 1. two ranks, one file each --------------------------------------------------------------
 P0="$W/s.rank00000.json" P1="$W/s.rank00001.json"
-if ! mpi 2 "$RT" train "${COMMON[@]}" --trace "$W/s.json" --trace-split rank >"$W/run_s" 2>&1; then
+if ! mpi 2 "$RT" train "${COMMON[@]}" --trace "$W/s.json" --trace-split rank --json >"$W/run_s" 2>&1; then
     fail "train --trace-split rank at 2 ranks"
     show "$W/run_s"
     echo "$fails failed"
@@ -63,6 +63,15 @@ fi
 grep -q "^trace: 2 files, one per rank: $P0 to $P1 (.* events from 2 ranks, optimizer steps 2:6)" "$W/run_s" &&
     grep -q "^trace: to merge them into one file: ringtrain trace merge -o $W/s.json $W/s.rank\*.json$" "$W/run_s" &&
     pass "rank 0 names the files and the merge command" || { fail "rank 0's trace lines"; show "$W/run_s"; }
+# --json's summary names the files as the merge command does, with their count and bytes
+sz=$(($(stat -c %s "$P0") + $(stat -c %s "$P1")))
+"$PY" - "$W/run_s" "$W/s.rank*.json" "$sz" <<'PYEOF' && pass "--json: trace.file is the files' pattern, 2 files, $sz bytes" ||
+import json, sys
+t = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][-1]["trace"]
+want = {"file": sys.argv[2], "files": 2, "split": True, "bytes": int(sys.argv[3])}
+sys.exit(0 if t == want else print("trace:", t, "want", want) or 1)
+PYEOF
+    { fail "--json trace of a split run"; show "$W/run_s"; }
 for r in 0 1; do
     f="$W/s.rank0000$r.json"
     if "$PY" "$CHECK" "$f" >"$W/chk_p$r" 2>&1 &&

@@ -134,7 +134,9 @@ struct prof_verdict {
 /* --trace (tracefile.c): the recorder (its window is cfg.trace_first/last/all) and the file it made. */
 struct train_trace {
     struct rt_trace *rec;       /* NULL: not tracing */
-    uint64_t file_bytes;
+    uint64_t file_bytes;        /* the file's bytes, or all the ranks' files' */
+    int files;                  /* files written: 1 merged, the world split (0: none yet) */
+    char pattern[4200];         /* split: the files as a shell pattern, "trace.rank*.json" */
 };
 
 /* What the epoch's end and the summary report. */

@@ -452,8 +452,13 @@ static json_t *summary_json(const struct train *T, double wall_s, double train_s
     json_object_set_new(o, "overlap", json_boolean(!c->no_overlap));
     json_object_set_new(o, "bucket_allreduces", json_integer((json_int_t)cc.bucket_allreduces));
     profile_members(T, o);
-    if (c->trace)
-        json_object_set_new(o, "trace", json_pack("{s:s, s:I}", "file", c->trace, "bytes", (json_int_t)T->tr.file_bytes));
+    if (c->trace) {
+        /* split: the files as a pattern (`ringtrain trace merge -o FILE PATTERN` joins them into c->trace) */
+        const int split = T->tr.pattern[0] != 0;
+        json_object_set_new(o, "trace", json_pack("{s:s, s:I, s:i, s:b}", "file", split ? T->tr.pattern : c->trace,
+                                                  "bytes", (json_int_t)T->tr.file_bytes, "files",
+                                                  split ? T->tr.files : 1, "split", split));
+    }
     if (r->best_acc > 0 || r->have_val) {
         json_object_set_new(o, "val_loss", json_real(r->val_loss));
         json_object_set_new(o, "val_acc", json_real(r->val_acc));

@@ -265,6 +265,8 @@ static int write_split(struct train *T, int64_t shift, uint64_t base, const stru
     if (rc < 0)
         return rc;
     T->tr.file_bytes = v[1];
+    T->tr.files = T->world;
+    part_path(T->cfg.trace, -1, T->tr.pattern, sizeof(T->tr.pattern));
     if (!T->root)
         return 0;
     if (v[0])
