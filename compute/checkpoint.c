@@ -14,6 +14,15 @@
 #include "common/common.h"
 #include "compute/compute.h"
 
+/* "1000<sep>512": the dimensions joined by `sep` (as much as fits). */
+static void dims_text(char *buf, size_t len, int ndim, const int64_t *shape, const char *sep)
+{
+    size_t o = 0;
+    buf[0] = 0;
+    for (int i = 0; i < ndim && o < len; i++)
+        o += (size_t)snprintf(buf + o, len - o, "%s%" PRId64, i ? sep : "", shape[i]);
+}
+
 static void set_shape(struct rt_st_tensor *t, const struct rt_tensor_info *e, const char *suffix)
 {
     snprintf(t->name, sizeof(t->name), "%s%s", e->name, suffix);
@@ -78,11 +87,9 @@ static const struct rt_st_tensor *expect(const struct rt_st_file *f, const char 
     for (int i = 0; same && i < e->ndim; i++)
         same = t->shape[i] == e->shape[i];
     if (!same) {
-        char want[64] = "", got[64] = "";
-        for (int i = 0; i < e->ndim; i++)
-            snprintf(want + strlen(want), sizeof(want) - strlen(want), "%s%" PRId64, i ? "," : "", e->shape[i]);
-        for (int i = 0; i < t->ndim; i++)
-            snprintf(got + strlen(got), sizeof(got) - strlen(got), "%s%" PRId64, i ? "," : "", t->shape[i]);
+        char want[64], got[64];
+        dims_text(want, sizeof(want), e->ndim, e->shape, ",");
+        dims_text(got, sizeof(got), t->ndim, t->shape, ",");
         rt_errf(-EINVAL, "%s: tensor '%s' is %s [%s], this model needs %s [%s]", path, name,
                 rt_st_dtype_name(t->dtype), got, rt_st_dtype_name(d), want);
         return NULL;
@@ -219,11 +226,9 @@ int rt_optim_load(struct rt_optim *opt, const struct rt_model *m, const struct r
 /* "F32 [1000, 512]" */
 static void describe_tensor(char *buf, size_t len, const char *dtype, int ndim, const int64_t *shape)
 {
-    size_t o = (size_t)snprintf(buf, len, "%s [", dtype);
-    for (int i = 0; i < ndim && o < len; i++)
-        o += (size_t)snprintf(buf + o, len - o, "%s%" PRId64, i ? ", " : "", shape[i]);
-    if (o < len)
-        snprintf(buf + o, len - o, "]");
+    char dims[40];
+    dims_text(dims, sizeof(dims), ndim, shape, ", ");
+    snprintf(buf, len, "%s [%s]", dtype, dims);
 }
 
 static int is_float_dtype(enum rt_st_dtype d)
@@ -378,30 +383,18 @@ int rt_model_load_init(struct rt_model *m, const struct rt_st_file *f, int reset
     return 0;
 }
 
-size_t rt_init_describe(const struct rt_init_result *r, char *buf, size_t len)
+void rt_init_print(const struct rt_init_result *r, FILE *f)
 {
     static const char *const kind[] = {"missing", "unexpected", "shape", "dtype"};
-    size_t o = 0;
-    if (len)
-        buf[0] = 0;
     for (int i = 0; i < r->ndiff; i++) {
         const struct rt_init_diff *d = &r->diff[i];
-        char line[400];
-        int n;
         if (d->kind == RT_INIT_MISSING)
-            n = snprintf(line, sizeof(line), "  %-10s  %-40s  model %s\n", kind[d->kind], d->name, d->model);
+            fprintf(f, "  %-10s  %-40s  model %s\n", kind[d->kind], d->name, d->model);
         else if (d->kind == RT_INIT_UNEXPECTED)
-            n = snprintf(line, sizeof(line), "  %-10s  %-40s  file %s\n", kind[d->kind], d->name, d->file);
+            fprintf(f, "  %-10s  %-40s  file %s\n", kind[d->kind], d->name, d->file);
         else
-            n = snprintf(line, sizeof(line), "  %-10s  %-40s  file %s, model %s\n", kind[d->kind], d->name, d->file,
-                         d->model);
-        if (o + (size_t)n < len)
-            memcpy(buf + o, line, (size_t)n + 1);
-        else if (len > 4 && o < len)
-            snprintf(buf + (o + 4 < len ? o : len - 5), 5, "...\n");
-        o += (size_t)n;
+            fprintf(f, "  %-10s  %-40s  file %s, model %s\n", kind[d->kind], d->name, d->file, d->model);
     }
-    return o;
 }
 
 void rt_init_result_free(struct rt_init_result *r)

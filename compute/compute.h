@@ -35,6 +35,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 enum rt_backend_kind { RT_BACKEND_CPU = 0, RT_BACKEND_CUDA = 1 };
 
@@ -814,7 +815,7 @@ int rt_model_load(struct rt_model *m, const struct rt_st_file *f, const char *pa
  * integer). With reset_head the classifier's tensors are left out of the comparison (the file may lack them or
  * hold another number of classes) and keep the model's own initialisation, PyTorch's for that layer drawn from
  * the seed. Returns 0 with every other tensor loaded, or -EINVAL with r->diff listing the differences and the
- * model untouched (rt_errmsg() says how many; rt_init_describe() lists them). r is filled either way; free it
+ * model untouched (rt_errmsg() says how many; rt_init_print() lists them). r is filled either way; free it
  * with rt_init_result_free().
  */
 enum rt_init_diff_kind { RT_INIT_MISSING = 0, RT_INIT_UNEXPECTED, RT_INIT_SHAPE, RT_INIT_DTYPE };
@@ -832,9 +833,8 @@ struct rt_init_result {
     struct rt_init_diff *diff;
 };
 int rt_model_load_init(struct rt_model *m, const struct rt_st_file *f, int reset_head, struct rt_init_result *r);
-/* The differences, one per line ("  missing     layer1.0.bn1.running_var  model F32 [64]"), into buf (always
- * terminated; cut with "..." when it does not fit). Returns the length it needed. */
-size_t rt_init_describe(const struct rt_init_result *r, char *buf, size_t len);
+/* The differences, one per line, to f: "  missing     layer1.0.bn1.running_var  model F32 [64]". */
+void rt_init_print(const struct rt_init_result *r, FILE *f);
 void rt_init_result_free(struct rt_init_result *r);
 
 /* The optimizer's state as "<parameter>.<state>" tensors (PyTorch's names:

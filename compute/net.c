@@ -1051,12 +1051,12 @@ int net_step(struct net *n, const struct rt_step_opts *o, int batch, const uint8
         if (tl)
             rt_timeline_mark(tl, "backward", RT_MARK_BACKWARD);
     }
-    if (o->mode == RT_TRAIN)
+    if (o->mode == RT_TRAIN) {
         n->train_steps++;
-    if (o->mode == RT_TRAIN)
         for (int i = 0; i < n->nn; i++)
             if (n->nd[i].bt >= 0 && !n->nd[i].frozen)
                 n->tracked[n->nd[i].bt]++;
+    }
     struct rt_loss_stats st;
     op->download(s, &st, n->stats, sizeof(st));
     stats->loss_sum += st.loss_sum;

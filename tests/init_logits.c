@@ -15,7 +15,7 @@
  * ("logits"); nothing is written to stdout. The frozen layers' gradients are absent: they have none.
  *
  * Exit 0 with the logits written (stderr: one line, the tensors loaded); 2 when FILE cannot be loaded into
- * the model (stderr: rt_errmsg() and rt_init_describe()'s list of every difference, nothing on stdout); 1 on
+ * the model (stderr: rt_errmsg() and rt_init_print()'s list of every difference, nothing on stdout); 1 on
  * any other failure (usage, the images, the model, writing).
  */
 #include <errno.h>
@@ -111,20 +111,8 @@ static int parse_floats(const char *s, float *v, int c)
 /* Prints why FILE does not fit the model: rt_errmsg(), then every difference. */
 static void print_load_failure(const char *file, const struct rt_init_result *r)
 {
-    char one[1];
-    size_t need = rt_init_describe(r, one, sizeof(one));
-    char *text = malloc(need + 1);
-
     fprintf(stderr, "rt_init_logits: %s: %s\n", file, rt_errmsg());
-    if (!text) {
-        fprintf(stderr, "rt_init_logits: no memory for the %zu bytes of the list of differences\n", need + 1);
-        return;
-    }
-    rt_init_describe(r, text, need + 1);
-    fputs(text, stderr);
-    if (need && text[need - 1] != '\n')
-        fputc('\n', stderr);
-    free(text);
+    rt_init_print(r, stderr);
 }
 
 int main(int argc, char **argv)

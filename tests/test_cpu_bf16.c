@@ -217,11 +217,24 @@ static void fill16(float *d, size_t n, uint16_t v)
 
 static void fill32(float *d, size_t n, float v)
 {
+    if (!n)
+        return;
     float *b = tu_hfloats(n);
     for (size_t i = 0; i < n; i++)
         b[i] = v;
     o32->upload(st, d, b, n * sizeof(float));
     free(b);
+}
+
+/* A backward op's dx in each table: `host` put in both, or NaN where beta is 0 (such an op must not read dx). */
+static void put_dx(const float *host, size_t n, const struct rt_shape4 *sp, int beta, float **d32, float **d16)
+{
+    *d32 = put32(host, n, sp);
+    *d16 = put16(host, n, sp);
+    if (!beta) {
+        fill32(*d32, n, NAN);
+        fill16(*d16, n, 0x7fc0u);
+    }
 }
 
 static void dfree(void *p)
@@ -272,6 +285,20 @@ static void compare(const char *op, const char *shape, const float *ref, const f
            exact ? "" : " tol ", exact ? 0.0 : worst_tol, bad ? "FAIL" : "ok");
     CHECKF(bad == 0, "%s %s: %zu of %zu elements off, first [%zu]: bf16 %.9g, reference %.9g%s", op, shape, bad, n,
            first, (double)got[first], (double)ref[first], exact ? " (wanted it rounded)" : "");
+}
+
+/* A backward op's dx from each table compared exactly ("NAME beta B"), then both freed with the device buffers. */
+static void exact_dx(const char *name, int beta, const char *shape, float *dx32, float *dx16, size_t n,
+                     const struct rt_shape4 *sp)
+{
+    float *r = get32(dx32, n, sp), *g = get16(dx16, n, sp);
+    char op[64];
+    snprintf(op, sizeof(op), "%s beta %d", name, beta);
+    compare(op, shape, r, g, n, 1, 0, 0, NULL);
+    free(r);
+    free(g);
+    dfree(dx32);
+    dfree(dx16);
 }
 
 /* ---- the table ----------------------------------------------------------------------------- */
@@ -460,31 +487,17 @@ static void test_bn_shape(struct rt_shape4 sh, float lo, float hi)
     /* inference's backward (a frozen layer): dy times the forward's scale, one fp32 expression per element */
     for (int beta_dx = 0; beta_dx < 2; beta_dx++) {
         float *dx0 = random_bf16(n, -1.0f, 1.0f);
-        float *dx32 = put32(dx0, n, &sh), *dx16 = put16(dx0, n, &sh);
-        if (!beta_dx) { /* beta 0 must not read dx */
-            fill32(dx32, n, NAN);
-            fill16(dx16, n, 0x7fc0u);
-        }
+        float *dx32, *dx16;
+        put_dx(dx0, n, &sh, beta_dx, &dx32, &dx16);
         o32->bn_infer_bwd(st, &d, x32, dy32, g32, b32, rm[0], rv[0], (float)beta_dx, dx32);
         o16->bn_infer_bwd(st, &d, x16, dy16, g32, b32, rm[0], rv[0], (float)beta_dx, dx16);
-        r = get32(dx32, n, &sh);
-        g = get16(dx16, n, &sh);
-        char op[64];
-        snprintf(op, sizeof(op), "bn_infer_bwd dx beta %d", beta_dx);
-        compare(op, ss, r, g, n, 1, 0, 0, NULL);
-        free(r);
-        free(g);
-        dfree(dx32);
-        dfree(dx16);
+        exact_dx("bn_infer_bwd dx", beta_dx, ss, dx32, dx16, n, &sh);
         free(dx0);
     }
     for (int beta_dx = 0; beta_dx < 2; beta_dx++) {
         float *dx0 = random_bf16(n, -1.0f, 1.0f);
-        float *dx32 = put32(dx0, n, &sh), *dx16 = put16(dx0, n, &sh);
-        if (!beta_dx) { /* beta 0 must not read dx */
-            fill32(dx32, n, NAN);
-            fill16(dx16, n, 0x7fc0u);
-        }
+        float *dx32, *dx16;
+        put_dx(dx0, n, &sh, beta_dx, &dx32, &dx16);
         float *dgam[2] = {put32(dg0, C, NULL), put32(dg0, C, NULL)};
         float *dbet[2] = {put32(db0, C, NULL), put32(db0, C, NULL)};
         o32->bn_bwd(st, &d, x32, dy32, g32, b32, sm[0], si[0], (float)beta_dx, dx32, dgam[0], dbet[0]);
@@ -831,11 +844,8 @@ static void test_pool_case(struct rt_shape4 sh, int k, int stride, int pad, enum
         float *dy32 = put32(dy, no, &so), *dy16 = put16(dy, no, &so);
         for (int beta = 0; beta < 2; beta++) {
             float *dx0 = random_bf16(n, -1.0f, 1.0f);
-            float *dx32 = put32(dx0, n, &sh), *dx16 = put16(dx0, n, &sh);
-            if (!beta) {
-                fill32(dx32, n, NAN);
-                fill16(dx16, n, 0x7fc0u);
-            }
+            float *dx32, *dx16;
+            put_dx(dx0, n, &sh, beta, &dx32, &dx16);
             if (avg) {
                 o32->avgpool_bwd(st, &d, dy32, (float)beta, dx32);
                 o16->avgpool_bwd(st, &d, dy16, (float)beta, dx16);
@@ -923,22 +933,11 @@ static void test_feat(void)
             float *dy32 = put32(dy, nf, NULL), *dy16 = put16(dy, nf, NULL);
             for (int beta = 0; beta < 2; beta++) {
                 float *dx0 = random_bf16(n, -1.0f, 1.0f);
-                float *dx32 = put32(dx0, n, &sh), *dx16 = put16(dx0, n, &sh);
-                if (!beta) {
-                    fill32(dx32, n, NAN);
-                    fill16(dx16, n, 0x7fc0u);
-                }
+                float *dx32, *dx16;
+                put_dx(dx0, n, &sh, beta, &dx32, &dx16);
                 (flat ? o32->flatten_bwd : o32->gap_bwd)(st, sh, dy32, (float)beta, dx32);
                 (flat ? o16->flatten_bwd : o16->gap_bwd)(st, sh, dy16, (float)beta, dx16);
-                r = get32(dx32, n, &sh);
-                g = get16(dx16, n, &sh);
-                char op[48];
-                snprintf(op, sizeof(op), "%s beta %d", flat ? "flatten_bwd" : "gap_bwd", beta);
-                compare(op, ss, r, g, n, 1, 0, 0, NULL);
-                free(r);
-                free(g);
-                dfree(dx32);
-                dfree(dx16);
+                exact_dx(flat ? "flatten_bwd" : "gap_bwd", beta, ss, dx32, dx16, n, &sh);
                 free(dx0);
             }
             free(dy);
@@ -985,11 +984,8 @@ static void test_linear_case(int n, int in, int out, int bias)
     float *dy32 = put32(dy, ny, NULL), *dy16 = put16(dy, ny, NULL);
     for (int beta = 0; beta < 2; beta++) {
         float *dx0 = random_bf16(nx, -1.0f, 1.0f);
-        float *dx32 = put32(dx0, nx, NULL), *dx16 = put16(dx0, nx, NULL);
-        if (!beta) {
-            fill32(dx32, nx, NAN);
-            fill16(dx16, nx, 0x7fc0u);
-        }
+        float *dx32, *dx16;
+        put_dx(dx0, nx, NULL, beta, &dx32, &dx16);
         o32->linear_bwd_data(st, n, in, out, dy32, w32, (float)beta, dx32);
         o16->linear_bwd_data(st, n, in, out, dy16, w32, (float)beta, dx16);
         r = get32(dx32, nx, NULL);
@@ -1100,11 +1096,8 @@ static void test_conv_case(struct rt_shape4 in, int cout, int k, int stride, int
     float *dy32 = put32(dy, ny, &ys), *dy16 = put16(dy, ny, &ys);
     for (int beta = 0; beta < 2; beta++) {
         float *dx0 = random_bf16(nx, -1.0f, 1.0f);
-        float *dx32 = put32(dx0, nx, &in), *dx16 = put16(dx0, nx, &in);
-        if (!beta) { /* beta 0 must not read dx */
-            fill32(dx32, nx, NAN);
-            fill16(dx16, nx, 0x7fc0u);
-        }
+        float *dx32, *dx16;
+        put_dx(dx0, nx, &in, beta, &dx32, &dx16);
         o32->conv2d_bwd_data(st, &d, dy32, w32, (float)beta, dx32);
         o16->conv2d_bwd_data(st, &d, dy16, w32, (float)beta, dx16);
         r = get32(dx32, nx, &in);
@@ -1286,23 +1279,12 @@ static void test_dropout(void)
         free(g);
         for (int beta = 0; beta < 2; beta++) {
             float *dx0 = random_bf16(n, -1.0f, 1.0f);
-            float *dx32 = put32(dx0, n, sp), *dx16 = put16(dx0, n, sp);
-            if (!beta) {
-                fill32(dx32, n, NAN);
-                fill16(dx16, n, 0x7fc0u);
-            }
+            float *dx32, *dx16;
+            put_dx(dx0, n, sp, beta, &dx32, &dx16);
             o32->dropout_bwd(st, sh, !!sp, p, seed, off, x32, (float)beta, dx32);
             o16->dropout_bwd(st, sh, !!sp, p, seed, off, x16, (float)beta, dx16);
-            r = get32(dx32, n, sp);
-            g = get16(dx16, n, sp);
-            char op[32];
-            snprintf(op, sizeof(op), "dropout_bwd beta %d", beta);
-            compare(op, ss, r, g, n, 1, 0, 0, NULL);
-            free(r);
-            free(g);
+            exact_dx("dropout_bwd", beta, ss, dx32, dx16, n, sp);
             free(dx0);
-            dfree(dx32);
-            dfree(dx16);
         }
         free(x);
         dfree(x32);

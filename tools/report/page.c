@@ -453,9 +453,9 @@ static int by_length(const void *a, const void *b)
 }
 
 /*
- * The typical optimizer step of the lowest rank (pid) in a --trace file (rank 0's, but in a --trace-split part): its step span of median length, and
- * every span of that rank's threads within it, a row per thread in the trace's own order. Files past 256 MB are
- * left to Perfetto.
+ * The typical optimizer step of the lowest rank (pid) in a --trace file (rank 0's, but in a --trace-split part):
+ * its step span of median length, and every span of that rank's threads within it, a row per thread in the trace's
+ * own order. Files past 256 MB are left to Perfetto.
  */
 static void timeline_chart(struct sbuf *b, const char *path, int idx)
 {
@@ -471,7 +471,6 @@ static void timeline_chart(struct sbuf *b, const char *path, int idx)
         if (ph && *ph == 'X')
             pid = RT_MIN(pid, (int)json_integer_value(json_object_get(e, "pid")));
     }
-    /* The steps: spans of category "step" named "step N". */
     /* The steps: spans of category "step" named "step N", by length (then file order). */
     struct step_span *steps = calloc(json_array_size(ev) + 1, sizeof(*steps));
     int nsteps = 0;

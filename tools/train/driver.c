@@ -168,13 +168,7 @@ static int open_data(struct train *T)
         if (rc2 < 0)
             return rc2;
         T->classes = T->info->num_classes;
-        if (T->info->have_norm) {
-            for (uint32_t i = 0; i < T->c && i < 4; i++) {
-                T->mean[i] = T->info->mean[i];
-                T->std[i] = T->info->std[i];
-            }
-            T->norm_from_data = 1;
-        }
+        T->norm_from_data = train_data_norm(T->info, T->c, T->mean, T->std);
         if (T->info->split[RT_SPLIT_VAL].records)
             T->val_split = RT_SPLIT_VAL;
         else if (T->info->split[RT_SPLIT_TEST].records)
@@ -186,14 +180,10 @@ static int open_data(struct train *T)
         T->h = c->syn_h;
         T->w = c->syn_w;
         T->classes = c->syn_classes;
+        train_data_norm(NULL, T->c, T->mean, T->std);
     }
     if (T->c > 4)
         return rt_errf(-EINVAL, "images with %u channels: at most 4 are supported", T->c);
-    if (!T->norm_from_data)
-        for (uint32_t i = 0; i < T->c; i++) {
-            T->mean[i] = 0.5f;
-            T->std[i] = 0.25f;
-        }
     if (c->synthetic)
         T->val_split = -1;
     T->ckpt_micro = UINT64_MAX;
@@ -226,6 +216,16 @@ static int open_compute(struct train *T)
         (rc = rt_nccl_create_local(T->comm, rt_backend_device(T->be), &T->nccl)) < 0)
         return rc;
     return train_amp_resolve(c->amp, T->be, &T->act);
+}
+
+int train_data_norm(const struct rt_dataset_info *info, uint32_t c, float *mean, float *std)
+{
+    const int have = info && info->have_norm;
+    for (uint32_t i = 0; i < c && i < 4; i++) {
+        mean[i] = have ? info->mean[i] : 0.5f;
+        std[i] = have ? info->std[i] : 0.25f;
+    }
+    return have;
 }
 
 static int make_model(struct train *T)
@@ -304,7 +304,7 @@ static void make_schedule(struct train *T)
 static int load_init(struct train *T)
 {
     const struct train_cfg *c = &T->cfg;
-    if (!c->init || T->pos.update > 0 || T->ckpt_micro != UINT64_MAX)
+    if (!c->init || T->ckpt_micro != UINT64_MAX) /* none asked for, or a checkpoint was resumed */
         return 0;
     struct rt_st_file *f = NULL;
     struct rt_init_result r;
@@ -318,14 +318,9 @@ static int load_init(struct train *T)
         for (int i = 0; i < r.ndiff; i++)
             head += r.diff[i].head;
         if (T->root) {
-            const size_t need = rt_init_describe(&r, NULL, 0) + 1;
-            char *text = rt_malloc(need, "the differences");
-            if (text) {
-                rt_init_describe(&r, text, need);
-                fprintf(stderr, "--init %s does not fit %s for %ux%ux%u images and %u classes:\n%s", c->init,
-                        rt_model_name(T->model), T->c, T->h, T->w, T->classes, text);
-                free(text);
-            }
+            fprintf(stderr, "--init %s does not fit %s for %ux%ux%u images and %u classes:\n", c->init,
+                    rt_model_name(T->model), T->c, T->h, T->w, T->classes);
+            rt_init_print(&r, stderr);
         }
         char msg[300];
         snprintf(msg, sizeof(msg), "%s", rt_errmsg());

@@ -294,6 +294,9 @@ int checkpoint_resume(struct train *T);     /* --resume: load, agree across rank
  * rank 0 after the last checkpoint (finished = 1), removed when a run starts (0). */
 int checkpoint_mark_finished(struct train *T, int finished);
 void checkpoint_json_floats(char *buf, size_t len, const float *v, uint32_t n); /* "[a, b, c]" */
+/* The normalisation of a dataset's images (c channels, at most 4): its packed mean and std, else 0.5 and 0.25 (also
+ * for info NULL: synthetic batches). Returns 1 when they came from the dataset. Train and eval use this one rule. */
+int train_data_norm(const struct rt_dataset_info *info, uint32_t c, float *mean, float *std);
 
 /* replicas.c */
 int replicas_create(struct train *T);       /* the host copy, after the model; 0 or -ENOMEM */

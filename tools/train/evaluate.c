@@ -138,10 +138,7 @@ static int foreign_fits(const struct eval_cfg *cfg, const struct rt_dataset_info
     shape[0] = di->channels;
     shape[1] = di->height;
     shape[2] = di->width;
-    for (uint32_t i = 0; i < di->channels; i++) {
-        mean[i] = di->have_norm ? di->mean[i] : 0.5f;
-        std[i] = di->have_norm ? di->std[i] : 0.25f;
-    }
+    train_data_norm(di, di->channels, mean, std);
     return 0;
 }
 
@@ -151,13 +148,8 @@ static int load_foreign(struct rt_model *m, const struct rt_st_file *f, const ch
     struct rt_init_result r;
     int rc = rt_model_load_init(m, f, 0, &r);
     if (rc < 0 && r.ndiff) {
-        const size_t need = rt_init_describe(&r, NULL, 0) + 1;
-        char *text = rt_malloc(need, "the differences");
-        if (text) {
-            rt_init_describe(&r, text, need);
-            fprintf(stderr, "%s does not fit %s for %u classes:\n%s", path, rt_model_name(m), classes, text);
-            free(text);
-        }
+        fprintf(stderr, "%s does not fit %s for %u classes:\n", path, rt_model_name(m), classes);
+        rt_init_print(&r, stderr);
         rc = rt_errf(rc, "%s: %s (listed above)", path, rt_errmsg());
     }
     rt_init_result_free(&r);
