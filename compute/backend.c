@@ -70,6 +70,23 @@ const struct rt_ops *rt_backend_ops_for(const struct rt_backend *be, enum rt_dty
     return NULL;
 }
 
+const struct rt_ops *rt_backend_ops_reference(const struct rt_backend *be, enum rt_dtype act)
+{
+    return act == RT_F32 ? be->ref_ops : act == RT_BF16 ? be->ref_bf16 : act == RT_F16 ? be->ref_f16 : NULL;
+}
+
+int rt_backend_conv_choices(const struct rt_backend *be, struct rt_conv_choice *out, int cap)
+{
+#if RT_HAVE_CUDA
+    if (be->kind == RT_BACKEND_CUDA)
+        return rt_cuda_conv_choices(be->cuda, out, cap);
+#endif
+    (void)be;
+    (void)out;
+    (void)cap;
+    return 0;
+}
+
 int rt_ops_check_act_table(const struct rt_ops *t16, const struct rt_ops *t32)
 {
     static const char *const act[] = {

@@ -100,6 +100,8 @@ struct rt_backend {
      * why_not_bf16 and why_not_f16 say why, for the message. */
     const struct rt_ops *ops_bf16, *ops_f16;
     char why_not_bf16[160], why_not_f16[160];
+    /* The reference twins of ops, ops_bf16 and ops_f16 (rt_backend_ops_reference); NULL on the CPU. */
+    const struct rt_ops *ref_ops, *ref_bf16, *ref_f16;
     void *scratch;          /* CPU: see rt_cpu_scratch() */
     size_t scratch_bytes;
     void *scratch16;        /* CPU bf16 table: its own scratch (cpu/bf16.c), apart from rt_cpu_scratch()'s */

@@ -75,6 +75,15 @@ struct rt_backend_opts {
     int threads;           /* CPU: worker threads (0 = the CPUs this process may use) */
     int device;            /* CUDA: device ordinal */
     enum rt_cpu_streams cpu_streams; /* CPU: synchronous ops (default) or asynchronous streams */
+    /* CUDA: fp32 convolutions may run on TF32 tensor cores (10-bit mantissa inputs, fp32 accumulation), as
+     * PyTorch's default torch.backends.cudnn.allow_tf32 = True; linear layers stay strict fp32 either way, as
+     * PyTorch's matmuls. 0, a zeroed struct's value, is strict fp32: what every comparison with the CPU needs.
+     * `train --tf32` defaults to on. Ignored on the CPU. TF32 results are still deterministic. */
+    int tf32;
+    /* CUDA: cuDNN may pick convolution algorithms whose results are not bitwise reproducible (they sum with
+     * atomics), where they are faster. 0, the default: only deterministic algorithms, so that a run and its
+     * resume give the same bits (`train --deterministic off` sets 1). Ignored on the CPU. */
+    int nondeterministic;
 };
 
 struct rt_backend;         /* opaque: a device, its memory and its streams */
@@ -103,6 +112,16 @@ const struct rt_ops *rt_backend_ops(const struct rt_backend *be);
  * as in the RT_F32 table.
  */
 const struct rt_ops *rt_backend_ops_for(const struct rt_backend *be, enum rt_dtype act);
+/*
+ * The twin of rt_backend_ops_for(be, act) built from the simple reference kernels, or NULL where the backend
+ * keeps none (the CPU, whose tables are the reference everything else is checked against). The CUDA backend
+ * keeps the first, straightforward kernels (one element per thread) beside the fast ones (16-byte vectors,
+ * fused batchnorm + ReLU and residual add + ReLU): tests run both on the same device and compare, and
+ * RINGTRAIN_CUDA_KERNELS=reference in the environment when the backend is created makes the twins the
+ * backend's own tables (rt_backend_ops and rt_backend_ops_for then return them), a proven way back should a
+ * fast kernel misbehave. The twins fuse nothing (bn_relu and add_relu 0). NULL also when `act` has no table.
+ */
+const struct rt_ops *rt_backend_ops_reference(const struct rt_backend *be, enum rt_dtype act);
 struct rt_stream *rt_backend_stream(struct rt_backend *be);
 /* Which backend `be` is. */
 enum rt_backend_kind rt_backend_kind_of(const struct rt_backend *be);
@@ -391,6 +410,14 @@ struct rt_loss_stats {
                                 (s, sh, spatial, p, seed, offset, dy, beta, dx))                                       \
     /* y = a + b; x *= alpha; y += alpha x */                                                                          \
     X(void, add, (struct rt_stream *s, size_t n, const float *a, const float *b, float *y), (s, n, a, b, y))           \
+    /* A residual add and the ReLU after it in one pass, where the table's add_relu is set: y = max(0, a + b),     \
+     * rounded once (NaN passes, as relu_fwd); y may be a or b. Backward: g = dy where y > 0, else 0 (relu_bwd's   \
+     * rule, y being the output), then dxa = g (beta_a 0, dxa not read) or dxa + g (beta_a != 0), and dxb alike;   \
+     * a NULL dx is skipped, and dxa and dxb are never the same buffer. Bit for bit add then relu_fwd, and        \
+     * relu_bwd then a copy or axpy(1) into each input's gradient. */                                                \
+    X(void, add_relu_fwd, (struct rt_stream *s, size_t n, const float *a, const float *b, float *y), (s, n, a, b, y))  \
+    X(void, add_relu_bwd, (struct rt_stream *s, size_t n, const float *y, const float *dy, float beta_a, float *dxa,   \
+                           float beta_b, float *dxb), (s, n, y, dy, beta_a, dxa, beta_b, dxb))                         \
     X(void, scale, (struct rt_stream *s, size_t n, float alpha, float *x), (s, n, alpha, x))                           \
     X(void, axpy, (struct rt_stream *s, size_t n, float alpha, const float *x, float *y), (s, n, alpha, x, y))         \
                                                                                                                        \
@@ -458,7 +485,7 @@ struct rt_loss_stats {
     X(bn_train_fwd) X(bn_infer_fwd) X(bn_bwd) X(bn_infer_bwd) X(maxpool_fwd) X(maxpool_bwd) X(avgpool_fwd)             \
     X(avgpool_bwd) X(gap_fwd) X(gap_bwd) X(flatten_fwd) X(flatten_bwd) X(linear_fwd) X(linear_bwd_data)                \
     X(linear_bwd_filter) X(relu_fwd) X(relu_bwd) X(gelu_fwd) X(gelu_bwd) X(dropout_fwd) X(dropout_bwd) X(add)          \
-    X(scale) X(axpy) X(xent_fwd_bwd) X(sumsq) X(count_nonfinite)
+    X(add_relu_fwd) X(add_relu_bwd) X(scale) X(axpy) X(xent_fwd_bwd) X(sumsq) X(count_nonfinite)
 
 /* One member of struct rt_ops: a pointer to the op's function. */
 #define RT_OPS_MEMBER(ret, name, params, args) ret(*name) params;
@@ -466,6 +493,7 @@ struct rt_loss_stats {
 struct rt_ops {
     enum rt_dtype act; /* the activations' element type in this table (rt_backend_ops_for) */
     int bn_relu;       /* 1: the batchnorm ops honour rt_bn_desc.relu (the model then fuses BN + ReLU) */
+    int add_relu;      /* 1: the model runs a residual add and the ReLU after it as add_relu_fwd/add_relu_bwd */
     RT_OPS_LIST(RT_OPS_MEMBER)
 };
 
@@ -474,6 +502,29 @@ struct rt_ops {
 /* 0 if `t16` replaces exactly the RT_OPS_ACT_LIST ops of `t32` (each non-NULL) and shares every other; -EINVAL
  * naming the first op that breaks the rule in rt_errmsg() otherwise. */
 int rt_ops_check_act_table(const struct rt_ops *t16, const struct rt_ops *t32);
+
+/*
+ * What the backend chose for each convolution it has run: one row per (shape, direction, activation type),
+ * in the order they were first run. The CUDA backend measures the candidates once per shape (cuDNN's
+ * algorithms and engines) and keeps the fastest its rules allow (deterministic unless
+ * rt_backend_opts.nondeterministic; TF32 only with rt_backend_opts.tf32). The CPU backend reports none.
+ */
+enum rt_conv_dir { RT_CONV_FWD = 0, RT_CONV_BWD_DATA = 1, RT_CONV_BWD_FILTER = 2 };
+struct rt_conv_choice {
+    struct rt_conv_desc d;  /* the shape, its batch size included */
+    enum rt_conv_dir dir;
+    enum rt_dtype dt;       /* the activations' type */
+    char how[112];          /* what runs it, e.g. "cudnn legacy IMPLICIT_PRECOMP_GEMM", "cudnn engine 29 (knobs
+                             * ...)", "fp32 NCHW (no 16-bit algorithm)" */
+    float ms;               /* its measured time, ms per call; 0 when it was not measured */
+    size_t workspace;       /* bytes */
+    int deterministic;      /* 1: bitwise reproducible */
+    int tensor_cores;       /* 1: runs on tensor cores (TF32 for fp32) */
+    int candidates;         /* how many were measured for it */
+};
+/* Fills out[0 .. min(count, cap)) and returns the count (0 on the CPU). `be` is only read: call it between
+ * steps, from the thread that runs them. */
+int rt_backend_conv_choices(const struct rt_backend *be, struct rt_conv_choice *out, int cap);
 
 /* ==== models ============================================================== */
 
@@ -622,8 +673,21 @@ struct rt_step_opts {
      * normalisation. The caller started the timeline before the step. */
     struct rt_timeline *timeline;
     int per_layer;
+    /* With a timeline, the per-op profile: a mark before and after every op the step issues on the model's
+     * stream (RT_MARK_OP_BEGIN, then RT_MARK_OP_END labelled with the op's name as in struct rt_ops,
+     * "conv2d_bwd_filter"), so that an op's time is its own pair's difference and the time between one op's
+     * end and the next one's begin is the stream waiting for the host. Per_layer's marks come as well. */
+    int per_op;
 };
-enum rt_mark_kind { RT_MARK_INPUT = 1, RT_MARK_LAYER_FWD, RT_MARK_FORWARD, RT_MARK_LAYER_BWD, RT_MARK_BACKWARD };
+enum rt_mark_kind {
+    RT_MARK_INPUT = 1,
+    RT_MARK_LAYER_FWD,
+    RT_MARK_FORWARD,
+    RT_MARK_LAYER_BWD,
+    RT_MARK_BACKWARD,
+    RT_MARK_OP_BEGIN,
+    RT_MARK_OP_END
+};
 
 /*
  * Runs one micro-batch: normalise the host uint8 images (n, c, h, w), forward,

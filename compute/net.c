@@ -52,8 +52,10 @@ struct node {
     int frozen;             /* its parameters train not (rt_model_opts.freeze); a batchnorm runs in inference mode */
     float *save_mean, *save_invstd;
     float p, alpha;         /* dropout probability; scale factor */
-    int fused;              /* ReLU: done by the batchnorm before it (nothing to run) */
-    int relu_out;           /* batchnorm with bn.relu: the fused ReLU's output, whose gradient backward reads */
+    int fused;              /* ReLU: done by the batchnorm or residual add before it (nothing to run) */
+    int add_relu;           /* residual add: the ReLU after it runs inside it (add_relu_fwd/add_relu_bwd) */
+    int relu_out;           /* batchnorm with bn.relu, add with add_relu: the fused ReLU's output, whose gradient
+                             * backward reads */
 };
 
 /* A tensor-table row with what its initialisation needs. */
@@ -496,6 +498,12 @@ static void take_slot(struct net *n, int *busy, int *np, int tx)
     n->t[tx].grad_slot = best;
 }
 
+/* 1 when node d runs the ReLU after it (its relu_out), whose output's gradient its backward reads. */
+static int relu_fused(const struct node *d)
+{
+    return (d->kind == K_BN && d->bn.relu) || (d->kind == K_ADD && d->add_relu);
+}
+
 /* Assigns every gradient a buffer from a pool, reusing one as soon as the
  * tensor's producer has run its backward. Sizes are settled before anything
  * is allocated, so a reused buffer grows to its largest user. */
@@ -525,7 +533,7 @@ static int plan_grads(struct net *n)
             if (x > 0 && n->t[x].grad_slot < 0 && (n->t[x].needs_grad || sink))
                 take_slot(n, busy, &np, x);
         }
-        busy[n->t[d->kind == K_BN && d->bn.relu ? d->relu_out : d->out].grad_slot] = 0;
+        busy[n->t[relu_fused(d) ? d->relu_out : d->out].grad_slot] = 0;
         if (sink && d->in[0] > 0)
             busy[n->t[d->in[0]].grad_slot] = 0;
     }
@@ -721,15 +729,22 @@ int net_finish(struct net *n, int logits, uint64_t seed, const char *freeze)
             n->t[d->out].alias = x;
     }
     /* A ReLU that runs in place on a batchnorm's output is folded into the batchnorm where the table can: one pass
-     * over the tensor instead of three (batchnorm, ReLU forward, ReLU backward). */
-    for (int i = 0; i < n->nn && n->ops->bn_relu; i++) {
+     * over the tensor instead of three (batchnorm, ReLU forward, ReLU backward). One on a residual add's output
+     * alike into the add (add_relu_fwd/bwd), where the add's inputs are two tensors (x + x keeps its ReLU: the
+     * fused backward writes two gradients). */
+    for (int i = 0; i < n->nn; i++) {
         struct node *d = &n->nd[i];
         const int x = d->in[0];
-        if (d->kind != K_RELU || n->t[d->out].alias != x || n->nd[n->t[x].producer].kind != K_BN)
+        if (d->kind != K_RELU || n->t[d->out].alias != x)
             continue;
-        struct node *bn = &n->nd[n->t[x].producer];
-        bn->bn.relu = 1;
-        bn->relu_out = d->out;
+        struct node *p = &n->nd[n->t[x].producer];
+        if (p->kind == K_BN && n->ops->bn_relu)
+            p->bn.relu = 1;
+        else if (p->kind == K_ADD && n->ops->add_relu && p->in[0] != p->in[1])
+            p->add_relu = 1;
+        else
+            continue;
+        p->relu_out = d->out;
         d->fused = 1;
     }
     for (int i = 0; i < n->nt; i++) {
@@ -872,7 +887,7 @@ static void node_fwd(struct net *n, int i, int batch, const struct rt_step_opts 
         }
         break;
     case K_ADD:
-        op->add(s, count_at(x, batch), x->data, n->t[d->in[1]].data, y->data);
+        (d->add_relu ? op->add_relu_fwd : op->add)(s, count_at(x, batch), x->data, n->t[d->in[1]].data, y->data);
         break;
     case K_SCALE:
         op->copy(s, y->data, x->data, count_at(x, batch) * n->esz);
@@ -992,6 +1007,12 @@ static void node_bwd(struct net *n, int i, int batch, const struct rt_step_opts 
         }
         break;
     case K_ADD:
+        if (d->add_relu) { /* y holds the ReLU's output: the gradient passes where it is > 0 */
+            float beta_b = 0.0f;
+            float *dxa = dx_of(n, d, 0, &beta), *dxb = dx_of(n, d, 1, &beta_b);
+            op->add_relu_bwd(s, count_at(x, batch), y->data, n->t[d->relu_out].grad, beta, dxa, beta_b, dxb);
+            break;
+        }
         for (int k = 0; k < 2; k++)
             if ((dx = dx_of(n, d, k, &beta)))
                 pass_grad(n, count_at(x, batch), 1.0f, dy, beta, dx);

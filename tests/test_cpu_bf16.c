@@ -1196,6 +1196,9 @@ static void test_elem_n(size_t n)
     o32->add(st, n, a32, b32, y32);
     o16->add(st, n, a16, b16, y16);
     GET_COMPARE("add");
+    o32->add_relu_fwd(st, n, a32, b32, y32);
+    o16->add_relu_fwd(st, n, a16, b16, y16);
+    GET_COMPARE("add_relu_fwd");
     o32->copy(st, y32, b32, n * sizeof(float));
     o16->copy(st, y16, b16, n * sizeof(uint16_t));
     o32->scale(st, n, 0.3f, y32);
@@ -1222,6 +1225,17 @@ static void test_elem_n(size_t n)
             char op[32];
             snprintf(op, sizeof(op), "%s beta %d", gelu ? "gelu_bwd" : "relu_bwd", beta);
             GET_COMPARE(op);
+            if (!gelu) { /* the fused residual add's backward: relu_bwd's gradient into one input's */
+                o16->upload(st, y16, bits, n * sizeof(uint16_t));
+                if (!beta)
+                    fill32(y32, n, NAN);
+                else
+                    o32->upload(st, y32, dx0, n * sizeof(float));
+                o32->add_relu_bwd(st, n, a32, b32, (float)beta, y32, 0.0f, NULL);
+                o16->add_relu_bwd(st, n, a16, b16, 0.0f, NULL, (float)beta, y16);
+                snprintf(op, sizeof(op), "add_relu_bwd beta %d", beta);
+                GET_COMPARE(op);
+            }
             free(bits);
             free(dx0);
         }

@@ -1402,6 +1402,80 @@ static void test_dropout_streams(void)
     free(b);
 }
 
+/* ---- add_relu: the residual add and its ReLU in one pass ---------------------------------- */
+
+/*
+ * add_relu_fwd against add then relu_fwd in place, and add_relu_bwd against relu_bwd then a copy (beta 0) or
+ * axpy(1) (beta 1) into each input's gradient: bit for bit, NaN and signed zeros included, with one gradient
+ * left out (NULL) as a frozen input's is. The table must say it fuses (add_relu), or the model never calls it.
+ */
+static void test_add_relu(void)
+{
+    printf("add_relu_fwd / add_relu_bwd\n");
+    CHECK(ops->add_relu == 1);
+    const size_t n = 100003;
+    float *ha = host_floats(n), *hb = host_floats(n), *hg = host_floats(n), *h0 = host_floats(n);
+    float *want = host_floats(n), *got = host_floats(n), *want2 = host_floats(n), *got2 = host_floats(n);
+    fill_normal(ha, n, 0.0f, 1.0f);
+    fill_normal(hb, n, 0.0f, 1.0f);
+    fill_normal(hg, n, 0.0f, 1.0f);
+    fill_normal(h0, n, 0.0f, 1.0f);
+    ha[5] = NAN;                  /* a NaN sum passes forward; its gradient is 0 */
+    ha[7] = 1.0f, hb[7] = -1.0f;  /* exactly 0: no gradient */
+    ha[9] = -0.0f, hb[9] = -0.0f; /* -0 + -0 = -0, which relu keeps as is (not < 0) */
+    hg[11] = NAN, ha[11] = -3.0f; /* a NaN gradient where y <= 0 is dropped */
+    float *a = dev_floats(n), *b = dev_floats(n), *y = dev_floats(n), *r = dev_floats(n), *g = dev_floats(n);
+    float *d1 = dev_floats(n), *d2 = dev_floats(n), *t = dev_floats(n);
+    up(a, ha, n);
+    up(b, hb, n);
+    up(g, hg, n);
+    ops->add(st, n, a, b, r);
+    ops->relu_fwd(st, n, r, r);
+    ops->add_relu_fwd(st, n, a, b, y);
+    down(want, r, n);
+    down(got, y, n);
+    CHECK(memcmp(want, got, n * sizeof(float)) == 0);
+    for (int beta = 0; beta < 2; beta++) {
+        /* the unfused way: relu_bwd into t, then t copied or added into each gradient */
+        up(d1, h0, n);
+        ops->relu_bwd(st, n, y, g, 0.0f, t);
+        if (beta)
+            ops->axpy(st, n, 1.0f, t, d1);
+        else
+            ops->copy(st, d1, t, n * sizeof(float));
+        down(want, d1, n);
+        up(d1, h0, n);
+        up(d2, h0, n);
+        ops->add_relu_bwd(st, n, y, g, (float)beta, d1, 1.0f - (float)beta, d2);
+        down(got, d1, n);
+        CHECKF(memcmp(want, got, n * sizeof(float)) == 0, "dxa, beta %d", beta);
+        /* the other gradient with the other beta */
+        up(d1, h0, n);
+        ops->relu_bwd(st, n, y, g, 0.0f, t);
+        if (!beta)
+            ops->axpy(st, n, 1.0f, t, d1);
+        else
+            ops->copy(st, d1, t, n * sizeof(float));
+        down(want2, d1, n);
+        down(got2, d2, n);
+        CHECKF(memcmp(want2, got2, n * sizeof(float)) == 0, "dxb, beta %d", 1 - beta);
+        /* one gradient only: the other buffer is not touched */
+        up(d2, h0, n);
+        ops->add_relu_bwd(st, n, y, g, 0.0f, NULL, 0.0f, d2);
+        down(got2, d2, n);
+        ops->relu_bwd(st, n, y, g, 0.0f, t);
+        down(want2, t, n);
+        CHECK(memcmp(want2, got2, n * sizeof(float)) == 0);
+    }
+    CHECK(got2[5] == 0.0f && got2[7] == 0.0f && got2[11] == 0.0f);
+    float *dev[] = {a, b, y, r, g, d1, d2, t};
+    for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
+        ops->free(be, dev[i]);
+    float *host[] = {ha, hb, hg, h0, want, got, want2, got2};
+    for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++)
+        free(host[i]);
+}
+
 /* ---- add, scale, axpy ------------------------------------------------------------------ */
 
 static void test_blas1(void)
@@ -1964,6 +2038,7 @@ int main(void)
     test_dropout_logical();
     test_dropout_streams();
     test_blas1();
+    test_add_relu();
     test_xent();
     test_reductions();
     test_casts();

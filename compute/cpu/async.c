@@ -426,7 +426,7 @@ static void async_input_u8_dev(struct rt_stream *s, struct rt_shape4 sh, const u
 /* ---- the table ------------------------------------------------------------------- */
 
 #define ASYNC_SLOT(ret, name, params, args) .name = async_##name,
-static const struct rt_ops async_ops = {.act = RT_F32, .bn_relu = 1, RT_OPS_LIST(ASYNC_SLOT)};
+static const struct rt_ops async_ops = {.act = RT_F32, .bn_relu = 1, .add_relu = 1, RT_OPS_LIST(ASYNC_SLOT)};
 #undef ASYNC_SLOT
 
 /* ---- streams and events ---------------------------------------------------------- */

@@ -97,7 +97,7 @@ float *rt_cpu_scratch(struct rt_stream *s, size_t bytes)
 
 /* Every slot of the table is the kernel of its name: .conv2d_fwd = rt_cpu_conv2d_fwd, and so on. */
 #define CPU_OP(ret, name, params, args) .name = rt_cpu_##name,
-static const struct rt_ops cpu_ops = {.act = RT_F32, .bn_relu = 1, RT_OPS_LIST(CPU_OP)};
+static const struct rt_ops cpu_ops = {.act = RT_F32, .bn_relu = 1, .add_relu = 1, RT_OPS_LIST(CPU_OP)};
 #undef CPU_OP
 
 /* The bf16 table: the fp32 one with its activation ops replaced (cpu.h), the same for every CPU backend. */

@@ -1815,6 +1815,33 @@ static void bf16_add(struct rt_stream *s, size_t n, const float *a, const float 
     }
 }
 
+/* add then relu_fwd over each chunk while it is in cache: the unfused ops' bits (a ReLU of a rounded sum). */
+static void bf16_add_relu_fwd(struct rt_stream *s, size_t n, const float *a, const float *b, float *y)
+{
+    const size_t nb = nchunks(n);
+#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (n >= PAR_MIN)
+    for (size_t k = 0; k < nb; k++) {
+        const size_t lo = k * CHUNK, len = RT_MIN(n - lo, CHUNK);
+        add_chunk(len, cb16(a) + lo, cb16(b) + lo, mb16(y) + lo);
+        relu_fwd_chunk(len, mb16(y) + lo, mb16(y) + lo);
+    }
+}
+
+/* relu_bwd into each input's gradient, chunk by chunk (y and dy from cache the second time). */
+static void bf16_add_relu_bwd(struct rt_stream *s, size_t n, const float *y, const float *dy, float beta_a, float *dxa,
+                              float beta_b, float *dxb)
+{
+    const size_t nb = nchunks(n);
+#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (n >= PAR_MIN)
+    for (size_t k = 0; k < nb; k++) {
+        const size_t lo = k * CHUNK, len = RT_MIN(n - lo, CHUNK);
+        if (dxa)
+            relu_bwd_chunk(len, cb16(y) + lo, cb16(dy) + lo, beta_a, mb16(dxa) + lo);
+        if (dxb)
+            relu_bwd_chunk(len, cb16(y) + lo, cb16(dy) + lo, beta_b, mb16(dxb) + lo);
+    }
+}
+
 static void bf16_scale(struct rt_stream *s, size_t n, float alpha, float *x)
 {
     const size_t nb = nchunks(n);
@@ -1911,6 +1938,7 @@ void rt_cpu_fill_bf16(struct rt_ops *t)
     /* The batchnorm ops fuse a ReLU (rt_bn_desc.relu) bit for bit as this table's batchnorm then ReLU (see
      * relu_clip), so the model may fuse them. */
     t->bn_relu = 1;
+    t->add_relu = 1; /* add then ReLU's bits, in one pass */
     t->to_nchw = bf16_to_nchw;
     t->from_nchw = bf16_from_nchw;
     t->input_u8 = bf16_input_u8;
@@ -1937,6 +1965,8 @@ void rt_cpu_fill_bf16(struct rt_ops *t)
     t->dropout_fwd = bf16_dropout_fwd;
     t->dropout_bwd = bf16_dropout_bwd;
     t->add = bf16_add;
+    t->add_relu_fwd = bf16_add_relu_fwd;
+    t->add_relu_bwd = bf16_add_relu_bwd;
     t->scale = bf16_scale;
     t->axpy = bf16_axpy;
     t->xent_fwd_bwd = bf16_xent_fwd_bwd;

@@ -837,6 +837,37 @@ void rt_cpu_add(struct rt_stream *s, size_t n, const float *a, const float *b, f
     }
 }
 
+/* max(0, a + b): add's sum, then rt_cpu_relu_fwd's select, in one pass. */
+void rt_cpu_add_relu_fwd(struct rt_stream *s, size_t n, const float *a, const float *b, float *y)
+{
+    const size_t nb = nchunks(n);
+#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (n >= PAR_MIN)
+    for (size_t k = 0; k < nb; k++) {
+        const size_t lo = k * CHUNK, hi = RT_MIN(n, lo + CHUNK);
+#pragma omp simd
+        for (size_t i = lo; i < hi; i++) {
+            const float v = a[i] + b[i];
+            y[i] = v < 0.0f ? 0.0f : v;
+        }
+    }
+}
+
+/* relu_bwd_chunk into each input's gradient, a chunk at a time so that y and dy are read from cache the second
+ * time: relu_bwd then a copy (beta 0) or an add (axpy with alpha 1), bit for bit. */
+void rt_cpu_add_relu_bwd(struct rt_stream *s, size_t n, const float *y, const float *dy, float beta_a, float *dxa,
+                         float beta_b, float *dxb)
+{
+    const size_t nb = nchunks(n);
+#pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (n >= PAR_MIN)
+    for (size_t k = 0; k < nb; k++) {
+        const size_t lo = k * CHUNK, hi = RT_MIN(n, lo + CHUNK);
+        if (dxa)
+            relu_bwd_chunk(hi - lo, y + lo, dy + lo, beta_a, dxa + lo);
+        if (dxb)
+            relu_bwd_chunk(hi - lo, y + lo, dy + lo, beta_b, dxb + lo);
+    }
+}
+
 void rt_cpu_scale(struct rt_stream *s, size_t n, float alpha, float *x)
 {
     const size_t nb = nchunks(n);

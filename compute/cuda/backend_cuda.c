@@ -73,6 +73,7 @@ void rt_cuda_free(struct rt_backend *be, void *p)
 
 void rt_cuda_upload(struct rt_stream *s, void *dst, const void *host_src, size_t bytes)
 {
+    rt_cuda_wrote(s, dst, bytes);
     /* From pageable memory cudaMemcpyAsync returns once the source has been
      * staged, so the caller may reuse its buffer at once, as on the CPU. */
     if (bytes)
@@ -88,12 +89,14 @@ void rt_cuda_download(struct rt_stream *s, void *host_dst, const void *src, size
 
 void rt_cuda_copy(struct rt_stream *s, void *dst, const void *src, size_t bytes)
 {
+    rt_cuda_wrote(s, dst, bytes);
     if (bytes && dst != src)
         RT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, rt_cuda_stream(s)));
 }
 
 void rt_cuda_zero(struct rt_stream *s, void *dst, size_t bytes)
 {
+    rt_cuda_wrote(s, dst, bytes);
     if (bytes)
         RT_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, rt_cuda_stream(s)));
 }
@@ -191,10 +194,57 @@ static const struct rt_backend_io cuda_io = {
 
 /* ---- the table ------------------------------------------------------------------- */
 
-/* The fp32 table: every slot is the function of its name (.conv2d_fwd = rt_cuda_conv2d_fwd, ...). */
+/* The fp32 reference table: every slot is the function of its name (.conv2d_fwd = rt_cuda_conv2d_fwd, ...). */
 #define CUDA_OP(ret, name, params, args) .name = rt_cuda_##name,
 static const struct rt_ops cuda_ops = {.act = RT_F32, RT_OPS_LIST(CUDA_OP)};
 #undef CUDA_OP
+
+/* RINGTRAIN_CUDA_KERNELS: "fast" (or unset, or empty) 0, "reference" 1, anything else -EINVAL. */
+static int kernels_choice(int *reference)
+{
+    const char *v = getenv("RINGTRAIN_CUDA_KERNELS");
+    *reference = 0;
+    if (!v || !v[0] || !strcmp(v, "fast"))
+        return 0;
+    if (!strcmp(v, "reference")) {
+        *reference = 1;
+        return 0;
+    }
+    return rt_errf(-EINVAL, "RINGTRAIN_CUDA_KERNELS=%s: expected fast (the default) or reference (the simple twin "
+                            "kernels, a way back should a fast one misbehave)",
+                   v);
+}
+
+/*
+ * The tables: the reference fp32 table, its 16-bit twins (the fp32 table with the activation ops replaced by
+ * nhwc16.cu's, elem.cu's and dnn.c's), and the fast tables, the same with fast_elem.cu's and fast_bn.cu's
+ * kernels over them. The fast 16-bit tables start from the fast fp32 table, so that every op on fp32 buffers
+ * (memory, casts, optimizer) is shared as rt_ops_check_act_table wants.
+ */
+static void tables_build(struct rt_cuda *c)
+{
+    static const enum rt_dtype dts[2] = {RT_BF16, RT_F16};
+    c->ref32 = cuda_ops;
+    c->fast32 = cuda_ops;
+    rt_cuda_fast_elem_fill(&c->fast32, RT_F32);
+    rt_cuda_fast_bn_fill(&c->fast32, RT_F32);
+    for (int i = 0; i < 2; i++) {
+        struct rt_ops *r = &c->ref16[i], *f = &c->fast16[i];
+        *r = c->ref32;
+        r->act = dts[i];
+        rt_cuda_spatial_fill16(r, dts[i]);
+        rt_cuda_elem_fill16(r, dts[i]);
+        rt_cuda_dnn_fill16(r, dts[i]);
+        *f = c->fast32;
+        f->act = dts[i];
+        f->bn_relu = f->add_relu = 0;
+        rt_cuda_spatial_fill16(f, dts[i]);
+        rt_cuda_elem_fill16(f, dts[i]);
+        rt_cuda_dnn_fill16(f, dts[i]);
+        rt_cuda_fast_elem_fill(f, dts[i]);
+        rt_cuda_fast_bn_fill(f, dts[i]);
+    }
+}
 
 /* ---- create / destroy ------------------------------------------------------------ */
 
@@ -242,8 +292,17 @@ int rt_cuda_create(const struct rt_backend_opts *o, struct rt_backend **out)
     be->io = &cuda_io;
     be->streams = &rt_cuda_streams;
     be->device = o->device;
-    be->ops = &cuda_ops;
     c->device = o->device;
+    c->tf32 = o->tf32 != 0;
+    c->nondeterministic = o->nondeterministic != 0;
+    {
+        const int rc = kernels_choice(&c->reference);
+        if (rc < 0) {
+            free(c);
+            free(be);
+            return rc;
+        }
+    }
     RT_CUDA_CHECK(cudaGetDeviceProperties(&c->prop, c->device));
     /* For NVML, which numbers GPUs its own way (CUDA_VISIBLE_DEVICES does not apply): the bus id is the GPU. */
     if (cudaDeviceGetPCIBusId(be->pci_bus_id, (int)sizeof(be->pci_bus_id), c->device) != cudaSuccess) {
@@ -272,29 +331,29 @@ int rt_cuda_create(const struct rt_backend_opts *o, struct rt_backend **out)
     /* The input uploads' copy stream, buffers and events (compute/input.c). */
     if (rt_input_pair_init(be) < 0)
         rt_cuda_fail("CUDA", 0, rt_errmsg(), "rt_input_pair_init(be)", __FILE__, __LINE__);
-    /* The 16-bit tables: the fp32 table with the activation ops replaced. */
-    const enum rt_dtype dts[2] = {RT_BF16, RT_F16};
-    for (int i = 0; i < 2; i++) {
-        c->ops16[i] = cuda_ops;
-        c->ops16[i].act = dts[i];
-        rt_cuda_spatial_fill16(&c->ops16[i], dts[i]);
-        rt_cuda_elem_fill16(&c->ops16[i], dts[i]);
-        rt_cuda_dnn_fill16(&c->ops16[i], dts[i]);
-    }
-    be->ops_f16 = &c->ops16[1];
+    tables_build(c);
+    be->ref_ops = &c->ref32;
+    be->ref_f16 = &c->ref16[1];
+    be->ops = c->reference ? &c->ref32 : &c->fast32;
+    be->ops_f16 = c->reference ? &c->ref16[1] : &c->fast16[1];
     /* bf16 tensor-core convolutions and GEMMs start with Ampere (sm_80). */
-    if (c->prop.major >= 8)
-        be->ops_bf16 = &c->ops16[0];
-    else
+    if (c->prop.major >= 8) {
+        be->ref_bf16 = &c->ref16[0];
+        be->ops_bf16 = c->reference ? &c->ref16[0] : &c->fast16[0];
+    } else
         snprintf(be->why_not_bf16, sizeof(be->why_not_bf16),
                  "GPU %d (%.60s) is compute capability %d.%d; bf16 needs 8.0 or newer (use --amp fp16)", c->device,
                  c->prop.name, c->prop.major, c->prop.minor);
     size_t dnn = cudnnGetVersion();
     int cublas = 0;
     cublasGetVersion(c->blas, &cublas);
-    snprintf(be->describe, sizeof(be->describe), "cuda: GPU %d %.60s (sm_%d%d, %.0f GiB), cuDNN %d.%d.%d, cuBLAS %d",
+    snprintf(be->describe, sizeof(be->describe),
+             "cuda: GPU %d %.60s (sm_%d%d, %.0f GiB), cuDNN %d.%d.%d, cuBLAS %d; %s kernels, fp32 convolutions %s, "
+             "%s algorithms",
              c->device, c->prop.name, c->prop.major, c->prop.minor, (double)c->prop.totalGlobalMem / (1u << 30),
-             (int)(dnn / 10000 % 100), (int)(dnn / 100 % 100), (int)(dnn % 100), cublas);
+             (int)(dnn / 10000 % 100), (int)(dnn / 100 % 100), (int)(dnn % 100), cublas,
+             c->reference ? "reference" : "fast", c->tf32 ? "TF32" : "strict fp32",
+             c->nondeterministic ? "any" : "deterministic");
     *out = be;
     return 0;
 }

@@ -60,6 +60,8 @@ struct rt_cuda_algo {
                                converts to fp32 NCHW and runs the fp32 table's convolution (algo unused) */
 };
 
+struct rt_cuda_dnn; /* dnn.c */
+
 struct rt_cuda {
     int device;
     struct cudaDeviceProp prop;
@@ -74,7 +76,14 @@ struct rt_cuda {
     size_t host_stage_bytes;
     void *scratch[RT_CUDA_SCRATCH_SLOTS]; /* rt_cuda_scratch */
     size_t scratch_bytes[RT_CUDA_SCRATCH_SLOTS];
-    struct rt_ops ops16[2]; /* the bf16 and fp16 tables (rt_backend_ops_for) */
+    /* The tables (rt_backend_ops, rt_backend_ops_for): fast (fast_elem.cu, fast_bn.cu over the rest) and their
+     * reference twins (elem.cu, spatial.cu, nhwc16.cu alone: rt_backend_ops_reference), [0] bf16, [1] fp16. */
+    struct rt_ops fast32, fast16[2];
+    struct rt_ops ref32, ref16[2];
+    int reference;          /* 1: RINGTRAIN_CUDA_KERNELS=reference, the twins are the backend's own tables */
+    int tf32;               /* rt_backend_opts.tf32: fp32 convolutions may use TF32 */
+    int nondeterministic;   /* rt_backend_opts.nondeterministic: cuDNN may pick non-deterministic algorithms */
+    struct rt_cuda_dnn *dnn_state; /* dnn.c's own state (16-bit weight copies, plans), NULL until it needs one */
 };
 
 /*
@@ -190,6 +199,23 @@ RT_OPS_LIST(RT_CUDA_OP_DECLARE)
 void rt_cuda_dnn_fill16(struct rt_ops *t, enum rt_dtype dt);
 /* Frees the algorithm cache (backend destruction). */
 void rt_cuda_dnn_release(struct rt_cuda *c);
+/* rt_backend_conv_choices for the CUDA backend. */
+int rt_cuda_conv_choices(const struct rt_cuda *c, struct rt_conv_choice *out, int cap);
+/*
+ * An op of the fp32 table is about to write [dst, dst + bytes) of device memory on stream s (upload, copy,
+ * zero, from_nchw, the optimizer updates, scale, axpy, the casts into fp32): whatever dnn.c derived from
+ * that memory (the 16-bit copies of convolution and linear weights, made once per update) is made again
+ * before its next use. Every fp32-table op that can write a float buffer other than an activation calls it,
+ * fast and reference kernels alike. Host work only, a few comparisons per cached weight.
+ */
+void rt_cuda_wrote(struct rt_stream *s, const void *dst, size_t bytes);
+
+/* ---- fast_elem.cu, fast_bn.cu: the fast kernels over a table of the reference ones ---- */
+/* Replace the element-wise entries (ReLU, add, add_relu, scale, axpy, ...) of table t, whose activations are
+ * dt, with the vectorised kernels, and set t->add_relu where they fuse the residual add with its ReLU. */
+void rt_cuda_fast_elem_fill(struct rt_ops *t, enum rt_dtype dt);
+/* The batchnorm entries alike; sets t->bn_relu (the fast batchnorm honours rt_bn_desc.relu). */
+void rt_cuda_fast_bn_fill(struct rt_ops *t, enum rt_dtype dt);
 
 /* ---- nhwc16.cu: the 16-bit tables' spatial entries and dnn.c's helpers ---- */
 void rt_cuda_spatial_fill16(struct rt_ops *t, enum rt_dtype dt);

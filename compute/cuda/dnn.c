@@ -860,3 +860,45 @@ void rt_cuda_dnn_release(struct rt_cuda *c)
     c->nalgos = 0;
     c->cap_algos = 0;
 }
+
+/* ---- what other ops tell this file, and what it tells the caller ------------- */
+
+void rt_cuda_wrote(struct rt_stream *s, const void *dst, size_t bytes)
+{
+    /* Nothing is derived from fp32 buffers yet: the 16-bit weights are cast on every call. */
+    (void)s;
+    (void)dst;
+    (void)bytes;
+}
+
+static const char *legacy_algo_name(int dir, int algo)
+{
+    static const char *const fwd[] = {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT",
+                                      "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+    static const char *const bwd_data[] = {"ALGO_0", "ALGO_1", "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
+    static const char *const bwd_filter[] = {"ALGO_0", "ALGO_1", "FFT", "ALGO_3", "WINOGRAD_NONFUSED", "FFT_TILING",
+                                             "ALGO_1_NO_ATOMICS"};
+    const char *const *t = dir == DIR_FWD ? fwd : dir == DIR_BWD_DATA ? bwd_data : bwd_filter;
+    const int n = dir == DIR_FWD ? 8 : dir == DIR_BWD_DATA ? 6 : 7;
+    return algo >= 0 && algo < n ? t[algo] : "?";
+}
+
+int rt_cuda_conv_choices(const struct rt_cuda *c, struct rt_conv_choice *out, int cap)
+{
+    for (int i = 0; i < c->nalgos && i < cap; i++) {
+        const struct rt_cuda_algo *a = &c->algos[i];
+        struct rt_conv_choice *o = &out[i];
+        memset(o, 0, sizeof(*o));
+        o->d = a->d;
+        o->dir = (enum rt_conv_dir)a->dir;
+        o->dt = (enum rt_dtype)a->dt;
+        o->workspace = a->workspace;
+        o->deterministic = 1;
+        o->tensor_cores = a->dt != RT_F32;
+        if (a->in_f32)
+            snprintf(o->how, sizeof(o->how), "fp32 NCHW (no 16-bit algorithm)");
+        else
+            snprintf(o->how, sizeof(o->how), "cudnn legacy %s", legacy_algo_name(a->dir, a->algo));
+    }
+    return c->nalgos;
+}

@@ -198,6 +198,30 @@ template <typename T> static __global__ void add_k(size_t n, const T *a, const T
     y[i] = stf<T>(__fadd_rn(ldf(a[i]), ldf(b[i])));
 }
 
+/* y = max(0, a + b), the sum rounded once into T (relu_fwd_k's rule on it: NaN passes). */
+template <typename T> static __global__ void add_relu_fwd_k(size_t n, const T *a, const T *b, T *y)
+{
+    GRID_STRIDE(i, n)
+    {
+        const float v = ldf(stf<T>(__fadd_rn(ldf(a[i]), ldf(b[i]))));
+        y[i] = stf<T>(v < 0.0f ? 0.0f : v);
+    }
+}
+
+/* g = y > 0 ? dy : 0 into each input's gradient: stored (beta 0) or added (relu_bwd_k then add_k's rounding). */
+template <typename T>
+static __global__ void add_relu_bwd_k(size_t n, const T *y, const T *dy, float beta_a, T *dxa, float beta_b, T *dxb)
+{
+    GRID_STRIDE(i, n)
+    {
+        const float g = ldf(stf<T>(ldf(y[i]) > 0.0f ? ldf(dy[i]) : 0.0f));
+        if (dxa)
+            dxa[i] = stf<T>(beta_a == 0.0f ? g : __fadd_rn(ldf(dxa[i]), g));
+        if (dxb)
+            dxb[i] = stf<T>(beta_b == 0.0f ? g : __fadd_rn(ldf(dxb[i]), g));
+    }
+}
+
 template <typename T> static __global__ void scale_k(size_t n, float alpha, T *x)
 {
     GRID_STRIDE(i, n)
@@ -593,6 +617,25 @@ template <typename T> static void add_t(struct rt_stream *s, size_t n, const flo
     RT_CUDA_LAUNCHED();
 }
 
+template <typename T> static void add_relu_fwd_t(struct rt_stream *s, size_t n, const float *a, const float *b, float *y)
+{
+    if (n == 0)
+        return;
+    add_relu_fwd_k<T><<<grid_for(n), THREADS, 0, rt_cuda_stream(s)>>>(n, TP(a), TP(b), TM(y));
+    RT_CUDA_LAUNCHED();
+}
+
+template <typename T>
+static void add_relu_bwd_t(struct rt_stream *s, size_t n, const float *y, const float *dy, float beta_a, float *dxa,
+                           float beta_b, float *dxb)
+{
+    if (n == 0 || (!dxa && !dxb))
+        return;
+    add_relu_bwd_k<T><<<grid_for(n), THREADS, 0, rt_cuda_stream(s)>>>(n, TP(y), TP(dy), beta_a, TM(dxa), beta_b,
+                                                                       TM(dxb));
+    RT_CUDA_LAUNCHED();
+}
+
 template <typename T> static void scale_t(struct rt_stream *s, size_t n, float alpha, float *x)
 {
     if (n == 0)
@@ -694,13 +737,26 @@ void rt_cuda_add(struct rt_stream *s, size_t n, const float *a, const float *b, 
     add_t<float>(s, n, a, b, y);
 }
 
+void rt_cuda_add_relu_fwd(struct rt_stream *s, size_t n, const float *a, const float *b, float *y)
+{
+    add_relu_fwd_t<float>(s, n, a, b, y);
+}
+
+void rt_cuda_add_relu_bwd(struct rt_stream *s, size_t n, const float *y, const float *dy, float beta_a, float *dxa,
+                          float beta_b, float *dxb)
+{
+    add_relu_bwd_t<float>(s, n, y, dy, beta_a, dxa, beta_b, dxb);
+}
+
 void rt_cuda_scale(struct rt_stream *s, size_t n, float alpha, float *x)
 {
+    rt_cuda_wrote(s, x, n * sizeof(float));
     scale_t<float>(s, n, alpha, x);
 }
 
 void rt_cuda_axpy(struct rt_stream *s, size_t n, float alpha, const float *x, float *y)
 {
+    rt_cuda_wrote(s, y, n * sizeof(float));
     axpy_t<float>(s, n, alpha, x, y);
 }
 
@@ -729,6 +785,8 @@ template <typename T> static void elem_fill(struct rt_ops *t)
     t->dropout_fwd = dropout_fwd_t<T>;
     t->dropout_bwd = dropout_bwd_t<T>;
     t->add = add_t<T>;
+    t->add_relu_fwd = add_relu_fwd_t<T>;
+    t->add_relu_bwd = add_relu_bwd_t<T>;
     t->scale = scale_t<T>;
     t->axpy = axpy_t<T>;
     t->xent_fwd_bwd = xent_t<T>;
@@ -764,6 +822,7 @@ void rt_cuda_cast_f32_f16(struct rt_stream *s, size_t n, const float *x, uint16_
 
 void rt_cuda_cast_f16_f32(struct rt_stream *s, size_t n, const uint16_t *x, float *y)
 {
+    rt_cuda_wrote(s, y, n * sizeof(float));
     if (n == 0)
         return;
     cast_f16_f32_k<<<grid_for(n), THREADS, 0, rt_cuda_stream(s)>>>(n, x, y);
@@ -780,6 +839,7 @@ void rt_cuda_cast_f32_bf16(struct rt_stream *s, size_t n, const float *x, uint16
 
 void rt_cuda_cast_bf16_f32(struct rt_stream *s, size_t n, const uint16_t *x, float *y)
 {
+    rt_cuda_wrote(s, y, n * sizeof(float));
     if (n == 0)
         return;
     cast_bf16_f32_k<<<grid_for(n), THREADS, 0, rt_cuda_stream(s)>>>(n, x, y);
@@ -789,6 +849,7 @@ void rt_cuda_cast_bf16_f32(struct rt_stream *s, size_t n, const uint16_t *x, flo
 void rt_cuda_sgd_update(struct rt_stream *s, size_t n, float *p, const float *g, float *buf, float lr, float momentum,
                         float dampening, float weight_decay, int nesterov, int first)
 {
+    rt_cuda_wrote(s, p, n * sizeof(float));
     if (n == 0)
         return;
     /* the float scalars ATen receives from torch.optim.SGD's Python code (as elem.c's struct sgd_k holds them) */
@@ -801,6 +862,7 @@ void rt_cuda_sgd_update(struct rt_stream *s, size_t n, float *p, const float *g,
 void rt_cuda_adam_update(struct rt_stream *s, size_t n, float *p, const float *g, float *m, float *v, float lr,
                          float beta1, float beta2, float eps, float weight_decay, int decoupled, int64_t step)
 {
+    rt_cuda_wrote(s, p, n * sizeof(float));
     if (n == 0)
         return;
     /* the float scalars ATen receives from torch.optim.Adam/AdamW's Python code (as elem.c's struct adam_k holds them) */

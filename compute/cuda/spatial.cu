@@ -92,6 +92,7 @@ void rt_cuda_to_nchw(struct rt_stream *s, struct rt_shape4 sh, const float *x, f
 void rt_cuda_from_nchw(struct rt_stream *s, struct rt_shape4 sh, const float *host_nchw, float *x)
 {
     const size_t bytes = shape_count(sh) * sizeof(float);
+    rt_cuda_wrote(s, x, bytes);
     if (bytes == 0)
         return;
     /* From pageable memory the call returns once the source has been staged, so the caller may reuse it. */
