@@ -228,6 +228,7 @@ static void tables_build(struct rt_cuda *c)
     c->fast32 = cuda_ops;
     rt_cuda_fast_elem_fill(&c->fast32, RT_F32);
     rt_cuda_fast_bn_fill(&c->fast32, RT_F32);
+    rt_cuda_fast_dnn_fill(&c->fast32, RT_F32);
     for (int i = 0; i < 2; i++) {
         struct rt_ops *r = &c->ref16[i], *f = &c->fast16[i];
         *r = c->ref32;
@@ -243,6 +244,7 @@ static void tables_build(struct rt_cuda *c)
         rt_cuda_dnn_fill16(f, dts[i]);
         rt_cuda_fast_elem_fill(f, dts[i]);
         rt_cuda_fast_bn_fill(f, dts[i]);
+        rt_cuda_fast_dnn_fill(f, dts[i]);
     }
 }
 

@@ -199,6 +199,10 @@ RT_OPS_LIST(RT_CUDA_OP_DECLARE)
 void rt_cuda_dnn_fill16(struct rt_ops *t, enum rt_dtype dt);
 /* Frees the algorithm cache (backend destruction). */
 void rt_cuda_dnn_release(struct rt_cuda *c);
+/* The fast tables' convolution and linear entries (t's activations are dt, t->act): the reference tables keep
+ * dnn.c's first convolutions (cuDNN's legacy Find, deterministic, no tensor cores in fp32, 16-bit weights cast
+ * on every call), the proven way back. */
+void rt_cuda_fast_dnn_fill(struct rt_ops *t, enum rt_dtype dt);
 /* rt_backend_conv_choices for the CUDA backend. */
 int rt_cuda_conv_choices(const struct rt_cuda *c, struct rt_conv_choice *out, int cap);
 /*

@@ -883,6 +883,13 @@ static const char *legacy_algo_name(int dir, int algo)
     return algo >= 0 && algo < n ? t[algo] : "?";
 }
 
+void rt_cuda_fast_dnn_fill(struct rt_ops *t, enum rt_dtype dt)
+{
+    /* Not written yet: the fast tables keep the reference convolutions. */
+    (void)t;
+    (void)dt;
+}
+
 int rt_cuda_conv_choices(const struct rt_cuda *c, struct rt_conv_choice *out, int cap)
 {
     for (int i = 0; i < c->nalgos && i < cap; i++) {
