@@ -749,7 +749,7 @@ static void test_bn_case(struct rt_shape4 sh, uint64_t stream)
     cmp_flat("bn_bwd dbeta (+= twice)", shape, &dbt, c, T_REDUCE);
 
     /* inference's backward (a frozen layer) from the running statistics: dy times the forward's scale, with the
-     * same roundings on both (no sums), so elementwise; d.relu stays 0, as the CUDA tables do not fuse a ReLU */
+     * same roundings on both (no sums), so elementwise; the fused ReLU's forms follow below */
     float *ref[2] = {tu_hfloats(n), tu_hfloats(n)}, *got = tu_hfloats(n);
     for (int bd = 0; bd < 2; bd++) {
         if (bd)
@@ -762,6 +762,42 @@ static void test_bn_case(struct rt_shape4 sh, uint64_t stream)
         compare(bd ? "bn_infer_bwd beta_dx=1 dx" : "bn_infer_bwd beta_dx=0 dx", shape, ref[bd], got, n, T_ELEM);
     }
     test_bn_infer_bwd16(&d, shape, hx, hdy, old, ref[0], ref[1], DF(g, GPU), DF(b, GPU), DF(rm, GPU), DF(rv, GPU));
+
+    /* The fused ReLU (rt_bn_desc.relu) where both tables offer it: forward's y clipped, backward's dy passed only
+     * where the forward's output, recomputed from x with the same statistics, is > 0 (both sides read the CPU's
+     * saved statistics, so the masks are the same elements and dx, dgamma, dbeta differ only by sum order). */
+    if (S[CPU].ops->bn_relu && S[GPU].ops->bn_relu) {
+        struct rt_bn_desc dr = d;
+        dr.relu = 1;
+        d_put(&rm, hrm, c * sizeof(float));
+        d_put(&rv, hrv, c * sizeof(float));
+        d_fill(&y, n, NAN);
+        BOTH OP(s, bn_train_fwd, &dr, DF(x, s), DF(g, s), DF(b, s), DF(rm, s), DF(rv, s), DF(sm, s), DF(si, s),
+                DF(y, s));
+        cmp_sp("bn_train_fwd relu y", shape, &y, sh, T_REDUCE);
+        d_put(&sm, hsm, c * sizeof(float));
+        d_put(&si, hsi, c * sizeof(float));
+        d_fill(&dx, n, NAN);
+        d_fill(&dg, c, 0.0f);
+        d_fill(&dbt, c, 0.0f);
+        BOTH OP(s, bn_bwd, &dr, DF(x, s), DF(dy, s), DF(g, s), DF(b, s), DF(sm, s), DF(si, s), 0.0f, DF(dx, s),
+                DF(dg, s), DF(dbt, s));
+        cmp_sp("bn_bwd relu beta_dx=0 dx", shape, &dx, sh, T_REDUCE);
+        cmp_flat("bn_bwd relu dgamma", shape, &dg, c, T_REDUCE);
+        cmp_flat("bn_bwd relu dbeta", shape, &dbt, c, T_REDUCE);
+        d_put(&rm, hrm, c * sizeof(float));
+        d_put(&rv, hrv, c * sizeof(float));
+        d_fill(&y, n, NAN);
+        BOTH OP(s, bn_infer_fwd, &dr, DF(x, s), DF(g, s), DF(b, s), DF(rm, s), DF(rv, s), DF(y, s));
+        cmp_sp("bn_infer_fwd relu y", shape, &y, sh, T_REDUCE);
+        d_put_sp(&dx, sh, old);
+        BOTH OP(s, bn_infer_bwd, &dr, DF(x, s), DF(dy, s), DF(g, s), DF(b, s), DF(rm, s), DF(rv, s), 1.0f,
+                DF(dx, s));
+        cmp_sp("bn_infer_bwd relu beta_dx=1 dx", shape, &dx, sh, T_ELEM);
+    } else {
+        printf("  batchnorm + ReLU: not fused by the %s table (bn_relu 0): not compared\n",
+               S[CPU].ops->bn_relu ? S[GPU].name : S[CPU].name);
+    }
     free(ref[0]);
     free(ref[1]);
     free(got);
@@ -1230,6 +1266,29 @@ static void test_blas1(void)
     cmp_flat("axpy alpha=0.37", shape, &y, n, T_ELEM);
     BOTH OP(s, axpy, n, -1.0f, DF(b, s), DF(y, s));
     cmp_flat("axpy alpha=-1", shape, &y, n, T_ELEM);
+    /* the residual add and its ReLU in one op: one rounding then a select, and backward a select into each
+     * gradient (stored, or added once): exact on every backend */
+    if (S[CPU].ops->add_relu && S[GPU].ops->add_relu) {
+        struct dual g = d_floats(n), dxa = d_floats(n), dxb = d_floats(n);
+        d_fill(&y, n, NAN);
+        BOTH OP(s, add_relu_fwd, n, DF(a, s), DF(b, s), DF(y, s));
+        cmp_flat("add_relu_fwd", shape, &y, n, T_EXACT);
+        d_put(&g, ha, n * sizeof(float));
+        d_fill(&dxa, n, NAN); /* beta 0 must not read it */
+        d_put(&dxb, hb, n * sizeof(float));
+        BOTH OP(s, add_relu_bwd, n, DF(y, s), DF(g, s), 0.0f, DF(dxa, s), 1.0f, DF(dxb, s));
+        cmp_flat("add_relu_bwd dxa beta=0", shape, &dxa, n, T_EXACT);
+        cmp_flat("add_relu_bwd dxb beta=1", shape, &dxb, n, T_EXACT);
+        d_put(&dxb, hb, n * sizeof(float));
+        BOTH OP(s, add_relu_bwd, n, DF(y, s), DF(g, s), 0.0f, NULL, 1.0f, DF(dxb, s));
+        cmp_flat("add_relu_bwd dxa NULL, dxb beta=1", shape, &dxb, n, T_EXACT);
+        d_free(&g);
+        d_free(&dxa);
+        d_free(&dxb);
+    } else {
+        printf("  add_relu: not fused by the %s table (add_relu 0): not compared\n",
+               S[CPU].ops->add_relu ? S[GPU].name : S[CPU].name);
+    }
     d_free(&a);
     d_free(&b);
     d_free(&y);
