@@ -37,6 +37,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 enum rt_backend_kind { RT_BACKEND_CPU = 0, RT_BACKEND_CUDA = 1 };
 
 /*
@@ -906,5 +910,9 @@ void rt_init_result_free(struct rt_init_result *r);
 int rt_optim_save(struct rt_optim *opt, const struct rt_model *m, const char *path, const char *const *meta_kv,
                   int n_meta);
 int rt_optim_load(struct rt_optim *opt, const struct rt_model *m, const struct rt_st_file *f, const char *path);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -2297,6 +2297,24 @@ static void emu_add(struct rt_stream *s, size_t n, const float *a, const float *
     emu_round(s, y, n);
 }
 
+/* The residual add and its ReLU: the sum rounded (the ReLU of a rounded value is exact); backward's gradients
+ * are dy (already rounded) or dx + dy, rounded. */
+static void emu_add_relu_fwd(struct rt_stream *s, size_t n, const float *a, const float *b, float *y)
+{
+    S[CPU].ops->add_relu_fwd(s, n, a, b, y);
+    emu_round(s, y, n);
+}
+
+static void emu_add_relu_bwd(struct rt_stream *s, size_t n, const float *y, const float *dy, float beta_a, float *dxa,
+                             float beta_b, float *dxb)
+{
+    S[CPU].ops->add_relu_bwd(s, n, y, dy, beta_a, dxa, beta_b, dxb);
+    if (dxa)
+        emu_round(s, dxa, n);
+    if (dxb)
+        emu_round(s, dxb, n);
+}
+
 static void emu_scale(struct rt_stream *s, size_t n, float alpha, float *x)
 {
     S[CPU].ops->scale(s, n, alpha, x);
@@ -2351,6 +2369,8 @@ static const struct rt_ops *emu_table(enum emu_kind kind)
     t.dropout_fwd = emu_dropout_fwd;
     t.dropout_bwd = emu_dropout_bwd;
     t.add = emu_add;
+    t.add_relu_fwd = emu_add_relu_fwd;
+    t.add_relu_bwd = emu_add_relu_bwd;
     t.scale = emu_scale;
     t.axpy = emu_axpy;
     t.xent_fwd_bwd = emu_xent_fwd_bwd;

@@ -122,7 +122,7 @@ template <typename T> RT_HD void fk_store(T *p, const fk_pack<T> &v)
     memcpy(&raw, &v, 16);
     *reinterpret_cast<int4 *>(p) = raw;
 #else
-    memcpy(p, &v, 16);
+    memcpy((void *)p, &v, 16); /* T is a class type for bf16/fp16: bytes, not an assignment */
 #endif
 }
 
