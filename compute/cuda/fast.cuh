@@ -26,6 +26,15 @@
 
 #define RT_HD __host__ __device__ __forceinline__
 
+/* Fully unrolls the loop that follows on the device, so that the register arrays it walks are indexed by
+ * constants (a run-time index puts them in local memory); nothing on the host, whose compiler rejects the
+ * pragma under -Werror. */
+#ifdef __CUDA_ARCH__
+#define FK_UNROLL _Pragma("unroll")
+#else
+#define FK_UNROLL
+#endif
+
 /* ---- elements ----------------------------------------------------------------------------------------- */
 
 /* An activation element as float (exact), and a float rounded to nearest even into one. */

@@ -30,13 +30,6 @@
 
 #include "compute/cuda/fast.cuh"
 
-/* Full unrolling of the loops over a vector's elements, so that its array lives in registers; the host
- * compiler of the CPU tests does not know the pragma. */
-#ifdef __CUDA_ARCH__
-#define FE_UNROLL _Pragma("unroll")
-#else
-#define FE_UNROLL
-#endif
 
 /* Threads per block of every fast element-wise kernel. */
 #define FE_THREADS 256
@@ -105,12 +98,12 @@ template <typename T> RT_HD void fe_grad_store(T *p, const float *g, float beta)
 {
     fk_pack<T> o;
     if (beta == 0.0f) {
-FE_UNROLL
+FK_UNROLL
         for (int l = 0; l < FK_VEC(T); l++)
             o.v[l] = fk_st<T>(g[l]);
     } else {
         o = fk_load(p);
-FE_UNROLL
+FK_UNROLL
         for (int l = 0; l < FK_VEC(T); l++)
             o.v[l] = fk_st<T>(fk_add(fk_ld(o.v[l]), g[l]));
     }
@@ -125,7 +118,7 @@ template <typename T> RT_HD void fe_relu_fwd_vec(uint32_t v, uint32_t n, const T
     const uint32_t i = v * (uint32_t)FK_VEC(T);
     if (n - i >= (uint32_t)FK_VEC(T)) {
         fk_pack<T> p = fk_load(x + i);
-FE_UNROLL
+FK_UNROLL
         for (int l = 0; l < FK_VEC(T); l++)
             p.v[l] = fk_st<T>(fe_relu(fk_ld(p.v[l])));
         fk_store(y + i, p);
@@ -142,7 +135,7 @@ template <typename T> RT_HD void fe_relu_bwd_vec(uint32_t v, uint32_t n, const T
     if (n - i >= (uint32_t)FK_VEC(T)) {
         const fk_pack<T> py = fk_load(y + i), pd = fk_load(dy + i);
         float g[FK_VEC(T)];
-FE_UNROLL
+FK_UNROLL
         for (int l = 0; l < FK_VEC(T); l++)
             g[l] = fe_relu_grad(fk_ld(py.v[l]), fk_ld(pd.v[l]));
         fe_grad_store(dx + i, g, beta);
@@ -159,7 +152,7 @@ template <typename T> RT_HD void fe_add_vec(uint32_t v, uint32_t n, const T *a, 
     if (n - i >= (uint32_t)FK_VEC(T)) {
         const fk_pack<T> pa = fk_load(a + i), pb = fk_load(b + i);
         fk_pack<T> o;
-FE_UNROLL
+FK_UNROLL
         for (int l = 0; l < FK_VEC(T); l++)
             o.v[l] = fk_st<T>(fk_add(fk_ld(pa.v[l]), fk_ld(pb.v[l])));
         fk_store(y + i, o);
@@ -181,7 +174,7 @@ template <typename T> RT_HD void fe_add_relu_fwd_vec(uint32_t v, uint32_t n, con
     if (n - i >= (uint32_t)FK_VEC(T)) {
         const fk_pack<T> pa = fk_load(a + i), pb = fk_load(b + i);
         fk_pack<T> o;
-FE_UNROLL
+FK_UNROLL
         for (int l = 0; l < FK_VEC(T); l++)
             o.v[l] = fe_add_relu_elem(pa.v[l], pb.v[l]);
         fk_store(y + i, o);
@@ -203,7 +196,7 @@ RT_HD void fe_add_relu_bwd_vec(uint32_t v, uint32_t n, const T *y, const T *dy, 
     if (n - i >= (uint32_t)FK_VEC(T)) {
         const fk_pack<T> py = fk_load(y + i), pd = fk_load(dy + i);
         float g[FK_VEC(T)];
-FE_UNROLL
+FK_UNROLL
         for (int l = 0; l < FK_VEC(T); l++)
             g[l] = fk_ld(fk_st<T>(fe_relu_grad(fk_ld(py.v[l]), fk_ld(pd.v[l]))));
         if (dxa)
@@ -227,7 +220,7 @@ template <typename T> RT_HD void fe_scale_vec(uint32_t v, uint32_t n, float alph
     const uint32_t i = v * (uint32_t)FK_VEC(T);
     if (n - i >= (uint32_t)FK_VEC(T)) {
         fk_pack<T> p = fk_load(x + i);
-FE_UNROLL
+FK_UNROLL
         for (int l = 0; l < FK_VEC(T); l++)
             p.v[l] = fk_st<T>(fk_mul(fk_ld(p.v[l]), alpha));
         fk_store(x + i, p);
@@ -244,7 +237,7 @@ template <typename T> RT_HD void fe_axpy_vec(uint32_t v, uint32_t n, float alpha
     if (n - i >= (uint32_t)FK_VEC(T)) {
         const fk_pack<T> px = fk_load(x + i);
         fk_pack<T> py = fk_load(y + i);
-FE_UNROLL
+FK_UNROLL
         for (int l = 0; l < FK_VEC(T); l++)
             py.v[l] = fk_st<T>(fk_add(fk_ld(py.v[l]), fk_mul(alpha, fk_ld(px.v[l]))));
         fk_store(y + i, py);
