@@ -1,38 +1,86 @@
 #!/usr/bin/env bash
 # gpu_vs_pytorch.sh - ringtrain's training on one NVIDIA GPU against PyTorch
-# eager on the same GPU, side by side: compute speed per model and precision,
-# the input pipeline's cost and headroom, and time to 94 % on CIFAR-10.
+# on the same GPU, side by side: compute speed per model and precision
+# (against PyTorch eager and torch.compile, with TFLOP/s and the share of the
+# GPU's peak), the input pipeline's cost and headroom, time to 94 % on
+# CIFAR-10, and a per-op profile of both sides that shows where each step's
+# time goes.
 #   bench/gpu_vs_pytorch.sh [--bin PATH] [--python PATH] [--models LIST]
 #                           [--amps LIST] [--runs R] [--batch-size B]
-#                           [--steps-scale F] [--workers W] [--data DIR]
-#                           [--cache DIR] [--cifar PATH] [--tta-epochs E]
-#                           [--target A] [--only compute|loader|tta]
+#                           [--window-s W] [--steps-scale F] [--extras LIST]
+#                           [--workers W] [--data DIR] [--cache DIR]
+#                           [--cifar PATH] [--tta-epochs E] [--target A]
+#                           [--profile-steps S] [--profile-warmup K]
+#                           [--profile-json FILE] [--results-json FILE]
+#                           [--trace-dir DIR] [--device cuda|cpu]
+#                           [--only compute|loader|tta|profile[,...]]
+#   bench/gpu_vs_pytorch.sh --tables-from RESULTS.json [--profile-json FILE]
 # Needs a machine with an NVIDIA GPU: without nvidia-smi, with nvidia-smi
 # listing no GPU, or when `ringtrain train --device cuda` cannot train (a
 # build without CUDA, no driver), it stops at once with exit status 2 and
-# says why. Every way alternated RUNS times with the other (the way that goes
-# first swaps every run), medians printed with min - max, ratios and
-# PASS/MISS against the goals. Four parts:
+# says why (--device cpu runs the profile part on the CPU instead). Every way
+# alternated RUNS times with the others (the order of the ways reverses every
+# run), medians printed with min - max, ratios and PASS/MISS against the
+# goals. Five parts, run in this order:
 #   compute   forward + backward + SGD step on synthetic data, images/s, for
 #             each model (resnet18, resnet9, mnist-net, wrn-16-4) and each
 #             precision (--amp off, bf16, fp16), batch B (default 512),
 #             3x32x32 inputs, 10 classes, CrossEntropyLoss, SGD momentum 0.9,
 #             weight decay 5e-4, each step normalising a fixed uint8 batch
-#             that lives on the GPU.
-#             ringtrain: `train --device cuda --amp A --synthetic-data --model M
-#             --batch-size B --steps N+3 --json`, its steady_images_per_s (the
-#             steps after the first 3; every step waits for its loss).
-#             PyTorch eager: bench/torch_train.py compute --device cuda --amp A:
-#             3 untimed steps, then N timed between two
-#             torch.cuda.synchronize(); cudnn.benchmark = True; TF32 off (as
-#             ringtrain's fp32); with bf16/fp16 torch.autocast around the
-#             forward pass and the loss, channels_last model and batches, and
-#             for fp16 a GradScaler (dynamic loss scaling, as ringtrain's fp16).
-#             N per model (x --steps-scale) makes each measurement a few
-#             seconds on an H100. TFLOP/s: training FLOPs per image = 3 x 2 x
-#             the forward multiply-adds of the Conv2d and Linear layers.
-#             Goal: ringtrain images/s >= PyTorch eager's (ratio >= 1.0) at
-#             every model and precision.
+#             that lives on the GPU. The ways of each model x precision:
+#               ringtrain          `train --device cuda --amp A --synthetic-data
+#                                  --model M --batch-size B --steps N+3 --json`,
+#                                  its steady_images_per_s (the steps after the
+#                                  first 3; every step waits for its loss), its
+#                                  defaults: --tf32 on (fp32 convolutions on TF32
+#                                  tensor cores, matmuls strict), --deterministic on
+#               PyTorch eager      bench/torch_train.py compute --device cuda --amp
+#                                  A: 3 untimed steps, then N timed between two
+#                                  torch.cuda.synchronize(); cudnn.benchmark =
+#                                  True; PyTorch's own TF32 defaults
+#                                  (cudnn.allow_tf32 True, matmuls strict); with
+#                                  bf16/fp16 torch.autocast around the forward pass
+#                                  and the loss, channels_last model and batches,
+#                                  and for fp16 a GradScaler (dynamic loss scaling,
+#                                  as ringtrain's fp16)
+#             and the extras (--extras, default compile,nondet,strict; none
+#             with --steps-scale below 1, a quick check):
+#               compile            PyTorch with torch.compile(model) (mode
+#                                  default; forward and backward compiled, the
+#                                  loss and optimizer eager): its steady state after
+#                                  the compiling first step, whose time is reported
+#                                  apart; skipped with a note where torch.compile is
+#                                  absent (PyTorch 1.x) or fails
+#               nondet             ringtrain --deterministic off: what determinism
+#                                  costs (deterministic : nondeterministic images/s)
+#               strict             fp32 also at strict settings, both sides:
+#                                  ringtrain --tf32 off against PyTorch with TF32
+#                                  off for convolutions and matmuls (a second fp32
+#                                  row)
+#             Each result's JSON holds the PyTorch settings it ran with
+#             (cudnn.allow_tf32, matmul allow_tf32 and float32_matmul_precision,
+#             cudnn.benchmark, cudnn.deterministic, autocast dtype,
+#             channels_last, GradScaler, compile) or ringtrain's "settings"; all
+#             of them, the medians and the goals go to --results-json (default
+#             CACHE/compute.json).
+#             Windows: each measurement is sized to run about W seconds
+#             (--window-s, default 3, times --steps-scale): N = W x images/s / B
+#             at the speed that way measured in the run before; the first run
+#             takes that way's median from the last invocation on this GPU and
+#             batch (CACHE/speeds.json) or, without one, a guess from one H100's
+#             figures (docs/PERFORMANCE.md); at least 5 steps.
+#             TFLOP/s: training FLOPs per image = 3 x 2 x the forward
+#             multiply-adds of the Conv2d and Linear layers; share of the GPU's
+#             peak for that precision (dense, NVIDIA's datasheets: H100 SXM and
+#             H200 fp32 67, TF32 495, bf16/fp16 989 TFLOP/s; H100 PCIe 51 / 378 /
+#             756; A100 19.5 / 156 / 312; L40S 91.6 / 183 / 362; n/a elsewhere);
+#             the fp32 rows against the TF32 peak (default) and the fp32 peak
+#             (strict).
+#             Goals: ringtrain >= 1.2x PyTorch eager at every model x precision,
+#             fp32 at both settings; resnet9 and wrn-16-4 at bf16/fp16 >= 200
+#             TFLOP/s. A pair whose ringtrain profile (the profile part of the
+#             same invocation, or --profile-json with --tables-from) shows the
+#             GPU idle more than 20 % of the step is named host-bound.
 #   loader    the same training step fed by the real loader, per model at the
 #             default precision (no --amp: bf16 on a GPU that has it, fp32
 #             otherwise): `train --device cuda --data DIR --workers W --steps
@@ -45,7 +93,7 @@
 #             times, its steady images_per_s against what the GPU consumes
 #             (the synthetic images/s above), per model: loader headroom =
 #             loader / GPU images/s. Goal: headroom >= 1.0x (the loader can
-#             feed the GPU).
+#             feed the GPU). Step counts: the old fixed table (below), x F.
 #             DIR: --data (a packed dataset, e.g. real CIFAR-10 packed with
 #             `ringtrain pack`), by default CACHE/synth: `ringtrain synth`
 #             (CIFAR-10-like, 50000 train + 10000 test) packed, made when
@@ -64,7 +112,8 @@
 #             posts), random crop 32 with 4-pixel zero padding + random
 #             horizontal flip, evaluation on the 10000 test images after every
 #             epoch, stopping once test accuracy >= A (--target, default 0.94);
-#             precision: the default one of the part above, both ways.
+#             precision: the default one of the part above, both ways, fp32 at
+#             both sides' default TF32 settings.
 #             Not taken from those recipes: cutout, input whitening, frozen
 #             batch-norm scales, test-time flips; this plain recipe ends near
 #             94 % after 24 epochs, so some runs may miss it (the table says
@@ -87,6 +136,31 @@
 #             (K. Jordan, 2024) reaches 94 % in 3.83 s on one A100 (3.29 s
 #             with torch.compile), Page's ResNet-9 did it in 79 s on one V100
 #             (24 epochs, 2018).
+#   profile   per model x precision, where one step's time goes on each side,
+#             op by op, summed by category (conv_fwd, data_grad, weight_grad,
+#             batchnorm, elementwise, pooling, loss, optimizer, copies, other,
+#             idle; ms per step): ringtrain `train --device cuda --synthetic-data
+#             --profile-ops --model M --batch-size B --amp A --steps K+S --json`
+#             (its "op_profile": every op of its table timed on the device)
+#             beside bench/torch_train.py profile (PyTorch eager at the compute
+#             part's settings: K warm-up steps, then S steps under torch.profiler
+#             with CPU and CUDA activities; each kernel's time to the aten op
+#             that launched it, categorised by bench/op_profile.py; idle = wall
+#             per step minus the union of the kernels' intervals). Per pair: the
+#             table by category (both sides, the difference, each side's share
+#             of its step), the top ops of each side, the cuDNN choice per
+#             convolution (ringtrain's op_profile.convolutions; PyTorch's
+#             convolution kernels' names with their ms) and one line naming the
+#             three largest differences; all pairs go to --profile-json
+#             (default CACHE/profile.json, rewritten after each pair, the shape
+#             `ringtrain report FILE` draws). Profiling slows both sides (per-op
+#             events, CUPTI): its idle is an upper bound, the compute part's
+#             images/s the speed. --device cpu profiles on the CPU instead
+#             (both sides: ringtrain's host-timed ops, torch.profiler's self CPU
+#             time per op), for the table's format without a GPU. Pairs run
+#             in this order: those that trailed PyTorch eager in the last table
+#             (resnet9 and wrn-16-4 at bf16 and fp16, resnet18 and mnist-net in
+#             fp32), then the rest; a run cut short keeps the most telling.
 # Options:
 #   --bin PATH        ringtrain binary (default build/ringtrain)
 #   --python PATH     the python3 with torch built with CUDA (default: the
@@ -95,22 +169,47 @@
 #                     saying that PyTorch with CUDA is absent
 #   --models LIST     comma-separated models (default
 #                     resnet18,resnet9,mnist-net,wrn-16-4)
-#   --amps LIST       precisions of the compute part (default off,bf16,fp16)
-#   --runs R          rounds of both ways, each part (default 3)
-#   --batch-size B    images per step, compute and loader parts (default 512)
-#   --steps-scale F   multiply every model's timed step count by F (default 1;
-#                     0.1 for a quick check: at least 1 step each)
+#   --amps LIST       precisions of the compute and profile parts (default
+#                     off,bf16,fp16)
+#   --runs R          rounds of every way, each part but profile (default 3)
+#   --batch-size B    images per step, compute, loader and profile parts
+#                     (default 512)
+#   --window-s W      seconds each compute measurement aims at (default 3)
+#   --steps-scale F   multiply every window and step count by F (default 1;
+#                     0.1 for a quick check: at least 5 steps; below 1 the
+#                     extras default to none)
+#   --extras LIST     compute part: compile, nondet, strict, comma-separated,
+#                     or none (default all three; none when F < 1)
 #   --workers W       ringtrain's loader threads, train and loadbench
 #                     (default 1, train's default)
 #   --data DIR        packed dataset of the loader part (default CACHE/synth)
-#   --cache DIR       where made datasets are kept (default data/bench-gpu)
+#   --cache DIR       where made datasets and result files are kept (default
+#                     data/bench-gpu)
 #   --cifar PATH      real CIFAR-10 for the time-to-accuracy part
 #   --tta-epochs E    planned epochs of the recipe, the schedule's length and
 #                     the limit (default 24)
 #   --target A        target test accuracy, 0..1 (default 0.94)
-#   --only PART       run one part only: compute, loader or tta
-# About 20 minutes on one H100 with the defaults and --cifar (compute ~10,
-# loader ~3, tta ~8), the first run a minute more (synth + pack).
+#   --profile-steps S  profiled steps per side (default 10)
+#   --profile-warmup K steps before them (default 5)
+#   --profile-json FILE  the profile part's JSON (default CACHE/profile.json);
+#                     with --tables-from, the profile whose idle names host-bound
+#                     pairs
+#   --results-json FILE  the compute part's JSON (default CACHE/compute.json)
+#   --trace-dir DIR   keep PyTorch's torch.profiler traces there (gzipped chrome
+#                     traces, one per model x precision; `bench/op_profile.py
+#                     trace FILE` re-reads one)
+#   --device D        cuda (default) or cpu: the profile part on the CPU (with
+#                     --only profile alone)
+#   --only LIST       run these parts only: compute, loader, tta, profile
+#   --tables-from FILE  print the compute tables of a results JSON written by an
+#                     earlier run (--results-json) and stop: no GPU, no torch
+# Estimated, not yet measured: about 40 minutes on one H100 or H200 with the
+# defaults and --cifar (compute ~25, loader ~3, tta ~8, profile ~2), the first
+# run a minute more (synth + pack); per model and run of the compute part about
+# 75 s, plus torch.compile's compiles (20-60 s the first time per model x
+# precision, 5-10 s cached). --only compute --runs 3 --models resnet9: about 6
+# minutes (3 without compile in --extras); --only profile --models resnet9:
+# about 30 s; the GPU kit's --only compute --steps-scale 0.5 --runs 1: about 2.
 set -eu
 export LC_ALL=C  # a decimal point in $EPOCHREALTIME and in awk, whatever the locale
 top=$(cd "$(dirname "$0")/.." && pwd)
@@ -122,6 +221,8 @@ AMPS=off,bf16,fp16
 RUNS=3
 B=512
 SCALE=1
+WINDOW=3
+EXTRAS=default
 WORKERS=1
 DATA=
 CACHE=$top/data/bench-gpu
@@ -129,6 +230,13 @@ CIFAR=
 TTA_EPOCHS=24
 TARGET=0.94
 ONLY=
+DEVICE=cuda
+PROFILE_STEPS=10
+PROFILE_WARMUP=5
+PROFILE_JSON=
+RESULTS_JSON=
+TRACE_DIR=
+TABLES_FROM=
 # The time-to-accuracy recipe (see the header).
 TTA_MODEL=resnet9
 TTA_B=512
@@ -137,8 +245,9 @@ TTA_WD=5e-4
 TTA_WARMUP=5
 TTA_LS=0.2
 
-# Timed steps per model at --steps-scale 1: a few seconds each on an H100 at
-# batch 512 in fp32, less with bf16/fp16.
+# Timed steps per model at --steps-scale 1 for the loader part (and the compute
+# part's first run of a model the guess table lacks): a few seconds each on an
+# H100 at batch 512 in fp32, less with bf16/fp16.
 steps_for() {
     case $1 in
     mnist-net) echo 200 ;;
@@ -151,12 +260,26 @@ steps_for() {
 }
 
 bench_options --bin=RT --python=PT_PY --models=MODELS --amps=AMPS --runs=RUNS --batch-size=B --steps-scale=SCALE \
-    --workers=WORKERS --data=DATA --cache=CACHE --cifar=CIFAR --tta-epochs=TTA_EPOCHS --target=TARGET --only=ONLY \
-    -- "$@"
-bench_posint "$B" "$RUNS" "$WORKERS" "$TTA_EPOCHS"
+    --window-s=WINDOW --extras=EXTRAS --workers=WORKERS --data=DATA --cache=CACHE --cifar=CIFAR \
+    --tta-epochs=TTA_EPOCHS --target=TARGET --only=ONLY --device=DEVICE --profile-steps=PROFILE_STEPS \
+    --profile-warmup=PROFILE_WARMUP --profile-json=PROFILE_JSON --results-json=RESULTS_JSON --trace-dir=TRACE_DIR \
+    --tables-from=TABLES_FROM -- "$@"
+bench_posint "$B" "$RUNS" "$WORKERS" "$TTA_EPOCHS" "$PROFILE_STEPS"
+case $PROFILE_WARMUP in '' | *[!0-9]*) bench_fail "--profile-warmup '$PROFILE_WARMUP' is not a whole number" ;; esac
 bench_posnum "$SCALE" || bench_fail "--steps-scale '$SCALE' is not a positive number"
+bench_posnum "$WINDOW" || bench_fail "--window-s '$WINDOW' is not a positive number"
 bench_accuracy "$TARGET" || bench_fail "--target '$TARGET' is not an accuracy in (0, 1]"
-case $ONLY in '' | compute | loader | tta) ;; *) bench_fail "--only takes compute, loader or tta" ;; esac
+parts=()
+[ -z "$ONLY" ] || bench_list parts "$ONLY" --only
+for p in "${parts[@]}"; do
+    case $p in compute | loader | tta | profile) ;; *) bench_fail "--only takes compute, loader, tta or profile (or several, comma-separated)" ;; esac
+done
+part_on() { [ -z "$ONLY" ] || [[ ",$ONLY," == *",$1,"* ]]; }
+case $DEVICE in
+cuda) ;;
+cpu) [ "$ONLY" = profile ] || bench_fail "--device cpu runs the profile part alone: add --only profile" ;;
+*) bench_fail "--device takes cuda or cpu" ;;
+esac
 models=()
 bench_list models "$MODELS" --models
 amps=()
@@ -164,165 +287,76 @@ bench_list amps "$AMPS" --amps
 for a in "${amps[@]}"; do
     case $a in off | bf16 | fp16) ;; *) bench_fail "--amps: '$a' is not off, bf16 or fp16" ;; esac
 done
+if [ "$EXTRAS" = default ]; then
+    # A quick check (--steps-scale below 1, as the GPU kit's short run) measures the plain pairs only.
+    if awk -v f="$SCALE" 'BEGIN { exit !(f + 0 < 1) }'; then EXTRAS=none; else EXTRAS=compile,nondet,strict; fi
+fi
+extras=()
+[ "$EXTRAS" = none ] || bench_list extras "$EXTRAS" --extras
+for x in "${extras[@]}"; do
+    case $x in compile | nondet | strict) ;; *) bench_fail "--extras: '$x' is not compile, nondet or strict (or none)" ;; esac
+done
+extra_on() { [[ ",$EXTRAS," == *",$1,"* ]]; }
 if [ -n "$CIFAR" ] && [ ! -e "$CIFAR" ]; then
     bench_fail "--cifar $CIFAR: no such file or directory"
 fi
 RT=$(bench_bin "$RT")
-
-# --- prerequisites: the binary, a GPU, ringtrain training on it ----------------
-bench_need_bin " (CUDA toolkit and cuDNN under /usr/local/cuda)" -DRT_CUDA=ON
 RPY=$(command -v python3 || echo /usr/bin/python3)  # runs the report helper: json and statistics only
 "$RPY" -c 'import json, statistics' 2>/dev/null || bench_fail "no python3 (it prints the tables)"
-if ! command -v nvidia-smi >/dev/null 2>&1; then
-    echo "gpu_vs_pytorch: no GPU: nvidia-smi is not installed; this benchmark needs a machine with an NVIDIA GPU" >&2
-    echo "  and its driver (bench/train_vs_pytorch.sh compares training on the CPU)" >&2
-    exit 2
-fi
-if ! gpu_list=$(nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader 2>&1) \
-    || [ -z "$gpu_list" ]; then
-    echo "gpu_vs_pytorch: no GPU: nvidia-smi lists none${gpu_list:+: $gpu_list}" >&2
-    exit 2
-fi
-
 bench_scratch rt-gvp
 
-# One step on the GPU: the binary was built with CUDA, the driver and the GPU
-# work, and its JSON line names the default precision (when it has an "amp" field).
-if ! "$RT" train --device cuda --synthetic-data --model mnist-net --batch-size 8 --steps 1 --json --no-progress \
-    >"$t/probe.out" 2>&1; then
-    echo "gpu_vs_pytorch: no GPU for ringtrain: \`$RT train --device cuda --synthetic-data --steps 1\` failed:" >&2
-    tail -n 5 "$t/probe.out" | sed 's/^/  /' >&2
-    exit 2
-fi
-HAVE_AMP=0
-"$RT" train --help 2>&1 | grep -q -- '--amp' && HAVE_AMP=1
-DEFAULT_AMP=$(bench_json_field "$RPY" "$t/probe.out" amp)
-amp_source="from its --json line"
-if [ -z "$DEFAULT_AMP" ]; then
-    if [ $HAVE_AMP = 0 ]; then
-        DEFAULT_AMP=off
-        amp_source="this binary has no --amp: fp32"
-    else
-        # The documented default: bf16 where the GPU has it (compute capability 8.0 and later).
-        cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' ')
-        if awk -v c="${cc:-0}" 'BEGIN { exit !(c + 0 >= 8.0) }'; then DEFAULT_AMP=bf16; else DEFAULT_AMP=off; fi
-        amp_source="no amp field in its --json line: the documented default for compute capability ${cc:-unknown}"
-    fi
-fi
-rt_amp() { # amp -> the ringtrain options asking for it; 1 when this binary cannot
-    amp_args=()
-    if [ $HAVE_AMP = 1 ]; then
-        amp_args=(--amp "$1")
-    elif [ "$1" != off ]; then
-        return 1
-    fi
-}
-
-mkdir -p "$CACHE"
-CACHE=$(cd "$CACHE" && pwd)
-[ -n "$DATA" ] || DATA=$CACHE/synth
-
-# PyTorch with CUDA: --python, else the first python3 whose torch sees the GPU.
-PT=0
-pt_why=
-cands=()
-if [ -n "$PT_PY" ]; then
-    cands=("$PT_PY")
-else
-    p=$(command -v python3 || true)
-    [ -z "$p" ] || cands+=("$p")
-    [ "$p" = /usr/bin/python3 ] || [ ! -x /usr/bin/python3 ] || cands+=(/usr/bin/python3)
-fi
-for p in "${cands[@]}"; do
-    if out=$("$p" "$top/bench/torch_train.py" check --device cuda 2>&1); then
-        PT=1 PT_PY=$p torch_versions=$out
-        break
-    fi
-    pt_why="$pt_why${pt_why:+; }$p: $(echo "$out" | tail -n 1)"
-done
-if [ $PT = 0 ]; then
-    [ -n "$pt_why" ] || pt_why="no python3 found"
-    torch_versions="PyTorch with CUDA absent ($pt_why)"
-fi
-# FLOPs per image need torch, any build: the CUDA one, else any python3 with torch.
-flops_py=
-if [ $PT = 1 ]; then
-    flops_py=$PT_PY
-else
-    for p in "${cands[@]}"; do
-        if "$p" "$top/bench/torch_train.py" check >/dev/null 2>&1; then flops_py=$p; break; fi
-    done
-fi
-: >"$t/flops.jsonl"
-if [ -n "$flops_py" ] && [ "$ONLY" != tta ]; then
-    "$flops_py" "$top/bench/torch_train.py" flops --model "$MODELS" >"$t/flops.jsonl" 2>"$t/flops.err" || {
-        echo "gpu_vs_pytorch: could not build every model in PyTorch:" >&2
-        cat "$t/flops.err" >&2
-        exit 2
-    }
-fi
-
-# --- datasets --------------------------------------------------------------------
-if [ "$ONLY" = "" ] || [ "$ONLY" = loader ]; then
-    if [ "$DATA" = "$CACHE/synth" ] && [ ! -f "$DATA/manifest.json" ]; then
-        bench_dataset --quiet "$CACHE/synth-src" "$DATA" ": 50000 train + 10000 test records" ""
-    fi
-    if [ ! -f "$DATA/manifest.json" ]; then
-        echo "gpu_vs_pytorch: --data $DATA: no manifest.json (a dataset packed with \`ringtrain pack\`)" >&2
-        exit 2
-    fi
-    cat "$DATA"/* >/dev/null 2>&1 || true  # page cache warm for every run
-fi
-TTA=0
-if [ "$ONLY" = "" ] || [ "$ONLY" = tta ]; then
-    if [ -n "$CIFAR" ]; then
-        TTA=1
-        src_id=$(cd "$(dirname "$CIFAR")" && echo "$(pwd)/$(basename "$CIFAR")")
-        packed=$CACHE/cifar10
-        if [ ! -f "$packed/manifest.json" ] || [ "$(cat "$CACHE/cifar10.source" 2>/dev/null)" != "$src_id" ]; then
-            echo "packing $packed from $CIFAR (ringtrain pack)"
-            "$RT" pack "$CIFAR" --out "$packed" --force >/dev/null
-            echo "$src_id" >"$CACHE/cifar10.source"
-        fi
-        if ! "$RPY" -c 'import json, sys
-m = json.load(open(sys.argv[1]))
-sys.exit(0 if m.get("num_classes") == 10 and m["splits"]["train"]["records"] == 50000
-         and m["splits"]["test"]["records"] == 10000 else 1)' "$packed/manifest.json" 2>/dev/null; then
-            echo "gpu_vs_pytorch: --cifar $CIFAR is not CIFAR-10 (10 classes, 50000 train + 10000 test images)" >&2
-            exit 2
-        fi
-        pt_src=$src_id
-        if [ -f "$CIFAR" ]; then  # PyTorch reads the files, not the tarball
-            pt_src=$CACHE/cifar10-src
-            if [ "$(cat "$pt_src.source" 2>/dev/null)" != "$src_id" ]; then
-                echo "unpacking $CIFAR into $pt_src for PyTorch"
-                rm -rf "$pt_src" && mkdir -p "$pt_src"
-                tar -xf "$CIFAR" -C "$pt_src"
-                echo "$src_id" >"$pt_src.source"
-            fi
-        fi
-        cat "$packed"/* >/dev/null 2>&1 || true
-    fi
-fi
-
-# --- the report helper: parses each result line, prints the tables at the end -
+# --- the report helper: parses each result line, prints the tables -----------------------------
 bench_report_helper "$t/report.py" <<'EOF'
-WAY = {"rt": "ringtrain", "pt": "PyTorch eager", "syn": "synthetic", "data": "loader", "lb": "loadbench"}
+WAY = {"rt": "ringtrain", "rt-nd": "ringtrain nondeterministic", "rt-strict": "ringtrain fp32 strict",
+       "pt": "PyTorch eager", "pt-strict": "PyTorch eager fp32 strict", "ptc": "PyTorch torch.compile",
+       "syn": "synthetic", "data": "loader", "lb": "loadbench"}
+PT_WAYS = ("pt", "pt-strict", "ptc")
+
+# Dense TFLOP/s by GPU: fp32, TF32, bf16/fp16 (NVIDIA's H100/H200, A100 and L40S datasheets; the
+# tensor-core figures there are with sparsity, halved here).
+PEAKS = (
+    ("H200", lambda n: "H200" in n and "NVL" not in n, (67.0, 495.0, 989.0)),
+    ("H100 SXM", lambda n: "H100" in n and ("SXM" in n or "HBM3" in n), (67.0, 495.0, 989.0)),
+    ("H100 PCIe", lambda n: "H100" in n and "PCIE" in n.upper(), (51.0, 378.0, 756.0)),
+    ("A100", lambda n: "A100" in n, (19.5, 156.0, 312.0)),
+    ("L40S", lambda n: "L40S" in n, (91.6, 183.0, 362.0)),
+)
+# Images/s at batch 512 on one H100 (docs/PERFORMANCE.md's first figures, the faster side of each
+# pair): fp32, bf16, fp16. Sizes the compute part's first run where no earlier speed is known.
+GUESS = {"resnet18": (68949, 85835, 115176), "resnet9": (25031, 75847, 70536),
+         "mnist-net": (196144, 273324, 267585), "wrn-16-4": (14425, 66666, 71144)}
+RATIO_GOAL = 1.2
+TFLOPS_GOAL = 200.0
+WIDE = ("resnet9", "wrn-16-4")
+HOST_BOUND_IDLE = 0.20
 
 def add(results, part, way, model, amp, run, path, wall, target):
-    """Appends one measurement to results; 0 when it holds what the part needs.
+    """Appends one measurement to results; 0 when it holds what the part needs, 3
+    when the way was skipped (torch.compile absent or failing), 1 when it failed.
     amp: the precision asked for ("default" when none was)."""
     r = last_json(path)
-    label = "%-13s %-10s %-7s" % (WAY[way], model, amp)
+    label = "%-26s %-10s %-7s" % (WAY[way], model, amp)
     rec = {"part": part, "way": way, "model": model, "amp": amp, "run": int(run), "process_s": float(wall)}
     if part in ("compute", "loader"):
-        key = "images_per_s" if way == "pt" else "steady_images_per_s"
+        pt = way in PT_WAYS
+        if pt and r is not None and r.get("skipped"):
+            rec.update(skipped=r["skipped"], settings=r.get("settings"))
+            with open(results, "a") as f:
+                f.write(json.dumps(rec) + "\n")
+            print("  %s skipped: %s" % (label, r["skipped"]))
+            return 3
+        key = "images_per_s" if pt else "steady_images_per_s"
         if r is None or not isnum(r.get(key)) or r[key] <= 0:
             print("  %s FAILED: no JSON line with %s at the end of its output" % (label, key))
             return 1
         rec["ips"] = float(r[key])
-        if way == "pt":
+        rec["steps"] = r.get("steps")
+        if isinstance(r.get("settings"), dict):
+            rec["settings"] = r["settings"]
+        if pt:
             note = r.get("note", "")
+            if isnum(r.get("compile_s")):
+                rec["compile_s"] = r["compile_s"]
         else:
             rec["backend"] = setup_line(path)
             if "cuda:" not in rec["backend"]:
@@ -366,54 +400,283 @@ def add(results, part, way, model, amp, run, path, wall, target):
         f.write(json.dumps(rec) + "\n")
     return 0
 
+def load_json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+def steps(results, speeds, gpu, way, model, amp, batch, window, scale, fallback):
+    """Prints the timed steps of one compute measurement: window x scale seconds at
+    the speed this way measured in the runs before (the median), else in the last
+    invocation on this GPU and batch (speeds), else GUESS's; fallback (already
+    scaled) for a model GUESS lacks. At least 5."""
+    ips = None
+    # torch.compile's window at eager's speed until it has a speed of its own
+    for w in (way, "pt") if way == "ptc" else (way,):
+        xs = [r["ips"] for r in load(results) if r.get("part") == "compute" and r.get("way") == w
+              and r.get("model") == model and r.get("amp") == amp and "ips" in r]
+        ips = statistics.median(xs) if xs else None
+        if ips is None:
+            s = load_json(speeds) or {}
+            ips = s.get(gpu, {}).get(str(batch), {}).get("%s %s %s" % (w, model, amp))
+        if ips is not None:
+            break
+    if ips is None and model in GUESS:
+        ips = GUESS[model][("off", "bf16", "fp16").index(amp)]
+    if ips is None:
+        print(max(5, int(fallback)))
+        return 0
+    print(max(5, int(round(float(window) * float(scale) * float(ips) / int(batch)))))
+    return 0
+
+def speeds(results, path, gpu, batch):
+    """Keeps each compute way's median images/s in path, by GPU and batch, for the next invocation."""
+    s = load_json(path) or {}
+    mine = s.setdefault(gpu, {}).setdefault(str(batch), {})
+    groups = {}
+    for r in load(results):
+        if r.get("part") == "compute" and "ips" in r:
+            groups.setdefault("%s %s %s" % (r["way"], r["model"], r["amp"]), []).append(r["ips"])
+    for k, xs in groups.items():
+        mine[k] = statistics.median(xs)
+    with open(path, "w") as f:
+        json.dump(s, f, indent=1, sort_keys=True)
+    return 0
+
+def peaks_of(gpu):
+    for name, test, p in PEAKS:
+        if test(gpu or ""):
+            return name, {"fp32": p[0], "tf32": p[1], "16": p[2]}
+    return None, None
+
 def cell(rs, **kv):
     """(median, min, max) of the matching records' ips, or None."""
-    xs = [r["ips"] for r in rs if all(r.get(k) == v for k, v in kv.items())]
+    xs = [r["ips"] for r in rs if "ips" in r and all(r.get(k) == v for k, v in kv.items())]
     return med_lo_hi(xs) if xs else None
 
 def fmt(c):
     return ("%.1f" % c[0], "%.1f - %.1f" % (c[1], c[2])) if c else ("n/a", "")
 
-def compute_table(results, flops_path, models, amps, pt_present):
-    rs = [r for r in load(results) if r["part"] == "compute"]
-    flops = {}
-    for l in open(flops_path):
-        if l.strip():
-            x = json.loads(l)
-            flops[x["model"]] = x["train_flops_per_image"]
-    print("| model | precision | train GFLOP/image | ringtrain images/s | min - max | PyTorch eager images/s "
-          "| min - max | ringtrain : PyTorch | ringtrain TFLOP/s | PyTorch TFLOP/s | goal >= 1.0x |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
-    passed = total = 0
-    for m in models.split(","):
+ROW_WAYS = {"tf32": (("rt", "rt"), ("nd", "rt-nd"), ("pt", "pt"), ("ptc", "ptc")),
+            "strict": (("rt", "rt-strict"), ("pt", "pt-strict")),
+            None: (("rt", "rt"), ("nd", "rt-nd"), ("pt", "pt"), ("ptc", "ptc"))}
+
+def row_label(amp, setting):
+    return {"tf32": "fp32 (TF32)", "strict": "fp32 strict"}.get(setting, amp)
+
+def profile_idle(profile):
+    """{(model, amp): ringtrain's idle share of its step} from a profile comparison file."""
+    out = {}
+    doc = load_json(profile) if profile else None
+    for p in (doc or {}).get("pairs", []):
+        rt = p.get("ringtrain") or {}
+        idle, step = (rt.get("categories") or {}).get("idle"), rt.get("step_ms")
+        if isnum(idle) and isnum(step) and step > 0:
+            out[(p.get("model"), p.get("amp"))] = idle / step
+    return out
+
+def summarise(doc, profile=""):
+    """The rows of the compute tables and the goals, from a results document."""
+    rs = [r for r in doc.get("records", []) if r.get("part") == "compute"]
+    flops = doc.get("flops", {})
+    _, pk = peaks_of(doc.get("gpu"))
+    idle = profile_idle(profile)
+    rows = []
+    for m in doc["models"]:
         f = flops.get(m)
-        for a in amps.split(","):
-            rt, pt = cell(rs, model=m, amp=a, way="rt"), cell(rs, model=m, amp=a, way="pt")
-            def tf(c):
-                return "%.1f" % (c[0] * f / 1e12) if c and f else "n/a"
-            if rt and pt:
-                x = rt[0] / pt[0]
-                ratio, goal = "%.2f" % x, "PASS" if x >= 1.0 else "MISS"
-                total += 1
-                passed += x >= 1.0
-            else:
-                ratio, goal = "n/a", "n/a"
-            print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-                m, {"off": "fp32 (off)"}.get(a, a), "%.3f" % (f / 1e9) if f else "n/a", *fmt(rt), *fmt(pt),
-                ratio, tf(rt), tf(pt), goal))
+        for a in doc["amps"]:
+            strict = "strict" in doc.get("extras", ["strict"])
+            for setting in ((("tf32", "strict") if strict else ("tf32",)) if a == "off" else (None,)):
+                row = {"model": m, "amp": a, "setting": setting, "label": row_label(a, setting),
+                       "train_flops_per_image": f, "ways": {}, "skipped": {}}
+                peak = pk[{"tf32": "tf32", "strict": "fp32"}.get(setting, "16")] if pk else None
+                row["peak_tflops"] = peak
+                for key, way in ROW_WAYS[setting]:
+                    c = cell(rs, model=m, amp=a, way=way)
+                    skip = [r["skipped"] for r in rs if r.get("skipped") and r["model"] == m and r["amp"] == a
+                            and r["way"] == way]
+                    if skip:
+                        row["skipped"][key] = skip[0]
+                    if not c:
+                        continue
+                    w = {"way": way, "median": c[0], "min": c[1], "max": c[2],
+                         "runs": len([r for r in rs if "ips" in r and r["model"] == m and r["amp"] == a
+                                      and r["way"] == way])}
+                    if f:
+                        w["tflops"] = c[0] * f / 1e12
+                        if peak:
+                            w["share_of_peak"] = w["tflops"] / peak
+                    cs = [r["compile_s"] for r in rs if r["model"] == m and r["amp"] == a and r["way"] == way
+                          and isnum(r.get("compile_s"))]
+                    if cs:
+                        w["compile_s"] = med_lo_hi(cs)
+                    settings = [r["settings"] for r in rs if r["model"] == m and r["amp"] == a and r["way"] == way
+                                and isinstance(r.get("settings"), dict)]
+                    if settings:
+                        w["settings"] = settings[0]
+                    row["ways"][key] = w
+                ws = row["ways"]
+                if "rt" in ws and "pt" in ws:
+                    row["ratio_eager"] = ws["rt"]["median"] / ws["pt"]["median"]
+                    row["goal_ratio"] = "PASS" if row["ratio_eager"] >= RATIO_GOAL else "MISS"
+                if "rt" in ws and "ptc" in ws:
+                    row["ratio_compile"] = ws["rt"]["median"] / ws["ptc"]["median"]
+                if "rt" in ws and "nd" in ws:
+                    row["determinism_cost"] = ws["rt"]["median"] / ws["nd"]["median"]
+                if m in WIDE and a in ("bf16", "fp16"):
+                    row["goal_tflops"] = ("PASS" if ws["rt"].get("tflops", 0) >= TFLOPS_GOAL else "MISS") \
+                        if "rt" in ws and "tflops" in ws["rt"] else None
+                if (m, a) in idle:
+                    row["idle_share"] = idle[(m, a)]
+                    row["host_bound"] = idle[(m, a)] > HOST_BOUND_IDLE
+                rows.append(row)
+    goals = {}
+    ratio_rows = [r for r in rows if r.get("goal_ratio")]
+    g = {"goal": "ringtrain >= %.1fx PyTorch eager at every model x precision, fp32 at both settings" % RATIO_GOAL,
+         "pairs": len(rows), "measured": len(ratio_rows),
+         "passed": sum(r["goal_ratio"] == "PASS" for r in ratio_rows),
+         "misses": ["%s %s" % (r["model"], r["label"]) for r in ratio_rows if r["goal_ratio"] == "MISS"],
+         "host_bound": ["%s %s" % (r["model"], r["label"]) for r in ratio_rows
+                        if r["goal_ratio"] == "MISS" and r.get("host_bound")]}
+    g["result"] = ("PASS" if g["passed"] == g["measured"] == g["pairs"] else "MISS") if g["measured"] else "n/a"
+    if "off" in doc["amps"] and "strict" not in doc.get("extras", ["strict"]):
+        g["note"] = "fp32 strict not measured (--extras)"
+    goals["ratio"] = g
+    tf_rows = [r for r in rows if r["model"] in WIDE and r["amp"] in ("bf16", "fp16")]
+    done = [r for r in tf_rows if r.get("goal_tflops")]
+    g = {"goal": "resnet9 and wrn-16-4 at bf16/fp16 >= %.0f TFLOP/s" % TFLOPS_GOAL, "pairs": len(tf_rows),
+         "measured": len(done), "passed": sum(r["goal_tflops"] == "PASS" for r in done),
+         "misses": ["%s %s (%.1f)" % (r["model"], r["label"], r["ways"]["rt"]["tflops"]) for r in done
+                    if r["goal_tflops"] == "MISS"]}
+    g["result"] = ("PASS" if g["passed"] == g["measured"] == g["pairs"] else "MISS") if g["measured"] else "n/a"
+    if not flops and any("rt" in r["ways"] for r in tf_rows):
+        g["note"] = "no FLOP count: no python3 with torch to count them"
+    goals["tflops"] = g
+    return rows, goals
+
+def results_json(results, flops_path, out, gpu, host, batch, runs, window, scale, models, amps, extras,
+                 pytorch, profile=""):
+    """Writes the compute part's results document to out: every record (with the settings it ran with),
+    the FLOPs, the GPU's peaks, the rows with medians, ratios and TFLOP/s, and the goals."""
+    flops = {}
+    try:
+        for l in open(flops_path):
+            if l.strip():
+                x = json.loads(l)
+                flops[x["model"]] = x["train_flops_per_image"]
+    except OSError:
+        pass
+    name, pk = peaks_of(gpu)
+    doc = {"gpu_compute": 1, "gpu": gpu, "host": host, "batch": int(batch), "runs": int(runs),
+           "window_s": float(window), "steps_scale": float(scale), "models": models.split(","),
+           "amps": amps.split(","), "extras": [] if extras == "none" else extras.split(","), "pytorch": pytorch,
+           "flops": flops, "peaks_tflops": pk, "peaks_of": name,
+           "peaks_source": "NVIDIA datasheets, dense (H100/H200, A100, L40S)",
+           "records": [r for r in load(results) if r.get("part") == "compute"]}
+    doc["rows"], doc["goals"] = summarise(doc, profile)
+    with open(out, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    return 0
+
+def tf_cell(w):
+    if not w or "tflops" not in w:
+        return "n/a"
+    return "%.1f (%.1f %%)" % (w["tflops"], 100 * w["share_of_peak"]) if "share_of_peak" in w \
+        else "%.1f" % w["tflops"]
+
+def describe(s):
+    """A result's settings, briefly."""
+    keys = (("cudnn_allow_tf32", "cudnn.allow_tf32"), ("matmul_allow_tf32", "matmul.allow_tf32"),
+            ("float32_matmul_precision", "float32_matmul_precision"), ("cudnn_benchmark", "cudnn.benchmark"),
+            ("cudnn_deterministic", "cudnn.deterministic"), ("autocast_dtype", "autocast"),
+            ("channels_last", "channels_last"), ("grad_scaler", "GradScaler"), ("compile", "compile"))
+    if "torch" in s:
+        return ", ".join("%s %s" % (n, s.get(k)) for k, n in keys if k in s)
+    return ", ".join("%s %s" % kv for kv in s.items() if not isinstance(kv[1], (dict, list)))
+
+def compute(path, profile=""):
+    """Prints the compute part's tables from a results document (results_json's)."""
+    doc = load_json(path)
+    if not isinstance(doc, dict) or doc.get("gpu_compute") != 1:
+        print("%s: not a compute results file (results_json's)" % path)
+        return 1
+    rows, goals = summarise(doc, profile)
+    name, pk = peaks_of(doc.get("gpu"))
+    print("| model | precision | ringtrain images/s | min - max | PyTorch eager images/s | min - max "
+          "| ringtrain : eager | goal >= %.1fx | torch.compile images/s | compile s | ringtrain : compile | note |"
+          % RATIO_GOAL)
+    print("|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|")
+    for r in rows:
+        ws = r["ways"]
+        rt, pt, pc = (fmt((ws[k]["median"], ws[k]["min"], ws[k]["max"]) if k in ws else None)
+                      for k in ("rt", "pt", "ptc"))
+        comp = ("%.1f" % ws["ptc"]["compile_s"][0]) if "ptc" in ws and "compile_s" in ws["ptc"] else \
+            ("skipped" if "ptc" in r["skipped"] else "n/a")
+        notes = []
+        if r.get("host_bound"):
+            notes.append("host-bound: GPU idle %.0f %% of ringtrain's step (profile)" % (100 * r["idle_share"]))
+        elif "idle_share" in r:
+            notes.append("GPU idle %.0f %% of ringtrain's step (profile)" % (100 * r["idle_share"]))
+        if "ptc" in r["skipped"] and "ptc" not in ws:
+            notes.append("torch.compile: %s" % r["skipped"]["ptc"])
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            r["model"], r["label"], rt[0], rt[1], pt[0], pt[1],
+            "%.2f" % r["ratio_eager"] if "ratio_eager" in r else "n/a", r.get("goal_ratio") or "n/a",
+            pc[0], comp, "%.2f" % r["ratio_compile"] if "ratio_compile" in r else "n/a", "; ".join(notes)))
+    print()
+    print("TFLOP/s (%% of the %s's dense peak for the precision: fp32 (TF32) rows against TF32, fp32 strict "
+          "against fp32, bf16/fp16 against 16-bit tensor cores%s) and what determinism costs:"
+          % (name or "GPU", "" if pk else "; n/a: no peak known for %s" % (doc.get("gpu") or "this GPU")))
+    print()
+    print("| model | precision | train GFLOP/image | peak TFLOP/s | ringtrain | ringtrain nondeterministic "
+          "| PyTorch eager | torch.compile | deterministic : nondeterministic | goal >= %.0f TFLOP/s |" % TFLOPS_GOAL)
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---|")
+    for r in rows:
+        ws, f = r["ways"], r["train_flops_per_image"]
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            r["model"], r["label"], "%.3f" % (f / 1e9) if f else "n/a",
+            "%g" % r["peak_tflops"] if r["peak_tflops"] else "n/a", tf_cell(ws.get("rt")), tf_cell(ws.get("nd")),
+            tf_cell(ws.get("pt")), tf_cell(ws.get("ptc")),
+            "%.2fx" % r["determinism_cost"] if "determinism_cost" in r else "n/a",
+            r.get("goal_tflops") or ("n/a" if r["model"] in WIDE and r["amp"] != "off" else "")))
+    print()
+    print("Settings each result ran with (all in %s):" % path)
+    seen = []
+    for r in rows:
+        for key, w in sorted(r["ways"].items()):
+            s = w.get("settings")
+            line = "  %s, %s: %s" % (WAY[w["way"]], r["label"],
+                                     describe(s) if s else "no settings in its JSON line")
+            if line not in seen:
+                seen.append(line)
+    for line in seen:
+        print(line)
     print()
     print("| goal | result |")
     print("|---|---|")
-    expected = len(models.split(",")) * len(amps.split(","))
-    if total:
-        res = "%s (%d of %d model x precision pairs)" % ("PASS" if passed == total else "MISS", passed, total)
-        if total < expected:
-            res += "; %d of %d pairs lack a figure (above)" % (expected - total, expected)
-    elif pt_present != "1":
-        res = "n/a (PyTorch with CUDA absent)"
-    else:
-        res = "n/a (no pair measured both ways)"
-    print("| ringtrain images/s >= PyTorch eager's at every model and precision | %s |" % res)
+    for g in (goals["ratio"], goals["tflops"]):
+        res = g["result"]
+        if g["measured"]:
+            res += " (%d of %d pairs" % (g["passed"], g["measured"])
+            res += "; %d of %d lack a figure)" % (g["pairs"] - g["measured"], g["pairs"]) \
+                if g["measured"] < g["pairs"] else ")"
+            if g["misses"]:
+                res += "; misses: " + ", ".join(g["misses"])
+            if g.get("host_bound"):
+                res += "; host-bound (GPU idle > %.0f %% of ringtrain's step in the profile), left to the next " \
+                       "issue: %s" % (100 * HOST_BOUND_IDLE, ", ".join(g["host_bound"]))
+        elif not g["pairs"]:
+            res = "n/a (no such pair measured: --models/--amps)"
+        elif doc.get("pytorch", "").startswith("PyTorch with CUDA absent") and g is goals["ratio"]:
+            res = "n/a (PyTorch with CUDA absent)"
+        else:
+            res = "n/a (no pair measured)"
+        if g.get("note"):
+            res += "; %s" % g["note"]
+        print("| %s | %s |" % (g["goal"], res))
     return 0
 
 def loader_table(results, models, amp):
@@ -468,22 +731,196 @@ def tta_table(results, model, target, epochs, pt_present):
     return 0
 
 if __name__ == "__main__":
-    main({"add": add, "compute": compute_table, "loader": loader_table, "headroom": headroom_table,
-          "tta": tta_table, "backends": backends})
+    main({"add": add, "steps": steps, "speeds": speeds, "results-json": results_json, "compute": compute,
+          "loader": loader_table, "headroom": headroom_table, "tta": tta_table, "backends": backends})
 EOF
 report() { "$RPY" "$t/report.py" "$@"; }
 
-# --- what runs ---------------------------------------------------------------
-# Each sets cmd=(...) to the command line of one measurement; 1 when it cannot run.
-cmd_compute() { # way model amp steps
-    if [ "$1" = rt ]; then
-        rt_amp "$3" || return 1
-        cmd=("$RT" train --device cuda --synthetic-data --model "$2" --batch-size "$B" "${amp_args[@]}"
-            --steps $(($4 + 3)) --json --no-progress)
-    else
-        cmd=("$PT_PY" "$top/bench/torch_train.py" compute --device cuda --amp "$3" --model "$2"
-            --batch-size "$B" --steps "$4" --warmup 3)
+# --tables-from: an earlier run's compute tables, nothing measured.
+if [ -n "$TABLES_FROM" ]; then
+    [ -f "$TABLES_FROM" ] || bench_fail "--tables-from $TABLES_FROM: no such file"
+    [ -z "$PROFILE_JSON" ] || [ -f "$PROFILE_JSON" ] || bench_fail "--profile-json $PROFILE_JSON: no such file"
+    report compute "$TABLES_FROM" "$PROFILE_JSON"
+    exit $?
+fi
+
+# --- prerequisites: the binary, a GPU, ringtrain training on it ----------------
+bench_need_bin " (CUDA toolkit and cuDNN under /usr/local/cuda)" -DRT_CUDA=ON
+train_help=$("$RT" train --help 2>&1 || true)
+has_opt() { grep -q -- "$1" <<<"$train_help"; }
+HAVE_AMP=0 HAVE_TF32=0 HAVE_DET=0 HAVE_PROFILE=0
+has_opt '--amp' && HAVE_AMP=1
+has_opt '--tf32' && HAVE_TF32=1
+has_opt '--deterministic' && HAVE_DET=1
+has_opt '--profile-ops' && HAVE_PROFILE=1
+if [ "$ONLY" = profile ] && [ $HAVE_PROFILE = 0 ]; then
+    echo "gpu_vs_pytorch: this ringtrain ($RT) has no train --profile-ops: no profile part to run" >&2
+    exit 2
+fi
+gpu_list=
+GPU_NAME="none (--device cpu: host times)"
+if [ "$DEVICE" = cuda ]; then
+    if ! command -v nvidia-smi >/dev/null 2>&1; then
+        echo "gpu_vs_pytorch: no GPU: nvidia-smi is not installed; this benchmark needs a machine with an NVIDIA GPU" >&2
+        echo "  and its driver (bench/train_vs_pytorch.sh compares training on the CPU; --device cpu --only profile" >&2
+        echo "  shows the profile part's tables on the CPU)" >&2
+        exit 2
     fi
+    if ! gpu_list=$(nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader 2>&1) \
+        || [ -z "$gpu_list" ]; then
+        echo "gpu_vs_pytorch: no GPU: nvidia-smi lists none${gpu_list:+: $gpu_list}" >&2
+        exit 2
+    fi
+    GPU_NAME=$(echo "$gpu_list" | head -n 1 | cut -d, -f2 | sed 's/^ *//; s/ *$//')
+fi
+
+# One step on the device: the binary was built with CUDA, the driver and the GPU
+# work, and its JSON line names the default precision (when it has an "amp" field).
+if ! "$RT" train --device "$DEVICE" --synthetic-data --model mnist-net --batch-size 8 --steps 1 --json --no-progress \
+    >"$t/probe.out" 2>&1; then
+    echo "gpu_vs_pytorch: no $( [ "$DEVICE" = cuda ] && echo GPU || echo CPU) for ringtrain: \`$RT train --device $DEVICE --synthetic-data --steps 1\` failed:" >&2
+    tail -n 5 "$t/probe.out" | sed 's/^/  /' >&2
+    exit 2
+fi
+DEFAULT_AMP=$(bench_json_field "$RPY" "$t/probe.out" amp)
+amp_source="from its --json line"
+if [ -z "$DEFAULT_AMP" ]; then
+    if [ $HAVE_AMP = 0 ]; then
+        DEFAULT_AMP=off
+        amp_source="this binary has no --amp: fp32"
+    elif [ "$DEVICE" = cpu ]; then
+        DEFAULT_AMP=off
+        amp_source="no amp field in its --json line: fp32 assumed on the CPU"
+    else
+        # The documented default: bf16 where the GPU has it (compute capability 8.0 and later).
+        cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' ')
+        if awk -v c="${cc:-0}" 'BEGIN { exit !(c + 0 >= 8.0) }'; then DEFAULT_AMP=bf16; else DEFAULT_AMP=off; fi
+        amp_source="no amp field in its --json line: the documented default for compute capability ${cc:-unknown}"
+    fi
+fi
+rt_amp() { # amp -> the ringtrain options asking for it; 1 when this binary cannot
+    amp_args=()
+    if [ $HAVE_AMP = 1 ]; then
+        amp_args=(--amp "$1")
+    elif [ "$1" != off ]; then
+        return 1
+    fi
+}
+
+mkdir -p "$CACHE"
+CACHE=$(cd "$CACHE" && pwd)
+[ -n "$DATA" ] || DATA=$CACHE/synth
+[ -n "$PROFILE_JSON" ] || PROFILE_JSON=$CACHE/profile.json
+[ -n "$RESULTS_JSON" ] || RESULTS_JSON=$CACHE/compute.json
+[ -z "$TRACE_DIR" ] || mkdir -p "$TRACE_DIR"
+
+# PyTorch on the device: --python, else the first python3 whose torch sees it.
+PT=0
+pt_why=
+cands=()
+if [ -n "$PT_PY" ]; then
+    cands=("$PT_PY")
+else
+    p=$(command -v python3 || true)
+    [ -z "$p" ] || cands+=("$p")
+    [ "$p" = /usr/bin/python3 ] || [ ! -x /usr/bin/python3 ] || cands+=(/usr/bin/python3)
+fi
+for p in "${cands[@]}"; do
+    if out=$("$p" "$top/bench/torch_train.py" check --device "$DEVICE" 2>&1); then
+        PT=1 PT_PY=$p torch_versions=$out
+        break
+    fi
+    pt_why="$pt_why${pt_why:+; }$p: $(echo "$out" | tail -n 1)"
+done
+if [ $PT = 0 ]; then
+    [ -n "$pt_why" ] || pt_why="no python3 found"
+    if [ "$DEVICE" = cuda ]; then torch_versions="PyTorch with CUDA absent ($pt_why)"
+    else torch_versions="PyTorch absent ($pt_why)"; fi
+fi
+# FLOPs per image need torch, any build: the CUDA one, else any python3 with torch.
+flops_py=
+if [ $PT = 1 ]; then
+    flops_py=$PT_PY
+else
+    for p in "${cands[@]}"; do
+        if "$p" "$top/bench/torch_train.py" check >/dev/null 2>&1; then flops_py=$p; break; fi
+    done
+fi
+: >"$t/flops.jsonl"
+if [ -n "$flops_py" ] && part_on compute; then
+    "$flops_py" "$top/bench/torch_train.py" flops --model "$MODELS" >"$t/flops.jsonl" 2>"$t/flops.err" || {
+        echo "gpu_vs_pytorch: could not build every model in PyTorch:" >&2
+        cat "$t/flops.err" >&2
+        exit 2
+    }
+fi
+
+# --- datasets --------------------------------------------------------------------
+if part_on loader; then
+    if [ "$DATA" = "$CACHE/synth" ] && [ ! -f "$DATA/manifest.json" ]; then
+        bench_dataset --quiet "$CACHE/synth-src" "$DATA" ": 50000 train + 10000 test records" ""
+    fi
+    if [ ! -f "$DATA/manifest.json" ]; then
+        echo "gpu_vs_pytorch: --data $DATA: no manifest.json (a dataset packed with \`ringtrain pack\`)" >&2
+        exit 2
+    fi
+    cat "$DATA"/* >/dev/null 2>&1 || true  # page cache warm for every run
+fi
+TTA=0
+if part_on tta; then
+    if [ -n "$CIFAR" ]; then
+        TTA=1
+        src_id=$(cd "$(dirname "$CIFAR")" && echo "$(pwd)/$(basename "$CIFAR")")
+        packed=$CACHE/cifar10
+        if [ ! -f "$packed/manifest.json" ] || [ "$(cat "$CACHE/cifar10.source" 2>/dev/null)" != "$src_id" ]; then
+            echo "packing $packed from $CIFAR (ringtrain pack)"
+            "$RT" pack "$CIFAR" --out "$packed" --force >/dev/null
+            echo "$src_id" >"$CACHE/cifar10.source"
+        fi
+        if ! "$RPY" -c 'import json, sys
+m = json.load(open(sys.argv[1]))
+sys.exit(0 if m.get("num_classes") == 10 and m["splits"]["train"]["records"] == 50000
+         and m["splits"]["test"]["records"] == 10000 else 1)' "$packed/manifest.json" 2>/dev/null; then
+            echo "gpu_vs_pytorch: --cifar $CIFAR is not CIFAR-10 (10 classes, 50000 train + 10000 test images)" >&2
+            exit 2
+        fi
+        pt_src=$src_id
+        if [ -f "$CIFAR" ]; then  # PyTorch reads the files, not the tarball
+            pt_src=$CACHE/cifar10-src
+            if [ "$(cat "$pt_src.source" 2>/dev/null)" != "$src_id" ]; then
+                echo "unpacking $CIFAR into $pt_src for PyTorch"
+                rm -rf "$pt_src" && mkdir -p "$pt_src"
+                tar -xf "$CIFAR" -C "$pt_src"
+                echo "$src_id" >"$pt_src.source"
+            fi
+        fi
+        cat "$packed"/* >/dev/null 2>&1 || true
+    fi
+fi
+
+# --- what runs ---------------------------------------------------------------
+# Each sets cmd=(...) to the command line of one measurement; 1 (and why=...) when it cannot run.
+cmd_compute() { # way model amp steps
+    local way=$1 m=$2 a=$3 n=$4
+    why=
+    case $way in
+    rt | rt-nd | rt-strict)
+        rt_amp "$a" || { why="this binary has no --amp"; return 1; }
+        cmd=("$RT" train --device cuda --synthetic-data --model "$m" --batch-size "$B" "${amp_args[@]}"
+            --steps $((n + 3)) --json --no-progress)
+        if [ "$way" = rt-nd ]; then
+            [ $HAVE_DET = 1 ] || { why="this binary has no --deterministic"; return 1; }
+            cmd+=(--deterministic off)
+        elif [ "$way" = rt-strict ]; then
+            [ $HAVE_TF32 = 1 ] || { why="this binary has no --tf32"; return 1; }
+            cmd+=(--tf32 off)
+        fi ;;
+    *)
+        cmd=("$PT_PY" "$top/bench/torch_train.py" compute --device cuda --amp "$a" --model "$m"
+            --batch-size "$B" --steps "$n" --warmup 3)
+        [ "$way" != pt-strict ] || cmd+=(--tf32 off)
+        [ "$way" != ptc ] || cmd+=(--compile) ;;
+    esac
 }
 cmd_loader() { # way model steps: the default precision
     if [ "$1" = syn ]; then
@@ -509,17 +946,36 @@ cmd_tta() { # way seed
             --epochs "$TTA_EPOCHS" --target-accuracy "$TARGET" --seed "$2")
     fi
 }
+cmd_profile() { # way model amp
+    if [ "$1" = rt ]; then
+        rt_amp "$3" || return 1
+        cmd=("$RT" train --device "$DEVICE" --synthetic-data --profile-ops --model "$2" --batch-size "$B"
+            "${amp_args[@]}" --steps $((PROFILE_WARMUP + PROFILE_STEPS)) --json --no-progress)
+    else
+        cmd=("$PT_PY" "$top/bench/torch_train.py" profile --device "$DEVICE" --amp "$3" --model "$2"
+            --batch-size "$B" --steps "$PROFILE_STEPS" --warmup "$PROFILE_WARMUP")
+        [ -z "$TRACE_DIR" ] || cmd+=(--trace-out "$TRACE_DIR/torch-$2-$3.json.gz")
+    fi
+}
 
-echo "== ringtrain training on one GPU vs PyTorch eager on the same GPU =="
+if [ "$DEVICE" = cuda ]; then
+    echo "== ringtrain training on one GPU vs PyTorch on the same GPU =="
+else
+    echo "== ringtrain vs PyTorch, per-op profile on the CPU (--device cpu: host times, the tables' format) =="
+fi
 bench_machine
+HOST="$(nproc) CPUs, ${cpu:-unknown CPU}, Linux $(uname -r)"
 while IFS=, read -r idx name mem drv; do
+    [ -n "$idx" ] || continue
     echo "gpu:      GPU$idx:$name,$mem, driver$drv"
 done <<<"$gpu_list"
-gpu_busy=$(nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits 2>/dev/null | head -n 1)
-if [ -n "$gpu_busy" ]; then
-    echo "gpu busy: ${gpu_busy%%,*} % utilised,${gpu_busy#*,} MiB in use before the runs"
-    if [ "${gpu_busy%%,*}" -gt 10 ] 2>/dev/null; then
-        echo "          NOTE: something else is using the GPU; these numbers will be low and noisy"
+if [ "$DEVICE" = cuda ]; then
+    gpu_busy=$(nvidia-smi --query-gpu=utilization.gpu,memory.used --format=csv,noheader,nounits 2>/dev/null | head -n 1)
+    if [ -n "$gpu_busy" ]; then
+        echo "gpu busy: ${gpu_busy%%,*} % utilised,${gpu_busy#*,} MiB in use before the runs"
+        if [ "${gpu_busy%%,*}" -gt 10 ] 2>/dev/null; then
+            echo "          NOTE: something else is using the GPU; these numbers will be low and noisy"
+        fi
     fi
 fi
 echo "software: $("$RT" --version 2>/dev/null | head -n 1); $("$RT" --version 2>/dev/null | sed -n 's/^  cuda  *//p')"
@@ -528,33 +984,46 @@ if [ $PT = 1 ]; then
 else
     echo "          NOTE: $torch_versions: ringtrain's figures alone"
 fi
-echo "settings: $RUNS runs alternated (the way that goes first swaps each run); batch $B; default precision"
-echo "          $DEFAULT_AMP ($amp_source)"
-[ $HAVE_AMP = 1 ] || echo "          NOTE: this ringtrain has no --amp option: its bf16/fp16 runs are skipped"
-declare -A steps  # model -> timed steps
-echo -n "steps:    3 untimed, then timed:"
-for m in "${models[@]}"; do
-    n=$(bench_scaled_steps "$(steps_for "$m")" "$SCALE")
-    steps[$m]=$n
-    echo -n " $m $n"
-done
-echo
-if [ "$ONLY" = "" ] || [ "$ONLY" = loader ]; then
-    echo "loader:   $DATA, $WORKERS loader worker(s)"
+if part_on compute || part_on loader || part_on tta; then
+    echo "settings: $RUNS runs alternated (the order of the ways reverses each run); batch $B; default precision"
+    echo "          $DEFAULT_AMP ($amp_source)"
 fi
-if [ "$ONLY" = "" ] || [ "$ONLY" = tta ]; then
-    if [ $TTA = 1 ]; then
-        echo "tta:      $TTA_MODEL on $CIFAR: batch $TTA_B, SGD nesterov lr $TTA_LR one cycle (up over $TTA_WARMUP epochs)"
-        echo "          over $TTA_EPOCHS epochs, weight decay $TTA_WD, label smoothing $TTA_LS, crop+flip, until $TARGET"
-        echo "          test accuracy, precision $DEFAULT_AMP; ringtrain reads $packed${PT_PY:+, PyTorch $pt_src}"
-    fi
+[ $HAVE_AMP = 1 ] || echo "          NOTE: this ringtrain has no --amp option: its bf16/fp16 runs are skipped"
+declare -A steps  # model -> timed steps of the loader part
+for m in "${models[@]}"; do
+    steps[$m]=$(bench_scaled_steps "$(steps_for "$m")" "$SCALE")
+done
+if part_on compute; then
+    echo "compute:  windows of ~$(awk -v w="$WINDOW" -v f="$SCALE" 'BEGIN {print w * f}') s (--window-s $WINDOW x --steps-scale $SCALE) at the speed"
+    echo "          of the run before (the first run: $CACHE/speeds.json, else one H100's figures); 3 untimed"
+    echo "          steps first; extras: ${EXTRAS}; results JSON: $RESULTS_JSON"
+    [ $HAVE_TF32 = 1 ] || ! extra_on strict || echo "          NOTE: this ringtrain has no --tf32: no strict fp32 row for it"
+    [ $HAVE_DET = 1 ] || ! extra_on nondet || echo "          NOTE: this ringtrain has no --deterministic: no nondeterministic way"
+fi
+if part_on loader; then
+    echo -n "loader:   $DATA, $WORKERS loader worker(s); 3 untimed steps, then timed:"
+    for m in "${models[@]}"; do echo -n " $m ${steps[$m]}"; done
+    echo
+fi
+if part_on tta && [ $TTA = 1 ]; then
+    echo "tta:      $TTA_MODEL on $CIFAR: batch $TTA_B, SGD nesterov lr $TTA_LR one cycle (up over $TTA_WARMUP epochs)"
+    echo "          over $TTA_EPOCHS epochs, weight decay $TTA_WD, label smoothing $TTA_LS, crop+flip, until $TARGET"
+    echo "          test accuracy, precision $DEFAULT_AMP; ringtrain reads $packed${PT_PY:+, PyTorch $pt_src}"
+fi
+if part_on profile; then
+    echo "profile:  $PROFILE_WARMUP warm-up + $PROFILE_STEPS profiled steps each side, on the $DEVICE; JSON: $PROFILE_JSON"
+    [ $HAVE_PROFILE = 1 ] || echo "          NOTE: this ringtrain has no train --profile-ops: the profile part is skipped"
 fi
 
 fails=0
+declare -A skipped  # "way model amp" -> 1 once a way said it cannot run (torch.compile absent or failing)
 measure() { # part way model amp run
-    local rc wall out=$t/$1-$2.out err=$t/$1-$2.err
+    local rc wall out=$t/$1-$2.out err=$t/$1-$2.err arc=0
     bench_run "$out" "$err"
-    if ! report add "$t/results.jsonl" "$1" "$2" "$3" "$4" "$5" "$out" "$wall" "$TARGET" || [ "$rc" -ne 0 ]; then
+    report add "$t/results.jsonl" "$1" "$2" "$3" "$4" "$5" "$out" "$wall" "$TARGET" || arc=$?
+    if [ "$arc" = 3 ] && [ "$rc" -eq 0 ]; then
+        skipped["$2 $3 $4"]=1
+    elif [ "$arc" -ne 0 ] || [ "$rc" -ne 0 ]; then
         fails=$((fails + 1))
         bench_show_failure "$rc" "$err" "$out"
     fi
@@ -562,24 +1031,46 @@ measure() { # part way model amp run
 ways_rt_pt() { # run -> rt and pt in this run's order, rt alone without PyTorch
     if [ $PT = 1 ]; then bench_order "$1" rt pt; else echo rt; fi
 }
+compute_ways() { # run amp -> the compute part's ways, reversed in even runs
+    local w=(rt)
+    extra_on nondet && w+=(rt-nd)
+    [ "$2" = off ] && extra_on strict && w+=(rt-strict)
+    if [ $PT = 1 ]; then
+        w+=(pt)
+        [ "$2" = off ] && extra_on strict && w+=(pt-strict)
+        extra_on compile && w+=(ptc)
+    fi
+    if [ $(($1 % 2)) = 0 ]; then
+        local i
+        for ((i = ${#w[@]} - 1; i >= 0; i--)); do echo -n "${w[$i]} "; done
+    else
+        echo "${w[*]}"
+    fi
+}
 
-if [ "$ONLY" = "" ] || [ "$ONLY" = compute ]; then
+if part_on compute; then
+    declare -A said  # a way that cannot run here, said once
     for i in $(seq "$RUNS"); do
         echo "compute run $i/$RUNS"
         for m in "${models[@]}"; do
             for a in "${amps[@]}"; do
-                for w in $(ways_rt_pt "$i"); do
-                    if cmd_compute "$w" "$m" "$a" "${steps[$m]}"; then
+                for w in $(compute_ways "$i" "$a"); do
+                    [ -z "${skipped["$w $m $a"]:-}" ] || continue
+                    n=$(report steps "$t/results.jsonl" "$CACHE/speeds.json" "$GPU_NAME" "$w" "$m" "$a" "$B" \
+                        "$WINDOW" "$SCALE" "$(bench_scaled_steps "$(steps_for "$m")" "$SCALE")")
+                    if cmd_compute "$w" "$m" "$a" "$n"; then
                         measure compute "$w" "$m" "$a" "$i"
-                    elif [ "$i" = 1 ]; then
-                        echo "  ringtrain     $m $a: skipped (this binary has no --amp)"
+                    elif [ -z "${said["$w $why"]:-}" ]; then
+                        said["$w $why"]=1
+                        echo "  ${w}: skipped ($why)"
                     fi
                 done
             done
         done
     done
+    report speeds "$t/results.jsonl" "$CACHE/speeds.json" "$GPU_NAME" "$B"
 fi
-if [ "$ONLY" = "" ] || [ "$ONLY" = loader ]; then
+if part_on loader; then
     for i in $(seq "$RUNS"); do
         echo "loader run $i/$RUNS"
         for m in "${models[@]}"; do
@@ -603,19 +1094,68 @@ if [ $TTA = 1 ]; then
         done
     done
 fi
+PROFILED=0
+# The profile part's pairs, --models x --amps: first those that trailed PyTorch eager in the last table
+# (docs/PERFORMANCE.md: the wide models at 16 bits, the small ones in fp32), so that a run cut short by a
+# time limit (the GPU kit gives this part what is left) has profiled the most telling ones; then the rest
+# in --models x --amps order.
+profile_pairs() {
+    local first="resnet9:bf16 wrn-16-4:bf16 resnet9:fp16 wrn-16-4:fp16 resnet18:off mnist-net:off" p q
+    local all=() out=()
+    for m in "${models[@]}"; do for a in "${amps[@]}"; do all+=("$m:$a"); done; done
+    for p in $first; do for q in "${all[@]}"; do [ "$q" != "$p" ] || out+=("$q"); done; done
+    for q in "${all[@]}"; do case " $first " in *" $q "*) ;; *) out+=("$q") ;; esac; done
+    echo "${out[@]}"
+}
 
-echo
-echo "Medians of $RUNS runs, batch $B; $(echo "$gpu_list" | head -n 1 | cut -d, -f2 | sed 's/^ //');"
-echo "PyTorch eager: ${PT_PY:-absent}."
-report backends "$t/results.jsonl"
-if [ "$ONLY" = "" ] || [ "$ONLY" = compute ]; then
+if part_on profile && [ $HAVE_PROFILE = 1 ]; then
+    # Each pair's tables as soon as it is measured, and the JSON rewritten after it: a run cut short
+    # keeps what it finished.
+    rm -f "$PROFILE_JSON"
+    echo
+    echo "Per-op profile, ringtrain beside PyTorch eager ($PROFILE_WARMUP + $PROFILE_STEPS steps each, batch $B, on the $DEVICE; ms per step):"
+    for pair in $(profile_pairs); do
+        m=${pair%%:*} a=${pair#*:}
+        {
+            rt_out='' pt_out='' failed=0
+            if cmd_profile rt "$m" "$a"; then
+                rt_out=$t/profile-rt.out
+                bench_run "$rt_out" "$t/profile-rt.err"
+                [ "$rc" = 0 ] || { failed=1; bench_show_failure "$rc" "$t/profile-rt.err" "$rt_out"; }
+            else
+                echo "  ringtrain $m $a: skipped (this binary has no --amp)"
+            fi
+            if [ $PT = 1 ]; then
+                pt_out=$t/profile-pt.out
+                cmd_profile pt "$m" "$a"
+                bench_run "$pt_out" "$t/profile-pt.err"
+                [ "$rc" = 0 ] || { failed=1; bench_show_failure "$rc" "$t/profile-pt.err" "$pt_out"; }
+            fi
+            # the pair's tables whatever failed (a side without a profile says why); a failure counts once
+            "$RPY" "$top/bench/op_profile.py" add --json "$PROFILE_JSON" --gpu "$GPU_NAME" --host "$HOST" \
+                --model "$m" --amp "$a" --batch "$B" ${rt_out:+--rt "$rt_out"} ${pt_out:+--pt "$pt_out"} || failed=1
+            fails=$((fails + failed))
+            PROFILED=1
+        }
+    done
+fi
+
+if part_on compute || part_on loader || part_on tta; then
+    echo
+    echo "Medians of $RUNS runs, batch $B; $GPU_NAME;"
+    echo "PyTorch: ${PT_PY:-absent}."
+    report backends "$t/results.jsonl"
+fi
+if part_on compute; then
+    report results-json "$t/results.jsonl" "$t/flops.jsonl" "$RESULTS_JSON" "$GPU_NAME" "$HOST" "$B" "$RUNS" \
+        "$WINDOW" "$SCALE" "$MODELS" "$AMPS" "$EXTRAS" "$torch_versions" "$([ $PROFILED = 1 ] && echo "$PROFILE_JSON")"
     echo
     echo "Compute only (synthetic data on the GPU): training images/s; TFLOP/s = images/s x train GFLOP/image"
-    echo "(3 x 2 x forward multiply-adds of conv + linear layers, from the PyTorch model)."
+    echo "(3 x 2 x forward multiply-adds of conv + linear layers, from the PyTorch model). Results JSON: $RESULTS_JSON"
     echo
-    report compute "$t/results.jsonl" "$t/flops.jsonl" "$MODELS" "$AMPS" "$PT"
+    report compute "$RESULTS_JSON" "$([ $PROFILED = 1 ] && echo "$PROFILE_JSON")"
 fi
-if [ "$ONLY" = "" ] || [ "$ONLY" = loader ]; then
+if part_on loader; then
     echo
     echo "Real loader against synthetic data, ringtrain, default precision ($DEFAULT_AMP): the same step fed from"
     echo "$DATA ($WORKERS loader worker(s)); input-pipeline cost = (synthetic - loader) / synthetic."
@@ -627,7 +1167,7 @@ if [ "$ONLY" = "" ] || [ "$ONLY" = loader ]; then
     echo
     report headroom "$t/results.jsonl" "$MODELS" "$WORKERS"
 fi
-if [ "$ONLY" = "" ] || [ "$ONLY" = tta ]; then
+if part_on tta; then
     echo
     if [ $TTA = 1 ]; then
         echo "Time to accuracy: $TTA_MODEL on CIFAR-10 ($CIFAR), the recipe above, precision $DEFAULT_AMP;"
@@ -642,5 +1182,10 @@ if [ "$ONLY" = "" ] || [ "$ONLY" = tta ]; then
     echo
     echo "Published reference: airbench94 (K. Jordan, 2024) reaches 94 % on CIFAR-10 in 3.83 s on one A100"
     echo "(3.29 s with torch.compile); the DAWNBench ResNet-9 (D. Page, 2018) in 79 s on one V100."
+fi
+if [ $PROFILED = 1 ]; then
+    echo
+    "$RPY" "$top/bench/op_profile.py" summary --json "$PROFILE_JSON" || true
+    echo "Profile JSON (ringtrain report $PROFILE_JSON draws it): $PROFILE_JSON"
 fi
 bench_finish $fails

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """torch_train.py - the PyTorch side of bench/train_vs_pytorch.sh (CPU, fp32
 and bf16), bench/layer_times.sh (CPU, per layer) and bench/gpu_vs_pytorch.sh
-(one CUDA GPU, fp32 or mixed precision).
+(one CUDA GPU, fp32 or mixed precision, eager or torch.compile, and the
+per-op profile; its profile part also on the CPU).
 
 Trains ringtrain's models as PyTorch defines them (tools/reference_models.py,
 build(name, C, H, W, classes)), in these modes:
@@ -14,7 +15,13 @@ build(name, C, H, W, classes)), in these modes:
            SGD(lr 0.01, momentum 0.9, nesterov False, weight_decay 5e-4).step().
            --warmup steps (default 3) untimed, then --steps timed (on CUDA
            between two torch.cuda.synchronize()). Also counts the model's
-           training FLOPs per image (below).
+           training FLOPs per image (below). --compile: the model through
+           torch.compile (mode default: forward and, through AOTAutograd,
+           backward compiled; the normalisation, the loss and the optimizer
+           eager); the first step compiles and is timed apart ("compile_s"),
+           then --warmup and --steps as above; where torch.compile is absent
+           (PyTorch 1.x) or the compile fails, one JSON line {"skipped": why}
+           and exit status 0. Its JSON holds "settings" (torch_settings()).
   tta      time to accuracy on a CIFAR-10 dataset: the binary version
            (DIR/data_batch_*.bin and DIR/test_batch.bin, per record 1 label
            byte + 3072 bytes, the R, G, B 32x32 planes) or the python version
@@ -50,14 +57,29 @@ build(name, C, H, W, classes)), in these modes:
            --amp bf16 on the CPU also that a Conv2d under autocast yields
            bfloat16 (compute with --amp bf16 checks it again on the model's
            first convolution, "conv_dtype" in its JSON, and fails otherwise).
+  profile  the compute step under torch.profiler for bench/gpu_vs_pytorch.sh's
+           profile part: --warmup steps, then --steps with the CPU activity
+           (and CUDA's on a GPU) and shapes recorded, the wall time between
+           two synchronizations; the normalisation and the optimizer step in
+           the spans "rt:input" and "rt:optimizer". bench/op_profile.py turns
+           the result into ms per step by op and category (kernel time per
+           launching op on a GPU, self CPU time per op on the CPU): one JSON
+           line {"mode": "profile", "step_ms", "categories", "ops",
+           "kernels_by_category" (GPU), "settings", ...}. --trace-out FILE
+           keeps the chrome trace (gzipped when FILE ends in .gz).
 
-Device and precision (compute and tta):
+Device and precision (compute, profile and tta):
   --device cpu   (default) torch.set_num_threads(--threads).
   --device cuda  GPU 0 (CUDA_VISIBLE_DEVICES picks another);
-                 torch.backends.cudnn.benchmark = True; TF32 off for
-                 convolutions and matmuls (cudnn.allow_tf32 and
-                 cuda.matmul.allow_tf32 False), as ringtrain's fp32 is FMA
-                 math without TF32.
+                 torch.backends.cudnn.benchmark = True; fp32 by --tf32:
+  --tf32 on      (default) PyTorch's own defaults, left as they are:
+                 convolutions on TF32 tensor cores (cudnn.allow_tf32 True),
+                 matmuls strict (cuda.matmul.allow_tf32 False), as ringtrain's
+                 default --tf32 on.
+  --tf32 off     strict fp32 for both (PyTorch 2.9 and later:
+                 cudnn.conv/cudnn.rnn/cuda.matmul fp32_precision "ieee"; before:
+                 the allow_tf32 flags False; never both APIs, which torch
+                 refuses to mix), as ringtrain --tf32 off.
   --amp off      (default) fp32.
   --amp bf16     torch.autocast(device, dtype=torch.bfloat16) around the
                  forward pass and the loss; weights and optimizer fp32; on the
@@ -66,7 +88,8 @@ Device and precision (compute and tta):
                  oneDNN's native bf16 kernels, brgconv/jit avx512_core_bf16 on
                  an AMD EPYC Zen 4, for forward, backward data and weights).
   --amp fp16     torch.autocast('cuda', dtype=torch.float16) + a
-                 torch.cuda.amp.GradScaler (dynamic loss scaling); CUDA only.
+                 GradScaler (torch.amp's, torch.cuda.amp's before 2.3; dynamic
+                 loss scaling); CUDA only.
   On the CPU, bf16 is PyTorch 1.13's own mixed precision: autocast runs
   convolutions and linear layers in bfloat16 (oneDNN's AVX512_BF16 or AMX
   kernels where the CPU has them), weights, gradients and the SGD step stay
@@ -93,13 +116,16 @@ one JSON object ({"mode", "model", "images_per_s", ...} or {"mode": "tta",
 Usage:
   torch_train.py check [--device cpu|cuda] [--amp off|bf16|fp16]
   torch_train.py compute --model M [--batch-size B] [--threads T] [--steps N]
-                         [--warmup W] [--device D] [--amp A]
-                         [--memory-format F]
+                         [--warmup W] [--device D] [--amp A] [--tf32 on|off]
+                         [--memory-format F] [--compile]
+  torch_train.py profile --model M [--batch-size B] [--threads T] [--steps N]
+                         [--warmup W] [--device D] [--amp A] [--tf32 on|off]
+                         [--memory-format F] [--trace-out FILE]
   torch_train.py tta --data DIR [--model M] [--epochs E] [--batch-size B]
                      [--lr LR] [--target-accuracy A] [--threads T] [--seed S]
                      [--schedule cosine|onecycle] [--warmup-epochs E]
                      [--nesterov] [--label-smoothing EPS] [--weight-decay WD]
-                     [--device D] [--amp A] [--memory-format F]
+                     [--device D] [--amp A] [--tf32 on|off] [--memory-format F]
   torch_train.py flops --model M[,M...]
   torch_train.py layers --model M [--batch-size B] [--threads T] [--steps N]
                         [--warmup W] [--amp off|bf16] [--memory-format F]
@@ -170,7 +196,11 @@ class Precision:
             memory_format = "contiguous" if amp == "off" else "channels_last"
         self.memory_format = memory_format
         self.channels_last = memory_format == "channels_last"
-        self.scaler = torch.cuda.amp.GradScaler() if amp == "fp16" else None
+        self.scaler = None
+        if amp == "fp16":  # torch.amp's where it has one (2.3 and later), torch.cuda.amp's before
+            amp_mod = getattr(torch, "amp", None)
+            self.scaler = (amp_mod.GradScaler("cuda") if hasattr(amp_mod, "GradScaler")
+                           else torch.cuda.amp.GradScaler())
 
     def autocast(self):
         if self.dtype is None:
@@ -186,14 +216,18 @@ class Precision:
         """A float batch in the layout the model takes."""
         return x.contiguous(memory_format=self.torch.channels_last) if self.channels_last else x
 
-    def backward_step(self, loss, opt):
+    def backward_step(self, loss, opt, span=contextlib.nullcontext):
+        """Backward and the optimizer step (with the loss scaler's unscale and
+        update for fp16), the step inside the context span() (a profiler span)."""
         if self.scaler is None:
             loss.backward()
-            opt.step()
+            with span():
+                opt.step()
         else:
             self.scaler.scale(loss).backward()
-            self.scaler.step(opt)
-            self.scaler.update()
+            with span():
+                self.scaler.step(opt)
+                self.scaler.update()
 
     def sync(self):
         if self.device.type == "cuda":
@@ -224,30 +258,119 @@ def precision_problem(torch, device, amp):
     return None
 
 
+def _fp32_precision_api(torch):
+    """The 2.9+ TF32 switches (cudnn.conv, cudnn.rnn, cuda.matmul objects with an
+    fp32_precision), or None where this torch has only the allow_tf32 flags. The two
+    must not be mixed: torch raises when flags were set through one and are read
+    through the other."""
+    conv = getattr(getattr(torch.backends.cudnn, "conv", None), "fp32_precision", None)
+    mm = getattr(torch.backends.cuda.matmul, "fp32_precision", None)
+    if isinstance(conv, str) and isinstance(mm, str):
+        return torch.backends.cudnn.conv, getattr(torch.backends.cudnn, "rnn", None), torch.backends.cuda.matmul
+    return None
+
+
+def set_strict_fp32(torch):
+    """fp32 convolutions and matmuls without TF32, through the API this torch has."""
+    api = _fp32_precision_api(torch)
+    if api is None:
+        torch.backends.cudnn.allow_tf32 = False
+        torch.backends.cuda.matmul.allow_tf32 = False
+        return
+    for obj in api:
+        if obj is not None and hasattr(obj, "fp32_precision"):
+            obj.fp32_precision = "ieee"
+
+
+def tf32_state(torch):
+    """How fp32 convolutions and matmuls run now: {"cudnn_allow_tf32", "matmul_allow_tf32",
+    "float32_matmul_precision", and with 2.9+ "cudnn_conv_fp32_precision",
+    "matmul_fp32_precision"} (None where torch would not say)."""
+    out = {}
+    api = _fp32_precision_api(torch)
+    if api is None:
+        out["cudnn_allow_tf32"] = bool(torch.backends.cudnn.allow_tf32)
+        out["matmul_allow_tf32"] = bool(torch.backends.cuda.matmul.allow_tf32)
+    else:
+        def resolve(value, *parents):
+            # "none" inherits from the level above (cudnn, then torch.backends)
+            for p in parents:
+                if value != "none":
+                    break
+                value = getattr(p, "fp32_precision", "none") if p is not None else "none"
+            return value
+        conv = resolve(api[0].fp32_precision, torch.backends.cudnn, torch.backends)
+        mm = resolve(api[2].fp32_precision, torch.backends.cuda, torch.backends)
+        out["cudnn_conv_fp32_precision"] = conv
+        out["matmul_fp32_precision"] = mm
+        out["cudnn_allow_tf32"] = conv in ("tf32", "none")  # "none" all the way up: cuDNN's default, TF32
+        out["matmul_allow_tf32"] = mm == "tf32"
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            out["float32_matmul_precision"] = torch.get_float32_matmul_precision()
+    except Exception:  # torch refusing to read a flag set through the other API
+        out["float32_matmul_precision"] = None
+    return out
+
+
 def setup_precision(torch, a):
-    """The Precision of the arguments, after the global settings it needs."""
+    """The Precision of the arguments, after the global settings it needs. On CUDA:
+    cudnn.benchmark on; fp32 as PyTorch's defaults leave it (--tf32 on: convolutions
+    on TF32 tensor cores, matmuls strict) or strict (--tf32 off: neither uses TF32)."""
     why = precision_problem(torch, a.device, a.amp)
     if why:
         sys.exit("torch_train.py: %s" % why)
     torch.set_num_threads(a.threads)
     if a.device == "cuda":
         torch.backends.cudnn.benchmark = True
-        torch.backends.cudnn.allow_tf32 = False
-        torch.backends.cuda.matmul.allow_tf32 = False
+        if getattr(a, "tf32", "on") == "off":
+            set_strict_fp32(torch)
     return Precision(torch, a.device, a.amp, a.memory_format)
+
+
+def torch_settings(torch, prec, compile_mode=None):
+    """The settings a result was measured with, for its JSON: torch's version, the
+    precision switches (TF32, cudnn.benchmark and .deterministic, autocast's dtype),
+    channels_last, the GradScaler, torch.compile's mode (None: eager)."""
+    s = {"torch": torch.__version__, "device": prec.device.type,
+         "autocast_dtype": str(prec.dtype).replace("torch.", "") if prec.dtype is not None else None,
+         "channels_last": prec.channels_last, "grad_scaler": prec.scaler is not None, "compile": compile_mode}
+    if prec.device.type == "cuda":
+        s.update(tf32_state(torch))
+        s.update(cudnn_benchmark=bool(torch.backends.cudnn.benchmark),
+                 cudnn_deterministic=bool(torch.backends.cudnn.deterministic),
+                 cuda=torch.version.cuda, cudnn=torch.backends.cudnn.version(),
+                 gpu=torch.cuda.get_device_name(prec.device))
+    else:
+        s["threads"] = torch.get_num_threads()
+    return s
 
 
 def make_optimizer(torch, model, lr, nesterov=False, weight_decay=5e-4):
     return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, nesterov=nesterov, weight_decay=weight_decay)
 
 
-def synthetic_step(torch, model, opt, batch_size, seed, prec=None):
+def synthetic_step(torch, model, opt, batch_size, seed, prec=None, spans=False):
     """The step `ringtrain train --synthetic-data` times: one fixed random uint8
     batch (3x32x32, 10 classes), normalised every step with ringtrain's defaults
     for data without statistics, cross-entropy, backward, optimizer step.
     model and opt must already be on prec's device (default: the CPU, fp32).
+    spans: the normalisation and the optimizer step inside the profiler spans
+    "rt:input" and "rt:optimizer" (op_profile.py's categories copies, optimizer).
     Returns the step function (it returns the loss)."""
     prec = prec or Precision(torch)
+    nospan = contextlib.nullcontext
+    if spans:
+        from torch.profiler import record_function
+
+        def in_span():
+            return record_function("rt:input")
+
+        def opt_span():
+            return record_function("rt:optimizer")
+    else:
+        in_span = opt_span = nospan
     crit = torch.nn.CrossEntropyLoss()
     g = torch.Generator().manual_seed(seed)
     xb = torch.randint(0, 256, (batch_size, 3, 32, 32), dtype=torch.uint8, generator=g).to(prec.device)
@@ -256,11 +379,12 @@ def synthetic_step(torch, model, opt, batch_size, seed, prec=None):
     std = torch.tensor([0.25, 0.25, 0.25], device=prec.device).view(1, 3, 1, 1)
 
     def step():
-        x = prec.batch((xb.float() / 255 - mean) / std)
+        with in_span():
+            x = prec.batch((xb.float() / 255 - mean) / std)
         with prec.autocast():
             loss = crit(model(x), yb)
         opt.zero_grad(set_to_none=True)
-        prec.backward_step(loss, opt)
+        prec.backward_step(loss, opt, opt_span)
         return loss
 
     return step
@@ -283,7 +407,17 @@ def watch_conv_dtype(torch, model):
     return seen
 
 
+def compile_problem(torch):
+    """Why torch.compile cannot run here, or None."""
+    if not hasattr(torch, "compile"):
+        return "torch.compile is not in torch %s (it came with PyTorch 2.0)" % torch.__version__
+    return None
+
+
 def bench_compute(a):
+    """The compute mode: images/s of the synthetic step, eager or (--compile)
+    torch.compile(model) with its compile time apart. A compile that cannot run
+    here returns {"skipped": why} instead of failing."""
     import torch
 
     prec = setup_precision(torch, a)
@@ -294,8 +428,28 @@ def bench_compute(a):
     model = prec.model(model)
     model.train()
     opt = make_optimizer(torch, model, 0.01)
-    step = synthetic_step(torch, model, opt, a.batch_size, a.seed, prec)
-    conv = watch_conv_dtype(torch, model)
+    base = {"mode": "compute", "model": a.model, "batch_size": a.batch_size, "device": a.device, "amp": a.amp,
+            "settings": torch_settings(torch, prec, "default" if a.compile else None)}
+    compile_s = None
+    conv = None
+    if a.compile:
+        why = compile_problem(torch)
+        if why:
+            return dict(base, skipped=why)
+        # The model's forward and, through AOTAutograd, its backward compiled; the
+        # normalisation, the loss and the optimizer step stay eager.
+        step = synthetic_step(torch, torch.compile(model), opt, a.batch_size, a.seed, prec)
+        t0 = time.perf_counter()
+        try:
+            step()
+            prec.sync()
+        except Exception as e:  # a backend that cannot build here (no compiler, an old triton)
+            first = (str(e).strip().splitlines() or [""])[0][:200]
+            return dict(base, skipped="torch.compile failed: %s: %s" % (e.__class__.__name__, first))
+        compile_s = time.perf_counter() - t0
+    else:
+        step = synthetic_step(torch, model, opt, a.batch_size, a.seed, prec)
+        conv = watch_conv_dtype(torch, model)
 
     for _ in range(a.warmup):
         step()
@@ -319,11 +473,84 @@ def bench_compute(a):
         how = "%d threads, %s" % (torch.get_num_threads(), prec.describe())
     else:
         how = prec.describe()
-    return {"mode": "compute", "model": a.model, "batch_size": a.batch_size, "threads": torch.get_num_threads(),
-            "device": a.device, "amp": a.amp, "memory_format": prec.memory_format, "steps": a.steps, "warmup": a.warmup, "images": a.steps * a.batch_size,
-            "seconds": secs, "images_per_s": ips, "train_flops_per_image": flops, "forward_macs_per_image": macs,
-            "gflops_per_s": ips * flops / 1e9, "loss": loss, "conv_dtype": conv_dtype,
-            "note": "%d steps after %d warm-up, %s, %.2f GFLOP/s" % (a.steps, a.warmup, how, ips * flops / 1e9)}
+        if a.amp == "off":
+            how += ", TF32 convolutions" if base["settings"].get("cudnn_allow_tf32") else ", strict fp32"
+    if a.compile:
+        how += ", torch.compile (compiled in %.1f s, apart)" % compile_s
+    return dict(base, threads=torch.get_num_threads(), memory_format=prec.memory_format, steps=a.steps,
+                warmup=a.warmup, images=a.steps * a.batch_size, seconds=secs, images_per_s=ips,
+                train_flops_per_image=flops, forward_macs_per_image=macs, gflops_per_s=ips * flops / 1e9,
+                loss=loss, conv_dtype=conv_dtype, compile_s=compile_s,
+                note="%d steps after %d warm-up, %s, %.2f GFLOP/s" % (a.steps, a.warmup, how, ips * flops / 1e9))
+
+
+def bench_profile(a):
+    """The profile mode: --warmup steps (the last under the profiler, outside
+    what counts), then --steps under torch.profiler (CPU activity, and CUDA's on
+    a GPU; shapes recorded) in the span op_profile.PROFILED_SPAN, the wall time
+    between two synchronizations; the step's time by op and category from
+    op_profile.py (kernel time per launching op on a GPU, self CPU time per op
+    on the CPU)."""
+    import tempfile
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile, record_function
+
+    import op_profile
+
+    prec = setup_precision(torch, a)
+    torch.manual_seed(a.seed)
+    model = prec.model(reference_models().build(a.model, 3, 32, 32, 10))
+    model.train()
+    opt = make_optimizer(torch, model, 0.01)
+    step = synthetic_step(torch, model, opt, a.batch_size, a.seed, prec, spans=True)
+    for _ in range(max(a.warmup - 1, 0)):
+        step()
+    prec.sync()
+    cuda = prec.device.type == "cuda"
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=acts, record_shapes=True) as prof:
+        # The last warm-up step runs under the profiler, outside the profiled span: the first launches
+        # after the profiler starts pay for CUPTI's start. 2 ms of nothing keep its kernels apart.
+        if a.warmup:
+            step()
+        prec.sync()
+        time.sleep(0.002)
+        with record_function(op_profile.PROFILED_SPAN):
+            t0 = time.perf_counter()
+            for _ in range(a.steps):
+                loss = step()
+            prec.sync()
+            wall = time.perf_counter() - t0
+    loss = float(loss)
+    if loss != loss:
+        sys.exit("torch_train.py: %s: the loss is NaN" % a.model)
+    if cuda:
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "trace.json")
+            prof.export_chrome_trace(path)
+            res = op_profile.from_chrome_trace(op_profile.load_trace(path), a.steps, wall, a.batch_size)
+            if a.trace_out:
+                keep_trace(path, a.trace_out)
+    else:
+        res = op_profile.from_function_events(prof.events(), a.steps, wall, a.batch_size)
+        if a.trace_out:
+            with tempfile.TemporaryDirectory() as d:
+                path = os.path.join(d, "trace.json")
+                prof.export_chrome_trace(path)
+                keep_trace(path, a.trace_out)
+    res.update(mode="profile", model=a.model, amp=a.amp, batch_size=a.batch_size, device=a.device,
+               warmup=a.warmup, loss=loss, settings=torch_settings(torch, prec))
+    return res
+
+
+def keep_trace(src, dst):
+    """Copies the chrome trace src to dst, gzipped when dst ends in .gz."""
+    import gzip
+    import shutil
+
+    with open(src, "rb") as f, (gzip.open(dst, "wb") if dst.endswith(".gz") else open(dst, "wb")) as g:
+        shutil.copyfileobj(f, g)
 
 
 def layer_macs(torch, model, c, h, w):
@@ -702,19 +929,26 @@ def check(device="cpu", amp="off"):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 epilog="Modes: compute, tta, flops, layers, check (see the module docstring).")
-    p.add_argument("mode", choices=["check", "compute", "tta", "flops", "layers"])
+    p.add_argument("mode", choices=["check", "compute", "tta", "flops", "layers", "profile"])
     p.add_argument("--model", default="mnist-net", help="mnist-net, resnet18, resnet9, wrn-D-K (default mnist-net)")
     p.add_argument("--data", help="tta: directory holding the CIFAR-10 binary or python files")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--threads", type=int, default=cpu_count(), help="torch threads (default: the CPUs usable)")
-    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="compute, tta, check (default cpu)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="compute, tta, profile, check (default cpu)")
     p.add_argument("--amp", choices=["off", "bf16", "fp16"], default="off",
                    help="compute, tta, check: autocast precision (default off: fp32; fp16 on CUDA only)")
     p.add_argument("--memory-format", choices=["auto", "channels_last", "contiguous"], default="auto",
                    help="compute, tta: layout of the model and batches (default auto: channels_last with "
                         "--amp bf16/fp16, contiguous NCHW with fp32)")
-    p.add_argument("--steps", type=int, default=20, help="compute: timed steps (default 20)")
-    p.add_argument("--warmup", type=int, default=3, help="compute: untimed steps first (default 3)")
+    p.add_argument("--tf32", choices=["on", "off"], default="on",
+                   help="CUDA fp32: on (default) leaves PyTorch's defaults (convolutions on TF32 tensor cores, "
+                        "matmuls strict), off makes both strict fp32")
+    p.add_argument("--compile", action="store_true",
+                   help="compute: torch.compile(model) (mode default), compile time reported apart")
+    p.add_argument("--trace-out", help="profile: keep torch.profiler's chrome trace here (.gz: gzipped)")
+    p.add_argument("--steps", type=int, default=20, help="compute: timed steps; profile: profiled steps (default 20)")
+    p.add_argument("--warmup", type=int, default=3, help="compute, profile: untimed steps first (default 3)")
     p.add_argument("--epochs", type=int, default=10, help="tta: planned epochs, the schedule's length (default 10)")
     p.add_argument("--lr", type=float, default=0.05, help="tta: peak learning rate (default 0.05)")
     p.add_argument("--schedule", choices=["cosine", "onecycle"], default="cosine", help="tta (default cosine)")
@@ -755,8 +989,16 @@ def main():
         print("layers     %-10s %s" % (a.model, result["note"]), file=sys.stderr)
         print(json.dumps(result), flush=True)
         return 0
+    if a.mode == "profile":
+        result = bench_profile(a)
+        print("profile    %-10s step %.3f ms, device busy %.3f ms (%d steps after %d warm-up; %s)" % (
+            a.model, result["step_ms"], result["busy_ms"], a.steps, a.warmup, result["source"]), file=sys.stderr)
+        print(json.dumps(result), flush=True)
+        return 0
     result = bench_compute(a) if a.mode == "compute" else bench_tta(a)
-    if a.mode == "compute":
+    if a.mode == "compute" and "skipped" in result:
+        print("compute    %-10s skipped: %s" % (a.model, result["skipped"]), file=sys.stderr)
+    elif a.mode == "compute":
         print("%-10s %-10s %9.1f images/s  (%d images in %.2f s)  %s" % (
             "compute", a.model, result["images_per_s"], result["images"], result["seconds"], result["note"]),
             file=sys.stderr)
