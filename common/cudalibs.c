@@ -52,7 +52,7 @@
 
 /* ---- the list ------------------------------------------------------------------------- */
 
-/* cudnnX entries: compute/cuda/backend_cuda.c, dnn.c and cuda_be.h's check macro. */
+/* cudnnX entries: compute/cuda/backend_cuda.c, dnn.c, dnn_fast.c, dnn_graph.c and cuda_be.h's check macro. */
 #define RT_CUDALIBS_CUDNN_LIST(X)                                                                                     \
     X(cudnnStatus_t, cudnnCreate, (cudnnHandle_t * handle), (handle), CUDNN)                                          \
     X(cudnnStatus_t, cudnnDestroy, (cudnnHandle_t handle), (handle), CUDNN)                                           \
@@ -151,7 +151,25 @@
     X(cudnnStatus_t, cudnnAddTensor,                                                                                  \
       (cudnnHandle_t handle, const void *alpha, const cudnnTensorDescriptor_t aDesc, const void *A, const void *beta, \
        const cudnnTensorDescriptor_t cDesc, void *C),                                                                 \
-      (handle, alpha, aDesc, A, beta, cDesc, C), CUDNN)
+      (handle, alpha, aDesc, A, beta, cDesc, C), CUDNN)                                                           \
+    /* The backend ("graph") API: compute/cuda/dnn_graph.c. */                                                      \
+    X(cudnnStatus_t, cudnnBackendCreateDescriptor,                                                                    \
+      (cudnnBackendDescriptorType_t descriptorType, cudnnBackendDescriptor_t * descriptor),                          \
+      (descriptorType, descriptor), CUDNN)                                                                            \
+    X(cudnnStatus_t, cudnnBackendDestroyDescriptor, (cudnnBackendDescriptor_t descriptor), (descriptor), CUDNN)       \
+    X(cudnnStatus_t, cudnnBackendFinalize, (cudnnBackendDescriptor_t descriptor), (descriptor), CUDNN)                \
+    X(cudnnStatus_t, cudnnBackendSetAttribute,                                                                        \
+      (cudnnBackendDescriptor_t descriptor, cudnnBackendAttributeName_t attributeName,                                \
+       cudnnBackendAttributeType_t attributeType, int64_t elementCount, const void *arrayOfElements),                 \
+      (descriptor, attributeName, attributeType, elementCount, arrayOfElements), CUDNN)                               \
+    X(cudnnStatus_t, cudnnBackendGetAttribute,                                                                        \
+      (cudnnBackendDescriptor_t const descriptor, cudnnBackendAttributeName_t attributeName,                          \
+       cudnnBackendAttributeType_t attributeType, int64_t requestedElementCount, int64_t *elementCount,               \
+       void *arrayOfElements),                                                                                        \
+      (descriptor, attributeName, attributeType, requestedElementCount, elementCount, arrayOfElements), CUDNN)        \
+    X(cudnnStatus_t, cudnnBackendExecute,                                                                             \
+      (cudnnHandle_t handle, cudnnBackendDescriptor_t executionPlan, cudnnBackendDescriptor_t variantPack),           \
+      (handle, executionPlan, variantPack), CUDNN)
 
 /* cublasX entries under their exported names: cublas_v2.h maps cublasCreate to
  * cublasCreate_v2 and so on (the unsuffixed symbols are the legacy API). */

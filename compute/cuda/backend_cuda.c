@@ -9,14 +9,14 @@
  * device-wide synchronisation. Only download() and sync() wait, because they
  * must hand results to the host.
  *
- * Numerics: fp32 convolutions and GEMMs run with FMA math, not TF32, so that
- * they can be compared with the CPU backend (the tests' reference); mixed
- * precision is a separate, explicit choice.
+ * Numerics: fp32 GEMMs always run with FMA math, fp32 convolutions too unless
+ * rt_backend_opts.tf32 allows TF32 (train's default, as PyTorch's): a backend
+ * created with zeroed options computes strict fp32, which the tests compare
+ * with the CPU backend; mixed precision is a separate, explicit choice.
  *
  * It does not do: choosing a backend or the accessors every backend shares
  * (compute/backend.c), pinned batch slots or the copy stream (staging/), NCCL
- * (comm/), mixed precision (not yet: the casts exist, the training loop does
- * not use them).
+ * (comm/), kernels (the files cuda_be.h lists).
  */
 #include <errno.h>
 #include <stdio.h>
@@ -66,6 +66,9 @@ void rt_cuda_free(struct rt_backend *be, void *p)
 {
     if (!p)
         return;
+    /* Whatever dnn.c derived from this memory (a 16-bit weight copy) must not outlive it: the address may
+     * come back from the next cudaMalloc holding other data. */
+    rt_cuda_freed(be->cuda, p);
     /* The memory may still be read by queued work: drain first. */
     RT_CUDA_CHECK(cudaStreamSynchronize(be->cuda->compute));
     RT_CUDA_CHECK(cudaFree(p));

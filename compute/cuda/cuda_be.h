@@ -16,11 +16,17 @@
  * the process (under mpirun/srun, the launcher then ends the job).
  *
  * Files: backend_cuda.c (create and destroy: device, stream, handles; memory;
- * the table), streams_cuda.c (further streams and events), probe_cuda.c
- * (runtime, driver and device count),
- * elem.cu (element-wise ops, loss, reductions, casts, optimizers, dropout),
- * spatial.cu (input, layout, batchnorm, pooling, gap, flatten), dnn.c
- * (convolutions through cuDNN, linear layers through cuBLAS).
+ * the tables), streams_cuda.c (further streams and events), probe_cuda.c
+ * (runtime, driver and device count). The reference kernels, which every
+ * table starts from: elem.cu (element-wise ops, loss, reductions, casts,
+ * optimizers, dropout), spatial.cu (input, layout, batchnorm, pooling, gap,
+ * flatten), nhwc16.cu (the 16-bit tables' spatial ops), dnn.c (convolutions
+ * through cuDNN's legacy API, linear layers through cuBLAS). The fast tables
+ * put over them: fast_elem.cu (+ fast_elem.cuh, the per-vector bodies),
+ * fast_bn.cu (+ fast_bn.cuh), both on fast.cuh; dnn_fast.c (convolutions
+ * chosen among cuDNN's legacy algorithms and its graph API's engines,
+ * dnn_graph.c; 16-bit weights cast once per update; padded stems,
+ * dnn_kern.cu), dnn_rules.c (their pure rules), dnn_priv.h.
  */
 #ifndef RT_COMPUTE_CUDA_BE_H
 #define RT_COMPUTE_CUDA_BE_H
@@ -39,17 +45,24 @@ extern "C" {
 /* Device scratch kept by the backend besides the workspace, one per use, so
  * that an op can hold one while it uses the workspace (all stream-ordered).
  * X32 and Y32 hold the fp32 NCHW copies of a 16-bit convolution's input and
- * output while it runs in fp32 (dnn.c, when no 16-bit algorithm supports it). */
+ * output while it runs in fp32 (dnn.c, when no 16-bit algorithm supports it).
+ * W and DW: the reference path's per-call 16-bit weights and 16-bit weight
+ * gradient. XPAD: a padded stem's 16-bit input, zero channels appended
+ * (dnn_fast.c); DW32: a padded stem's fp32 weight gradient over its padded
+ * channels, before the real ones are added into dw. */
 enum {
     RT_CUDA_SCRATCH_W = 0,
     RT_CUDA_SCRATCH_DW = 1,
     RT_CUDA_SCRATCH_X32 = 2,
     RT_CUDA_SCRATCH_Y32 = 3,
-    RT_CUDA_SCRATCH_SLOTS = 4
+    RT_CUDA_SCRATCH_XPAD = 4,
+    RT_CUDA_SCRATCH_DW32 = 5,
+    RT_CUDA_SCRATCH_SLOTS = 6
 };
 
-/* A convolution algorithm chosen by measurement, per shape and direction;
- * or, for 16-bit activations, the decision that none supports the shape. */
+/* A convolution algorithm chosen by measurement, per shape and direction, for
+ * the reference tables (dnn.c); or, for 16-bit activations, the decision that
+ * none supports the shape. The fast tables keep their own cache (dnn_fast.c). */
 struct rt_cuda_algo {
     struct rt_conv_desc d;
     int dir;                /* 0 forward, 1 backward data, 2 backward filter */
@@ -58,6 +71,10 @@ struct rt_cuda_algo {
     size_t workspace;
     int in_f32;             /* 1: no cuDNN algorithm takes this shape and direction in dt (NHWC); the call
                                converts to fp32 NCHW and runs the fp32 table's convolution (algo unused) */
+    float ms;               /* Find's time of the chosen algorithm, ms (0 with in_f32) */
+    int candidates;         /* how many Find listed */
+    int deterministic;      /* Find's determinism of the chosen algorithm */
+    int tensor_cores;       /* Find's math type of it was a tensor-op one */
 };
 
 struct rt_cuda_dnn; /* dnn.c */
@@ -83,7 +100,8 @@ struct rt_cuda {
     int reference;          /* 1: RINGTRAIN_CUDA_KERNELS=reference, the twins are the backend's own tables */
     int tf32;               /* rt_backend_opts.tf32: fp32 convolutions may use TF32 */
     int nondeterministic;   /* rt_backend_opts.nondeterministic: cuDNN may pick non-deterministic algorithms */
-    struct rt_cuda_dnn *dnn_state; /* dnn.c's own state (16-bit weight copies, plans), NULL until it needs one */
+    struct rt_cuda_dnn *dnn_state; /* dnn_fast.c's own state (chosen plans and algorithms, 16-bit weight copies),
+                                      NULL until the first fast convolution or linear layer */
 };
 
 /*
@@ -194,17 +212,25 @@ const uint8_t *rt_cuda_stage_images(struct rt_stream *s, const uint8_t *host, si
 RT_OPS_LIST(RT_CUDA_OP_DECLARE)
 #undef RT_CUDA_OP_DECLARE
 
-/* ---- dnn.c ---- */
-/* The 16-bit tables' convolution and linear entries. */
+/* ---- dnn.c, dnn_fast.c (dnn_graph.c, dnn_kern.cu, dnn_rules.c under them: dnn_priv.h) ---- */
+/* The 16-bit reference tables' convolution and linear entries (dnn.c). */
 void rt_cuda_dnn_fill16(struct rt_ops *t, enum rt_dtype dt);
-/* Frees the algorithm cache (backend destruction). */
+/* Frees the algorithm caches, plans and 16-bit weight copies (backend destruction). */
 void rt_cuda_dnn_release(struct rt_cuda *c);
-/* The fast tables' convolution and linear entries (t's activations are dt, t->act): the reference tables keep
- * dnn.c's first convolutions (cuDNN's legacy Find, deterministic, no tensor cores in fp32, 16-bit weights cast
- * on every call), the proven way back. */
+/* The fast tables' convolution and linear entries (t's activations are dt, t->act), dnn_fast.c: per shape,
+ * cuDNN's legacy algorithms and its graph API's engines measured once and the fastest the backend's settings
+ * allow kept (deterministic unless rt_cuda.nondeterministic; TF32 in fp32 only with rt_cuda.tf32), 16-bit
+ * weights cast once per update, stems padded to 8 channels. The reference tables keep dnn.c's first
+ * convolutions (cuDNN's legacy Find, deterministic, no tensor cores in fp32, 16-bit weights cast on every
+ * call), the proven way back. RINGTRAIN_CUDNN_GRAPH=0 in the environment leaves the graph API out. */
 void rt_cuda_fast_dnn_fill(struct rt_ops *t, enum rt_dtype dt);
-/* rt_backend_conv_choices for the CUDA backend. */
+/* rt_backend_conv_choices for the CUDA backend: the fast tables' choices, then the reference tables' (their
+ * `how` starting "reference: "). */
 int rt_cuda_conv_choices(const struct rt_cuda *c, struct rt_conv_choice *out, int cap);
+/* Device memory at p was freed (rt_cuda_free): the 16-bit weight copies dnn_fast.c made from memory that a
+ * later allocation may reuse are all made again before their next use (the freed block's size is not known
+ * here, and frees are rare). Host work only. */
+void rt_cuda_freed(struct rt_cuda *c, const void *p);
 /*
  * An op of the fp32 table is about to write [dst, dst + bytes) of device memory on stream s (upload, copy,
  * zero, from_nchw, the optimizer updates, scale, axpy, the casts into fp32): whatever dnn.c derived from

@@ -4,6 +4,15 @@
  * compute.h and the CPU reference (cpu/conv.c, rt_cpu_linear_* in
  * cpu/pool.c); spatial tensors are packed NCHW, features (N, F) row-major.
  *
+ * These are the reference tables' convolutions and linear layers, the proven
+ * way back (RINGTRAIN_CUDA_KERNELS=reference), and the fp32 linear layers of
+ * every table. The fast tables' convolutions and 16-bit linear layers are
+ * dnn_fast.c's (every legacy algorithm and graph-API engine measured, TF32
+ * and non-deterministic algorithms as the backend's options allow, 16-bit
+ * weights cast once per update, padded stems); they use the descriptors,
+ * Find and the reference entries below through dnn_priv.h, and hand a call
+ * back to these entries when none of their candidates may run it.
+ *
  * Choices, and why:
  *  - fp32 math only, CUDNN_FMA_MATH on every convolution descriptor. The
  *    default math type lets cuDNN use TF32 tensor cores on Ampere and later,
@@ -91,44 +100,23 @@
 #include <string.h>
 
 #include "common/common.h"
-#include "compute/cuda/cuda_be.h"
-
-/* Upper bound of a convolution's workspace: beyond this the faster
- * algorithms (FFT, Winograd) buy little and memory is better left to
- * activations. */
-#define DNN_WORKSPACE_CAP ((size_t)1 << 30)
-
-/* More than any cuDNN 9 direction has algorithms (8, 6, 7); the count asked
- * for is clamped to it. */
-#define DNN_MAX_ALGOS 32
-
-enum { DIR_FWD = 0, DIR_BWD_DATA = 1, DIR_BWD_FILTER = 2 };
+#include "compute/cuda/dnn_priv.h"
 
 static const char *const dir_name[3] = {"forward", "backward data", "backward filter"};
-
-/* The element type and layout of a call's activations. */
-struct dnn_type {
-    enum rt_dtype dt;
-    cudnnDataType_t data;
-    cudnnTensorFormat_t fmt;
-    cudnnMathType_t math;
-    size_t esz;
-};
 
 static const struct dnn_type TY_F32 = {RT_F32, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, CUDNN_FMA_MATH, 4};
 static const struct dnn_type TY_BF16 = {RT_BF16, CUDNN_DATA_BFLOAT16, CUDNN_TENSOR_NHWC, CUDNN_TENSOR_OP_MATH, 2};
 static const struct dnn_type TY_F16 = {RT_F16, CUDNN_DATA_HALF, CUDNN_TENSOR_NHWC, CUDNN_TENSOR_OP_MATH, 2};
 
+const struct dnn_type *rt_dnn_type_of(enum rt_dtype dt)
+{
+    return dt == RT_BF16 ? &TY_BF16 : dt == RT_F16 ? &TY_F16 : &TY_F32;
+}
+
 /* ---- descriptors ------------------------------------------------------- */
 
-struct conv_descs {
-    cudnnTensorDescriptor_t x, y, b; /* b: (1, Cout, 1, 1), or NULL when there is no bias */
-    cudnnFilterDescriptor_t w;
-    cudnnConvolutionDescriptor_t conv;
-};
-
-static void conv_descs_make(const struct rt_conv_desc *d, int with_bias, const struct dnn_type *ty,
-                            struct conv_descs *o)
+void rt_dnn_descs_make(const struct rt_conv_desc *d, int with_bias, const struct dnn_type *ty,
+                       struct conv_descs *o)
 {
     memset(o, 0, sizeof(*o));
     RT_CUDNN_CHECK(cudnnCreateTensorDescriptor(&o->x));
@@ -149,7 +137,7 @@ static void conv_descs_make(const struct rt_conv_desc *d, int with_bias, const s
     RT_CUDNN_CHECK(cudnnSetConvolutionMathType(o->conv, ty->math));
 }
 
-static void conv_descs_free(struct conv_descs *o)
+void rt_dnn_descs_free(struct conv_descs *o)
 {
     RT_CUDNN_CHECK(cudnnDestroyConvolutionDescriptor(o->conv));
     RT_CUDNN_CHECK(cudnnDestroyFilterDescriptor(o->w));
@@ -176,15 +164,6 @@ static void feat_descs_free(cudnnTensorDescriptor_t rows, cudnnTensorDescriptor_
 
 /* ---- algorithm search and cache ---------------------------------------- */
 
-/* One measured candidate, the fields the three cuDNN perf structs share. */
-struct dnn_perf {
-    int algo;
-    cudnnStatus_t status;
-    size_t memory;
-    cudnnDeterminism_t determinism;
-    cudnnMathType_t math;
-};
-
 static int conv_same(const struct rt_conv_desc *a, const struct rt_conv_desc *b)
 {
     return a->in.n == b->in.n && a->in.c == b->in.c && a->in.h == b->in.h && a->in.w == b->in.w &&
@@ -193,7 +172,7 @@ static int conv_same(const struct rt_conv_desc *a, const struct rt_conv_desc *b)
 }
 
 /* Not checked: an algorithm that does not support the shape says so here, and is skipped. */
-static cudnnStatus_t conv_ws_size(struct rt_cuda *c, const struct conv_descs *dd, int dir, int algo, size_t *bytes)
+cudnnStatus_t rt_dnn_ws_size(struct rt_cuda *c, const struct conv_descs *dd, int dir, int algo, size_t *bytes)
 {
     *bytes = 0;
     switch (dir) {
@@ -209,7 +188,7 @@ static cudnnStatus_t conv_ws_size(struct rt_cuda *c, const struct conv_descs *dd
     }
 }
 
-static int conv_algo_count(int dir)
+int rt_dnn_algo_count(int dir)
 {
     switch (dir) {
     case DIR_FWD:
@@ -227,6 +206,7 @@ static int conv_algo_count(int dir)
         for (int i_ = 0; i_ < (n); i_++)                                                                             \
             (r)[i_] = (struct dnn_perf){.algo = (int)(src)[i_].algo,                                                 \
                                         .status = (src)[i_].status,                                                  \
+                                        .time = (src)[i_].time,                                                      \
                                         .memory = (src)[i_].memory,                                                  \
                                         .determinism = (src)[i_].determinism,                                        \
                                         .math = (src)[i_].mathType};                                                 \
@@ -234,7 +214,7 @@ static int conv_algo_count(int dir)
 
 /* 1 when cuDNN says a configuration is not supported (CUDNN_STATUS_NOT_SUPPORTED or one of its
  * sub-codes, 3001 ... 3999: cuDNN 9 numbers a status's category in thousands), as opposed to failing. */
-static int dnn_unsupported(cudnnStatus_t st)
+int rt_dnn_unsupported(cudnnStatus_t st)
 {
     return (int)st / 1000 * 1000 == (int)CUDNN_STATUS_NOT_SUPPORTED;
 }
@@ -242,7 +222,7 @@ static int dnn_unsupported(cudnnStatus_t st)
 /* Checks a search call: "not supported" is an answer (0 candidates), anything else but success aborts. */
 static int find_checked(cudnnStatus_t st, int got, const char *call, int line)
 {
-    if (dnn_unsupported(st))
+    if (rt_dnn_unsupported(st))
         return 0;
     if (st != CUDNN_STATUS_SUCCESS)
         rt_cuda_fail("cuDNN", (int)st, cudnnGetErrorString(st), call, __FILE__, line);
@@ -256,8 +236,8 @@ static int find_checked(cudnnStatus_t st, int got, const char *call, int line)
  * cuDNN returns them; returns how many, 0 when cuDNN refuses the search as a
  * whole as not supported.
  */
-static int conv_find(struct rt_cuda *c, const struct conv_descs *dd, int dir, const void *in0, const void *in1,
-                     void *out, void *ws, size_t ws_bytes, struct dnn_perf r[DNN_MAX_ALGOS])
+int rt_dnn_find(struct rt_cuda *c, const struct conv_descs *dd, int dir, const void *in0, const void *in1,
+                void *out, void *ws, size_t ws_bytes, struct dnn_perf r[DNN_MAX_ALGOS])
 {
     int max = 0, got = 0;
     switch (dir) {
@@ -298,7 +278,7 @@ static int conv_find(struct rt_cuda *c, const struct conv_descs *dd, int dir, co
 }
 
 /* "convolution forward of N=128 Cin=64 32x32 -> Cout=128 3x3 stride 2 pad 1 in fp16 NHWC" for messages. */
-static void conv_describe(const struct rt_conv_desc *d, int dir, const struct dnn_type *ty, char *buf, size_t len)
+void rt_dnn_describe(const struct rt_conv_desc *d, int dir, const struct dnn_type *ty, char *buf, size_t len)
 {
     snprintf(buf, len, "convolution %s of N=%d Cin=%d %dx%d -> Cout=%d %dx%d stride %d pad %d in %s %s",
              dir_name[dir], d->in.n, d->in.c, d->in.h, d->in.w, d->cout, d->kh, d->kw, d->stride, d->pad,
@@ -317,7 +297,7 @@ static struct rt_cuda_algo conv_unsupported(const struct rt_conv_desc *d, int di
     if (ty->dt != RT_F32)
         return (struct rt_cuda_algo){.d = *d, .dir = dir, .dt = (int)ty->dt, .in_f32 = 1};
     char what[256], msg[256];
-    conv_describe(d, dir, ty, what, sizeof(what));
+    rt_dnn_describe(d, dir, ty, what, sizeof(what));
     snprintf(msg, sizeof(msg), "no cuDNN algorithm supports this convolution (%s)", why);
     rt_cuda_fail("cuDNN", (int)CUDNN_STATUS_NOT_SUPPORTED, msg, what, __FILE__, __LINE__);
 }
@@ -328,7 +308,7 @@ static _Noreturn void conv_fail_workspace(const struct rt_conv_desc *d, int dir,
                                           size_t least, size_t limit, size_t free_b)
 {
     char what[256], msg[400];
-    conv_describe(d, dir, ty, what, sizeof(what));
+    rt_dnn_describe(d, dir, ty, what, sizeof(what));
     snprintf(msg, sizeof(msg), "every cuDNN algorithm that supports this convolution needs more workspace than can "
                                "be allocated: the least needs %.1f MB, at most %.1f MB can be spared (%.1f MB of "
                                "device memory free; a convolution takes at most half of it, never more than %.0f MB)",
@@ -370,11 +350,11 @@ static struct rt_cuda_algo conv_search(struct rt_stream *s, const struct rt_conv
      * fails otherwise than "not supported" decides nothing: the measurement below has the last word. */
     int supported = 0, fit = 0, unclear = 0;
     size_t need = 0, least = SIZE_MAX;
-    for (int a = 0; a < conv_algo_count(dir); a++) {
+    for (int a = 0; a < rt_dnn_algo_count(dir); a++) {
         size_t sz;
-        const cudnnStatus_t q = conv_ws_size(c, dd, dir, a, &sz);
+        const cudnnStatus_t q = rt_dnn_ws_size(c, dd, dir, a, &sz);
         if (q != CUDNN_STATUS_SUCCESS) {
-            unclear += !dnn_unsupported(q);
+            unclear += !rt_dnn_unsupported(q);
             continue;
         }
         supported++;
@@ -403,7 +383,7 @@ static struct rt_cuda_algo conv_search(struct rt_stream *s, const struct rt_conv
     }
 
     struct dnn_perf r[DNN_MAX_ALGOS];
-    const int got = conv_find(c, dd, dir, in0, in1, out, ws, need, r);
+    const int got = rt_dnn_find(c, dd, dir, in0, in1, out, ws, need, r);
 
     /* Stream ordered after the candidates' kernels: no wait. */
     if (tmp_out)
@@ -437,7 +417,7 @@ static struct rt_cuda_algo conv_search(struct rt_stream *s, const struct rt_conv
                 ran++;
                 too_big += r[i].memory > need;
                 least_ran = r[i].memory < least_ran ? r[i].memory : least_ran;
-            } else if (!dnn_unsupported(r[i].status) && failed == CUDNN_STATUS_SUCCESS) {
+            } else if (!rt_dnn_unsupported(r[i].status) && failed == CUDNN_STATUS_SUCCESS) {
                 failed = r[i].status;
             }
         }
@@ -446,7 +426,7 @@ static struct rt_cuda_algo conv_search(struct rt_stream *s, const struct rt_conv
         if (too_big == ran && ran > 0)
             conv_fail_workspace(d, dir, ty, least_ran, limit, free_b);
         char what[256], msg[320];
-        conv_describe(d, dir, ty, what, sizeof(what));
+        rt_dnn_describe(d, dir, ty, what, sizeof(what));
         if (ran)
             snprintf(msg, sizeof(msg), "only tensor-core (TF32) algorithms ran, which fp32 here never takes");
         else
@@ -456,10 +436,14 @@ static struct rt_cuda_algo conv_search(struct rt_stream *s, const struct rt_conv
         rt_cuda_fail("cuDNN", (int)(ran ? CUDNN_STATUS_NOT_SUPPORTED : failed), msg, what, __FILE__, __LINE__);
     }
 
-    struct rt_cuda_algo e = {.d = *d, .dir = dir, .dt = (int)ty->dt, .algo = r[pick].algo, .workspace = r[pick].memory};
+    struct rt_cuda_algo e = {.d = *d, .dir = dir, .dt = (int)ty->dt, .algo = r[pick].algo, .workspace = r[pick].memory,
+                             .ms = r[pick].time, .candidates = got,
+                             .deterministic = r[pick].determinism == CUDNN_DETERMINISTIC,
+                             .tensor_cores = r[pick].math == CUDNN_TENSOR_OP_MATH ||
+                                             r[pick].math == CUDNN_TENSOR_OP_MATH_ALLOW_CONVERSION};
     /* The execution call is checked against the Get*WorkspaceSize figure; never hand it less. */
     size_t sz;
-    if (conv_ws_size(c, dd, dir, e.algo, &sz) == CUDNN_STATUS_SUCCESS && sz > e.workspace)
+    if (rt_dnn_ws_size(c, dd, dir, e.algo, &sz) == CUDNN_STATUS_SUCCESS && sz > e.workspace)
         e.workspace = sz;
     return e;
 }
@@ -504,7 +488,7 @@ static struct rt_cuda_algo conv_algo(struct rt_stream *s, const struct rt_conv_d
     const struct rt_cuda_algo e = conv_search(s, d, dir, ty, dd, in0, in1, out);
     if (e.in_f32 && !conv_in_f32_before(c, d, dir, ty->dt)) {
         char what[256];
-        conv_describe(d, dir, ty, what, sizeof(what));
+        rt_dnn_describe(d, dir, ty, what, sizeof(what));
         rt_log(RT_LOG_INFO, "%s: no cuDNN algorithm supports it; this layer runs in fp32 NCHW instead (its tensors "
                             "converted on the GPU)",
                what);
@@ -614,10 +598,10 @@ static void conv_fwd(struct rt_stream *s, const struct rt_conv_desc *d, const st
     const int f32 = ty->dt == RT_F32;
     const void *wt = f32 ? (const void *)w : conv_weights16(s, d, ty, w);
     struct conv_descs dd;
-    conv_descs_make(d, f32 && bias != NULL, ty, &dd);
+    rt_dnn_descs_make(d, f32 && bias != NULL, ty, &dd);
     const struct rt_cuda_algo a = conv_algo(s, d, DIR_FWD, ty, &dd, x, wt, y);
     if (a.in_f32) { /* decided just now, by the search */
-        conv_descs_free(&dd);
+        rt_dnn_descs_free(&dd);
         conv16_fwd_in_f32(s, d, ty, x, w, bias, y);
         return;
     }
@@ -629,7 +613,7 @@ static void conv_fwd(struct rt_stream *s, const struct rt_conv_desc *d, const st
         RT_CUDNN_CHECK(cudnnAddTensor(c->dnn, &one, dd.b, bias, &one, dd.y, y));
     else if (bias)
         rt_cuda_h_bias_add(s, ty->dt, (size_t)d->in.n * d->oh * d->ow, (size_t)d->cout, bias, y);
-    conv_descs_free(&dd);
+    rt_dnn_descs_free(&dd);
 }
 
 static void conv_bwd_data(struct rt_stream *s, const struct rt_conv_desc *d, const struct dnn_type *ty,
@@ -644,10 +628,10 @@ static void conv_bwd_data(struct rt_stream *s, const struct rt_conv_desc *d, con
     struct rt_cuda *c = rt_cuda_of(s);
     const void *wt = ty->dt == RT_F32 ? (const void *)w : conv_weights16(s, d, ty, w);
     struct conv_descs dd;
-    conv_descs_make(d, 0, ty, &dd);
+    rt_dnn_descs_make(d, 0, ty, &dd);
     const struct rt_cuda_algo a = conv_algo(s, d, DIR_BWD_DATA, ty, &dd, wt, dy, NULL);
     if (a.in_f32) {
-        conv_descs_free(&dd);
+        rt_dnn_descs_free(&dd);
         conv16_bwd_data_in_f32(s, d, ty, dy, w, beta, dx);
         return;
     }
@@ -657,7 +641,7 @@ static void conv_bwd_data(struct rt_stream *s, const struct rt_conv_desc *d, con
     RT_CUDNN_CHECK(cudnnConvolutionBackwardData(c->dnn, &one, dd.w, wt, dd.y, dy, dd.conv,
                                                 (cudnnConvolutionBwdDataAlgo_t)a.algo, ws, a.workspace, &beta, dd.x,
                                                 dx));
-    conv_descs_free(&dd);
+    rt_dnn_descs_free(&dd);
 }
 
 static void conv_bwd_filter(struct rt_stream *s, const struct rt_conv_desc *d, const struct dnn_type *ty,
@@ -675,10 +659,10 @@ static void conv_bwd_filter(struct rt_stream *s, const struct rt_conv_desc *d, c
     /* 16-bit: the gradient of this call alone, into scratch, then added into the fp32 dw. */
     void *g = f32 ? (void *)dw : rt_cuda_scratch(s, RT_CUDA_SCRATCH_DW, count * ty->esz);
     struct conv_descs dd;
-    conv_descs_make(d, f32 && dbias != NULL, ty, &dd);
+    rt_dnn_descs_make(d, f32 && dbias != NULL, ty, &dd);
     const struct rt_cuda_algo a = conv_algo(s, d, DIR_BWD_FILTER, ty, &dd, x, dy, NULL);
     if (a.in_f32) {
-        conv_descs_free(&dd);
+        rt_dnn_descs_free(&dd);
         conv16_bwd_filter_in_f32(s, d, ty, x, dy, dw, dbias);
         return;
     }
@@ -694,7 +678,7 @@ static void conv_bwd_filter(struct rt_stream *s, const struct rt_conv_desc *d, c
         RT_CUDNN_CHECK(cudnnConvolutionBackwardBias(c->dnn, &one, dd.y, dy, &one, dd.b, dbias));
     else if (dbias)
         rt_cuda_h_bias_grad(s, ty->dt, (size_t)d->in.n * d->oh * d->ow, (size_t)d->cout, dy, dbias);
-    conv_descs_free(&dd);
+    rt_dnn_descs_free(&dd);
 }
 
 void rt_cuda_conv2d_fwd(struct rt_stream *s, const struct rt_conv_desc *d, const float *x, const float *w,
@@ -854,24 +838,16 @@ void rt_cuda_dnn_fill16(struct rt_ops *t, enum rt_dtype dt)
 
 void rt_cuda_dnn_release(struct rt_cuda *c)
 {
-    /* The cache holds only plain values: descriptors are per call and no device memory is kept here. */
+    /* The reference cache holds only plain values: its descriptors are per call and it keeps no device memory.
+     * The fast path's plans, descriptors and weight copies are dnn_fast.c's to free. */
+    rt_dnn_fast_release(c);
     free(c->algos);
     c->algos = NULL;
     c->nalgos = 0;
     c->cap_algos = 0;
 }
 
-/* ---- what other ops tell this file, and what it tells the caller ------------- */
-
-void rt_cuda_wrote(struct rt_stream *s, const void *dst, size_t bytes)
-{
-    /* Nothing is derived from fp32 buffers yet: the 16-bit weights are cast on every call. */
-    (void)s;
-    (void)dst;
-    (void)bytes;
-}
-
-static const char *legacy_algo_name(int dir, int algo)
+const char *rt_dnn_legacy_name(int dir, int algo)
 {
     static const char *const fwd[] = {"IMPLICIT_GEMM", "IMPLICIT_PRECOMP_GEMM", "GEMM", "DIRECT",
                                       "FFT", "FFT_TILING", "WINOGRAD", "WINOGRAD_NONFUSED"};
@@ -883,29 +859,22 @@ static const char *legacy_algo_name(int dir, int algo)
     return algo >= 0 && algo < n ? t[algo] : "?";
 }
 
-void rt_cuda_fast_dnn_fill(struct rt_ops *t, enum rt_dtype dt)
+/* ---- the reference entries, for the fast path's calls it hands back -------------------------------------- */
+
+void rt_dnn_ref_fwd(struct rt_stream *s, const struct rt_conv_desc *d, enum rt_dtype dt, const float *x,
+                    const float *w, const float *bias, float *y)
 {
-    /* Not written yet: the fast tables keep the reference convolutions. */
-    (void)t;
-    (void)dt;
+    conv_fwd(s, d, rt_dnn_type_of(dt), x, w, bias, y);
 }
 
-int rt_cuda_conv_choices(const struct rt_cuda *c, struct rt_conv_choice *out, int cap)
+void rt_dnn_ref_bwd_data(struct rt_stream *s, const struct rt_conv_desc *d, enum rt_dtype dt, const float *dy,
+                         const float *w, float beta, float *dx)
 {
-    for (int i = 0; i < c->nalgos && i < cap; i++) {
-        const struct rt_cuda_algo *a = &c->algos[i];
-        struct rt_conv_choice *o = &out[i];
-        memset(o, 0, sizeof(*o));
-        o->d = a->d;
-        o->dir = (enum rt_conv_dir)a->dir;
-        o->dt = (enum rt_dtype)a->dt;
-        o->workspace = a->workspace;
-        o->deterministic = 1;
-        o->tensor_cores = a->dt != RT_F32;
-        if (a->in_f32)
-            snprintf(o->how, sizeof(o->how), "fp32 NCHW (no 16-bit algorithm)");
-        else
-            snprintf(o->how, sizeof(o->how), "cudnn legacy %s", legacy_algo_name(a->dir, a->algo));
-    }
-    return c->nalgos;
+    conv_bwd_data(s, d, rt_dnn_type_of(dt), dy, w, beta, dx);
+}
+
+void rt_dnn_ref_bwd_filter(struct rt_stream *s, const struct rt_conv_desc *d, enum rt_dtype dt, const float *x,
+                           const float *dy, float *dw, float *dbias)
+{
+    conv_bwd_filter(s, d, rt_dnn_type_of(dt), x, dy, dw, dbias);
 }
