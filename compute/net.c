@@ -836,10 +836,32 @@ static struct rt_dropout_draw dropout_draw(const struct net *n, const struct rt_
                                 (unsigned)node);
 }
 
+/*
+ * The per-op profile (rt_step_opts.per_op): OP() issues op `name` of table `op` with `args` between two marks on
+ * the timeline `tl`, RT_MARK_OP_BEGIN before and RT_MARK_OP_END after, both labelled with the op's member name in
+ * struct rt_ops (a static string, as the timeline wants). tl is NULL when the profile is off, so that an ordinary
+ * step pays one test per op and no mark.
+ */
+#define OP(tl, op, name, args)                                                                                 \
+    do {                                                                                                       \
+        if (tl)                                                                                                \
+            rt_timeline_mark((tl), #name, RT_MARK_OP_BEGIN);                                                   \
+        (op)->name args;                                                                                       \
+        if (tl)                                                                                                \
+            rt_timeline_mark((tl), #name, RT_MARK_OP_END);                                                     \
+    } while (0)
+
+/* The timeline the step's ops are marked on: the step's own with per_op, else NULL (no op marks). */
+static struct rt_timeline *op_marks(const struct rt_step_opts *o)
+{
+    return o->per_op ? o->timeline : NULL;
+}
+
 static void node_fwd(struct net *n, int i, int batch, const struct rt_step_opts *o)
 {
     const struct rt_ops *op = n->ops;
     struct rt_stream *s = n->s;
+    struct rt_timeline *tl = op_marks(o);
     struct node *d = &n->nd[i];
     const struct tensor *x = &n->t[d->in[0]];
     struct tensor *y = &n->t[d->out];
@@ -848,50 +870,55 @@ static void node_fwd(struct net *n, int i, int batch, const struct rt_step_opts 
     case K_CONV: {
         struct rt_conv_desc c = d->conv;
         c.in.n = batch;
-        op->conv2d_fwd(s, &c, x->data, P(n, d->w), P(n, d->b), y->data);
+        OP(tl, op, conv2d_fwd, (s, &c, x->data, P(n, d->w), P(n, d->b), y->data));
         break;
     }
     case K_BN: {
         struct rt_bn_desc b = d->bn;
         b.in.n = batch;
         if (train && !d->frozen)
-            op->bn_train_fwd(s, &b, x->data, P(n, d->w), P(n, d->b), B(n, d->rm), B(n, d->rv), d->save_mean,
-                             d->save_invstd, y->data);
+            OP(tl, op, bn_train_fwd, (s, &b, x->data, P(n, d->w), P(n, d->b), B(n, d->rm), B(n, d->rv), d->save_mean,
+                                      d->save_invstd, y->data));
         else
-            op->bn_infer_fwd(s, &b, x->data, P(n, d->w), P(n, d->b), B(n, d->rm), B(n, d->rv), y->data);
+            OP(tl, op, bn_infer_fwd, (s, &b, x->data, P(n, d->w), P(n, d->b), B(n, d->rm), B(n, d->rv), y->data));
         break;
     }
     case K_RELU:
         if (!d->fused)
-            op->relu_fwd(s, count_at(x, batch), x->data, y->data);
+            OP(tl, op, relu_fwd, (s, count_at(x, batch), x->data, y->data));
         break;
     case K_MAXPOOL: {
         struct rt_pool_desc p = d->pool;
         p.in.n = batch;
-        op->maxpool_fwd(s, &p, x->data, y->data);
+        OP(tl, op, maxpool_fwd, (s, &p, x->data, y->data));
         break;
     }
     case K_GAP:
+        OP(tl, op, gap_fwd, (s, shape_at(x, batch), x->data, y->data));
+        break;
     case K_FLATTEN:
-        (d->kind == K_GAP ? op->gap_fwd : op->flatten_fwd)(s, shape_at(x, batch), x->data, y->data);
+        OP(tl, op, flatten_fwd, (s, shape_at(x, batch), x->data, y->data));
         break;
     case K_LINEAR:
-        op->linear_fwd(s, batch, d->lin_in, d->lin_out, x->data, P(n, d->w), P(n, d->b), y->data);
+        OP(tl, op, linear_fwd, (s, batch, d->lin_in, d->lin_out, x->data, P(n, d->w), P(n, d->b), y->data));
         break;
     case K_DROPOUT:
         if (train && !o->no_dropout && d->p > 0.0f) {
             const struct rt_dropout_draw dr = dropout_draw(n, o, i);
-            op->dropout_fwd(s, shape_at(x, batch), x->spatial, d->p, dr.seed, dr.offset, x->data, y->data);
+            OP(tl, op, dropout_fwd, (s, shape_at(x, batch), x->spatial, d->p, dr.seed, dr.offset, x->data, y->data));
         } else {
-            op->copy(s, y->data, x->data, count_at(x, batch) * n->esz);
+            OP(tl, op, copy, (s, y->data, x->data, count_at(x, batch) * n->esz));
         }
         break;
     case K_ADD:
-        (d->add_relu ? op->add_relu_fwd : op->add)(s, count_at(x, batch), x->data, n->t[d->in[1]].data, y->data);
+        if (d->add_relu)
+            OP(tl, op, add_relu_fwd, (s, count_at(x, batch), x->data, n->t[d->in[1]].data, y->data));
+        else
+            OP(tl, op, add, (s, count_at(x, batch), x->data, n->t[d->in[1]].data, y->data));
         break;
     case K_SCALE:
-        op->copy(s, y->data, x->data, count_at(x, batch) * n->esz);
-        op->scale(s, count_at(x, batch), d->alpha, y->data);
+        OP(tl, op, copy, (s, y->data, x->data, count_at(x, batch) * n->esz));
+        OP(tl, op, scale, (s, count_at(x, batch), d->alpha, y->data));
         break;
     }
 }
@@ -907,16 +934,18 @@ static float *dx_of(struct net *n, const struct node *d, int k, float *beta)
     return x->grad;
 }
 
-/* dx = beta dx + alpha dy, for the ops whose backward is a copy. */
-static void pass_grad(struct net *n, size_t count, float alpha, const float *dy, float beta, float *dx)
+/* dx = beta dx + alpha dy, for the ops whose backward is a copy; its ops marked on tl (op_marks) when not NULL. */
+static void pass_grad(struct net *n, struct rt_timeline *tl, size_t count, float alpha, const float *dy, float beta,
+                      float *dx)
 {
+    const struct rt_ops *op = n->ops;
     if (beta != 0.0f) {
-        n->ops->axpy(n->s, count, alpha, dy, dx);
+        OP(tl, op, axpy, (n->s, count, alpha, dy, dx));
         return;
     }
-    n->ops->copy(n->s, dx, dy, count * n->esz);
+    OP(tl, op, copy, (n->s, dx, dy, count * n->esz));
     if (alpha != 1.0f)
-        n->ops->scale(n->s, count, alpha, dx);
+        OP(tl, op, scale, (n->s, count, alpha, dx));
 }
 
 /* Tells the caller that node i's parameter gradients, and with them all of
@@ -936,6 +965,7 @@ static void node_bwd(struct net *n, int i, int batch, const struct rt_step_opts 
 {
     const struct rt_ops *op = n->ops;
     struct rt_stream *s = n->s;
+    struct rt_timeline *tl = op_marks(o);
     struct node *d = &n->nd[i];
     const struct tensor *x = &n->t[d->in[0]];
     const struct tensor *y = &n->t[d->out];
@@ -949,11 +979,11 @@ static void node_bwd(struct net *n, int i, int batch, const struct rt_step_opts 
         struct rt_conv_desc c = d->conv;
         c.in.n = batch;
         if (!d->frozen) {
-            op->conv2d_bwd_filter(s, &c, x->data, dy, G(n, d->w), G(n, d->b));
+            OP(tl, op, conv2d_bwd_filter, (s, &c, x->data, dy, G(n, d->w), G(n, d->b)));
             grads_done(n, d, o); /* before the data gradient: the all-reduce starts sooner */
         }
         if ((dx = dx_of(n, d, 0, &beta)))
-            op->conv2d_bwd_data(s, &c, dy, P(n, d->w), beta, dx);
+            OP(tl, op, conv2d_bwd_data, (s, &c, dy, P(n, d->w), beta, dx));
         break;
     }
     case K_BN: {
@@ -964,62 +994,66 @@ static void node_bwd(struct net *n, int i, int batch, const struct rt_step_opts 
             dy = n->t[d->relu_out].grad;
         if (d->frozen) { /* inference mode: the data gradient through the running statistics */
             if (dx)
-                op->bn_infer_bwd(s, &b, x->data, dy, P(n, d->w), P(n, d->b), B(n, d->rm), B(n, d->rv), beta, dx);
+                OP(tl, op, bn_infer_bwd,
+                   (s, &b, x->data, dy, P(n, d->w), P(n, d->b), B(n, d->rm), B(n, d->rv), beta, dx));
             break;
         }
-        op->bn_bwd(s, &b, x->data, dy, P(n, d->w), P(n, d->b), d->save_mean, d->save_invstd, beta, dx, G(n, d->w),
-                   G(n, d->b));
+        OP(tl, op, bn_bwd, (s, &b, x->data, dy, P(n, d->w), P(n, d->b), d->save_mean, d->save_invstd, beta, dx,
+                            G(n, d->w), G(n, d->b)));
         grads_done(n, d, o);
         break;
     }
     case K_RELU:
         if (!d->fused && (dx = dx_of(n, d, 0, &beta)))
-            op->relu_bwd(s, count_at(x, batch), y->data, dy, beta, dx);
+            OP(tl, op, relu_bwd, (s, count_at(x, batch), y->data, dy, beta, dx));
         break;
     case K_MAXPOOL: {
         struct rt_pool_desc p = d->pool;
         p.in.n = batch;
         if ((dx = dx_of(n, d, 0, &beta)))
-            op->maxpool_bwd(s, &p, x->data, y->data, dy, beta, dx);
+            OP(tl, op, maxpool_bwd, (s, &p, x->data, y->data, dy, beta, dx));
         break;
     }
     case K_GAP:
+        if ((dx = dx_of(n, d, 0, &beta)))
+            OP(tl, op, gap_bwd, (s, shape_at(x, batch), dy, beta, dx));
+        break;
     case K_FLATTEN:
         if ((dx = dx_of(n, d, 0, &beta)))
-            (d->kind == K_GAP ? op->gap_bwd : op->flatten_bwd)(s, shape_at(x, batch), dy, beta, dx);
+            OP(tl, op, flatten_bwd, (s, shape_at(x, batch), dy, beta, dx));
         break;
     case K_LINEAR:
         if (!d->frozen) {
-            op->linear_bwd_filter(s, batch, d->lin_in, d->lin_out, x->data, dy, G(n, d->w), G(n, d->b));
+            OP(tl, op, linear_bwd_filter, (s, batch, d->lin_in, d->lin_out, x->data, dy, G(n, d->w), G(n, d->b)));
             grads_done(n, d, o);
         }
         if ((dx = dx_of(n, d, 0, &beta)))
-            op->linear_bwd_data(s, batch, d->lin_in, d->lin_out, dy, P(n, d->w), beta, dx);
+            OP(tl, op, linear_bwd_data, (s, batch, d->lin_in, d->lin_out, dy, P(n, d->w), beta, dx));
         break;
     case K_DROPOUT:
         if (!(dx = dx_of(n, d, 0, &beta)))
             break;
         if (!o->no_dropout && d->p > 0.0f) {
             const struct rt_dropout_draw dr = dropout_draw(n, o, i);
-            op->dropout_bwd(s, shape_at(x, batch), x->spatial, d->p, dr.seed, dr.offset, dy, beta, dx);
+            OP(tl, op, dropout_bwd, (s, shape_at(x, batch), x->spatial, d->p, dr.seed, dr.offset, dy, beta, dx));
         } else {
-            pass_grad(n, count_at(x, batch), 1.0f, dy, beta, dx);
+            pass_grad(n, tl, count_at(x, batch), 1.0f, dy, beta, dx);
         }
         break;
     case K_ADD:
         if (d->add_relu) { /* y holds the ReLU's output: the gradient passes where it is > 0 */
             float beta_b = 0.0f;
             float *dxa = dx_of(n, d, 0, &beta), *dxb = dx_of(n, d, 1, &beta_b);
-            op->add_relu_bwd(s, count_at(x, batch), y->data, n->t[d->relu_out].grad, beta, dxa, beta_b, dxb);
+            OP(tl, op, add_relu_bwd, (s, count_at(x, batch), y->data, n->t[d->relu_out].grad, beta, dxa, beta_b, dxb));
             break;
         }
         for (int k = 0; k < 2; k++)
             if ((dx = dx_of(n, d, k, &beta)))
-                pass_grad(n, count_at(x, batch), 1.0f, dy, beta, dx);
+                pass_grad(n, tl, count_at(x, batch), 1.0f, dy, beta, dx);
         break;
     case K_SCALE:
         if ((dx = dx_of(n, d, 0, &beta)))
-            pass_grad(n, count_at(x, batch), d->alpha, dy, beta, dx);
+            pass_grad(n, tl, count_at(x, batch), d->alpha, dy, beta, dx);
         break;
     }
 }
@@ -1031,17 +1065,19 @@ int net_step(struct net *n, const struct rt_step_opts *o, int batch, const uint8
     struct rt_stream *s = n->s;
     if (batch <= 0 || batch > n->t[0].sh.n)
         return rt_errf(-EINVAL, "batch of %d samples: the model was built for at most %d", batch, n->t[0].sh.n);
+    struct rt_timeline *tl = o->timeline, *tl_op = op_marks(o);
+    /* The per-op profile brings the layer marks with it: they say which layer each op belongs to. */
+    const int per_layer = tl && (o->per_layer || o->per_op);
     struct rt_shape4 in = n->t[0].sh;
     in.n = batch;
     if (o->input_ticket) {
+        /* Marked after the wait for the upload: an op's time is its own, the wait is the stream's idle. */
         rt_backend_input_acquire(n->be, o->input_ticket);
-        op->input_u8_dev(s, in, images, o->mean, o->std, n->t[0].data);
+        OP(tl_op, op, input_u8_dev, (s, in, images, o->mean, o->std, n->t[0].data));
         rt_backend_input_release(n->be, o->input_ticket);
     } else {
-        op->input_u8(s, in, images, o->mean, o->std, n->t[0].data);
+        OP(tl_op, op, input_u8, (s, in, images, o->mean, o->std, n->t[0].data));
     }
-    struct rt_timeline *tl = o->timeline;
-    const int per_layer = tl && o->per_layer;
     if (per_layer)
         rt_timeline_mark(tl, "input", RT_MARK_INPUT);
     for (int i = 0; i < n->nn; i++) {
@@ -1054,10 +1090,10 @@ int net_step(struct net *n, const struct rt_step_opts *o, int batch, const uint8
 
     int backward = o->mode == RT_TRAIN && o->grad_scale > 0.0f;
     struct tensor *lt = &n->t[n->logits];
-    op->upload(s, n->labels, labels, (size_t)batch * sizeof(int32_t));
-    op->zero(s, n->stats, sizeof(struct rt_loss_stats));
-    op->xent_fwd_bwd(s, batch, n->classes, lt->data, n->labels, o->label_smoothing, o->grad_scale, n->stats,
-                     backward ? lt->grad : NULL);
+    OP(tl_op, op, upload, (s, n->labels, labels, (size_t)batch * sizeof(int32_t)));
+    OP(tl_op, op, zero, (s, n->stats, sizeof(struct rt_loss_stats)));
+    OP(tl_op, op, xent_fwd_bwd, (s, batch, n->classes, lt->data, n->labels, o->label_smoothing, o->grad_scale,
+                                 n->stats, backward ? lt->grad : NULL));
     if (tl)
         rt_timeline_mark(tl, "loss", RT_MARK_FORWARD);
     if (backward) {
@@ -1079,7 +1115,7 @@ int net_step(struct net *n, const struct rt_step_opts *o, int batch, const uint8
                 n->tracked[n->nd[i].bt]++;
     }
     struct rt_loss_stats st;
-    op->download(s, &st, n->stats, sizeof(st));
+    OP(tl_op, op, download, (s, &st, n->stats, sizeof(st)));
     stats->loss_sum += st.loss_sum;
     stats->correct += st.correct;
     stats->count += st.count;

@@ -275,21 +275,26 @@ def check_structure(c, tree, expect):
         good = good and w > 0 and h > 0 and m is not None and m.valid()
         series = f.find_all("g", "series")
         bars = f.find_all("rect", "bar")
+        hbars = f.find_all("rect", "hbar")
         # Bars: a category (data-run, data-x) holds one bar per stacked segment; the segments are the series.
+        # Horizontal bars: a category (data-run, data-cat) holds one bar per series, side by side.
         per_cat = {}
         for b in bars:
             k = (b.attrs.get("data-run"), b.attrs.get("data-x"))
             per_cat[k] = per_cat.get(k, 0) + 1
+        for b in hbars:
+            k = ("h", b.attrs.get("data-run"), b.attrs.get("data-cat"))
+            per_cat[k] = per_cat.get(k, 0) + 1
         spans = f.find_all("rect", "span")  # a timeline's (a traced step): rows of spans, no series
         nkeys = len(series) + max(per_cat.values(), default=0)
         legend = bool(f.find_all("g", "legend"))
-        good = good and (series or bars or spans) and (nkeys <= 1 or legend)
+        good = good and (series or bars or hbars or spans) and (nkeys <= 1 or legend)
         c.check(good, "chart %s: one svg.plot (%gx%g), a figcaption, one g.area with a valid mapping, "
                 "%d series, %d bars, %d spans, legend %s" % (name, w, h, len(series), len(bars), len(spans),
                                                              "yes" if legend else "no"))
         if good:
             charts.append({"name": name, "fig": f, "svg": svgs[0], "w": w, "h": h, "map": m,
-                           "series": series, "bars": bars, "spans": spans})
+                           "series": series, "bars": bars, "hbars": hbars, "spans": spans})
     c.check(bool([t for t in tree.root.find_all("table", "config") if t.attrs.get("id") == "config"]),
             "the config table (table.config#config)")
     return charts
@@ -371,6 +376,18 @@ def check_data(c, charts, metrics):
                 ch["name"], len(ch["bars"]), ", %d of them = the records' profile fields" % compared if compared else "",
                 ": " + "; ".join(bad[:3]) if bad else ""))
             total_pts += len(ch["bars"])
+        if ch.get("hbars"):
+            # A horizontal bar's drawn width is its data-value through the x mapping, from x = 0.
+            m, bad = ch["map"], []
+            for b in ch["hbars"]:
+                val, wd, x = num(b.attrs.get("data-value")), num(b.attrs.get("width")), num(b.attrs.get("x"))
+                want = abs(m.px(max(val, 0.0)) - m.px(0.0))
+                if math.isnan(val) or math.isnan(wd) or abs(wd - want) > PX_TOL or abs(x - m.px(0.0)) > PX_TOL:
+                    bad.append("%s: drawn %.2f px wide at %.2f, data-value %.6g is %.2f px from %.2f" % (
+                        b.attrs.get("data-key"), wd, x, val, want, m.px(0.0)))
+            c.check(not bad, "chart %s: %d horizontal bars, drawn widths = data-value%s" % (
+                ch["name"], len(ch["hbars"]), ": " + "; ".join(bad[:3]) if bad else ""))
+            total_pts += len(ch["hbars"])
         if ch.get("spans"):
             # A span from data-t0 to data-t1 (microseconds) is drawn there, in its row's band (data-row r: y from
             # r to r + 1, rows counted from the top), at least 0.6 px wide.
@@ -555,7 +572,7 @@ def check_chart_pixels(c, img, rgb, ch, color):
                             if any(abs(p[0] - q[0]) <= 2 and abs(p[1] - q[1]) <= 2 for q in pts2)]
             if not any(drawn(p[0], p[1], c2) for c2 in cols):
                 missing.append("%s (%.0f,%.0f)" % (s.attrs.get("data-key"), *p))
-    for b in ch["bars"]:
+    for b in ch["bars"] + ch.get("hbars", []):
         bx, by, bw, bh = (num(b.attrs.get(k)) for k in ("x", "y", "width", "height"))
         if any(math.isnan(v) for v in (bx, by, bw, bh)) or bh * sy < 3 or bw * sx < 3:
             continue

@@ -25,6 +25,11 @@ static void usage(FILE *f)
                "  --threads N         compute threads (default: the CPUs this process may use)\n"
                "  --device D          auto (default: a GPU when there is one), cpu or cuda\n"
                "  --amp P             auto (default: bf16 where the device computes it, as train's), off, bf16, fp16\n"
+               "  --tf32 on|off       GPU: fp32 convolutions on TF32 tensor cores, as train's (default on;\n"
+               "                      off: strict fp32; no effect on the CPU)\n"
+               "  --deterministic on|off\n"
+               "                      GPU: only cuDNN algorithms that repeat bit for bit (default on; no\n"
+               "                      effect on the CPU)\n"
                "  --json              also print one JSON line\n"
                "  -h, --help          print this help\n\n"
                "Examples:\n"
@@ -34,22 +39,28 @@ static void usage(FILE *f)
 
 int cmd_eval(int argc, char **argv)
 {
-    enum { O_CKPT = 256, O_AMP, O_HELP };
+    enum { O_CKPT = 256, O_AMP, O_TF32, O_DETERM, O_HELP };
     static const struct option opts[] = {CLI_RUN_OPTIONS,
                                          {"checkpoint", required_argument, NULL, O_CKPT},
                                          {"amp", required_argument, NULL, O_AMP},
+                                         {"tf32", required_argument, NULL, O_TF32},
+                                         {"deterministic", required_argument, NULL, O_DETERM},
                                          {"help", no_argument, NULL, O_HELP},
                                          {NULL, 0, NULL, 0}};
     struct cli_run_opts run = {.batch = 256};
     const char *checkpoint = NULL;
     enum train_amp amp = AMP_AUTO;
-    int ch;
+    int tf32 = 1, deterministic = 1, ch;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (ch == O_CKPT) {
             checkpoint = optarg;
         } else if (ch == O_AMP) {
             if (train_amp_parse(optarg, &amp) < 0)
+                return cli_usage_error("eval", "%s", rt_errmsg());
+        } else if (ch == O_TF32 || ch == O_DETERM) {
+            if (train_onoff_parse(ch == O_TF32 ? "--tf32" : "--deterministic", optarg,
+                                  ch == O_TF32 ? &tf32 : &deterministic) < 0)
                 return cli_usage_error("eval", "%s", rt_errmsg());
         } else if (ch == O_HELP || ch == 'h') {
             usage(stdout);
@@ -68,7 +79,8 @@ int cmd_eval(int argc, char **argv)
     if (!run.data || !checkpoint)
         return cli_usage_error("eval", "--data DIR and --checkpoint FILE are required");
     struct eval_cfg c = {.data = run.data, .checkpoint = checkpoint, .model = run.model, .batch = run.batch,
-                         .workers = run.workers, .threads = run.threads, .device = run.device, .amp = amp};
+                         .workers = run.workers, .threads = run.threads, .device = run.device, .amp = amp,
+                         .tf32 = tf32, .nondeterministic = !deterministic};
     struct eval_result r;
     if (train_evaluate_checkpoint(&c, &r) < 0)
         return cli_fail();

@@ -59,6 +59,14 @@ static void usage(FILE *f)
             "  --amp P                auto (default: bf16 where the device has it -- GPUs from compute 8.0,\n"
             "                         CPUs with AVX512_BF16 or AMX --, else fp16 on a GPU, fp32 on a CPU),\n"
             "                         off (fp32), bf16 or fp16: activations in 16 bits, fp32 weights\n"
+            "  --tf32 on|off          GPU: fp32 convolutions on TF32 tensor cores, inputs rounded to a 10-bit\n"
+            "                         mantissa with fp32 sums, as PyTorch's default (cudnn.allow_tf32); linear\n"
+            "                         layers stay strict fp32 as PyTorch's matmuls. TF32 is deterministic: a\n"
+            "                         resume stays exact (default on; off: strict fp32; no effect on the CPU)\n"
+            "  --deterministic on|off\n"
+            "                         GPU: only cuDNN algorithms that repeat bit for bit (default on); off lets\n"
+            "                         cuDNN take faster ones that sum with atomics: two runs differ in the last\n"
+            "                         bits and a resume is no longer exact (no effect on the CPU)\n"
             "  --loss-scale MODE      dynamic (default with fp16) or off (default otherwise)\n"
             "  --max-skipped-steps K  loss scaling: stop after K overflowed steps in a row (default 20)\n"
             "  --target-accuracy A    stop once val accuracy >= A (0..1 or a percentage) ...\n"
@@ -82,6 +90,10 @@ static void usage(FILE *f)
             "  --trace-split MODE     auto (default: merged up to 16 ranks and about 256 MB of trace, else rank),\n"
             "                         merged (rank 0 writes FILE) or rank (each rank writes FILE.rankNNNNN.json;\n"
             "                         `ringtrain trace merge` joins them)\n"
+            "  --profile-ops          the per-op profile: each op's own time on the compute stream, by category\n"
+            "                         (convolutions, gradients, batchnorm, element-wise, ..., idle), printed at\n"
+            "                         the end and in --json's op_profile; op spans in --trace. Two marks per op\n"
+            "                         (CUDA events on a GPU) slow every step: not for timing runs\n"
             "  -h, --help             print this help\n\n"
             "Several ranks (mpirun -np N ringtrain train ..., or srun --mpi=pmix): data-parallel, one\n"
             "process per device, gradients all-reduced in buckets while backward runs.\n"
@@ -116,7 +128,7 @@ int cmd_train(int argc, char **argv)
         O_EPOCHS = 256, O_LR, O_OPT, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPEP, O_GAMMA, O_LS, O_ACCUM, O_CLIP,
         O_SEED, O_AUG, O_IMGSZ, O_SHUF, O_TARGET, O_PAT, O_CKPT, O_RESUME, O_METRICS, O_REPORT, O_SYN, O_STEPS, O_NOPROG, O_NOPIN, O_PIN,
         O_BUCKET, O_NOOVL, O_CTO, O_PTO, O_REPL, O_STAGE, O_AMP, O_LSCALE, O_MAXSKIP, O_ALLRED, O_TRACE, O_TRSTEPS,
-        O_TRMB, O_TRSPLIT, O_INIT, O_RESETHEAD, O_FREEZE, O_LRHEAD, O_HELP
+        O_TRMB, O_TRSPLIT, O_INIT, O_RESETHEAD, O_FREEZE, O_LRHEAD, O_TF32, O_DETERM, O_PROFOPS, O_HELP
     };
     static const struct option opts[] = {
         CLI_RUN_OPTIONS,
@@ -166,6 +178,9 @@ int cmd_train(int argc, char **argv)
         {"trace-steps", required_argument, NULL, O_TRSTEPS},
         {"trace-mb", required_argument, NULL, O_TRMB},
         {"trace-split", required_argument, NULL, O_TRSPLIT},
+        {"tf32", required_argument, NULL, O_TF32},
+        {"deterministic", required_argument, NULL, O_DETERM},
+        {"profile-ops", no_argument, NULL, O_PROFOPS},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0}};
     struct cli_run_opts run = {.model = "mnist-net", .batch = 128};
@@ -174,6 +189,7 @@ int cmd_train(int argc, char **argv)
         .warmup_epochs = -1, .step_epochs = 30, .gamma = 0.1f, .grad_accum = 1, .patience = 1,
         .syn_c = 3, .syn_h = 32, .syn_w = 32, .syn_classes = 10, .progress = -1, .pin = RT_PIN_AUTO,
         .shuffle = RT_SHUFFLE_EXACT, .bucket_cap_mb = 25, .loss_scale = -1, .trace_first = 3, .trace_last = 13,
+        .tf32 = 1, /* PyTorch's default for convolutions; deterministic algorithms (nondeterministic 0) */
         .optim = {.kind = RT_OPT_SGD, .momentum = 0.9f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f},
     };
     const char *aug = NULL;
@@ -338,6 +354,18 @@ int cmd_train(int argc, char **argv)
             if (train_amp_parse(optarg, &c.amp) < 0)
                 return cli_usage_error("train", "%s", rt_errmsg());
             break;
+        case O_TF32:
+            if (train_onoff_parse("--tf32", optarg, &c.tf32) < 0)
+                return cli_usage_error("train", "%s", rt_errmsg());
+            break;
+        case O_DETERM: {
+            int on;
+            if (train_onoff_parse("--deterministic", optarg, &on) < 0)
+                return cli_usage_error("train", "%s", rt_errmsg());
+            c.nondeterministic = !on;
+            break;
+        }
+        case O_PROFOPS: c.profile_ops = 1; break;
         case O_LSCALE:
             if (strcmp(optarg, "dynamic") && strcmp(optarg, "off"))
                 return cli_usage_error("train", "--loss-scale %s: expected dynamic or off", optarg);

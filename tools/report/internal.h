@@ -32,6 +32,8 @@ struct rt_report {
     int nrun;
     struct bench loadbench[MAX_BENCH], commbench[MAX_BENCH], scaling[MAX_BENCH];
     int nload, ncomm, nscal;
+    struct bench profcmp[MAX_BENCH]; /* bench/gpu_vs_pytorch.sh --only profile: ringtrain's op profile and PyTorch's */
+    int nprof;
     char trace[MAX_BENCH][512]; /* --trace files: one step's timeline each */
     int ntrace;
 };

@@ -741,6 +741,272 @@ static void config_table(struct sbuf *b, const struct rt_report *r)
     sb_puts(b, "</table>\n");
 }
 
+/* ---- the per-op profile (train --profile-ops) and the comparison with PyTorch's ---------------------------- */
+
+/* The categories of an op profile (docs/FORMAT.md, "op_profile"), in the order they are drawn. */
+static const char *const op_cat[] = {"conv_fwd", "data_grad", "weight_grad", "batchnorm", "elementwise", "pooling",
+                                     "loss", "optimizer", "copies", "other", "idle"};
+enum { NOPCAT = 11 };
+
+/* "TF32 on, deterministic, fast kernels" from ringtrain's "settings" object; any other member (the bench's PyTorch
+ * side: "cudnn_allow_tf32", "float32_matmul_precision", ...) as "name value"; "" when there is none. */
+static void settings_text(const json_t *st, char *buf, size_t len)
+{
+    buf[0] = 0;
+    if (!json_is_object(st))
+        return;
+    const json_t *t = json_object_get(st, "tf32"), *d = json_object_get(st, "deterministic");
+    const char *k = json_string_value(json_object_get(st, "kernels"));
+    if (json_is_boolean(t))
+        rt_appendf(buf, len, "%sTF32 %s", buf[0] ? ", " : "", json_is_true(t) ? "on" : "off");
+    if (json_is_boolean(d))
+        rt_appendf(buf, len, "%s%s", buf[0] ? ", " : "", json_is_true(d) ? "deterministic" : "non-deterministic");
+    if (k)
+        rt_appendf(buf, len, "%s%s kernels", buf[0] ? ", " : "", k);
+    const char *key;
+    const json_t *v;
+    json_object_foreach((json_t *)st, key, v) {
+        if (!strcmp(key, "tf32") || !strcmp(key, "deterministic") || !strcmp(key, "kernels"))
+            continue;
+        if (json_is_boolean(v))
+            rt_appendf(buf, len, "%s%s %s", buf[0] ? ", " : "", key, json_is_true(v) ? "on" : "off");
+        else if (json_is_string(v))
+            rt_appendf(buf, len, "%s%s %s", buf[0] ? ", " : "", key, json_string_value(v));
+        else if (json_is_number(v))
+            rt_appendf(buf, len, "%s%s %g", buf[0] ? ", " : "", key, json_number_value(v));
+    }
+}
+
+/* Run U's op profile (summary.op_profile) as a bar per category, ms per step. */
+static void op_profile_chart(struct sbuf *b, const struct rt_report *r, int i, const json_t *op)
+{
+    const double step = rep_num(op, "step_ms");
+    const json_t *cats = json_object_get(op, "categories");
+    double v[NOPCAT], share[NOPCAT];
+    char keys[NOPCAT][64];
+    const char *keyp[NOPCAT];
+    for (int k = 0; k < NOPCAT; k++) {
+        v[k] = rep_num(cats, op_cat[k]);
+        share[k] = step > 0 ? v[k] / step : NAN;
+        snprintf(keys[k], sizeof(keys[k]), "op_profile.categories.%s", op_cat[k]);
+        keyp[k] = keys[k];
+    }
+    char name[32], title[240], caption[900], set[160];
+    snprintf(name, sizeof(name), i ? "ops-%d" : "ops", i);
+    snprintf(title, sizeof(title), "Per-op profile%s%s: ms per step by category", r->nrun > 1 ? ", " : "",
+             r->nrun > 1 ? r->run[i].label : "");
+    settings_text(json_object_get(op, "settings"), set, sizeof(set));
+    snprintf(caption, sizeof(caption),
+             "train --profile-ops: each op's own time on rank 0's compute stream between its two marks, summed by "
+             "category, ms per optimizer step (the mean over %g steps%s); the step's span on the stream is %.3f ms, "
+             "and idle is what the ops leave of it: the stream waiting for the host. The marks slow the step down "
+             "(two CUDA events per op on a GPU).%s%s",
+             rep_num(op, "steps"), json_is_true(json_object_get(op, "warmup_included")) ? ", the warm-up included"
+                                                                                          : " after the warm-up",
+             step, set[0] ? " Settings: " : "", set);
+    static const char *const ser[] = {"ms per step"};
+    struct chart_hbars c = {.name = name, .title = title, .xlabel = "ms per step", .ncat = NOPCAT, .nser = 1,
+                            .cat_label = op_cat, .ser_label = ser, .key = keyp, .v = v, .share = share, .run = i,
+                            .caption = caption};
+    chart_hbars(b, &c);
+}
+
+/* Run I's top ops and the convolutions' algorithms, as tables under the charts. */
+static void op_profile_tables(struct sbuf *b, const struct rt_report *r, int i, const json_t *op)
+{
+    const double step = rep_num(op, "step_ms");
+    const json_t *ops = json_object_get(op, "ops"), *conv = json_object_get(op, "convolutions");
+    sb_printf(b, "<h3>Top ops%s", r->nrun > 1 ? ": " : "");
+    if (r->nrun > 1)
+        sb_esc(b, r->run[i].label);
+    sb_printf(b, "</h3>\n<table class=\"ops\" id=\"ops-%d\"><tr><th>op</th><th>category</th><th>ms per step</th>"
+                 "<th>calls per step</th><th>share of the step</th></tr>\n", i);
+    for (size_t k = 0; k < json_array_size(ops) && k < 16; k++) {
+        const json_t *o = json_array_get(ops, k);
+        const char *nm = json_string_value(json_object_get(o, "op"));
+        const char *cat = json_string_value(json_object_get(o, "category"));
+        const double ms = rep_num(o, "ms");
+        sb_puts(b, "<tr><td><code>");
+        sb_esc(b, nm ? nm : "?");
+        sb_puts(b, "</code></td><td>");
+        sb_esc(b, cat ? cat : "");
+        sb_puts(b, "</td>");
+        cell_num(b, ms, "%.3f");
+        cell_num(b, rep_num(o, "calls"), "%g");
+        cell_num(b, step > 0 ? 100 * ms / step : NAN, "%.1f%%");
+        sb_puts(b, "</tr>\n");
+    }
+    sb_puts(b, "</table>\n");
+    sb_printf(b, "<table class=\"convs\" id=\"convs-%d\"><tr><th>direction</th><th>dtype</th><th>shape</th>"
+                 "<th>algorithm</th><th>ms per call</th><th>workspace</th><th>deterministic</th><th>tensor cores</th>"
+                 "<th>candidates</th></tr>\n", i);
+    if (!json_array_size(conv))
+        sb_puts(b, "<tr><td colspan=\"9\">No convolution choices: the CPU backend reports none (oneDNN picks its "
+                   "own); on a GPU each shape's cuDNN choice is listed here.</td></tr>\n");
+    for (size_t k = 0; k < json_array_size(conv); k++) {
+        const json_t *o = json_array_get(conv, k);
+        static const char *const cols[] = {"dir", "dtype", "shape", "how"};
+        sb_puts(b, "<tr>");
+        for (int q = 0; q < 4; q++) {
+            const char *t = json_string_value(json_object_get(o, cols[q]));
+            sb_puts(b, q == 2 ? "<td><code>" : "<td>");
+            sb_esc(b, t ? t : "");
+            sb_puts(b, q == 2 ? "</code></td>" : "</td>");
+        }
+        cell_num(b, rep_num(o, "ms"), "%.4f");
+        char ws[32] = "";
+        const double w = rep_num(o, "workspace");
+        if (isfinite(w))
+            chart_fmt_bytes(w, ws, sizeof(ws));
+        sb_puts(b, "<td class=\"num\">");
+        sb_esc(b, ws);
+        sb_printf(b, "</td><td>%s</td><td>%s</td>", json_is_true(json_object_get(o, "deterministic")) ? "yes" : "no",
+                  json_is_true(json_object_get(o, "tensor_cores")) ? "yes" : "no");
+        cell_num(b, rep_num(o, "candidates"), "%g");
+        sb_puts(b, "</tr>\n");
+    }
+    sb_puts(b, "</table>\n");
+}
+
+/* The largest differences of a pair, "weight_grad 3.2 vs 1.1 ms": the file's "largest", else the three categories
+ * that differ most. */
+static void largest_text(const json_t *pair, char *buf, size_t len)
+{
+    buf[0] = 0;
+    const json_t *lg = json_object_get(pair, "largest");
+    for (size_t k = 0; k < json_array_size(lg); k++) {
+        const json_t *o = json_array_get(lg, k);
+        const char *cat = json_string_value(json_object_get(o, "category"));
+        const double a = rep_num(o, "ringtrain_ms"), p = rep_num(o, "pytorch_ms");
+        rt_appendf(buf, len, "%s%s %.3f vs %.3f ms (%+.3f)", k ? "; " : "", cat ? cat : "?", a, p, a - p);
+    }
+    if (buf[0])
+        return;
+    const json_t *ra = json_object_get(json_object_get(pair, "ringtrain"), "categories");
+    const json_t *pa = json_object_get(json_object_get(pair, "pytorch"), "categories");
+    int used[NOPCAT] = {0};
+    for (int n = 0; n < 3; n++) {
+        int best = -1;
+        double bd = 0;
+        for (int k = 0; k < NOPCAT; k++) {
+            const double d = fabs(rep_num(ra, op_cat[k]) - rep_num(pa, op_cat[k]));
+            if (!used[k] && isfinite(d) && d > bd)
+                bd = d, best = k;
+        }
+        if (best < 0)
+            break;
+        used[best] = 1;
+        const double a = rep_num(ra, op_cat[best]), p = rep_num(pa, op_cat[best]);
+        rt_appendf(buf, len, "%s%s %.3f vs %.3f ms (%+.3f)", n ? "; " : "", op_cat[best], a, p, a - p);
+    }
+}
+
+/* bench/gpu_vs_pytorch.sh --only profile's file: per pair (model, precision, batch) both sides' categories. */
+static void op_compare_charts(struct sbuf *b, const struct rt_report *r, int f)
+{
+    const json_t *j = r->profcmp[f].j, *pairs = json_object_get(j, "pairs");
+    const char *gpu = json_string_value(json_object_get(j, "gpu"));
+    const char *host = json_string_value(json_object_get(j, "host"));
+    for (size_t p = 0; p < json_array_size(pairs); p++) {
+        const json_t *pr = json_array_get(pairs, p);
+        const json_t *side[2] = {json_object_get(pr, "ringtrain"), json_object_get(pr, "pytorch")};
+        const char *model = json_string_value(json_object_get(pr, "model"));
+        const char *amp = json_string_value(json_object_get(pr, "amp"));
+        double v[NOPCAT * 2], share[NOPCAT * 2];
+        char keys[NOPCAT * 2][64], ser0[96], ser1[96];
+        const char *keyp[NOPCAT * 2];
+        for (int k = 0; k < NOPCAT; k++)
+            for (int s = 0; s < 2; s++) {
+                const double step = rep_num(side[s], "step_ms");
+                v[k * 2 + s] = rep_num(json_object_get(side[s], "categories"), op_cat[k]);
+                share[k * 2 + s] = step > 0 ? v[k * 2 + s] / step : NAN;
+                snprintf(keys[k * 2 + s], sizeof(keys[0]), "pairs[%zu].%s.categories.%s", p,
+                         s ? "pytorch" : "ringtrain", op_cat[k]);
+                keyp[k * 2 + s] = keys[k * 2 + s];
+            }
+        snprintf(ser0, sizeof(ser0), "ringtrain (step %.3f ms)", rep_num(side[0], "step_ms"));
+        snprintf(ser1, sizeof(ser1), "PyTorch (step %.3f ms)", rep_num(side[1], "step_ms"));
+        const char *ser[2] = {ser0, ser1};
+        static const int colors[2] = {0, 3};
+        char name[48], title[240], caption[1600], big[600], set0[160], set1[320];
+        snprintf(name, sizeof(name), "opcmp-%d-%zu", f, p);
+        snprintf(title, sizeof(title), "%s, %s, batch %g: ringtrain and PyTorch, ms per step", model ? model : "?",
+                 amp && strcmp(amp, "off") ? amp : "fp32", rep_num(pr, "batch"));
+        largest_text(pr, big, sizeof(big));
+        settings_text(json_object_get(side[0], "settings"), set0, sizeof(set0));
+        settings_text(json_object_get(side[1], "settings"), set1, sizeof(set1));
+        snprintf(caption, sizeof(caption),
+                 "%s%s%s%s%s: each side's GPU time per step by category (ringtrain: --profile-ops; PyTorch: "
+                 "torch.profiler's device time per aten op, summed the same way). Largest differences: %s.%s%s%s%s",
+                 r->profcmp[f].src, gpu ? ", " : "", gpu ? gpu : "", host ? ", " : "", host ? host : "",
+                 big[0] ? big : "none given", set0[0] ? " ringtrain: " : "", set0, set1[0] ? "; PyTorch: " : "", set1);
+        struct chart_hbars c = {.name = name, .title = title, .xlabel = "ms per step", .ncat = NOPCAT, .nser = 2,
+                                .cat_label = op_cat, .ser_label = ser, .ser_color = colors, .key = keyp, .v = v,
+                                .share = share, .run = f, .caption = caption};
+        chart_hbars(b, &c);
+    }
+}
+
+/* Each comparison pair's largest differences as one line of a table, under the charts. */
+static void op_compare_table(struct sbuf *b, const struct rt_report *r)
+{
+    if (!r->nprof)
+        return;
+    sb_puts(b, "<h3>ringtrain against PyTorch, per pair</h3>\n<table class=\"opcmp\" id=\"opcmp\"><tr><th>file</th>"
+               "<th>model</th><th>precision</th><th>batch</th><th>ringtrain ms per step</th>"
+               "<th>PyTorch ms per step</th>"
+               "<th>largest differences (ringtrain vs PyTorch)</th></tr>\n");
+    for (int f = 0; f < r->nprof; f++) {
+        const json_t *pairs = json_object_get(r->profcmp[f].j, "pairs");
+        for (size_t p = 0; p < json_array_size(pairs); p++) {
+            const json_t *pr = json_array_get(pairs, p);
+            const char *model = json_string_value(json_object_get(pr, "model"));
+            const char *amp = json_string_value(json_object_get(pr, "amp"));
+            char big[600];
+            largest_text(pr, big, sizeof(big));
+            sb_puts(b, "<tr><td class=\"src\">");
+            sb_esc(b, r->profcmp[f].src);
+            sb_puts(b, "</td><td>");
+            sb_esc(b, model ? model : "");
+            sb_puts(b, "</td><td>");
+            sb_esc(b, amp ? amp : "");
+            sb_puts(b, "</td>");
+            cell_num(b, rep_num(pr, "batch"), "%g");
+            cell_num(b, rep_path_num(pr, "ringtrain.step_ms"), "%.3f");
+            cell_num(b, rep_path_num(pr, "pytorch.step_ms"), "%.3f");
+            sb_puts(b, "<td>");
+            sb_esc(b, big);
+            sb_puts(b, "</td></tr>\n");
+        }
+    }
+    sb_puts(b, "</table>\n");
+}
+
+/* The section: each run's op profile (a chart, then its tables) and the comparisons; nothing when there is none. */
+static void op_profile_section(struct sbuf *b, const struct rt_report *r)
+{
+    int any = r->nprof > 0;
+    for (int i = 0; i < r->nrun; i++)
+        any |= json_is_object(json_object_get(r->run[i].summary, "op_profile"));
+    if (!any)
+        return;
+    sb_puts(b, "<h2 id=\"op-profile\">Per-op profile</h2>\n<div class=\"charts\">\n");
+    for (int i = 0; i < r->nrun; i++) {
+        const json_t *op = json_object_get(r->run[i].summary, "op_profile");
+        if (json_is_object(op))
+            op_profile_chart(b, r, i, op);
+    }
+    for (int f = 0; f < r->nprof; f++)
+        op_compare_charts(b, r, f);
+    sb_puts(b, "</div>\n");
+    for (int i = 0; i < r->nrun; i++) {
+        const json_t *op = json_object_get(r->run[i].summary, "op_profile");
+        if (json_is_object(op))
+            op_profile_tables(b, r, i, op);
+    }
+    op_compare_table(b, r);
+}
+
 /* ---- the page -------------------------------------------------------------------------- */
 
 static const char style[] =
@@ -793,11 +1059,11 @@ int rep_page(struct rt_report *r, struct sbuf *out, const char *path, char *err,
     sb_printf(&b, "</title><style>%s</style></head><body>\n<h1>", style);
     sb_esc(&b, r->title);
     sb_printf(&b, "</h1><p class=\"meta\">ringtrain %s, written %s from", RT_VERSION, when);
-    const int count[] = {r->nrun, r->nload, r->ncomm, r->nscal, r->ntrace};
+    const int count[] = {r->nrun, r->nload, r->ncomm, r->nscal, r->ntrace, r->nprof};
     static const char *const what[] = {"training run", "loadbench output", "commbench output", "scaling output",
-                                       "trace"};
+                                       "trace", "profile comparison"};
     int shown = 0;
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
         if (count[i])
             sb_printf(&b, "%s %d %s%s", shown++ ? "," : "", count[i], what[i], count[i] == 1 ? "" : "s");
     sb_puts(&b, ".</p>\n");
@@ -818,6 +1084,8 @@ int rep_page(struct rt_report *r, struct sbuf *out, const char *path, char *err,
     for (int i = 0; i < r->ntrace; i++)
         timeline_chart(&b, r->trace[i], i);
     section_end(&b, mark, start);
+    start = b.n;
+    op_profile_section(&b, r);
     start = b.n;
     section(&b, "gpu", "GPU", &mark);
     gpu_charts(&b, r, plot);

@@ -4,6 +4,7 @@
  *
  * What a file is comes from its JSON, never from its name:
  *   - an object with "traceEvents": a --trace file (one step drawn as a timeline);
+ *   - "profile_comparison": bench/gpu_vs_pytorch.sh --only profile's comparison of the op profiles;
  *   - "command": "commbench": commbench --json;
  *   - "settings" and "rows": bench/scaling.sh --json;
  *   - "checkpoint_id": a checkpoint's state.json;
@@ -64,6 +65,8 @@ void rt_report_free(struct rt_report *r)
         json_decref(r->commbench[i].j);
     for (int i = 0; i < r->nscal; i++)
         json_decref(r->scaling[i].j);
+    for (int i = 0; i < r->nprof; i++)
+        json_decref(r->profcmp[i].j);
     free(r);
 }
 
@@ -103,7 +106,7 @@ double rep_path_num(const json_t *o, const char *path)
 
 static int is_record(const json_t *o) { return json_is_object(o) && json_object_get(o, "epoch") && json_object_get(o, "train_loss"); }
 
-enum kind { K_NONE, K_RECORDS, K_SUMMARY, K_STATE, K_LOADBENCH, K_COMMBENCH, K_SCALING, K_TRACE };
+enum kind { K_NONE, K_RECORDS, K_SUMMARY, K_STATE, K_LOADBENCH, K_COMMBENCH, K_SCALING, K_TRACE, K_PROFCMP };
 
 static enum kind kind_of(const json_t *o)
 {
@@ -111,6 +114,8 @@ static enum kind kind_of(const json_t *o)
         return K_NONE;
     if (json_object_get(o, "traceEvents"))
         return K_TRACE;
+    if (json_object_get(o, "profile_comparison") && json_is_array(json_object_get(o, "pairs")))
+        return K_PROFCMP;
     const char *cmd = json_string_value(json_object_get(o, "command"));
     if (cmd && strcmp(cmd, "commbench") == 0)
         return K_COMMBENCH;
@@ -288,7 +293,7 @@ static int add_files(struct rt_report *r, const char *src, char **files, int n, 
             if (!from_dir)
                 rc = rep_fail(err, len,
                           "%s: not a file ringtrain writes (--metrics, --json, state.json, loadbench/commbench "
-                          "--json, bench/scaling.sh --json, --trace)",
+                          "--json, bench/scaling.sh --json, --trace, bench/gpu_vs_pytorch.sh's profile comparison)",
                           files[i]);
             break;
         case K_TRACE:
@@ -318,6 +323,7 @@ static int add_files(struct rt_report *r, const char *src, char **files, int n, 
         case K_LOADBENCH: rc = add_bench(r->loadbench, &r->nload, files[i], fd.j, "loadbench", err, len); break;
         case K_COMMBENCH: rc = add_bench(r->commbench, &r->ncomm, files[i], fd.j, "commbench", err, len); break;
         case K_SCALING: rc = add_bench(r->scaling, &r->nscal, files[i], fd.j, "scaling", err, len); break;
+        case K_PROFCMP: rc = add_bench(r->profcmp, &r->nprof, files[i], fd.j, "profile comparison", err, len); break;
         }
     }
     if (rc == 0 && (recs || summary || state)) {
@@ -400,10 +406,10 @@ int rt_report_add_path(struct rt_report *r, const char *arg, char *err, size_t e
         rc = list_dir(arg, &files, &n, err, errlen);
         if (rc == 0 && n == 0)
             rc = rep_fail(err, errlen, "%s: no file ringtrain wrote in it", arg);
-        const int before = r->nrun + r->nload + r->ncomm + r->nscal + r->ntrace;
+        const int before = r->nrun + r->nload + r->ncomm + r->nscal + r->ntrace + r->nprof;
         if (rc == 0)
             rc = add_files(r, arg, files, n, 1, err, errlen);
-        if (rc == 0 && r->nrun + r->nload + r->ncomm + r->nscal + r->ntrace == before)
+        if (rc == 0 && r->nrun + r->nload + r->ncomm + r->nscal + r->ntrace + r->nprof == before)
             rc = rep_fail(err, errlen, "%s: holds no --metrics file, --json summary, checkpoint state.json or benchmark "
                       "output", arg);
     } else {
@@ -546,7 +552,7 @@ void rep_make_labels(struct rt_report *r)
 
 int rt_report_write(struct rt_report *r, const char *path, char *err, size_t errlen)
 {
-    if (!r->nrun && !r->nload && !r->ncomm && !r->nscal && !r->ntrace)
+    if (!r->nrun && !r->nload && !r->ncomm && !r->nscal && !r->ntrace && !r->nprof)
         return rep_fail(err, errlen, "nothing to report: no run or benchmark output was given");
     rep_make_labels(r);
     struct sbuf b = {0};

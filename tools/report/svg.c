@@ -500,6 +500,87 @@ void chart_bars(struct sbuf *b, const struct chart_bars *c)
     frame_close(b, c->caption);
 }
 
+/* ---- horizontal bars ----------------------------------------------------------------------- */
+
+/* The labels' column on the left and the values' on the right of the bars. */
+enum { HB_LEFT = 118, HB_RIGHT = 96, HB_BAR = 13, HB_GAP = 7 };
+
+void chart_hbars(struct sbuf *b, const struct chart_hbars *c)
+{
+    double top = 0;
+    for (int i = 0; i < c->ncat * c->nser; i++)
+        if (isfinite(c->v[i]))
+            top = fmax(top, c->v[i]);
+    const double st = nice_step(top > 0 ? top : 1.0, 5), xmax = ceil((top > 0 ? top : 1.0) / st - 1e-9) * st;
+    const int px0 = HB_LEFT, px1 = CHART_W - HB_RIGHT, group = c->nser * HB_BAR + HB_GAP;
+    const int plot_h = RT_MAX(c->ncat, 1) * group + HB_GAP;
+    const struct axis ax = {0, xmax, 0, px0, px1};
+
+    struct legend_item leg[16];
+    int nleg = 0;
+    for (int s = 0; s < c->nser && nleg < 16; s++)
+        leg[nleg++] = (struct legend_item){c->ser_label[s], chart_color(c->ser_color ? c->ser_color[s] : s), 0, 1};
+    const int h = MT + plot_h + 40 + legend_height(leg, nleg);
+    frame_open(b, c->name, c->title, h);
+    chart_fmt xf = c->xfmt ? c->xfmt : chart_fmt_num;
+    char t[64];
+    sb_puts(b, "<g class=\"grid\">");
+    for (double v = 0; v <= xmax + 1e-9 * st; v += st)
+        sb_printf(b, "<line x1=\"%.2f\" y1=\"%d\" x2=\"%.2f\" y2=\"%d\"/>", axis_px(&ax, v), MT, axis_px(&ax, v),
+                  MT + plot_h);
+    sb_puts(b, "</g><g class=\"ticks\">");
+    for (double v = 0; v <= xmax + 1e-9 * st; v += st) {
+        xf(v, t, sizeof(t));
+        sb_printf(b, "<text x=\"%.2f\" y=\"%d\" text-anchor=\"middle\">", axis_px(&ax, v), MT + plot_h + 15);
+        sb_esc(b, t);
+        sb_puts(b, "</text>");
+    }
+    for (int k = 0; k < c->ncat; k++) {
+        sb_printf(b, "<text class=\"cat\" x=\"%d\" y=\"%.1f\" text-anchor=\"end\">", px0 - 6,
+                  MT + HB_GAP + k * group + c->nser * HB_BAR / 2.0 + 4);
+        sb_esc(b, c->cat_label[k]);
+        sb_puts(b, "</text>");
+    }
+    sb_puts(b, "</g>");
+    sb_printf(b, "<rect class=\"axes\" x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\"/>", px0, MT, px1 - px0, plot_h);
+    sb_printf(b, "<text class=\"axis-label\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">", (px0 + px1) / 2,
+              MT + plot_h + 32);
+    sb_esc(b, c->xlabel);
+    sb_puts(b, "</text>");
+    sb_printf(b, "<g class=\"area\" data-x0=\"0\" data-x1=\"%.17g\" data-y0=\"0\" data-y1=\"%d\" data-px0=\"%d\" "
+                 "data-px1=\"%d\" data-py0=\"%d\" data-py1=\"%d\" data-xlog=\"0\" data-ylog=\"0\">",
+              xmax, RT_MAX(c->ncat, 1), px0, px1, MT + plot_h, MT);
+    for (int k = 0; k < c->ncat; k++)
+        for (int s = 0; s < c->nser; s++) {
+            const double v = c->v[k * c->nser + s];
+            if (!isfinite(v))
+                continue;
+            const double w = axis_px(&ax, v > 0 ? v : 0) - px0, y = MT + HB_GAP + k * group + s * HB_BAR;
+            char vs[64];
+            snprintf(vs, sizeof(vs), "%.4g", v); /* the value itself, not a tick's rounding */
+            if (c->share && isfinite(c->share[k * c->nser + s]))
+                rt_appendf(vs, sizeof(vs), " (%.0f%%)", 100 * c->share[k * c->nser + s]);
+            sb_printf(b, "<rect class=\"hbar\" data-run=\"%d\" data-cat=\"%d\" data-key=\"", c->run, k);
+            sb_esc(b, c->key[k * c->nser + s]);
+            sb_printf(b, "\" data-value=\"%.9g\" x=\"%d\" y=\"%.2f\" width=\"%.2f\" height=\"%d\" fill=\"%s\">",
+                      v, px0, y + 1, w, HB_BAR - 2, chart_color(c->ser_color ? c->ser_color[s] : s));
+            sb_puts(b, "<title>");
+            sb_esc(b, c->cat_label[k]);
+            if (c->nser > 1) {
+                sb_puts(b, ", ");
+                sb_esc(b, c->ser_label[s]);
+            }
+            sb_puts(b, ": ");
+            sb_esc(b, vs);
+            sb_printf(b, "</title></rect><text class=\"value\" x=\"%.2f\" y=\"%.2f\">", px0 + w + 4, y + HB_BAR - 3);
+            sb_esc(b, vs);
+            sb_puts(b, "</text>");
+        }
+    sb_puts(b, "</g>");
+    legend_draw(b, leg, nleg, MT + plot_h + 38);
+    frame_close(b, c->caption);
+}
+
 /* ---- a timeline -------------------------------------------------------------------------- */
 
 enum { TL_LEFT = 150, TL_ROW = 20, TL_DEPTH = 8 };

@@ -79,6 +79,27 @@ struct chart_bars {
 };
 void chart_bars(struct sbuf *b, const struct chart_bars *c);
 
+/*
+ * Horizontal bars: ncat categories top to bottom, each a group of nser bars side by side (one per series: the
+ * two sides of a comparison), the value along x from 0, printed after each bar. Each bar is <rect class="hbar"
+ * data-run data-cat data-key data-value> whose drawn width is its value through the plot area's x mapping (the y
+ * mapping counts categories from the bottom: category k spans ncat - k - 1 to ncat - k).
+ */
+struct chart_hbars {
+    const char *name, *title, *xlabel;
+    int ncat, nser;
+    const char *const *cat_label;   /* left of each group */
+    const char *const *ser_label;   /* the legend (drawn when nser > 1) */
+    const int *ser_color;           /* palette index per series (NULL: the series' index) */
+    const char *const *key;         /* data-key per bar: [cat * nser + ser] */
+    const double *v;                /* [cat * nser + ser]; NAN: absent */
+    const double *share;            /* NULL, or a fraction per bar printed beside its value ("12%") */
+    int run;                        /* data-run of every bar */
+    chart_fmt xfmt;                 /* NULL: chart_fmt_num */
+    const char *caption;
+};
+void chart_hbars(struct sbuf *b, const struct chart_hbars *c);
+
 /* A timeline: rows (threads) of spans over time, nested spans drawn thinner on top of their parents. */
 struct chart_span {
     int row, cat; /* cat: palette index and legend entry */

@@ -82,6 +82,12 @@ static int save_state(struct train *T, const double ep[3])
     }
     if (st && c->lr_head > 0)
         json_object_set_new(st, "lr_head", json_real(c->lr_head));
+    /* How the GPU ran convolutions: a resume with other settings continues, but not bit for bit (checkpoint_load
+     * says so). */
+    if (st) {
+        json_object_set_new(st, "tf32", json_boolean(c->tf32));
+        json_object_set_new(st, "deterministic", json_boolean(!c->nondeterministic));
+    }
     if (st && T->scaling) {
         json_object_set_new(st, "loss_scale", json_real(T->scaler.scale));
         json_object_set_new(st, "loss_scale_good_steps", json_integer(T->scaler.good));
@@ -236,6 +242,31 @@ static int check_same_run(const struct train *T, const struct saved_state *s, js
     return 0;
 }
 
+/*
+ * --tf32 and --deterministic against the checkpoint's (rank 0 says it; neither stops the run): other settings
+ * give other rounding on a GPU from here on, so the resumed run is not bit-identical to one that ran through;
+ * --deterministic off is not bit-identical to anything. A checkpoint from before the settings were recorded
+ * says nothing.
+ */
+static void settings_note(const struct train *T, json_t *st)
+{
+    const json_t *jt = json_object_get(st, "tf32"), *jd = json_object_get(st, "deterministic");
+    const int gpu = rt_backend_kind_of(T->be) == RT_BACKEND_CUDA;
+    if (!T->root)
+        return;
+    if (json_is_boolean(jt) && json_is_boolean(jd) &&
+        (json_is_true(jt) != (T->cfg.tf32 != 0) || json_is_true(jd) != !T->cfg.nondeterministic))
+        rt_info("note: the checkpoint was written with --tf32 %s --deterministic %s, this run has --tf32 %s "
+                "--deterministic %s: %s",
+                json_is_true(jt) ? "on" : "off", json_is_true(jd) ? "on" : "off", T->cfg.tf32 ? "on" : "off",
+                T->cfg.nondeterministic ? "off" : "on",
+                gpu ? "the resumed run is not bit-identical to an uninterrupted one (the convolutions round "
+                      "differently from here on)"
+                    : "no effect on the CPU, the resumed run stays exact");
+    else if (gpu && T->cfg.nondeterministic)
+        rt_info("note: --deterministic off: the resumed run is not bit-identical to an uninterrupted one");
+}
+
 /* Puts the driver where the checkpoint left off. */
 static void restore(struct train *T, const struct saved_state *s, json_t *st)
 {
@@ -277,8 +308,10 @@ int checkpoint_load(struct train *T)
         rc = check_same_run(T, &s, st, p);
         snprintf(T->ckpt_id, sizeof(T->ckpt_id), "%s", s.id);
     }
-    if (rc == 0)
+    if (rc == 0) {
         restore(T, &s, st);
+        settings_note(T, st);
+    }
     json_decref(st);
     if (rc < 0 || (rc = load_weights(T)) < 0)
         return rc;

@@ -96,6 +96,49 @@ struct prof_hist {
  * the run's warm-up and as every step (for spans that hold none after it). */
 enum prof_set { PROF_RUN, PROF_RUN_ALL, PROF_EPOCH, PROF_EPOCH_ALL, PROF_SETS };
 
+/*
+ * --profile-ops (profile.c): each op's own time on the compute stream, from the two marks the model puts around
+ * every op it issues (rt_step_opts.per_op), summed per op name over the optimizer steps; the optimizer's span
+ * (between step.c's marks) as one entry named "optimizer"; and each step's span on the stream, its first mark to
+ * its last. Kept, as the step profile's histograms are, for every step and for the steps after the warm-up.
+ */
+enum { OPS_ALL, OPS_STEADY, OPS_SETS };
+struct opprof_op {
+    const char *name;           /* the op's member name in struct rt_ops (static), or "optimizer" */
+    uint64_t ns[OPS_SETS];      /* its own time, summed */
+    uint64_t calls[OPS_SETS];
+};
+struct train_opprof {
+    int on;                     /* --profile-ops */
+    struct opprof_op *op;       /* in the order first seen */
+    int nop, cap;
+    uint64_t span_ns[OPS_SETS]; /* the steps' spans on the stream, summed */
+    uint64_t steps[OPS_SETS];
+    uint64_t unpaired;          /* op marks without their pair (a timeline too small for the step) */
+    const char **layer;         /* while tracing: the layer of each mark of the step (a scratch of the timeline's
+                                 * capacity) */
+};
+
+/* The op profile's categories: the --json keys in this order (profile_op_category_key), idle last. */
+enum op_cat { OPC_CONV_FWD, OPC_DATA_GRAD, OPC_WEIGHT_GRAD, OPC_BATCHNORM, OPC_ELEMENTWISE, OPC_POOLING, OPC_LOSS,
+              OPC_OPTIMIZER, OPC_COPIES, OPC_OTHER, OPC_IDLE, OPC_N };
+
+/* The op profile in ms per optimizer step: of the steps after the warm-up, or of every step where there are none
+ * after it (warm). rows: the ops, the most time first (allocated; profile_op_stats_free). */
+struct op_row {
+    const char *name;
+    enum op_cat cat;
+    double ms, calls;           /* per step */
+};
+struct op_stats {
+    uint64_t steps;
+    int warm;
+    double step_ms;             /* the mean span of a step on the stream */
+    double cat_ms[OPC_N];       /* they add up to step_ms (idle: the span less the ops' own times) */
+    struct op_row *row;
+    int nrow;
+};
+
 struct train_profile {
     uint64_t cur[PROF_N];       /* this optimizer step so far, ns */
     uint64_t t_step0;           /* its start */
@@ -104,6 +147,7 @@ struct train_profile {
     struct prof_hist set[PROF_SETS];
     struct rt_timeline *tl;     /* on the compute stream */
     int per_layer;              /* this step marks every layer (tracing) */
+    struct train_opprof ops;    /* --profile-ops */
 };
 
 /* One rank's p50s, ns, as the verdict compares the ranks (compute: forward + backward). */
@@ -317,6 +361,12 @@ int report_records_open(struct train *T);   /* --report: the record list, a resu
                                              * read back from --metrics; 0 or -errno */
 int report_page(struct train *T);           /* --report: rank 0 writes the HTML page; 0 or -EIO */
 void report_startup(const struct train *T); /* start-up parts and per-rank resources (rank 0) */
+void report_op_profile(const struct train *T); /* --profile-ops: the categories and the top ops (rank 0) */
+/* The settings the GPU's numbers depend on, {"tf32": b, "deterministic": b, "kernels": "fast"|"reference"|"cpu"}
+ * (--tf32, --deterministic, RINGTRAIN_CUDA_KERNELS): for the summary, the op profile and state.json. A new
+ * reference, NULL on no memory. */
+json_t *report_settings(const struct train *T);
+const char *report_kernels(const struct rt_backend *be); /* "fast", "reference" (the CUDA twins) or "cpu" */
 void report_clear_bar(const struct train *T);
 
 /* meter.c */
@@ -342,6 +392,13 @@ void profile_verdict(const struct train *T, const struct prof_stats *st, const s
 void profile_gather(struct train *T);       /* the ranks' figures and the verdict into T->verdict; collective */
 const char *profile_phase_name(enum prof_phase k); /* "data wait" ... */
 const char *profile_phase_key(enum prof_phase k);  /* "data" ...: the --json keys */
+/* --profile-ops: the category of an op ("conv2d_bwd_filter" -> OPC_WEIGHT_GRAD, "optimizer" -> OPC_OPTIMIZER,
+ * an op of no category -> OPC_OTHER), the categories' --json keys ("weight_grad"), and the figures (0, or -ENOMEM
+ * with nothing to free; none yet: steps 0). */
+enum op_cat profile_op_category(const char *op);
+const char *profile_op_category_key(enum op_cat k);
+int profile_op_stats(const struct train *T, struct op_stats *out);
+void profile_op_stats_free(struct op_stats *s); /* a zeroed struct is fine */
 
 /* tracefile.c */
 int tracefile_create(struct train *T);      /* --trace: the recorder, before the loader starts */

@@ -81,6 +81,7 @@ int train_finish(struct train *T)
     profile_gather(T);
     startup_gather(T);
     report_profile(T);
+    report_op_profile(T);
     report_startup(T);
     if ((rc = tracefile_finish(T, t_end)) < 0)
         return rc;

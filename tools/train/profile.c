@@ -12,6 +12,15 @@
  * the stream anyway (the loss download, the all-reduce); on a GPU reading the
  * optimizer's end waits for it, which the next step would have done at its
  * loss download.
+ *
+ * With --profile-ops also the op profile: the model marks the stream before
+ * and after every op it issues (two CUDA events per op; host times on the
+ * CPU, whose ops are done when they return), so that each op's own time is
+ * the difference of its pair and the rest of the step's span on the stream,
+ * the gaps between one op's end and the next one's begin, is the stream
+ * waiting for the host ("idle"). The optimizer's span counts as one op.
+ * Every step is marked; the figures are those of the steps after the
+ * warm-up, or of all of them in a shorter run, as for the step profile.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -62,16 +71,29 @@ int profile_create(struct train *T)
     for (int i = 0; i < PROF_SETS; i++)
         if (!(p->set[i].bins = rt_calloc(PROF_N, sizeof(*p->set[i].bins), "step profile")))
             return -ENOMEM;
-    /* Per-layer marks only while tracing: each layer's forward and backward, per micro-batch. */
-    const int per_micro = T->tr.rec ? 2 * RT_MAX(rt_model_node_count(T->model), 1) + 8 : 6;
-    const int rc = rt_timeline_create(T->be, per_micro * (int)T->cfg.grad_accum + 4, &p->tl);
-    return rc < 0 ? rc : 0;
+    /* Per-layer marks only while tracing: each layer's forward and backward, per micro-batch. With the op
+     * profile, the layer marks and two per op: a layer issues at most two ops forward (a scale: copy, scale)
+     * and two backward (a convolution: filter, data; a residual add: a copy or axpy per input), so 10 marks
+     * per layer; the input, the loss's three ops and the loss statistics' download, and the phase marks, 16. */
+    const int layers = RT_MAX(rt_model_node_count(T->model), 1);
+    p->ops.on = T->cfg.profile_ops;
+    const int per_micro = p->ops.on ? 10 * layers + 16 : T->tr.rec ? 2 * layers + 8 : 6;
+    const int cap = per_micro * (int)T->cfg.grad_accum + 4;
+    const int rc = rt_timeline_create(T->be, cap, &p->tl);
+    if (rc < 0)
+        return rc;
+    if (p->ops.on && T->tr.rec && !(p->ops.layer = rt_calloc((size_t)cap, sizeof(*p->ops.layer), "op profile")))
+        return -ENOMEM;
+    return 0;
 }
 
 void profile_destroy(struct train *T)
 {
     rt_timeline_destroy(T->prof.tl);
     T->prof.tl = NULL;
+    free(T->prof.ops.op);
+    free(T->prof.ops.layer);
+    memset(&T->prof.ops, 0, sizeof(T->prof.ops));
     for (int i = 0; i < PROF_SETS; i++) {
         free(T->prof.set[i].bins);
         T->prof.set[i].bins = NULL;
@@ -121,6 +143,198 @@ void profile_model_opts(struct train *T, struct rt_step_opts *so)
     rt_timeline_mark(T->prof.tl, "start", MARK_MICRO);
     so->timeline = T->prof.tl;
     so->per_layer = T->prof.per_layer;
+    so->per_op = T->prof.ops.on;
+}
+
+/* ---- the op profile (--profile-ops) ----------------------------------------------- */
+
+/* Adds `ns` and a call to op `name` in the sets the step counts in (all, and steady after the warm-up). */
+static void ops_add(struct train_opprof *o, const char *name, uint64_t ns, int steady)
+{
+    int i = 0;
+    while (i < o->nop && o->op[i].name != name && strcmp(o->op[i].name, name) != 0)
+        i++;
+    if (i == o->nop) {
+        if (o->nop == o->cap) {
+            const int cap = o->cap ? 2 * o->cap : 64;
+            struct opprof_op *nv = realloc(o->op, (size_t)cap * sizeof(*nv));
+            if (!nv)
+                return; /* no memory for a new name: the op's time counts as idle */
+            o->op = nv;
+            o->cap = cap;
+        }
+        o->op[o->nop++] = (struct opprof_op){.name = name};
+    }
+    for (int k = 0; k <= steady; k++) {
+        o->op[i].ns[k] += ns;
+        o->op[i].calls[k]++;
+    }
+}
+
+/* The layer each mark's op belongs to, for the trace: the label of the next layer mark after it ("loss" for the
+ * loss's ops), none past the model's last one (the statistics' download). */
+static void ops_layers(const struct rt_timeline_mark *m, int n, const char **layer)
+{
+    const char *next = NULL;
+    for (int i = n - 1; i >= 0; i--) {
+        switch (m[i].kind) {
+        case RT_MARK_INPUT:
+        case RT_MARK_LAYER_FWD:
+        case RT_MARK_FORWARD:
+        case RT_MARK_LAYER_BWD:
+            next = m[i].label;
+            break;
+        case RT_MARK_OP_BEGIN:
+        case RT_MARK_OP_END:
+            break;
+        default:
+            next = NULL;
+            break;
+        }
+        layer[i] = next;
+    }
+}
+
+/* One step's marks into the op profile; with tracing (track >= 0), each op a span on the compute stream's track,
+ * inside its layer's (the ops' marks lie between the layer marks). */
+static void ops_step(struct train *T, const struct rt_timeline_mark *m, int n, int track)
+{
+    struct train_opprof *o = &T->prof.ops;
+    if (!o->on || n < 2)
+        return;
+    const int steady = T->prof.steps_seen >= PROF_WARMUP;
+    if (track >= 0 && o->layer)
+        ops_layers(m, n, o->layer);
+    uint64_t begin = 0, optim0 = 0;
+    int open = 0, optim_open = 0;
+    for (int i = 0; i < n; i++) {
+        const uint64_t t = m[i].ns;
+        switch (m[i].kind) {
+        case RT_MARK_OP_BEGIN:
+            o->unpaired += open;
+            begin = t;
+            open = 1;
+            break;
+        case RT_MARK_OP_END:
+            if (!open) {
+                o->unpaired++;
+                break;
+            }
+            ops_add(o, m[i].label, t > begin ? t - begin : 0, steady);
+            if (track >= 0)
+                rt_trace_span_on(track, RT_TRACE_COMPUTE, m[i].label, o->layer ? o->layer[i] : NULL, begin, t);
+            open = 0;
+            break;
+        case MARK_OPTIM_START:
+            optim0 = t;
+            optim_open = 1;
+            break;
+        case MARK_OPTIM_END:
+            if (optim_open)
+                ops_add(o, "optimizer", t > optim0 ? t - optim0 : 0, steady);
+            optim_open = 0;
+            break;
+        default:
+            break;
+        }
+    }
+    o->unpaired += open;
+    const uint64_t span = m[n - 1].ns > m[0].ns ? m[n - 1].ns - m[0].ns : 0;
+    for (int k = 0; k <= steady; k++) {
+        o->span_ns[k] += span;
+        o->steps[k]++;
+    }
+}
+
+static const char *const op_cat_keys[OPC_N] = {"conv_fwd", "data_grad", "weight_grad", "batchnorm", "elementwise",
+                                               "pooling", "loss", "optimizer", "copies", "other", "idle"};
+
+const char *profile_op_category_key(enum op_cat k)
+{
+    return (unsigned)k < OPC_N ? op_cat_keys[k] : "other";
+}
+
+/* 1 if `op` is `prefix` followed by nothing or by "_..." (a family: "relu" takes relu_fwd and relu_bwd, not
+ * "relux"). */
+static int op_family(const char *op, const char *prefix)
+{
+    const size_t n = strlen(prefix);
+    return strncmp(op, prefix, n) == 0 && (op[n] == 0 || op[n] == '_');
+}
+
+enum op_cat profile_op_category(const char *op)
+{
+    /* The table's names (compute.h's RT_OPS_LIST), by what the time is spent on, as the bench sums PyTorch's
+     * aten ops: the convolutions and linear layers by direction; the memory section of the table (its moves,
+     * zeroing, allocation and waits) and the casts as copies. */
+    static const struct {
+        const char *family;
+        enum op_cat cat;
+    } fam[] = {{"conv2d_fwd", OPC_CONV_FWD},        {"linear_fwd", OPC_CONV_FWD},
+               {"conv2d_bwd_data", OPC_DATA_GRAD},  {"linear_bwd_data", OPC_DATA_GRAD},
+               {"conv2d_bwd_filter", OPC_WEIGHT_GRAD}, {"linear_bwd_filter", OPC_WEIGHT_GRAD},
+               {"bn", OPC_BATCHNORM},               {"relu", OPC_ELEMENTWISE},
+               {"add", OPC_ELEMENTWISE},            {"scale", OPC_ELEMENTWISE},
+               {"axpy", OPC_ELEMENTWISE},           {"dropout", OPC_ELEMENTWISE},
+               {"gelu", OPC_ELEMENTWISE},           {"maxpool", OPC_POOLING},
+               {"avgpool", OPC_POOLING},            {"gap", OPC_POOLING},
+               {"flatten", OPC_POOLING},            {"xent_fwd_bwd", OPC_LOSS},
+               {"optimizer", OPC_OPTIMIZER},        {"input_u8", OPC_COPIES},
+               {"upload", OPC_COPIES},              {"download", OPC_COPIES},
+               {"copy", OPC_COPIES},                {"zero", OPC_COPIES},
+               {"to_nchw", OPC_COPIES},             {"from_nchw", OPC_COPIES},
+               {"cast", OPC_COPIES},                {"alloc", OPC_COPIES},
+               {"free", OPC_COPIES},                {"sync", OPC_COPIES}};
+    for (size_t i = 0; i < RT_ARRAY_LEN(fam); i++)
+        if (op_family(op, fam[i].family))
+            return fam[i].cat;
+    return OPC_OTHER;
+}
+
+static int by_ms(const void *a, const void *b)
+{
+    const struct op_row *x = a, *y = b;
+    if (x->ms != y->ms)
+        return x->ms > y->ms ? -1 : 1;
+    return strcmp(x->name, y->name);
+}
+
+int profile_op_stats(const struct train *T, struct op_stats *out)
+{
+    const struct train_opprof *o = &T->prof.ops;
+    memset(out, 0, sizeof(*out));
+    const int k = o->steps[OPS_STEADY] ? OPS_STEADY : OPS_ALL;
+    if (!o->on || !o->steps[k])
+        return 0;
+    out->steps = o->steps[k];
+    out->warm = k == OPS_ALL;
+    const double per = 1e-6 / (double)o->steps[k]; /* ns summed over the steps -> ms per step */
+    out->step_ms = (double)o->span_ns[k] * per;
+    if (!(out->row = rt_calloc((size_t)RT_MAX(o->nop, 1), sizeof(*out->row), "op profile")))
+        return -ENOMEM;
+    double own = 0;
+    for (int i = 0; i < o->nop; i++) {
+        if (!o->op[i].calls[k])
+            continue; /* seen in the warm-up only */
+        struct op_row *r = &out->row[out->nrow++];
+        r->name = o->op[i].name;
+        r->cat = profile_op_category(r->name);
+        r->ms = (double)o->op[i].ns[k] * per;
+        r->calls = (double)o->op[i].calls[k] / (double)o->steps[k];
+        out->cat_ms[r->cat] += r->ms;
+        own += r->ms;
+    }
+    /* On one stream the ops follow each other, so their own times fit in the span: the rest is waiting. */
+    out->cat_ms[OPC_IDLE] = out->step_ms > own ? out->step_ms - own : 0;
+    qsort(out->row, (size_t)out->nrow, sizeof(*out->row), by_ms);
+    return 0;
+}
+
+void profile_op_stats_free(struct op_stats *s)
+{
+    free(s->row);
+    s->row = NULL;
+    s->nrow = 0;
 }
 
 /* Adds the timeline's device phases to p->cur; with tracing, the compute stream's spans. */
@@ -133,6 +347,10 @@ static void device_phases(struct train *T)
     uint64_t prev = 0, fwd0 = 0, bwd0 = 0;
     for (int i = 0; i < n; i++) {
         const uint64_t t = m[i].ns, d = prev && t > prev ? t - prev : 0;
+        /* The op profile's marks (ops_step) lie inside the phases and layers: each span runs from the phase or
+         * layer mark before it. */
+        if (m[i].kind == RT_MARK_OP_BEGIN || m[i].kind == RT_MARK_OP_END)
+            continue;
         switch (m[i].kind) {
         case MARK_MICRO:
             fwd0 = t;
@@ -165,6 +383,7 @@ static void device_phases(struct train *T)
         }
         prev = t;
     }
+    ops_step(T, m, n, track);
 }
 
 void profile_update_end(struct train *T)

@@ -122,6 +122,50 @@ static void banner_optim(struct train *T)
     banner_line(T, "optimizer", "%s", t);
 }
 
+const char *report_kernels(const struct rt_backend *be)
+{
+    if (rt_backend_kind_of(be) != RT_BACKEND_CUDA)
+        return "cpu";
+    /* RINGTRAIN_CUDA_KERNELS=reference makes the simple twins the backend's own tables. */
+    return rt_backend_ops(be) == rt_backend_ops_reference(be, RT_F32) ? "reference" : "fast";
+}
+
+json_t *report_settings(const struct train *T)
+{
+    return json_pack("{s:b, s:b, s:s}", "tf32", T->cfg.tf32 != 0, "deterministic", !T->cfg.nondeterministic,
+                     "kernels", report_kernels(T->be));
+}
+
+/* --tf32 and --deterministic: what they do here (nothing on the CPU, whose convolutions are strict fp32 and
+ * deterministic), and --profile-ops. */
+static void banner_numerics(struct train *T)
+{
+    const struct train_cfg *c = &T->cfg;
+    const char *tf32 = c->tf32 ? "on" : "off", *det = c->nondeterministic ? "off" : "on";
+    if (rt_backend_kind_of(T->be) != RT_BACKEND_CUDA) {
+        banner_line(T, "fp32 conv", "n/a on the CPU (--tf32 %s has no effect: oneDNN's fp32 is strict)", tf32);
+        banner_line(T, "cudnn", "n/a on the CPU (--deterministic %s has no effect: the CPU's results repeat)", det);
+    } else {
+        const char *act = T->act == RT_F32 ? "" : " (this run's convolutions are 16-bit: it applies where one falls "
+                                                  "back to fp32)";
+        if (c->tf32)
+            banner_line(T, "fp32 conv", "TF32 (--tf32 on, as PyTorch's default: inputs rounded to a 10-bit mantissa, "
+                                        "fp32 sums; linear layers strict fp32)%s", act);
+        else
+            banner_line(T, "fp32 conv", "strict fp32 (--tf32 off)%s", act);
+        if (c->nondeterministic)
+            banner_line(T, "cudnn", "any algorithm (--deterministic off: some sum with atomics, so runs differ in the "
+                                    "last bits and a resume is not exact); %s kernels", report_kernels(T->be));
+        else
+            banner_line(T, "cudnn", "deterministic algorithms (--deterministic on: a run and its resume repeat bit "
+                                    "for bit); %s kernels", report_kernels(T->be));
+    }
+    if (c->profile_ops)
+        banner_line(T, "profile", "per op (--profile-ops): a mark before and after every op on the compute stream%s; "
+                                  "the steps run slower than without",
+                    rt_backend_kind_of(T->be) == RT_BACKEND_CUDA ? " (two CUDA events per op)" : "");
+}
+
 /* --init and --freeze: where the weights come from, and what trains. */
 static void banner_finetune(struct train *T)
 {
@@ -172,6 +216,7 @@ void report_banner(struct train *T)
         fact_keep(T, "world", world);
         banner_line(T, "model", "%s, %.2f M parameters, %s", rt_model_name(T->model), (double)params / 1e6,
                     precision(T->act));
+        banner_numerics(T);
         banner_finetune(T);
         if (T->scaling)
             banner_line(T, "scaling",
@@ -373,6 +418,88 @@ static void profile_members(const struct train *T, json_t *o)
                                                 T->verdict.evidence, "try", T->verdict.advice));
 }
 
+void report_op_profile(const struct train *T)
+{
+    struct op_stats st;
+    if (!T->root || !T->prof.ops.on || profile_op_stats(T, &st) < 0 || !st.steps)
+        return;
+    report_clear_bar(T);
+    const double step = st.step_ms > 0 ? st.step_ms : 1;
+    printf("op profile (rank 0's compute stream, %" PRIu64 " optimizer steps%s), ms per step:\n", st.steps,
+           st.warm ? ", warm-up included: the run was short" : " after the first 3");
+    printf("  %-13s %9s %6s\n", "category", "ms", "share");
+    for (int k = 0; k < OPC_N; k++)
+        printf("  %-13s %9.3f %5.1f%%\n", profile_op_category_key((enum op_cat)k), st.cat_ms[k],
+               100 * st.cat_ms[k] / step);
+    printf("  %-13s %9.3f %5.1f%%\n", "step", st.step_ms, 100.0);
+    printf("  %-20s %9s %8s  %s\n", "top ops", "ms", "calls", "category");
+    for (int i = 0; i < st.nrow && i < 12; i++)
+        printf("  %-20s %9.3f %8.4g  %s\n", st.row[i].name, st.row[i].ms, st.row[i].calls,
+               profile_op_category_key(st.row[i].cat));
+    if (T->prof.ops.unpaired)
+        printf("  (%" PRIu64 " op marks without their pair: the timeline was too small for a step)\n",
+               T->prof.ops.unpaired);
+    struct rt_conv_choice cc[24];
+    const int nc = rt_backend_conv_choices(T->be, cc, (int)RT_ARRAY_LEN(cc));
+    if (nc > 0) {
+        static const char *const dirs[] = {"fwd", "bwd_data", "bwd_filter"};
+        printf("  convolutions (%d, as chosen; all in the --json summary):\n", nc);
+        for (int i = 0; i < nc && i < (int)RT_ARRAY_LEN(cc); i++)
+            printf("    %-10s %-4s N=%d C=%d %dx%d -> K=%d %dx%d s%d p%d: %s, %.3f ms, %s%s\n",
+                   dirs[cc[i].dir % 3], rt_dtype_name(cc[i].dt), cc[i].d.in.n, cc[i].d.in.c, cc[i].d.in.h,
+                   cc[i].d.in.w, cc[i].d.cout, cc[i].d.kh, cc[i].d.kw, cc[i].d.stride, cc[i].d.pad, cc[i].how,
+                   (double)cc[i].ms, cc[i].deterministic ? "deterministic" : "non-deterministic",
+                   cc[i].tensor_cores ? ", tensor cores" : "");
+    }
+    printf("  (each op between two marks%s: the profiled steps are slower than a run without --profile-ops)\n",
+           rt_backend_kind_of(T->be) == RT_BACKEND_CUDA ? ", two CUDA events per op" : "");
+    fflush(stdout);
+    profile_op_stats_free(&st);
+}
+
+/* cuDNN's choices for the convolutions run so far (none on the CPU), as the op profile lists them. */
+static json_t *conv_choices_json(const struct train *T)
+{
+    static const char *const dirs[] = {"fwd", "bwd_data", "bwd_filter"};
+    json_t *a = json_array();
+    const int n = rt_backend_conv_choices(T->be, NULL, 0);
+    struct rt_conv_choice *cc = n > 0 ? rt_calloc((size_t)n, sizeof(*cc), "convolution choices") : NULL;
+    const int got = cc ? RT_MIN(rt_backend_conv_choices(T->be, cc, n), n) : 0;
+    for (int i = 0; a && i < got; i++) {
+        const struct rt_conv_desc *d = &cc[i].d;
+        char shape[128];
+        snprintf(shape, sizeof(shape), "N=%d C=%d %dx%d -> K=%d %dx%d s%d p%d", d->in.n, d->in.c, d->in.h, d->in.w,
+                 d->cout, d->kh, d->kw, d->stride, d->pad);
+        json_array_append_new(a, json_pack("{s:s, s:s, s:s, s:s, s:f, s:I, s:b, s:b, s:i}", "dir",
+                                           dirs[cc[i].dir % 3], "dtype", rt_dtype_name(cc[i].dt), "shape", shape,
+                                           "how", cc[i].how, "ms", (double)cc[i].ms, "workspace",
+                                           (json_int_t)cc[i].workspace, "deterministic", cc[i].deterministic != 0,
+                                           "tensor_cores", cc[i].tensor_cores != 0, "candidates", cc[i].candidates));
+    }
+    free(cc);
+    return a;
+}
+
+/* --profile-ops as the summary's "op_profile" (docs/FORMAT.md), NULL without it or before a step. */
+static json_t *op_profile_json(const struct train *T)
+{
+    struct op_stats st;
+    if (!T->prof.ops.on || profile_op_stats(T, &st) < 0 || !st.steps)
+        return NULL;
+    json_t *cats = json_object(), *ops = json_array();
+    for (int k = 0; k < OPC_N; k++)
+        json_object_set_new(cats, profile_op_category_key((enum op_cat)k), json_real(st.cat_ms[k]));
+    for (int i = 0; i < st.nrow; i++)
+        json_array_append_new(ops, json_pack("{s:s, s:s, s:f, s:f}", "op", st.row[i].name, "category",
+                                             profile_op_category_key(st.row[i].cat), "ms", st.row[i].ms, "calls",
+                                             st.row[i].calls));
+    json_t *o = json_pack("{s:I, s:b, s:f, s:o, s:o, s:o, s:o}", "steps", (json_int_t)st.steps, "warmup_included",
+                          st.warm, "step_ms", st.step_ms, "categories", cats, "ops", ops, "convolutions",
+                          conv_choices_json(T), "settings", report_settings(T));
+    profile_op_stats_free(&st);
+    return o;
+}
+
 /* enum train_stop, as the summary says it */
 static const char *const stop_reasons[] = {"completed", "target accuracy reached", "step limit", "signal"};
 
@@ -430,6 +557,7 @@ static json_t *summary_json(const struct train *T, double wall_s, double train_s
     }
     json_object_set_new(o, "device", json_string(rt_backend_kind_of(T->be) == RT_BACKEND_CUDA ? "cuda" : "cpu"));
     json_object_set_new(o, "amp", json_string(T->act == RT_F32 ? "off" : rt_dtype_name(T->act)));
+    json_object_set_new(o, "settings", report_settings(T));
     json_object_set_new(o, "optimizer_updates", json_integer((json_int_t)rt_optim_steps(T->opt)));
     if (T->scaling) {
         json_object_set_new(o, "loss_scale", json_real(T->scaler.scale));
@@ -452,6 +580,9 @@ static json_t *summary_json(const struct train *T, double wall_s, double train_s
     json_object_set_new(o, "overlap", json_boolean(!c->no_overlap));
     json_object_set_new(o, "bucket_allreduces", json_integer((json_int_t)cc.bucket_allreduces));
     profile_members(T, o);
+    json_t *ops = op_profile_json(T);
+    if (ops)
+        json_object_set_new(o, "op_profile", ops);
     if (c->trace) {
         /* split: the files as a pattern (`ringtrain trace merge -o FILE PATTERN` joins them into c->trace) */
         const int split = T->tr.pattern[0] != 0;

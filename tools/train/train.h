@@ -97,6 +97,18 @@ enum train_trace_split { TRACE_SPLIT_AUTO = 0, TRACE_SPLIT_MERGED, TRACE_SPLIT_R
 int train_open_backend(enum train_device dev, int local_rank, int local_world, int threads,
                        struct rt_backend **out);
 
+/*
+ * The same, with how a GPU runs convolutions (--tf32, --deterministic): tf32 1 lets fp32 convolutions round their
+ * inputs to TF32 (rt_backend_opts.tf32), nondeterministic 1 lets cuDNN take algorithms that are not bitwise
+ * reproducible (rt_backend_opts.nondeterministic); both are ignored on the CPU. train_open_backend is this with
+ * both 0: strict fp32, deterministic.
+ */
+int train_open_backend_conv(enum train_device dev, int local_rank, int local_world, int threads, int tf32,
+                            int nondeterministic, struct rt_backend **out);
+
+/* Parses the value of an on|off option `opt` ("--tf32"): 1 or 0 in *out, or -EINVAL with the message set. */
+int train_onoff_parse(const char *opt, const char *s, int *out);
+
 /* ---- faults: injection points for the failure tests ----------------------------- */
 
 /*
@@ -179,6 +191,10 @@ struct train_cfg {
     enum rt_pin pin;
     enum train_device device;
     enum train_amp amp;
+    /* How a GPU runs convolutions; no effect on the CPU. Zero is strict fp32 and deterministic, what a test
+     * comparing with the CPU wants; the command's defaults are tf32 1 (PyTorch's) and nondeterministic 0. */
+    int tf32;                   /* --tf32 on: fp32 convolutions on TF32 tensor cores */
+    int nondeterministic;       /* --deterministic off: cuDNN may take algorithms that sum with atomics */
     int loss_scale;             /* -1: dynamic with fp16, off otherwise; 0: off; 1: dynamic */
     uint32_t max_skipped_steps; /* loss scaling: stop after this many overflowed updates in a row (0: 20) */
     /* several ranks */
@@ -192,6 +208,7 @@ struct train_cfg {
     const char *trace;          /* Chrome trace file (merged by rank 0, or one per rank), NULL: none */
     uint64_t trace_first, trace_last; /* optimizer steps [first, last) recorded ... */
     int trace_all;              /* ... or the whole run */
+    int profile_ops;            /* --profile-ops: each op's time on the compute stream (slows the step) */
     double trace_mb;            /* memory for events per rank (0: 64 MiB) */
     enum train_trace_split trace_split; /* one file, or one per rank (auto: by the world and the size) */
     /* what the driver is plugged into (not options) */
@@ -360,6 +377,7 @@ struct eval_cfg {
     int workers, threads;
     enum train_device device;
     enum train_amp amp;         /* as train's --amp: auto = bf16 where the device computes it */
+    int tf32, nondeterministic; /* as train_cfg's: zero is strict fp32, deterministic */
 };
 
 struct eval_result {
