@@ -30,13 +30,12 @@
 
 #include "compute/cuda/fast.cuh"
 
-
 /* Threads per block of every fast element-wise kernel. */
 #define FE_THREADS 256
 /* The grid is at most this many full waves (every multiprocessor holding as many blocks as its thread limit
- * allows: 8 of FE_THREADS on sm_80 and sm_90, each thread with a 16-byte load per operand in flight): enough
+ * allows: 8 of FE_THREADS on compute capability 8.0 and 9.0, each thread with a 16-byte load per operand in flight): enough
  * that no multiprocessor idles while another finishes a partial wave, and few enough that a grid-stride loop,
- * not block scheduling, covers a large tensor. The kernels use at most 32 registers per thread (ptxas, sm_90),
+ * not block scheduling, covers a large tensor. The kernels use at most 32 registers per thread (ptxas, compute capability 9.0),
  * so registers do not hold residency below the thread limit. */
 #define FE_WAVES 4
 
