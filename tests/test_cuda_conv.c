@@ -3,7 +3,7 @@
  * cuDNN's legacy algorithms and graph-API engines measured once per shape, the fastest the settings allow
  * kept; 16-bit weights cast once per update; stems padded to 8 channels.
  *
- * `test_cuda_conv --rules` (ctest test_cuda_conv_rules, label unit) needs no GPU: the choice rule over
+ * `test_cuda_ops conv --rules` (ctest test_cuda_conv_rules, label unit) needs no GPU: the choice rule over
  * made-up candidates under every setting, the weight cache's invalidation by overlapping writes, the padded
  * stem's index arithmetic against naive loops over odd shapes, and, where cuDNN loads, the operation graphs
  * of every direction and type built and finalized (cuDNN builds them without a device) and a wrong one
@@ -44,6 +44,7 @@
 
 #if RT_HAVE_CUDA
 #include "check.h"
+#include "test_cuda_parts.h"
 #include "test_util.h"
 #include "common/common.h"
 #include "common/cudalibs.h"
@@ -1105,7 +1106,7 @@ static int gpu_main(int verbose)
 }
 #endif
 
-int main(int argc, char **argv)
+int test_cuda_conv_main(int argc, char **argv)
 {
     int rules = 0, verbose = 0;
     for (int i = 1; i < argc; i++) {
@@ -1114,13 +1115,13 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "-v"))
             verbose = 1;
         else {
-            fprintf(stderr, "usage: test_cuda_conv [--rules] [-v]\n");
+            fprintf(stderr, "usage: test_cuda_ops conv [--rules] [-v]\n");
             return 1;
         }
     }
 #if RT_HAVE_CUDA
     if (rules) {
-        printf("test_cuda_conv --rules: no GPU needed\n");
+        printf("test_cuda_ops conv --rules: no GPU needed\n");
         rules_choose();
         rules_wcache();
         rules_pad();

@@ -43,6 +43,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "test_cuda_parts.h"
 #include "test_util.h"
 #include "common/common.h"
 #include "common/nvml.h"
@@ -2679,15 +2680,33 @@ static void print_versions(void)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: test_cuda_ops [--stand-in]\n"
+    fprintf(stderr, "usage: test_cuda_ops [--stand-in] | twins-elem | twins-bn [--stand-in | --quick] | conv [--rules] [-v]\n"
                     "  (none)       every op, then whole models, on the CUDA backend against the CPU backend\n"
                     "  --stand-in   the whole-model checks of the 16-bit tables with the CPU backend's bf16\n"
-                    "               table in the GPU's place, and the planted faults they must catch\n");
+                    "               table in the GPU's place, and the planted faults they must catch\n"
+                    "  twins-elem   the fast element-wise kernels against their reference twins on the GPU\n"
+                    "  twins-bn     the fast batchnorm kernels against their twins, the fused ReLU against\n"
+                    "               the unfused ops (--stand-in: the CPU in the GPU's place)\n"
+                    "  conv         the convolutions as the fast tables choose them (--rules: their rules,\n"
+                    "               no GPU needed)\n");
     return 1;
 }
 
+/* The parts that share this executable (test_cuda_parts.h says why). */
+static const struct {
+    const char *name;
+    int (*run)(int argc, char **argv);
+} parts[] = {
+    {"twins-elem", test_cuda_twins_elem_main},
+    {"twins-bn", test_cuda_twins_bn_main},
+    {"conv", test_cuda_conv_main},
+};
+
 int main(int argc, char **argv)
 {
+    for (size_t i = 0; argc >= 2 && i < RT_ARRAY_LEN(parts); i++)
+        if (!strcmp(argv[1], parts[i].name))
+            return parts[i].run(argc - 1, argv + 1);
     stand_in = argc == 2 && !strcmp(argv[1], "--stand-in");
     if (argc > 2 || (argc == 2 && !stand_in))
         return usage();

@@ -22,7 +22,7 @@
  * warm-up) and the fast kernels' bandwidth by their byte count (fast_bn.cu): informational, no assertion --
  * performance claims come from the benchmarks.
  *
- * `test_cuda_twins_bn --stand-in` runs the same checks with a CPU backend in the GPU's place (its tables as both
+ * `test_cuda_ops twins-bn --stand-in` runs the same checks with a CPU backend in the GPU's place (its tables as both
  * "fast" and "reference"; bf16 where the CPU has it; no fp16, no ResNet shapes, no times): a check of the test
  * itself -- its unfused compositions, its plumbing -- on a machine without a GPU. `--quick` leaves out the ResNet
  * shapes and the times (a run under compute-sanitizer).
@@ -37,6 +37,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "test_cuda_parts.h"
 #include "test_util.h"
 #include "common/common.h"
 #include "compute/compute.h"
@@ -638,12 +639,12 @@ static void run_case(struct rt_shape4 sh, const struct hbase *b, enum rt_dtype d
     hcase_free(&h);
 }
 
-int main(int argc, char **argv)
+int test_cuda_twins_bn_main(int argc, char **argv)
 {
     stand_in = argc == 2 && !strcmp(argv[1], "--stand-in");
     quick = stand_in || (argc == 2 && !strcmp(argv[1], "--quick"));
     if (argc > 2 || (argc == 2 && !quick)) {
-        fprintf(stderr, "usage: test_cuda_twins_bn [--stand-in | --quick]\n");
+        fprintf(stderr, "usage: test_cuda_ops twins-bn [--stand-in | --quick]\n");
         return 1;
     }
     printf("test_cuda_twins_bn: seed %llu%s\n", (unsigned long long)SEED,

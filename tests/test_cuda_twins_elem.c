@@ -29,6 +29,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "test_cuda_parts.h"
 #include "common/common.h"
 #include "compute/compute.h"
 
@@ -372,8 +373,13 @@ static void check_tables(const struct rt_ops *f, const struct rt_ops *r, enum rt
 #undef DIFFERS
 }
 
-int main(void)
+int test_cuda_twins_elem_main(int argc, char **argv)
 {
+    (void)argv;
+    if (argc > 1) {
+        fprintf(stderr, "usage: test_cuda_ops twins-elem\n");
+        return 1;
+    }
     printf("test_cuda_twins_elem: fast element-wise kernels against their reference twins on one GPU; seed %llu\n",
            (unsigned long long)SEED);
     int rc = rt_backend_create(&(struct rt_backend_opts){.kind = RT_BACKEND_CUDA}, &be);
