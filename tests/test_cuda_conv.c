@@ -41,10 +41,10 @@
 #include <string.h>
 
 #include "rt_buildinfo.h"
+#include "test_cuda_parts.h"
 
 #if RT_HAVE_CUDA
 #include "check.h"
-#include "test_cuda_parts.h"
 #include "test_util.h"
 #include "common/common.h"
 #include "common/cudalibs.h"
