@@ -98,8 +98,7 @@ def main():
     if args.loader == "ringtrain":
         train_loader.close()
         test_loader.close()
-    if dist.is_initialized():
-        dist.destroy_process_group()
+    common.finish_distributed()
 
 
 if __name__ == "__main__":

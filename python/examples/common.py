@@ -23,6 +23,7 @@ import pickle
 import platform
 import re
 import statistics
+import sys
 import time
 from contextlib import nullcontext
 
@@ -121,6 +122,23 @@ def init_distributed(device_kind):
         dist.init_process_group("nccl" if device_kind == "cuda" else "gloo", init_method="env://",
                                 rank=rank, world_size=world)
     return rank, world, device
+
+
+def finish_distributed():
+    """Leaves the launcher's process group at the end of a run, once every rank is done with its collectives (a
+    barrier). With torch 1.x and gloo the process then ends at once (os._exit, its output flushed) instead of
+    destroying the group: there, destroying it -- destroy_process_group, or DDP's reducer letting go of it when
+    the model is freed -- can deadlock, a gloo worker thread freeing a tensor that owns a Python object (it needs
+    the GIL) under the group's lock, which the destructor waits for while it holds the GIL (torch 1.13: one run
+    in two under Slurm on 2 cores). Newer torch destroys the group normally."""
+    if not dist.is_initialized():
+        return
+    dist.barrier()
+    if dist.get_backend() == "gloo" and int(torch.__version__.split(".")[0]) < 2:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
+    dist.destroy_process_group()
 
 
 def all_reduce_sum(values, device):
