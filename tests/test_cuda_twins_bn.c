@@ -1,7 +1,7 @@
 /*
  * test_cuda_twins_bn.c - the CUDA backend's fast batchnorm kernels (compute/cuda/fast_bn.cu) against their
  * reference twins (rt_backend_ops_reference: spatial.cu, nhwc16.cu) on the same GPU and inputs, and against the
- * CPU backend; skips (77) without a usable GPU.
+ * CPU backend; skips (77) without a usable GPU, and under RINGTRAIN_CUDA_KERNELS=reference (no fast tables).
  *
  * For fp32 (NCHW), bf16 and fp16 (NHWC), over odd shapes (C not a multiple of 8, H*W not a multiple of 4, 1x1
  * planes, C = 1, one value per channel) and the ResNet shapes (N = 512, C = 64..512, 32x32..4x4):
@@ -662,6 +662,13 @@ int test_cuda_twins_bn_main(int argc, char **argv)
         fprintf(stderr, "test_cuda_twins_bn: cpu backend: %s\n", rt_errmsg());
         rt_backend_destroy(gbe);
         return 1;
+    }
+    if (!stand_in && rt_backend_ops(gbe) == rt_backend_ops_reference(gbe, RT_F32)) {
+        printf("test_cuda_twins_bn: skip: the backend's own tables are the reference ones "
+               "(RINGTRAIN_CUDA_KERNELS=reference): nothing to compare\n");
+        rt_backend_destroy(cbe);
+        rt_backend_destroy(gbe);
+        return 77;
     }
     gs = rt_backend_stream(gbe);
     cs = rt_backend_stream(cbe);
