@@ -21,6 +21,7 @@
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
+#include <math.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -64,41 +65,51 @@ template <> RT_HD __half fk_st<__half>(float v)
     return __float2half_rn(v);
 }
 
-/* Float arithmetic with one rounding each, on the device and on the host alike. */
-RT_HD float fk_add(float a, float b)
+/*
+ * Arithmetic with one rounding each, on the device and on the host alike: fk_add, fk_sub, fk_mul, fk_div in
+ * float, fk_dadd, fk_dsub, fk_dmul, fk_ddiv in double (the per-channel scalars that must round as the CPU's
+ * double code does); fk_dsqrt and fk_dfma (a * b + c rounded once) in double. On the host the result goes through
+ * a volatile, so that no contraction across the statement can fuse it with its neighbours either.
+ */
+#ifdef __CUDA_ARCH__
+#define FK_RN_BINARY(name, T, dev, op)                                                                             \
+    RT_HD T name(T a, T b)                                                                                         \
+    {                                                                                                              \
+        return dev(a, b);                                                                                          \
+    }
+#else
+#define FK_RN_BINARY(name, T, dev, op)                                                                             \
+    RT_HD T name(T a, T b)                                                                                         \
+    {                                                                                                              \
+        volatile T r = a op b;                                                                                     \
+        return r;                                                                                                  \
+    }
+#endif
+FK_RN_BINARY(fk_add, float, __fadd_rn, +)
+FK_RN_BINARY(fk_sub, float, __fsub_rn, -)
+FK_RN_BINARY(fk_mul, float, __fmul_rn, *)
+FK_RN_BINARY(fk_div, float, __fdiv_rn, /)
+FK_RN_BINARY(fk_dadd, double, __dadd_rn, +)
+FK_RN_BINARY(fk_dsub, double, __dsub_rn, -)
+FK_RN_BINARY(fk_dmul, double, __dmul_rn, *)
+FK_RN_BINARY(fk_ddiv, double, __ddiv_rn, /)
+#undef FK_RN_BINARY
+
+RT_HD double fk_dsqrt(double a)
 {
 #ifdef __CUDA_ARCH__
-    return __fadd_rn(a, b);
+    return __dsqrt_rn(a);
 #else
-    volatile float r = a + b; /* no contraction across the statement on the host either */
-    return r;
+    return sqrt(a);
 #endif
 }
-RT_HD float fk_sub(float a, float b)
+
+RT_HD double fk_dfma(double a, double b, double c)
 {
 #ifdef __CUDA_ARCH__
-    return __fsub_rn(a, b);
+    return __fma_rn(a, b, c);
 #else
-    volatile float r = a - b;
-    return r;
-#endif
-}
-RT_HD float fk_mul(float a, float b)
-{
-#ifdef __CUDA_ARCH__
-    return __fmul_rn(a, b);
-#else
-    volatile float r = a * b;
-    return r;
-#endif
-}
-RT_HD float fk_div(float a, float b)
-{
-#ifdef __CUDA_ARCH__
-    return __fdiv_rn(a, b);
-#else
-    volatile float r = a / b;
-    return r;
+    return fma(a, b, c);
 #endif
 }
 

@@ -40,63 +40,6 @@
 
 #include "compute/cuda/fast.cuh"
 
-
-/* ---- double arithmetic with one rounding each (the per-channel scalars, as the CPU rounds them) ---------- */
-
-RT_HD double bn_dadd(double a, double b)
-{
-#ifdef __CUDA_ARCH__
-    return __dadd_rn(a, b);
-#else
-    volatile double r = a + b;
-    return r;
-#endif
-}
-RT_HD double bn_dsub(double a, double b)
-{
-#ifdef __CUDA_ARCH__
-    return __dsub_rn(a, b);
-#else
-    volatile double r = a - b;
-    return r;
-#endif
-}
-RT_HD double bn_dmul(double a, double b)
-{
-#ifdef __CUDA_ARCH__
-    return __dmul_rn(a, b);
-#else
-    volatile double r = a * b;
-    return r;
-#endif
-}
-RT_HD double bn_ddiv(double a, double b)
-{
-#ifdef __CUDA_ARCH__
-    return __ddiv_rn(a, b);
-#else
-    volatile double r = a / b;
-    return r;
-#endif
-}
-RT_HD double bn_dsqrt(double a)
-{
-#ifdef __CUDA_ARCH__
-    return __dsqrt_rn(a);
-#else
-    return sqrt(a);
-#endif
-}
-/* a * b + c rounded once (the accumulation of squares and products: one instruction on the device). */
-RT_HD double bn_dfma(double a, double b, double c)
-{
-#ifdef __CUDA_ARCH__
-    return __fma_rn(a, b, c);
-#else
-    return fma(a, b, c);
-#endif
-}
-
 /* ---- geometry ------------------------------------------------------------------------------------------ */
 
 #define BN_MAX_SPLITS 1024u   /* partials per channel at most: 4 per thread of a finalize block */
@@ -382,11 +325,11 @@ RT_HD void bn_sum1(float x, float dy, const bn_sum_k &k, int relu, float thr, do
     if (BWD) {
         const double g = relu ? (double)bn_mask1(dy, x, k.mu, k.ra, k.rb, thr) : (double)dy;
         a += g;
-        b = bn_dfma(g, (double)x - k.k, b);
+        b = fk_dfma(g, (double)x - k.k, b);
     } else {
         const double d = (double)x - k.k;
         a += d;
-        b = bn_dfma(d, d, b);
+        b = fk_dfma(d, d, b);
     }
 }
 
@@ -508,16 +451,16 @@ struct bn_fwd_q {
 RT_HD void bn_fwd_scalars(double s1, double s2, double k, const bn_fwd_q &q, float gamma, float *rm, float *rv,
                           float *save_mean, float *save_invstd, float *a)
 {
-    const double dm = bn_ddiv(s1, q.m);
-    double var = bn_dsub(bn_ddiv(s2, q.m), bn_dmul(dm, dm));
+    const double dm = fk_ddiv(s1, q.m);
+    double var = fk_dsub(fk_ddiv(s2, q.m), fk_dmul(dm, dm));
     if (var < 0.0)
         var = 0.0;
-    const double mean = bn_dadd(k, dm);
-    const float mean_f = (float)mean, invstd_f = (float)bn_ddiv(1.0, bn_dsqrt(bn_dadd(var, q.eps)));
+    const double mean = fk_dadd(k, dm);
+    const float mean_f = (float)mean, invstd_f = (float)fk_ddiv(1.0, fk_dsqrt(fk_dadd(var, q.eps)));
     *save_mean = mean_f;
     *save_invstd = invstd_f;
-    *rm = (float)bn_dadd(bn_dmul(q.mom, mean), bn_dmul(q.keep, (double)*rm));
-    *rv = (float)bn_dadd(bn_dmul(bn_dmul(q.mom, var), q.unbias), bn_dmul(q.keep, (double)*rv));
+    *rm = (float)fk_dadd(fk_dmul(q.mom, mean), fk_dmul(q.keep, (double)*rm));
+    *rv = (float)fk_dadd(fk_dmul(fk_dmul(q.mom, var), q.unbias), fk_dmul(q.keep, (double)*rv));
     *a = fk_mul(invstd_f, gamma);
 }
 
@@ -527,16 +470,16 @@ RT_HD void bn_bwd_scalars(double sdy, double sdyx, double m, float save_invstd, 
 {
     const double invstd = (double)save_invstd;
     *dbeta = fk_add(*dbeta, (float)sdy);
-    *dgamma = fk_add(*dgamma, (float)bn_dmul(sdyx, invstd));
-    *gm = (float)bn_ddiv(sdy, m);
-    *pj = (float)bn_ddiv(bn_dmul(bn_dmul(sdyx, invstd), invstd), m);
-    *sc = (float)bn_dmul(invstd, (double)gamma);
+    *dgamma = fk_add(*dgamma, (float)fk_dmul(sdyx, invstd));
+    *gm = (float)fk_ddiv(sdy, m);
+    *pj = (float)fk_ddiv(fk_dmul(fk_dmul(sdyx, invstd), invstd), m);
+    *sc = (float)fk_dmul(invstd, (double)gamma);
 }
 
 /* Inference's scale: (float)(1 / sqrt((double)running_var + eps)) * gamma, the float product. */
 RT_HD float bn_infer_scale(float running_var, double eps, float gamma)
 {
-    return fk_mul((float)bn_ddiv(1.0, bn_dsqrt(bn_dadd((double)running_var, eps))), gamma);
+    return fk_mul((float)fk_ddiv(1.0, fk_dsqrt(fk_dadd((double)running_var, eps))), gamma);
 }
 
 /* ---- element-wise threads ---------------------------------------------------------------------------------- */
