@@ -774,33 +774,42 @@ static void *linear_weights16(struct rt_stream *s, const struct dnn_type *ty, in
     return wl;
 }
 
-/* The same products as the fp32 entries above (see the comment there), with 16-bit operands. */
-static void linear16_fwd(struct rt_stream *s, const struct dnn_type *ty, int n, int in, int out, const float *x,
-                         const float *w, const float *b, float *y)
+/* The same products as the fp32 entries above (see the comment there), with 16-bit operands: wl is the 16-bit
+ * copy of the weights (out, in), made per call here and once per update by the fast tables (dnn_fast.c). */
+void rt_dnn_linear16_fwd(struct rt_stream *s, enum rt_dtype dt, int n, int in, int out, const void *x,
+                         const void *wl, const float *b, void *y)
 {
-    if (n <= 0)
-        return;
     struct rt_cuda *c = rt_cuda_of(s);
-    const cudaDataType_t t = blas_type(ty);
-    const void *wl = linear_weights16(s, ty, in, out, w);
+    const cudaDataType_t t = blas_type(rt_dnn_type_of(dt));
     const float one = 1.0f, zero = 0.0f;
     RT_CUBLAS_CHECK(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, wl, t, in, x, t, in, &zero, y,
                                  t, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     if (b)
-        rt_cuda_h_bias_add(s, ty->dt, (size_t)n, (size_t)out, b, y);
+        rt_cuda_h_bias_add(s, dt, (size_t)n, (size_t)out, b, y);
+}
+
+void rt_dnn_linear16_bwd_data(struct rt_stream *s, enum rt_dtype dt, int n, int in, int out, const void *dy,
+                              const void *wl, float beta, void *dx)
+{
+    struct rt_cuda *c = rt_cuda_of(s);
+    const cudaDataType_t t = blas_type(rt_dnn_type_of(dt));
+    const float one = 1.0f;
+    RT_CUBLAS_CHECK(cublasGemmEx(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, wl, t, in, dy, t, out, &beta,
+                                 dx, t, in, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
+static void linear16_fwd(struct rt_stream *s, const struct dnn_type *ty, int n, int in, int out, const float *x,
+                         const float *w, const float *b, float *y)
+{
+    if (n > 0)
+        rt_dnn_linear16_fwd(s, ty->dt, n, in, out, x, linear_weights16(s, ty, in, out, w), b, y);
 }
 
 static void linear16_bwd_data(struct rt_stream *s, const struct dnn_type *ty, int n, int in, int out,
                               const float *dy, const float *w, float beta, float *dx)
 {
-    if (n <= 0)
-        return;
-    struct rt_cuda *c = rt_cuda_of(s);
-    const cudaDataType_t t = blas_type(ty);
-    const void *wl = linear_weights16(s, ty, in, out, w);
-    const float one = 1.0f;
-    RT_CUBLAS_CHECK(cublasGemmEx(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, wl, t, in, dy, t, out, &beta,
-                                 dx, t, in, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (n > 0)
+        rt_dnn_linear16_bwd_data(s, ty->dt, n, in, out, dy, linear_weights16(s, ty, in, out, w), beta, dx);
 }
 
 static void linear16_bwd_filter(struct rt_stream *s, const struct dnn_type *ty, int n, int in, int out,

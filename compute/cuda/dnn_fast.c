@@ -117,8 +117,7 @@ struct rt_cuda_dnn {
     int n, cap;
     struct fast_entry *bucket[BUCKETS];
     struct rt_dnn_wcache wc;
-    struct rt_dnn_stats st;
-    int graph_on;
+    struct rt_dnn_stats st; /* st.graph_on: RINGTRAIN_CUDNN_GRAPH, read once */
     int warned_align;
 };
 
@@ -129,6 +128,18 @@ static _Noreturn void out_of_memory(const char *what, int line)
     rt_cuda_fail("libc", ENOMEM, strerror(ENOMEM), what, __FILE__, line);
 }
 
+/* RINGTRAIN_CUDNN_GRAPH: 0 leaves the graph API out of the search; anything else keeps it (warned about once,
+ * when `warn`, unless it is 1 or empty). */
+static int graph_on_env(int warn)
+{
+    const char *v = getenv("RINGTRAIN_CUDNN_GRAPH");
+    if (warn && v && v[0] && strcmp(v, "0") && strcmp(v, "1"))
+        rt_log(RT_LOG_WARN, "RINGTRAIN_CUDNN_GRAPH=%s: expected 0 (leave cuDNN's graph API out of the convolution "
+                            "search) or 1; using the graph API",
+               v);
+    return !(v && !strcmp(v, "0"));
+}
+
 static struct rt_cuda_dnn *state(struct rt_cuda *c)
 {
     if (c->dnn_state)
@@ -136,13 +147,7 @@ static struct rt_cuda_dnn *state(struct rt_cuda *c)
     struct rt_cuda_dnn *st = calloc(1, sizeof(*st));
     if (!st)
         out_of_memory("the fast convolutions' state", __LINE__);
-    const char *v = getenv("RINGTRAIN_CUDNN_GRAPH");
-    st->graph_on = !(v && !strcmp(v, "0"));
-    if (v && v[0] && strcmp(v, "0") && strcmp(v, "1"))
-        rt_log(RT_LOG_WARN, "RINGTRAIN_CUDNN_GRAPH=%s: expected 0 (leave cuDNN's graph API out of the convolution "
-                            "search) or 1; using the graph API",
-               v);
-    st->st.graph_on = st->graph_on;
+    st->st.graph_on = graph_on_env(1);
     c->dnn_state = st;
     return st;
 }
@@ -540,7 +545,7 @@ static struct fast_entry *measure(struct rt_stream *s, const struct fast_key *k,
     struct rt_dnn_graph *graphs[2] = {NULL, NULL};
 
     /* Engines first: building them is host work, and the search's workspace must fit the largest. */
-    if (st->graph_on) {
+    if (st->st.graph_on) {
         int gi = 0;
         if (dir == DIR_BWD_FILTER && !f32) {
             const struct rt_dnn_gspec g32 = gspec_of(k, ty, 1);
@@ -973,38 +978,19 @@ static void fast_bwd_filter(struct rt_stream *s, const struct rt_conv_desc *d, e
 
 /* ---- 16-bit linear layers: dnn.c's products, the weights from the cache ------------------------------------ */
 
-static cudaDataType_t blas_type(enum rt_dtype dt)
-{
-    return dt == RT_BF16 ? CUDA_R_16BF : CUDA_R_16F;
-}
-
-/* See dnn.c's comment on the linear layer: row-major products computed transposed by column-major cuBLAS. */
 static void lin16_fwd(struct rt_stream *s, enum rt_dtype dt, int n, int in, int out, const float *x, const float *w,
                       const float *b, float *y)
 {
-    if (n <= 0)
-        return;
-    struct rt_cuda *c = rt_cuda_of(s);
-    const cudaDataType_t t = blas_type(dt);
-    const void *wl = weights16(s, dt, RT_DNN_W_PLAIN, out, in, in, 1, w);
-    const float one = 1.0f, zero = 0.0f;
-    RT_CUBLAS_CHECK(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, out, n, in, &one, wl, t, in, x, t, in, &zero, y,
-                                 t, out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-    if (b)
-        rt_cuda_h_bias_add(s, dt, (size_t)n, (size_t)out, b, y);
+    if (n > 0)
+        rt_dnn_linear16_fwd(s, dt, n, in, out, x, weights16(s, dt, RT_DNN_W_PLAIN, out, in, in, 1, w), b, y);
 }
 
 static void lin16_bwd_data(struct rt_stream *s, enum rt_dtype dt, int n, int in, int out, const float *dy,
                            const float *w, float beta, float *dx)
 {
-    if (n <= 0)
-        return;
-    struct rt_cuda *c = rt_cuda_of(s);
-    const cudaDataType_t t = blas_type(dt);
-    const void *wl = weights16(s, dt, RT_DNN_W_PLAIN, out, in, in, 1, w);
-    const float one = 1.0f;
-    RT_CUBLAS_CHECK(cublasGemmEx(c->blas, CUBLAS_OP_N, CUBLAS_OP_N, in, n, out, &one, wl, t, in, dy, t, out, &beta,
-                                 dx, t, in, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+    if (n > 0)
+        rt_dnn_linear16_bwd_data(s, dt, n, in, out, dy, weights16(s, dt, RT_DNN_W_PLAIN, out, in, in, 1, w), beta,
+                                 dx);
 }
 
 /* ---- the tables ------------------------------------------------------------------------------------------ */
@@ -1133,10 +1119,8 @@ void rt_dnn_fast_stats(const struct rt_cuda *c, struct rt_dnn_stats *out)
     memset(out, 0, sizeof(*out));
     if (c->dnn_state)
         *out = c->dnn_state->st;
-    else {
-        const char *v = getenv("RINGTRAIN_CUDNN_GRAPH");
-        out->graph_on = !(v && !strcmp(v, "0"));
-    }
+    else
+        out->graph_on = graph_on_env(0);
 }
 
 void rt_dnn_fast_release(struct rt_cuda *c)

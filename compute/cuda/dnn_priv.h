@@ -91,6 +91,12 @@ void rt_dnn_ref_bwd_data(struct rt_stream *s, const struct rt_conv_desc *d, enum
                          const float *w, float beta, float *dx);
 void rt_dnn_ref_bwd_filter(struct rt_stream *s, const struct rt_conv_desc *d, enum rt_dtype dt, const float *x,
                            const float *dy, float *dw, float *dbias);
+/* The 16-bit linear layers' products (n > 0) with wl, the 16-bit copy of the weights (out, in): y = x wl^T (+ b),
+ * dx = beta dx + dy wl, on cuBLAS with fp32 compute. */
+void rt_dnn_linear16_fwd(struct rt_stream *s, enum rt_dtype dt, int n, int in, int out, const void *x,
+                         const void *wl, const float *b, void *y);
+void rt_dnn_linear16_bwd_data(struct rt_stream *s, enum rt_dtype dt, int n, int in, int out, const void *dy,
+                              const void *wl, float beta, void *dx);
 
 /* ---- dnn_graph.c: the backend API for one convolution ---- */
 

@@ -143,6 +143,17 @@ static unsigned fe_blocks(struct rt_stream *s, uint32_t nv)
     return fe_grid(nv, p->multiProcessorCount, p->maxThreadsPerMultiProcessor);
 }
 
+/* Launches `kernel` (one of the above: its first two arguments are n and the vector count) over n elements of T,
+ * n < 2^31 (fe_fast_ok); nothing for n == 0. */
+template <typename T, typename K, typename... A> static void fe_launch(struct rt_stream *s, K kernel, size_t n, A... args)
+{
+    if (n == 0)
+        return;
+    const uint32_t n32 = (uint32_t)n, nv = fe_vectors<T>(n32);
+    kernel<<<fe_blocks(s, nv), FE_THREADS, 0, rt_cuda_stream(s)>>>(n32, nv, args...);
+    RT_CUDA_LAUNCHED();
+}
+
 /* The table's float pointers hold T elements (compute.h's rt_backend_ops_for). */
 #define TP(p) reinterpret_cast<const T *>(p)
 #define TM(p) reinterpret_cast<T *>(p)
@@ -153,11 +164,7 @@ template <typename T> static void relu_fwd_f(struct rt_stream *s, size_t n, cons
         fe_reference<T>(s)->relu_fwd(s, n, x, y);
         return;
     }
-    if (n == 0)
-        return;
-    const uint32_t n32 = (uint32_t)n, nv = fe_vectors<T>(n32);
-    relu_fwd_k<T><<<fe_blocks(s, nv), FE_THREADS, 0, rt_cuda_stream(s)>>>(n32, nv, TP(x), TM(y));
-    RT_CUDA_LAUNCHED();
+    fe_launch<T>(s, relu_fwd_k<T>, n, TP(x), TM(y));
 }
 
 template <typename T>
@@ -167,11 +174,7 @@ static void relu_bwd_f(struct rt_stream *s, size_t n, const float *y, const floa
         fe_reference<T>(s)->relu_bwd(s, n, y, dy, beta, dx);
         return;
     }
-    if (n == 0)
-        return;
-    const uint32_t n32 = (uint32_t)n, nv = fe_vectors<T>(n32);
-    relu_bwd_k<T><<<fe_blocks(s, nv), FE_THREADS, 0, rt_cuda_stream(s)>>>(n32, nv, TP(y), TP(dy), beta, TM(dx));
-    RT_CUDA_LAUNCHED();
+    fe_launch<T>(s, relu_bwd_k<T>, n, TP(y), TP(dy), beta, TM(dx));
 }
 
 template <typename T> static void add_f(struct rt_stream *s, size_t n, const float *a, const float *b, float *y)
@@ -180,11 +183,7 @@ template <typename T> static void add_f(struct rt_stream *s, size_t n, const flo
         fe_reference<T>(s)->add(s, n, a, b, y);
         return;
     }
-    if (n == 0)
-        return;
-    const uint32_t n32 = (uint32_t)n, nv = fe_vectors<T>(n32);
-    add_k<T><<<fe_blocks(s, nv), FE_THREADS, 0, rt_cuda_stream(s)>>>(n32, nv, TP(a), TP(b), TM(y));
-    RT_CUDA_LAUNCHED();
+    fe_launch<T>(s, add_k<T>, n, TP(a), TP(b), TM(y));
 }
 
 template <typename T>
@@ -194,11 +193,7 @@ static void add_relu_fwd_f(struct rt_stream *s, size_t n, const float *a, const 
         fe_reference<T>(s)->add_relu_fwd(s, n, a, b, y);
         return;
     }
-    if (n == 0)
-        return;
-    const uint32_t n32 = (uint32_t)n, nv = fe_vectors<T>(n32);
-    add_relu_fwd_k<T><<<fe_blocks(s, nv), FE_THREADS, 0, rt_cuda_stream(s)>>>(n32, nv, TP(a), TP(b), TM(y));
-    RT_CUDA_LAUNCHED();
+    fe_launch<T>(s, add_relu_fwd_k<T>, n, TP(a), TP(b), TM(y));
 }
 
 template <typename T>
@@ -209,12 +204,8 @@ static void add_relu_bwd_f(struct rt_stream *s, size_t n, const float *y, const 
         fe_reference<T>(s)->add_relu_bwd(s, n, y, dy, beta_a, dxa, beta_b, dxb);
         return;
     }
-    if (n == 0 || (!dxa && !dxb))
-        return;
-    const uint32_t n32 = (uint32_t)n, nv = fe_vectors<T>(n32);
-    add_relu_bwd_k<T><<<fe_blocks(s, nv), FE_THREADS, 0, rt_cuda_stream(s)>>>(n32, nv, TP(y), TP(dy), beta_a,
-                                                                              TM(dxa), beta_b, TM(dxb));
-    RT_CUDA_LAUNCHED();
+    if (dxa || dxb)
+        fe_launch<T>(s, add_relu_bwd_k<T>, n, TP(y), TP(dy), beta_a, TM(dxa), beta_b, TM(dxb));
 }
 
 template <typename T> static void scale_f(struct rt_stream *s, size_t n, float alpha, float *x)
@@ -224,11 +215,7 @@ template <typename T> static void scale_f(struct rt_stream *s, size_t n, float a
         return;
     }
     fe_wrote<T>(s, x, n);
-    if (n == 0)
-        return;
-    const uint32_t n32 = (uint32_t)n, nv = fe_vectors<T>(n32);
-    scale_k<T><<<fe_blocks(s, nv), FE_THREADS, 0, rt_cuda_stream(s)>>>(n32, nv, alpha, TM(x));
-    RT_CUDA_LAUNCHED();
+    fe_launch<T>(s, scale_k<T>, n, alpha, TM(x));
 }
 
 template <typename T> static void axpy_f(struct rt_stream *s, size_t n, float alpha, const float *x, float *y)
@@ -238,11 +225,7 @@ template <typename T> static void axpy_f(struct rt_stream *s, size_t n, float al
         return;
     }
     fe_wrote<T>(s, y, n);
-    if (n == 0)
-        return;
-    const uint32_t n32 = (uint32_t)n, nv = fe_vectors<T>(n32);
-    axpy_k<T><<<fe_blocks(s, nv), FE_THREADS, 0, rt_cuda_stream(s)>>>(n32, nv, alpha, TP(x), TM(y));
-    RT_CUDA_LAUNCHED();
+    fe_launch<T>(s, axpy_k<T>, n, alpha, TP(x), TM(y));
 }
 
 #undef TP
