@@ -412,15 +412,13 @@ def steps(results, speeds, gpu, way, model, amp, batch, window, scale, fallback)
     the speed this way measured in the runs before (the median), else in the last
     invocation on this GPU and batch (speeds), else GUESS's; fallback (already
     scaled) for a model GUESS lacks. At least 5."""
+    rs = [r for r in load(results) if r.get("part") == "compute"]
+    before = (load_json(speeds) or {}).get(gpu, {}).get(str(batch), {})
     ips = None
     # torch.compile's window at eager's speed until it has a speed of its own
     for w in (way, "pt") if way == "ptc" else (way,):
-        xs = [r["ips"] for r in load(results) if r.get("part") == "compute" and r.get("way") == w
-              and r.get("model") == model and r.get("amp") == amp and "ips" in r]
-        ips = statistics.median(xs) if xs else None
-        if ips is None:
-            s = load_json(speeds) or {}
-            ips = s.get(gpu, {}).get(str(batch), {}).get("%s %s %s" % (w, model, amp))
+        c = cell(rs, way=w, model=model, amp=amp)
+        ips = c[0] if c else before.get("%s %s %s" % (w, model, amp))
         if ips is not None:
             break
     if ips is None and model in GUESS:
@@ -459,9 +457,10 @@ def cell(rs, **kv):
 def fmt(c):
     return ("%.1f" % c[0], "%.1f - %.1f" % (c[1], c[2])) if c else ("n/a", "")
 
-ROW_WAYS = {"tf32": (("rt", "rt"), ("nd", "rt-nd"), ("pt", "pt"), ("ptc", "ptc")),
-            "strict": (("rt", "rt-strict"), ("pt", "pt-strict")),
-            None: (("rt", "rt"), ("nd", "rt-nd"), ("pt", "pt"), ("ptc", "ptc"))}
+# A row's ways (its key in the row, the way measured) by setting: the fp32 rows' "tf32" and "strict",
+# None for bf16/fp16.
+PLAIN_WAYS = (("rt", "rt"), ("nd", "rt-nd"), ("pt", "pt"), ("ptc", "ptc"))
+ROW_WAYS = {"tf32": PLAIN_WAYS, "strict": (("rt", "rt-strict"), ("pt", "pt-strict")), None: PLAIN_WAYS}
 
 def row_label(amp, setting):
     return {"tf32": "fp32 (TF32)", "strict": "fp32 strict"}.get(setting, amp)
@@ -477,43 +476,44 @@ def profile_idle(profile):
             out[(p.get("model"), p.get("amp"))] = idle / step
     return out
 
+def verdict(g):
+    """A goal's result: PASS when every pair was measured and passed, n/a when none was measured."""
+    return ("PASS" if g["passed"] == g["measured"] == g["pairs"] else "MISS") if g["measured"] else "n/a"
+
 def summarise(doc, profile=""):
     """The rows of the compute tables and the goals, from a results document."""
     rs = [r for r in doc.get("records", []) if r.get("part") == "compute"]
     flops = doc.get("flops", {})
     _, pk = peaks_of(doc.get("gpu"))
     idle = profile_idle(profile)
+    strict = "strict" in doc.get("extras", ["strict"])
     rows = []
     for m in doc["models"]:
         f = flops.get(m)
         for a in doc["amps"]:
-            strict = "strict" in doc.get("extras", ["strict"])
             for setting in ((("tf32", "strict") if strict else ("tf32",)) if a == "off" else (None,)):
                 row = {"model": m, "amp": a, "setting": setting, "label": row_label(a, setting),
                        "train_flops_per_image": f, "ways": {}, "skipped": {}}
                 peak = pk[{"tf32": "tf32", "strict": "fp32"}.get(setting, "16")] if pk else None
                 row["peak_tflops"] = peak
                 for key, way in ROW_WAYS[setting]:
-                    c = cell(rs, model=m, amp=a, way=way)
-                    skip = [r["skipped"] for r in rs if r.get("skipped") and r["model"] == m and r["amp"] == a
-                            and r["way"] == way]
+                    mine = [r for r in rs if (r.get("model"), r.get("amp"), r.get("way")) == (m, a, way)]
+                    skip = [r["skipped"] for r in mine if r.get("skipped")]
                     if skip:
                         row["skipped"][key] = skip[0]
-                    if not c:
+                    ips = [r["ips"] for r in mine if "ips" in r]
+                    if not ips:
                         continue
-                    w = {"way": way, "median": c[0], "min": c[1], "max": c[2],
-                         "runs": len([r for r in rs if "ips" in r and r["model"] == m and r["amp"] == a
-                                      and r["way"] == way])}
+                    med, lo, hi = med_lo_hi(ips)
+                    w = {"way": way, "median": med, "min": lo, "max": hi, "runs": len(ips)}
                     if f:
-                        w["tflops"] = c[0] * f / 1e12
+                        w["tflops"] = med * f / 1e12
                         if peak:
                             w["share_of_peak"] = w["tflops"] / peak
-                    cs = [r["compile_s"] for r in rs if r["model"] == m and r["amp"] == a and r["way"] == way
-                          and isnum(r.get("compile_s"))]
+                    cs = [r["compile_s"] for r in mine if isnum(r.get("compile_s"))]
                     if cs:
                         w["compile_s"] = med_lo_hi(cs)
-                    settings = [r["settings"] for r in rs if r["model"] == m and r["amp"] == a and r["way"] == way
-                                and isinstance(r.get("settings"), dict)]
+                    settings = [r["settings"] for r in mine if isinstance(r.get("settings"), dict)]
                     if settings:
                         w["settings"] = settings[0]
                     row["ways"][key] = w
@@ -540,8 +540,8 @@ def summarise(doc, profile=""):
          "misses": ["%s %s" % (r["model"], r["label"]) for r in ratio_rows if r["goal_ratio"] == "MISS"],
          "host_bound": ["%s %s" % (r["model"], r["label"]) for r in ratio_rows
                         if r["goal_ratio"] == "MISS" and r.get("host_bound")]}
-    g["result"] = ("PASS" if g["passed"] == g["measured"] == g["pairs"] else "MISS") if g["measured"] else "n/a"
-    if "off" in doc["amps"] and "strict" not in doc.get("extras", ["strict"]):
+    g["result"] = verdict(g)
+    if "off" in doc["amps"] and not strict:
         g["note"] = "fp32 strict not measured (--extras)"
     goals["ratio"] = g
     tf_rows = [r for r in rows if r["model"] in WIDE and r["amp"] in ("bf16", "fp16")]
@@ -550,7 +550,7 @@ def summarise(doc, profile=""):
          "measured": len(done), "passed": sum(r["goal_tflops"] == "PASS" for r in done),
          "misses": ["%s %s (%.1f)" % (r["model"], r["label"], r["ways"]["rt"]["tflops"]) for r in done
                     if r["goal_tflops"] == "MISS"]}
-    g["result"] = ("PASS" if g["passed"] == g["measured"] == g["pairs"] else "MISS") if g["measured"] else "n/a"
+    g["result"] = verdict(g)
     if not flops and any("rt" in r["ways"] for r in tf_rows):
         g["note"] = "no FLOP count: no python3 with torch to count them"
     goals["tflops"] = g
@@ -989,7 +989,7 @@ if part_on compute || part_on loader || part_on tta; then
     echo "          $DEFAULT_AMP ($amp_source)"
 fi
 [ $HAVE_AMP = 1 ] || echo "          NOTE: this ringtrain has no --amp option: its bf16/fp16 runs are skipped"
-declare -A steps  # model -> timed steps of the loader part
+declare -A steps  # model -> timed steps of the loader part (and the compute part's fallback)
 for m in "${models[@]}"; do
     steps[$m]=$(bench_scaled_steps "$(steps_for "$m")" "$SCALE")
 done
@@ -1040,12 +1040,7 @@ compute_ways() { # run amp -> the compute part's ways, reversed in even runs
         [ "$2" = off ] && extra_on strict && w+=(pt-strict)
         extra_on compile && w+=(ptc)
     fi
-    if [ $(($1 % 2)) = 0 ]; then
-        local i
-        for ((i = ${#w[@]} - 1; i >= 0; i--)); do echo -n "${w[$i]} "; done
-    else
-        echo "${w[*]}"
-    fi
+    bench_alternate "$1" "${w[@]}"
 }
 
 if part_on compute; then
@@ -1057,7 +1052,7 @@ if part_on compute; then
                 for w in $(compute_ways "$i" "$a"); do
                     [ -z "${skipped["$w $m $a"]:-}" ] || continue
                     n=$(report steps "$t/results.jsonl" "$CACHE/speeds.json" "$GPU_NAME" "$w" "$m" "$a" "$B" \
-                        "$WINDOW" "$SCALE" "$(bench_scaled_steps "$(steps_for "$m")" "$SCALE")")
+                        "$WINDOW" "$SCALE" "${steps[$m]}")
                     if cmd_compute "$w" "$m" "$a" "$n"; then
                         measure compute "$w" "$m" "$a" "$i"
                     elif [ -z "${said["$w $why"]:-}" ]; then
@@ -1094,7 +1089,7 @@ if [ $TTA = 1 ]; then
         done
     done
 fi
-PROFILED=0
+PROFILED_JSON=  # the profile part's JSON once it ran: its idle names host-bound pairs in the compute table
 # The profile part's pairs, --models x --amps: first those that trailed PyTorch eager in the last table
 # (docs/PERFORMANCE.md: the wide models at 16 bits, the small ones in fp32), so that a run cut short by a
 # time limit (the GPU kit gives this part what is left) has profiled the most telling ones; then the rest
@@ -1108,35 +1103,37 @@ profile_pairs() {
     echo "${out[@]}"
 }
 
+profile_side() { # way: runs cmd (cmd_profile's) into $t/profile-WAY.out; failed=1 when it fails
+    local rc wall
+    bench_run "$t/profile-$1.out" "$t/profile-$1.err"
+    [ "$rc" = 0 ] || { failed=1; bench_show_failure "$rc" "$t/profile-$1.err" "$t/profile-$1.out"; }
+}
+
 if part_on profile && [ $HAVE_PROFILE = 1 ]; then
     # Each pair's tables as soon as it is measured, and the JSON rewritten after it: a run cut short
     # keeps what it finished.
     rm -f "$PROFILE_JSON"
+    PROFILED_JSON=$PROFILE_JSON
     echo
     echo "Per-op profile, ringtrain beside PyTorch eager ($PROFILE_WARMUP + $PROFILE_STEPS steps each, batch $B, on the $DEVICE; ms per step):"
     for pair in $(profile_pairs); do
         m=${pair%%:*} a=${pair#*:}
-        {
-            rt_out='' pt_out='' failed=0
-            if cmd_profile rt "$m" "$a"; then
-                rt_out=$t/profile-rt.out
-                bench_run "$rt_out" "$t/profile-rt.err"
-                [ "$rc" = 0 ] || { failed=1; bench_show_failure "$rc" "$t/profile-rt.err" "$rt_out"; }
-            else
-                echo "  ringtrain $m $a: skipped (this binary has no --amp)"
-            fi
-            if [ $PT = 1 ]; then
-                pt_out=$t/profile-pt.out
-                cmd_profile pt "$m" "$a"
-                bench_run "$pt_out" "$t/profile-pt.err"
-                [ "$rc" = 0 ] || { failed=1; bench_show_failure "$rc" "$t/profile-pt.err" "$pt_out"; }
-            fi
-            # the pair's tables whatever failed (a side without a profile says why); a failure counts once
-            "$RPY" "$top/bench/op_profile.py" add --json "$PROFILE_JSON" --gpu "$GPU_NAME" --host "$HOST" \
-                --model "$m" --amp "$a" --batch "$B" ${rt_out:+--rt "$rt_out"} ${pt_out:+--pt "$pt_out"} || failed=1
-            fails=$((fails + failed))
-            PROFILED=1
-        }
+        rt_out='' pt_out='' failed=0
+        if cmd_profile rt "$m" "$a"; then
+            rt_out=$t/profile-rt.out
+            profile_side rt
+        else
+            echo "  ringtrain $m $a: skipped (this binary has no --amp)"
+        fi
+        if [ $PT = 1 ]; then
+            pt_out=$t/profile-pt.out
+            cmd_profile pt "$m" "$a"
+            profile_side pt
+        fi
+        # the pair's tables whatever failed (a side without a profile says why); a failure counts once
+        "$RPY" "$top/bench/op_profile.py" add --json "$PROFILE_JSON" --gpu "$GPU_NAME" --host "$HOST" \
+            --model "$m" --amp "$a" --batch "$B" ${rt_out:+--rt "$rt_out"} ${pt_out:+--pt "$pt_out"} || failed=1
+        fails=$((fails + failed))
     done
 fi
 
@@ -1148,12 +1145,12 @@ if part_on compute || part_on loader || part_on tta; then
 fi
 if part_on compute; then
     report results-json "$t/results.jsonl" "$t/flops.jsonl" "$RESULTS_JSON" "$GPU_NAME" "$HOST" "$B" "$RUNS" \
-        "$WINDOW" "$SCALE" "$MODELS" "$AMPS" "$EXTRAS" "$torch_versions" "$([ $PROFILED = 1 ] && echo "$PROFILE_JSON")"
+        "$WINDOW" "$SCALE" "$MODELS" "$AMPS" "$EXTRAS" "$torch_versions" "$PROFILED_JSON"
     echo
     echo "Compute only (synthetic data on the GPU): training images/s; TFLOP/s = images/s x train GFLOP/image"
     echo "(3 x 2 x forward multiply-adds of conv + linear layers, from the PyTorch model). Results JSON: $RESULTS_JSON"
     echo
-    report compute "$RESULTS_JSON" "$([ $PROFILED = 1 ] && echo "$PROFILE_JSON")"
+    report compute "$RESULTS_JSON" "$PROFILED_JSON"
 fi
 if part_on loader; then
     echo
@@ -1183,7 +1180,7 @@ if part_on tta; then
     echo "Published reference: airbench94 (K. Jordan, 2024) reaches 94 % on CIFAR-10 in 3.83 s on one A100"
     echo "(3.29 s with torch.compile); the DAWNBench ResNet-9 (D. Page, 2018) in 79 s on one V100."
 fi
-if [ $PROFILED = 1 ]; then
+if [ -n "$PROFILED_JSON" ]; then
     echo
     "$RPY" "$top/bench/op_profile.py" summary --json "$PROFILE_JSON" || true
     echo "Profile JSON (ringtrain report $PROFILE_JSON draws it): $PROFILE_JSON"

@@ -197,6 +197,14 @@ bench_order() {
     if [ $(($1 % 2)) = 1 ]; then echo "$2 $3"; else echo "$3 $2"; fi
 }
 
+# bench_alternate RUN WAY...: the WAYs in their order in odd runs, reversed in
+# even ones (bench_order for any number of ways; a way holds no space).
+bench_alternate() {
+    local run=$1
+    shift
+    if [ $((run % 2)) = 1 ]; then echo "$*"; else printf '%s\n' "$@" | tac | paste -sd ' '; fi
+}
+
 # bench_scaled_steps N F: N x F rounded, at least 1 (--steps-scale).
 bench_scaled_steps() { awk -v n="$1" -v f="$2" 'BEGIN { s = int(n * f + 0.5); print s < 1 ? 1 : s }'; }
 

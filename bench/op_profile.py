@@ -245,11 +245,7 @@ def op_category(op, batch, mm_order=0):
         return span
     s = short(op.name)
     if node is not None:
-        kind = None
-        for cat, rx in NODE_RULES:
-            if rx.match(node):
-                kind = cat
-                break
+        kind = next((cat for cat, rx in NODE_RULES if rx.match(node)), None)
         if kind == "conv":
             if re.search(r"backward_(input|data)$", s):
                 return "data_grad"
@@ -427,12 +423,17 @@ def load_trace(path):
         return json.load(f)
 
 
+def trace_events(trace):
+    """A chrome trace's events: trace is the dict with "traceEvents" or their list."""
+    return trace.get("traceEvents", []) if isinstance(trace, dict) else trace
+
+
 def from_chrome_trace(trace, steps, wall_s, batch):
     """PyTorch's step on a CUDA GPU: trace = the Kineto chrome trace (a dict with
     "traceEvents", or its list) of torch.profiler with CPU and CUDA activities,
     record_shapes=True, over `steps` steps that took wall_s seconds between two
     synchronizations. Returns the pytorch object (see the module's docstring)."""
-    evs = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
+    evs = trace_events(trace)
     ops, devs, runtime = [], [], {}
     by_ext = {}
     for e in evs:
@@ -519,24 +520,23 @@ def from_chrome_trace(trace, steps, wall_s, batch):
         notes.append("%d convolution-backward kernel(s) per run whose names and places tell neither gradient: "
                      "their time split evenly between data_grad and weight_grad" % halves)
     cat_us, rows, kernels = {}, {}, {}
-    op_calls = {}
+    counted = set()  # (op, category): an op's call counts once per category, however many kernels it launched
     for d in devs:
         us = d["end"] - d["start"]
         parts = [("data_grad", us / 2), ("weight_grad", us / 2)] if d["category"] == "half" else [(d["category"], us)]
         op = d["op"]
-        opname = op.name if op is not None else d["name"].split(" (")[0]
+        if op is None:
+            opname, shape = d["name"].split(" (")[0], ""
+        else:
+            opname, shape = op.name, shape_str(op.shapes, CONV_BWD_OPS.match(short(op.name)) is not None)
         for c, t in parts:
             cat_us[c] = cat_us.get(c, 0.0) + t
             r = rows.setdefault((opname, c), [0.0, 0])
             r[0] += t
-            key = (opname, c)
-            seen = op_calls.setdefault(key, set())
-            if id(op) not in seen or op is None:
-                seen.add(id(op))
+            if op is None or (id(op), c) not in counted:
+                counted.add((id(op), c))
                 r[1] += 1
-            conv_bwd = op is not None and CONV_BWD_OPS.match(short(op.name)) is not None
-            k = (c, kernel_short(d["name"]), opname, shape_str(op.shapes, conv_bwd) if op is not None else "")
-            kv = kernels.setdefault(k, [0.0, 0])
+            kv = kernels.setdefault((c, kernel_short(d["name"]), opname, shape), [0.0, 0])
             kv[0] += t
             kv[1] += 1
     unlinked = sum(1 for d in devs if d["op"] is None and d["cat"] == "kernel")
@@ -583,8 +583,13 @@ def largest(rt, pt, n=3):
     return [{"category": c, "ringtrain_ms": round(a, 4), "pytorch_ms": round(b, 4)} for _, c, a, b in diffs[:n]]
 
 
+def pair_label(pair):
+    """"resnet9 bf16", "mnist-net fp32"."""
+    return "%s %s" % (pair["model"], {"off": "fp32"}.get(pair["amp"], pair["amp"]))
+
+
 def largest_line(pair):
-    label = "%s %s" % (pair["model"], {"off": "fp32"}.get(pair["amp"], pair["amp"]))
+    label = pair_label(pair)
     if not pair.get("largest"):
         return "%s: n/a (%s)" % (label, "no ringtrain profile" if not pair.get("ringtrain") else "no PyTorch profile")
     return "%s: %s" % (label, ", ".join("%s %+.2f ms" % (x["category"], x["ringtrain_ms"] - x["pytorch_ms"])
@@ -607,9 +612,8 @@ def describe_settings(s):
 
 def print_pair(pair, top=10):
     rt, pt = pair.get("ringtrain"), pair.get("pytorch")
-    label = "%s %s" % (pair["model"], {"off": "fp32"}.get(pair["amp"], pair["amp"]))
     print()
-    print("== %s, batch %s ==" % (label, pair["batch"]))
+    print("== %s, batch %s ==" % (pair_label(pair), pair["batch"]))
     if rt:
         print("ringtrain: %s step(s) profiled%s, step %s ms (its span on the compute stream); %s" % (
             rt.get("steps", "?"), " (its warm-up included)" if rt.get("warmup_included") else " (after its warm-up)",
@@ -757,8 +761,7 @@ def cmd_trace(a):
     trace = load_trace(a.trace)
     wall_s = a.wall_ms * a.steps / 1e3 if a.wall_ms else None
     if wall_s is None:  # the profiled span's length (torch_train.py profile's traces have one)
-        evs = trace.get("traceEvents", []) if isinstance(trace, dict) else trace
-        span = next((e for e in evs if e.get("name") == PROFILED_SPAN and e.get("ph") == "X"), None)
+        span = next((e for e in trace_events(trace) if e.get("name") == PROFILED_SPAN and e.get("ph") == "X"), None)
         if span is None:
             sys.exit("op_profile.py: %s has no %s span: give --wall-ms" % (a.trace, PROFILED_SPAN))
         wall_s = float(span.get("dur", 0)) / 1e6

@@ -216,16 +216,17 @@ class Precision:
         """A float batch in the layout the model takes."""
         return x.contiguous(memory_format=self.torch.channels_last) if self.channels_last else x
 
-    def backward_step(self, loss, opt, span=contextlib.nullcontext):
+    def backward_step(self, loss, opt, span=None):
         """Backward and the optimizer step (with the loss scaler's unscale and
-        update for fp16), the step inside the context span() (a profiler span)."""
+        update for fp16), the step inside the context manager span (a profiler
+        span) when one is given."""
         if self.scaler is None:
             loss.backward()
-            with span():
+            with span or contextlib.nullcontext():
                 opt.step()
         else:
             self.scaler.scale(loss).backward()
-            with span():
+            with span or contextlib.nullcontext():
                 self.scaler.step(opt)
                 self.scaler.update()
 
@@ -360,17 +361,9 @@ def synthetic_step(torch, model, opt, batch_size, seed, prec=None, spans=False):
     "rt:input" and "rt:optimizer" (op_profile.py's categories copies, optimizer).
     Returns the step function (it returns the loss)."""
     prec = prec or Precision(torch)
-    nospan = contextlib.nullcontext
+    span = contextlib.nullcontext  # span(name): no span
     if spans:
-        from torch.profiler import record_function
-
-        def in_span():
-            return record_function("rt:input")
-
-        def opt_span():
-            return record_function("rt:optimizer")
-    else:
-        in_span = opt_span = nospan
+        from torch.profiler import record_function as span
     crit = torch.nn.CrossEntropyLoss()
     g = torch.Generator().manual_seed(seed)
     xb = torch.randint(0, 256, (batch_size, 3, 32, 32), dtype=torch.uint8, generator=g).to(prec.device)
@@ -379,12 +372,12 @@ def synthetic_step(torch, model, opt, batch_size, seed, prec=None, spans=False):
     std = torch.tensor([0.25, 0.25, 0.25], device=prec.device).view(1, 3, 1, 1)
 
     def step():
-        with in_span():
+        with span("rt:input"):
             x = prec.batch((xb.float() / 255 - mean) / std)
         with prec.autocast():
             loss = crit(model(x), yb)
         opt.zero_grad(set_to_none=True)
-        prec.backward_step(loss, opt, opt_span)
+        prec.backward_step(loss, opt, span("rt:optimizer"))
         return loss
 
     return step
@@ -407,11 +400,22 @@ def watch_conv_dtype(torch, model):
     return seen
 
 
-def compile_problem(torch):
-    """Why torch.compile cannot run here, or None."""
-    if not hasattr(torch, "compile"):
-        return "torch.compile is not in torch %s (it came with PyTorch 2.0)" % torch.__version__
-    return None
+def timed_steps(step, prec, steps):
+    """Runs step() steps times from now to a synchronization after the last:
+    (seconds, the last step's loss tensor). Synchronize before calling."""
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        loss = step()
+    prec.sync()
+    return time.perf_counter() - t0, loss
+
+
+def finite_loss(loss, model):
+    """The loss as a float; exits naming model when it is NaN."""
+    loss = float(loss)
+    if loss != loss:
+        sys.exit("torch_train.py: %s: the loss is NaN" % model)
+    return loss
 
 
 def bench_compute(a):
@@ -433,9 +437,8 @@ def bench_compute(a):
     compile_s = None
     conv = None
     if a.compile:
-        why = compile_problem(torch)
-        if why:
-            return dict(base, skipped=why)
+        if not hasattr(torch, "compile"):
+            return dict(base, skipped="torch.compile is not in torch %s (it came with PyTorch 2.0)" % torch.__version__)
         # The model's forward and, through AOTAutograd, its backward compiled; the
         # normalisation, the loss and the optimizer step stay eager.
         step = synthetic_step(torch, torch.compile(model), opt, a.batch_size, a.seed, prec)
@@ -454,14 +457,8 @@ def bench_compute(a):
     for _ in range(a.warmup):
         step()
     prec.sync()
-    t0 = time.perf_counter()
-    for _ in range(a.steps):
-        loss = step()
-    prec.sync()
-    secs = time.perf_counter() - t0
-    loss = float(loss)
-    if loss != loss:
-        sys.exit("torch_train.py: %s: the loss is NaN" % a.model)
+    secs, loss = timed_steps(step, prec, a.steps)
+    loss = finite_loss(loss, a.model)
     conv_dtype = conv.get("dtype") if conv is not None else None
     if prec.dtype is not None and conv_dtype not in (None, str(prec.dtype).replace("torch.", "")):
         sys.exit("torch_train.py: %s: --amp %s, but the first convolution's output is %s under autocast"
@@ -517,28 +514,18 @@ def bench_profile(a):
         prec.sync()
         time.sleep(0.002)
         with record_function(op_profile.PROFILED_SPAN):
-            t0 = time.perf_counter()
-            for _ in range(a.steps):
-                loss = step()
-            prec.sync()
-            wall = time.perf_counter() - t0
-    loss = float(loss)
-    if loss != loss:
-        sys.exit("torch_train.py: %s: the loss is NaN" % a.model)
-    if cuda:
-        with tempfile.TemporaryDirectory() as d:
-            path = os.path.join(d, "trace.json")
+            wall, loss = timed_steps(step, prec, a.steps)
+    loss = finite_loss(loss, a.model)
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "trace.json")
+        if cuda or a.trace_out:  # the GPU's kernels are read from the chrome trace
             prof.export_chrome_trace(path)
+        if cuda:
             res = op_profile.from_chrome_trace(op_profile.load_trace(path), a.steps, wall, a.batch_size)
-            if a.trace_out:
-                keep_trace(path, a.trace_out)
-    else:
-        res = op_profile.from_function_events(prof.events(), a.steps, wall, a.batch_size)
+        else:
+            res = op_profile.from_function_events(prof.events(), a.steps, wall, a.batch_size)
         if a.trace_out:
-            with tempfile.TemporaryDirectory() as d:
-                path = os.path.join(d, "trace.json")
-                prof.export_chrome_trace(path)
-                keep_trace(path, a.trace_out)
+            keep_trace(path, a.trace_out)
     res.update(mode="profile", model=a.model, amp=a.amp, batch_size=a.batch_size, device=a.device,
                warmup=a.warmup, loss=loss, settings=torch_settings(torch, prec))
     return res
@@ -679,9 +666,7 @@ def bench_layers(a):
             totals[j, "bwd"] = totals.get((j, "bwd"), 0) + tb - ta
         other["optimizer"] += t4 - t3
         other["step"] += t4 - t0
-    loss = float(loss)
-    if loss != loss:
-        sys.exit("torch_train.py: %s: the loss is NaN" % a.model)
+    loss = finite_loss(loss, a.model)
     ms = 1e-6 / a.steps
     layers = [{"name": c[0], "type": c[1], "fwd_ms": totals.get((i, "fwd"), 0) * ms,
                "bwd_ms": totals.get((i, "bwd"), 0) * ms, "train_flops": 6 * c[2] * a.batch_size}

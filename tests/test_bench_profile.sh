@@ -319,8 +319,8 @@ ev.append({"ph": "X", "cat": "kernel", "name": "warm_up_kernel", "pid": 0, "tid"
 op("rt:profiled", 1, -1, 800, cat="user_annotation")
 # forward, thread 1 (host times in us; the device ones are laid out by kernel())
 op("rt:input", 1, 0, 40, cat="user_annotation")
-e = op("aten::to", 1, 1, 20, [[B, 3, 32, 32]]); e2 = op("aten::_to_copy", 1, 2, 18); e3 = op("aten::copy_", 1, 3, 16)
-kernel("void at::native::unrolled_elementwise_kernel<copy>", e3, 10)
+op("aten::to", 1, 1, 20, [[B, 3, 32, 32]]); op("aten::_to_copy", 1, 2, 18); e = op("aten::copy_", 1, 3, 16)
+kernel("void at::native::unrolled_elementwise_kernel<copy>", e, 10)
 e = op("aten::div", 1, 22, 8, [[B, 3, 32, 32], []]); kernel("vectorized_elementwise_kernel<div>", e, 10)
 e = op("aten::sub", 1, 31, 8); kernel("vectorized_elementwise_kernel<sub>", e, 10)
 c2d = op("aten::conv2d", 1, 50, 30); op("aten::convolution", 1, 51, 28); op("aten::_convolution", 1, 52, 26)
@@ -441,17 +441,17 @@ bad = []
 def want(cond, what):
     if not cond:
         bad.append(what)
+def isnum(s):
+    try:
+        float(s)
+        return True
+    except ValueError:
+        return False
 cats = ("conv_fwd", "data_grad", "weight_grad", "batchnorm", "elementwise", "pooling", "loss", "optimizer",
         "copies", "other", "idle")
 for c in cats + ("step",):
     line = next((l for l in out.splitlines() if l.startswith("| %s |" % c)), None)
     cells = [x.strip() for x in line.strip("|").split("|")] if line else []
-    def isnum(s):
-        try:
-            float(s)
-            return True
-        except ValueError:
-            return False
     want(len(cells) == 6 and isnum(cells[1]) and isnum(cells[2]) and isnum(cells[3]),
          "category row %s: %s" % (c, line))
 want(any(l.startswith("largest differences: mnist-net fp32: ") and l.count(" ms") == 3 for l in out.splitlines()),
