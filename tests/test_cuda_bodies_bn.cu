@@ -107,29 +107,31 @@ template <typename T> static size_t lay_of(struct rt_shape4 sh, size_t i)
     return (n * hw + p) * sh.c + c;
 }
 
-/* Host memory at a 16-byte boundary, or one element past it (misaligned: the kernels' scalar path). */
+/* sh's NCHW values `nchw` in T's layout, in host memory at a 16-byte boundary or one element past it (misaligned:
+ * the kernels' scalar path). */
 template <typename T> struct hbuf {
     std::vector<unsigned char> mem;
     T *p;
-    hbuf(size_t n, int misalign) : mem((n + 16) * sizeof(T) + 16)
+    hbuf(struct rt_shape4 sh, const std::vector<float> &nchw, int misalign) : mem((count4(sh) + 16) * sizeof(T) + 16)
     {
         uintptr_t a = ((uintptr_t)mem.data() + 15) & ~(uintptr_t)15;
         p = (T *)a + (misalign ? 1 : 0);
+        for (size_t i = 0; i < count4(sh); i++)
+            p[lay_of<T>(sh, i)] = fk_st<T>(nchw[i]);
+    }
+    /* The values back in NCHW order into nchw (resized to count4(sh)). */
+    void get(struct rt_shape4 sh, std::vector<float> &nchw) const
+    {
+        nchw.resize(count4(sh));
+        for (size_t i = 0; i < nchw.size(); i++)
+            nchw[i] = fk_ld(p[lay_of<T>(sh, i)]);
     }
 };
 
-template <typename T> static void to_lay(struct rt_shape4 sh, const float *nchw, T *dst)
+/* count4(sh) NaNs: an output's start, so that an element left unwritten shows. */
+static std::vector<float> nans(struct rt_shape4 sh)
 {
-    const size_t n = count4(sh);
-    for (size_t i = 0; i < n; i++)
-        dst[lay_of<T>(sh, i)] = fk_st<T>(nchw[i]);
-}
-
-template <typename T> static void from_lay(struct rt_shape4 sh, const T *src, float *nchw)
-{
-    const size_t n = count4(sh);
-    for (size_t i = 0; i < n; i++)
-        nchw[i] = fk_ld(src[lay_of<T>(sh, i)]);
+    return std::vector<float>(count4(sh), NAN);
 }
 
 template <typename T> static bn_geo geo_of(struct rt_shape4 sh)
@@ -151,9 +153,10 @@ template <typename T> static void drop_tail(bn_geo &g)
 }
 
 template <typename T, int BWD>
-static void sim_stats(bn_geo g, const T *x, const T *dy, int vec, const float *sm, const float *si, const float *gamma,
+static void sim_stats(bn_geo g, const T *x, const T *dy, const float *sm, const float *si, const float *gamma,
                       const float *beta, int relu, double *part)
 {
+    const int vec = g.vec_ok && fk_aligned(x) && fk_aligned(dy);
     if (plant == PLANT_STATS_TAIL) /* the last unit or row of each channel never summed */
         drop_tail<T>(g);
     if constexpr (is_nhwc<T>()) {
@@ -207,8 +210,9 @@ static void sim_final_sums(const bn_geo &g, const double *part, uint32_t c, doub
 }
 
 template <typename T>
-static void sim_affine(bn_geo g, const T *x, T *y, int vec, const float *mean, const float *a, const float *b, int relu)
+static void sim_affine(bn_geo g, const T *x, T *y, const float *mean, const float *a, const float *b, int relu)
 {
+    const int vec = g.vec_ok && fk_aligned(x) && fk_aligned(y);
     if (plant == PLANT_EW_TAIL)
         drop_tail<T>(g);
     std::vector<float> rot_m, rot_a, rot_b;
@@ -233,8 +237,9 @@ static void sim_affine(bn_geo g, const T *x, T *y, int vec, const float *mean, c
 }
 
 template <typename T>
-static void sim_dx(bn_geo g, const T *x, const T *dy, T *dx, int vec, const bn_dx_arrays &p, int relu, float beta_dx)
+static void sim_dx(bn_geo g, const T *x, const T *dy, T *dx, const bn_dx_arrays &p, int relu, float beta_dx)
 {
+    const int vec = g.vec_ok && fk_aligned(x) && fk_aligned(dy) && fk_aligned(dx);
     if (plant == PLANT_EW_TAIL)
         drop_tail<T>(g);
     const uint32_t blocks = g.eblocks * (is_nhwc<T>() ? g.tiles : g.c);
@@ -258,21 +263,27 @@ struct bn_io {
     std::vector<float> gamma, beta, rm, rv, sm, si, dg, db; /* rm, rv, dg, db: in and out */
 };
 
+static struct rt_bn_desc desc_of(const bn_io &io)
+{
+    struct rt_bn_desc d;
+    memset(&d, 0, sizeof(d));
+    d.in = io.sh;
+    d.eps = 1e-5f;
+    d.momentum = 0.1f;
+    d.relu = io.relu;
+    return d;
+}
+
+/* Each op on io through the bodies; misalign: buffers one element off 16 bytes. */
 template <typename T> struct fast_side {
-    /* Runs op `which` on io through the bodies; misalign: buffers one element off 16 bytes. */
     static void train_fwd(bn_io &io, int misalign)
     {
         const bn_geo g = geo_of<T>(io.sh);
-        const size_t n = count4(io.sh);
-        hbuf<T> x(n, misalign), y(n, misalign);
-        to_lay<T>(io.sh, io.x.data(), x.p);
-        std::vector<float> nans(n, NAN);
-        to_lay<T>(io.sh, nans.data(), y.p);
-        const int vec = g.vec_ok && fk_aligned(x.p) && fk_aligned(y.p);
+        const hbuf<T> x(io.sh, io.x, misalign);
         std::vector<double> part(2 * (size_t)g.c * g.splits, NAN);
-        sim_stats<T, 0>(g, x.p, NULL, vec, NULL, NULL, NULL, NULL, 0, part.data());
+        sim_stats<T, 0>(g, x.p, NULL, NULL, NULL, NULL, NULL, 0, part.data());
         bn_fwd_q q;
-        const struct rt_bn_desc d = desc(io);
+        const struct rt_bn_desc d = desc_of(io);
         q.m = (double)g.m;
         q.eps = rt_decimal_double(d.eps);
         q.mom = rt_decimal_double(d.momentum);
@@ -287,54 +298,34 @@ template <typename T> struct fast_side {
             bn_fwd_scalars(s1, s2, (double)fk_ld(x.p[c * (is_nhwc<T>() ? 1 : g.hw)]), q, io.gamma[c], &io.rm[c],
                            &io.rv[c], &io.sm[c], &io.si[c], &a[c]);
         }
-        sim_affine<T>(g, x.p, y.p, vec, io.sm.data(), a.data(), io.beta.data(), io.relu);
-        io.y.resize(n);
-        from_lay<T>(io.sh, y.p, io.y.data());
+        affine(io, io.sm.data(), a.data(), misalign);
     }
 
     static void infer_fwd(bn_io &io, int misalign)
     {
-        const bn_geo g = geo_of<T>(io.sh);
-        const size_t n = count4(io.sh);
-        hbuf<T> x(n, misalign), y(n, misalign);
-        to_lay<T>(io.sh, io.x.data(), x.p);
-        std::vector<float> nans(n, NAN);
-        to_lay<T>(io.sh, nans.data(), y.p);
-        const int vec = g.vec_ok && fk_aligned(x.p) && fk_aligned(y.p);
-        const double eps = rt_decimal_double(desc(io).eps);
-        std::vector<float> a(g.c);
-        for (uint32_t c = 0; c < g.c; c++)
+        const double eps = rt_decimal_double(desc_of(io).eps);
+        std::vector<float> a(io.sh.c);
+        for (int c = 0; c < io.sh.c; c++)
             a[c] = bn_infer_scale(io.rv[c], eps, io.gamma[c]);
-        sim_affine<T>(g, x.p, y.p, vec, io.rm.data(), a.data(), io.beta.data(), io.relu);
-        io.y.resize(n);
-        from_lay<T>(io.sh, y.p, io.y.data());
+        affine(io, io.rm.data(), a.data(), misalign);
     }
 
-    /* The affine pass alone with given coefficients (the CPU's): y = bn_affine1(x; mean, a, beta). */
+    /* The affine pass alone with given coefficients (also the CPU's): y = bn_affine1(x; mean, a, beta). */
     static void affine(bn_io &io, const float *mean, const float *a, int misalign)
     {
-        const bn_geo g = geo_of<T>(io.sh);
-        const size_t n = count4(io.sh);
-        hbuf<T> x(n, misalign), y(n, misalign);
-        to_lay<T>(io.sh, io.x.data(), x.p);
-        std::vector<float> nans(n, NAN);
-        to_lay<T>(io.sh, nans.data(), y.p);
-        sim_affine<T>(g, x.p, y.p, g.vec_ok && fk_aligned(x.p) && fk_aligned(y.p), mean, a, io.beta.data(), io.relu);
-        io.y.resize(n);
-        from_lay<T>(io.sh, y.p, io.y.data());
+        const hbuf<T> x(io.sh, io.x, misalign);
+        hbuf<T> y(io.sh, nans(io.sh), misalign);
+        sim_affine<T>(geo_of<T>(io.sh), x.p, y.p, mean, a, io.beta.data(), io.relu);
+        y.get(io.sh, io.y);
     }
 
     static void bwd(bn_io &io, int misalign)
     {
         const bn_geo g = geo_of<T>(io.sh);
-        const size_t n = count4(io.sh);
-        hbuf<T> x(n, misalign), dy(n, misalign), dx(n, misalign);
-        to_lay<T>(io.sh, io.x.data(), x.p);
-        to_lay<T>(io.sh, io.dy.data(), dy.p);
-        to_lay<T>(io.sh, io.dx.data(), dx.p);
+        const hbuf<T> x(io.sh, io.x, misalign), dy(io.sh, io.dy, misalign);
         std::vector<double> part(2 * (size_t)g.c * g.splits, NAN);
-        sim_stats<T, 1>(g, x.p, dy.p, g.vec_ok && fk_aligned(x.p) && fk_aligned(dy.p), io.sm.data(), io.si.data(),
-                        io.gamma.data(), io.beta.data(), io.relu, part.data());
+        sim_stats<T, 1>(g, x.p, dy.p, io.sm.data(), io.si.data(), io.gamma.data(), io.beta.data(), io.relu,
+                        part.data());
         std::vector<float> gm(g.c), pj(g.c), sc(g.c), ra(g.c);
         for (uint32_t c = 0; c < g.c; c++) {
             double s1, s2;
@@ -349,22 +340,14 @@ template <typename T> struct fast_side {
         p.sc = sc.data();
         p.ra = ra.data();
         p.rb = io.beta.data();
-        sim_dx<T>(g, x.p, dy.p, dx.p, g.vec_ok && fk_aligned(x.p) && fk_aligned(dy.p) && fk_aligned(dx.p), p, io.relu,
-                  io.beta_dx);
-        from_lay<T>(io.sh, dx.p, io.dx.data());
+        dx_pass(io, p, misalign);
     }
 
     static void infer_bwd(bn_io &io, int misalign)
     {
-        const bn_geo g = geo_of<T>(io.sh);
-        const size_t n = count4(io.sh);
-        hbuf<T> x(n, misalign), dy(n, misalign), dx(n, misalign);
-        to_lay<T>(io.sh, io.x.data(), x.p);
-        to_lay<T>(io.sh, io.dy.data(), dy.p);
-        to_lay<T>(io.sh, io.dx.data(), dx.p);
-        const double eps = rt_decimal_double(desc(io).eps);
-        std::vector<float> a(g.c), zero(g.c, 0.0f);
-        for (uint32_t c = 0; c < g.c; c++)
+        const double eps = rt_decimal_double(desc_of(io).eps);
+        std::vector<float> a(io.sh.c), zero(io.sh.c, 0.0f);
+        for (int c = 0; c < io.sh.c; c++)
             a[c] = bn_infer_scale(io.rv[c], eps, io.gamma[c]);
         bn_dx_arrays p;
         p.mu = io.rm.data();
@@ -373,20 +356,16 @@ template <typename T> struct fast_side {
         p.sc = a.data();
         p.ra = a.data();
         p.rb = io.beta.data();
-        sim_dx<T>(g, x.p, dy.p, dx.p, g.vec_ok && fk_aligned(x.p) && fk_aligned(dy.p) && fk_aligned(dx.p), p, io.relu,
-                  io.beta_dx);
-        from_lay<T>(io.sh, dx.p, io.dx.data());
+        dx_pass(io, p, misalign);
     }
 
-    static struct rt_bn_desc desc(const bn_io &io)
+    /* The backward's element-wise pass with arrays p: io.dx (read where beta_dx != 0) rewritten. */
+    static void dx_pass(bn_io &io, const bn_dx_arrays &p, int misalign)
     {
-        struct rt_bn_desc d;
-        memset(&d, 0, sizeof(d));
-        d.in = io.sh;
-        d.eps = 1e-5f;
-        d.momentum = 0.1f;
-        d.relu = io.relu;
-        return d;
+        const hbuf<T> x(io.sh, io.x, misalign), dy(io.sh, io.dy, misalign);
+        hbuf<T> dx(io.sh, io.dx, misalign);
+        sim_dx<T>(geo_of<T>(io.sh), x.p, dy.p, dx.p, p, io.relu, io.beta_dx);
+        dx.get(io.sh, io.dx);
     }
 };
 
@@ -403,16 +382,11 @@ static float *cpu_alloc(size_t bytes)
 }
 
 template <typename T> struct cpu_side {
-    /* The table that runs T: the bf16 one where it exists (native: its own rounding), else fp32 then rounded. */
-    static const struct rt_ops *table(int *native)
-    {
-        *native = sizeof(T) == 2 && tname<T>()[1] == 'b' && o16;
-        return *native ? o16 : o32;
-    }
-
+    /* One call's tensors on the CPU backend, freed with it; o the table that runs T: the bf16 one where it exists
+     * (native: its own rounding), else fp32 then rounded. */
     struct dev {
-        const struct rt_ops *o;
-        int native;
+        const int native = sizeof(T) == 2 && tname<T>()[1] == 'b' && o16;
+        const struct rt_ops *const o = native ? o16 : o32;
         std::vector<float *> bufs;
         float *sp(struct rt_shape4 sh, const std::vector<float> &host)
         {
@@ -452,15 +426,12 @@ template <typename T> struct cpu_side {
     static void train_fwd(bn_io &io)
     {
         dev d;
-        d.o = table(&d.native);
-        const struct rt_bn_desc de = fast_side<T>::desc(io);
-        std::vector<float> nans(count4(io.sh), NAN), cn(io.sh.c, NAN);
-        float *x = d.sp(io.sh, io.x), *y = d.sp(io.sh, nans), *g = d.vec(io.gamma), *b = d.vec(io.beta);
+        const struct rt_bn_desc de = desc_of(io);
+        const std::vector<float> cn(io.sh.c, NAN);
+        float *x = d.sp(io.sh, io.x), *y = d.sp(io.sh, nans(io.sh)), *g = d.vec(io.gamma), *b = d.vec(io.beta);
         float *rm = d.vec(io.rm), *rv = d.vec(io.rv), *sm = d.vec(cn), *si = d.vec(cn);
         d.o->bn_train_fwd(st, &de, x, g, b, rm, rv, sm, si, y);
         d.get_sp(io.sh, y, io.y);
-        io.sm.resize(io.sh.c);
-        io.si.resize(io.sh.c);
         d.get(rm, io.rm);
         d.get(rv, io.rv);
         d.get(sm, io.sm);
@@ -470,10 +441,8 @@ template <typename T> struct cpu_side {
     static void infer_fwd(bn_io &io)
     {
         dev d;
-        d.o = table(&d.native);
-        const struct rt_bn_desc de = fast_side<T>::desc(io);
-        std::vector<float> nans(count4(io.sh), NAN);
-        float *x = d.sp(io.sh, io.x), *y = d.sp(io.sh, nans);
+        const struct rt_bn_desc de = desc_of(io);
+        float *x = d.sp(io.sh, io.x), *y = d.sp(io.sh, nans(io.sh));
         d.o->bn_infer_fwd(st, &de, x, d.vec(io.gamma), d.vec(io.beta), d.vec(io.rm), d.vec(io.rv), y);
         d.get_sp(io.sh, y, io.y);
     }
@@ -481,8 +450,7 @@ template <typename T> struct cpu_side {
     static void bwd(bn_io &io)
     {
         dev d;
-        d.o = table(&d.native);
-        const struct rt_bn_desc de = fast_side<T>::desc(io);
+        const struct rt_bn_desc de = desc_of(io);
         float *x = d.sp(io.sh, io.x), *dy = d.sp(io.sh, io.dy), *dx = d.sp(io.sh, io.dx);
         float *dg = d.vec(io.dg), *db = d.vec(io.db);
         d.o->bn_bwd(st, &de, x, dy, d.vec(io.gamma), d.vec(io.beta), d.vec(io.sm), d.vec(io.si), io.beta_dx, dx, dg,
@@ -495,8 +463,7 @@ template <typename T> struct cpu_side {
     static void infer_bwd(bn_io &io)
     {
         dev d;
-        d.o = table(&d.native);
-        const struct rt_bn_desc de = fast_side<T>::desc(io);
+        const struct rt_bn_desc de = desc_of(io);
         float *x = d.sp(io.sh, io.x), *dy = d.sp(io.sh, io.dy), *dx = d.sp(io.sh, io.dx);
         d.o->bn_infer_bwd(st, &de, x, dy, d.vec(io.gamma), d.vec(io.beta), d.vec(io.rm), d.vec(io.rv), io.beta_dx,
                           dx);
@@ -671,9 +638,11 @@ template <typename T> static void run_case(struct rt_shape4 sh, enum data_kind d
     char op[64];
 
     for (int relu = 0; relu < 2; relu++) {
+        bn_io fin = base; /* the forward ops' inputs */
+        fin.relu = relu;
+
         /* training forward */
-        bn_io ref = base, got = base, mis = base;
-        ref.relu = got.relu = mis.relu = relu;
+        bn_io ref = fin, got = fin, mis = fin;
         cpu_side<T>::train_fwd(ref);
         fast_side<T>::train_fwd(got, 0);
         fast_side<T>::train_fwd(mis, 1);
@@ -689,14 +658,12 @@ template <typename T> static void run_case(struct rt_shape4 sh, enum data_kind d
         std::vector<float> a(sh.c);
         for (int c = 0; c < sh.c; c++)
             a[c] = fk_mul(ref.si[c], ref.gamma[c]);
-        bn_io aff = base;
-        aff.relu = relu;
+        bn_io aff = fin;
         fast_side<T>::affine(aff, ref.sm.data(), a.data(), 0);
         cmp_out<T>((std::string(op) + " y, cpu's mean & scale").c_str(), shape, ref.y, aff.y, 1);
 
         /* inference forward: no sums, so bit for bit */
-        bn_io iref = base, igot = base, imis = base;
-        iref.relu = igot.relu = imis.relu = relu;
+        bn_io iref = fin, igot = fin, imis = fin;
         cpu_side<T>::infer_fwd(iref);
         fast_side<T>::infer_fwd(igot, 0);
         fast_side<T>::infer_fwd(imis, 1);
@@ -705,13 +672,14 @@ template <typename T> static void run_case(struct rt_shape4 sh, enum data_kind d
         same_bits(op, dt, shape, {&igot.y}, {&imis.y});
 
         for (int bd = 0; bd < 2; bd++) {
-            /* training backward from the saved statistics of the case (the same on both sides) */
-            bn_io bref = base;
-            bref.relu = relu;
-            bref.beta_dx = (float)bd;
+            bn_io bin = base; /* the backward ops' inputs */
+            bin.relu = relu;
+            bin.beta_dx = (float)bd;
             if (bd)
-                bref.dx = old;
-            bn_io bgot = bref, bmis = bref;
+                bin.dx = old;
+
+            /* training backward from the saved statistics of the case (the same on both sides) */
+            bn_io bref = bin, bgot = bin, bmis = bin;
             cpu_side<T>::bwd(bref);
             fast_side<T>::bwd(bgot, 0);
             fast_side<T>::bwd(bmis, 1);
@@ -722,12 +690,7 @@ template <typename T> static void run_case(struct rt_shape4 sh, enum data_kind d
             same_bits(op, dt, shape, {&bgot.dx, &bgot.dg, &bgot.db}, {&bmis.dx, &bmis.dg, &bmis.db});
 
             /* inference backward: bit for bit */
-            bn_io jref = base;
-            jref.relu = relu;
-            jref.beta_dx = (float)bd;
-            if (bd)
-                jref.dx = old;
-            bn_io jgot = jref, jmis = jref;
+            bn_io jref = bin, jgot = bin, jmis = bin;
             cpu_side<T>::infer_bwd(jref);
             fast_side<T>::infer_bwd(jgot, 0);
             fast_side<T>::infer_bwd(jmis, 1);

@@ -243,9 +243,9 @@ template <typename T> static void run_bodies(const bodies<T> &b, const struct va
                                              int descending)
 {
     const uint32_t nv = fe_vectors<T>(n);
+    T *i0 = role(p, c.in0), *i1 = role(p, c.in1), *o0 = role(p, c.out0), *o1 = role(p, c.out1);
     for (uint32_t k = 0; k < nv; k++) {
         const uint32_t v = descending ? nv - 1 - k : k;
-        T *i0 = role(p, c.in0), *i1 = role(p, c.in1), *o0 = role(p, c.out0), *o1 = role(p, c.out1);
         switch (c.op) {
         case RELU_FWD:
             b.relu_fwd(v, n, i0, o0);

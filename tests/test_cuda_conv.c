@@ -791,8 +791,10 @@ static int casts_of(struct dev *g)
     return st.weight_casts;
 }
 
-/* Forward of case cc with table t on G[0] against the CPU on weights w (rounded to dt), after the weights
- * buffer dw_dev was written by `how`; prints the casts made. */
+/* Case cc's forward (no bias) with the dt table of G[0]: its 16-bit weight copy made once, reused by a second
+ * forward (and, but for a stem, a backward data), and remade after each kind of write into the fp32 weights
+ * (upload, scale, copy, an SGD and an Adam step), each forward against the CPU on the weights then current
+ * (rounded to dt); prints the casts counted. */
 static void weights_check(const struct conv_case *cc, enum rt_dtype dt)
 {
     struct dev *g = &G[0];

@@ -71,24 +71,22 @@ static size_t count4(struct rt_shape4 sh)
 
 /* One table of one backend: where its tensors go and how they come back. */
 struct side {
-    const char *name;
     struct rt_backend *be;
     struct rt_stream *s;
-    const struct rt_ops *o;    /* the table whose batchnorm runs */
-    const struct rt_ops *conv; /* the table whose from_nchw/to_nchw hold spatial tensors */
+    const struct rt_ops *o;       /* the table whose ops run; its from_nchw/to_nchw hold the spatial tensors */
     const struct rt_ops *round16; /* NULL, or a GPU 16-bit table rounding this side's fp32 outputs (emulation) */
 };
 
 static float *sp_put(const struct side *sd, struct rt_shape4 sh, const float *host)
 {
     float *d = dalloc(sd->be, count4(sh) * sizeof(float));
-    sd->conv->from_nchw(sd->s, sh, host, d);
+    sd->o->from_nchw(sd->s, sh, host, d);
     return d;
 }
 
 static void sp_set(const struct side *sd, struct rt_shape4 sh, const float *host, float *d)
 {
-    sd->conv->from_nchw(sd->s, sh, host, d);
+    sd->o->from_nchw(sd->s, sh, host, d);
 }
 
 /* Rounds host NCHW values to the 16-bit type of table o16 on the GPU (its own conversion), in place. */
@@ -103,8 +101,8 @@ static void round_on_gpu(const struct rt_ops *o16, struct rt_shape4 sh, float *h
 
 static void sp_get(const struct side *sd, struct rt_shape4 sh, const float *d, float *host)
 {
-    sd->conv->to_nchw(sd->s, sh, d, host);
-    sd->conv->sync(sd->s);
+    sd->o->to_nchw(sd->s, sh, d, host);
+    sd->o->sync(sd->s);
     if (sd->round16)
         round_on_gpu(sd->round16, sh, host);
 }
@@ -361,11 +359,6 @@ static void do_infer_bwd(const struct side *sd, const struct hcase *h, struct dc
 
 /* ---- a case ------------------------------------------------------------------------------------------------ */
 
-static const char *dt_name(enum rt_dtype dt)
-{
-    return rt_dtype_name(dt);
-}
-
 /* One rounding of the type, relative: what a differently rounded (or fused) expression may move a stored value. */
 static double ulp_rel(enum rt_dtype dt)
 {
@@ -488,13 +481,13 @@ static double time_op(const struct side *sd, const struct hcase *h, struct dcase
 static void run_case(struct rt_shape4 sh, const struct hbase *b, enum rt_dtype dt, const struct side *fast,
                      const struct side *ref, const struct side *cpu, int composed16, int timing, uint64_t stream)
 {
-    const char *dn = dt_name(dt);
+    const char *dn = rt_dtype_name(dt);
     char shape[64];
     snprintf(shape, sizeof(shape), "(%d,%d,%d,%d)", sh.n, sh.c, sh.h, sh.w);
     const double u = ulp_rel(dt);
     const int composed = dt == RT_F32 || composed16;
     struct hcase h;
-    hcase_make(&h, sh, b, dt == RT_F32 ? NULL : fast->conv, stream);
+    hcase_make(&h, sh, b, dt == RT_F32 ? NULL : fast->o, stream);
     struct dcase df, dr, dc;
     dcase_init(fast, &h, &df);
     dcase_init(ref, &h, &dr);
@@ -694,21 +687,21 @@ int test_cuda_twins_bn_main(int argc, char **argv)
         const struct rt_ops *fo = rt_backend_ops_for(gbe, dt);
         const struct rt_ops *ro = stand_in ? fo : rt_backend_ops_reference(gbe, dt);
         if (!fo || !ro) {
-            printf("%s: no table on this GPU (%s): skipped\n", dt_name(dt), rt_errmsg());
+            printf("%s: no table on this GPU (%s): skipped\n", rt_dtype_name(dt), rt_errmsg());
             continue;
         }
         have[t] = 1;
-        printf("%s: fast table bn_relu %d, reference bn_relu %d\n", dt_name(dt), fo->bn_relu, ro->bn_relu);
+        printf("%s: fast table bn_relu %d, reference bn_relu %d\n", rt_dtype_name(dt), fo->bn_relu, ro->bn_relu);
         CHECKF(stand_in || (fo->bn_relu == 1 && ro->bn_relu == 0), "%s: bn_relu fast %d reference %d (want 1, 0)",
-               dt_name(dt), fo->bn_relu, ro->bn_relu);
-        const struct side f = {"fast", gbe, gs, fo, fo, NULL}, r = {"reference", gbe, gs, ro, ro, NULL};
+               rt_dtype_name(dt), fo->bn_relu, ro->bn_relu);
+        const struct side f = {gbe, gs, fo, NULL}, r = {gbe, gs, ro, NULL};
         fast[t] = f;
         ref[t] = r;
         const struct rt_ops *cb = dt == RT_BF16 ? rt_backend_ops_for(cbe, RT_BF16) : NULL;
-        const struct side c = {"cpu", cbe, cs, cb ? cb : c32, cb ? cb : c32, dt == RT_F32 || cb ? NULL : fo};
+        const struct side c = {cbe, cs, cb ? cb : c32, dt == RT_F32 || cb ? NULL : fo};
         cpu[t] = c;
         if (dt != RT_F32)
-            printf("%s: the cpu side is %s\n", dt_name(dt),
+            printf("%s: the cpu side is %s\n", rt_dtype_name(dt),
                    cb ? "its bf16 table" : "its fp32 ops, outputs rounded once by the GPU's conversion");
     }
     const size_t nodd = sizeof(odd) / sizeof(odd[0]), nres = sizeof(resnet) / sizeof(resnet[0]);

@@ -30,6 +30,7 @@
 
 #include "check.h"
 #include "test_cuda_parts.h"
+#include "test_util.h"
 #include "common/common.h"
 #include "compute/compute.h"
 
@@ -159,16 +160,6 @@ static uint8_t *hinit[NBUF], *hgot[2][NBUF];
 #define POOL (BIG + POOL_SHIFT)
 static uint32_t *pool[NBUF];
 
-static void *xmalloc(size_t bytes)
-{
-    void *p = malloc(bytes ? bytes : 1);
-    if (!p) {
-        fprintf(stderr, "out of memory (%zu bytes)\n", bytes);
-        exit(1);
-    }
-    return p;
-}
-
 static int buffers_alloc(size_t bytes)
 {
     for (int s = 0; s < 2; s++)
@@ -178,10 +169,10 @@ static int buffers_alloc(size_t bytes)
                 return -1;
             }
     for (int k = 0; k < NBUF; k++) {
-        hinit[k] = xmalloc(bytes);
-        hgot[0][k] = xmalloc(bytes);
-        hgot[1][k] = xmalloc(bytes);
-        pool[k] = xmalloc(POOL * sizeof(uint32_t));
+        hinit[k] = tu_xmalloc(bytes);
+        hgot[0][k] = tu_xmalloc(bytes);
+        hgot[1][k] = tu_xmalloc(bytes);
+        pool[k] = tu_xmalloc(POOL * sizeof(uint32_t));
     }
     return 0;
 }
