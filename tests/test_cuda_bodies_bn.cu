@@ -33,6 +33,7 @@
 #include <string.h>
 
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "check.h"
@@ -385,7 +386,7 @@ template <typename T> struct cpu_side {
     /* One call's tensors on the CPU backend, freed with it; o the table that runs T: the bf16 one where it exists
      * (native: its own rounding), else fp32 then rounded. */
     struct dev {
-        const int native = sizeof(T) == 2 && tname<T>()[1] == 'b' && o16;
+        const int native = std::is_same<T, __nv_bfloat16>::value && o16;
         const struct rt_ops *const o = native ? o16 : o32;
         std::vector<float *> bufs;
         float *sp(struct rt_shape4 sh, const std::vector<float> &host)
