@@ -288,8 +288,9 @@ for need in ('<h2 id="op-profile">', 'id="chart-ops"', 'id="chart-opcmp-0-0"', '
 assert "<script" not in h
 CATS = ["conv_fwd", "data_grad", "weight_grad", "batchnorm", "elementwise", "pooling", "loss", "optimizer",
         "copies", "other", "idle"]
-bars = re.findall(r'<rect class="hbar" data-run="(\d+)" data-cat="(\d+)" data-key="([^"]+)" data-value="([^"]+)" '
-                  r'x="([^"]+)" y="[^"]+" width="([^"]+)"', h)
+HBAR = (r'<rect class="hbar" data-run="(\d+)" data-cat="(\d+)" data-key="([^"]+)" data-value="([^"]+)" '
+        r'x="([^"]+)" y="[^"]+" width="([^"]+)"')
+bars = re.findall(HBAR, h)
 if len(bars) != 11 + 22:
     bad.append("%d bars, expected 11 (the run) + 22 (the pair)" % len(bars))
 for c in CATS:
@@ -308,8 +309,7 @@ for fig in re.findall(r'<figure class="chart" id="chart-(?:ops|opcmp-0-0)">.*?</
     m = re.search(r'<g class="area" data-x0="([^"]+)" data-x1="([^"]+)" data-y0="[^"]+" data-y1="[^"]+" '
                   r'data-px0="([^"]+)" data-px1="([^"]+)"', fig)
     x0, x1, p0, p1 = map(float, m.groups())
-    for _, _, k, v, x, w in re.findall(r'<rect class="hbar" data-run="(\d+)" data-cat="(\d+)" data-key="([^"]+)" '
-                                       r'data-value="([^"]+)" x="([^"]+)" y="[^"]+" width="([^"]+)"', fig):
+    for _, _, k, v, x, w in re.findall(HBAR, fig):
         want = (float(v) - x0) / (x1 - x0) * (p1 - p0)
         if abs(float(x) - p0) > 0.01 or abs(float(w) - want) > 0.6:
             bad.append("%s: width %s, value %s maps to %.2f" % (k, w, v, want))

@@ -64,19 +64,26 @@ void cli_aug_describe(const struct rt_aug *a, char *buf, size_t len);
  * in *o), 0 (not one of them), or RT_EXIT_USAGE (a bad value; the message
  * was printed).
  */
-enum { CLI_O_DATA = 1000, CLI_O_MODEL, CLI_O_BATCH, CLI_O_WORKERS, CLI_O_THREADS, CLI_O_DEVICE, CLI_O_JSON };
+enum {
+    CLI_O_DATA = 1000, CLI_O_MODEL, CLI_O_BATCH, CLI_O_WORKERS, CLI_O_THREADS, CLI_O_DEVICE, CLI_O_JSON, CLI_O_TF32,
+    CLI_O_DETERM
+};
 #define CLI_RUN_OPTIONS                                                                                      \
     {"data", required_argument, NULL, CLI_O_DATA}, {"model", required_argument, NULL, CLI_O_MODEL},           \
         {"batch-size", required_argument, NULL, CLI_O_BATCH},                                                 \
         {"workers", required_argument, NULL, CLI_O_WORKERS},                                                  \
         {"threads", required_argument, NULL, CLI_O_THREADS},                                                  \
-        {"device", required_argument, NULL, CLI_O_DEVICE}, {"json", no_argument, NULL, CLI_O_JSON}
+        {"device", required_argument, NULL, CLI_O_DEVICE}, {"json", no_argument, NULL, CLI_O_JSON},          \
+        {"tf32", required_argument, NULL, CLI_O_TF32}, {"deterministic", required_argument, NULL, CLI_O_DETERM}
 struct cli_run_opts {
     const char *data, *model;
     uint32_t batch;
     int workers, threads;
     enum train_device device;
     int json;
+    /* How a GPU runs convolutions, zero the defaults: no_tf32 is --tf32 off (strict fp32; TF32 is the
+     * default, as PyTorch's), nondeterministic --deterministic off. */
+    int no_tf32, nondeterministic;
 };
 int cli_run_option(const char *cmd, int ch, const char *arg, struct cli_run_opts *o);
 

@@ -4,6 +4,7 @@
  * cannot come to read them differently.
  */
 #include <errno.h>
+#include <string.h>
 
 #include "common/common.h"
 #include "tools/cli.h"
@@ -15,6 +16,15 @@ static int parse_range(const char *cmd, const char *opt, const char *s, uint64_t
         return RT_EXIT_USAGE;
     if (*out < lo || *out > hi)
         return cli_usage_error(cmd, "%s must be %llu..%llu", opt, (unsigned long long)lo, (unsigned long long)hi);
+    return 0;
+}
+
+/* An on|off option: 1 in *off for "off", 0 for "on"; a usage error otherwise. */
+static int parse_off(const char *cmd, const char *opt, const char *s, int *off)
+{
+    if (strcmp(s, "on") && strcmp(s, "off"))
+        return cli_usage_error(cmd, "%s %s: expected on or off", opt, s);
+    *off = !strcmp(s, "off");
     return 0;
 }
 
@@ -44,6 +54,8 @@ int cli_run_option(const char *cmd, int ch, const char *arg, struct cli_run_opts
         if (train_device_parse(arg, &o->device) < 0)
             return cli_usage_error(cmd, "%s", rt_errmsg());
         return 1;
+    case CLI_O_TF32: return parse_off(cmd, "--tf32", arg, &o->no_tf32) ? RT_EXIT_USAGE : 1;
+    case CLI_O_DETERM: return parse_off(cmd, "--deterministic", arg, &o->nondeterministic) ? RT_EXIT_USAGE : 1;
     default: return 0;
     }
 }

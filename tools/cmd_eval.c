@@ -39,28 +39,22 @@ static void usage(FILE *f)
 
 int cmd_eval(int argc, char **argv)
 {
-    enum { O_CKPT = 256, O_AMP, O_TF32, O_DETERM, O_HELP };
+    enum { O_CKPT = 256, O_AMP, O_HELP };
     static const struct option opts[] = {CLI_RUN_OPTIONS,
                                          {"checkpoint", required_argument, NULL, O_CKPT},
                                          {"amp", required_argument, NULL, O_AMP},
-                                         {"tf32", required_argument, NULL, O_TF32},
-                                         {"deterministic", required_argument, NULL, O_DETERM},
                                          {"help", no_argument, NULL, O_HELP},
                                          {NULL, 0, NULL, 0}};
     struct cli_run_opts run = {.batch = 256};
     const char *checkpoint = NULL;
     enum train_amp amp = AMP_AUTO;
-    int tf32 = 1, deterministic = 1, ch;
+    int ch;
     optind = 1;
     while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (ch == O_CKPT) {
             checkpoint = optarg;
         } else if (ch == O_AMP) {
             if (train_amp_parse(optarg, &amp) < 0)
-                return cli_usage_error("eval", "%s", rt_errmsg());
-        } else if (ch == O_TF32 || ch == O_DETERM) {
-            if (train_onoff_parse(ch == O_TF32 ? "--tf32" : "--deterministic", optarg,
-                                  ch == O_TF32 ? &tf32 : &deterministic) < 0)
                 return cli_usage_error("eval", "%s", rt_errmsg());
         } else if (ch == O_HELP || ch == 'h') {
             usage(stdout);
@@ -80,7 +74,7 @@ int cmd_eval(int argc, char **argv)
         return cli_usage_error("eval", "--data DIR and --checkpoint FILE are required");
     struct eval_cfg c = {.data = run.data, .checkpoint = checkpoint, .model = run.model, .batch = run.batch,
                          .workers = run.workers, .threads = run.threads, .device = run.device, .amp = amp,
-                         .tf32 = tf32, .nondeterministic = !deterministic};
+                         .tf32 = !run.no_tf32, .nondeterministic = run.nondeterministic};
     struct eval_result r;
     if (train_evaluate_checkpoint(&c, &r) < 0)
         return cli_fail();

@@ -128,7 +128,7 @@ int cmd_train(int argc, char **argv)
         O_EPOCHS = 256, O_LR, O_OPT, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPEP, O_GAMMA, O_LS, O_ACCUM, O_CLIP,
         O_SEED, O_AUG, O_IMGSZ, O_SHUF, O_TARGET, O_PAT, O_CKPT, O_RESUME, O_METRICS, O_REPORT, O_SYN, O_STEPS, O_NOPROG, O_NOPIN, O_PIN,
         O_BUCKET, O_NOOVL, O_CTO, O_PTO, O_REPL, O_STAGE, O_AMP, O_LSCALE, O_MAXSKIP, O_ALLRED, O_TRACE, O_TRSTEPS,
-        O_TRMB, O_TRSPLIT, O_INIT, O_RESETHEAD, O_FREEZE, O_LRHEAD, O_TF32, O_DETERM, O_PROFOPS, O_HELP
+        O_TRMB, O_TRSPLIT, O_INIT, O_RESETHEAD, O_FREEZE, O_LRHEAD, O_PROFOPS, O_HELP
     };
     static const struct option opts[] = {
         CLI_RUN_OPTIONS,
@@ -178,8 +178,6 @@ int cmd_train(int argc, char **argv)
         {"trace-steps", required_argument, NULL, O_TRSTEPS},
         {"trace-mb", required_argument, NULL, O_TRMB},
         {"trace-split", required_argument, NULL, O_TRSPLIT},
-        {"tf32", required_argument, NULL, O_TF32},
-        {"deterministic", required_argument, NULL, O_DETERM},
         {"profile-ops", no_argument, NULL, O_PROFOPS},
         {"help", no_argument, NULL, O_HELP},
         {NULL, 0, NULL, 0}};
@@ -189,7 +187,6 @@ int cmd_train(int argc, char **argv)
         .warmup_epochs = -1, .step_epochs = 30, .gamma = 0.1f, .grad_accum = 1, .patience = 1,
         .syn_c = 3, .syn_h = 32, .syn_w = 32, .syn_classes = 10, .progress = -1, .pin = RT_PIN_AUTO,
         .shuffle = RT_SHUFFLE_EXACT, .bucket_cap_mb = 25, .loss_scale = -1, .trace_first = 3, .trace_last = 13,
-        .tf32 = 1, /* PyTorch's default for convolutions; deterministic algorithms (nondeterministic 0) */
         .optim = {.kind = RT_OPT_SGD, .momentum = 0.9f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f},
     };
     const char *aug = NULL;
@@ -354,17 +351,6 @@ int cmd_train(int argc, char **argv)
             if (train_amp_parse(optarg, &c.amp) < 0)
                 return cli_usage_error("train", "%s", rt_errmsg());
             break;
-        case O_TF32:
-            if (train_onoff_parse("--tf32", optarg, &c.tf32) < 0)
-                return cli_usage_error("train", "%s", rt_errmsg());
-            break;
-        case O_DETERM: {
-            int on;
-            if (train_onoff_parse("--deterministic", optarg, &on) < 0)
-                return cli_usage_error("train", "%s", rt_errmsg());
-            c.nondeterministic = !on;
-            break;
-        }
         case O_PROFOPS: c.profile_ops = 1; break;
         case O_LSCALE:
             if (strcmp(optarg, "dynamic") && strcmp(optarg, "off"))
@@ -399,6 +385,8 @@ int cmd_train(int argc, char **argv)
     c.threads = run.threads;
     c.device = run.device;
     c.json = run.json;
+    c.tf32 = !run.no_tf32;
+    c.nondeterministic = run.nondeterministic;
     if (optind < argc)
         return cli_usage_error("train", "unexpected argument '%s'", argv[optind]);
     /* The command line for the summary and state.json. main hands a command argv + 1, so the binary's name is just

@@ -184,7 +184,7 @@ static int open_gpu(struct commbench *B)
 {
     const struct rt_rank_info *ri = rt_comm_info(B->c);
     const size_t bytes = B->cfg.max_bytes;
-    int rc = train_open_backend(DEVICE_CUDA, ri->local_rank, ri->local_world, 1, &B->be);
+    int rc = train_open_backend(DEVICE_CUDA, ri->local_rank, ri->local_world, 1, 0, 0, &B->be);
     if (rc == 0) {
         const struct rt_ops *ops = rt_backend_ops(B->be);
         struct rt_stream *s = rt_backend_stream(B->be);

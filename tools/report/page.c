@@ -777,20 +777,30 @@ static void settings_text(const json_t *st, char *buf, size_t len)
     }
 }
 
-/* Run U's op profile (summary.op_profile) as a bar per category, ms per step. */
-static void op_profile_chart(struct sbuf *b, const struct rt_report *r, int i, const json_t *op)
+/* Series s of nser of a chart_hbars from op profile `op` (its "categories" and "step_ms"): each category's value,
+ * its share of the step and its data-key "PREFIX.categories.CAT", at [cat * nser + s]. */
+static void op_cat_bars(const json_t *op, const char *prefix, int s, int nser, double *v, double *share,
+                        char (*keys)[64], const char **keyp)
 {
     const double step = rep_num(op, "step_ms");
     const json_t *cats = json_object_get(op, "categories");
+    for (int k = 0; k < NOPCAT; k++) {
+        const int j = k * nser + s;
+        v[j] = rep_num(cats, op_cat[k]);
+        share[j] = step > 0 ? v[j] / step : NAN;
+        snprintf(keys[j], sizeof(keys[j]), "%s.categories.%s", prefix, op_cat[k]);
+        keyp[j] = keys[j];
+    }
+}
+
+/* Run I's op profile (summary.op_profile) as a bar per category, ms per step. */
+static void op_profile_chart(struct sbuf *b, const struct rt_report *r, int i, const json_t *op)
+{
+    const double step = rep_num(op, "step_ms");
     double v[NOPCAT], share[NOPCAT];
     char keys[NOPCAT][64];
     const char *keyp[NOPCAT];
-    for (int k = 0; k < NOPCAT; k++) {
-        v[k] = rep_num(cats, op_cat[k]);
-        share[k] = step > 0 ? v[k] / step : NAN;
-        snprintf(keys[k], sizeof(keys[k]), "op_profile.categories.%s", op_cat[k]);
-        keyp[k] = keys[k];
-    }
+    op_cat_bars(op, "op_profile", 0, 1, v, share, keys, keyp);
     char name[32], title[240], caption[900], set[160];
     snprintf(name, sizeof(name), i ? "ops-%d" : "ops", i);
     snprintf(title, sizeof(title), "Per-op profile%s%s: ms per step by category", r->nrun > 1 ? ", " : "",
@@ -915,15 +925,11 @@ static void op_compare_charts(struct sbuf *b, const struct rt_report *r, int f)
         double v[NOPCAT * 2], share[NOPCAT * 2];
         char keys[NOPCAT * 2][64], ser0[96], ser1[96];
         const char *keyp[NOPCAT * 2];
-        for (int k = 0; k < NOPCAT; k++)
-            for (int s = 0; s < 2; s++) {
-                const double step = rep_num(side[s], "step_ms");
-                v[k * 2 + s] = rep_num(json_object_get(side[s], "categories"), op_cat[k]);
-                share[k * 2 + s] = step > 0 ? v[k * 2 + s] / step : NAN;
-                snprintf(keys[k * 2 + s], sizeof(keys[0]), "pairs[%zu].%s.categories.%s", p,
-                         s ? "pytorch" : "ringtrain", op_cat[k]);
-                keyp[k * 2 + s] = keys[k * 2 + s];
-            }
+        for (int s = 0; s < 2; s++) {
+            char prefix[48];
+            snprintf(prefix, sizeof(prefix), "pairs[%zu].%s", p, s ? "pytorch" : "ringtrain");
+            op_cat_bars(side[s], prefix, s, 2, v, share, keys, keyp);
+        }
         snprintf(ser0, sizeof(ser0), "ringtrain (step %.3f ms)", rep_num(side[0], "step_ms"));
         snprintf(ser1, sizeof(ser1), "PyTorch (step %.3f ms)", rep_num(side[1], "step_ms"));
         const char *ser[2] = {ser0, ser1};

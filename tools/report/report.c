@@ -394,6 +394,12 @@ static int list_dir(const char *dir, char ***out, int *n, char *err, size_t len)
     return rc;
 }
 
+/* The inputs taken so far, of every kind. */
+static int inputs(const struct rt_report *r)
+{
+    return r->nrun + r->nload + r->ncomm + r->nscal + r->ntrace + r->nprof;
+}
+
 int rt_report_add_path(struct rt_report *r, const char *arg, char *err, size_t errlen)
 {
     char *copy = strdup(arg);
@@ -406,10 +412,10 @@ int rt_report_add_path(struct rt_report *r, const char *arg, char *err, size_t e
         rc = list_dir(arg, &files, &n, err, errlen);
         if (rc == 0 && n == 0)
             rc = rep_fail(err, errlen, "%s: no file ringtrain wrote in it", arg);
-        const int before = r->nrun + r->nload + r->ncomm + r->nscal + r->ntrace + r->nprof;
+        const int before = inputs(r);
         if (rc == 0)
             rc = add_files(r, arg, files, n, 1, err, errlen);
-        if (rc == 0 && r->nrun + r->nload + r->ncomm + r->nscal + r->ntrace + r->nprof == before)
+        if (rc == 0 && inputs(r) == before)
             rc = rep_fail(err, errlen, "%s: holds no --metrics file, --json summary, checkpoint state.json or benchmark "
                       "output", arg);
     } else {
@@ -552,7 +558,7 @@ void rep_make_labels(struct rt_report *r)
 
 int rt_report_write(struct rt_report *r, const char *path, char *err, size_t errlen)
 {
-    if (!r->nrun && !r->nload && !r->ncomm && !r->nscal && !r->ntrace && !r->nprof)
+    if (!inputs(r))
         return rep_fail(err, errlen, "nothing to report: no run or benchmark output was given");
     rep_make_labels(r);
     struct sbuf b = {0};

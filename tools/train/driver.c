@@ -68,22 +68,8 @@ static const char *env_get(void *ctx, const char *name)
     return getenv(name);
 }
 
-int train_onoff_parse(const char *opt, const char *s, int *out)
-{
-    if (strcmp(s, "on") && strcmp(s, "off"))
-        return rt_errf(-EINVAL, "%s %s: expected on or off", opt, s);
-    *out = !strcmp(s, "on");
-    return 0;
-}
-
-int train_open_backend(enum train_device dev, int local_rank, int local_world, int threads,
-                       struct rt_backend **out)
-{
-    return train_open_backend_conv(dev, local_rank, local_world, threads, 0, 0, out);
-}
-
-int train_open_backend_conv(enum train_device dev, int local_rank, int local_world, int threads, int tf32,
-                            int nondeterministic, struct rt_backend **out)
+int train_open_backend(enum train_device dev, int local_rank, int local_world, int threads, int tf32,
+                       int nondeterministic, struct rt_backend **out)
 {
     struct rt_backend_opts bo = {.kind = RT_BACKEND_CPU, .threads = threads, .tf32 = tf32 != 0,
                                  .nondeterministic = nondeterministic != 0};
@@ -214,8 +200,8 @@ static int open_compute(struct train *T)
     const struct rt_rank_info *ri = rt_comm_info(T->comm);
     if (c->threads <= 0)
         c->threads = rt_comm_default_threads(T->comm);
-    int rc = train_open_backend_conv(c->device, ri->local_rank, ri->local_world, c->threads, c->tf32,
-                                     c->nondeterministic, &T->be);
+    int rc = train_open_backend(c->device, ri->local_rank, ri->local_world, c->threads, c->tf32, c->nondeterministic,
+                                &T->be);
     if (rc < 0)
         return rc;
     /* Device gradients are reduced by NCCL on its own stream; set up before the loader's threads start

@@ -109,7 +109,6 @@ struct opprof_op {
     uint64_t calls[OPS_SETS];
 };
 struct train_opprof {
-    int on;                     /* --profile-ops */
     struct opprof_op *op;       /* in the order first seen */
     int nop, cap;
     uint64_t span_ns[OPS_SETS]; /* the steps' spans on the stream, summed */
@@ -362,11 +361,6 @@ int report_records_open(struct train *T);   /* --report: the record list, a resu
 int report_page(struct train *T);           /* --report: rank 0 writes the HTML page; 0 or -EIO */
 void report_startup(const struct train *T); /* start-up parts and per-rank resources (rank 0) */
 void report_op_profile(const struct train *T); /* --profile-ops: the categories and the top ops (rank 0) */
-/* The settings the GPU's numbers depend on, {"tf32": b, "deterministic": b, "kernels": "fast"|"reference"|"cpu"}
- * (--tf32, --deterministic, RINGTRAIN_CUDA_KERNELS): for the summary, the op profile and state.json. A new
- * reference, NULL on no memory. */
-json_t *report_settings(const struct train *T);
-const char *report_kernels(const struct rt_backend *be); /* "fast", "reference" (the CUDA twins) or "cpu" */
 void report_clear_bar(const struct train *T);
 
 /* meter.c */

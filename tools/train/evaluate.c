@@ -178,7 +178,7 @@ static int evaluate_model(const struct eval_cfg *cfg, const struct rt_st_file *f
     struct rt_model *m = NULL;
     struct rt_loss_stats vs;
     uint64_t t0 = 0;
-    if ((rc = train_open_backend_conv(cfg->device, 0, 1, cfg->threads, cfg->tf32, cfg->nondeterministic, &be)) == 0 &&
+    if ((rc = train_open_backend(cfg->device, 0, 1, cfg->threads, cfg->tf32, cfg->nondeterministic, &be)) == 0 &&
         (rc = train_amp_resolve(cfg->amp, be, &mo.act)) == 0 && (rc = rt_model_create(be, &mo, &m)) == 0 &&
         (rc = foreign ? load_foreign(m, f, cfg->checkpoint, di->num_classes)
                       : rt_model_load(m, f, cfg->checkpoint)) == 0) {

@@ -76,13 +76,13 @@ int profile_create(struct train *T)
      * and two backward (a convolution: filter, data; a residual add: a copy or axpy per input), so 10 marks
      * per layer; the input, the loss's three ops and the loss statistics' download, and the phase marks, 16. */
     const int layers = RT_MAX(rt_model_node_count(T->model), 1);
-    p->ops.on = T->cfg.profile_ops;
-    const int per_micro = p->ops.on ? 10 * layers + 16 : T->tr.rec ? 2 * layers + 8 : 6;
+    const int per_micro = T->cfg.profile_ops ? 10 * layers + 16 : T->tr.rec ? 2 * layers + 8 : 6;
     const int cap = per_micro * (int)T->cfg.grad_accum + 4;
     const int rc = rt_timeline_create(T->be, cap, &p->tl);
     if (rc < 0)
         return rc;
-    if (p->ops.on && T->tr.rec && !(p->ops.layer = rt_calloc((size_t)cap, sizeof(*p->ops.layer), "op profile")))
+    if (T->cfg.profile_ops && T->tr.rec &&
+        !(p->ops.layer = rt_calloc((size_t)cap, sizeof(*p->ops.layer), "op profile")))
         return -ENOMEM;
     return 0;
 }
@@ -143,17 +143,31 @@ void profile_model_opts(struct train *T, struct rt_step_opts *so)
     rt_timeline_mark(T->prof.tl, "start", MARK_MICRO);
     so->timeline = T->prof.tl;
     so->per_layer = T->prof.per_layer;
-    so->per_op = T->prof.ops.on;
+    so->per_op = T->cfg.profile_ops;
 }
 
 /* ---- the op profile (--profile-ops) ----------------------------------------------- */
 
-/* Adds `ns` and a call to op `name` in the sets the step counts in (all, and steady after the warm-up). */
+/* Adds `ns` and one to the sets the step counts in: all, and steady after the warm-up. */
+static void sets_add(uint64_t sum[OPS_SETS], uint64_t count[OPS_SETS], uint64_t ns, int steady)
+{
+    for (int k = 0; k <= steady; k++) {
+        sum[k] += ns;
+        count[k]++;
+    }
+}
+
+/* Adds `ns` and a call to op `name` in the sets the step counts in. */
 static void ops_add(struct train_opprof *o, const char *name, uint64_t ns, int steady)
 {
+    /* The names are static strings: the pointer finds the op, the strcmp()s only a name whose copies at two
+     * call sites were not merged. */
     int i = 0;
-    while (i < o->nop && o->op[i].name != name && strcmp(o->op[i].name, name) != 0)
+    while (i < o->nop && o->op[i].name != name)
         i++;
+    if (i == o->nop)
+        for (i = 0; i < o->nop && strcmp(o->op[i].name, name) != 0; i++)
+            ;
     if (i == o->nop) {
         if (o->nop == o->cap) {
             const int cap = o->cap ? 2 * o->cap : 64;
@@ -165,10 +179,7 @@ static void ops_add(struct train_opprof *o, const char *name, uint64_t ns, int s
         }
         o->op[o->nop++] = (struct opprof_op){.name = name};
     }
-    for (int k = 0; k <= steady; k++) {
-        o->op[i].ns[k] += ns;
-        o->op[i].calls[k]++;
-    }
+    sets_add(o->op[i].ns, o->op[i].calls, ns, steady);
 }
 
 /* The layer each mark's op belongs to, for the trace: the label of the next layer mark after it ("loss" for the
@@ -200,7 +211,7 @@ static void ops_layers(const struct rt_timeline_mark *m, int n, const char **lay
 static void ops_step(struct train *T, const struct rt_timeline_mark *m, int n, int track)
 {
     struct train_opprof *o = &T->prof.ops;
-    if (!o->on || n < 2)
+    if (!T->cfg.profile_ops || n < 2)
         return;
     const int steady = T->prof.steps_seen >= PROF_WARMUP;
     if (track >= 0 && o->layer)
@@ -239,11 +250,7 @@ static void ops_step(struct train *T, const struct rt_timeline_mark *m, int n, i
         }
     }
     o->unpaired += open;
-    const uint64_t span = m[n - 1].ns > m[0].ns ? m[n - 1].ns - m[0].ns : 0;
-    for (int k = 0; k <= steady; k++) {
-        o->span_ns[k] += span;
-        o->steps[k]++;
-    }
+    sets_add(o->span_ns, o->steps, m[n - 1].ns > m[0].ns ? m[n - 1].ns - m[0].ns : 0, steady);
 }
 
 static const char *const op_cat_keys[OPC_N] = {"conv_fwd", "data_grad", "weight_grad", "batchnorm", "elementwise",
@@ -304,7 +311,7 @@ int profile_op_stats(const struct train *T, struct op_stats *out)
     const struct train_opprof *o = &T->prof.ops;
     memset(out, 0, sizeof(*out));
     const int k = o->steps[OPS_STEADY] ? OPS_STEADY : OPS_ALL;
-    if (!o->on || !o->steps[k])
+    if (!o->steps[k])
         return 0;
     out->steps = o->steps[k];
     out->warm = k == OPS_ALL;
@@ -347,11 +354,12 @@ static void device_phases(struct train *T)
     uint64_t prev = 0, fwd0 = 0, bwd0 = 0;
     for (int i = 0; i < n; i++) {
         const uint64_t t = m[i].ns, d = prev && t > prev ? t - prev : 0;
-        /* The op profile's marks (ops_step) lie inside the phases and layers: each span runs from the phase or
-         * layer mark before it. */
-        if (m[i].kind == RT_MARK_OP_BEGIN || m[i].kind == RT_MARK_OP_END)
-            continue;
         switch (m[i].kind) {
+        case RT_MARK_OP_BEGIN:
+        case RT_MARK_OP_END:
+            /* The op profile's marks (ops_step) lie inside the phases and layers: each span runs from the phase
+             * or layer mark before it. */
+            continue;
         case MARK_MICRO:
             fwd0 = t;
             break;

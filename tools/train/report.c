@@ -122,7 +122,8 @@ static void banner_optim(struct train *T)
     banner_line(T, "optimizer", "%s", t);
 }
 
-const char *report_kernels(const struct rt_backend *be)
+/* "fast", "reference" (the CUDA twins) or "cpu" */
+static const char *kernels_name(const struct rt_backend *be)
 {
     if (rt_backend_kind_of(be) != RT_BACKEND_CUDA)
         return "cpu";
@@ -130,10 +131,12 @@ const char *report_kernels(const struct rt_backend *be)
     return rt_backend_ops(be) == rt_backend_ops_reference(be, RT_F32) ? "reference" : "fast";
 }
 
-json_t *report_settings(const struct train *T)
+/* The settings the GPU's numbers depend on (--tf32, --deterministic, RINGTRAIN_CUDA_KERNELS), for the summary and
+ * its op profile: {"tf32": b, "deterministic": b, "kernels": kernels_name}. A new reference, NULL on no memory. */
+static json_t *settings_json(const struct train *T)
 {
     return json_pack("{s:b, s:b, s:s}", "tf32", T->cfg.tf32 != 0, "deterministic", !T->cfg.nondeterministic,
-                     "kernels", report_kernels(T->be));
+                     "kernels", kernels_name(T->be));
 }
 
 /* --tf32 and --deterministic: what they do here (nothing on the CPU, whose convolutions are strict fp32 and
@@ -155,10 +158,10 @@ static void banner_numerics(struct train *T)
             banner_line(T, "fp32 conv", "strict fp32 (--tf32 off)%s", act);
         if (c->nondeterministic)
             banner_line(T, "cudnn", "any algorithm (--deterministic off: some sum with atomics, so runs differ in the "
-                                    "last bits and a resume is not exact); %s kernels", report_kernels(T->be));
+                                    "last bits and a resume is not exact); %s kernels", kernels_name(T->be));
         else
             banner_line(T, "cudnn", "deterministic algorithms (--deterministic on: a run and its resume repeat bit "
-                                    "for bit); %s kernels", report_kernels(T->be));
+                                    "for bit); %s kernels", kernels_name(T->be));
     }
     if (c->profile_ops)
         banner_line(T, "profile", "per op (--profile-ops): a mark before and after every op on the compute stream%s; "
@@ -418,10 +421,28 @@ static void profile_members(const struct train *T, json_t *o)
                                                 T->verdict.evidence, "try", T->verdict.advice));
 }
 
+static const char *const conv_dirs[] = {"fwd", "bwd_data", "bwd_filter"}; /* enum rt_conv_dir */
+
+/* A convolution's shape as the op profile gives it: "N=64 C=3 32x32 -> K=64 3x3 s1 p1". */
+static void conv_shape(const struct rt_conv_desc *d, char *buf, size_t len)
+{
+    snprintf(buf, len, "N=%d C=%d %dx%d -> K=%d %dx%d s%d p%d", d->in.n, d->in.c, d->in.h, d->in.w, d->cout, d->kh,
+             d->kw, d->stride, d->pad);
+}
+
+/* cuDNN's choices for the convolutions run so far: *n of them (0 on the CPU), allocated (NULL when none). */
+static struct rt_conv_choice *conv_choices(const struct train *T, int *n)
+{
+    const int want = rt_backend_conv_choices(T->be, NULL, 0);
+    struct rt_conv_choice *cc = want > 0 ? rt_calloc((size_t)want, sizeof(*cc), "convolution choices") : NULL;
+    *n = cc ? RT_MIN(rt_backend_conv_choices(T->be, cc, want), want) : 0;
+    return cc;
+}
+
 void report_op_profile(const struct train *T)
 {
     struct op_stats st;
-    if (!T->root || !T->prof.ops.on || profile_op_stats(T, &st) < 0 || !st.steps)
+    if (!T->root || profile_op_stats(T, &st) < 0 || !st.steps)
         return;
     report_clear_bar(T);
     const double step = st.step_ms > 0 ? st.step_ms : 1;
@@ -439,18 +460,18 @@ void report_op_profile(const struct train *T)
     if (T->prof.ops.unpaired)
         printf("  (%" PRIu64 " op marks without their pair: the timeline was too small for a step)\n",
                T->prof.ops.unpaired);
-    struct rt_conv_choice cc[24];
-    const int nc = rt_backend_conv_choices(T->be, cc, (int)RT_ARRAY_LEN(cc));
-    if (nc > 0) {
-        static const char *const dirs[] = {"fwd", "bwd_data", "bwd_filter"};
+    int nc;
+    struct rt_conv_choice *cc = conv_choices(T, &nc);
+    if (nc > 0)
         printf("  convolutions (%d, as chosen; all in the --json summary):\n", nc);
-        for (int i = 0; i < nc && i < (int)RT_ARRAY_LEN(cc); i++)
-            printf("    %-10s %-4s N=%d C=%d %dx%d -> K=%d %dx%d s%d p%d: %s, %.3f ms, %s%s\n",
-                   dirs[cc[i].dir % 3], rt_dtype_name(cc[i].dt), cc[i].d.in.n, cc[i].d.in.c, cc[i].d.in.h,
-                   cc[i].d.in.w, cc[i].d.cout, cc[i].d.kh, cc[i].d.kw, cc[i].d.stride, cc[i].d.pad, cc[i].how,
-                   (double)cc[i].ms, cc[i].deterministic ? "deterministic" : "non-deterministic",
-                   cc[i].tensor_cores ? ", tensor cores" : "");
+    for (int i = 0; i < nc && i < 24; i++) {
+        char shape[128];
+        conv_shape(&cc[i].d, shape, sizeof(shape));
+        printf("    %-10s %-4s %s: %s, %.3f ms, %s%s\n", conv_dirs[cc[i].dir % 3], rt_dtype_name(cc[i].dt), shape,
+               cc[i].how, (double)cc[i].ms, cc[i].deterministic ? "deterministic" : "non-deterministic",
+               cc[i].tensor_cores ? ", tensor cores" : "");
     }
+    free(cc);
     printf("  (each op between two marks%s: the profiled steps are slower than a run without --profile-ops)\n",
            rt_backend_kind_of(T->be) == RT_BACKEND_CUDA ? ", two CUDA events per op" : "");
     fflush(stdout);
@@ -460,18 +481,14 @@ void report_op_profile(const struct train *T)
 /* cuDNN's choices for the convolutions run so far (none on the CPU), as the op profile lists them. */
 static json_t *conv_choices_json(const struct train *T)
 {
-    static const char *const dirs[] = {"fwd", "bwd_data", "bwd_filter"};
     json_t *a = json_array();
-    const int n = rt_backend_conv_choices(T->be, NULL, 0);
-    struct rt_conv_choice *cc = n > 0 ? rt_calloc((size_t)n, sizeof(*cc), "convolution choices") : NULL;
-    const int got = cc ? RT_MIN(rt_backend_conv_choices(T->be, cc, n), n) : 0;
-    for (int i = 0; a && i < got; i++) {
-        const struct rt_conv_desc *d = &cc[i].d;
+    int n;
+    struct rt_conv_choice *cc = conv_choices(T, &n);
+    for (int i = 0; a && i < n; i++) {
         char shape[128];
-        snprintf(shape, sizeof(shape), "N=%d C=%d %dx%d -> K=%d %dx%d s%d p%d", d->in.n, d->in.c, d->in.h, d->in.w,
-                 d->cout, d->kh, d->kw, d->stride, d->pad);
+        conv_shape(&cc[i].d, shape, sizeof(shape));
         json_array_append_new(a, json_pack("{s:s, s:s, s:s, s:s, s:f, s:I, s:b, s:b, s:i}", "dir",
-                                           dirs[cc[i].dir % 3], "dtype", rt_dtype_name(cc[i].dt), "shape", shape,
+                                           conv_dirs[cc[i].dir % 3], "dtype", rt_dtype_name(cc[i].dt), "shape", shape,
                                            "how", cc[i].how, "ms", (double)cc[i].ms, "workspace",
                                            (json_int_t)cc[i].workspace, "deterministic", cc[i].deterministic != 0,
                                            "tensor_cores", cc[i].tensor_cores != 0, "candidates", cc[i].candidates));
@@ -484,7 +501,7 @@ static json_t *conv_choices_json(const struct train *T)
 static json_t *op_profile_json(const struct train *T)
 {
     struct op_stats st;
-    if (!T->prof.ops.on || profile_op_stats(T, &st) < 0 || !st.steps)
+    if (profile_op_stats(T, &st) < 0 || !st.steps)
         return NULL;
     json_t *cats = json_object(), *ops = json_array();
     for (int k = 0; k < OPC_N; k++)
@@ -495,7 +512,7 @@ static json_t *op_profile_json(const struct train *T)
                                              st.row[i].calls));
     json_t *o = json_pack("{s:I, s:b, s:f, s:o, s:o, s:o, s:o}", "steps", (json_int_t)st.steps, "warmup_included",
                           st.warm, "step_ms", st.step_ms, "categories", cats, "ops", ops, "convolutions",
-                          conv_choices_json(T), "settings", report_settings(T));
+                          conv_choices_json(T), "settings", settings_json(T));
     profile_op_stats_free(&st);
     return o;
 }
@@ -557,7 +574,7 @@ static json_t *summary_json(const struct train *T, double wall_s, double train_s
     }
     json_object_set_new(o, "device", json_string(rt_backend_kind_of(T->be) == RT_BACKEND_CUDA ? "cuda" : "cpu"));
     json_object_set_new(o, "amp", json_string(T->act == RT_F32 ? "off" : rt_dtype_name(T->act)));
-    json_object_set_new(o, "settings", report_settings(T));
+    json_object_set_new(o, "settings", settings_json(T));
     json_object_set_new(o, "optimizer_updates", json_integer((json_int_t)rt_optim_steps(T->opt)));
     if (T->scaling) {
         json_object_set_new(o, "loss_scale", json_real(T->scaler.scale));

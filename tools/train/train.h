@@ -91,23 +91,15 @@ enum train_trace_split { TRACE_SPLIT_AUTO = 0, TRACE_SPLIT_MERGED, TRACE_SPLIT_R
  * reason when no usable GPU is there; auto takes a GPU when there is one,
  * else the CPU with `threads`. Which GPU: comm's rt_gpu_preflight() over the
  * GPUs this process sees and its node-local rank among `local_world`
- * (printing its note on Slurm's per-task GPU binding). 0 or -errno with
- * rt_errmsg() set.
+ * (printing its note on Slurm's per-task GPU binding). How a GPU runs
+ * convolutions (--tf32, --deterministic; both ignored on the CPU): tf32 1
+ * lets fp32 convolutions round their inputs to TF32 (rt_backend_opts.tf32),
+ * nondeterministic 1 lets cuDNN take algorithms that are not bitwise
+ * reproducible (rt_backend_opts.nondeterministic); both 0 is strict fp32,
+ * deterministic. 0 or -errno with rt_errmsg() set.
  */
-int train_open_backend(enum train_device dev, int local_rank, int local_world, int threads,
-                       struct rt_backend **out);
-
-/*
- * The same, with how a GPU runs convolutions (--tf32, --deterministic): tf32 1 lets fp32 convolutions round their
- * inputs to TF32 (rt_backend_opts.tf32), nondeterministic 1 lets cuDNN take algorithms that are not bitwise
- * reproducible (rt_backend_opts.nondeterministic); both are ignored on the CPU. train_open_backend is this with
- * both 0: strict fp32, deterministic.
- */
-int train_open_backend_conv(enum train_device dev, int local_rank, int local_world, int threads, int tf32,
-                            int nondeterministic, struct rt_backend **out);
-
-/* Parses the value of an on|off option `opt` ("--tf32"): 1 or 0 in *out, or -EINVAL with the message set. */
-int train_onoff_parse(const char *opt, const char *s, int *out);
+int train_open_backend(enum train_device dev, int local_rank, int local_world, int threads, int tf32,
+                       int nondeterministic, struct rt_backend **out);
 
 /* ---- faults: injection points for the failure tests ----------------------------- */
 
