@@ -23,9 +23,8 @@
 #include "compute/cuda/cuda_be.h"
 #endif
 
-int rt_backend_create(const struct rt_backend_opts *o, struct rt_backend **out)
+static int backend_open(const struct rt_backend_opts *o, struct rt_backend **out)
 {
-    *out = NULL;
     switch (o->kind) {
     case RT_BACKEND_CPU:
         return rt_cpu_create(o, out);
@@ -38,6 +37,15 @@ int rt_backend_create(const struct rt_backend_opts *o, struct rt_backend **out)
 #endif
     }
     return rt_errf(-EINVAL, "unknown backend %d", (int)o->kind);
+}
+
+int rt_backend_create(const struct rt_backend_opts *o, struct rt_backend **out)
+{
+    *out = NULL;
+    const int rc = backend_open(o, out);
+    if (rc == 0)
+        (*out)->owner = pthread_self(); /* the thread that queues work: its waits are the host waits */
+    return rc;
 }
 
 void rt_backend_destroy(struct rt_backend *be)
@@ -155,6 +163,24 @@ struct rt_stream *rt_backend_stream(struct rt_backend *be)
 int rt_backend_async(const struct rt_backend *be)
 {
     return be->async != NULL;
+}
+
+uint64_t rt_backend_host_waits(const struct rt_backend *be)
+{
+    return __atomic_load_n(&be->host_waits, __ATOMIC_RELAXED);
+}
+
+void rt_backend_waited(struct rt_stream *s)
+{
+    /* The comm thread's waits for a bucket's event are not counted: it waits so that the queueing thread
+     * need not, and the stream goes on with what that thread queued. */
+    if (s == &s->be->stream && pthread_equal(pthread_self(), s->be->owner))
+        __atomic_add_fetch(&s->be->host_waits, 1, __ATOMIC_RELAXED);
+}
+
+uint64_t rt_stream_point(struct rt_stream *s)
+{
+    return __atomic_add_fetch(&s->points, 1, __ATOMIC_ACQ_REL);
 }
 
 enum rt_backend_kind rt_backend_kind_of(const struct rt_backend *be)

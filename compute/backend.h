@@ -8,6 +8,8 @@
 #ifndef RT_COMPUTE_BACKEND_H
 #define RT_COMPUTE_BACKEND_H
 
+#include <pthread.h>
+
 #include "compute/compute.h"
 
 #ifdef __cplusplus
@@ -30,6 +32,7 @@ struct rt_stream {
     struct rt_backend *be;
     void *handle;           /* CUDA: the cudaStream_t ops are issued on; CPU: NULL */
     struct cpu_queue *q;    /* CPU asynchronous streams: the stream's worker; NULL otherwise */
+    uint64_t points;        /* events and timeline marks recorded on it so far (rt_backend_host_waits) */
 };
 
 struct rt_event {
@@ -37,6 +40,8 @@ struct rt_event {
     void *handle;           /* CUDA: the cudaEvent_t */
     struct cpu_queue *q;    /* CPU asynchronous streams: where it was last recorded (NULL: never) */
     uint64_t seq;           /* ... and how many calls had been queued there then */
+    struct rt_stream *on;   /* the stream of the last record (NULL: never recorded) */
+    uint64_t point;         /* its `points` count at that record */
 };
 
 /*
@@ -61,6 +66,7 @@ struct rt_backend_streams {
     void *(*alloc)(struct rt_stream *s, size_t bytes);
     void (*free)(struct rt_stream *s, void *p);
     void (*copy_from_host)(struct rt_stream *s, void *dst, const void *host, size_t bytes);
+    void (*call)(struct rt_stream *s, void (*fn)(void *arg), void *arg); /* rt_stream_call */
     /* Timelines (timeline.c): native marks for t->cap points; the anchor; a mark; their times after a
      * host wait (filling t->m[i].ns for i < t->n). */
     int (*marks_init)(struct rt_timeline *t);
@@ -74,6 +80,8 @@ struct rt_timeline {
     struct rt_backend *be;
     struct rt_stream *s;        /* the stream of the marks since the last start */
     int cap, n;
+    uint64_t last_point;        /* the stream's `points` count at the last mark */
+    uint64_t last_seq;          /* CPU asynchronous streams: the last mark's place in its queue */
     struct rt_timeline_mark *m;
     void **native;              /* CUDA: cap events, then the anchor */
     uint64_t anchor_ns;         /* CUDA: the host time the anchor passed */
@@ -116,7 +124,15 @@ struct rt_backend {
     const struct rt_backend_streams *streams; /* NULL on the ordinary CPU backend */
     struct rt_input_pair input; /* with `streams`: rt_backend_input_* (input.c) */
     struct cpu_async *async;    /* CPU asynchronous streams (cpu/async.c); NULL otherwise */
+    uint64_t host_waits;        /* rt_backend_host_waits(); atomic */
+    pthread_t owner;            /* the thread that created it, which queues the work */
 };
+
+/* Every backend's download, sync and to_nchw call this on the stream they waited for (rt_backend_host_waits):
+ * it counts the wait when `s` is the default stream. */
+void rt_backend_waited(struct rt_stream *s);
+/* A new point recorded on `s` (an event or a timeline mark): returns its number. */
+uint64_t rt_stream_point(struct rt_stream *s);
 
 /* The compute stream waits for upload `ticket`'s copy; then marks its buffer consumed (after the ops issued
  * in between). No-ops on the CPU. */

@@ -180,6 +180,16 @@ void rt_event_destroy(struct rt_event *e);
 void rt_event_record(struct rt_event *e, struct rt_stream *s);
 void rt_event_synchronize(struct rt_event *e);
 void rt_stream_wait_event(struct rt_stream *s, struct rt_event *e);
+/*
+ * Host work in a stream's order: fn(arg) runs when `s` reaches this point,
+ * and the ops issued on `s` after it wait for it to return -- how a stream
+ * waits for something only the host knows (the MPI all-reduce of host
+ * gradients). A queued call on the CPU backend's asynchronous streams,
+ * cudaLaunchHostFunc on CUDA (fn must not call CUDA then), and at once on
+ * the ordinary CPU backend. fn runs on another thread than the caller's
+ * everywhere but there; `arg` must stay valid until it has run.
+ */
+void rt_stream_call(struct rt_stream *s, void (*fn)(void *arg), void *arg);
 
 /*
  * Timelines: when queued work ran, on the host's clock (rt_now_ns), for the
@@ -223,6 +233,21 @@ int rt_timeline_read(struct rt_timeline *t, const struct rt_timeline_mark **mark
  * than the default.
  */
 int rt_backend_async(const struct rt_backend *be);
+
+/*
+ * Host waits: how many times so far the thread that created `be` (the one
+ * that queues its work) blocked until the default (compute) stream had run
+ * everything queued on it, so that the stream ran dry behind the wait --
+ * each download and sync issued on it (and to_nchw where it waits: CUDA,
+ * the asynchronous CPU streams), each rt_event_synchronize
+ * of, and each rt_timeline_read ending at, the newest point recorded on it
+ * (a wait for an older point, with work queued behind it, as when results
+ * are read a step late, is not one; nor is another thread's wait, such as
+ * the comm thread's for a gradient bucket). Counted the same way on every
+ * backend, the ordinary CPU one included, so that a training step's figure
+ * means the same everywhere; thread-safe.
+ */
+uint64_t rt_backend_host_waits(const struct rt_backend *be);
 
 /*
  * Page-locked host memory the device copies from by DMA (cudaHostAlloc, for
@@ -306,6 +331,11 @@ struct rt_loss_stats {
     X(void, free, (struct rt_backend *be, void *p), (be, p))         /* NULL is fine */                                \
     X(void, upload, (struct rt_stream *s, void *dst, const void *host_src, size_t bytes), (s, dst, host_src, bytes))   \
     X(void, download, (struct rt_stream *s, void *host_dst, const void *src, size_t bytes), (s, host_dst, src, bytes)) \
+    /* The copy runs when the stream reaches it and the call returns at once (no host wait): host_dst is read       \
+     * only after an event recorded after it has passed (rt_event_synchronize). From page-locked memory              \
+     * (rt_backend_host_alloc) the CUDA copy is a DMA; from pageable memory it is still correct but slower. */       \
+    X(void, download_async, (struct rt_stream *s, void *host_dst, const void *src, size_t bytes),                      \
+          (s, host_dst, src, bytes))                                                                                   \
     X(void, sync, (struct rt_stream *s), (s)) /* wait for everything issued */                                         \
                                                                                                                        \
     /* -- layout: host NCHW float <-> backend spatial layout (tests, debugging) -- */                                  \
@@ -442,6 +472,11 @@ struct rt_loss_stats {
     X(void, sumsq, (struct rt_stream *s, size_t n, const float *x, float *out), (s, n, x, out))                        \
     /* *out (device float) = number of NaN/Inf entries */                                                              \
     X(void, count_nonfinite, (struct rt_stream *s, size_t n, const float *x, float *out), (s, n, x, out))              \
+    /* Clipping by global norm with the norm on the device: norm = sqrtf(*sumsq) (sumsq's result); when norm is      \
+     * finite and > max_norm, x *= max_norm / (norm + 1e-6f) (torch.nn.utils.clip_grad_norm_'s factor, in fp32),     \
+     * else x is left as it is. fp32 x in every table. */                                                            \
+    X(void, clip_scale, (struct rt_stream *s, size_t n, const float *sumsq, float max_norm, float *x),                 \
+          (s, n, sumsq, max_norm, x))                                                                                  \
     /*                                                                                                                 \
      * Loss scaling (fp32 gradients in every table): g *= inv_scale, and                                               \
      * *found (device float) = 1 if any g was NaN/Inf before scaling, else                                             \
@@ -682,6 +717,11 @@ struct rt_step_opts {
      * "conv2d_bwd_filter"), so that an op's time is its own pair's difference and the time between one op's
      * end and the next one's begin is the stream waiting for the host. Per_layer's marks come as well. */
     int per_op;
+    /* Where the loss sums go. NULL: added into rt_model_step's `stats` on the host, which waits for the
+     * stream (one host wait per micro-batch). Set: device memory for one struct rt_loss_stats that the step
+     * overwrites, in stream order, with this micro-batch's sums (`stats` is then not touched and may be
+     * NULL): no host wait; the caller copies them out later (download_async, then an event). */
+    struct rt_loss_stats *stats_dev;
 };
 enum rt_mark_kind {
     RT_MARK_INPUT = 1,
@@ -697,7 +737,8 @@ enum rt_mark_kind {
  * Runs one micro-batch: normalise the host uint8 images (n, c, h, w), forward,
  * loss against host labels (n; label < 0 = padding) and, in RT_TRAIN with
  * grad_scale > 0, backward, adding into the gradient buffer. Adds the loss
- * sums into *stats (host). n <= the batch the model was built for. In
+ * sums into *stats (host), or writes them to o->stats_dev (device, no host
+ * wait). n <= the batch the model was built for. In
  * RT_TRAIN batchnorm uses batch statistics and updates running statistics
  * (and num_batches_tracked), but for a frozen layer's (rt_model_opts.freeze),
  * which stays in inference mode; RT_EVAL uses the running statistics and no
@@ -756,6 +797,15 @@ int rt_optim_kind_parse(const char *s, enum rt_optim_kind *k);
  * allocates nothing.
  */
 float rt_clip_grad_norm(struct rt_optim *opt, float *grads, size_t n, float max_norm);
+/*
+ * The same clipping without a host wait: the squared norm stays on the
+ * device and clip_scale decides there. Returns the device float holding the
+ * squared norm before clipping (the optimizer's own scalar, overwritten by
+ * the next call): copy it out with download_async to learn whether it was
+ * finite. rt_clip_grad_norm is this plus a download, so both give the same
+ * bits.
+ */
+const float *rt_clip_grad_norm_async(struct rt_optim *opt, float *grads, size_t n, float max_norm);
 
 /*
  * Loss scaling: grads (n floats, device) *= inv_scale; returns 1 if any of

@@ -52,14 +52,29 @@ void rt_event_destroy(struct rt_event *e)
 
 void rt_event_record(struct rt_event *e, struct rt_stream *s)
 {
+    e->on = s;
+    e->point = rt_stream_point(s);
     if (e->be->streams)
         e->be->streams->record(e, s);
 }
 
 void rt_event_synchronize(struct rt_event *e)
 {
+    /* The newest point on its stream: nothing the host queued after it, so the stream runs dry. (The points
+     * counter is read before the wait: one recorded during it means later work, which the wait left queued.) */
+    struct rt_stream *on = e->on;
+    if (on && e->point == __atomic_load_n(&on->points, __ATOMIC_ACQUIRE))
+        rt_backend_waited(on);
     if (e->be->streams)
         e->be->streams->synchronize(e);
+}
+
+void rt_stream_call(struct rt_stream *s, void (*fn)(void *arg), void *arg)
+{
+    if (s->be->streams)
+        s->be->streams->call(s, fn, arg);
+    else
+        fn(arg);
 }
 
 void rt_stream_wait_event(struct rt_stream *s, struct rt_event *e)

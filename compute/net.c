@@ -1091,9 +1091,10 @@ int net_step(struct net *n, const struct rt_step_opts *o, int batch, const uint8
     int backward = o->mode == RT_TRAIN && o->grad_scale > 0.0f;
     struct tensor *lt = &n->t[n->logits];
     OP(tl_op, op, upload, (s, n->labels, labels, (size_t)batch * sizeof(int32_t)));
-    OP(tl_op, op, zero, (s, n->stats, sizeof(struct rt_loss_stats)));
+    struct rt_loss_stats *stats_dev = o->stats_dev ? o->stats_dev : n->stats;
+    OP(tl_op, op, zero, (s, stats_dev, sizeof(struct rt_loss_stats)));
     OP(tl_op, op, xent_fwd_bwd, (s, batch, n->classes, lt->data, n->labels, o->label_smoothing, o->grad_scale,
-                                 n->stats, backward ? lt->grad : NULL));
+                                 stats_dev, backward ? lt->grad : NULL));
     if (tl)
         rt_timeline_mark(tl, "loss", RT_MARK_FORWARD);
     if (backward) {
@@ -1114,6 +1115,8 @@ int net_step(struct net *n, const struct rt_step_opts *o, int batch, const uint8
             if (n->nd[i].bt >= 0 && !n->nd[i].frozen)
                 n->tracked[n->nd[i].bt]++;
     }
+    if (o->stats_dev)
+        return 0; /* the caller reads them later: no host wait */
     struct rt_loss_stats st;
     OP(tl_op, op, download, (s, &st, n->stats, sizeof(st)));
     stats->loss_sum += st.loss_sum;

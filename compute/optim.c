@@ -148,17 +148,21 @@ int rt_optim_kind_parse(const char *s, enum rt_optim_kind *k)
     return rt_errf(-EINVAL, "unknown optimizer '%s' (sgd, adam, adamw)", s);
 }
 
+const float *rt_clip_grad_norm_async(struct rt_optim *opt, float *grads, size_t n, float max_norm)
+{
+    struct rt_stream *s = rt_backend_stream(opt->be);
+    opt->ops->sumsq(s, n, grads, opt->norm);
+    if (max_norm > 0.0f)
+        opt->ops->clip_scale(s, n, opt->norm, max_norm, grads);
+    return opt->norm;
+}
+
 float rt_clip_grad_norm(struct rt_optim *opt, float *grads, size_t n, float max_norm)
 {
-    const struct rt_ops *ops = opt->ops;
-    struct rt_stream *s = rt_backend_stream(opt->be);
     float sq;
-    ops->sumsq(s, n, grads, opt->norm);
-    ops->download(s, &sq, opt->norm, sizeof(float));
-    float norm = sqrtf(sq);
-    if (max_norm > 0.0f && isfinite(norm) && norm > max_norm)
-        ops->scale(s, n, max_norm / (norm + 1e-6f), grads);
-    return norm;
+    opt->ops->download(rt_backend_stream(opt->be), &sq, rt_clip_grad_norm_async(opt, grads, n, max_norm),
+                       sizeof(float));
+    return sqrtf(sq);
 }
 
 int rt_optim_unscale(struct rt_optim *opt, float *grads, size_t n, float inv_scale)

@@ -57,6 +57,7 @@ int rt_timeline_mark(struct rt_timeline *t, const char *label, int kind)
         return -1;
     const int i = t->n++;
     t->m[i] = (struct rt_timeline_mark){.label = label, .kind = kind};
+    t->last_point = rt_stream_point(t->s);
     if (t->be->streams && t->be->streams->mark)
         t->be->streams->mark(t, i);
     else
@@ -66,6 +67,9 @@ int rt_timeline_mark(struct rt_timeline *t, const char *label, int kind)
 
 int rt_timeline_read(struct rt_timeline *t, const struct rt_timeline_mark **marks)
 {
+    /* Like rt_event_synchronize on the last mark. */
+    if (t->n && t->last_point == __atomic_load_n(&t->s->points, __ATOMIC_ACQUIRE))
+        rt_backend_waited(t->s);
     if (t->be->streams && t->be->streams->marks_read)
         t->be->streams->marks_read(t);
     *marks = t->m;

@@ -367,17 +367,26 @@ static void async_upload(struct rt_stream *s, void *dst, const void *host_src, s
 static void async_download(struct rt_stream *s, void *host_dst, const void *src, size_t bytes)
 {
     call_submit(s, capture_download(s, host_dst, src, bytes));
+    rt_backend_waited(s);
     queue_drain(s->q);
+}
+
+/* Queued like a device op: the worker copies when it gets there, and an event after it says when. */
+static void async_download_async(struct rt_stream *s, void *host_dst, const void *src, size_t bytes)
+{
+    call_submit(s, capture_download(s, host_dst, src, bytes));
 }
 
 static void async_sync(struct rt_stream *s)
 {
+    rt_backend_waited(s);
     queue_drain(s->q);
 }
 
 static void async_to_nchw(struct rt_stream *s, struct rt_shape4 sh, const float *x, float *host_nchw)
 {
     call_submit(s, capture_to_nchw(s, sh, x, host_nchw));
+    rt_backend_waited(s);
     queue_drain(s->q);
 }
 
@@ -511,6 +520,24 @@ static void stream_copy_from_host(struct rt_stream *s, void *dst, const void *ho
     call_submit(s, c);
 }
 
+struct args_call {
+    void (*fn)(void *arg);
+    void *arg;
+};
+
+static void run_call(struct cpu_call *c)
+{
+    const struct args_call *a = (const struct args_call *)(const void *)c->data;
+    a->fn(a->arg);
+}
+
+static void stream_call(struct rt_stream *s, void (*fn)(void *arg), void *arg)
+{
+    struct cpu_call *c = call_new(sizeof(struct args_call), run_call);
+    *(struct args_call *)(void *)c->data = (struct args_call){fn, arg};
+    call_submit(s, c);
+}
+
 /* A timeline mark: the worker writes the time it reached the call (the host reads it after a wait). */
 static void run_stamp(struct cpu_call *c)
 {
@@ -522,13 +549,18 @@ static void stream_mark(struct rt_timeline *t, int i)
     struct cpu_call *c = call_new(sizeof(uint64_t *), run_stamp);
     *(uint64_t **)(void *)c->data = &t->m[i].ns;
     call_submit(t->s, c);
+    struct cpu_queue *q = t->s->q;
+    pthread_mutex_lock(&q->mu);
+    t->last_seq = q->queued;
+    pthread_mutex_unlock(&q->mu);
 }
 
-/* Like cudaEventSynchronize on each mark: the stamps are written by the worker, so wait for the last. A
- * step's loss download has waited for most of them, but not for what was queued after it (the optimizer). */
+/* Like cudaEventSynchronize on each mark: the stamps are written by the worker, so wait for the last (and
+ * not for what was queued after it: a timeline read a step late leaves the next step's work queued). */
 static void marks_read(struct rt_timeline *t)
 {
-    queue_drain(t->s->q);
+    if (t->n)
+        queue_wait_for(t->s->q, t->last_seq);
 }
 
 /* Before the timeline's marks are freed: a step that ended in an error (an overflow that stops the run, say)
@@ -549,6 +581,7 @@ static const struct rt_backend_streams async_streams = {
     .alloc = stream_alloc,
     .free = stream_free,
     .copy_from_host = stream_copy_from_host,
+    .call = stream_call,
     .marks_fini = marks_fini,
     .mark = stream_mark,
     .marks_read = marks_read,

@@ -52,6 +52,14 @@ void rt_cpu_upload(struct rt_stream *s, void *dst, const void *host_src, size_t 
 
 void rt_cpu_download(struct rt_stream *s, void *host_dst, const void *src, size_t bytes)
 {
+    /* On an asynchronous stream's worker (s->q set) this is the queued copy: async.c counted the wait. */
+    if (!s->q)
+        rt_backend_waited(s);
+    memcpy(host_dst, src, bytes);
+}
+
+void rt_cpu_download_async(struct rt_stream *s, void *host_dst, const void *src, size_t bytes)
+{
     (void)s;
     memcpy(host_dst, src, bytes);
 }
@@ -70,7 +78,8 @@ void rt_cpu_zero(struct rt_stream *s, void *dst, size_t bytes)
 
 void rt_cpu_sync(struct rt_stream *s)
 {
-    (void)s;
+    if (!s->q)
+        rt_backend_waited(s);
 }
 
 float *rt_cpu_scratch(struct rt_stream *s, size_t bytes)

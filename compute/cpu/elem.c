@@ -1000,6 +1000,13 @@ void rt_cpu_sumsq(struct rt_stream *s, size_t n, const float *x, float *out)
     *out = (float)total;
 }
 
+void rt_cpu_clip_scale(struct rt_stream *s, size_t n, const float *sumsq, float max_norm, float *x)
+{
+    const float norm = sqrtf(*sumsq);
+    if (isfinite(norm) && norm > max_norm)
+        rt_cpu_scale(s, n, max_norm / (norm + 1e-6f), x);
+}
+
 void rt_cpu_count_nonfinite(struct rt_stream *s, size_t n, const float *x, float *out)
 {
     const size_t nb = nchunks(n);

@@ -87,7 +87,14 @@ void rt_cuda_download(struct rt_stream *s, void *host_dst, const void *src, size
 {
     if (bytes)
         RT_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, rt_cuda_stream(s)));
+    rt_backend_waited(s);
     RT_CUDA_CHECK(cudaStreamSynchronize(rt_cuda_stream(s)));
+}
+
+void rt_cuda_download_async(struct rt_stream *s, void *host_dst, const void *src, size_t bytes)
+{
+    if (bytes)
+        RT_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, rt_cuda_stream(s)));
 }
 
 void rt_cuda_copy(struct rt_stream *s, void *dst, const void *src, size_t bytes)
@@ -106,6 +113,7 @@ void rt_cuda_zero(struct rt_stream *s, void *dst, size_t bytes)
 
 void rt_cuda_sync(struct rt_stream *s)
 {
+    rt_backend_waited(s);
     RT_CUDA_CHECK(cudaStreamSynchronize(rt_cuda_stream(s)));
 }
 

@@ -228,6 +228,17 @@ template <typename T> static __global__ void scale_k(size_t n, float alpha, T *x
     x[i] = stf<T>(__fmul_rn(ldf(x[i]), alpha));
 }
 
+/* Every thread works the factor out of the squared norm as the host once did: sqrtf, an add, one division. */
+static __global__ void clip_scale_k(size_t n, const float *sumsq, float max_norm, float *x)
+{
+    const float norm = __fsqrt_rn(*sumsq);
+    if (!(isfinite(norm) && norm > max_norm))
+        return;
+    const float f = __fdiv_rn(max_norm, __fadd_rn(norm, 1e-6f));
+    GRID_STRIDE(i, n)
+    x[i] = __fmul_rn(x[i], f);
+}
+
 template <typename T> static __global__ void axpy_k(size_t n, float alpha, const T *x, T *y)
 {
     GRID_STRIDE(i, n)
@@ -774,6 +785,15 @@ void rt_cuda_sumsq(struct rt_stream *s, size_t n, const float *x, float *out)
 void rt_cuda_count_nonfinite(struct rt_stream *s, size_t n, const float *x, float *out)
 {
     count_nonfinite_t<float>(s, n, x, out);
+}
+
+void rt_cuda_clip_scale(struct rt_stream *s, size_t n, const float *sumsq, float max_norm, float *x)
+{
+    rt_cuda_wrote(s, x, n * sizeof(float));
+    if (n == 0)
+        return;
+    clip_scale_k<<<grid_for(n), THREADS, 0, rt_cuda_stream(s)>>>(n, sumsq, max_norm, x);
+    RT_CUDA_LAUNCHED();
 }
 
 template <typename T> static void elem_fill(struct rt_ops *t)

@@ -89,6 +89,7 @@ static void to_nchw_t(struct rt_stream *s, struct rt_shape4 sh, const float *x, 
     RT_CUDA_LAUNCHED();
     RT_CUDA_CHECK(cudaMemcpyAsync(host_nchw, tmp, n * sizeof(float), cudaMemcpyDeviceToHost, st));
     RT_CUDA_CHECK(cudaFreeAsync(tmp, st));
+    rt_backend_waited(s);
     RT_CUDA_CHECK(cudaStreamSynchronize(st));
 }
 

@@ -86,6 +86,7 @@ void rt_cuda_to_nchw(struct rt_stream *s, struct rt_shape4 sh, const float *x, f
         return;
     const cudaStream_t st = rt_cuda_stream(s);
     RT_CUDA_CHECK(cudaMemcpyAsync(host_nchw, x, bytes, cudaMemcpyDeviceToHost, st));
+    rt_backend_waited(s);
     RT_CUDA_CHECK(cudaStreamSynchronize(st));
 }
 

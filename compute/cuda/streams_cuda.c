@@ -105,6 +105,11 @@ static int marks_init(struct rt_timeline *t)
     return 0;
 }
 
+static void stream_call(struct rt_stream *s, void (*fn)(void *arg), void *arg)
+{
+    RT_CUDA_CHECK(cudaLaunchHostFunc(rt_cuda_stream(s), fn, arg));
+}
+
 static void marks_fini(struct rt_timeline *t)
 {
     for (int i = 0; t->native && i <= t->cap; i++)
@@ -149,6 +154,7 @@ const struct rt_backend_streams rt_cuda_streams = {
     .alloc = stream_alloc,
     .free = stream_free,
     .copy_from_host = copy_from_host,
+    .call = stream_call,
     .marks_init = marks_init,
     .marks_fini = marks_fini,
     .marks_start = marks_start,
