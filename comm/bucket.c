@@ -41,7 +41,45 @@ struct rt_bucketer {
     struct rt_nccl_stream *dev; /* NCCL mode; NULL for host buffers */
     void (*fence_mark)(void *ctx, int bucket); /* rt_bucket_opts */
     void *fence_ctx;
+    /* Late mode (rt_bucket_opts.stream_call): jobs done (the comm thread counts them) and sent; the count the
+     * update before's end reached; the waits queued on the compute stream, one per update in turn. */
+    void (*stream_call)(void *ctx, void (*fn)(void *arg), void *arg);
+    void *stream_ctx;
+    uint64_t jobs_done, jobs_sent, target_prev;
+    int started;                /* this update has waited for the one before's jobs */
+    struct late_wait {
+        struct rt_bucketer *b;
+        uint64_t target;
+    } waiter[2];
 };
+
+/* Late mode, MPI: the jobs reduce in place and are resubmitted each update. */
+static int late_mpi(const struct rt_bucketer *b)
+{
+    return b->stream_call && !b->dev && rt_comm_parallel(b->c);
+}
+
+/* Before this update's first job: the update before's are done (a host wait with this update's work queued). */
+static void late_start(struct rt_bucketer *b)
+{
+    if (b->started)
+        return;
+    rt_comm_count_wait(b->c, &b->jobs_done, b->target_prev);
+    b->started = 1;
+}
+
+/* On the compute stream: the optimizer step queued after this reads the update's reduced gradients. */
+static void late_wait_fn(void *arg)
+{
+    const struct late_wait *w = arg;
+    rt_comm_count_wait(w->b->c, &w->b->jobs_done, w->target);
+}
+
+void rt_bucketer_settle(struct rt_bucketer *b)
+{
+    if (b && late_mpi(b))
+        rt_comm_count_wait(b->c, &b->jobs_done, b->jobs_sent);
+}
 
 static int by_offset(const void *a, const void *b)
 {
@@ -67,6 +105,8 @@ int rt_bucketer_create(struct rt_comm *c, float *grads, size_t count, const stru
     B->no_overlap = o && o->no_overlap;
     B->fence_mark = o ? o->fence_mark : NULL;
     B->fence_ctx = o ? o->fence_ctx : NULL;
+    B->stream_call = o ? o->stream_call : NULL;
+    B->stream_ctx = o ? o->stream_ctx : NULL;
     B->t = rt_malloc((size_t)nt * sizeof(*B->t), "bucket plan");
     B->b = rt_calloc((size_t)nt, sizeof(*B->b), "bucket plan");
     if (!B->t || !B->b) {
@@ -136,12 +176,14 @@ int rt_bucketer_create(struct rt_comm *c, float *grads, size_t count, const stru
         rt_bucketer_bucket(B, k, NULL, NULL, names, sizeof(names));
         bk->job = (struct rt_comm_job){.kind = JOB_ALLREDUCE, .buf = grads + bk->offset, .count = (int)bk->count,
                                        .dt = MPI_FLOAT, .op = MPI_SUM, .bucket = k, .timeout_s = rt_comm_timeout(c),
-                                       .fence = o ? o->fence_wait : NULL, .fence_ctx = o ? o->fence_ctx : NULL};
+                                       .fence = o ? o->fence_wait : NULL, .fence_ctx = o ? o->fence_ctx : NULL,
+                                       .done_count = &B->jobs_done};
         snprintf(bk->job.what, sizeof(bk->job.what), "the all-reduce of gradient bucket %d of %d (%.2f MB: %s)", k + 1,
                  B->nb, (double)bk->count * 4e-6, names);
     }
     B->flag_job = (struct rt_comm_job){.kind = JOB_ALLREDUCE, .buf = &B->flags, .count = 1, .dt = MPI_UINT32_T,
-                                       .op = MPI_BOR, .bucket = -1, .timeout_s = rt_comm_timeout(c)};
+                                       .op = MPI_BOR, .bucket = -1, .timeout_s = rt_comm_timeout(c),
+                                       .done_count = &B->jobs_done};
     snprintf(B->flag_job.what, sizeof(B->flag_job.what), "the step's control word (stop, non-finite loss)");
     *out = B;
     return 0;
@@ -151,6 +193,7 @@ void rt_bucketer_destroy(struct rt_bucketer *b)
 {
     if (!b)
         return;
+    rt_bucketer_settle(b); /* the comm thread may still be reducing in b's memory */
     rt_nccl_stream_destroy(b->dev);
     free(b->t);
     free(b->b);
@@ -182,6 +225,7 @@ void rt_bucketer_begin(struct rt_bucketer *b, uint64_t step)
     b->step = step;
     b->ready = 0;
     b->next = 0;
+    b->started = 0;
     if (b->dev)
         rt_nccl_stream_begin(b->dev, step);
 }
@@ -207,9 +251,12 @@ static void launch(struct rt_bucketer *b, int upto)
     }
     for (; b->next < upto; b->next++)
         if (rt_comm_parallel(b->c)) {
+            if (b->stream_call)
+                late_start(b);
             if (b->fence_mark)
                 b->fence_mark(b->fence_ctx, b->next);
             rt_comm_job_submit(b->c, &b->b[b->next].job);
+            b->jobs_sent++;
         }
 }
 
@@ -289,6 +336,21 @@ int rt_bucketer_finish(struct rt_bucketer *b, uint32_t flags, uint32_t *global_f
      * word would need a copy back to the host after the all-reduces anyway).
      * In NCCL mode its deadline and the NCCL watchdog's run side by side; the
      * first to expire ends the job, both name the step. */
+    if (late_mpi(b)) {
+        late_start(b); /* no bucket started this update (overlap off): the update before's word is ready */
+        g = b->flags;  /* the update before's word, OR-ed over the ranks (0 before the first) */
+        b->flags = flags;
+        rt_comm_job_submit(b->c, &b->flag_job);
+        struct late_wait *w = &b->waiter[b->step & 1u];
+        *w = (struct late_wait){b, ++b->jobs_sent};
+        b->target_prev = w->target;
+        b->stream_call(b->stream_ctx, late_wait_fn, w);
+        if (global_flags)
+            *global_flags = g;
+        if (wait_ns)
+            *wait_ns = rt_now_ns() - t0;
+        return 0;
+    }
     if (rt_comm_parallel(b->c)) {
         b->flags = flags;
         rt_comm_job_submit(b->c, &b->flag_job);

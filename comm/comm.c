@@ -636,6 +636,8 @@ static void *comm_main(void *arg)
                 trace_job(j);
             pthread_mutex_lock(&c->mu);
             j->done = 1;
+            if (j->done_count)
+                (*j->done_count)++;
             pthread_cond_broadcast(&c->cv);
             pthread_mutex_unlock(&c->mu);
             progressed = 1;
@@ -719,6 +721,14 @@ void rt_comm_job_wait(struct rt_comm *c, struct rt_comm_job *j)
 {
     pthread_mutex_lock(&c->mu);
     while (!j->done)
+        pthread_cond_wait(&c->cv, &c->mu);
+    pthread_mutex_unlock(&c->mu);
+}
+
+void rt_comm_count_wait(struct rt_comm *c, const uint64_t *count, uint64_t target)
+{
+    pthread_mutex_lock(&c->mu);
+    while (*count < target)
         pthread_cond_wait(&c->cv, &c->mu);
     pthread_mutex_unlock(&c->mu);
 }

@@ -276,6 +276,16 @@ struct rt_bucket_opts {
     void (*fence_mark)(void *ctx, int bucket);
     void (*fence_wait)(void *ctx, int bucket);
     void *fence_ctx;
+    /* Late mode, host gradients (MPI): the host never waits for an update's
+     * reduction. stream_call(stream_ctx, fn, arg) must make the compute
+     * stream run fn(arg) when it reaches that point, before the ops queued
+     * after it (the CPU's asynchronous streams: a queued call; the ordinary
+     * CPU backend: at once); rt_bucketer_finish() then queues there the wait
+     * for the update's all-reduces, so that the optimizer step queued after it
+     * reads reduced gradients, and returns. See rt_bucketer_finish for what
+     * changes. NULL: finish waits on the host. Ignored in NCCL mode. */
+    void (*stream_call)(void *ctx, void (*fn)(void *arg), void *arg);
+    void *stream_ctx;
 };
 
 /*
@@ -334,8 +344,19 @@ void rt_bucketer_ready(void *bucketer, size_t ready);
  * final during the step (rt_errmsg() names them): the plan check. An MPI,
  * NCCL or CUDA error, a deadline or a dead peer aborts the job instead, here
  * and in rt_bucketer_ready().
+ *
+ * In late mode (rt_bucket_opts.stream_call, MPI, more than one rank) nothing
+ * here waits for this update: the wait is queued on the compute stream, and
+ * *global_flags is the word of the update before (0 after the first), so a
+ * rank's bits reach every rank one update later. The host waits only for the
+ * update before's reductions -- their job structures are reused -- and that
+ * before this update's first bucket starts, when this update's forward and
+ * backward are queued behind them. *wait_ns is then the host's own time.
  */
 int rt_bucketer_finish(struct rt_bucketer *b, uint32_t flags, uint32_t *global_flags, uint64_t *wait_ns);
+/* Waits on the host for every reduction started so far (late mode leaves the last update's running). Before
+ * the gradients are read or the bucketer destroyed; nothing to do otherwise. */
+void rt_bucketer_settle(struct rt_bucketer *b);
 
 /* ==== GPU placement ===========================================================
  *

@@ -41,6 +41,7 @@ struct rt_comm_job {
     void *fence_ctx;
     char what[200];
     uint64_t step;              /* the step it was submitted at */
+    uint64_t *done_count;       /* or NULL: incremented (under the group's lock) when the job is done */
     /* comm thread */
     MPI_Request req;
     uint64_t t_submit, t_start; /* handed over (a bucket: ready); started on the comm thread */
@@ -53,6 +54,8 @@ struct rt_comm_job {
 void rt_comm_job_submit(struct rt_comm *c, struct rt_comm_job *j);
 /* Blocks until `j` is done. Deadlines are the comm thread's business. */
 void rt_comm_job_wait(struct rt_comm *c, struct rt_comm_job *j);
+/* Blocks until *count (a job's done_count, written under the group's lock) reaches `target`; any thread. */
+void rt_comm_count_wait(struct rt_comm *c, const uint64_t *count, uint64_t target);
 /* The group's collective deadline (rt_comm_opts.timeout_s). */
 double rt_comm_timeout(const struct rt_comm *c);
 /* 1 when the group has more than one rank (a comm thread runs). */
