@@ -12,6 +12,12 @@
 #     thread while backward is still queued, with small buckets and with no
 #     overlap;
 #   - a resume from a checkpoint written in the asynchronous mode.
+# And that the asynchronous runs' steps never wait for the compute stream:
+# `train --json` reports host_waits_per_step 0 (loss sums, the step profile
+# and the other ranks' control words read a step late, the all-reduce waited
+# for on the stream), at one and at two ranks, with clipping; the counter
+# itself is checked against a run that must wait (see `waits`). In fp32: the
+# asynchronous streams queue the fp32 table only (no bf16 there).
 # A wait left out anywhere (an input copy not waited for, a bucket reduced
 # before backward wrote it) changes the digest; under ThreadSanitizer (CI's
 # TSan build runs this script) it is also reported as a race.
@@ -62,12 +68,30 @@ same() {
     else
         pass "$name: same param digest $ds in both modes"
     fi
+    waits "$name" 0
+}
+
+# waits NAME WANT: the asynchronous run's --json summary says host_waits_per_step WANT.
+waits() {
+    local got
+    got=$(grep '^{' "$W/$1.async" | tail -n 1 | "$PY" -c 'import json,sys; print(json.load(sys.stdin).get("host_waits_per_step"))' 2>/dev/null)
+    if "$PY" -c "import sys; sys.exit(0 if sys.argv[1] != 'None' and float(sys.argv[1]) == float(sys.argv[2]) else 1)" "$got" "$2" 2>/dev/null; then
+        pass "$1: $got host waits per steady step in the asynchronous mode"
+    else
+        fail "$1: host_waits_per_step '$got', expected $2"
+    fi
 }
 
 # --amp off: the asynchronous streams queue the fp32 table only, so both modes must train in fp32 (on a CPU with
 # AVX512_BF16 the default would be bf16 in the synchronous mode).
-COMMON=(--epochs 1 --no-progress --threads "$THREADS" --workers 2 --amp off)
+COMMON=(--epochs 1 --no-progress --threads "$THREADS" --workers 2 --amp off --json)
 same mnist-net "$RT" train --data "$W/mnist" --model mnist-net --batch-size 32 --steps 12 --grad-accum 2 "${COMMON[@]}"
+same mnist-net-clip "$RT" train --data "$W/mnist" --model mnist-net --batch-size 32 --steps 8 --clip-grad-norm 0.5 \
+    "${COMMON[@]}"
+# The count's own check: a run told to wait for the stream before each micro-batch reports exactly that.
+RINGTRAIN_CPU_STREAMS=async RINGTRAIN_TEST_HOST_WAIT=1 "$RT" train --data "$W/mnist" --model mnist-net --batch-size 32 \
+    --steps 8 --grad-accum 2 "${COMMON[@]}" >"$W/forced.async" 2>&1
+waits forced 2
 [ "$SMALL" = 1 ] || same resnet18 "$RT" train --data "$W/cifar" --model resnet18 --batch-size 16 --steps 6 "${COMMON[@]}"
 
 # Resume: a checkpoint written asynchronously, resumed asynchronously, equals an uninterrupted synchronous run.
@@ -89,7 +113,7 @@ MPIRUN=$(command -v mpirun >/dev/null && echo mpirun)
 if [ -n "$MPIRUN" ]; then
     export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
     MPI=("$MPIRUN" -np 2 --oversubscribe --bind-to none -x RINGTRAIN_CPU_STREAMS)
-    R2=(--epochs 1 --no-progress --threads 1 --workers 1 --steps 6 --amp off)
+    R2=(--epochs 1 --no-progress --threads 1 --workers 1 --steps 6 --amp off --json)
     same np2-mnist-net "${MPI[@]}" "$RT" train --data "$W/mnist" --model mnist-net --batch-size 16 --bucket-cap-mb 0.05 "${R2[@]}"
     if [ "$SMALL" != 1 ]; then
         same np2-resnet18 "${MPI[@]}" "$RT" train --data "$W/cifar" --model resnet18 --batch-size 8 --bucket-cap-mb 1 "${R2[@]}"

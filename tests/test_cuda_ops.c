@@ -1410,6 +1410,25 @@ static void test_reductions(void)
         compare("count_nonfinite", shape, &got[0], &got[1], 1, T_EXACT);
         CHECKF(got[0] == (float)want, "count_nonfinite %s: cpu says %g", shape, (double)got[0]);
     }
+
+    /* clip_scale: the factor worked out on the device from the squared norm, bit for bit the CPU's (and
+     * nothing done below max_norm or for a non-finite norm) */
+    printf("clip_scale\n");
+    static const float clip_cases[][2] = {{400.0f, 2.0f}, {400.0f, 25.0f}, {INFINITY, 1.0f}, {NAN, 1.0f}};
+    const size_t nc = 65537;
+    fill_normal(&r, hx, nc, 0.0f, 1.0f);
+    struct dual y = d_floats(nc), q = d_floats(1);
+    for (size_t c = 0; c < RT_ARRAY_LEN(clip_cases); c++) {
+        char shape[64];
+        snprintf(shape, sizeof(shape), "n=%zu sumsq %g max_norm %g", nc, (double)clip_cases[c][0],
+                 (double)clip_cases[c][1]);
+        d_put(&y, hx, nc * sizeof(float));
+        d_fill(&q, 1, clip_cases[c][0]);
+        BOTH OP(s, clip_scale, nc, DF(q, s), clip_cases[c][1], DF(y, s));
+        cmp_flat("clip_scale", shape, &y, nc, T_EXACT);
+    }
+    d_free(&y);
+    d_free(&q);
     d_free(&x);
     d_free(&out);
     free(hx);

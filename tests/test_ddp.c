@@ -111,13 +111,13 @@ static int run(struct rt_comm *comm, double cap_mb, int no_overlap, uint64_t *di
         CHECKF(e <= 0, "cap %g overlap %d step %d: gradients off the whole-batch ones by %g beyond tolerance "
                        "(max |g| %g)",
                cap_mb, !no_overlap, step, e, scale);
-        /* The global loss equals the reference's. */
+        CHECK_OK(train_step_apply(T));
+        /* The global loss equals the reference's (the update's sums are read from the device once applied). */
         const struct rt_loss_stats *mine = train_last_loss(T);
         double ls[2] = {mine->loss_sum, mine->count};
         rt_comm_allreduce(comm, ls, 2, RT_COMM_F64, RT_RED_SUM, "test loss");
         CHECKF(fabs(ls[0] - st_ref.loss_sum) <= 1e-4 * fabs(st_ref.loss_sum) && ls[1] == (double)world * B,
                "loss %g vs %g", ls[0], (double)st_ref.loss_sum);
-        CHECK_OK(train_step_apply(T));
         rt_optim_step(ropt, rt_model_params(ref), rt_model_grads(ref), LR);
     }
     rt_model_read(train_model(T), RT_MODEL_PARAMS, 0, np, p_ddp);

@@ -1675,6 +1675,42 @@ static void test_reductions(void)
     free(hx);
 }
 
+/*
+ * clip_scale: the factor worked out from the squared norm on the device, as torch.nn.utils.clip_grad_norm_
+ * does in fp32 (max_norm / (norm + 1e-6) when norm > max_norm); nothing when the norm is at most max_norm or
+ * not finite. download_async: the copy lands once the stream has passed it.
+ */
+static void test_clip_scale(void)
+{
+    printf("clip_scale / download_async\n");
+    const size_t n = 70001;
+    float *hx = host_floats(n), *hy = host_floats(n);
+    for (size_t i = 0; i < n; i++)
+        hx[i] = (float)((int)(i % 11) - 5) * 0.25f;
+    float *x = dev_floats(n), *sq = dev_floats(1);
+    const float cases[][2] = {{400.0f, 2.0f}, {400.0f, 20.0f}, {400.0f, 25.0f}, {INFINITY, 1.0f}, {NAN, 1.0f}};
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        const float sumsq = cases[c][0], max_norm = cases[c][1];
+        up(x, hx, n);
+        up(sq, &sumsq, 1);
+        ops->clip_scale(st, n, sq, max_norm, x);
+        ops->download_async(st, hy, x, n * sizeof(float));
+        ops->sync(st);
+        const float norm = sqrtf(sumsq);
+        const int clips = isfinite(norm) && norm > max_norm;
+        const float f = max_norm / (norm + 1e-6f);
+        size_t bad = 0;
+        for (size_t i = 0; i < n; i++)
+            bad += memcmp(&hy[i], clips ? &(float){hx[i] * f} : &hx[i], sizeof(float)) != 0;
+        CHECKF(bad == 0, "clip_scale sumsq %g max_norm %g: %zu of %zu values differ from %s", (double)sumsq,
+               (double)max_norm, bad, n, clips ? "x * max_norm / (norm + 1e-6)" : "x unchanged");
+    }
+    ops->free(be, x);
+    ops->free(be, sq);
+    free(hx);
+    free(hy);
+}
+
 /* ---- casts ------------------------------------------------------------------------------ */
 
 static uint32_t fbits(float f)
@@ -2041,6 +2077,7 @@ int main(void)
     test_add_relu();
     test_xent();
     test_reductions();
+    test_clip_scale();
     test_casts();
     test_sgd();
     test_adam();

@@ -266,7 +266,7 @@ static int make_bucketer(struct train *T)
                                 .no_overlap = T->cfg.no_overlap, .nccl = T->nccl,
                                 .stream = T->nccl ? rt_backend_native_stream(T->be) : NULL,
                                 .fence_mark = T->nccl ? NULL : fence_mark, .fence_wait = T->nccl ? NULL : fence_wait,
-                                .fence_ctx = T};
+                                .fence_ctx = T, .stream_call = fence_stream_call, .stream_ctx = T};
     int rc = rt_bucketer_create(T->comm, rt_model_grads(T->model), rt_model_trainable_count(T->model), bt, np, &bo,
                                 &T->bucketer);
     free(bt);
@@ -434,7 +434,8 @@ int train_create(const struct train_cfg *cfg, struct train **out)
     replicas_sync_from_root(T, RT_MODEL_PARAMS, "initial parameters");
     replicas_sync_from_root(T, RT_MODEL_BUFFERS, "initial buffers");
     startup_mark(T, BOOT_SYNC);
-    if ((rc = tracefile_create(T)) < 0 || (rc = profile_create(T)) < 0 || (rc = input_create(T)) < 0)
+    if ((rc = tracefile_create(T)) < 0 || (rc = profile_create(T)) < 0 || (rc = late_create(T)) < 0 ||
+        (rc = input_create(T)) < 0)
         return rc;
     tracefile_gpu_create(T);
     startup_mark(T, BOOT_LOADER);
@@ -454,6 +455,7 @@ void train_destroy(struct train *T)
     json_decref(T->summary);
     json_decref(T->state);
     input_destroy(T);
+    late_destroy(T);
     profile_destroy(T);
     tracefile_gpu_destroy(T);
     tracefile_destroy(T);
@@ -500,8 +502,9 @@ const struct rt_scaler *train_scaler(const struct train *T)
     return T->scaling ? &T->scaler : NULL;
 }
 
-const struct rt_loss_stats *train_last_loss(const struct train *T)
+const struct rt_loss_stats *train_last_loss(struct train *T)
 {
+    late_flush(T); /* a caller between steps: read the last update now */
     return &T->step_loss;
 }
 

@@ -54,6 +54,21 @@ struct train_meter {
     uint64_t epoch_t0, last_bar; /* the epoch's start and the progress bar's last draw */
 };
 
+/* late.c: an update's device results (loss sums, squared norm), read a step late. */
+struct train_late_slot {
+    void *host;                 /* struct late_host: the squared norm, then grad_accum loss sums */
+    int pinned;                 /* host from rt_backend_host_alloc */
+    struct rt_event *ready;     /* recorded after the copy into `host` */
+    uint64_t update, epoch, batch0; /* where the update was, for the messages */
+    uint32_t n;                 /* its micro-batches */
+    int clipped;                /* the squared norm was copied */
+    int pending;                /* committed, not yet read */
+};
+struct train_late {
+    struct rt_loss_stats *dev;  /* device: 2 x grad_accum slots, update k's in half k % 2 */
+    struct train_late_slot slot[2];
+};
+
 /* One batch in flight on the input side: its slot, device buffer and copy. */
 struct train_inflight {
     struct rt_batch *slot;
@@ -138,13 +153,26 @@ struct op_stats {
     int nrow;
 };
 
+/* One optimizer step's profile: its host-side phases as it runs, its device phases when its timeline is read. */
+struct prof_step {
+    uint64_t cur[PROF_N];       /* ns */
+    uint64_t t_step0, t_end;    /* its start and end on the host */
+    uint64_t update;            /* its number */
+    uint32_t micro;             /* its micro-batches */
+    int per_layer;              /* it marked every layer (tracing) */
+    double scale;               /* the loss scale it ran at */
+    uint64_t comm_dev;          /* the compute stream's wait for the all-reduce, from the timeline */
+    struct rt_timeline *tl;     /* its marks */
+    int pending;                /* ended, timeline not read yet */
+};
+
 struct train_profile {
-    uint64_t cur[PROF_N];       /* this optimizer step so far, ns */
-    uint64_t t_step0;           /* its start */
-    uint32_t micro;             /* its micro-batches so far */
+    struct prof_step now;       /* the step in progress */
+    struct prof_step late;      /* the step before it, read at the end of this one (no host wait) */
     uint64_t steps_seen;        /* the steps this process profiled: the first PROF_WARMUP are the warm-up */
     struct prof_hist set[PROF_SETS];
-    struct rt_timeline *tl;     /* on the compute stream */
+    struct rt_timeline *tls[2]; /* on the compute stream: the steps use them in turn */
+    struct rt_timeline *tl;     /* the step in progress's */
     int per_layer;              /* this step marks every layer (tracing) */
     struct train_opprof ops;    /* --profile-ops */
 };
@@ -190,6 +218,7 @@ struct train_results {
     uint32_t streak;            /* epochs in a row at the target accuracy */
     uint64_t epochs_done;
     double run_comm_frac;       /* exposed communication over the run, averaged over the ranks */
+    double host_waits_per_step; /* the most over the ranks; NaN: no steady step ran */
 };
 
 /* Start-up, in the order it happens: each stamp (rt_now_ns) ends the part named after it (startup.c). */
@@ -263,7 +292,11 @@ struct train {
     struct train_pos pos;
     struct train_meter meter;
     /* the update in progress */
-    struct rt_loss_stats step_loss; /* the last micro-batch's loss sums */
+    struct rt_loss_stats step_loss; /* the last micro-batch read back (late.c): its loss sums */
+    struct train_late late;
+    /* Host waits for the compute stream (rt_backend_host_waits) inside steady steps: the count when the
+     * update began, the sum over the steady updates so far, and how many (train --json host_waits_per_step). */
+    uint64_t waits_at_begin, waits_sum, waits_steps;
     uint64_t step_comm_ns;      /* the last update's wait for its all-reduce */
     uint32_t ctl;               /* the last update's control word, OR-ed over the ranks */
     char nonfinite[400];        /* this rank's first non-finite loss of the update, for the message */
@@ -316,6 +349,7 @@ int fence_create(struct train *T, int n);   /* 0 or -errno */
 void fence_destroy(struct train *T);        /* none made is fine */
 void fence_mark(void *ctx, int bucket);
 void fence_wait(void *ctx, int bucket);
+void fence_stream_call(void *ctx, void (*fn)(void *arg), void *arg); /* rt_bucket_opts.stream_call */
 
 /* epoch.c */
 int epoch_done(const struct train *T);      /* 1 when the position is at the epoch's end */
@@ -364,8 +398,21 @@ void report_op_profile(const struct train *T); /* --profile-ops: the categories 
 void report_clear_bar(const struct train *T);
 
 /* meter.c */
-void meter_micro(struct train_meter *m, const struct rt_loss_stats *loss, const struct train_batch *b);
+void meter_micro(struct train_meter *m, const struct train_batch *b); /* its times */
 void meter_update(struct train_meter *m, uint64_t comm_ns); /* the update's tail: reduction and optimizer */
+void meter_loss(struct train_meter *m, const struct rt_loss_stats *loss); /* a micro-batch's sums, read late */
+void meter_comm(struct train_meter *m, uint64_t ns); /* exposed communication the stream saw, read late */
+
+/* late.c: see there. 0 or -errno where an int. */
+int late_create(struct train *T);
+void late_destroy(struct train *T);         /* none made is fine */
+void late_begin(struct train *T);           /* an update starts: its slot */
+struct rt_loss_stats *late_stats_dev(struct train *T, uint32_t i); /* micro-batch i's device sums */
+void late_micro_done(struct train *T);      /* a micro-batch's sums were written */
+void late_norm(struct train *T, const float *norm_sq_dev); /* copy clipping's squared norm out */
+void late_commit(struct train *T);          /* after the optimizer: copy the sums out, record the event */
+int late_collect_previous(struct train *T); /* read the update before this one (no host wait): -ERANGE */
+int late_flush(struct train *T);            /* read whatever is pending (a host wait): -ERANGE */
 void meter_epoch_reset(struct train_meter *m);
 
 /* profile.c */
@@ -374,7 +421,8 @@ void profile_destroy(struct train *T);      /* none made is fine */
 void profile_update_begin(struct train *T);
 void profile_micro(struct train *T, const struct train_batch *b); /* its data wait and copies */
 void profile_model_opts(struct train *T, struct rt_step_opts *so); /* the timeline for rt_model_step */
-void profile_update_end(struct train *T);   /* read the timeline, add the step */
+void profile_update_end(struct train *T);   /* end the step; read the one before it, add it */
+void profile_flush(struct train *T);        /* read the last step's timeline now (a host wait), add it */
 void profile_stats(const struct train *T, struct prof_stats *out);       /* the run's steps */
 void profile_epoch_stats(const struct train *T, struct prof_stats *out); /* this epoch's steps */
 void profile_epoch_reset(struct train *T);
@@ -403,7 +451,7 @@ void tracefile_gpu_create(struct train *T); /* NVML where the backend is a GPU; 
 void tracefile_gpu_destroy(struct train *T); /* none made is fine */
 
 /* faults.c: the named points */
-void faults_before_compute(const struct train *T);
+void faults_before_compute(struct train *T);
 void faults_step_opts(const struct train *T, struct rt_step_opts *so);
 void faults_before_unscale(struct train *T);
 void faults_before_allreduce(const struct train *T); /* on the comm thread, before a bucket's all-reduce */

@@ -4,6 +4,8 @@
  * accuracy and its patience, the epoch line and metrics; then, for a full
  * epoch, the next position and the checkpoint.
  */
+#include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 
@@ -43,11 +45,22 @@ static int validate(struct train *T, char *line, size_t len)
 
 int epoch_close(struct train *T, int partial)
 {
+    /* The last update's loss sums, read now (a host wait at the epoch's end, outside the steady steps). */
+    int rc = late_flush(T);
+    if (rc < 0)
+        return rc;
     const struct train_meter *m = &T->meter;
     /* Global figures: sums over the ranks; times are each rank's own, averaged. */
     double g[7] = {m->ep_loss.loss_sum, m->ep_loss.correct, m->ep_loss.count, (double)m->epoch.images,
                    (double)m->epoch.train_ns, (double)m->epoch.wait_ns, (double)m->epoch.comm_ns};
     rt_comm_allreduce(T->comm, g, 7, RT_COMM_F64, RT_RED_SUM, "epoch metrics");
+    /* A non-finite loss in the epoch's last update, read just now: the sum carries it to every rank. */
+    if (!isfinite(g[0])) {
+        if (T->nonfinite[0])
+            return rt_errf(-ERANGE, "%s. Lower --lr or set --clip-grad-norm", T->nonfinite);
+        return rt_errf(-ERANGE, "another rank's loss became non-finite at optimizer step %" PRIu64
+                                " (its message names the tensor)", T->pos.update - 1);
+    }
     /* Each rank's own images over its own time, for the records: one number per rank, once an epoch. */
     if (T->rank_ips) {
         const double mine = m->epoch.train_ns ? (double)m->epoch.images / ((double)m->epoch.train_ns * 1e-9) : 0;

@@ -8,6 +8,7 @@
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -72,6 +73,11 @@ int train_faults_from_env(struct train_faults *f)
         f->slow_rank = (int)a;
         f->slow_ms = (uint32_t)b;
     }
+    if ((s = getenv("RINGTRAIN_TEST_HOST_WAIT")) && *s) {
+        if (strcmp(s, "1") != 0)
+            return rt_errf(-EINVAL, "RINGTRAIN_TEST_HOST_WAIT=%s: expected 1", s);
+        f->host_wait = 1;
+    }
     if ((s = getenv("RINGTRAIN_TEST_FULL_MESH")) && *s) {
         char *end;
         long v = strtol(s, &end, 10);
@@ -104,9 +110,12 @@ void faults_before_allreduce(const struct train *T)
         sleep_ms(T->faults.allreduce_delay_ms);
 }
 
-/* Named point: a rank that hangs in compute before update stall_update (a stalled peer). */
-void faults_before_compute(const struct train *T)
+/* Named point: a rank that hangs in compute before update stall_update (a stalled peer); a host wait before
+ * every micro-batch. */
+void faults_before_compute(struct train *T)
 {
+    if (T->faults.host_wait)
+        rt_backend_ops(T->be)->sync(rt_backend_stream(T->be));
     if (T->pos.update == T->faults.stall_update && T->rank == T->faults.stall_rank)
         for (;;)
             pause();

@@ -47,6 +47,13 @@ void fence_mark(void *ctx, int k)
     rt_event_record(T->bucket_done[k], rt_backend_stream(T->be));
 }
 
+/* The training thread, at an update's end: the compute stream waits for its all-reduces (late mode). */
+void fence_stream_call(void *ctx, void (*fn)(void *arg), void *arg)
+{
+    struct train *T = ctx;
+    rt_stream_call(rt_backend_stream(T->be), fn, arg);
+}
+
 /* The comm thread, before bucket k's all-reduce. */
 void fence_wait(void *ctx, int k)
 {

@@ -6,6 +6,7 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 
@@ -78,6 +79,10 @@ int train_finish(struct train *T)
     rt_comm_allreduce(T->comm, ct, 2, RT_COMM_F64, RT_RED_SUM, "the run's communication share");
     const uint64_t t_end = rt_now_ns(); /* the ranks leave this collective together: the trace's clocks */
     T->res.run_comm_frac = ct[1] > 0 ? ct[0] / ct[1] : 0;
+    /* The most any rank waited (a rank with no steady step says -1, below any real figure). */
+    double waits = T->waits_steps ? (double)T->waits_sum / (double)T->waits_steps : -1;
+    rt_comm_allreduce(T->comm, &waits, 1, RT_COMM_F64, RT_RED_MAX, "host waits per step");
+    T->res.host_waits_per_step = waits >= 0 ? waits : NAN;
     profile_gather(T);
     startup_gather(T);
     report_profile(T);

@@ -30,15 +30,27 @@ static void add(struct train_meter *m, uint64_t images, uint64_t train_ns, uint6
     }
 }
 
-void meter_micro(struct train_meter *m, const struct rt_loss_stats *loss, const struct train_batch *b)
+void meter_micro(struct train_meter *m, const struct train_batch *b)
 {
     const uint64_t now = rt_now_ns();
-    m->ep_loss.loss_sum += loss->loss_sum;
-    m->ep_loss.correct += loss->correct;
-    m->ep_loss.count += loss->count;
     m->run_micro++;
     add(m, b->valid, now - b->t_start, b->t_ready - b->t_start, 0);
     m->t_last = now;
+}
+
+/* The sums arrive a step after their micro-batch (late.c), in the micro-batches' order. */
+void meter_loss(struct train_meter *m, const struct rt_loss_stats *loss)
+{
+    m->ep_loss.loss_sum += loss->loss_sum;
+    m->ep_loss.correct += loss->correct;
+    m->ep_loss.count += loss->count;
+}
+
+/* Exposed communication seen on the compute stream rather than by the host (profile.c, a step late). */
+void meter_comm(struct train_meter *m, uint64_t ns)
+{
+    m->epoch.comm_ns += ns;
+    m->run.comm_ns += ns;
 }
 
 void meter_update(struct train_meter *m, uint64_t comm_ns)

@@ -8,10 +8,10 @@
  *
  * Forward, backward and the optimizer are timed on the compute stream (a
  * timeline: CUDA events on a GPU, the host clock on the CPU), the rest on the
- * host. The timeline is read after the update, when the host has waited for
- * the stream anyway (the loss download, the all-reduce); on a GPU reading the
- * optimizer's end waits for it, which the next step would have done at its
- * loss download.
+ * host. A step's timeline is read at the end of the next one, when that
+ * step's work is queued behind it, so reading never leaves the stream idle
+ * (the steps use two timelines in turn); profile_flush() reads the last one
+ * where every step must be in (an epoch's end, a trace window's end).
  *
  * With --profile-ops also the op profile: the model marks the stream before
  * and after every op it issues (two CUDA events per op; host times on the
@@ -74,13 +74,16 @@ int profile_create(struct train *T)
     /* Per-layer marks only while tracing: each layer's forward and backward, per micro-batch. With the op
      * profile, the layer marks and two per op: a layer issues at most two ops forward (a scale: copy, scale)
      * and two backward (a convolution: filter, data; a residual add: a copy or axpy per input), so 10 marks
-     * per layer; the input, the loss's three ops and the loss statistics' download, and the phase marks, 16. */
+     * per layer; the input, the loss's three ops, and the phase marks, 16. */
     const int layers = RT_MAX(rt_model_node_count(T->model), 1);
     const int per_micro = T->cfg.profile_ops ? 10 * layers + 16 : T->tr.rec ? 2 * layers + 8 : 6;
     const int cap = per_micro * (int)T->cfg.grad_accum + 4;
-    const int rc = rt_timeline_create(T->be, cap, &p->tl);
-    if (rc < 0)
-        return rc;
+    for (int i = 0; i < 2; i++) {
+        const int rc = rt_timeline_create(T->be, cap, &p->tls[i]);
+        if (rc < 0)
+            return rc;
+    }
+    p->tl = p->tls[0];
     if (T->cfg.profile_ops && T->tr.rec &&
         !(p->ops.layer = rt_calloc((size_t)cap, sizeof(*p->ops.layer), "op profile")))
         return -ENOMEM;
@@ -89,7 +92,10 @@ int profile_create(struct train *T)
 
 void profile_destroy(struct train *T)
 {
-    rt_timeline_destroy(T->prof.tl);
+    for (int i = 0; i < 2; i++) {
+        rt_timeline_destroy(T->prof.tls[i]);
+        T->prof.tls[i] = NULL;
+    }
     T->prof.tl = NULL;
     free(T->prof.ops.op);
     free(T->prof.ops.layer);
@@ -118,12 +124,13 @@ static void hist_add(struct prof_hist *h, const int bin[PROF_N])
 void profile_update_begin(struct train *T)
 {
     struct train_profile *p = &T->prof;
-    memset(p->cur, 0, sizeof(p->cur));
-    p->micro = 0;
-    p->t_step0 = rt_now_ns();
-    /* The stream is idle: the last step's end read its timeline. With tracing the anchor is exact. */
-    rt_timeline_start(p->tl, rt_backend_stream(T->be), rt_trace_live());
+    /* The timeline the step before last used: read at the last step's end. */
+    p->tl = p->tls[T->pos.update & 1u];
     p->per_layer = rt_trace_live();
+    p->now = (struct prof_step){.t_step0 = rt_now_ns(), .per_layer = p->per_layer, .tl = p->tl};
+    /* Only the differences between marks are exact, but with tracing, where the anchor's host time is waited
+     * for (the trace's device tracks sit on the host's clock). */
+    rt_timeline_start(p->tl, rt_backend_stream(T->be), rt_trace_live());
 }
 
 void profile_micro(struct train *T, const struct train_batch *b)
@@ -131,9 +138,9 @@ void profile_micro(struct train *T, const struct train_batch *b)
     struct train_profile *p = &T->prof;
     const uint64_t wait = b->t_ready - b->t_start;
     /* The next batch's copy is issued inside the wait: it counts as copy, as does the wait for this one's. */
-    p->cur[PROF_DATA] += wait > b->copy_issue_ns ? wait - b->copy_issue_ns : 0;
-    p->cur[PROF_COPY] += b->copy_issue_ns + b->copy_wait_ns;
-    p->micro++;
+    p->now.cur[PROF_DATA] += wait > b->copy_issue_ns ? wait - b->copy_issue_ns : 0;
+    p->now.cur[PROF_COPY] += b->copy_issue_ns + b->copy_wait_ns;
+    p->now.micro++;
     if (rt_trace_live())
         rt_trace_span(RT_TRACE_STEP, "data wait", NULL, b->t_start, b->t_ready);
 }
@@ -183,7 +190,7 @@ static void ops_add(struct train_opprof *o, const char *name, uint64_t ns, int s
 }
 
 /* The layer each mark's op belongs to, for the trace: the label of the next layer mark after it ("loss" for the
- * loss's ops), none past the model's last one (the statistics' download). */
+ * loss's ops), none past the model's last one. */
 static void ops_layers(const struct rt_timeline_mark *m, int n, const char **layer)
 {
     const char *next = NULL;
@@ -344,13 +351,12 @@ void profile_op_stats_free(struct op_stats *s)
     s->nrow = 0;
 }
 
-/* Adds the timeline's device phases to p->cur; with tracing, the compute stream's spans. */
-static void device_phases(struct train *T)
+/* Adds step s's device phases to s->cur; with tracing, the compute stream's spans. */
+static void device_phases(struct train *T, struct prof_step *s)
 {
-    struct train_profile *p = &T->prof;
     const struct rt_timeline_mark *m;
-    const int n = rt_timeline_read(p->tl, &m);
-    const int track = p->per_layer ? rt_trace_track("compute stream", 1) : -1;
+    const int n = rt_timeline_read(s->tl, &m);
+    const int track = s->per_layer ? rt_trace_track("compute stream", 1) : -1;
     uint64_t prev = 0, fwd0 = 0, bwd0 = 0;
     for (int i = 0; i < n; i++) {
         const uint64_t t = m[i].ns, d = prev && t > prev ? t - prev : 0;
@@ -365,28 +371,29 @@ static void device_phases(struct train *T)
             break;
         case RT_MARK_INPUT:
         case RT_MARK_LAYER_FWD:
-            p->cur[PROF_FORWARD] += d;
+            s->cur[PROF_FORWARD] += d;
             rt_trace_span_on(track, RT_TRACE_COMPUTE, "fwd", m[i].label, prev, t);
             break;
         case RT_MARK_FORWARD:
-            p->cur[PROF_FORWARD] += d;
+            s->cur[PROF_FORWARD] += d;
             rt_trace_span_on(track, RT_TRACE_COMPUTE, "loss", NULL, prev, t);
             rt_trace_span_on(track, RT_TRACE_COMPUTE, "forward", NULL, fwd0, t);
             bwd0 = t;
             break;
         case RT_MARK_LAYER_BWD:
-            p->cur[PROF_BACKWARD] += d;
+            s->cur[PROF_BACKWARD] += d;
             rt_trace_span_on(track, RT_TRACE_COMPUTE, "bwd", m[i].label, prev, t);
             break;
         case RT_MARK_BACKWARD:
-            p->cur[PROF_BACKWARD] += d;
+            s->cur[PROF_BACKWARD] += d;
             rt_trace_span_on(track, RT_TRACE_COMPUTE, "backward", NULL, bwd0, t);
             break;
         case MARK_OPTIM_END:
-            p->cur[PROF_OPTIM] += d;
+            s->cur[PROF_OPTIM] += d;
             rt_trace_span_on(track, RT_TRACE_OPTIM, "optimizer", NULL, prev, t);
             break;
-        default: /* MARK_OPTIM_START: the gap before it is the wait for the all-reduce */
+        default: /* MARK_OPTIM_START: the gap before it is the stream's wait for the all-reduce */
+            s->comm_dev += d;
             break;
         }
         prev = t;
@@ -394,35 +401,66 @@ static void device_phases(struct train *T)
     ops_step(T, m, n, track);
 }
 
-void profile_update_end(struct train *T)
+/* Step s's device phases (its timeline read: the caller knows the stream has work queued behind it, or is
+ * flushing), then the step into the histograms and, when it was traced, its spans. */
+static void step_finish(struct train *T, struct prof_step *s)
 {
     struct train_profile *p = &T->prof;
-    device_phases(T);
-    const uint64_t now = rt_now_ns();
-    p->cur[PROF_COMM] = T->step_comm_ns;
-    p->cur[PROF_STEP] = now - p->t_step0;
+    device_phases(T, s);
+    s->pending = 0;
+    /* Exposed communication: where the host no longer waits for the all-reduce (the stream does, late mode),
+     * the stream's wait before the optimizer says it; where the host waits, both say the same time. */
+    if (s->comm_dev > s->cur[PROF_COMM]) {
+        meter_comm(&T->meter, s->comm_dev - s->cur[PROF_COMM]);
+        s->cur[PROF_COMM] = s->comm_dev;
+    }
+    s->cur[PROF_STEP] = s->t_end - s->t_step0;
     uint64_t parts = 0;
     for (int k = 0; k < PROF_REST; k++)
-        parts += p->cur[k];
-    p->cur[PROF_REST] = p->cur[PROF_STEP] > parts ? p->cur[PROF_STEP] - parts : 0;
+        parts += s->cur[k];
+    s->cur[PROF_REST] = s->cur[PROF_STEP] > parts ? s->cur[PROF_STEP] - parts : 0;
     int bin[PROF_N]; /* each phase's bin, once for the sets it goes into */
     for (int k = 0; k < PROF_N; k++)
-        bin[k] = bin_of(p->cur[k]);
+        bin[k] = bin_of(s->cur[k]);
     hist_add(&p->set[PROF_RUN_ALL], bin);
     hist_add(&p->set[PROF_EPOCH_ALL], bin);
     if (p->steps_seen++ >= PROF_WARMUP) {
         hist_add(&p->set[PROF_RUN], bin);
         hist_add(&p->set[PROF_EPOCH], bin);
     }
-    if (rt_trace_live()) {
+    if (s->per_layer && rt_trace_live()) {
         char label[24];
-        snprintf(label, sizeof(label), "%" PRIu64, T->pos.update - 1);
-        rt_trace_span(RT_TRACE_STEP, "step", label, p->t_step0, now);
-        const double imgs = (double)T->cfg.batch * p->micro * T->world;
-        rt_trace_counter("images/s", imgs / ((double)p->cur[PROF_STEP] * 1e-9), now);
+        snprintf(label, sizeof(label), "%" PRIu64, s->update);
+        rt_trace_span(RT_TRACE_STEP, "step", label, s->t_step0, s->t_end);
+        const double imgs = (double)T->cfg.batch * s->micro * T->world;
+        rt_trace_counter("images/s", imgs / ((double)s->cur[PROF_STEP] * 1e-9), s->t_end);
         if (T->scaling)
-            rt_trace_counter("loss scale", (double)T->scaler.scale, now);
+            rt_trace_counter("loss scale", s->scale, s->t_end);
     }
+}
+
+/*
+ * The step's end. Its timeline is read at the next step's end, when that
+ * step's work is queued behind it (no host wait): the step before it is
+ * added now. profile_flush() adds the last one where the run needs every
+ * step counted (an epoch's end, a trace window's end).
+ */
+void profile_update_end(struct train *T)
+{
+    struct train_profile *p = &T->prof;
+    p->now.t_end = rt_now_ns();
+    p->now.cur[PROF_COMM] = T->step_comm_ns;
+    p->now.update = T->pos.update - 1;
+    p->now.scale = T->scaler.scale;
+    profile_flush(T);
+    p->late = p->now;
+    p->late.pending = 1;
+}
+
+void profile_flush(struct train *T)
+{
+    if (T->prof.late.pending)
+        step_finish(T, &T->prof.late);
 }
 
 /* The percentiles of the steps after the warm-up, or of every step where there are none after it. */

@@ -581,6 +581,10 @@ static json_t *summary_json(const struct train *T, double wall_s, double train_s
         json_object_set_new(o, "skipped_steps", json_integer((json_int_t)T->scaler.skipped));
     }
     json_object_set_new(o, "exposed_comm_frac", json_real(r->run_comm_frac));
+    /* Blocking waits for the compute stream inside a steady step (rt_backend_host_waits), the most any rank
+     * made on average: 0 when the host only queues work (loss scaling's overflow check still waits once). */
+    json_object_set_new(o, "host_waits_per_step",
+                        isnan(r->host_waits_per_step) ? json_null() : json_real(r->host_waits_per_step));
     json_object_set_new(o, "buckets", json_integer(rt_bucketer_count(T->bucketer)));
     /* What trains and what the all-reduce moves per update (bytes of the gradients in the buckets). */
     uint64_t trainable, frozen;

@@ -87,8 +87,10 @@ static struct rt_step_opts step_opts(const struct train *T, const struct train_b
 
 int train_step_forward_backward(struct train *T, const struct train_batch *b, uint32_t i, uint32_t n)
 {
-    if (i == 0)
+    if (i == 0) {
         rt_model_zero_grads(T->model);
+        late_begin(T);
+    }
     struct rt_step_opts so = step_opts(T, b, n);
     if (i + 1 == n) {
         /* Only the update's last micro-batch reduces: the others just accumulate. */
@@ -98,22 +100,16 @@ int train_step_forward_backward(struct train *T, const struct train_batch *b, ui
     }
     rt_comm_set_phase(T->comm, T->pos.update, RT_PHASE_COMPUTE);
     faults_before_compute(T);
-    T->step_loss = (struct rt_loss_stats){0};
     profile_model_opts(T, &so);
     faults_step_opts(T, &so);
+    /* The loss sums stay on the device: late.c reads them a step late (the non-finite check with them). */
+    so.stats_dev = late_stats_dev(T, i);
     const uint64_t t0 = rt_trace_begin();
-    const int rc = rt_model_step(T->model, &so, (int)T->cfg.batch, b->images, b->labels, &T->step_loss);
+    const int rc = rt_model_step(T->model, &so, (int)T->cfg.batch, b->images, b->labels, NULL);
     if (rc < 0)
         return rc;
     rt_trace_end(t0, RT_TRACE_COMPUTE, "forward+backward", NULL);
-    if (!isfinite(T->step_loss.loss_sum) && !T->nonfinite[0]) {
-        char where[160];
-        snprintf(T->nonfinite, sizeof(T->nonfinite),
-                 "the loss became %s at epoch %" PRIu64 " micro-batch %" PRIu64 " (optimizer step %" PRIu64
-                 ")%s; first non-finite tensor: %s",
-                 isnan(T->step_loss.loss_sum) ? "NaN" : "infinite", T->pos.epoch + 1, T->pos.batch, T->pos.update,
-                 T->world > 1 ? " on this rank" : "", first_nonfinite(T, where, sizeof(where), "the loss itself"));
-    }
+    late_micro_done(T);
     T->pos.batch++;
     T->pos.micro++;
     return 0;
@@ -129,9 +125,14 @@ uint32_t step_control_word(const struct train *T)
 int train_step_reduce(struct train *T)
 {
     uint32_t all = 0;
+    /* The update before this one, now that this one's forward and backward are queued behind it: its loss
+     * (a non-finite one goes into this update's control word) and its gradient norm. */
+    int rc = late_collect_previous(T);
+    if (rc < 0)
+        return rc;
     rt_comm_set_phase(T->comm, T->pos.update, RT_PHASE_GRAD_WAIT);
     const uint64_t t0 = rt_trace_begin();
-    const int rc = rt_bucketer_finish(T->bucketer, step_control_word(T), &all, &T->step_comm_ns);
+    rc = rt_bucketer_finish(T->bucketer, step_control_word(T), &all, &T->step_comm_ns);
     if (rc < 0)
         return rc;
     rt_trace_end(t0, RT_TRACE_COMM, "all-reduce wait", NULL);
@@ -140,7 +141,7 @@ int train_step_reduce(struct train *T)
         if (T->nonfinite[0])
             return rt_errf(-ERANGE, "%s. Lower --lr or set --clip-grad-norm", T->nonfinite);
         return rt_errf(-ERANGE, "another rank's loss became non-finite at optimizer step %" PRIu64
-                                " (its message names the tensor)", T->pos.update);
+                                " (its message names the tensor)", T->pos.update - 1); /* read a step late */
     }
     rt_comm_set_phase(T->comm, T->pos.update, RT_PHASE_OPTIM);
     return 0;
@@ -178,16 +179,11 @@ static int unscale(struct train *T)
                    (double)T->scaler.scale, T->pos.update, first);
 }
 
-static int clip(struct train *T)
+/* Clipping decides on the device; late.c reads the norm a step late and stops the run if it was not finite. */
+static void clip(struct train *T)
 {
-    float norm = rt_clip_grad_norm(T->opt, rt_model_grads(T->model), rt_model_trainable_count(T->model),
-                                   T->cfg.clip_grad_norm);
-    if (isfinite(norm))
-        return 0;
-    char where[160];
-    return rt_errf(-ERANGE, "the gradient norm became non-finite at optimizer step %" PRIu64
-                            "; first non-finite tensor: %s",
-                   T->pos.update, first_nonfinite(T, where, sizeof(where), "(not found)"));
+    late_norm(T, rt_clip_grad_norm_async(T->opt, rt_model_grads(T->model), rt_model_trainable_count(T->model),
+                                         T->cfg.clip_grad_norm));
 }
 
 static int apply(struct train *T)
@@ -197,9 +193,8 @@ static int apply(struct train *T)
         if (r)
             return r < 0 ? r : 0;
     }
-    const int r = T->cfg.clip_grad_norm > 0 ? clip(T) : 0;
-    if (r < 0)
-        return r;
+    if (T->cfg.clip_grad_norm > 0)
+        clip(T);
     /* The schedule counts applied updates: one skipped by loss scaling does not advance it. With --lr-head the
      * classifier, laid out first, is a group of its own. */
     const uint64_t applied = (uint64_t)rt_optim_steps(T->opt);
@@ -217,7 +212,9 @@ int train_step_apply(struct train *T)
     const int rc = apply(T);
     rt_trace_end(t0, RT_TRACE_OPTIM, "optimizer", NULL);
     rt_timeline_mark(T->prof.tl, "optimizer", MARK_OPTIM_END);
-    if (rc == 0)
+    if (rc == 0) {
+        late_commit(T);
         T->pos.update++;
+    }
     return rc;
 }

@@ -17,8 +17,18 @@
  *                                      buckets' all-reduce starts as
  *                                      gradients finish
  *         train_input_release          the ring slot back to the loader
- *     train_step_reduce    wait for the all-reduce; the ranks' control words
+ *     train_step_reduce    the update before's loss read back; the stream
+ *                          made to wait for the all-reduce; the ranks'
+ *                          control words
  *     train_step_apply     unscale and skip on overflow, clip, optimizer step
+ *
+ * The host only queues work: nothing in a steady update waits for the
+ * compute stream (with loss scaling, the overflow check still does, once).
+ * What the host must read -- the loss sums, clipping's norm, the step
+ * profile's times, the other ranks' control words -- it reads one update
+ * late (late.c), when the next update's work is queued behind it; an
+ * epoch's end, a checkpoint and train_last_loss() read what is pending at
+ * once. train --json reports the waits as host_waits_per_step.
  *
  * then, after an epoch's last update, the epoch's end (epoch.c: validation,
  * the epoch line, metrics, the checkpoint) and the stop checks.
@@ -122,6 +132,8 @@ struct train_faults {
     uint32_t slow_ms;
     int full_mesh;              /* the watchdog's all-to-all mesh only up to this many ranks (0: the default,
                                    rt_comm_opts.full_mesh): the sparse graph at a few dozen ranks */
+    int host_wait;              /* every micro-batch first waits for the compute stream (the host-wait count's
+                                   own check: host_waits_per_step must then say so) */
 };
 
 /* No fault anywhere. */
@@ -131,7 +143,7 @@ void train_faults_none(struct train_faults *f);
  * Fills `f` from the environment, none where a variable is unset:
  *   RINGTRAIN_TEST_STALL=RANK:UPDATE, RINGTRAIN_TEST_OVERFLOW=UPDATE:COUNT,
  *   RINGTRAIN_TEST_SLOW_COPY=MS, RINGTRAIN_TEST_SLOW_ALLREDUCE=MS, RINGTRAIN_TEST_SLOW_LOADER=MS,
- *   RINGTRAIN_TEST_SLOW_RANK=RANK:MS, RINGTRAIN_TEST_FULL_MESH=RANKS.
+ *   RINGTRAIN_TEST_SLOW_RANK=RANK:MS, RINGTRAIN_TEST_FULL_MESH=RANKS, RINGTRAIN_TEST_HOST_WAIT=1.
  * Returns 0, or -EINVAL naming the variable that does not parse.
  */
 int train_faults_from_env(struct train_faults *f);
@@ -312,18 +324,24 @@ int train_step_micro(struct train *T, uint32_t i, uint32_t n);
  * (i = n - 1) the bucketer all-reduces the gradients as backward finishes
  * them. The gradient is that of the update's mean loss: scaled by
  * 1 / (valid x world x n), times the loss scale. Dropout draws its masks
- * from stream micro-batch x world + rank (rt_step_opts' dropout_stream). A
- * non-finite loss is remembered (naming the first non-finite tensor) for
- * train_step_reduce.
+ * from stream micro-batch x world + rank (rt_step_opts' dropout_stream). The
+ * loss sums stay on the device (late.c reads them at the next update).
  * Moves the position past the micro-batch. Returns 0 or -errno.
  */
 int train_step_forward_backward(struct train *T, const struct train_batch *b, uint32_t i, uint32_t n);
 
 /*
- * After an update's last micro-batch: waits for the all-reduce and exchanges
- * the control word, so every rank takes the same decision at the same
- * update. Returns -ERANGE when some rank's loss became non-finite (the
- * message names the tensor on the rank where it happened), else 0.
+ * After an update's last micro-batch: reads the update before's loss sums
+ * and clipping norm (a non-finite loss is remembered, naming the first
+ * non-finite tensor, for the control word); makes the compute stream wait
+ * for this update's all-reduce (the host waits with several ranks only for
+ * the update before's, see rt_bucketer_finish) and exchanges the control
+ * word, so every rank takes the same decision at the same update: with
+ * several ranks a rank's bits reach the others one update later, so a stop
+ * signal acts after the update after it, a non-finite loss of update k
+ * stops the run at update k + 2 (k + 1 on one rank). Returns -ERANGE when
+ * some rank's loss (or the gradient norm) became non-finite (the message
+ * names the tensor on the rank where it happened), else 0.
  */
 int train_step_reduce(struct train *T);
 
@@ -349,7 +367,9 @@ struct train_pos train_position(const struct train *T);
 struct rt_model *train_model(struct train *T);
 struct rt_optim *train_optim(struct train *T);
 const struct rt_scaler *train_scaler(const struct train *T); /* NULL without loss scaling */
-const struct rt_loss_stats *train_last_loss(const struct train *T); /* the last micro-batch's sums, this rank's */
+/* The last micro-batch's sums, this rank's, of the last update applied (read from the device now if still
+ * there: a host wait). */
+const struct rt_loss_stats *train_last_loss(struct train *T);
 
 /*
  * XXH64 of the parameters as this rank holds them (the "param digest"), and

@@ -6,6 +6,7 @@
  * collective.
  */
 #include "common/common.h"
+#include "common/trace.h"
 #include "tools/train/driver.h"
 
 void watch_run_begin(struct train *T)
@@ -19,8 +20,12 @@ void watch_epoch_begin(struct train *T)
     profile_epoch_reset(T);
 }
 
+/* The updates before these are the warm-up: cuDNN's searches, first allocations, the first late read. */
+enum { WAITS_WARMUP = 3 };
+
 void watch_update_begin(struct train *T)
 {
+    T->waits_at_begin = rt_backend_host_waits(T->be);
     tracefile_window(T, T->pos.update, 1);
     profile_update_begin(T);
 }
@@ -29,7 +34,7 @@ void watch_micro_end(struct train *T, const struct train_batch *b)
 {
     if (!T->boot[BOOT_FIRST_BATCH])
         T->boot[BOOT_FIRST_BATCH] = b->t_ready;
-    meter_micro(&T->meter, &T->step_loss, b);
+    meter_micro(&T->meter, b);
     profile_micro(T, b);
     report_progress(T);
 }
@@ -38,5 +43,14 @@ void watch_update_end(struct train *T)
 {
     meter_update(&T->meter, T->step_comm_ns);
     profile_update_end(T);
+    /* The update's own waits: a log line, the epoch's end or a checkpoint come after this point. */
+    if (T->meter.run_micro > WAITS_WARMUP * (uint64_t)T->cfg.grad_accum) {
+        T->waits_sum += rt_backend_host_waits(T->be) - T->waits_at_begin;
+        T->waits_steps++;
+    }
+    /* The trace window's last step: its spans go in before the recording stops (the one host wait of a
+     * traced run's steps, at the window's end). */
+    if (rt_trace_live() && !T->cfg.trace_all && T->pos.update >= T->cfg.trace_last)
+        profile_flush(T);
     tracefile_window(T, T->pos.update, 0);
 }
