@@ -462,10 +462,14 @@ struct rt_loss_stats {
      * Adds this batch's sums into *stats (device memory). If                                                          \
      * dlogits is not NULL it receives grad_scale * d(loss_sum)/d(logits)                                              \
      * (zero rows for padding); pass grad_scale = 1 / (samples in the step).                                           \
+     * With loss_scale (a device float, read when the op runs) the factor is                                           \
+     * grad_scale * *loss_scale, the product rounded to float first (loss                                              \
+     * scaling with the scale kept on the device); NULL: grad_scale alone.                                             \
      */                                                                                                                \
     X(void, xent_fwd_bwd, (struct rt_stream *s, int n, int k, const float *logits, const int32_t *labels,              \
-                           float label_smoothing, float grad_scale, struct rt_loss_stats *stats, float *dlogits),      \
-                                 (s, n, k, logits, labels, label_smoothing, grad_scale, stats, dlogits))               \
+                           float label_smoothing, float grad_scale, const float *loss_scale,                           \
+                           struct rt_loss_stats *stats, float *dlogits),                                               \
+                                 (s, n, k, logits, labels, label_smoothing, grad_scale, loss_scale, stats, dlogits))   \
                                                                                                                        \
     /* -- reductions and checks over flat buffers -- */                                                                \
     /* *out (device float) = sum of x[i]^2 in double precision, stored as float */                                     \
@@ -478,12 +482,23 @@ struct rt_loss_stats {
     X(void, clip_scale, (struct rt_stream *s, size_t n, const float *sumsq, float max_norm, float *x),                 \
           (s, n, sumsq, max_norm, x))                                                                                  \
     /*                                                                                                                 \
-     * Loss scaling (fp32 gradients in every table): g *= inv_scale, and                                               \
-     * *found (device float) = 1 if any g was NaN/Inf before scaling, else                                             \
-     * 0. PyTorch's _amp_foreach_non_finite_check_and_unscale_.                                                        \
+     * Loss scaling (fp32 gradients in every table), the scale a device                                                \
+     * float: g *= 1.0f / *scale, and *found (device float) = 1 if any g was                                           \
+     * NaN/Inf before scaling, else 0. PyTorch's                                                                       \
+     * _amp_foreach_non_finite_check_and_unscale_.                                                                     \
      */                                                                                                                \
-    X(void, unscale_check, (struct rt_stream *s, size_t n, float *g, float inv_scale, float *found),                   \
-          (s, n, g, inv_scale, found))                                                                                 \
+    X(void, unscale_check, (struct rt_stream *s, size_t n, float *g, const float *scale, float *found),               \
+          (s, n, g, scale, found))                                                                                     \
+    /*                                                                                                                 \
+     * The scale's update after unscale_check, on the device (PyTorch's                                                \
+     * _amp_update_scale_; rt_scaler_update's rule, which the host replays a                                           \
+     * step later for its messages): *found != 0: *scale *= backoff, *good = 0;                                        \
+     * else ++*good, and when it reaches growth_interval *good = 0 and *scale                                          \
+     * *= growth unless that passes 3e38. One thread's work.                                                           \
+     */                                                                                                                \
+    X(void, scaler_update, (struct rt_stream *s, float *scale, float *good, const float *found, float growth,          \
+                            float backoff, int growth_interval), (s, scale, good, found, growth, backoff,              \
+                                                                  growth_interval))                                    \
                                                                                                                        \
     /* -- casts (mixed precision); half/bf16 as raw uint16 bits, round to nearest even -- */                           \
     X(void, cast_f32_f16, (struct rt_stream *s, size_t n, const float *x, uint16_t *y), (s, n, x, y))                  \
@@ -501,13 +516,17 @@ struct rt_loss_stats {
      * Adam (decoupled = 0): g' = g + wd p; AdamW (decoupled = 1): p *= 1 - lr wd, g' = g;                             \
      *      m = b1 m + (1-b1) g'; v = b2 v + (1-b2) g'^2;                                                              \
      *      p -= lr / (1 - b1^step) * m / (sqrt(v) / sqrt(1 - b2^step) + eps).                                         \
+     * skip (a device float, read when the op runs), when not NULL and not 0:                                          \
+     * nothing is written (loss scaling's skipped update, decided on the device).                                      \
      */                                                                                                                \
     X(void, sgd_update, (struct rt_stream *s, size_t n, float *p, const float *g, float *buf, float lr,                \
-                         float momentum, float dampening, float weight_decay, int nesterov, int first),                \
-                               (s, n, p, g, buf, lr, momentum, dampening, weight_decay, nesterov, first))              \
+                         float momentum, float dampening, float weight_decay, int nesterov, int first,                 \
+                         const float *skip), (s, n, p, g, buf, lr, momentum, dampening, weight_decay, nesterov,        \
+                                              first, skip))                                                            \
     X(void, adam_update, (struct rt_stream *s, size_t n, float *p, const float *g, float *m, float *v, float lr,       \
-                          float beta1, float beta2, float eps, float weight_decay, int decoupled, int64_t step),       \
-                                (s, n, p, g, m, v, lr, beta1, beta2, eps, weight_decay, decoupled, step))
+                          float beta1, float beta2, float eps, float weight_decay, int decoupled, int64_t step,        \
+                          const float *skip), (s, n, p, g, m, v, lr, beta1, beta2, eps, weight_decay, decoupled,       \
+                                               step, skip))
 
 #define RT_OPS_LIST(X) RT_OPS_HOST_LIST(X) RT_OPS_DEVICE_LIST(X)
 
@@ -722,6 +741,9 @@ struct rt_step_opts {
      * overwrites, in stream order, with this micro-batch's sums (`stats` is then not touched and may be
      * NULL): no host wait; the caller copies them out later (download_async, then an event). */
     struct rt_loss_stats *stats_dev;
+    /* Loss scaling with the scale on the device: the loss gradient is multiplied by *loss_scale as well
+     * (xent_fwd_bwd's loss_scale); NULL: by grad_scale alone, which then holds any host-side scale. */
+    const float *loss_scale;
 };
 enum rt_mark_kind {
     RT_MARK_INPUT = 1,
@@ -808,13 +830,28 @@ float rt_clip_grad_norm(struct rt_optim *opt, float *grads, size_t n, float max_
 const float *rt_clip_grad_norm_async(struct rt_optim *opt, float *grads, size_t n, float max_norm);
 
 /*
- * Loss scaling: grads (n floats, device) *= inv_scale; returns 1 if any of
- * them was NaN/Inf before scaling, else 0 (the op table's unscale_check).
- * The flag lives in a device scalar the optimizer keeps, as
+ * Loss scaling: grads (n floats, device) *= 1.0f / scale; returns 1 if any
+ * of them was NaN/Inf before scaling, else 0 (the op table's
+ * unscale_check). The flag lives in a device scalar the optimizer keeps, as
  * rt_clip_grad_norm's norm does, so a step allocates nothing; reading it
  * back is the one host wait of the unscale.
  */
-int rt_optim_unscale(struct rt_optim *opt, float *grads, size_t n, float inv_scale);
+int rt_optim_unscale(struct rt_optim *opt, float *grads, size_t n, float scale);
+/*
+ * The same with the scale a device float (read when the op runs) and no host
+ * wait: returns the device flag (the optimizer's scalar, overwritten by the
+ * next call), for rt_optim_skip_if and to be copied out with download_async.
+ */
+const float *rt_optim_unscale_async(struct rt_optim *opt, float *grads, size_t n, const float *scale);
+/*
+ * From now on every update (rt_optim_step, rt_optim_step_groups) is skipped
+ * on the device when *flag (a device float) is not 0 when it runs: loss
+ * scaling's overflow, decided without the host. NULL: never skipped. The
+ * step count still advances on the host; the caller takes a skipped update
+ * back with rt_optim_set_steps once it has read the flag (before the next
+ * update is issued, so that its step count and learning rate are exact).
+ */
+void rt_optim_skip_if(struct rt_optim *opt, const float *flag);
 
 enum rt_sched_kind { RT_SCHED_CONSTANT = 0, RT_SCHED_STEP, RT_SCHED_COSINE, RT_SCHED_ONECYCLE };
 
@@ -837,7 +874,9 @@ int rt_sched_kind_parse(const char *s, enum rt_sched_kind *k);
 /*
  * PyTorch's GradScaler as a pure state machine (the trainer multiplies the
  * loss gradient by `scale`, unscales the gradients with rt_optim_unscale,
- * and reports whether they held a NaN/Inf):
+ * and reports whether they held a NaN/Inf; the training loop keeps the
+ * scale on the device, where the scaler_update op applies these rules, and
+ * replays them here a step later for its messages and stop rules):
  *  - overflow: the step is skipped (no optimizer update, the LR schedule
  *    does not advance), scale *= backoff, the good-step count restarts;
  *  - growth_interval good steps in a row: scale *= growth.

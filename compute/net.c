@@ -1094,7 +1094,7 @@ int net_step(struct net *n, const struct rt_step_opts *o, int batch, const uint8
     struct rt_loss_stats *stats_dev = o->stats_dev ? o->stats_dev : n->stats;
     OP(tl_op, op, zero, (s, stats_dev, sizeof(struct rt_loss_stats)));
     OP(tl_op, op, xent_fwd_bwd, (s, batch, n->classes, lt->data, n->labels, o->label_smoothing, o->grad_scale,
-                                 stats_dev, backward ? lt->grad : NULL));
+                                 o->loss_scale, stats_dev, backward ? lt->grad : NULL));
     if (tl)
         rt_timeline_mark(tl, "loss", RT_MARK_FORWARD);
     if (backward) {

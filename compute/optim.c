@@ -25,6 +25,8 @@ struct rt_optim {
     int nstate;
     float *norm;     /* device scalar for rt_clip_grad_norm() */
     float *found;    /* device scalar for rt_optim_unscale() */
+    float *scale;    /* device scalar: rt_optim_unscale()'s scale */
+    const float *skip; /* rt_optim_skip_if(); NULL: never */
 };
 
 int rt_optim_create(struct rt_backend *be, const struct rt_optim_opts *o, size_t n, struct rt_optim **out)
@@ -54,7 +56,8 @@ int rt_optim_create(struct rt_backend *be, const struct rt_optim_opts *o, size_t
             return -ENOMEM;
         }
     }
-    if (!(opt->norm = opt->ops->alloc(be, sizeof(float))) || !(opt->found = opt->ops->alloc(be, sizeof(float)))) {
+    if (!(opt->norm = opt->ops->alloc(be, sizeof(float))) || !(opt->found = opt->ops->alloc(be, sizeof(float))) ||
+        !(opt->scale = opt->ops->alloc(be, sizeof(float)))) {
         rt_optim_destroy(opt);
         return -ENOMEM;
     }
@@ -70,6 +73,7 @@ void rt_optim_destroy(struct rt_optim *opt)
         opt->ops->free(opt->be, opt->state[i]);
     opt->ops->free(opt->be, opt->norm);
     opt->ops->free(opt->be, opt->found);
+    opt->ops->free(opt->be, opt->scale);
     free(opt);
 }
 
@@ -82,10 +86,11 @@ static void update(struct rt_optim *opt, float *params, const float *grads, size
         return;
     if (o->kind == RT_OPT_SGD)
         opt->ops->sgd_update(s, count, params + off, grads + off, opt->state[0] ? opt->state[0] + off : NULL, lr,
-                             o->momentum, o->dampening, o->weight_decay, o->nesterov, opt->steps == 1);
+                             o->momentum, o->dampening, o->weight_decay, o->nesterov, opt->steps == 1, opt->skip);
     else
         opt->ops->adam_update(s, count, params + off, grads + off, opt->state[0] + off, opt->state[1] + off, lr,
-                              o->beta1, o->beta2, o->eps, o->weight_decay, o->kind == RT_OPT_ADAMW, opt->steps);
+                              o->beta1, o->beta2, o->eps, o->weight_decay, o->kind == RT_OPT_ADAMW, opt->steps,
+                              opt->skip);
 }
 
 void rt_optim_step(struct rt_optim *opt, float *params, const float *grads, float lr)
@@ -165,13 +170,24 @@ float rt_clip_grad_norm(struct rt_optim *opt, float *grads, size_t n, float max_
     return sqrtf(sq);
 }
 
-int rt_optim_unscale(struct rt_optim *opt, float *grads, size_t n, float inv_scale)
+const float *rt_optim_unscale_async(struct rt_optim *opt, float *grads, size_t n, const float *scale)
+{
+    opt->ops->unscale_check(rt_backend_stream(opt->be), n, grads, scale, opt->found);
+    return opt->found;
+}
+
+int rt_optim_unscale(struct rt_optim *opt, float *grads, size_t n, float scale)
 {
     struct rt_stream *s = rt_backend_stream(opt->be);
     float found = 0.0f;
-    opt->ops->unscale_check(s, n, grads, inv_scale, opt->found);
-    opt->ops->download(s, &found, opt->found, sizeof(found));
+    opt->ops->upload(s, opt->scale, &scale, sizeof(scale));
+    opt->ops->download(s, &found, rt_optim_unscale_async(opt, grads, n, opt->scale), sizeof(found));
     return found != 0.0f;
+}
+
+void rt_optim_skip_if(struct rt_optim *opt, const float *flag)
+{
+    opt->skip = flag;
 }
 
 /* ---- schedules -------------------------------------------------------------- */

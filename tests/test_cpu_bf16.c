@@ -1326,8 +1326,8 @@ static void test_xent(void)
     const struct rt_loss_stats init = {1.5f, 2.0f, 3.0f}; /* the op adds into them */
     o32->upload(st, s32, &init, sizeof(init));
     o32->upload(st, s16, &init, sizeof(init));
-    o32->xent_fwd_bwd(st, N, K, z32, l, 0.1f, 1.0f / N, s32, d32);
-    o16->xent_fwd_bwd(st, N, K, z16, l, 0.1f, 1.0f / N, s16, d16);
+    o32->xent_fwd_bwd(st, N, K, z32, l, 0.1f, 1.0f / N, NULL, s32, d32);
+    o16->xent_fwd_bwd(st, N, K, z16, l, 0.1f, 1.0f / N, NULL, s16, d16);
     float *r = get32(d32, N * K, NULL), *g = get16(d16, N * K, NULL);
     compare("xent dlogits", "(8,10) smoothing 0.1", r, g, N * K, 1, 0, 0, NULL);
     struct rt_loss_stats a, b;
@@ -1338,7 +1338,7 @@ static void test_xent(void)
     CHECKF(!memcmp(&a, &b, sizeof(a)), "xent stats: bf16 %.9g %g %g, fp32 %.9g %g %g", (double)b.loss_sum,
            (double)b.correct, (double)b.count, (double)a.loss_sum, (double)a.correct, (double)a.count);
     /* no dlogits: forward only */
-    o16->xent_fwd_bwd(st, N, K, z16, l, 0.0f, 1.0f, s16, NULL);
+    o16->xent_fwd_bwd(st, N, K, z16, l, 0.0f, 1.0f, NULL, s16, NULL);
     free(r);
     free(g);
     free(z);

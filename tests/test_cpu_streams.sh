@@ -15,7 +15,9 @@
 # And that the asynchronous runs' steps never wait for the compute stream:
 # `train --json` reports host_waits_per_step 0 (loss sums, the step profile
 # and the other ranks' control words read a step late, the all-reduce waited
-# for on the stream), at one and at two ranks, with clipping; the counter
+# for on the stream), at one and at two ranks, with clipping and with loss
+# scaling (its overflow decided on the device, the host's verdict a step
+# late, the digest the synchronous run's with two skipped updates); the counter
 # itself is checked against a run that must wait (see `waits`). In fp32: the
 # asynchronous streams queue the fp32 table only (no bf16 there).
 # A wait left out anywhere (an input copy not waited for, a bucket reduced
@@ -88,6 +90,12 @@ COMMON=(--epochs 1 --no-progress --threads "$THREADS" --workers 2 --amp off --js
 same mnist-net "$RT" train --data "$W/mnist" --model mnist-net --batch-size 32 --steps 12 --grad-accum 2 "${COMMON[@]}"
 same mnist-net-clip "$RT" train --data "$W/mnist" --model mnist-net --batch-size 32 --steps 8 --clip-grad-norm 0.5 \
     "${COMMON[@]}"
+# Loss scaling decided on the device (unscale, the scale's update, the skipped update), with injected overflows.
+same mnist-net-scaled env RINGTRAIN_TEST_OVERFLOW=2:2 "$RT" train --data "$W/mnist" --model mnist-net --batch-size 32 \
+    --steps 10 --loss-scale dynamic "${COMMON[@]}"
+grep -q "step 3: gradients overflowed at loss scale 32768: update skipped, scale now 16384" "$W/mnist-net-scaled.async" &&
+    pass "mnist-net-scaled: the second injected overflow logged a step late with its scales" ||
+    fail "mnist-net-scaled: no skip line for step 3: $(grep -i overflow "$W/mnist-net-scaled.async" | head -3)"
 # The count's own check: a run told to wait for the stream before each micro-batch reports exactly that.
 RINGTRAIN_CPU_STREAMS=async RINGTRAIN_TEST_HOST_WAIT=1 "$RT" train --data "$W/mnist" --model mnist-net --batch-size 32 \
     --steps 8 --grad-accum 2 "${COMMON[@]}" >"$W/forced.async" 2>&1

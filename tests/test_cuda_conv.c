@@ -892,11 +892,11 @@ static void weights_check(const struct conv_case *cc, enum rt_dtype dt)
         t32->upload(s, gg, gr, h.nw * 4);
         for (int step = 0; step < 2; step++) {
             if (step == 0) {
-                c32->sgd_update(CPUB.st, h.nw, cw, cg, cm, 0.1f, 0.9f, 0.0f, 1e-4f, 0, 1);
-                t32->sgd_update(s, h.nw, o.w, gg, gm, 0.1f, 0.9f, 0.0f, 1e-4f, 0, 1);
+                c32->sgd_update(CPUB.st, h.nw, cw, cg, cm, 0.1f, 0.9f, 0.0f, 1e-4f, 0, 1, NULL);
+                t32->sgd_update(s, h.nw, o.w, gg, gm, 0.1f, 0.9f, 0.0f, 1e-4f, 0, 1, NULL);
             } else {
-                c32->adam_update(CPUB.st, h.nw, cw, cg, cm, cv, 0.01f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 1);
-                t32->adam_update(s, h.nw, o.w, gg, gm, gv, 0.01f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 1);
+                c32->adam_update(CPUB.st, h.nw, cw, cg, cm, cv, 0.01f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 1, NULL);
+                t32->adam_update(s, h.nw, o.w, gg, gm, gv, 0.01f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 1, NULL);
             }
             c32->download(CPUB.st, wn, cw, h.nw * 4);
             t->conv2d_fwd(s, &h.d, o.x, o.w, NULL, o.y);

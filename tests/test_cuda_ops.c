@@ -1335,7 +1335,7 @@ static void test_xent_case(int n, int k, float eps, int with_grad, uint64_t stre
     const struct rt_loss_stats start = {1.5f, 2.0f, 3.0f}; /* the op adds to what is there */
     d_put(&st, &start, sizeof(start));
     d_fill(&dz, nz, NAN); /* padding rows must be written as zeros */
-    BOTH OP(s, xent_fwd_bwd, n, k, DF(z, s), (const int32_t *)l.p[s], eps, gs, (struct rt_loss_stats *)st.p[s],
+    BOTH OP(s, xent_fwd_bwd, n, k, DF(z, s), (const int32_t *)l.p[s], eps, gs, NULL, (struct rt_loss_stats *)st.p[s],
             with_grad ? DF(dz, s) : NULL);
     struct rt_loss_stats got[2];
     d_get(&st, &got[0], &got[1], sizeof(struct rt_loss_stats));
@@ -1427,6 +1427,30 @@ static void test_reductions(void)
         BOTH OP(s, clip_scale, nc, DF(q, s), clip_cases[c][1], DF(y, s));
         cmp_flat("clip_scale", shape, &y, nc, T_EXACT);
     }
+
+    /* Loss scaling on the device: unscale_check by a device scale, scaler_update's rule, and an update skipped
+     * on the device flag, each bit for bit the CPU's. */
+    printf("unscale_check / scaler_update / skipped updates\n");
+    struct dual sg = d_floats(2), fl = d_floats(1), m1 = d_floats(nc), gg = d_floats(nc);
+    d_fill(&gg, nc, 0.25f);
+    d_put(&sg, (float[2]){65536.0f, 0.0f}, 2 * sizeof(float));
+    for (int i = 0; i < 40; i++) {
+        char shape[48];
+        snprintf(shape, sizeof(shape), "step %d", i);
+        hx[7] = i % 5 == 1 ? INFINITY : 1.0f; /* an overflow every fifth step */
+        d_put(&y, hx, nc * sizeof(float));
+        BOTH OP(s, unscale_check, nc, DF(y, s), DF(sg, s), DF(fl, s));
+        cmp_flat("unscale_check flag", shape, &fl, 1, T_EXACT);
+        BOTH OP(s, scaler_update, DF(sg, s), DF(sg, s) + 1, DF(fl, s), 2.0f, 0.5f, 3);
+        cmp_flat("scaler_update scale, good", shape, &sg, 2, T_EXACT);
+        d_fill(&m1, nc, 0.5f);
+        BOTH OP(s, sgd_update, nc, DF(y, s), DF(gg, s), DF(m1, s), 0.1f, 0.9f, 0.0f, 1e-4f, 0, 0, DF(fl, s));
+        cmp_flat("sgd_update under the flag", shape, &y, nc, T_EXACT);
+    }
+    d_free(&sg);
+    d_free(&fl);
+    d_free(&m1);
+    d_free(&gg);
     d_free(&y);
     d_free(&q);
     d_free(&x);
@@ -1616,7 +1640,7 @@ static void test_sgd(void)
             fill_normal(&r, hg, n, 0.0f, 1.0f);
             d_put(&g, hg, n * sizeof(float));
             BOTH OP(s, sgd_update, n, DF(p, s), DF(g, s), has_buf ? DF(buf, s) : NULL, cases[c].lr,
-                    cases[c].momentum, cases[c].dampening, cases[c].wd, cases[c].nesterov, step == 1);
+                    cases[c].momentum, cases[c].dampening, cases[c].wd, cases[c].nesterov, step == 1, NULL);
             if (step == 1) {
                 char op[80];
                 snprintf(op, sizeof(op), "%s: param (first step)", cases[c].name);
@@ -1681,7 +1705,7 @@ static void test_adam(void)
                 hg[i] *= 3.0f * cases[c].eps;
             d_put(&g, hg, n * sizeof(float));
             BOTH OP(s, adam_update, n, DF(p, s), DF(g, s), DF(m, s), DF(v, s), cases[c].lr, cases[c].b1, cases[c].b2,
-                    cases[c].eps, cases[c].wd, cases[c].decoupled, step);
+                    cases[c].eps, cases[c].wd, cases[c].decoupled, step, NULL);
         }
         char op[80];
         snprintf(op, sizeof(op), "%s: param", cases[c].name);
@@ -1818,10 +1842,11 @@ static int model_run(int s, const char *name, int dropout, enum rt_dtype act, co
     CHECKF(rc == 0, "%s %s %s: rt_model_step: %s", S[s].name, name, rt_dtype_name(act), rt_errmsg());
     if (rc == 0 && loss_scale != 1.0f) {
         const struct rt_ops *o32 = rt_backend_ops(S[s].be);
-        float *found = o32->alloc(S[s].be, sizeof(float)), f = 1.0f;
+        float *found = o32->alloc(S[s].be, 2 * sizeof(float)), f = 1.0f;
         CHECKF(found != NULL, "%s: alloc: %s", S[s].name, rt_errmsg());
         if (found) {
-            o32->unscale_check(S[s].st, np, rt_model_grads(m), 1.0f / loss_scale, found);
+            o32->upload(S[s].st, found + 1, &loss_scale, sizeof(float)); /* the scale, a device float */
+            o32->unscale_check(S[s].st, np, rt_model_grads(m), found + 1, found);
             o32->download(S[s].st, &f, found, sizeof(f));
             o32->sync(S[s].st);
             o32->free(S[s].be, found);
@@ -2348,9 +2373,10 @@ static void emu_axpy(struct rt_stream *s, size_t n, float alpha, const float *x,
 }
 
 static void emu_xent_fwd_bwd(struct rt_stream *s, int n, int k, const float *logits, const int32_t *labels,
-                             float label_smoothing, float grad_scale, struct rt_loss_stats *stats, float *dlogits)
+                             float label_smoothing, float grad_scale, const float *loss_scale,
+                             struct rt_loss_stats *stats, float *dlogits)
 {
-    S[CPU].ops->xent_fwd_bwd(s, n, k, logits, labels, label_smoothing, grad_scale, stats, dlogits);
+    S[CPU].ops->xent_fwd_bwd(s, n, k, logits, labels, label_smoothing, grad_scale, loss_scale, stats, dlogits);
     if (dlogits)
         emu_round(s, dlogits, (size_t)n * k);
 }
@@ -2593,9 +2619,11 @@ static void plant_conv_bwd_data_layout(struct rt_stream *s, const struct rt_conv
  * every gradient comes out LOSS_SCALE times too small after the unscale, pointing exactly the same way (in fp32,
  * without a loss scale, the same factor is lost all the same). */
 static void plant_xent_unscaled(struct rt_stream *s, int n, int k, const float *logits, const int32_t *labels,
-                                float label_smoothing, float grad_scale, struct rt_loss_stats *stats, float *dlogits)
+                                float label_smoothing, float grad_scale, const float *loss_scale,
+                                struct rt_loss_stats *stats, float *dlogits)
 {
-    plant_base->xent_fwd_bwd(s, n, k, logits, labels, label_smoothing, grad_scale / LOSS_SCALE, stats, dlogits);
+    plant_base->xent_fwd_bwd(s, n, k, logits, labels, label_smoothing, grad_scale / LOSS_SCALE, loss_scale, stats,
+                             dlogits);
 }
 
 /* bn_train_fwd that normalises with the batch's statistics but leaves the running statistics as they were. */

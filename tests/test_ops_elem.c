@@ -1528,7 +1528,7 @@ static void xent_run(int n, int k, const float *logits, const int32_t *labels, f
     ops->upload(st, s, out, sizeof(*s));
     if (dz)
         fill_nan(dz, (size_t)n * k); /* padding rows must be written as zeros */
-    ops->xent_fwd_bwd(st, n, k, z, lab, eps, scale, s, dz);
+    ops->xent_fwd_bwd(st, n, k, z, lab, eps, scale, NULL, s, dz);
     ops->download(st, out, s, sizeof(*s));
     if (dz)
         down(host_dlogits, dz, (size_t)n * k);
@@ -1947,7 +1947,7 @@ static void test_sgd(void)
             fill_normal(hg, n, 0.0f, 1.0f);
             up(g, hg, n);
             ops->sgd_update(st, n, p, g, k->momentum != 0.0 ? buf : NULL, (float)k->lr, (float)k->momentum,
-                            (float)k->dampening, (float)k->wd, k->nesterov, step == 1);
+                            (float)k->dampening, (float)k->wd, k->nesterov, step == 1, NULL);
             for (size_t i = 0; i < n; i++) {
                 double gi = hg[i] + k->wd * rp[i];
                 if (k->momentum != 0.0) {
@@ -2013,7 +2013,7 @@ static void test_adam(void)
                 hg[i] *= (float)(k->eps * 3.0);
             up(g, hg, n);
             ops->adam_update(st, n, p, g, m, v, (float)k->lr, (float)k->b1, (float)k->b2, (float)k->eps,
-                             (float)k->wd, k->decoupled, step);
+                             (float)k->wd, k->decoupled, step, NULL);
             const double bc1 = 1.0 - pow(k->b1, step), bc2 = 1.0 - pow(k->b2, step);
             for (size_t i = 0; i < n; i++) {
                 double gi = hg[i];

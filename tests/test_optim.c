@@ -173,9 +173,11 @@ static void check_unscale(struct rt_backend *be)
     for (int i = 0; i < N; i++)
         host[i] = (float)(i % 97) - 48.0f;
     float *g = ops->alloc(be, N * sizeof(float)), *found = ops->alloc(be, sizeof(float));
+    float *scale = ops->alloc(be, sizeof(float)); /* the loss scale lives on the device */
     float f = -1.0f;
     ops->upload(s, g, host, N * sizeof(float));
-    ops->unscale_check(s, N, g, 0.25f, found);
+    ops->upload(s, scale, &(float){4.0f}, sizeof(float));
+    ops->unscale_check(s, N, g, scale, found);
     ops->download(s, back, g, N * sizeof(float));
     ops->download(s, &f, found, sizeof(float));
     int same = 1;
@@ -186,23 +188,96 @@ static void check_unscale(struct rt_backend *be)
     for (int k = 0; k < 3; k++) {
         host[at[k]] = k == 1 ? NAN : INFINITY;
         ops->upload(s, g, host, N * sizeof(float));
-        ops->unscale_check(s, N, g, 0.5f, found);
+        ops->upload(s, scale, &(float){2.0f}, sizeof(float));
+        ops->unscale_check(s, N, g, scale, found);
         ops->download(s, &f, found, sizeof(float));
         CHECKF(f == 1.0f, "unscale: a non-finite gradient at %d raises the flag (got %g)", at[k], f);
         host[at[k]] = 1.0f;
     }
     ops->free(be, g);
     ops->free(be, found);
+    ops->free(be, scale);
     free(host);
     free(back);
 }
 
-/* rt_optim_unscale: exactly g * inv_scale, and 1 only when a gradient was non-finite (the flag is reset per call). */
+/* scaler_update on the device follows rt_scaler_update (the host replays it a step later for its messages) over
+ * overflows, good runs that grow the scale, and a growth that would pass 3e38 and is refused. */
+static void check_device_scaler(struct rt_backend *be)
+{
+    const struct rt_ops *ops = rt_backend_ops(be);
+    struct rt_stream *s = rt_backend_stream(be);
+    struct rt_scaler sc;
+    rt_scaler_init(&sc);
+    sc.growth_interval = 3;
+    sc.max_skips = 0;
+    float *d = ops->alloc(be, 3 * sizeof(float)); /* scale, good, found */
+    ops->upload(s, d, (float[2]){sc.scale, 0.0f}, 2 * sizeof(float));
+    int steps = 0, agree = 1;
+    for (int i = 0; i < 700 && agree; i++, steps++) {
+        const float found = (i % 7 == 2 || i % 11 == 0) && i < 150 ? 1.0f : 0.0f; /* then only growth */
+        ops->upload(s, d + 2, &found, sizeof(float));
+        ops->scaler_update(s, d, d + 1, d + 2, sc.growth, sc.backoff, (int)sc.growth_interval);
+        rt_scaler_update(&sc, found != 0.0f);
+        float got[2];
+        ops->download(s, got, d, sizeof(got));
+        agree = got[0] == sc.scale && got[1] == (float)sc.good;
+        CHECKF(agree, "scaler_update, step %d: device scale %g good %g, host %g %u", i, (double)got[0],
+               (double)got[1], (double)sc.scale, sc.good);
+    }
+    CHECKF(sc.scale > 1e38f, "the growth ran up to the 3e38 limit: scale %g", (double)sc.scale);
+    printf("scaler_update: %d steps as the host's rule, the scale ending at %g\n", steps, (double)sc.scale);
+    ops->free(be, d);
+}
+
+/* An update skipped on the device (loss scaling's overflow) leaves every parameter and state bit alone; a 0
+ * flag changes them exactly as no flag does. */
+static void check_skip(struct rt_backend *be)
+{
+    const struct rt_ops *ops = rt_backend_ops(be);
+    struct rt_stream *s = rt_backend_stream(be);
+    enum { N = 4099 };
+    float h[N], a[N], b[N], ma[N], mb[N];
+    for (int i = 0; i < N; i++)
+        h[i] = (float)(i % 13) * 0.125f - 0.75f;
+    float *p = ops->alloc(be, N * sizeof(float)), *g = ops->alloc(be, N * sizeof(float));
+    float *m = ops->alloc(be, N * sizeof(float)), *v = ops->alloc(be, N * sizeof(float));
+    float *flag = ops->alloc(be, sizeof(float));
+    ops->upload(s, g, h, sizeof(h));
+    for (int kind = 0; kind < 2; kind++) {
+        for (int f = 0; f < 3; f++) { /* flag 1, flag 0, no flag */
+            ops->upload(s, p, h, sizeof(h));
+            ops->upload(s, m, h, sizeof(h));
+            ops->zero(s, v, sizeof(h));
+            ops->upload(s, flag, &(float){f == 0 ? 1.0f : 0.0f}, sizeof(float));
+            const float *skip = f < 2 ? flag : NULL;
+            if (kind == 0)
+                ops->sgd_update(s, N, p, g, m, 0.1f, 0.9f, 0.0f, 1e-4f, 1, 0, skip);
+            else
+                ops->adam_update(s, N, p, g, m, v, 0.01f, 0.9f, 0.999f, 1e-8f, 0.01f, 1, 3, skip);
+            ops->download(s, f == 2 ? b : a, p, sizeof(h));
+            ops->download(s, f == 2 ? mb : ma, m, sizeof(h));
+            if (f == 0)
+                CHECKF(!memcmp(a, h, sizeof(h)) && !memcmp(ma, h, sizeof(h)),
+                       "%s with the skip flag set changed the parameters or the state", kind ? "adamw" : "sgd");
+        }
+        CHECKF(!memcmp(a, b, sizeof(h)) && !memcmp(ma, mb, sizeof(h)) && memcmp(a, h, sizeof(h)),
+               "%s with the skip flag 0 differs from no flag (or did nothing)", kind ? "adamw" : "sgd");
+    }
+    ops->free(be, p);
+    ops->free(be, g);
+    ops->free(be, m);
+    ops->free(be, v);
+    ops->free(be, flag);
+}
+
+/* rt_optim_unscale: exactly g * (1 / scale), and 1 only when a gradient was non-finite (the flag is reset per
+ * call). */
 static void check_optim_unscale(struct rt_backend *be)
 {
     const struct rt_ops *ops = rt_backend_ops(be);
     struct rt_stream *s = rt_backend_stream(be);
-    const float inv = 1.0f / 3.0f; /* not a power of two: the product is rounded, and must be rounded alike */
+    const float scale = 3.0f, inv = 1.0f / scale; /* not a power of two: the product is rounded, and must be alike */
     float host[NP], back[NP];
     for (int i = 0; i < NP; i++)
         host[i] = (float)(i % 89) * 0.37f - 16.0f;
@@ -216,7 +291,7 @@ static void check_optim_unscale(struct rt_backend *be)
         return;
     }
     ops->upload(s, g, host, sizeof(host));
-    int found = rt_optim_unscale(opt, g, NP, inv);
+    int found = rt_optim_unscale(opt, g, NP, scale);
     ops->download(s, back, g, sizeof(back));
     int exact = 1;
     for (int i = 0; i < NP; i++)
@@ -224,13 +299,13 @@ static void check_optim_unscale(struct rt_backend *be)
     CHECKF(found == 0 && exact, "optim unscale, finite: returned %d, products %s", found, exact ? "exact" : "differ");
     host[NP - 1] = INFINITY;
     ops->upload(s, g, host, sizeof(host));
-    found = rt_optim_unscale(opt, g, NP, inv);
+    found = rt_optim_unscale(opt, g, NP, scale);
     CHECKF(found == 1, "optim unscale: an Inf in the last gradient returns %d, not 1", found);
     host[NP - 1] = 1.0f;
     ops->upload(s, g, host, sizeof(host));
-    found = rt_optim_unscale(opt, g, NP, inv);
+    found = rt_optim_unscale(opt, g, NP, scale);
     CHECKF(found == 0, "optim unscale: finite again after an overflow returns %d, not 0", found);
-    CHECKF(rt_optim_unscale(opt, g, 0, inv) == 0, "optim unscale: no gradients, no overflow");
+    CHECKF(rt_optim_unscale(opt, g, 0, scale) == 0, "optim unscale: no gradients, no overflow");
     rt_optim_destroy(opt);
     ops->free(be, g);
 }
@@ -268,6 +343,8 @@ int main(void)
     check_scaler();
     check_unscale(be);
     check_optim_unscale(be);
+    check_device_scaler(be);
+    check_skip(be);
     rt_st_close(f);
 
     snprintf(path, sizeof(path), "%s/compute/sched.safetensors", dir);

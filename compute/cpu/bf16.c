@@ -1866,7 +1866,8 @@ static void bf16_axpy(struct rt_stream *s, size_t n, float alpha, const float *x
 
 /* The fp32 kernel on widened logits: (N, K) is small, and the sums stay the fp32 table's exactly. */
 static void bf16_xent_fwd_bwd(struct rt_stream *s, int n, int k, const float *logits, const int32_t *labels,
-                              float label_smoothing, float grad_scale, struct rt_loss_stats *stats, float *dlogits)
+                              float label_smoothing, float grad_scale, const float *loss_scale,
+                              struct rt_loss_stats *stats, float *dlogits)
 {
     if (n <= 0 || k <= 0)
         return;
@@ -1875,7 +1876,7 @@ static void bf16_xent_fwd_bwd(struct rt_stream *s, int n, int k, const float *lo
     void *p[2];
     scratch16_parts(s, bytes, p, 2);
     widen(s, nz, cb16(logits), p[0]);
-    rt_cpu_xent_fwd_bwd(s, n, k, p[0], labels, label_smoothing, grad_scale, stats, dlogits ? p[1] : NULL);
+    rt_cpu_xent_fwd_bwd(s, n, k, p[0], labels, label_smoothing, grad_scale, loss_scale, stats, dlogits ? p[1] : NULL);
     if (dlogits)
         narrow(s, nz, p[1], mb16(dlogits));
 }

@@ -902,10 +902,13 @@ struct xent_row {
 };
 
 void rt_cpu_xent_fwd_bwd(struct rt_stream *s, int n, int k, const float *logits, const int32_t *labels,
-                         float label_smoothing, float grad_scale, struct rt_loss_stats *stats, float *dlogits)
+                         float label_smoothing, float grad_scale, const float *loss_scale, struct rt_loss_stats *stats,
+                         float *dlogits)
 {
     if (n <= 0 || k <= 0)
         return;
+    if (loss_scale)
+        grad_scale *= *loss_scale; /* rounded to float, as the host's product was */
     struct xent_row *rows = scratch(s, (size_t)n * sizeof(*rows));
     const double eps = rt_decimal_double(label_smoothing);
     const double on = 1.0 - eps, off = eps / k;
@@ -1028,8 +1031,9 @@ void rt_cpu_count_nonfinite(struct rt_stream *s, size_t n, const float *x, float
     *out = (float)total;
 }
 
-void rt_cpu_unscale_check(struct rt_stream *s, size_t n, float *g, float inv_scale, float *found)
+void rt_cpu_unscale_check(struct rt_stream *s, size_t n, float *g, const float *scale, float *found)
 {
+    const float inv_scale = 1.0f / *scale;
     uint32_t bad = 0;
 #pragma omp parallel for schedule(static) num_threads(nthreads(s)) reduction(| : bad) if (n >= PAR_MIN)
     for (size_t i = 0; i < n; i++) {
@@ -1037,6 +1041,23 @@ void rt_cpu_unscale_check(struct rt_stream *s, size_t n, float *g, float inv_sca
         g[i] *= inv_scale;
     }
     *found = bad ? 1.0f : 0.0f;
+}
+
+void rt_cpu_scaler_update(struct rt_stream *s, float *scale, float *good, const float *found, float growth,
+                          float backoff, int growth_interval)
+{
+    (void)s;
+    if (*found != 0.0f) {
+        *scale *= backoff;
+        *good = 0.0f;
+        return;
+    }
+    if ((*good += 1.0f) >= (float)growth_interval) {
+        const float g = *scale * growth;
+        if (g <= 3.0e38f)
+            *scale = g;
+        *good = 0.0f;
+    }
 }
 
 /* ==== casts ================================================================ */
@@ -1176,8 +1197,10 @@ ELEM_CLONES static void sgd_chunk(size_t len, float *p, const float *g, float *b
 }
 
 void rt_cpu_sgd_update(struct rt_stream *s, size_t n, float *p, const float *g, float *buf, float lr, float momentum,
-                       float dampening, float weight_decay, int nesterov, int first)
+                       float dampening, float weight_decay, int nesterov, int first, const float *skip)
 {
+    if (skip && *skip != 0.0f)
+        return;
     const struct sgd_k k = {
         .neg_lr = -lr,
         .momentum = momentum,
@@ -1232,8 +1255,11 @@ ELEM_CLONES static void adam_chunk(size_t len, float *p, const float *g, float *
 }
 
 void rt_cpu_adam_update(struct rt_stream *s, size_t n, float *p, const float *g, float *m, float *v, float lr,
-                        float beta1, float beta2, float eps, float weight_decay, int decoupled, int64_t step)
+                        float beta1, float beta2, float eps, float weight_decay, int decoupled, int64_t step,
+                        const float *skip)
 {
+    if (skip && *skip != 0.0f)
+        return;
     const double lr_d = rt_decimal_double(lr), b1 = rt_decimal_double(beta1), b2 = rt_decimal_double(beta2);
     const double wd = rt_decimal_double(weight_decay), st = (double)step;
     /* torch's Python: bias_correction1 = 1 - beta1 ** step, step_size = lr / bias_correction1, ... */

@@ -259,7 +259,7 @@ template <typename T> static __global__ void axpy_k(size_t n, float alpha, const
  */
 template <typename T>
 static __global__ void xent_rows_k(int n, int k, const T *logits, const int32_t *labels, double eps, double on,
-                                   double off, float grad_scale, double *rows, T *dlogits)
+                                   double off, float grad_scale, const float *loss_scale, double *rows, T *dlogits)
 {
     const int lane = (int)(threadIdx.x & 31u);
     for (int64_t r = (int64_t)blockIdx.x * XENT_ROWS + threadIdx.x / 32; r < n;
@@ -332,7 +332,8 @@ static __global__ void xent_rows_k(int n, int k, const T *logits, const int32_t 
         if (dz) {
             __syncwarp();
             const double inv = __ddiv_rn(1.0, sum);
-            const double gs = (double)grad_scale;
+            /* the loss scale lives on the device: the product rounded to float, as elem.c's */
+            const double gs = (double)(loss_scale ? __fmul_rn(grad_scale, *loss_scale) : grad_scale);
             for (int j = lane; j < k; j += 32) {
                 /* the exponential again, rather than a stored copy: the same bits */
                 const double e = (double)expf(__fsub_rn(ldf(z[j]), zmax));
@@ -414,10 +415,11 @@ static __global__ void nonfinite_final_k(unsigned nb, const unsigned long long *
         *out = (float)c;
 }
 
-/* g *= inv_scale; *found was zeroed before the launch, every thread that sees
+/* g *= 1 / *scale; *found was zeroed before the launch, every thread that sees
  * a NaN/Inf stores the same 1.0f into it (a benign race: one value). */
-static __global__ void unscale_check_k(size_t n, float *g, float inv_scale, float *found)
+static __global__ void unscale_check_k(size_t n, float *g, const float *scale, float *found)
 {
+    const float inv_scale = __fdiv_rn(1.0f, *scale);
     bool bad = false;
     GRID_STRIDE(i, n)
     {
@@ -427,6 +429,25 @@ static __global__ void unscale_check_k(size_t n, float *g, float inv_scale, floa
     }
     if (bad)
         *found = 1.0f;
+}
+
+/* elem.c's rt_cpu_scaler_update on one thread: the scale and its growth count stay on the device. */
+static __global__ void scaler_update_k(float *scale, float *good, const float *found, float growth, float backoff,
+                                       int growth_interval)
+{
+    if (*found != 0.0f) {
+        *scale = __fmul_rn(*scale, backoff);
+        *good = 0.0f;
+        return;
+    }
+    const float n = __fadd_rn(*good, 1.0f);
+    *good = n;
+    if (n >= (float)growth_interval) {
+        const float g = __fmul_rn(*scale, growth);
+        if (g <= 3.0e38f)
+            *scale = g;
+        *good = 0.0f;
+    }
 }
 
 /* ==== casts ================================================================ */
@@ -490,8 +511,10 @@ static __global__ void cast_bf16_f32_k(size_t n, const uint16_t *x, float *y)
  * buf is not touched (it may be NULL) when momentum is 0.
  */
 static __global__ void sgd_k(size_t n, float *p, const float *g, float *buf, float neg_lr, float mom, float ag,
-                             float wd, int nesterov, int first)
+                             float wd, int nesterov, int first, const float *skip)
 {
+    if (skip && *skip != 0.0f)
+        return; /* loss scaling's skipped update */
     const bool has_wd = wd != 0.0f;
     GRID_STRIDE(i, n)
     {
@@ -519,8 +542,11 @@ static __global__ void sgd_k(size_t n, float *p, const float *g, float *buf, flo
  * division correctly rounded whatever -prec-sqrt/-prec-div say.
  */
 static __global__ void adam_k(size_t n, float *p, const float *g, float *m, float *v, float decay, float wd,
-                              float b1, float w1, float b2, float w2, float bc2, float eps, float neg_step)
+                              float b1, float w1, float b2, float w2, float bc2, float eps, float neg_step,
+                              const float *skip)
 {
+    if (skip && *skip != 0.0f)
+        return; /* loss scaling's skipped update */
     const bool has_wd = wd != 0.0f, has_decay = decay != 1.0f;
     GRID_STRIDE(i, n)
     {
@@ -666,7 +692,8 @@ template <typename T> static void axpy_t(struct rt_stream *s, size_t n, float al
 /* 16-bit logits are widened to float per element; the sums stay double, dlogits is rounded once into T. */
 template <typename T>
 static void xent_t(struct rt_stream *s, int n, int k, const float *logits, const int32_t *labels,
-                   float label_smoothing, float grad_scale, struct rt_loss_stats *stats, float *dlogits)
+                   float label_smoothing, float grad_scale, const float *loss_scale, struct rt_loss_stats *stats,
+                   float *dlogits)
 {
     if (n <= 0 || k <= 0)
         return;
@@ -678,8 +705,8 @@ static void xent_t(struct rt_stream *s, int n, int k, const float *logits, const
     size_t blocks = ((size_t)n + XENT_ROWS - 1) / XENT_ROWS;
     if (blocks > MAX_BLOCKS)
         blocks = MAX_BLOCKS;
-    xent_rows_k<T><<<(unsigned)blocks, THREADS, 0, st>>>(n, k, TP(logits), labels, eps, on, off, grad_scale, rows,
-                                                          TM(dlogits));
+    xent_rows_k<T><<<(unsigned)blocks, THREADS, 0, st>>>(n, k, TP(logits), labels, eps, on, off, grad_scale,
+                                                          loss_scale, rows, TM(dlogits));
     RT_CUDA_LAUNCHED();
     xent_stats_k<<<1, THREADS, 0, st>>>(n, rows, stats);
     RT_CUDA_LAUNCHED();
@@ -772,9 +799,10 @@ void rt_cuda_axpy(struct rt_stream *s, size_t n, float alpha, const float *x, fl
 }
 
 void rt_cuda_xent_fwd_bwd(struct rt_stream *s, int n, int k, const float *logits, const int32_t *labels,
-                          float label_smoothing, float grad_scale, struct rt_loss_stats *stats, float *dlogits)
+                          float label_smoothing, float grad_scale, const float *loss_scale,
+                          struct rt_loss_stats *stats, float *dlogits)
 {
-    xent_t<float>(s, n, k, logits, labels, label_smoothing, grad_scale, stats, dlogits);
+    xent_t<float>(s, n, k, logits, labels, label_smoothing, grad_scale, loss_scale, stats, dlogits);
 }
 
 void rt_cuda_sumsq(struct rt_stream *s, size_t n, const float *x, float *out)
@@ -822,13 +850,20 @@ void rt_cuda_elem_fill16(struct rt_ops *t, enum rt_dtype dt)
         elem_fill<__half>(t);
 }
 
-void rt_cuda_unscale_check(struct rt_stream *s, size_t n, float *g, float inv_scale, float *found)
+void rt_cuda_unscale_check(struct rt_stream *s, size_t n, float *g, const float *scale, float *found)
 {
     const cudaStream_t st = rt_cuda_stream(s);
     RT_CUDA_CHECK(cudaMemsetAsync(found, 0, sizeof(float), st));
     if (n == 0)
         return;
-    unscale_check_k<<<grid_for(n), THREADS, 0, st>>>(n, g, inv_scale, found);
+    unscale_check_k<<<grid_for(n), THREADS, 0, st>>>(n, g, scale, found);
+    RT_CUDA_LAUNCHED();
+}
+
+void rt_cuda_scaler_update(struct rt_stream *s, float *scale, float *good, const float *found, float growth,
+                           float backoff, int growth_interval)
+{
+    scaler_update_k<<<1, 1, 0, rt_cuda_stream(s)>>>(scale, good, found, growth, backoff, growth_interval);
     RT_CUDA_LAUNCHED();
 }
 
@@ -867,7 +902,7 @@ void rt_cuda_cast_bf16_f32(struct rt_stream *s, size_t n, const uint16_t *x, flo
 }
 
 void rt_cuda_sgd_update(struct rt_stream *s, size_t n, float *p, const float *g, float *buf, float lr, float momentum,
-                        float dampening, float weight_decay, int nesterov, int first)
+                        float dampening, float weight_decay, int nesterov, int first, const float *skip)
 {
     rt_cuda_wrote(s, p, n * sizeof(float));
     if (n == 0)
@@ -875,12 +910,13 @@ void rt_cuda_sgd_update(struct rt_stream *s, size_t n, float *p, const float *g,
     /* the float scalars ATen receives from torch.optim.SGD's Python code (as elem.c's struct sgd_k holds them) */
     const float alpha_g = (float)(1.0 - rt_decimal_double(dampening));
     sgd_k<<<grid_for(n), THREADS, 0, rt_cuda_stream(s)>>>(n, p, g, buf, -lr, momentum, alpha_g, weight_decay,
-                                                           nesterov, first);
+                                                           nesterov, first, skip);
     RT_CUDA_LAUNCHED();
 }
 
 void rt_cuda_adam_update(struct rt_stream *s, size_t n, float *p, const float *g, float *m, float *v, float lr,
-                         float beta1, float beta2, float eps, float weight_decay, int decoupled, int64_t step)
+                         float beta1, float beta2, float eps, float weight_decay, int decoupled, int64_t step,
+                         const float *skip)
 {
     rt_cuda_wrote(s, p, n * sizeof(float));
     if (n == 0)
@@ -895,6 +931,6 @@ void rt_cuda_adam_update(struct rt_stream *s, size_t n, float *p, const float *g
     const float bc2_sqrt = (float)sqrt(bc2);
     const float neg_step = (float)-(lr_d / bc1);
     adam_k<<<grid_for(n), THREADS, 0, rt_cuda_stream(s)>>>(n, p, g, m, v, decay, wd_f, beta1, w1, beta2, w2,
-                                                            bc2_sqrt, eps, neg_step);
+                                                            bc2_sqrt, eps, neg_step, skip);
     RT_CUDA_LAUNCHED();
 }

@@ -502,6 +502,11 @@ const struct rt_scaler *train_scaler(const struct train *T)
     return T->scaling ? &T->scaler : NULL;
 }
 
+int train_sync(struct train *T)
+{
+    return late_flush(T);
+}
+
 const struct rt_loss_stats *train_last_loss(struct train *T)
 {
     late_flush(T); /* a caller between steps: read the last update now */

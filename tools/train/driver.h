@@ -62,10 +62,13 @@ struct train_late_slot {
     uint64_t update, epoch, batch0; /* where the update was, for the messages */
     uint32_t n;                 /* its micro-batches */
     int clipped;                /* the squared norm was copied */
+    int scaled;                 /* loss scaling: the overflow flag and the scale were copied */
+    int verdict_due;            /* read, the host's replay of the scaler's rule not yet taken */
     int pending;                /* committed, not yet read */
 };
 struct train_late {
     struct rt_loss_stats *dev;  /* device: 2 x grad_accum slots, update k's in half k % 2 */
+    float *scale_dev;           /* loss scaling: the scale and its growth count, on the device */
     struct train_late_slot slot[2];
 };
 
@@ -411,6 +414,9 @@ struct rt_loss_stats *late_stats_dev(struct train *T, uint32_t i); /* micro-batc
 void late_micro_done(struct train *T);      /* a micro-batch's sums were written */
 void late_norm(struct train *T, const float *norm_sq_dev); /* copy clipping's squared norm out */
 void late_commit(struct train *T);          /* after the optimizer: copy the sums out, record the event */
+const float *late_scale_dev(const struct train *T); /* loss scaling: the device's scale (NULL: none) */
+void late_unscale(struct train *T);         /* loss scaling's unscale, scale update and skip, queued */
+int late_scaler(struct train *T);           /* the host's replay of the scaler for what was read: -ERANGE */
 int late_collect_previous(struct train *T); /* read the update before this one (no host wait): -ERANGE */
 int late_flush(struct train *T);            /* read whatever is pending (a host wait): -ERANGE */
 void meter_epoch_reset(struct train_meter *m);

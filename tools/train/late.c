@@ -1,8 +1,12 @@
 /*
  * late.c - what an update leaves on the device, read a step late, so that
  * the host never waits for the stream inside a step: each micro-batch's loss
- * sums (rt_step_opts.stats_dev) and, with --clip-grad-norm, the squared
- * gradient norm (rt_clip_grad_norm_async).
+ * sums (rt_step_opts.stats_dev), with --clip-grad-norm the squared gradient
+ * norm (rt_clip_grad_norm_async), and with loss scaling the overflow flag
+ * and the scale after it: the scale lives on the device (late_scale_dev),
+ * where the unscale, the scale's update and the skipped update are decided
+ * (PyTorch's _amp_update_scale_); the host replays rt_scaler_update a step
+ * later for its messages, its stop rules and the optimizer's step count.
  *
  * Two slots, used by updates in turn. Update k's ops write into slot k % 2;
  * after its optimizer step, late_commit() queues their copy into page-locked
@@ -19,8 +23,14 @@
  * (one update later; the optimizer of update k has run by then, and no
  * checkpoint is written after it), and the tensor the message names is the
  * first non-finite one when the loss is read, a step after it became so.
- * The meters see each micro-batch's loss in the same order as before, so
- * every figure, checkpoint and digest is the same bit for bit.
+ * Loss scaling's verdict on update k is taken at update k+1's optimizer
+ * step, before it is issued (late_scaler): a skipped update k is taken back
+ * from the optimizer's step count there, so update k+1's learning rate and
+ * Adam step are those of the applied updates, exactly as before; a stop
+ * (too many skips, a collapsed scale) ends the run there, naming the first
+ * non-finite tensor of update k+1's gradients. The meters see each
+ * micro-batch's loss in the same order as before, so every figure,
+ * checkpoint and digest is the same bit for bit.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -35,7 +45,8 @@
 /* The update in slot `i` of the late reader: its micro-batches' sums and its squared norm, on the host. */
 struct late_host {
     float norm_sq;
-    uint32_t pad_[3];
+    float found, scale;         /* loss scaling: the overflow flag, the scale after the update */
+    uint32_t pad_;
     struct rt_loss_stats micro[];
 };
 
@@ -51,6 +62,13 @@ int late_create(struct train *T)
     const size_t per = T->cfg.grad_accum;
     if (!(L->dev = ops->alloc(T->be, 2 * per * sizeof(struct rt_loss_stats))))
         return -ENOMEM;
+    if (T->scaling) {
+        /* The scale and its growth count, from the host's state (a resumed run's included). */
+        if (!(L->scale_dev = ops->alloc(T->be, 2 * sizeof(float))))
+            return -ENOMEM;
+        const float st[2] = {T->scaler.scale, (float)T->scaler.good};
+        ops->upload(rt_backend_stream(T->be), L->scale_dev, st, sizeof(st));
+    }
     for (int i = 0; i < 2; i++) {
         struct train_late_slot *s = &L->slot[i];
         /* Page-locked on a GPU (a DMA that needs no staging), ordinary memory on the CPU. */
@@ -85,7 +103,10 @@ void late_destroy(struct train *T)
     }
     if (L->dev && T->be)
         rt_backend_ops(T->be)->free(T->be, L->dev);
+    if (L->scale_dev && T->be)
+        rt_backend_ops(T->be)->free(T->be, L->scale_dev);
     L->dev = NULL;
+    L->scale_dev = NULL;
 }
 
 static struct train_late_slot *slot_of(struct train *T, uint64_t update)
@@ -114,6 +135,32 @@ void late_begin(struct train *T)
     s->batch0 = T->pos.batch;
     s->n = 0;
     s->clipped = 0;
+    s->scaled = 0;
+}
+
+const float *late_scale_dev(const struct train *T)
+{
+    return T->late.scale_dev;
+}
+
+/*
+ * Loss scaling's end of an update, all queued: unscale with the device's scale, update the scale, skip the
+ * optimizer step on an overflow (rt_optim_skip_if), and copy the flag and the new scale out.
+ */
+void late_unscale(struct train *T)
+{
+    struct train_late_slot *s = slot_of(T, T->pos.update);
+    struct late_host *h = s->host;
+    const struct rt_ops *ops = rt_backend_ops(T->be);
+    struct rt_stream *st = rt_backend_stream(T->be);
+    float *sc = T->late.scale_dev;
+    const float *found = rt_optim_unscale_async(T->opt, rt_model_grads(T->model),
+                                                rt_model_trainable_count(T->model), sc);
+    ops->scaler_update(st, sc, sc + 1, found, T->scaler.growth, T->scaler.backoff, (int)T->scaler.growth_interval);
+    rt_optim_skip_if(T->opt, found);
+    ops->download_async(st, &h->found, found, sizeof(float));
+    ops->download_async(st, &h->scale, sc, sizeof(float));
+    s->scaled = 1;
 }
 
 void late_micro_done(struct train *T)
@@ -159,7 +206,10 @@ static int collect(struct train *T, struct train_late_slot *s)
                      T->world > 1 ? " on this rank" : "", first_nonfinite(T, where, sizeof(where), "the loss itself"));
         }
     }
-    if (s->clipped && !isfinite(h->norm_sq)) {
+    if (s->scaled)
+        s->verdict_due = 1; /* late_scaler, at the next optimizer step: after its gradients' fault point */
+    /* A skipped update's norm is that of the overflowed gradients: nothing was clipped or applied. */
+    if (s->clipped && !(s->scaled && h->found != 0.0f) && !isfinite(h->norm_sq)) {
         char where[160];
         /* The gradients were all-reduced before clipping: every rank sees this at the same update. */
         return rt_errf(-ERANGE, "the gradient norm became non-finite at optimizer step %" PRIu64
@@ -167,6 +217,53 @@ static int collect(struct train *T, struct train_late_slot *s)
                        s->update, first_nonfinite(T, where, sizeof(where), "(not found)"));
     }
     return 0;
+}
+
+/* Replays the host's rt_scaler_update for slot s: its messages, the stop rules, the step count. 0 or -ERANGE. */
+static int scaler_verdict(struct train *T, struct train_late_slot *s)
+{
+    s->verdict_due = 0;
+    const struct late_host *h = s->host;
+    const float used = T->scaler.scale;
+    const enum rt_scaler_verdict v = rt_scaler_update(&T->scaler, h->found != 0.0f);
+    if (T->scaler.scale != h->scale)
+        return rt_errf(-EPROTO, "loss scaling: the device's scale %g after optimizer step %" PRIu64
+                                " is not the host's %g (a bug)", (double)h->scale, s->update,
+                       (double)T->scaler.scale);
+    if (v == RT_SCALER_APPLY)
+        return 0;
+    /* The update was not applied: the optimizer counted it when it was issued. */
+    rt_optim_set_steps(T->opt, rt_optim_steps(T->opt) - 1);
+    if (v == RT_SCALER_SKIP) {
+        if (T->root)
+            rt_info("step %" PRIu64 ": gradients overflowed at loss scale %g: update skipped, scale now %g",
+                    s->update, (double)used, (double)T->scaler.scale);
+        return 0;
+    }
+    char where[160];
+    const char *first = first_nonfinite(T, where, sizeof(where), "(not found)");
+    if (v == RT_SCALER_STOP_SKIPS)
+        return rt_errf(-ERANGE, "%u optimizer steps in a row overflowed (step %" PRIu64 ", loss scale now %g); "
+                                "first non-finite tensor: %s. The run diverged: lower --lr, set --clip-grad-norm, "
+                                "or use --amp bf16",
+                       T->scaler.skips_in_row, s->update, (double)T->scaler.scale, first);
+    return rt_errf(-ERANGE, "the loss scale collapsed to %g at step %" PRIu64 " (gradients overflow even unscaled); "
+                            "first non-finite tensor: %s. Lower --lr, set --clip-grad-norm, or use --amp bf16",
+                   (double)T->scaler.scale, s->update, first);
+}
+
+int late_scaler(struct train *T)
+{
+    struct train_late_slot *a = &T->late.slot[0], *b = &T->late.slot[1];
+    if (b->update < a->update) {
+        struct train_late_slot *t = a;
+        a = b;
+        b = t;
+    }
+    int rc = a->verdict_due ? scaler_verdict(T, a) : 0;
+    if (rc == 0 && b->verdict_due)
+        rc = scaler_verdict(T, b);
+    return rc;
 }
 
 int late_collect_previous(struct train *T)
@@ -186,5 +283,6 @@ int late_flush(struct train *T)
     int rc = collect(T, a);
     const int rc2 = collect(T, b);
     profile_flush(T); /* the step profile's timeline, read late the same way */
-    return rc < 0 ? rc : rc2;
+    const int rc3 = late_scaler(T);
+    return rc < 0 ? rc : rc2 < 0 ? rc2 : rc3;
 }

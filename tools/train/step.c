@@ -64,23 +64,16 @@ uint64_t step_updates_per_epoch(const struct train *T)
     return (T->in.batches_per_epoch + T->cfg.grad_accum - 1) / T->cfg.grad_accum;
 }
 
-/* Names the first non-finite tensor of the last step, or `fallback`. */
-static const char *first_nonfinite(struct train *T, char *buf, size_t len, const char *fallback)
-{
-    rt_model_find_nonfinite(T->model, buf, len);
-    return buf[0] ? buf : fallback;
-}
-
 /* The micro-batch's options: the update's mean loss's gradient, scaled for loss scaling; its dropout stream. */
 static struct rt_step_opts step_opts(const struct train *T, const struct train_batch *b, uint32_t n)
 {
-    const float scale = T->scaling ? T->scaler.scale : 1.0f;
     /* Every rank's batch is full (the sampler drops the last partial one), so
      * the sum of the ranks' gradients scaled this way is the mean over the
-     * update's samples, a short update's included. */
+     * update's samples, a short update's included. The loss scale multiplies
+     * it on the device (the product rounded to float, as it was on the host). */
     return (struct rt_step_opts){
         .mode = RT_TRAIN, .label_smoothing = T->cfg.label_smoothing,
-        .grad_scale = 1.0f / ((float)b->valid * (float)T->world * (float)n) * scale,
+        .grad_scale = 1.0f / ((float)b->valid * (float)T->world * (float)n), .loss_scale = late_scale_dev(T),
         .dropout_stream = T->pos.micro * (uint64_t)T->world + (uint64_t)T->rank,
         .mean = T->mean, .std = T->std, .input_ticket = b->ticket};
 }
@@ -147,38 +140,6 @@ int train_step_reduce(struct train *T)
     return 0;
 }
 
-/*
- * Loss scaling after the update's gradients are summed over the ranks (so
- * every rank sees the same overflow and takes the same decision): unscale,
- * check, and update the scale. Returns 0 to apply the update, 1 to skip
- * it, -ERANGE to stop (the message names the first non-finite tensor).
- */
-static int unscale(struct train *T)
-{
-    faults_before_unscale(T);
-    const float used = T->scaler.scale;
-    int found = rt_optim_unscale(T->opt, rt_model_grads(T->model), rt_model_trainable_count(T->model), 1.0f / used);
-    const enum rt_scaler_verdict v = rt_scaler_update(&T->scaler, found);
-    if (v == RT_SCALER_APPLY)
-        return 0;
-    if (v == RT_SCALER_SKIP) {
-        if (T->root)
-            rt_info("step %" PRIu64 ": gradients overflowed at loss scale %g: update skipped, scale now %g",
-                    T->pos.update, (double)used, (double)T->scaler.scale);
-        return 1;
-    }
-    char where[160];
-    const char *first = first_nonfinite(T, where, sizeof(where), "(not found)");
-    if (v == RT_SCALER_STOP_SKIPS)
-        return rt_errf(-ERANGE, "%u optimizer steps in a row overflowed (step %" PRIu64 ", loss scale now %g); "
-                                "first non-finite tensor: %s. The run diverged: lower --lr, set --clip-grad-norm, "
-                                "or use --amp bf16",
-                       T->scaler.skips_in_row, T->pos.update, (double)T->scaler.scale, first);
-    return rt_errf(-ERANGE, "the loss scale collapsed to %g at step %" PRIu64 " (gradients overflow even unscaled); "
-                            "first non-finite tensor: %s. Lower --lr, set --clip-grad-norm, or use --amp bf16",
-                   (double)T->scaler.scale, T->pos.update, first);
-}
-
 /* Clipping decides on the device; late.c reads the norm a step late and stops the run if it was not finite. */
 static void clip(struct train *T)
 {
@@ -186,17 +147,34 @@ static void clip(struct train *T)
                                          T->cfg.clip_grad_norm));
 }
 
+/*
+ * Loss scaling after the update's gradients are summed over the ranks (so every rank sees the same overflow and
+ * takes the same decision), on the device: unscale, check, update the scale and skip the update if it overflowed
+ * (late.c). First the host takes its verdict on the update before, read a step late: the step count and the
+ * learning rate below are then those of the applied updates, and a run that overflows too often stops here.
+ */
+static int unscale(struct train *T)
+{
+    faults_before_unscale(T);
+    const int r = late_scaler(T);
+    if (r < 0)
+        return r;
+    late_unscale(T);
+    return 0;
+}
+
 static int apply(struct train *T)
 {
     if (T->scaling) {
         const int r = unscale(T);
-        if (r)
-            return r < 0 ? r : 0;
+        if (r < 0)
+            return r;
     }
     if (T->cfg.clip_grad_norm > 0)
         clip(T);
-    /* The schedule counts applied updates: one skipped by loss scaling does not advance it. With --lr-head the
-     * classifier, laid out first, is a group of its own. */
+    /* The schedule counts applied updates: one skipped by loss scaling does not advance it (an overflow of this
+     * update skips it on the device; the count is taken back when it is read, before the next update). With
+     * --lr-head the classifier, laid out first, is a group of its own. */
     const uint64_t applied = (uint64_t)rt_optim_steps(T->opt);
     rt_optim_step_groups(T->opt, rt_model_params(T->model), rt_model_grads(T->model),
                          rt_sched_lr(&T->sched, applied), rt_model_head_count(T->model),

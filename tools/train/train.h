@@ -366,10 +366,19 @@ struct train_pos train_position(const struct train *T);
 /* The pieces, borrowed, for tests and tools that look inside. */
 struct rt_model *train_model(struct train *T);
 struct rt_optim *train_optim(struct train *T);
-const struct rt_scaler *train_scaler(const struct train *T); /* NULL without loss scaling */
+const struct rt_scaler *train_scaler(const struct train *T); /* NULL without loss scaling; a step late (train_sync) */
 /* The last micro-batch's sums, this rank's, of the last update applied (read from the device now if still
  * there: a host wait). */
 const struct rt_loss_stats *train_last_loss(struct train *T);
+/*
+ * Reads now what the device holds for the host after the last update -- its
+ * loss sums, clipping's norm, loss scaling's verdict (train_scaler's state,
+ * the optimizer's step count) -- as the next update or the epoch's end
+ * would: a host wait. Returns 0, or -ERANGE as that update would have
+ * (a non-finite loss is remembered for the next control word; too many
+ * skipped updates or a non-finite norm is the error).
+ */
+int train_sync(struct train *T);
 
 /*
  * XXH64 of the parameters as this rank holds them (the "param digest"), and
