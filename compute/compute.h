@@ -141,7 +141,9 @@ const char *rt_backend_describe(const struct rt_backend *be);
 
 /*
  * Input batches, asynchronously. rt_backend_input_upload() starts copying
- * `bytes` of host uint8 images into the next of the backend's two device
+ * `bytes` of host uint8 images (and what follows them in the same block
+ * that the step reads: the trainer's labels, rt_step_opts.labels_dev) into
+ * the next of the backend's two device
  * input buffers, on its copy stream (CUDA), and returns that buffer and a
  * ticket; the copy first waits until compute has finished reading what the
  * buffer held two uploads ago. Compute consumes it with
@@ -725,6 +727,10 @@ struct rt_step_opts {
     void *grads_ready_arg;
     /* `images` is rt_backend_input_upload()'s device buffer for this ticket (0: images are host memory) */
     uint64_t input_ticket;
+    /* With input_ticket: the labels are already in that upload's buffer, here (device int32, n entries,
+     * padding -1), copied with the images; `labels` is then not read, and the buffer counts as consumed after
+     * the loss rather than after the input's normalisation. NULL: labels is host memory, uploaded by the step. */
+    const int32_t *labels_dev;
     /* Marks on the model's stream, or NULL: RT_MARK_FORWARD after the loss, RT_MARK_BACKWARD after
      * backward; with per_layer, also one after each layer's forward (RT_MARK_LAYER_FWD) and backward
      * (RT_MARK_LAYER_BWD), labelled with the layer's name, and RT_MARK_INPUT after the input's

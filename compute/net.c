@@ -1074,7 +1074,8 @@ int net_step(struct net *n, const struct rt_step_opts *o, int batch, const uint8
         /* Marked after the wait for the upload: an op's time is its own, the wait is the stream's idle. */
         rt_backend_input_acquire(n->be, o->input_ticket);
         OP(tl_op, op, input_u8_dev, (s, in, images, o->mean, o->std, n->t[0].data));
-        rt_backend_input_release(n->be, o->input_ticket);
+        if (!o->labels_dev) /* else the loss reads the buffer's labels: released after it */
+            rt_backend_input_release(n->be, o->input_ticket);
     } else {
         OP(tl_op, op, input_u8, (s, in, images, o->mean, o->std, n->t[0].data));
     }
@@ -1090,11 +1091,17 @@ int net_step(struct net *n, const struct rt_step_opts *o, int batch, const uint8
 
     int backward = o->mode == RT_TRAIN && o->grad_scale > 0.0f;
     struct tensor *lt = &n->t[n->logits];
-    OP(tl_op, op, upload, (s, n->labels, labels, (size_t)batch * sizeof(int32_t)));
+    const int32_t *lab = n->labels;
+    if (o->input_ticket && o->labels_dev) /* they came with the images, on the copy stream */
+        lab = o->labels_dev;
+    else
+        OP(tl_op, op, upload, (s, n->labels, labels, (size_t)batch * sizeof(int32_t)));
     struct rt_loss_stats *stats_dev = o->stats_dev ? o->stats_dev : n->stats;
     OP(tl_op, op, zero, (s, stats_dev, sizeof(struct rt_loss_stats)));
-    OP(tl_op, op, xent_fwd_bwd, (s, batch, n->classes, lt->data, n->labels, o->label_smoothing, o->grad_scale,
+    OP(tl_op, op, xent_fwd_bwd, (s, batch, n->classes, lt->data, lab, o->label_smoothing, o->grad_scale,
                                  o->loss_scale, stats_dev, backward ? lt->grad : NULL));
+    if (o->input_ticket && o->labels_dev)
+        rt_backend_input_release(n->be, o->input_ticket);
     if (tl)
         rt_timeline_mark(tl, "loss", RT_MARK_FORWARD);
     if (backward) {

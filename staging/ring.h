@@ -85,7 +85,8 @@ struct rt_wait_stats {
 
 struct rt_ring;
 
-/* Bytes one slot occupies (images + labels + ids, each page-aligned). */
+/* Bytes one slot occupies (images + labels + ids, each page-aligned). A slot is one block in that order, so
+ * that one copy from `images` to the end of `labels` moves both to a device (the trainer's input upload). */
 size_t rt_ring_slot_bytes(const struct rt_ring_opts *o);
 
 /*

@@ -72,10 +72,11 @@ struct train_late {
     struct train_late_slot slot[2];
 };
 
-/* One batch in flight on the input side: its slot, device buffer and copy. */
+/* One batch in flight on the input side: its slot, device buffer (images, then labels) and copy. */
 struct train_inflight {
     struct rt_batch *slot;
     const uint8_t *dev;
+    const int32_t *labels_dev;
     uint64_t ticket;
 };
 
@@ -84,8 +85,7 @@ struct train_input {
     struct rt_loader *loader;
     struct rt_ring_allocator host_mem; /* the ring's slots in the backend's page-locked memory (CUDA) */
     struct train_inflight next; /* the batch after the current one, already on its way */
-    int32_t *labels;            /* the current batch's labels, padding -1 */
-    uint8_t *syn_images;        /* the synthetic batch, host ... */
+    uint8_t *syn_images;        /* the synthetic batch, host (its labels after the images) ... */
     int32_t *syn_labels;
     const uint8_t *syn_dev;     /* ... and on the device, uploaded once */
     uint64_t syn_ticket;

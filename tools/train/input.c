@@ -18,6 +18,12 @@ static size_t batch_bytes(const struct train *T)
     return (size_t)T->cfg.batch * T->c * T->h * T->w;
 }
 
+/* The synthetic batch's labels follow its images at this offset, as a ring slot's do at theirs (ring.h). */
+static size_t syn_labels_offset(const struct train *T)
+{
+    return (batch_bytes(T) + 63) & ~(size_t)63;
+}
+
 static void *ring_host_alloc(size_t bytes, void *ctx)
 {
     return rt_backend_host_alloc(ctx, bytes);
@@ -75,16 +81,16 @@ static int start_loader(struct train *T)
     return 0;
 }
 
-/* Random images and labels, each rank its own, uploaded once. */
+/* Random images and labels, each rank its own, uploaded once in one block (the labels after the images). */
 static int make_synthetic(struct train *T)
 {
     struct train_input *in = &T->in;
-    const size_t n = batch_bytes(T);
+    const size_t n = batch_bytes(T), off = syn_labels_offset(T);
     const uint32_t B = T->cfg.batch;
-    in->syn_images = rt_malloc(n, "synthetic batch");
-    in->syn_labels = rt_malloc(B * sizeof(int32_t), "synthetic labels");
-    if (!in->syn_images || !in->syn_labels)
+    in->syn_images = rt_calloc(1, off + B * sizeof(int32_t), "synthetic batch");
+    if (!in->syn_images)
         return -ENOMEM;
+    in->syn_labels = (int32_t *)(void *)(in->syn_images + off);
     struct rt_rng r;
     rt_rng_init(&r, T->cfg.seed, 0x5e7u + (uint64_t)T->rank);
     for (size_t i = 0; i < n; i++)
@@ -93,15 +99,12 @@ static int make_synthetic(struct train *T)
         in->syn_labels[i] = (int32_t)rt_rng_below(&r, T->classes);
     uint64_t records = T->info ? T->info->split[RT_SPLIT_TRAIN].records : 50000;
     in->batches_per_epoch = RT_MAX(records / ((uint64_t)B * (uint64_t)T->world), 1);
-    in->syn_dev = rt_backend_input_upload(T->be, in->syn_images, n, &in->syn_ticket);
+    in->syn_dev = rt_backend_input_upload(T->be, in->syn_images, off + B * sizeof(int32_t), &in->syn_ticket);
     return 0;
 }
 
 int input_create(struct train *T)
 {
-    T->in.labels = rt_calloc(T->cfg.batch, sizeof(int32_t), "labels");
-    if (!T->in.labels)
-        return -ENOMEM;
     return T->cfg.synthetic ? make_synthetic(T) : start_loader(T);
 }
 
@@ -111,14 +114,27 @@ void input_labels(const struct rt_batch *slot, int32_t *labels)
         labels[i] = slot->ids[i] == RT_PAD_ID ? -1 : slot->labels[i];
 }
 
-/* The loader's next batch, its copy to the device started; the time issuing the copy into *copy_ns.
- * 1, 0 at the end of the data, -errno. */
+/* Where a slot's labels lie from its images: ring.h keeps them in the slot's one block, after the images. */
+static size_t slot_labels_offset(const struct rt_batch *slot)
+{
+    return (size_t)((const uint8_t *)(const void *)slot->labels - slot->images);
+}
+
+/*
+ * The loader's next batch, its copy to the device started: the images and the labels after them in one copy
+ * from the slot (page-locked on a GPU), the padding samples' labels made -1 in place first. The time issuing
+ * the copy into *copy_ns. 1, 0 at the end of the data, -errno.
+ */
 static int fetch(struct train *T, struct train_inflight *f, uint64_t *copy_ns)
 {
     int r = rt_loader_next(T->in.loader, &f->slot);
     if (r > 0) {
+        struct rt_batch *s = f->slot;
+        input_labels(s, s->labels);
+        const size_t off = slot_labels_offset(s);
         const uint64_t t0 = rt_now_ns();
-        f->dev = rt_backend_input_upload(T->be, f->slot->images, batch_bytes(T), &f->ticket);
+        f->dev = rt_backend_input_upload(T->be, s->images, off + s->batch * sizeof(int32_t), &f->ticket);
+        f->labels_dev = (const int32_t *)(const void *)(f->dev + off);
         const uint64_t t1 = rt_now_ns();
         *copy_ns += t1 - t0;
         if (rt_trace_live())
@@ -149,6 +165,7 @@ int train_input_next(struct train *T, struct train_batch *b)
     if (T->cfg.synthetic) {
         b->images = in->syn_dev;
         b->labels = in->syn_labels;
+        b->labels_dev = (const int32_t *)(const void *)(in->syn_dev + syn_labels_offset(T));
         b->valid = T->cfg.batch;
         b->ticket = in->syn_ticket;
         b->t_ready = b->t_start;
@@ -168,9 +185,9 @@ int train_input_next(struct train *T, struct train_batch *b)
         give_back(T, cur.slot, cur.ticket, &b->copy_wait_ns); /* the step will not run: its slot goes back now */
         return r;
     }
-    input_labels(cur.slot, in->labels);
     b->images = cur.dev;
-    b->labels = in->labels;
+    b->labels = cur.slot->labels;
+    b->labels_dev = cur.labels_dev;
     b->valid = cur.slot->valid;
     b->ticket = cur.ticket;
     b->slot = cur.slot;
@@ -192,8 +209,6 @@ void input_destroy(struct train *T)
         give_back(T, in->next.slot, in->next.ticket, &unused); /* fetched for a step that did not run */
     rt_loader_destroy(in->loader);
     rt_ring_destroy(in->ring);
-    free(in->labels);
     free(in->syn_images);
-    free(in->syn_labels);
     *in = (struct train_input){0};
 }

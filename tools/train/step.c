@@ -75,7 +75,7 @@ static struct rt_step_opts step_opts(const struct train *T, const struct train_b
         .mode = RT_TRAIN, .label_smoothing = T->cfg.label_smoothing,
         .grad_scale = 1.0f / ((float)b->valid * (float)T->world * (float)n), .loss_scale = late_scale_dev(T),
         .dropout_stream = T->pos.micro * (uint64_t)T->world + (uint64_t)T->rank,
-        .mean = T->mean, .std = T->std, .input_ticket = b->ticket};
+        .mean = T->mean, .std = T->std, .input_ticket = b->ticket, .labels_dev = b->labels_dev};
 }
 
 int train_step_forward_backward(struct train *T, const struct train_batch *b, uint32_t i, uint32_t n)

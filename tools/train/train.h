@@ -285,6 +285,7 @@ int train_finish(struct train *T);
 struct train_batch {
     const uint8_t *images;      /* the step's input: the device copy (host memory on the CPU backend) */
     const int32_t *labels;      /* host, batch entries; padding samples -1 */
+    const int32_t *labels_dev;  /* the same on the device: copied with the images, in the same copy */
     uint32_t valid;             /* real samples */
     uint64_t ticket;            /* rt_backend_input_upload's ticket for `images` */
     struct rt_batch *slot;      /* the ring slot it came in, NULL for the synthetic batch */
