@@ -67,6 +67,12 @@ struct rt_backend_streams {
     void (*free)(struct rt_stream *s, void *p);
     void (*copy_from_host)(struct rt_stream *s, void *dst, const void *host, size_t bytes);
     void (*call)(struct rt_stream *s, void (*fn)(void *arg), void *arg); /* rt_stream_call */
+    /* Graphs of the default stream's work (compute.h): begin 0 or -errno; end 0 and the implementation's
+     * graph in *out, or -errno; launch on the default stream; destroy after its replays. */
+    int (*capture_begin)(struct rt_backend *be);
+    int (*capture_end)(struct rt_backend *be, void **out);
+    void (*graph_launch)(struct rt_backend *be, void *g);
+    void (*graph_destroy)(struct rt_backend *be, void *g);
     /* Timelines (timeline.c): native marks for t->cap points; the anchor; a mark; their times after a
      * host wait (filling t->m[i].ns for i < t->n). */
     int (*marks_init)(struct rt_timeline *t);
@@ -125,12 +131,19 @@ struct rt_backend {
     struct rt_input_pair input; /* with `streams`: rt_backend_input_* (input.c) */
     struct cpu_async *async;    /* CPU asynchronous streams (cpu/async.c); NULL otherwise */
     uint64_t host_waits;        /* rt_backend_host_waits(); atomic */
+    uint64_t graph_gen;         /* bumped when memory a graph may have baked in is freed or regrown */
     pthread_t owner;            /* the thread that created it, which queues the work */
 };
 
 /* Every backend's download, sync and to_nchw call this on the stream they waited for (rt_backend_host_waits):
  * it counts the wait when `s` is the default stream. */
 void rt_backend_waited(struct rt_stream *s);
+/* Graphs captured at an older generation may use freed memory: drop them (net.c). */
+static inline uint64_t rt_backend_graph_gen(const struct rt_backend *be)
+{
+    return be->graph_gen;
+}
+
 /* A new point recorded on `s` (an event or a timeline mark): returns its number. */
 uint64_t rt_stream_point(struct rt_stream *s);
 

@@ -194,6 +194,30 @@ void rt_stream_wait_event(struct rt_stream *s, struct rt_event *e);
 void rt_stream_call(struct rt_stream *s, void (*fn)(void *arg), void *arg);
 
 /*
+ * Graphs: the work issued on the default stream between
+ * rt_graph_capture_begin() and rt_graph_capture_end() is recorded, not run,
+ * and rt_graph_launch() queues all of it again, as it was issued and with
+ * the same arguments, for the price of one call (CUDA graphs; the CPU
+ * backend's asynchronous streams record their queued calls, a twin that
+ * runs everywhere). So the captured work must not depend on the host: no
+ * host wait, no host memory read or written, no event or timeline mark, no
+ * host call (rt_stream_call), nothing freed. CUDA rejects these, and
+ * aborts through the check macros; the asynchronous CPU streams refuse them
+ * and capture_end says which. Pointers and scalars are baked in: a replay
+ * reads and writes the same buffers.
+ * capture_begin returns 0, or -ENOTSUP (the ordinary CPU backend, whose ops
+ * run as they are issued). capture_end returns 0 and the graph in *out, or
+ * -errno with rt_errmsg() naming what could not be captured (the recorded
+ * work is then dropped, not run). destroy(NULL) is fine; it waits for the
+ * graph's queued replays first. One thread captures and launches.
+ */
+struct rt_graph;
+int rt_graph_capture_begin(struct rt_backend *be);
+int rt_graph_capture_end(struct rt_backend *be, struct rt_graph **out);
+void rt_graph_launch(struct rt_graph *g);
+void rt_graph_destroy(struct rt_graph *g);
+
+/*
  * Timelines: when queued work ran, on the host's clock (rt_now_ns), for the
  * step profile and the trace's device tracks. A mark is a point in a
  * stream's queue, like an event; its time is the moment the stream passed
@@ -750,6 +774,13 @@ struct rt_step_opts {
     /* Loss scaling with the scale on the device: the loss gradient is multiplied by *loss_scale as well
      * (xent_fwd_bwd's loss_scale); NULL: by grad_scale alone, which then holds any host-side scale. */
     const float *loss_scale;
+    /* 1: run the step's forward, loss and backward as a graph (compute.h's graphs): captured the first time
+     * its settings are seen -- the input buffer, labels_dev, batch, mode, the scales, mean and std, which a
+     * replay bakes in -- and replayed after, for one launch instead of one per op. grads_ready is then called
+     * once, after the step, with every gradient final. Steps that cannot be one (images or labels not an
+     * input upload, a timeline, dropout in training, a backend without graphs) run as they are, and so do
+     * all later ones after a capture fails: rt_model_graph_status says why. */
+    int graph;
 };
 enum rt_mark_kind {
     RT_MARK_INPUT = 1,
@@ -775,6 +806,13 @@ enum rt_mark_kind {
  */
 int rt_model_step(struct rt_model *m, const struct rt_step_opts *o, int n, const uint8_t *images,
                   const int32_t *labels, struct rt_loss_stats *stats);
+
+/*
+ * The graphs rt_step_opts.graph made: how many were captured and how many
+ * steps replayed one. Returns NULL while none was refused, else why the
+ * steps run op by op (the first reason; it lasts).
+ */
+const char *rt_model_graph_status(const struct rt_model *m, int *graphs, uint64_t *replays);
 
 /* Logits of the last rt_model_step, (n, classes) copied to host. */
 void rt_model_logits(struct rt_model *m, float *host, int n);

@@ -69,6 +69,49 @@ void rt_event_synchronize(struct rt_event *e)
         e->be->streams->synchronize(e);
 }
 
+struct rt_graph {
+    struct rt_backend *be;
+    void *impl;
+};
+
+int rt_graph_capture_begin(struct rt_backend *be)
+{
+    if (!be->streams || !be->streams->capture_begin)
+        return rt_errf(-ENOTSUP, "the CPU backend runs each op as it is issued: there is nothing to capture "
+                                 "(RINGTRAIN_CPU_STREAMS=async records its queued calls)");
+    return be->streams->capture_begin(be);
+}
+
+int rt_graph_capture_end(struct rt_backend *be, struct rt_graph **out)
+{
+    *out = NULL;
+    void *impl = NULL;
+    const int rc = be->streams->capture_end(be, &impl);
+    if (rc < 0)
+        return rc;
+    struct rt_graph *g = rt_calloc(1, sizeof(*g), "graph");
+    if (!g) {
+        be->streams->graph_destroy(be, impl);
+        return -ENOMEM;
+    }
+    *g = (struct rt_graph){be, impl};
+    *out = g;
+    return 0;
+}
+
+void rt_graph_launch(struct rt_graph *g)
+{
+    g->be->streams->graph_launch(g->be, g->impl);
+}
+
+void rt_graph_destroy(struct rt_graph *g)
+{
+    if (!g)
+        return;
+    g->be->streams->graph_destroy(g->be, g->impl);
+    free(g);
+}
+
 void rt_stream_call(struct rt_stream *s, void (*fn)(void *arg), void *arg)
 {
     if (s->be->streams)

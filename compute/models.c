@@ -431,6 +431,11 @@ void rt_model_logits(struct rt_model *m, float *host, int n)
     net_logits(m->net, host, n);
 }
 
+const char *rt_model_graph_status(const struct rt_model *m, int *graphs, uint64_t *replays)
+{
+    return net_graph_status(m->net, graphs, replays);
+}
+
 void rt_model_find_nonfinite(struct rt_model *m, char *buf, size_t len)
 {
     net_find_nonfinite(m->net, buf, len);

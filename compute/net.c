@@ -100,7 +100,33 @@ struct net {
     int32_t *labels;        /* device, batch */
     float *logits32;        /* device, batch x classes: 16-bit logits widened for the host; else NULL */
     struct rt_loss_stats *stats; /* device */
+    /* Graphs of the step (rt_step_opts.graph), one per setting baked into them (graph_key); graph_why says why
+     * the steps stay eager (NULL: none refused so far). */
+    struct step_graph *graphs;
+    int ngraphs;
+    const char *graph_why;
+    char graph_why_buf[256];
+    uint64_t graph_replays;
+    int capturing;          /* step_ops records a graph: the input's event wait and release are the launch's */
 };
+
+/* What a captured step bakes in: a replay is valid only with the same. */
+struct graph_key {
+    const uint8_t *images;
+    const int32_t *labels_dev;
+    const float *loss_scale, *mean, *std;
+    int batch;
+    enum rt_mode mode;
+    float grad_scale, label_smoothing;
+    int no_dropout;
+};
+struct step_graph {
+    struct graph_key key;
+    struct rt_graph *g;
+    uint64_t gen;           /* rt_backend_graph_gen when captured */
+};
+/* Graphs kept per model: the two input buffers, times a short update's other gradient scale, with room. */
+enum { MAX_STEP_GRAPHS = 8 };
 
 /* ---- building ------------------------------------------------------------ */
 
@@ -789,6 +815,9 @@ void net_destroy(struct net *n)
     o->free(n->be, n->labels);
     o->free(n->be, n->stats);
     o->free(n->be, n->logits32);
+    for (int i = 0; i < n->ngraphs; i++)
+        rt_graph_destroy(n->graphs[i].g);
+    free(n->graphs);
     free(n->grad_pool);
     free(n->grad_pool_size);
     free(n->tab);
@@ -1058,13 +1087,157 @@ static void node_bwd(struct net *n, int i, int batch, const struct rt_step_opts 
     }
 }
 
+/* The host's side of a training step: the counters a checkpoint saves (num_batches_tracked). */
+static void step_account(struct net *n, const struct rt_step_opts *o, int batch)
+{
+    n->last_batch = batch;
+    n->last_mode = o->mode;
+    if (o->mode == RT_TRAIN) {
+        n->train_steps++;
+        for (int i = 0; i < n->nn; i++)
+            if (n->nd[i].bt >= 0 && !n->nd[i].frozen)
+                n->tracked[n->nd[i].bt]++;
+    }
+}
+
+static int step_ops(struct net *n, const struct rt_step_opts *o, int batch, const uint8_t *images,
+                    const int32_t *labels, struct rt_loss_stats *stats);
+
+/* Why this step cannot be a graph, or NULL. */
+static const char *graph_refusal(const struct net *n, const struct rt_step_opts *o)
+{
+    if (!o->input_ticket || !o->labels_dev)
+        return "the step's images or labels are host memory, not an input upload";
+    if (o->timeline)
+        return "the step is profiled layer by layer (timeline marks inside the step)";
+    if (o->mode == RT_TRAIN && !o->no_dropout)
+        for (int i = 0; i < n->nn; i++)
+            if (n->nd[i].kind == K_DROPOUT && n->nd[i].p > 0.0f)
+                return "the model has dropout, whose masks follow a counter the host passes each micro-batch";
+    return NULL;
+}
+
+static void graph_refuse(struct net *n, const char *why)
+{
+    snprintf(n->graph_why_buf, sizeof(n->graph_why_buf), "%s", why);
+    n->graph_why = n->graph_why_buf;
+}
+
+/*
+ * The step as a graph: captured the first time a setting is seen (the loss sums into the model's own scalar, the
+ * gradients' progress reported once after it, for everything is final then), replayed after. What the host
+ * does in a step -- the counters -- it does on a replay too. A capture that fails leaves the model eager, the
+ * reason in graph_why.
+ */
+static int graph_step(struct net *n, const struct rt_step_opts *o, int batch, const uint8_t *images,
+                      const int32_t *labels, struct rt_loss_stats *stats)
+{
+    const struct graph_key k = {images, o->labels_dev, o->loss_scale, o->mean, o->std, batch, o->mode,
+                                o->grad_scale, o->label_smoothing, o->no_dropout};
+    /* Memory a graph baked in was freed or regrown since (a workspace that grew for another shape): capture
+     * again. */
+    const uint64_t gen = rt_backend_graph_gen(n->be);
+    for (int i = 0; i < n->ngraphs; i++)
+        if (n->graphs[i].gen != gen) {
+            for (int j = 0; j < n->ngraphs; j++)
+                rt_graph_destroy(n->graphs[j].g);
+            n->ngraphs = 0;
+        }
+    struct step_graph *hit = NULL;
+    for (int i = 0; i < n->ngraphs && !hit; i++)
+        if (!memcmp(&n->graphs[i].key, &k, sizeof(k)))
+            hit = &n->graphs[i];
+    struct rt_step_opts c = *o;
+    c.grads_ready = NULL;
+    c.stats_dev = n->stats;
+    c.graph = 0;
+    if (!hit) {
+        if (n->ngraphs == MAX_STEP_GRAPHS) {
+            graph_refuse(n, "more distinct step settings than graphs kept");
+            return step_ops(n, o, batch, images, labels, stats);
+        }
+        if (!n->graphs && !(n->graphs = rt_calloc(MAX_STEP_GRAPHS, sizeof(*n->graphs), "step graphs")))
+            return -ENOMEM;
+        int rc = rt_graph_capture_begin(n->be);
+        if (rc < 0) {
+            graph_refuse(n, rt_errmsg());
+            return step_ops(n, o, batch, images, labels, stats);
+        }
+        const int64_t steps = n->train_steps; /* the capture runs nothing: the counters move at the launch */
+        int64_t *saved = rt_calloc((size_t)RT_MAX(n->nent, 1), sizeof(*saved), "counters");
+        if (saved)
+            memcpy(saved, n->tracked, (size_t)n->nent * sizeof(*saved));
+        n->capturing = 1;
+        rc = step_ops(n, &c, batch, images, labels, NULL);
+        n->capturing = 0;
+        struct rt_graph *g = NULL;
+        const int end = rt_graph_capture_end(n->be, &g);
+        n->train_steps = steps;
+        if (saved)
+            memcpy(n->tracked, saved, (size_t)n->nent * sizeof(*saved));
+        free(saved);
+        if (rc < 0 || !saved) {
+            rt_graph_destroy(g);
+            return rc < 0 ? rc : -ENOMEM;
+        }
+        if (end < 0) {
+            graph_refuse(n, rt_errmsg());
+            return step_ops(n, o, batch, images, labels, stats);
+        }
+        hit = &n->graphs[n->ngraphs++];
+        *hit = (struct step_graph){k, g, rt_backend_graph_gen(n->be)};
+    } else {
+        n->graph_replays++;
+    }
+    /* The input's copy waited for before the replay, its buffer given back after it (rather than after the loss:
+     * the next copy into it is two steps away). */
+    rt_backend_input_acquire(n->be, o->input_ticket);
+    rt_graph_launch(hit->g);
+    rt_backend_input_release(n->be, o->input_ticket);
+    step_account(n, o, batch);
+    const struct rt_ops *op32 = n->ops32;
+    if (o->stats_dev)
+        op32->copy(n->s, o->stats_dev, n->stats, sizeof(struct rt_loss_stats));
+    if (o->grads_ready && o->mode == RT_TRAIN && o->grad_scale > 0.0f)
+        o->grads_ready(o->grads_ready_arg, n->trainable_count);
+    if (o->stats_dev)
+        return 0;
+    struct rt_loss_stats st;
+    op32->download(n->s, &st, n->stats, sizeof(st));
+    stats->loss_sum += st.loss_sum;
+    stats->correct += st.correct;
+    stats->count += st.count;
+    return 0;
+}
+
+const char *net_graph_status(const struct net *n, int *graphs, uint64_t *replays)
+{
+    if (graphs)
+        *graphs = n->ngraphs;
+    if (replays)
+        *replays = n->graph_replays;
+    return n->graph_why;
+}
+
 int net_step(struct net *n, const struct rt_step_opts *o, int batch, const uint8_t *images, const int32_t *labels,
              struct rt_loss_stats *stats)
 {
-    const struct rt_ops *op = n->ops;
-    struct rt_stream *s = n->s;
     if (batch <= 0 || batch > n->t[0].sh.n)
         return rt_errf(-EINVAL, "batch of %d samples: the model was built for at most %d", batch, n->t[0].sh.n);
+    if (o->graph && !n->graph_why) {
+        const char *why = graph_refusal(n, o);
+        if (!why)
+            return graph_step(n, o, batch, images, labels, stats);
+        graph_refuse(n, why);
+    }
+    return step_ops(n, o, batch, images, labels, stats);
+}
+
+static int step_ops(struct net *n, const struct rt_step_opts *o, int batch, const uint8_t *images,
+                    const int32_t *labels, struct rt_loss_stats *stats)
+{
+    const struct rt_ops *op = n->ops;
+    struct rt_stream *s = n->s;
     struct rt_timeline *tl = o->timeline, *tl_op = op_marks(o);
     /* The per-op profile brings the layer marks with it: they say which layer each op belongs to. */
     const int per_layer = tl && (o->per_layer || o->per_op);
@@ -1072,9 +1245,10 @@ int net_step(struct net *n, const struct rt_step_opts *o, int batch, const uint8
     in.n = batch;
     if (o->input_ticket) {
         /* Marked after the wait for the upload: an op's time is its own, the wait is the stream's idle. */
-        rt_backend_input_acquire(n->be, o->input_ticket);
+        if (!n->capturing)
+            rt_backend_input_acquire(n->be, o->input_ticket);
         OP(tl_op, op, input_u8_dev, (s, in, images, o->mean, o->std, n->t[0].data));
-        if (!o->labels_dev) /* else the loss reads the buffer's labels: released after it */
+        if (!o->labels_dev && !n->capturing) /* else the loss reads the buffer's labels: released after it */
             rt_backend_input_release(n->be, o->input_ticket);
     } else {
         OP(tl_op, op, input_u8, (s, in, images, o->mean, o->std, n->t[0].data));
@@ -1086,9 +1260,6 @@ int net_step(struct net *n, const struct rt_step_opts *o, int batch, const uint8
         if (per_layer)
             rt_timeline_mark(tl, n->nd[i].name, RT_MARK_LAYER_FWD);
     }
-    n->last_batch = batch;
-    n->last_mode = o->mode;
-
     int backward = o->mode == RT_TRAIN && o->grad_scale > 0.0f;
     struct tensor *lt = &n->t[n->logits];
     const int32_t *lab = n->labels;
@@ -1100,7 +1271,7 @@ int net_step(struct net *n, const struct rt_step_opts *o, int batch, const uint8
     OP(tl_op, op, zero, (s, stats_dev, sizeof(struct rt_loss_stats)));
     OP(tl_op, op, xent_fwd_bwd, (s, batch, n->classes, lt->data, lab, o->label_smoothing, o->grad_scale,
                                  o->loss_scale, stats_dev, backward ? lt->grad : NULL));
-    if (o->input_ticket && o->labels_dev)
+    if (o->input_ticket && o->labels_dev && !n->capturing)
         rt_backend_input_release(n->be, o->input_ticket);
     if (tl)
         rt_timeline_mark(tl, "loss", RT_MARK_FORWARD);
@@ -1116,12 +1287,7 @@ int net_step(struct net *n, const struct rt_step_opts *o, int batch, const uint8
         if (tl)
             rt_timeline_mark(tl, "backward", RT_MARK_BACKWARD);
     }
-    if (o->mode == RT_TRAIN) {
-        n->train_steps++;
-        for (int i = 0; i < n->nn; i++)
-            if (n->nd[i].bt >= 0 && !n->nd[i].frozen)
-                n->tracked[n->nd[i].bt]++;
-    }
+    step_account(n, o, batch);
     if (o->stats_dev)
         return 0; /* the caller reads them later: no host wait */
     struct rt_loss_stats st;

@@ -73,6 +73,7 @@ const char *net_head_name(const struct net *n);
 int net_step(struct net *n, const struct rt_step_opts *o, int batch, const uint8_t *images, const int32_t *labels,
              struct rt_loss_stats *stats);
 void net_logits(struct net *n, float *host, int batch);
+const char *net_graph_status(const struct net *n, int *graphs, uint64_t *replays);
 void net_find_nonfinite(struct net *n, char *buf, size_t len);
 
 #endif

@@ -12,6 +12,8 @@
 #   - with --allreduce nccl the MNIST recipe reaches the same bound with its
 #     gradients all-reduced through NCCL in a world of one (every update's
 #     buckets counted), where the plain run reduces nothing;
+#   - --cuda-graph on gives the weights of --cuda-graph off bit for bit, in
+#     fp32 and the default precision, with graphs captured and replayed;
 #   - a traced GPU run: the compute stream's per-layer spans from CUDA events
 #     pass tools/check_trace.py (nesting, names) and lie inside the training
 #     thread's steps (the anchor puts device times on the host clock), the
@@ -182,9 +184,28 @@ rc=$?
 [ $rc -ne 0 ] && grep -q "error: 5 optimizer steps in a row overflowed.*first non-finite tensor: [a-z0-9_.]*weight gradient" "$W/ovf2.out" \
     && pass "fp16: 5 overflows in a row stop the run naming the tensor" || fail "fp16 skip limit: rc=$rc $(tail -2 "$W/ovf2.out")"
 
-# A traced run on the GPU: device spans from CUDA events, placed on the host's clock.
+# --cuda-graph: each micro-batch captured once after the warm-up and replayed gives the weights of the run op by op,
+# bit for bit (deterministic cuDNN algorithms, the default), in fp32 and in the default precision; a host wait in
+# the captured step would have failed the capture (CUDA rejects it), and the summary counts the replays.
+for amp in off auto; do
+    for g in off on; do
+        "$RT" train --device cuda --synthetic-data --model resnet9 --batch-size 64 --steps 10 --amp $amp \
+            --cuda-graph $g --json --no-progress >"$W/graph-$amp-$g.out" 2>&1
+    done
+    d0=$(grep -o 'param digest: [0-9a-f]*' "$W/graph-$amp-off.out"); d1=$(grep -o 'param digest: [0-9a-f]*' "$W/graph-$amp-on.out")
+    gr=$("$PY" -c 'import json,sys; g=[json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")][-1]["cuda_graph"]; print(g["graphs"], g["replays"], g["why_not"])' "$W/graph-$amp-on.out" 2>&1)
+    set -- $gr
+    if [ -n "$d0" ] && [ "$d0" = "$d1" ] && [ "${1:-0}" -ge 1 ] 2>/dev/null && [ "${2:-0}" -ge 5 ] && [ "${3:-}" = None ]; then
+        pass "--cuda-graph, --amp $amp: $1 graph(s), $2 replays, the same $d1 as op by op"
+    else
+        fail "--cuda-graph, --amp $amp: '$d1' vs op by op '$d0'; graphs/replays/why: $gr $(grep -i 'error\|graph' "$W/graph-$amp-on.out" | head -3)"
+    fi
+done
+
+# A traced run on the GPU: device spans from CUDA events, placed on the host's clock (op by op: a graph has no
+# per-layer marks).
 "$RT" train --device cuda --synthetic-data --model resnet9 --batch-size 64 --steps 12 --trace "$W/gpu.json" \
-    --trace-steps 4:10 --json --no-progress >"$W/trace.out" 2>&1
+    --trace-steps 4:10 --json --no-progress --cuda-graph off >"$W/trace.out" 2>&1
 rc=$?
 if [ $rc -eq 0 ] && "$PY" "$HERE/../tools/check_trace.py" "$W/gpu.json" --ranks 1 --require '^fwd ' --require '^bwd ' \
     --require '^optimizer$' --require-track '^compute stream$' >"$W/trace.chk" 2>&1; then

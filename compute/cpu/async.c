@@ -23,7 +23,11 @@
  *     worker has finished that many;
  *   - copy_from_host (the input uploads' copy stream) reads the host memory
  *     when it runs, after a pause as a DMA would take, so that a missing
- *     wait reads stale data rather than, by luck, the right data.
+ *     wait reads stale data rather than, by luck, the right data;
+ *   - graphs (compute.h): while capturing, the default stream's calls are
+ *     kept, not queued, and a launch queues a copy of each; what CUDA's
+ *     stream capture rejects (a host wait, host data, an event, a host
+ *     call, a free) fails the capture, named.
  *
  * Results are those of the synchronous backend bit for bit: the same
  * kernels run in the same order with the same thread count (each worker
@@ -49,6 +53,7 @@
 /* One queued call: what to run and the arguments it captured. */
 struct cpu_call {
     struct cpu_call *next;
+    size_t bytes;               /* the call's own allocation: a graph's launch copies it */
     void (*run)(struct cpu_call *c);
     /* A descriptor argument, kept by value (an op has at most one). */
     union {
@@ -69,6 +74,11 @@ struct cpu_queue {
     struct cpu_call *head, *tail;
     uint64_t queued, done;      /* calls queued and finished so far */
     int stop;
+    /* Capturing a graph (the calling thread's own: no lock): the calls kept, and why the capture fails. */
+    int capturing;
+    struct cpu_call *cap_head, **cap_tail;
+    size_t cap_n;
+    const char *cap_fail;
     struct cpu_queue *next_q;   /* the backend's list of streams */
 };
 
@@ -132,14 +142,33 @@ static struct cpu_call *call_new(size_t arg_bytes, void (*run)(struct cpu_call *
         fprintf(stderr, "ringtrain: out of memory queueing an op on a CPU stream\n");
         abort();
     }
+    c->bytes = sizeof(*c) + arg_bytes;
     c->run = run;
     return c;
 }
 
 /* The call runs after everything queued on s before it. */
+/* While capturing: what the capture cannot hold (the first reason is kept). Returns 1 when capturing. */
+static int capture_refuse(struct rt_stream *s, const char *why)
+{
+    struct cpu_queue *q = s->q;
+    if (!q || !q->capturing)
+        return 0;
+    if (!q->cap_fail)
+        q->cap_fail = why;
+    return 1;
+}
+
 static void call_submit(struct rt_stream *s, struct cpu_call *c)
 {
     struct cpu_queue *q = s->q;
+    if (q->capturing) { /* kept for the graph, not run (with its own host copy, such as input_u8_dev's mean) */
+        c->next = NULL;
+        *q->cap_tail = c;
+        q->cap_tail = &c->next;
+        q->cap_n++;
+        return;
+    }
     pthread_mutex_lock(&q->mu);
     if (q->tail)
         q->tail->next = c;
@@ -329,7 +358,7 @@ static void *async_alloc(struct rt_backend *be, size_t bytes)
 
 static void async_free(struct rt_backend *be, void *p)
 {
-    if (!p)
+    if (!p || capture_refuse(&be->stream, "a free (it waits for the device)"))
         return;
     /* Queued work may still read it (cudaFree waits for the device as well). */
     drain_all(be);
@@ -359,6 +388,8 @@ static size_t shape_count(struct rt_shape4 sh)
 
 static void async_upload(struct rt_stream *s, void *dst, const void *host_src, size_t bytes)
 {
+    if (capture_refuse(s, "an upload from host memory"))
+        return;
     struct cpu_call *c = capture_upload(s, dst, host_src, bytes);
     ARGS(c, upload)->host_src = keep_host(c, host_src, bytes);
     call_submit(s, c);
@@ -366,6 +397,8 @@ static void async_upload(struct rt_stream *s, void *dst, const void *host_src, s
 
 static void async_download(struct rt_stream *s, void *host_dst, const void *src, size_t bytes)
 {
+    if (capture_refuse(s, "a download (a host wait)"))
+        return;
     call_submit(s, capture_download(s, host_dst, src, bytes));
     rt_backend_waited(s);
     queue_drain(s->q);
@@ -374,17 +407,23 @@ static void async_download(struct rt_stream *s, void *host_dst, const void *src,
 /* Queued like a device op: the worker copies when it gets there, and an event after it says when. */
 static void async_download_async(struct rt_stream *s, void *host_dst, const void *src, size_t bytes)
 {
+    if (capture_refuse(s, "a copy to host memory"))
+        return;
     call_submit(s, capture_download(s, host_dst, src, bytes));
 }
 
 static void async_sync(struct rt_stream *s)
 {
+    if (capture_refuse(s, "a stream synchronisation (a host wait)"))
+        return;
     rt_backend_waited(s);
     queue_drain(s->q);
 }
 
 static void async_to_nchw(struct rt_stream *s, struct rt_shape4 sh, const float *x, float *host_nchw)
 {
+    if (capture_refuse(s, "to_nchw (a host wait)"))
+        return;
     call_submit(s, capture_to_nchw(s, sh, x, host_nchw));
     rt_backend_waited(s);
     queue_drain(s->q);
@@ -392,6 +431,8 @@ static void async_to_nchw(struct rt_stream *s, struct rt_shape4 sh, const float 
 
 static void async_from_nchw(struct rt_stream *s, struct rt_shape4 sh, const float *host_nchw, float *x)
 {
+    if (capture_refuse(s, "from_nchw (host memory)"))
+        return;
     struct cpu_call *c = capture_from_nchw(s, sh, host_nchw, x);
     ARGS(c, from_nchw)->host_nchw = keep_host(c, host_nchw, shape_count(sh) * sizeof(float));
     call_submit(s, c);
@@ -417,6 +458,8 @@ static void keep_input(struct cpu_call *c, struct rt_shape4 sh, const uint8_t **
 static void async_input_u8(struct rt_stream *s, struct rt_shape4 sh, const uint8_t *host_images, const float *mean,
                            const float *std, float *y)
 {
+    if (capture_refuse(s, "images read from host memory (not an input upload)"))
+        return;
     struct cpu_call *c = capture_input_u8(s, sh, host_images, mean, std, y);
     struct args_input_u8 *a = ARGS(c, input_u8);
     keep_input(c, sh, &a->host_images, &a->mean, &a->std);
@@ -466,6 +509,8 @@ static void event_fini(struct rt_event *e)
 /* The point after the calls queued on s so far. The caller orders record against waits on other threads. */
 static void event_record(struct rt_event *e, struct rt_stream *s)
 {
+    if (capture_refuse(s, "an event recorded inside the captured work"))
+        return;
     struct cpu_queue *q = s->q;
     pthread_mutex_lock(&q->mu);
     e->q = q;
@@ -476,7 +521,7 @@ static void event_record(struct rt_event *e, struct rt_stream *s)
 /* Like cudaStreamWaitEvent: the wait is for the event's point as recorded now. */
 static void event_wait(struct rt_stream *s, struct rt_event *e)
 {
-    if (!e->q)
+    if (capture_refuse(s, "a wait for an event inside the captured work") || !e->q)
         return;
     struct cpu_call *c = call_new(sizeof(struct args_wait), run_wait);
     *(struct args_wait *)(void *)c->data = (struct args_wait){e->q, e->seq};
@@ -533,6 +578,8 @@ static void run_call(struct cpu_call *c)
 
 static void stream_call(struct rt_stream *s, void (*fn)(void *arg), void *arg)
 {
+    if (capture_refuse(s, "a host call (rt_stream_call)"))
+        return;
     struct cpu_call *c = call_new(sizeof(struct args_call), run_call);
     *(struct args_call *)(void *)c->data = (struct args_call){fn, arg};
     call_submit(s, c);
@@ -546,6 +593,8 @@ static void run_stamp(struct cpu_call *c)
 
 static void stream_mark(struct rt_timeline *t, int i)
 {
+    if (capture_refuse(t->s, "a timeline mark (the step profile's) inside the captured work"))
+        return;
     struct cpu_call *c = call_new(sizeof(uint64_t *), run_stamp);
     *(uint64_t **)(void *)c->data = &t->m[i].ns;
     call_submit(t->s, c);
@@ -570,6 +619,91 @@ static void marks_fini(struct rt_timeline *t)
     queue_drain(t->s->q);
 }
 
+/* ---- graphs ---------------------------------------------------------------------- */
+
+/* A captured graph: the default stream's calls in issue order, kept as they were captured. */
+struct cpu_graph {
+    size_t n;
+    struct cpu_call **calls;
+};
+
+static void calls_free(struct cpu_call *c)
+{
+    while (c) {
+        struct cpu_call *nx = c->next;
+        free(c->host);
+        free(c);
+        c = nx;
+    }
+}
+
+static int graph_capture_begin(struct rt_backend *be)
+{
+    struct cpu_queue *q = be->stream.q;
+    if (q->capturing)
+        return rt_errf(-EBUSY, "a capture is already under way");
+    q->capturing = 1;
+    q->cap_head = NULL;
+    q->cap_tail = &q->cap_head;
+    q->cap_n = 0;
+    q->cap_fail = NULL;
+    return 0;
+}
+
+static int graph_capture_end(struct rt_backend *be, void **out)
+{
+    struct cpu_queue *q = be->stream.q;
+    q->capturing = 0;
+    struct cpu_call *head = q->cap_head;
+    q->cap_head = NULL;
+    if (q->cap_fail) {
+        calls_free(head);
+        return rt_errf(-EINVAL, "cannot capture the step: %s", q->cap_fail);
+    }
+    struct cpu_graph *g = rt_calloc(1, sizeof(*g), "graph");
+    if (g && q->cap_n)
+        g->calls = rt_calloc(q->cap_n, sizeof(*g->calls), "graph calls");
+    if (!g || (q->cap_n && !g->calls)) {
+        free(g);
+        calls_free(head);
+        return -ENOMEM;
+    }
+    for (struct cpu_call *c = head; c; c = c->next)
+        g->calls[g->n++] = c;
+    *out = g;
+    return 0;
+}
+
+/* Each call copied and queued: a descriptor argument, and a kept host copy (input_u8_dev's mean and std), still
+ * point into the kept call, which the graph owns; the copy owns nothing. */
+static void graph_launch(struct rt_backend *be, void *impl)
+{
+    const struct cpu_graph *g = impl;
+    for (size_t i = 0; i < g->n; i++) {
+        struct cpu_call *c = malloc(g->calls[i]->bytes);
+        if (!c) {
+            fprintf(stderr, "ringtrain: out of memory replaying a graph on a CPU stream\n");
+            abort();
+        }
+        memcpy(c, g->calls[i], g->calls[i]->bytes);
+        c->next = NULL;
+        c->host = NULL;
+        call_submit(&be->stream, c);
+    }
+}
+
+static void graph_destroy(struct rt_backend *be, void *impl)
+{
+    struct cpu_graph *g = impl;
+    if (!g)
+        return;
+    queue_drain(be->stream.q); /* its replays read the kept calls' descriptors */
+    for (size_t i = 0; i < g->n; i++)
+        free(g->calls[i]);
+    free(g->calls);
+    free(g);
+}
+
 static const struct rt_backend_streams async_streams = {
     .create = stream_create,
     .destroy = stream_destroy,
@@ -582,6 +716,10 @@ static const struct rt_backend_streams async_streams = {
     .free = stream_free,
     .copy_from_host = stream_copy_from_host,
     .call = stream_call,
+    .capture_begin = graph_capture_begin,
+    .capture_end = graph_capture_end,
+    .graph_launch = graph_launch,
+    .graph_destroy = graph_destroy,
     .marks_fini = marks_fini,
     .mark = stream_mark,
     .marks_read = marks_read,

@@ -69,6 +69,7 @@ void rt_cuda_free(struct rt_backend *be, void *p)
     /* Whatever dnn.c derived from this memory (a 16-bit weight copy) must not outlive it: the address may
      * come back from the next cudaMalloc holding other data. */
     rt_cuda_freed(be->cuda, p);
+    be->graph_gen++; /* a graph may have it baked in */
     /* The memory may still be read by queued work: drain first. */
     RT_CUDA_CHECK(cudaStreamSynchronize(be->cuda->compute));
     RT_CUDA_CHECK(cudaFree(p));
@@ -117,20 +118,41 @@ void rt_cuda_sync(struct rt_stream *s)
     RT_CUDA_CHECK(cudaStreamSynchronize(rt_cuda_stream(s)));
 }
 
+/*
+ * A scratch block grown to `bytes`. Stream-ordered: the old block is released after the work that uses it. A
+ * graph bakes the block's address in, so a growth bumps the backend's graph generation (the model then drops
+ * its graphs, rt_backend_graph_gen); during a capture the new block is an ordinary allocation, made at once
+ * and not captured, and the old one is kept until the backend goes (captured work may still use it).
+ */
+static void *grow_block(struct rt_stream *s, void **p, size_t *have, size_t bytes)
+{
+    struct rt_cuda *c = rt_cuda_of(s);
+    if (bytes <= *have && *p)
+        return *p;
+    const cudaStream_t st = rt_cuda_stream(s);
+    enum cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    RT_CUDA_CHECK(cudaStreamIsCapturing(st, &cap));
+    s->be->graph_gen++;
+    if (cap != cudaStreamCaptureStatusNone) {
+        if (*p && c->nretired < RT_CUDA_RETIRED)
+            c->retired[c->nretired++] = *p;
+        *p = NULL;
+        RT_CUDA_CHECK(cudaMalloc(p, bytes));
+    } else {
+        if (*p)
+            RT_CUDA_CHECK(cudaFreeAsync(*p, st));
+        *p = NULL;
+        RT_CUDA_CHECK(cudaMallocAsync(p, bytes, st));
+    }
+    *have = bytes;
+    return *p;
+}
+
 void *rt_cuda_workspace(struct rt_stream *s, size_t bytes)
 {
     struct rt_cuda *c = rt_cuda_of(s);
-    if (bytes <= c->workspace_bytes && c->workspace)
-        return c->workspace;
-    /* Stream-ordered: the old block is released after the work that uses it. */
-    if (c->workspace)
-        RT_CUDA_CHECK(cudaFreeAsync(c->workspace, rt_cuda_stream(s)));
-    c->workspace = NULL;
-    c->workspace_bytes = 0;
-    size_t want = bytes < ((size_t)1 << 20) ? (size_t)1 << 20 : bytes;
-    RT_CUDA_CHECK(cudaMallocAsync(&c->workspace, want, rt_cuda_stream(s)));
-    c->workspace_bytes = want;
-    return c->workspace;
+    const size_t want = bytes < ((size_t)1 << 20) ? (size_t)1 << 20 : bytes;
+    return grow_block(s, &c->workspace, &c->workspace_bytes, want);
 }
 
 void *rt_cuda_host_stage(struct rt_stream *s, size_t bytes)
@@ -152,15 +174,7 @@ void *rt_cuda_host_stage(struct rt_stream *s, size_t bytes)
 void *rt_cuda_scratch(struct rt_stream *s, int slot, size_t bytes)
 {
     struct rt_cuda *c = rt_cuda_of(s);
-    if (bytes <= c->scratch_bytes[slot] && c->scratch[slot])
-        return c->scratch[slot];
-    if (c->scratch[slot])
-        RT_CUDA_CHECK(cudaFreeAsync(c->scratch[slot], rt_cuda_stream(s)));
-    c->scratch[slot] = NULL;
-    c->scratch_bytes[slot] = 0;
-    RT_CUDA_CHECK(cudaMallocAsync(&c->scratch[slot], bytes, rt_cuda_stream(s)));
-    c->scratch_bytes[slot] = bytes;
-    return c->scratch[slot];
+    return grow_block(s, &c->scratch[slot], &c->scratch_bytes[slot], bytes);
 }
 
 const uint8_t *rt_cuda_stage_images(struct rt_stream *s, const uint8_t *host, size_t bytes)
@@ -387,6 +401,8 @@ void rt_cuda_destroy(struct rt_backend *be)
     for (int i = 0; i < RT_CUDA_SCRATCH_SLOTS; i++)
         if (c->scratch[i])
             cudaFreeAsync(c->scratch[i], c->compute);
+    for (int i = 0; i < c->nretired; i++)
+        cudaFreeAsync(c->retired[i], c->compute);
     rt_input_pair_fini(be);
     cudaStreamSynchronize(c->compute);
     if (c->host_stage)

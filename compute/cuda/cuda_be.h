@@ -59,6 +59,8 @@ enum {
     RT_CUDA_SCRATCH_DW32 = 5,
     RT_CUDA_SCRATCH_SLOTS = 6
 };
+/* Scratch blocks kept when outgrown during a graph capture (each a growth: a handful at most). */
+enum { RT_CUDA_RETIRED = 16 };
 
 /* A convolution algorithm chosen by measurement, per shape and direction, for
  * the reference tables (dnn.c); or, for 16-bit activations, the decision that
@@ -93,6 +95,8 @@ struct rt_cuda {
     size_t host_stage_bytes;
     void *scratch[RT_CUDA_SCRATCH_SLOTS]; /* rt_cuda_scratch */
     size_t scratch_bytes[RT_CUDA_SCRATCH_SLOTS];
+    void *retired[RT_CUDA_RETIRED]; /* scratch outgrown during a graph capture, freed with the backend */
+    int nretired;
     /* The tables (rt_backend_ops, rt_backend_ops_for): fast (fast_elem.cu, fast_bn.cu over the rest) and their
      * reference twins (elem.cu, spatial.cu, nhwc16.cu alone: rt_backend_ops_reference), [0] bf16, [1] fp16. */
     struct rt_ops fast32, fast16[2];

@@ -105,6 +105,58 @@ static int marks_init(struct rt_timeline *t)
     return 0;
 }
 
+/* ---- graphs: CUDA stream capture of the default stream --------------------------------------------------- */
+
+/* Relaxed: an allocation the captured ops make the first time (none after the warm-up) runs at once, uncaptured;
+ * a wait for the stream, or a copy from pageable memory, still fails the capture. */
+static int graph_capture_begin(struct rt_backend *be)
+{
+    /* The 16-bit weight copies are made again inside the capture, so that every replay makes them from the
+     * weights the optimizer has written since (a replay does not tell dnn_fast.c's cache). */
+    rt_cuda_freed(be->cuda, NULL);
+    const cudaError_t rc = cudaStreamBeginCapture(rt_cuda_stream(&be->stream), cudaStreamCaptureModeRelaxed);
+    if (rc != cudaSuccess) {
+        cudaGetLastError();
+        return rt_errf(-EIO, "cudaStreamBeginCapture: %s", cudaGetErrorString(rc));
+    }
+    return 0;
+}
+
+static int graph_capture_end(struct rt_backend *be, void **out)
+{
+    cudaGraph_t graph = NULL;
+    cudaError_t rc = cudaStreamEndCapture(rt_cuda_stream(&be->stream), &graph);
+    if (rc != cudaSuccess) {
+        cudaGetLastError();
+        if (graph)
+            cudaGraphDestroy(graph);
+        return rt_errf(-EIO, "cannot capture the step: cudaStreamEndCapture: %s", cudaGetErrorString(rc));
+    }
+    cudaGraphExec_t exec = NULL;
+    rc = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (rc != cudaSuccess) {
+        cudaGetLastError();
+        return rt_errf(-EIO, "cannot instantiate the captured step: cudaGraphInstantiate: %s", cudaGetErrorString(rc));
+    }
+    *out = exec;
+    return 0;
+}
+
+static void graph_launch(struct rt_backend *be, void *g)
+{
+    RT_CUDA_CHECK(cudaGraphLaunch((cudaGraphExec_t)g, rt_cuda_stream(&be->stream)));
+}
+
+static void graph_destroy(struct rt_backend *be, void *g)
+{
+    if (!g)
+        return;
+    /* Its queued replays first. */
+    RT_CUDA_CHECK(cudaStreamSynchronize(rt_cuda_stream(&be->stream)));
+    RT_CUDA_CHECK(cudaGraphExecDestroy((cudaGraphExec_t)g));
+}
+
 static void stream_call(struct rt_stream *s, void (*fn)(void *arg), void *arg)
 {
     RT_CUDA_CHECK(cudaLaunchHostFunc(rt_cuda_stream(s), fn, arg));
@@ -155,6 +207,10 @@ const struct rt_backend_streams rt_cuda_streams = {
     .free = stream_free,
     .copy_from_host = copy_from_host,
     .call = stream_call,
+    .capture_begin = graph_capture_begin,
+    .capture_end = graph_capture_end,
+    .graph_launch = graph_launch,
+    .graph_destroy = graph_destroy,
     .marks_init = marks_init,
     .marks_fini = marks_fini,
     .marks_start = marks_start,

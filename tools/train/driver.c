@@ -193,6 +193,28 @@ static int open_data(struct train *T)
     return 0;
 }
 
+/* --cuda-graph: whether the steps become graphs after the warm-up, or why not (the model may still refuse). */
+static void graph_decide(struct train *T)
+{
+    const struct train_cfg *c = &T->cfg;
+    const int gpu = rt_backend_kind_of(T->be) == RT_BACKEND_CUDA;
+    T->graph_on = 0;
+    if (c->cuda_graph == 0)
+        T->graph_why = "off (--cuda-graph off)";
+    else if (!gpu && c->cuda_graph < 0)
+        T->graph_why = "off on the CPU (--cuda-graph auto: on a GPU)";
+    else if (!gpu && !rt_backend_async(T->be))
+        T->graph_why = "off: the CPU backend runs each op as it is issued, there is nothing to capture "
+                       "(RINGTRAIN_CPU_STREAMS=async records and replays its calls)";
+    else if (T->world > 1)
+        T->graph_why = "off: several ranks -- each gradient bucket's all-reduce starts from backward's progress, "
+                       "reported on the host, which a graph does not replay";
+    else if (c->profile_ops)
+        T->graph_why = "off: --profile-ops marks every op on the stream";
+    else
+        T->graph_on = 1;
+}
+
 /* The backend, NCCL for GPUs across ranks (or one GPU, --allreduce nccl), and the activation precision. */
 static int open_compute(struct train *T)
 {
@@ -217,6 +239,7 @@ static int open_compute(struct train *T)
     if (gpu && T->world == 1 && c->allreduce == ALLREDUCE_NCCL &&
         (rc = rt_nccl_create_local(T->comm, rt_backend_device(T->be), &T->nccl)) < 0)
         return rc;
+    graph_decide(T);
     return train_amp_resolve(c->amp, T->be, &T->act);
 }
 

@@ -21,6 +21,9 @@
 #include "common/nvml.h"
 #include "tools/train/train.h"
 
+/* --cuda-graph: the updates run eagerly before the steps become graphs (cuDNN's choices made, memory settled). */
+enum { GRAPH_WARMUP = 3 };
+
 /*
  * The control word: each rank's bits for the update, OR-ed over the ranks
  * with the update's last collective (rt_bucketer_finish).
@@ -296,6 +299,11 @@ struct train {
     struct train_meter meter;
     /* the update in progress */
     struct rt_loss_stats step_loss; /* the last micro-batch read back (late.c): its loss sums */
+    /* --cuda-graph: the micro-batches replayed as graphs after the warm-up (step.c); why not, when not (a
+     * run-level reason here, a model-level one from rt_model_graph_status, said once). */
+    int graph_on;
+    const char *graph_why;
+    int graph_said;
     struct train_late late;
     /* Host waits for the compute stream (rt_backend_host_waits) inside steady steps: the count when the
      * update began, the sum over the steady updates so far, and how many (train --json host_waits_per_step). */

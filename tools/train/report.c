@@ -163,6 +163,13 @@ static void banner_numerics(struct train *T)
             banner_line(T, "cudnn", "deterministic algorithms (--deterministic on: a run and its resume repeat bit "
                                     "for bit); %s kernels", kernels_name(T->be));
     }
+    if (T->graph_on)
+        banner_line(T, "graph", "each micro-batch's forward, loss and backward replayed as one %s after %d eager "
+                                "updates (--cuda-graph)",
+                    rt_backend_kind_of(T->be) == RT_BACKEND_CUDA ? "CUDA graph" : "recorded graph of the CPU stream's calls",
+                    GRAPH_WARMUP);
+    else if (c->cuda_graph != 0 && (rt_backend_kind_of(T->be) == RT_BACKEND_CUDA || c->cuda_graph > 0))
+        banner_line(T, "graph", "%s", T->graph_why);
     if (c->profile_ops)
         banner_line(T, "profile", "per op (--profile-ops): a mark before and after every op on the compute stream%s; "
                                   "the steps run slower than without",
@@ -585,6 +592,13 @@ static json_t *summary_json(const struct train *T, double wall_s, double train_s
      * made on average: 0 when the host only queues work (loss scaling's overflow check still waits once). */
     json_object_set_new(o, "host_waits_per_step",
                         isnan(r->host_waits_per_step) ? json_null() : json_real(r->host_waits_per_step));
+    /* --cuda-graph: graphs captured and replays on rank 0, or why the steps ran op by op. */
+    int graphs = 0;
+    uint64_t replays = 0;
+    const char *model_why = rt_model_graph_status(T->model, &graphs, &replays);
+    json_object_set_new(o, "cuda_graph", json_pack("{s:b, s:i, s:I, s:s?}", "on", T->graph_on || graphs > 0,
+                                                   "graphs", graphs, "replays", (json_int_t)replays, "why_not",
+                                                   T->graph_on ? NULL : model_why ? model_why : T->graph_why));
     json_object_set_new(o, "buckets", json_integer(rt_bucketer_count(T->bucketer)));
     /* What trains and what the all-reduce moves per update (bytes of the gradients in the buckets). */
     uint64_t trainable, frozen;

@@ -78,6 +78,25 @@ static struct rt_step_opts step_opts(const struct train *T, const struct train_b
         .mean = T->mean, .std = T->std, .input_ticket = b->ticket, .labels_dev = b->labels_dev};
 }
 
+/* This micro-batch as a graph (--cuda-graph): after the warm-up, while the model has not refused. */
+static int graph_wanted(const struct train *T)
+{
+    return T->graph_on && T->pos.update >= GRAPH_WARMUP + T->meter.update_before;
+}
+
+/* The first time the model refuses (dropout, a failed capture): one line saying why, and eager from then on. */
+static void graph_check(struct train *T)
+{
+    const char *why = rt_model_graph_status(T->model, NULL, NULL);
+    if (!why || T->graph_said)
+        return;
+    T->graph_said = 1;
+    T->graph_on = 0;
+    T->graph_why = why;
+    if (T->root)
+        rt_info("cuda graph: the steps stay op by op from update %" PRIu64 ": %s", T->pos.update, why);
+}
+
 int train_step_forward_backward(struct train *T, const struct train_batch *b, uint32_t i, uint32_t n)
 {
     if (i == 0) {
@@ -97,10 +116,20 @@ int train_step_forward_backward(struct train *T, const struct train_batch *b, ui
     faults_step_opts(T, &so);
     /* The loss sums stay on the device: late.c reads them a step late (the non-finite check with them). */
     so.stats_dev = late_stats_dev(T, i);
+    /* A graph has no marks inside: the profile sees its forward and backward as one span, after it. */
+    const int graph = graph_wanted(T);
+    if (graph) {
+        so.graph = 1;
+        so.timeline = NULL;
+    }
     const uint64_t t0 = rt_trace_begin();
     const int rc = rt_model_step(T->model, &so, (int)T->cfg.batch, b->images, b->labels, NULL);
     if (rc < 0)
         return rc;
+    if (graph) {
+        rt_timeline_mark(T->prof.tl, "forward+backward (graph)", RT_MARK_BACKWARD);
+        graph_check(T);
+    }
     rt_trace_end(t0, RT_TRACE_COMPUTE, "forward+backward", NULL);
     late_micro_done(T);
     T->pos.batch++;

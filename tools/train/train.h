@@ -213,6 +213,7 @@ struct train_cfg {
     uint64_t trace_first, trace_last; /* optimizer steps [first, last) recorded ... */
     int trace_all;              /* ... or the whole run */
     int profile_ops;            /* --profile-ops: each op's time on the compute stream (slows the step) */
+    int cuda_graph;             /* --cuda-graph: 1 on, 0 off, -1 auto (on a GPU); a zeroed config is off */
     double trace_mb;            /* memory for events per rank (0: 64 MiB) */
     enum train_trace_split trace_split; /* one file, or one per rank (auto: by the world and the size) */
     /* what the driver is plugged into (not options) */
