@@ -59,6 +59,13 @@ static int late_mpi(const struct rt_bucketer *b)
     return b->stream_call && !b->dev && rt_comm_parallel(b->c);
 }
 
+/* Late mode, NCCL: the compute stream waits for the all-reduces by an event, the host watches the update
+ * before's; the control word goes over MPI one update late, as in late_mpi. */
+static int late_nccl(const struct rt_bucketer *b)
+{
+    return b->stream_call && b->dev;
+}
+
 /* Before this update's first job: the update before's are done (a host wait with this update's work queued). */
 static void late_start(struct rt_bucketer *b)
 {
@@ -77,7 +84,13 @@ static void late_wait_fn(void *arg)
 
 void rt_bucketer_settle(struct rt_bucketer *b)
 {
-    if (b && late_mpi(b))
+    if (!b)
+        return;
+    if (late_nccl(b)) {
+        rt_nccl_stream_watch(b->dev, 1);
+        rt_nccl_stream_watch(b->dev, 0);
+    }
+    if (late_mpi(b) || (late_nccl(b) && rt_comm_parallel(b->c)))
         rt_comm_count_wait(b->c, &b->jobs_done, b->jobs_sent);
 }
 
@@ -336,6 +349,24 @@ int rt_bucketer_finish(struct rt_bucketer *b, uint32_t flags, uint32_t *global_f
      * word would need a copy back to the host after the all-reduces anyway).
      * In NCCL mode its deadline and the NCCL watchdog's run side by side; the
      * first to expire ends the job, both name the step. */
+    if (late_nccl(b)) {
+        /* The optimizer queued after this reads reduced gradients (an event); the host watches the update
+         * before's all-reduces, which have this update's work queued behind them. */
+        rt_nccl_stream_join(b->dev);
+        rt_nccl_stream_watch(b->dev, 1);
+        if (rt_comm_parallel(b->c)) {
+            rt_comm_count_wait(b->c, &b->jobs_done, b->target_prev); /* the update before's word */
+            g = b->flags;
+            b->flags = flags;
+            rt_comm_job_submit(b->c, &b->flag_job);
+            b->target_prev = ++b->jobs_sent;
+        }
+        if (global_flags)
+            *global_flags = g;
+        if (wait_ns)
+            *wait_ns = rt_now_ns() - t0;
+        return 0;
+    }
     if (late_mpi(b)) {
         late_start(b); /* no bucket started this update (overlap off): the update before's word is ready */
         g = b->flags;  /* the update before's word, OR-ed over the ranks (0 before the first) */

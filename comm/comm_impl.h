@@ -133,5 +133,12 @@ void rt_nccl_stream_allreduce(struct rt_nccl_stream *s, int k, float *buf, size_
  * polls on the host until they are done, as the watchdog: an NCCL error or an
  * all-reduce older than the group's deadline ends the job. */
 void rt_nccl_stream_wait(struct rt_nccl_stream *s);
+/* The two halves: the compute stream waits for this step's all-reduces (an
+ * event, no host wait); the host polls, as the watchdog, until this step's
+ * (before = 0) or the step before's (before = 1) are done. The step records
+ * are kept in two generations used in turn, so the step before's can be
+ * watched once this one's are queued (late mode). */
+void rt_nccl_stream_join(struct rt_nccl_stream *s);
+void rt_nccl_stream_watch(struct rt_nccl_stream *s, int before);
 
 #endif

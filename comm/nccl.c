@@ -566,16 +566,20 @@ void rt_nccl_destroy(struct rt_nccl *n)
 
 /* ---- the bucketer's device path ---------------------------------------------------- */
 
+/* Two generations of per-bucket records, used by the steps in turn (step % 2), so that a step's all-reduces can
+ * be watched once the next step's are queued (the bucketer's late mode): generation g's bucket k at g * nb + k. */
 struct rt_nccl_stream {
     struct rt_nccl *n;
     cudaStream_t compute, comm;
     cudaEvent_t ready;          /* on compute: what backward has queued so far */
-    cudaEvent_t *done;          /* nb: on comm, after bucket k's all-reduce */
-    uint64_t *t_queued;         /* nb: host time bucket k was queued */
-    const char **what;          /* nb: borrowed descriptions */
+    cudaEvent_t *done;          /* 2 x nb: on comm, after bucket k's all-reduce */
+    uint64_t *t_queued;         /* 2 x nb: host time bucket k was queued */
+    const char **what;          /* 2 x nb: borrowed descriptions */
     int nb;
-    int queued;                 /* buckets queued this step */
-    int finished;               /* of those, known complete */
+    int gen;                    /* this step's generation */
+    int queued[2];              /* buckets queued in each generation's step */
+    int finished[2];            /* of those, known complete */
+    uint64_t step[2];           /* each generation's step */
 };
 
 int rt_nccl_stream_create(struct rt_nccl *n, void *compute, int nb, struct rt_nccl_stream **out)
@@ -587,9 +591,9 @@ int rt_nccl_stream_create(struct rt_nccl *n, void *compute, int nb, struct rt_nc
     s->n = n;
     s->compute = (cudaStream_t)compute;
     s->nb = nb;
-    s->done = rt_calloc((size_t)nb, sizeof(*s->done), "NCCL bucket events");
-    s->t_queued = rt_calloc((size_t)nb, sizeof(*s->t_queued), "NCCL bucket events");
-    s->what = rt_calloc((size_t)nb, sizeof(*s->what), "NCCL bucket events");
+    s->done = rt_calloc(2 * (size_t)nb, sizeof(*s->done), "NCCL bucket events");
+    s->t_queued = rt_calloc(2 * (size_t)nb, sizeof(*s->t_queued), "NCCL bucket events");
+    s->what = rt_calloc(2 * (size_t)nb, sizeof(*s->what), "NCCL bucket events");
     if (!s->done || !s->t_queued || !s->what) {
         rt_nccl_stream_destroy(s);
         return -ENOMEM;
@@ -604,7 +608,7 @@ int rt_nccl_stream_create(struct rt_nccl *n, void *compute, int nb, struct rt_nc
         e = cudaStreamCreateWithPriority(&s->comm, cudaStreamNonBlocking, hi);
     if (e == cudaSuccess)
         e = cudaEventCreateWithFlags(&s->ready, cudaEventDisableTiming);
-    for (int k = 0; k < nb && e == cudaSuccess; k++)
+    for (int k = 0; k < 2 * nb && e == cudaSuccess; k++)
         e = cudaEventCreateWithFlags(&s->done[k], cudaEventDisableTiming);
     if (e != cudaSuccess) {
         cudaGetLastError();
@@ -622,7 +626,7 @@ void rt_nccl_stream_destroy(struct rt_nccl_stream *s)
         return;
     if (s->comm)
         cudaStreamSynchronize(s->comm); /* its own stream only: nothing else is waited for */
-    for (int k = 0; s->done && k < s->nb; k++)
+    for (int k = 0; s->done && k < 2 * s->nb; k++)
         if (s->done[k])
             cudaEventDestroy(s->done[k]);
     if (s->ready)
@@ -637,8 +641,10 @@ void rt_nccl_stream_destroy(struct rt_nccl_stream *s)
 
 void rt_nccl_stream_begin(struct rt_nccl_stream *s, uint64_t step)
 {
-    s->queued = 0;
-    s->finished = 0;
+    s->gen = (int)(step & 1u);
+    s->queued[s->gen] = 0;
+    s->finished[s->gen] = 0;
+    s->step[s->gen] = step;
     s->n->step = step;
 }
 
@@ -650,25 +656,27 @@ void rt_nccl_stream_follow(struct rt_nccl_stream *s)
 
 void rt_nccl_stream_allreduce(struct rt_nccl_stream *s, int k, float *buf, size_t count, const char *what)
 {
-    s->what[k] = what;
-    s->t_queued[k] = rt_now_ns();
+    const int i = s->gen * s->nb + k;
+    s->what[i] = what;
+    s->t_queued[i] = rt_now_ns();
     NCCL_CHECK(s->n, ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, s->n->comm, s->comm));
-    NCCL_CUDA_CHECK(s->n, cudaEventRecord(s->done[k], s->comm));
-    s->queued = k + 1;
+    NCCL_CUDA_CHECK(s->n, cudaEventRecord(s->done[i], s->comm));
+    s->queued[s->gen] = k + 1;
 }
 
-/* The watchdog's message: the buckets still in flight, the NCCL state. */
-static _Noreturn void stream_fail(struct rt_nccl_stream *s, const char *why)
+/* The watchdog's message: generation g's buckets still in flight, the NCCL state. */
+static _Noreturn void stream_fail(struct rt_nccl_stream *s, int g, const char *why)
 {
     char inflight[700];
     size_t o = 0;
     int shown = 0, more = 0;
     inflight[0] = 0;
-    for (int k = s->finished; k < s->queued; k++) {
-        if (cudaEventQuery(s->done[k]) == cudaSuccess)
+    for (int k = s->finished[g]; k < s->queued[g]; k++) {
+        if (cudaEventQuery(s->done[g * s->nb + k]) == cudaSuccess)
             continue;
         if (shown < 3 && o < sizeof(inflight)) {
-            o += (size_t)snprintf(inflight + o, sizeof(inflight) - o, "%s%s", shown ? "; " : "", s->what[k]);
+            o += (size_t)snprintf(inflight + o, sizeof(inflight) - o, "%s%s", shown ? "; " : "",
+                                  s->what[g * s->nb + k]);
             shown++;
         } else {
             more++;
@@ -680,35 +688,42 @@ static _Noreturn void stream_fail(struct rt_nccl_stream *s, const char *why)
     ncclCommGetAsyncError(s->n->comm, &as);
     const char *last = ncclGetLastError(s->n->comm);
     char msg[1500];
-    snprintf(msg, sizeof(msg), "step %" PRIu64 ": %s; in flight: %s; NCCL: %s%s%s. Ending the job.", s->n->step, why,
+    snprintf(msg, sizeof(msg), "step %" PRIu64 ": %s; in flight: %s; NCCL: %s%s%s. Ending the job.", s->step[g], why,
              shown ? inflight : "none", ncclGetErrorString(as), last && *last ? ", last error: " : "",
              last ? last : "");
     nccl_abort(s->n, msg);
 }
 
-void rt_nccl_stream_wait(struct rt_nccl_stream *s)
+void rt_nccl_stream_join(struct rt_nccl_stream *s)
 {
-    if (s->queued == 0)
+    const int g = s->gen;
+    if (s->queued[g])
+        NCCL_CUDA_CHECK(s->n, cudaStreamWaitEvent(s->compute, s->done[g * s->nb + s->queued[g] - 1], 0));
+}
+
+/* Polls on the host until generation g's all-reduces are done, as the watchdog. */
+static void watch(struct rt_nccl_stream *s, int g)
+{
+    if (s->finished[g] == s->queued[g])
         return;
-    NCCL_CUDA_CHECK(s->n, cudaStreamWaitEvent(s->compute, s->done[s->queued - 1], 0));
     double timeout = rt_comm_timeout(s->n->c);
     long nap_us = 10;
     for (;;) {
         int progressed = 0;
-        while (s->finished < s->queued) {
-            cudaError_t e = cudaEventQuery(s->done[s->finished]);
+        while (s->finished[g] < s->queued[g]) {
+            cudaError_t e = cudaEventQuery(s->done[g * s->nb + s->finished[g]]);
             if (e == cudaErrorNotReady)
                 break;
             if (e != cudaSuccess) {
                 char why[300];
                 snprintf(why, sizeof(why), "CUDA error %d (%s) while the gradients were all-reduced", (int)e,
                          cudaGetErrorString(e));
-                stream_fail(s, why);
+                stream_fail(s, g, why);
             }
-            s->finished++;
+            s->finished[g]++;
             progressed = 1;
         }
-        if (s->finished == s->queued)
+        if (s->finished[g] == s->queued[g])
             return;
         ncclResult_t as = ncclSuccess;
         ncclResult_t r = ncclCommGetAsyncError(s->n->comm, &as);
@@ -716,15 +731,15 @@ void rt_nccl_stream_wait(struct rt_nccl_stream *s)
             char why[200];
             snprintf(why, sizeof(why), "NCCL reported an error during the gradient all-reduce (%s)",
                      ncclGetErrorString(r != ncclSuccess ? r : as));
-            stream_fail(s, why);
+            stream_fail(s, g, why);
         }
-        double age = (double)(rt_now_ns() - s->t_queued[s->finished]) * 1e-9;
+        double age = (double)(rt_now_ns() - s->t_queued[g * s->nb + s->finished[g]]) * 1e-9;
         if (age > timeout) {
             char why[200];
             snprintf(why, sizeof(why), "the NCCL all-reduce of gradient bucket %d of %d did not complete within "
                                        "%.0f s (--comm-timeout)",
-                     s->finished + 1, s->nb, timeout);
-            stream_fail(s, why);
+                     s->finished[g] + 1, s->nb, timeout);
+            stream_fail(s, g, why);
         }
         /* Naps as the comm thread's: short and growing while in flight,
          * back to short after progress. */
@@ -732,6 +747,20 @@ void rt_nccl_stream_wait(struct rt_nccl_stream *s)
         struct timespec ts = {0, nap_us * 1000};
         nanosleep(&ts, NULL);
     }
+}
+
+void rt_nccl_stream_wait(struct rt_nccl_stream *s)
+{
+    rt_nccl_stream_join(s);
+    watch(s, s->gen);
+}
+
+void rt_nccl_stream_watch(struct rt_nccl_stream *s, int before)
+{
+    if (before)
+        watch(s, s->gen ^ 1);
+    else
+        watch(s, s->gen);
 }
 
 #else /* no NCCL in this build */
@@ -807,6 +836,17 @@ void rt_nccl_stream_allreduce(struct rt_nccl_stream *s, int k, float *buf, size_
 void rt_nccl_stream_wait(struct rt_nccl_stream *s)
 {
     (void)s;
+}
+
+void rt_nccl_stream_join(struct rt_nccl_stream *s)
+{
+    (void)s;
+}
+
+void rt_nccl_stream_watch(struct rt_nccl_stream *s, int before)
+{
+    (void)s;
+    (void)before;
 }
 
 #endif
