@@ -138,7 +138,8 @@ class Loader:
         self._core = None
         self._memory = None
         self._pending = []      # device="cuda": (CBatch, event) handed out, host slot not yet released
-        self._ahead = None      # device="cuda": (CBatch, event, images, labels) of the next batch, copying
+        self._ahead = None      # device="cuda": (CBatch, event, block, images, labels) of the next batch, copying
+        self._events = []       # device="cuda": events whose batch is released, recorded again for another
         self._epoch = 0         # the next batch to hand to the user
         self._step = 0
         self._wait_ns = 0       # time the consumer spent blocked in next()
@@ -179,6 +180,7 @@ class Loader:
         for cb, ev in self._pending:
             ev.synchronize()
             cb.release()
+            self._events.append(ev)
         self._pending = []
         if self._core is not None:
             self._core.close()
@@ -208,23 +210,26 @@ class Loader:
         return images, labels
 
     def _cuda_start(self, cb):
-        """Start copying `cb` to the GPU on the side stream: (CBatch, event, GPU images, GPU labels)."""
+        """Start copying `cb` to the GPU on the side stream: (CBatch, event, GPU block, GPU images, GPU labels).
+
+        One copy per batch: a slot holds its images, then (page-aligned) its labels, so the block from the
+        first image byte to the last label byte goes over at once and both tensors are views of it. The
+        event comes from a pool of those whose batch was released."""
         torch = self._torch
         c, h, w = self.shape
         b = cb.batch
         base = self._memory.data_ptr()
         io = cb.images_address() - base
         lo = cb.labels_address() - base
-        host_images = self._memory[io:io + b * c * h * w].view(b, c, h, w)
-        host_labels = self._memory[lo:lo + 8 * b].view(torch.int64)
         with torch.cuda.stream(self._stream):
-            images = host_images.to(self.device, non_blocking=True)
-            labels = host_labels.to(self.device, non_blocking=True)
-            ev = torch.cuda.Event()
+            block = self._memory[io:lo + 8 * b].to(self.device, non_blocking=True)
+            ev = self._events.pop() if self._events else torch.cuda.Event()
             ev.record(self._stream)
+        images = block[:b * c * h * w].view(b, c, h, w)
+        labels = block[lo - io:].view(torch.int64)
         if cb.valid < b:
             images, labels = images[:cb.valid], labels[:cb.valid]
-        return cb, ev, images, labels
+        return cb, ev, block, images, labels
 
     def _cuda_batch(self):
         """The next batch on the GPU. Its copy was started one call earlier (on the side stream), and the
@@ -234,13 +239,15 @@ class Loader:
         # batch the C loader is asked for next needs the slot of the one `slots` before it: with the batch
         # ahead and that one, fewer than slots - 2 copies may still be outstanding; wait for the oldest
         # beyond that (rarely: a copy takes tens of microseconds).
-        while self._pending and (len(self._pending) > self._max_pending or self._pending[0][1].query()):
-            cb, ev = self._pending.pop(0)
+        pending = self._pending
+        while pending and (len(pending) > self._max_pending or pending[0][1].query()):
+            cb, ev = pending.pop(0)
             ev.synchronize()
             cb.release()
+            self._events.append(ev)
         if self._ahead is None:
             self._ahead = self._cuda_start(self._take())
-        cb, ev, images, labels = self._ahead
+        cb, ev, block, images, labels = self._ahead
         self._ahead = None
         self._pending.append((cb, ev))
         # Not past the epoch's end: set_epoch() or load_state_dict() may move the loader there, and at an
@@ -249,8 +256,7 @@ class Loader:
             self._ahead = self._cuda_start(self._take())
         cur = torch.cuda.current_stream(self.device)
         cur.wait_event(ev)
-        images.record_stream(cur)  # allocated on the side stream, used on the user's
-        labels.record_stream(cur)
+        block.record_stream(cur)  # allocated on the side stream, used on the user's (images and labels are views)
         return images, labels
 
     # ---- iteration ------------------------------------------------------------------------------
