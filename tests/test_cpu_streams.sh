@@ -147,6 +147,10 @@ if [ -n "$MPIRUN" ]; then
     if [ "$SMALL" != 1 ]; then
         same np2-resnet18 "${MPI[@]}" "$RT" train --data "$W/cifar" --model resnet18 --batch-size 8 --bucket-cap-mb 1 "${R2[@]}"
         same np2-no-overlap "${MPI[@]}" "$RT" train --data "$W/cifar" --model resnet18 --batch-size 8 --no-overlap "${R2[@]}"
+        # Graphs at two ranks (--cuda-graph on): the buckets' all-reduces start after each replayed backward.
+        same np2-graph "${MPI[@]}" "$RT" train --data "$W/cifar" --model resnet9 --batch-size 8 --bucket-cap-mb 1 \
+            --cuda-graph on "${R2[@]}" --steps 8
+        graphs np2-graph 3
     fi
 else
     echo "skip two ranks: no mpirun"

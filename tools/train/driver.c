@@ -206,9 +206,10 @@ static void graph_decide(struct train *T)
     else if (!gpu && !rt_backend_async(T->be))
         T->graph_why = "off: the CPU backend runs each op as it is issued, there is nothing to capture "
                        "(RINGTRAIN_CPU_STREAMS=async records and replays its calls)";
-    else if (T->world > 1)
+    else if (T->world > 1 && c->cuda_graph < 0)
         T->graph_why = "off: several ranks -- each gradient bucket's all-reduce starts from backward's progress, "
-                       "reported on the host, which a graph does not replay";
+                       "reported on the host, which a graph does not replay (--cuda-graph on: graphs, and the "
+                       "all-reduce after backward, not overlapped)";
     else if (c->profile_ops)
         T->graph_why = "off: --profile-ops marks every op on the stream";
     else

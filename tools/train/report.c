@@ -165,9 +165,9 @@ static void banner_numerics(struct train *T)
     }
     if (T->graph_on)
         banner_line(T, "graph", "each micro-batch's forward, loss and backward replayed as one %s after %d eager "
-                                "updates (--cuda-graph)",
+                                "updates (--cuda-graph)%s",
                     rt_backend_kind_of(T->be) == RT_BACKEND_CUDA ? "CUDA graph" : "recorded graph of the CPU stream's calls",
-                    GRAPH_WARMUP);
+                    GRAPH_WARMUP, T->world > 1 ? "; the gradients' all-reduce starts after backward, not overlapped" : "");
     else if (c->cuda_graph != 0 && (rt_backend_kind_of(T->be) == RT_BACKEND_CUDA || c->cuda_graph > 0))
         banner_line(T, "graph", "%s", T->graph_why);
     if (c->profile_ops)
