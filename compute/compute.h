@@ -461,13 +461,18 @@ struct rt_loss_stats {
      * 0x64726f70}). So every backend and table, whatever its layout, draws                                            \
      * the same mask for the same logical element (compute/dropout_index.h is                                          \
      * the one implementation); backward regenerates it from (seed, offset):                                           \
-     * no mask is stored.                                                                                              \
+     * no mask is stored. With `stream` (a device uint64, read when the op                                             \
+     * runs) the pair is drawn there instead: (seed, offset) =                                                         \
+     * rt_dropout_node_draw(seed, *stream, offset's low 32 bits, offset >> 56),                                        \
+     * so that a graph replays a layer with each micro-batch's stream (pass                                            \
+     * the model's seed and start + (node << 56)). NULL: as given.                                                     \
      */                                                                                                                \
     X(void, dropout_fwd, (struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,               \
-                          uint64_t offset, const float *x, float *y), (s, sh, spatial, p, seed, offset, x, y))         \
+                          uint64_t offset, const uint64_t *stream, const float *x, float *y),                          \
+                                (s, sh, spatial, p, seed, offset, stream, x, y))                                       \
     X(void, dropout_bwd, (struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,               \
-                          uint64_t offset, const float *dy, float beta, float *dx),                                    \
-                                (s, sh, spatial, p, seed, offset, dy, beta, dx))                                       \
+                          uint64_t offset, const uint64_t *stream, const float *dy, float beta, float *dx),            \
+                                (s, sh, spatial, p, seed, offset, stream, dy, beta, dx))                               \
     /* y = a + b; x *= alpha; y += alpha x */                                                                          \
     X(void, add, (struct rt_stream *s, size_t n, const float *a, const float *b, float *y), (s, n, a, b, y))           \
     /* A residual add and the ReLU after it in one pass, where the table's add_relu is set: y = max(0, a + b),     \

@@ -108,6 +108,8 @@ struct net {
     char graph_why_buf[256];
     uint64_t graph_replays;
     int capturing;          /* step_ops records a graph: the input's event wait and release are the launch's */
+    uint64_t *stream_dev;   /* device: the micro-batch's dropout stream, written before each replay */
+    int drop_dev;           /* step_ops: dropout draws from stream_dev on the device (a graph's) */
 };
 
 /* What a captured step bakes in: a replay is valid only with the same. */
@@ -119,6 +121,7 @@ struct graph_key {
     enum rt_mode mode;
     float grad_scale, label_smoothing;
     int no_dropout;
+    uint32_t dropout_start; /* dropout_offset's low half (its stream goes in stream_dev) */
 };
 struct step_graph {
     struct graph_key key;
@@ -815,6 +818,7 @@ void net_destroy(struct net *n)
     o->free(n->be, n->labels);
     o->free(n->be, n->stats);
     o->free(n->be, n->logits32);
+    n->ops32->free(n->be, n->stream_dev);
     for (int i = 0; i < n->ngraphs; i++)
         rt_graph_destroy(n->graphs[i].g);
     free(n->graphs);
@@ -861,6 +865,9 @@ static struct rt_shape4 shape_at(const struct tensor *t, int batch)
 /* Dropout masks: each node draws under its own (key, counters) of the micro-batch's stream (dropout_index.h). */
 static struct rt_dropout_draw dropout_draw(const struct net *n, const struct rt_step_opts *o, int node)
 {
+    /* A graph's: the key and start with the node, drawn on the device from the stream it holds (dropout_fwd). */
+    if (n->drop_dev)
+        return (struct rt_dropout_draw){n->seed, (uint64_t)(uint32_t)o->dropout_offset + ((uint64_t)node << 56)};
     return rt_dropout_node_draw(n->seed, o->dropout_stream + (o->dropout_offset >> 32), (uint32_t)o->dropout_offset,
                                 (unsigned)node);
 }
@@ -934,7 +941,8 @@ static void node_fwd(struct net *n, int i, int batch, const struct rt_step_opts 
     case K_DROPOUT:
         if (train && !o->no_dropout && d->p > 0.0f) {
             const struct rt_dropout_draw dr = dropout_draw(n, o, i);
-            OP(tl, op, dropout_fwd, (s, shape_at(x, batch), x->spatial, d->p, dr.seed, dr.offset, x->data, y->data));
+            OP(tl, op, dropout_fwd, (s, shape_at(x, batch), x->spatial, d->p, dr.seed, dr.offset,
+                                     n->drop_dev ? n->stream_dev : NULL, x->data, y->data));
         } else {
             OP(tl, op, copy, (s, y->data, x->data, count_at(x, batch) * n->esz));
         }
@@ -1064,7 +1072,8 @@ static void node_bwd(struct net *n, int i, int batch, const struct rt_step_opts 
             break;
         if (!o->no_dropout && d->p > 0.0f) {
             const struct rt_dropout_draw dr = dropout_draw(n, o, i);
-            OP(tl, op, dropout_bwd, (s, shape_at(x, batch), x->spatial, d->p, dr.seed, dr.offset, dy, beta, dx));
+            OP(tl, op, dropout_bwd, (s, shape_at(x, batch), x->spatial, d->p, dr.seed, dr.offset,
+                                     n->drop_dev ? n->stream_dev : NULL, dy, beta, dx));
         } else {
             pass_grad(n, tl, count_at(x, batch), 1.0f, dy, beta, dx);
         }
@@ -1104,17 +1113,24 @@ static int step_ops(struct net *n, const struct rt_step_opts *o, int batch, cons
                     const int32_t *labels, struct rt_loss_stats *stats);
 
 /* Why this step cannot be a graph, or NULL. */
-static const char *graph_refusal(const struct net *n, const struct rt_step_opts *o)
+static const char *graph_refusal(const struct rt_step_opts *o)
 {
     if (!o->input_ticket || !o->labels_dev)
         return "the step's images or labels are host memory, not an input upload";
     if (o->timeline)
         return "the step is profiled layer by layer (timeline marks inside the step)";
-    if (o->mode == RT_TRAIN && !o->no_dropout)
-        for (int i = 0; i < n->nn; i++)
-            if (n->nd[i].kind == K_DROPOUT && n->nd[i].p > 0.0f)
-                return "the model has dropout, whose masks follow a counter the host passes each micro-batch";
     return NULL;
+}
+
+/* The step draws dropout masks: a graph then takes the micro-batch's stream from the device. */
+static int draws_dropout(const struct net *n, const struct rt_step_opts *o)
+{
+    if (o->mode != RT_TRAIN || o->no_dropout)
+        return 0;
+    for (int i = 0; i < n->nn; i++)
+        if (n->nd[i].kind == K_DROPOUT && n->nd[i].p > 0.0f)
+            return 1;
+    return 0;
 }
 
 static void graph_refuse(struct net *n, const char *why)
@@ -1132,8 +1148,17 @@ static void graph_refuse(struct net *n, const char *why)
 static int graph_step(struct net *n, const struct rt_step_opts *o, int batch, const uint8_t *images,
                       const int32_t *labels, struct rt_loss_stats *stats)
 {
-    const struct graph_key k = {images, o->labels_dev, o->loss_scale, o->mean, o->std, batch, o->mode,
-                                o->grad_scale, o->label_smoothing, o->no_dropout};
+    const struct graph_key k = {images,        o->labels_dev,    o->loss_scale,       o->mean,
+                                o->std,        batch,            o->mode,             o->grad_scale,
+                                o->label_smoothing, o->no_dropout, (uint32_t)o->dropout_offset};
+    /* Dropout's stream changes every micro-batch: it goes to the device before the capture and each replay. */
+    const int drop = draws_dropout(n, o);
+    if (drop) {
+        if (!n->stream_dev && !(n->stream_dev = n->ops32->alloc(n->be, sizeof(uint64_t))))
+            return -ENOMEM;
+        const uint64_t stream = o->dropout_stream + (o->dropout_offset >> 32);
+        n->ops32->upload(n->s, n->stream_dev, &stream, sizeof(stream));
+    }
     /* Memory a graph baked in was freed or regrown since (a workspace that grew for another shape): capture
      * again. */
     const uint64_t gen = rt_backend_graph_gen(n->be);
@@ -1168,8 +1193,10 @@ static int graph_step(struct net *n, const struct rt_step_opts *o, int batch, co
         if (saved)
             memcpy(saved, n->tracked, (size_t)n->nent * sizeof(*saved));
         n->capturing = 1;
+        n->drop_dev = drop;
         rc = step_ops(n, &c, batch, images, labels, NULL);
         n->capturing = 0;
+        n->drop_dev = 0;
         struct rt_graph *g = NULL;
         const int end = rt_graph_capture_end(n->be, &g);
         n->train_steps = steps;
@@ -1225,7 +1252,7 @@ int net_step(struct net *n, const struct rt_step_opts *o, int batch, const uint8
     if (batch <= 0 || batch > n->t[0].sh.n)
         return rt_errf(-EINVAL, "batch of %d samples: the model was built for at most %d", batch, n->t[0].sh.n);
     if (o->graph && !n->graph_why) {
-        const char *why = graph_refusal(n, o);
+        const char *why = graph_refusal(o);
         if (!why)
             return graph_step(n, o, batch, images, labels, stats);
         graph_refuse(n, why);

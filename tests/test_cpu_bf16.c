@@ -1281,8 +1281,8 @@ static void test_dropout(void)
         float *x = random_bf16(n, -2.0f, 2.0f);
         float *x32 = put32(x, n, sp), *x16 = put16(x, n, sp);
         float *y32 = dev(n * sizeof(float)), *y16 = dev(n * sizeof(uint16_t));
-        o32->dropout_fwd(st, sh, !!sp, p, seed, off, x32, y32);
-        o16->dropout_fwd(st, sh, !!sp, p, seed, off, x16, y16);
+        o32->dropout_fwd(st, sh, !!sp, p, seed, off, NULL, x32, y32);
+        o16->dropout_fwd(st, sh, !!sp, p, seed, off, NULL, x16, y16);
         float *r = get32(y32, n, sp), *g = get16(y16, n, sp);
         size_t dropped = 0;
         for (size_t i = 0; i < n; i++)
@@ -1295,8 +1295,8 @@ static void test_dropout(void)
             float *dx0 = random_bf16(n, -1.0f, 1.0f);
             float *dx32, *dx16;
             put_dx(dx0, n, sp, beta, &dx32, &dx16);
-            o32->dropout_bwd(st, sh, !!sp, p, seed, off, x32, (float)beta, dx32);
-            o16->dropout_bwd(st, sh, !!sp, p, seed, off, x16, (float)beta, dx16);
+            o32->dropout_bwd(st, sh, !!sp, p, seed, off, NULL, x32, (float)beta, dx32);
+            o16->dropout_bwd(st, sh, !!sp, p, seed, off, NULL, x16, (float)beta, dx16);
             exact_dx("dropout_bwd", beta, ss, dx32, dx16, n, sp);
             free(dx0);
         }

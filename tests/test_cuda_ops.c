@@ -1154,18 +1154,48 @@ static void test_dropout(void)
             d_put(&dy, hdy, len * sizeof(float));
         }
         d_fill(&y, len, NAN);
-        BOTH OP(s, dropout_fwd, sh, sp, p, seed, off, DF(x, s), DF(y, s));
+        BOTH OP(s, dropout_fwd, sh, sp, p, seed, off, NULL, DF(x, s), DF(y, s));
         if (sp)
             d_get_sp(&y, sh, a, b);
         else
             d_get(&y, a, b, len * sizeof(float));
         cmp_mask("dropout_fwd", shape, a, b, len);
         compare("dropout_fwd values", shape, a, b, len, T_ELEM);
+        /* The draw made on the device from a stream there (a graph's replay): the CPU's host draw for that stream
+         * and node, bit for bit */
+        {
+            const uint64_t stream = seed ^ 0x5eedu, node = (uint64_t)(k % 200);
+            const struct rt_dropout_draw dr = rt_dropout_node_draw(seed, stream, (uint32_t)off, (unsigned)node);
+            struct dual sd = d_floats(2);
+            d_put(&sd, &stream, sizeof(stream));
+            BOTH OP(s, dropout_fwd, sh, sp, p, seed, (uint64_t)(uint32_t)off + (node << 56),
+                    (const uint64_t *)sd.p[s], DF(x, s), DF(y, s));
+            float *dev_drawn = tu_hfloats(len);
+            if (sp)
+                d_get_sp(&y, sh, a, dev_drawn);
+            else
+                d_get(&y, a, dev_drawn, len * sizeof(float));
+            OP(CPU, dropout_fwd, sh, sp, p, dr.seed, dr.offset, NULL, DF(x, CPU), DF(y, CPU));
+            if (sp)
+                d_get_sp(&y, sh, a, b);
+            else
+                d_get(&y, a, b, len * sizeof(float));
+            cmp_mask("dropout_fwd, stream on the device", shape, a, dev_drawn, len);
+            free(dev_drawn);
+            d_free(&sd);
+        }
+        /* y, a and b as the first forward left them, for the checks below */
+        d_fill(&y, len, NAN);
+        BOTH OP(s, dropout_fwd, sh, sp, p, seed, off, NULL, DF(x, s), DF(y, s));
+        if (sp)
+            d_get_sp(&y, sh, a, b);
+        else
+            d_get(&y, a, b, len * sizeof(float));
         /* backward regenerates the same mask: compare it with the CUDA forward's mask too */
         float *fwd_gpu = tu_hfloats(len);
         memcpy(fwd_gpu, b, len * sizeof(float));
         d_fill(&dx, len, NAN);
-        BOTH OP(s, dropout_bwd, sh, sp, p, seed, off, DF(dy, s), 0.0f, DF(dx, s));
+        BOTH OP(s, dropout_bwd, sh, sp, p, seed, off, NULL, DF(dy, s), 0.0f, DF(dx, s));
         if (sp)
             d_get_sp(&dx, sh, a, b);
         else
@@ -1179,7 +1209,7 @@ static void test_dropout(void)
         } else {
             d_put(&dx, old, len * sizeof(float));
         }
-        BOTH OP(s, dropout_bwd, sh, sp, p, seed, off, DF(dy, s), 1.0f, DF(dx, s));
+        BOTH OP(s, dropout_bwd, sh, sp, p, seed, off, NULL, DF(dy, s), 1.0f, DF(dx, s));
         if (sp)
             cmp_sp("dropout_bwd beta=1", shape, &dx, sh, T_ELEM);
         else
@@ -1209,8 +1239,8 @@ static void test_dropout(void)
                 o16->upload(S[GPU].st, DF(dy, GPU), h16, len * sizeof(uint16_t));
                 OP(CPU, upload, DF(y, CPU), ones, len * sizeof(float));
             }
-            o16->dropout_fwd(S[GPU].st, sh, sp, p, seed, off, DF(dy, GPU), DF(dx, GPU));
-            OP(CPU, dropout_fwd, sh, sp, p, seed, off, DF(y, CPU), DF(dx, CPU));
+            o16->dropout_fwd(S[GPU].st, sh, sp, p, seed, off, NULL, DF(dy, GPU), DF(dx, GPU));
+            OP(CPU, dropout_fwd, sh, sp, p, seed, off, NULL, DF(y, CPU), DF(dx, CPU));
             if (sp) {
                 o16->to_nchw(S[GPU].st, sh, DF(dx, GPU), b);
                 OP(CPU, to_nchw, sh, DF(dx, CPU), a);
@@ -2323,16 +2353,16 @@ static void emu_gelu_bwd(struct rt_stream *s, size_t n, const float *x, const fl
 }
 
 static void emu_dropout_fwd(struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,
-                            uint64_t offset, const float *x, float *y)
+                            uint64_t offset, const uint64_t *stream, const float *x, float *y)
 {
-    S[CPU].ops->dropout_fwd(s, sh, spatial, p, seed, offset, x, y);
+    S[CPU].ops->dropout_fwd(s, sh, spatial, p, seed, offset, stream, x, y);
     emu_round(s, y, count4(sh));
 }
 
 static void emu_dropout_bwd(struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,
-                            uint64_t offset, const float *dy, float beta, float *dx)
+                            uint64_t offset, const uint64_t *stream, const float *dy, float beta, float *dx)
 {
-    S[CPU].ops->dropout_bwd(s, sh, spatial, p, seed, offset, dy, beta, dx);
+    S[CPU].ops->dropout_bwd(s, sh, spatial, p, seed, offset, stream, dy, beta, dx);
     emu_round(s, dx, count4(sh));
 }
 

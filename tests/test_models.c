@@ -532,21 +532,23 @@ static struct drop_call rec_fwd[8], rec_bwd[8];
 static int rec_nfwd, rec_nbwd;
 
 static void rec_dropout_fwd(struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,
-                            uint64_t offset, const float *x, float *y)
+                            uint64_t offset, const uint64_t *stream, const float *x, float *y)
 {
+    CHECKF(stream == NULL, "an eager step passed a device stream to dropout");
     if (rec_nfwd < (int)RT_ARRAY_LEN(rec_fwd))
         rec_fwd[rec_nfwd] = (struct drop_call){seed, offset};
     rec_nfwd++;
-    rec_inner->dropout_fwd(s, sh, spatial, p, seed, offset, x, y);
+    rec_inner->dropout_fwd(s, sh, spatial, p, seed, offset, stream, x, y);
 }
 
 static void rec_dropout_bwd(struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,
-                            uint64_t offset, const float *dy, float beta, float *dx)
+                            uint64_t offset, const uint64_t *stream, const float *dy, float beta, float *dx)
 {
+    CHECKF(stream == NULL, "an eager step passed a device stream to dropout");
     if (rec_nbwd < (int)RT_ARRAY_LEN(rec_bwd))
         rec_bwd[rec_nbwd] = (struct drop_call){seed, offset};
     rec_nbwd++;
-    rec_inner->dropout_bwd(s, sh, spatial, p, seed, offset, dy, beta, dx);
+    rec_inner->dropout_bwd(s, sh, spatial, p, seed, offset, stream, dy, beta, dx);
 }
 
 /* One training step of `m` with dropout under `so`'s stream fields: mnist-net's two dropouts' forward draws

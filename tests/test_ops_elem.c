@@ -828,7 +828,7 @@ static uint64_t drop_seed, drop_off;
 
 static void dropout_fixed(struct rt_stream *s, size_t n, const float *x, float *y)
 {
-    ops->dropout_fwd(s, (struct rt_shape4){1, (int)n, 1, 1}, 0, drop_p, drop_seed, drop_off, x, y);
+    ops->dropout_fwd(s, (struct rt_shape4){1, (int)n, 1, 1}, 0, drop_p, drop_seed, drop_off, NULL, x, y);
 }
 
 /* The mask as compute.h documents it, for stream element e: 1 if kept. */
@@ -853,7 +853,7 @@ static void test_dropout(void)
     float *hx = dropout_input(n), *a = host_floats(n), *b = host_floats(n);
     float *x = dev_floats(n), *y = dev_floats(n);
     up(x, hx, n);
-    ops->dropout_fwd(st, fs, 0, p, seed, off, x, y);
+    ops->dropout_fwd(st, fs, 0, p, seed, off, NULL, x, y);
     down(a, y, n);
 
     size_t kept = 0, wrong = 0, ref_wrong = 0;
@@ -873,10 +873,10 @@ static void test_dropout(void)
     CHECKF(ref_wrong == 0, "dropout_fwd: %zu mask bits differ from the documented Philox draw", ref_wrong);
 
     /* same (seed, offset) -> same output; another offset -> another mask */
-    ops->dropout_fwd(st, fs, 0, p, seed, off, x, y);
+    ops->dropout_fwd(st, fs, 0, p, seed, off, NULL, x, y);
     down(b, y, n);
     CHECKF(memcmp(a, b, n * sizeof(float)) == 0, "dropout_fwd: same (seed, offset) gave another output");
-    ops->dropout_fwd(st, fs, 0, p, seed, off + n, x, y);
+    ops->dropout_fwd(st, fs, 0, p, seed, off + n, NULL, x, y);
     down(b, y, n);
     size_t agree = 0;
     for (size_t i = 0; i < n; i++)
@@ -884,7 +884,7 @@ static void test_dropout(void)
     const double fa = (double)agree / n, want_fa = p * p + (1 - p) * (1 - p);
     CHECKF(fabs(fa - want_fa) < 0.01, "dropout: masks at offsets %llu and %llu agree on %.4f, want ~%.4f",
            (unsigned long long)off, (unsigned long long)(off + n), fa, want_fa);
-    ops->dropout_fwd(st, fs, 0, p, seed + 1, off, x, y);
+    ops->dropout_fwd(st, fs, 0, p, seed + 1, off, NULL, x, y);
     down(b, y, n);
     agree = 0;
     for (size_t i = 0; i < n; i++)
@@ -895,7 +895,7 @@ static void test_dropout(void)
     /* offset + i addressing: a sub-range started at offset + k is the slice of the full output */
     const size_t k = 4099, len = 70001; /* k not a multiple of 4: lanes within a Philox block */
     float *ys = dev_floats(len);
-    ops->dropout_fwd(st, (struct rt_shape4){1, (int)len, 1, 1}, 0, p, seed, off + k, x + k, ys);
+    ops->dropout_fwd(st, (struct rt_shape4){1, (int)len, 1, 1}, 0, p, seed, off + k, NULL, x + k, ys);
     down(b, ys, len);
     CHECKF(memcmp(a + k, b, len * sizeof(float)) == 0, "dropout: range at offset+%zu is not the slice", k);
     ops->free(be, ys);
@@ -910,7 +910,7 @@ static void test_dropout(void)
         CHECK(x1 && y1);
         if (x1 && y1) {
             o1->upload(s1, x1, hx, n * sizeof(float));
-            o1->dropout_fwd(s1, fs, 0, p, seed, off, x1, y1);
+            o1->dropout_fwd(s1, fs, 0, p, seed, off, NULL, x1, y1);
             o1->download(s1, b, y1, n * sizeof(float));
             CHECKF(memcmp(a, b, n * sizeof(float)) == 0, "dropout: 1 thread and 2 threads differ");
         }
@@ -928,7 +928,7 @@ static void test_dropout(void)
     float *r = dev_floats(nb), *dx = dev_floats(nb);
     up(r, hr, nb);
     fill_nan(dx, nb);
-    ops->dropout_bwd(st, fb, 0, p, seed, off, r, 0.0f, dx);
+    ops->dropout_bwd(st, fb, 0, p, seed, off, NULL, r, 0.0f, dx);
     down(hd, dx, nb);
     for (size_t i = 0; i < nb; i++)
         want[i] = a[i] != 0.0f ? (double)(hr[i] * scale) : 0.0;
@@ -941,14 +941,14 @@ static void test_dropout(void)
     float *base = host_floats(nb);
     fill_normal(base, nb, 0.0f, 1.0f);
     up(dx, base, nb);
-    ops->dropout_bwd(st, fb, 0, p, seed, off, r, 1.0f, dx);
+    ops->dropout_bwd(st, fb, 0, p, seed, off, NULL, r, 1.0f, dx);
     down(hd, dx, nb);
     for (size_t i = 0; i < nb; i++)
         want[i] += base[i];
     expect_close("dropout_bwd beta=1", hd, want, nb, 0, 1.2e-7);
 
     /* p = 0 is the identity */
-    ops->dropout_fwd(st, fb, 0, 0.0f, seed, off, x, y);
+    ops->dropout_fwd(st, fb, 0, 0.0f, seed, off, NULL, x, y);
     down(hd, y, nb);
     CHECKF(memcmp(hd, hx, nb * sizeof(float)) == 0, "dropout p=0 is not the identity");
 
@@ -1221,7 +1221,7 @@ static void test_dropout_logical(void)
             snprintf(what, sizeof(what), "dropout %s (%d,%d,%d,%d) offset %llu", spatial ? "spatial" : "features",
                      sh.n, sh.c, sh.h, sh.w, (unsigned long long)off);
 
-            ops->dropout_fwd(st, sh, spatial, p, seed, off, x, y);
+            ops->dropout_fwd(st, sh, spatial, p, seed, off, NULL, x, y);
             get_logical(sh, spatial, got, y);
             size_t mask_bad = 0;
             for (size_t li = 0; li < total; li++) {
@@ -1244,13 +1244,13 @@ static void test_dropout_logical(void)
                 nan[i] = NAN;
             up(dx, nan, total);
             free(nan);
-            ops->dropout_bwd(st, sh, spatial, p, seed, off, dy, 0.0f, dx);
+            ops->dropout_bwd(st, sh, spatial, p, seed, off, NULL, dy, 0.0f, dx);
             get_logical(sh, spatial, got, dx);
             for (size_t li = 0; li < total; li++)
                 want[li] = dropout_kept_ref(seed, off + li, p) ? (double)(hdy[li] * scale) : 0.0;
             expect_close("dropout_bwd beta=0 vs reference", got, want, total, 0, 0);
             put_logical(sh, spatial, dx, old);
-            ops->dropout_bwd(st, sh, spatial, p, seed, off, dy, 1.0f, dx);
+            ops->dropout_bwd(st, sh, spatial, p, seed, off, NULL, dy, 1.0f, dx);
             get_logical(sh, spatial, got, dx);
             for (size_t li = 0; li < total; li++)
                 want[li] += (double)old[li];
@@ -1351,7 +1351,7 @@ static void test_dropout_streams(void)
 
     /* below 2^24: the masks of (seed, (stream << 32) + (node << 56)), element for element */
     const struct rt_dropout_draw old = rt_dropout_node_draw(seed, 12345, 0, 9);
-    ops->dropout_fwd(st, fs, 0, p, old.seed, old.offset, x, y);
+    ops->dropout_fwd(st, fs, 0, p, old.seed, old.offset, NULL, x, y);
     down(a, y, n);
     size_t old_bad = 0;
     for (size_t i = 0; i < n; i++)
@@ -1375,9 +1375,19 @@ static void test_dropout_streams(void)
     for (size_t k = 0; k < RT_ARRAY_LEN(clash); k++) {
         const struct rt_dropout_draw d1 = rt_dropout_node_draw(seed, clash[k].s1, 0, clash[k].n1);
         const struct rt_dropout_draw d2 = rt_dropout_node_draw(seed, clash[k].s2, 0, clash[k].n2);
-        ops->dropout_fwd(st, fs, 0, p, d1.seed, d1.offset, x, y);
+        ops->dropout_fwd(st, fs, 0, p, d1.seed, d1.offset, NULL, x, y);
         down(a, y, n);
-        ops->dropout_fwd(st, fs, 0, p, d2.seed, d2.offset, x, y);
+        ops->dropout_fwd(st, fs, 0, p, d2.seed, d2.offset, NULL, x, y);
+        down(b, y, n);
+        /* The same draw made when the op runs, from a stream on the device (a graph's replay): the same mask. */
+        uint64_t *sd = ops->alloc(be, sizeof(uint64_t));
+        ops->upload(st, sd, &clash[k].s1, sizeof(uint64_t));
+        ops->dropout_fwd(st, fs, 0, p, seed, (uint64_t)clash[k].n1 << 56, sd, x, y);
+        down(b, y, n);
+        CHECKF(!memcmp(a, b, n * sizeof(float)), "dropout: stream %#llx node %u drawn on the device differs from the "
+                                                  "host's draw", (unsigned long long)clash[k].s1, clash[k].n1);
+        ops->free(be, sd);
+        ops->dropout_fwd(st, fs, 0, p, d2.seed, d2.offset, NULL, x, y);
         down(b, y, n);
         const double agree = mask_agreement(a, b, n);
         printf("  stream %#llx node %u vs stream %#llx node %u: masks agree on %.4f (chance %.4f)\n",

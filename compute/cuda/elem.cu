@@ -165,8 +165,13 @@ template <typename T> static __global__ void gelu_bwd_k(size_t n, const T *x, co
  */
 template <typename T>
 static __global__ void dropout_k(size_t n, enum rt_dropout_layout lay, struct rt_shape4 sh, float p, float scale,
-                                 uint64_t seed, uint64_t offset, const T *x, float beta, T *y)
+                                 uint64_t seed, uint64_t offset, const uint64_t *stream, const T *x, float beta, T *y)
 {
+    if (stream) { /* the draw for the stream the step wrote (a graph's replay): every thread makes the same */
+        const struct rt_dropout_draw d = rt_dropout_node_draw(seed, *stream, (uint32_t)offset, (unsigned)(offset >> 56));
+        seed = d.seed;
+        offset = d.offset;
+    }
     const size_t lead = (size_t)(offset & 3u);
     const size_t groups = (n + lead + 3) / 4;
     GRID_STRIDE(grp, groups)
@@ -618,32 +623,32 @@ template <> enum rt_dropout_layout spatial_layout<float>()
 
 template <typename T>
 static void dropout_launch(struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,
-                           uint64_t offset, const float *x, float beta, float *y)
+                           uint64_t offset, const uint64_t *stream, const float *x, float beta, float *y)
 {
     const size_t n = (size_t)sh.n * sh.c * sh.h * sh.w;
     if (n == 0)
         return;
     const enum rt_dropout_layout lay = spatial ? spatial_layout<T>() : RT_DROPOUT_FEATURES;
-    /* on the host, the same float expression as elem.c */
+    /* on the host, the same float expression as elem.c; a draw made on the device keeps offset's low bits */
     const float scale = rt_dropout_scale(p);
     const size_t groups = (n + (size_t)(offset & 3u) + 3) / 4;
-    dropout_k<T><<<grid_for(groups), THREADS, 0, rt_cuda_stream(s)>>>(n, lay, sh, p, scale, seed, offset, TP(x),
-                                                                      beta, TM(y));
+    dropout_k<T><<<grid_for(groups), THREADS, 0, rt_cuda_stream(s)>>>(n, lay, sh, p, scale, seed, offset, stream,
+                                                                      TP(x), beta, TM(y));
     RT_CUDA_LAUNCHED();
 }
 
 template <typename T>
 static void dropout_fwd_t(struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,
-                          uint64_t offset, const float *x, float *y)
+                          uint64_t offset, const uint64_t *stream, const float *x, float *y)
 {
-    dropout_launch<T>(s, sh, spatial, p, seed, offset, x, 0.0f, y);
+    dropout_launch<T>(s, sh, spatial, p, seed, offset, stream, x, 0.0f, y);
 }
 
 template <typename T>
 static void dropout_bwd_t(struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,
-                          uint64_t offset, const float *dy, float beta, float *dx)
+                          uint64_t offset, const uint64_t *stream, const float *dy, float beta, float *dx)
 {
-    dropout_launch<T>(s, sh, spatial, p, seed, offset, dy, beta, dx);
+    dropout_launch<T>(s, sh, spatial, p, seed, offset, stream, dy, beta, dx);
 }
 
 template <typename T> static void add_t(struct rt_stream *s, size_t n, const float *a, const float *b, float *y)
@@ -759,15 +764,15 @@ void rt_cuda_gelu_bwd(struct rt_stream *s, size_t n, const float *x, const float
 }
 
 void rt_cuda_dropout_fwd(struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,
-                         uint64_t offset, const float *x, float *y)
+                         uint64_t offset, const uint64_t *stream, const float *x, float *y)
 {
-    dropout_fwd_t<float>(s, sh, spatial, p, seed, offset, x, y);
+    dropout_fwd_t<float>(s, sh, spatial, p, seed, offset, stream, x, y);
 }
 
 void rt_cuda_dropout_bwd(struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,
-                         uint64_t offset, const float *dy, float beta, float *dx)
+                         uint64_t offset, const uint64_t *stream, const float *dy, float beta, float *dx)
 {
-    dropout_bwd_t<float>(s, sh, spatial, p, seed, offset, dy, beta, dx);
+    dropout_bwd_t<float>(s, sh, spatial, p, seed, offset, stream, dy, beta, dx);
 }
 
 void rt_cuda_add(struct rt_stream *s, size_t n, const float *a, const float *b, float *y)
