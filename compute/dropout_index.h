@@ -223,4 +223,16 @@ RT_DROPOUT_FN struct rt_dropout_draw rt_dropout_node_draw(uint64_t seed, uint64_
     return d;
 }
 
+/* dropout_fwd/bwd's `stream` (compute.h): with one, (*seed, *offset) -- the model's seed and start + (node << 56)
+ * -- become the node's draw for *stream, made where the op runs (a graph's replay); without, they stay. */
+RT_DROPOUT_FN void rt_dropout_stream_draw(const uint64_t *stream, uint64_t *seed, uint64_t *offset)
+{
+    if (!stream)
+        return;
+    const struct rt_dropout_draw d =
+        rt_dropout_node_draw(*seed, *stream, (uint32_t)*offset, (unsigned)(*offset >> 56));
+    *seed = d.seed;
+    *offset = d.offset;
+}
+
 #endif

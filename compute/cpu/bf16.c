@@ -1764,27 +1764,17 @@ static void dropout_apply(struct rt_stream *s, struct rt_shape4 sh, int spatial,
     }
 }
 
-/* With a device stream (dropout_fwd's contract): the layer's draw for it, made when the op runs. */
-static void bf16_draw_from(const uint64_t *stream, uint64_t *seed, uint64_t *offset)
-{
-    if (!stream)
-        return;
-    const struct rt_dropout_draw d = rt_dropout_node_draw(*seed, *stream, (uint32_t)*offset, (unsigned)(*offset >> 56));
-    *seed = d.seed;
-    *offset = d.offset;
-}
-
 static void bf16_dropout_fwd(struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,
                              uint64_t offset, const uint64_t *stream, const float *x, float *y)
 {
-    bf16_draw_from(stream, &seed, &offset);
+    rt_dropout_stream_draw(stream, &seed, &offset);
     dropout_apply(s, sh, spatial, p, seed, offset, cb16(x), 0.0f, mb16(y));
 }
 
 static void bf16_dropout_bwd(struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,
                              uint64_t offset, const uint64_t *stream, const float *dy, float beta, float *dx)
 {
-    bf16_draw_from(stream, &seed, &offset);
+    rt_dropout_stream_draw(stream, &seed, &offset);
     dropout_apply(s, sh, spatial, p, seed, offset, cb16(dy), beta, mb16(dx));
 }
 

@@ -811,27 +811,17 @@ static void dropout_apply(struct rt_stream *s, struct rt_shape4 sh, int spatial,
     }
 }
 
-/* With a device stream: the layer's draw for it, made now (when the op runs). */
-static void draw_from(const uint64_t *stream, uint64_t *seed, uint64_t *offset)
-{
-    if (!stream)
-        return;
-    const struct rt_dropout_draw d = rt_dropout_node_draw(*seed, *stream, (uint32_t)*offset, (unsigned)(*offset >> 56));
-    *seed = d.seed;
-    *offset = d.offset;
-}
-
 void rt_cpu_dropout_fwd(struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,
                         uint64_t offset, const uint64_t *stream, const float *x, float *y)
 {
-    draw_from(stream, &seed, &offset);
+    rt_dropout_stream_draw(stream, &seed, &offset);
     dropout_apply(s, sh, spatial, p, seed, offset, x, 0.0f, y);
 }
 
 void rt_cpu_dropout_bwd(struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,
                         uint64_t offset, const uint64_t *stream, const float *dy, float beta, float *dx)
 {
-    draw_from(stream, &seed, &offset);
+    rt_dropout_stream_draw(stream, &seed, &offset);
     dropout_apply(s, sh, spatial, p, seed, offset, dy, beta, dx);
 }
 

@@ -167,11 +167,7 @@ template <typename T>
 static __global__ void dropout_k(size_t n, enum rt_dropout_layout lay, struct rt_shape4 sh, float p, float scale,
                                  uint64_t seed, uint64_t offset, const uint64_t *stream, const T *x, float beta, T *y)
 {
-    if (stream) { /* the draw for the stream the step wrote (a graph's replay): every thread makes the same */
-        const struct rt_dropout_draw d = rt_dropout_node_draw(seed, *stream, (uint32_t)offset, (unsigned)(offset >> 56));
-        seed = d.seed;
-        offset = d.offset;
-    }
+    rt_dropout_stream_draw(stream, &seed, &offset); /* a graph's replay: every thread makes the same draw */
     const size_t lead = (size_t)(offset & 3u);
     const size_t groups = (n + lead + 3) / 4;
     GRID_STRIDE(grp, groups)
