@@ -24,7 +24,7 @@ KIND, and what A and B are:
                 timing fields (images_per_s, steady_images_per_s, time_s,
                 train_time_s, process_images_per_s, process_train_time_s (a
                 resumed run's own share), exposed_comm_frac, profile, verdict,
-                trace, startup, per_rank, host_waits_per_step: how the build
+                trace, startup, per_rank, host_waits_per_step, cuda_graph: how the build
                 runs a step, not what it trains) and the command line and facts
   eval          the last JSON line of two `eval --json` outputs: model,
                 images, loss and accuracy
@@ -49,7 +49,7 @@ METRICS_TIMING = ("time_s", "images_per_s", "data_wait_frac", "exposed_comm_frac
                   "gpu_mem_used_gib", "gpu_power_w", "gpu_sm_clock_mhz", "profile", "rank_images_per_s")
 SUMMARY_TIMING = ("images_per_s", "steady_images_per_s", "time_s", "train_time_s", "process_images_per_s",
                   "process_train_time_s", "exposed_comm_frac", "profile", "verdict", "trace", "startup",
-                  "per_rank", "host_waits_per_step", "command", "facts")
+                  "per_rank", "host_waits_per_step", "cuda_graph", "command", "facts")
 # "command" and "facts" (the run's command line and banner) name paths, which differ between two runs compared
 STATE_VOLATILE = ("checkpoint_id", "train_ns", "command", "facts")
 META_VOLATILE = ("checkpoint_id",)

@@ -105,7 +105,7 @@ enum prof_phase { PROF_DATA, PROF_COPY, PROF_FORWARD, PROF_BACKWARD, PROF_COMM, 
                   PROF_N };
 enum { PROF_BINS = 1100, PROF_WARMUP = 3 };
 /* The driver's own timeline marks (compute.h's rt_mark_kind are the model's). */
-enum { MARK_MICRO = 100, MARK_OPTIM_START, MARK_OPTIM_END };
+enum { MARK_MICRO = 100, MARK_OPTIM_START, MARK_OPTIM_END, MARK_GRAPH };
 
 /* One set of the phases' histograms and the steps it counts. */
 struct prof_hist {

@@ -388,6 +388,10 @@ static void device_phases(struct train *T, struct prof_step *s)
             s->cur[PROF_BACKWARD] += d;
             rt_trace_span_on(track, RT_TRACE_COMPUTE, "backward", NULL, bwd0, t);
             break;
+        case MARK_GRAPH: /* a replayed micro-batch: its forward and backward are one span, counted as backward */
+            s->cur[PROF_BACKWARD] += d;
+            rt_trace_span_on(track, RT_TRACE_COMPUTE, "forward+backward (graph)", NULL, prev, t);
+            break;
         case MARK_OPTIM_END:
             s->cur[PROF_OPTIM] += d;
             rt_trace_span_on(track, RT_TRACE_OPTIM, "optimizer", NULL, prev, t);

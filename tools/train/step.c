@@ -127,7 +127,7 @@ int train_step_forward_backward(struct train *T, const struct train_batch *b, ui
     if (rc < 0)
         return rc;
     if (graph) {
-        rt_timeline_mark(T->prof.tl, "forward+backward (graph)", RT_MARK_BACKWARD);
+        rt_timeline_mark(T->prof.tl, "forward+backward (graph)", MARK_GRAPH);
         graph_check(T);
     }
     rt_trace_end(t0, RT_TRACE_COMPUTE, "forward+backward", NULL);
