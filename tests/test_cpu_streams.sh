@@ -109,9 +109,11 @@ graphs() {
         fail "$1: graphs '${3:-}' replays '${4:-}' (want >= $2), why not: ${*:5}"
     fi
 }
-same resnet9-graph "$RT" train --data "$W/cifar" --model resnet9 --batch-size 8 --steps 8 --grad-accum 2 \
-    --cuda-graph on "${COMMON[@]}"
-graphs resnet9-graph 8
+if [ "$SMALL" != 1 ]; then
+    same resnet9-graph "$RT" train --data "$W/cifar" --model resnet9 --batch-size 8 --steps 8 --grad-accum 2 \
+        --cuda-graph on "${COMMON[@]}"
+    graphs resnet9-graph 8
+fi
 same mnist-net-graph "$RT" train --data "$W/mnist" --model mnist-net --batch-size 32 --steps 8 --cuda-graph on \
     "${COMMON[@]}"
 graphs mnist-net-graph 3
@@ -148,6 +150,10 @@ if [ -n "$MPIRUN" ]; then
         # Graphs at two ranks (--cuda-graph on): the buckets' all-reduces start after each replayed backward.
         same np2-graph "${MPI[@]}" "$RT" train --data "$W/cifar" --model resnet9 --batch-size 8 --bucket-cap-mb 1 \
             --cuda-graph on "${R2[@]}" --steps 8
+        graphs np2-graph 3
+    else
+        same np2-graph "${MPI[@]}" "$RT" train --data "$W/mnist" --model mnist-net --batch-size 16 --cuda-graph on \
+            "${R2[@]}" --steps 8
         graphs np2-graph 3
     fi
 else
