@@ -89,8 +89,10 @@ struct rt_timeline {
     uint64_t last_point;        /* the stream's `points` count at the last mark */
     uint64_t last_seq;          /* CPU asynchronous streams: the last mark's place in its queue */
     struct rt_timeline_mark *m;
-    void **native;              /* CUDA: cap events, then the anchor */
+    void **native;              /* CUDA: cap events, then the anchor, then the base */
     uint64_t anchor_ns;         /* CUDA: the host time the anchor passed */
+    uint64_t base_ns;           /* CUDA: the host time the base passed (0: no exact start yet) */
+    int exact;                  /* CUDA: this start wants host times (the anchor's from the base's) */
 };
 
 /*

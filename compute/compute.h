@@ -226,10 +226,11 @@ void rt_graph_destroy(struct rt_graph *g);
  * call on the ordinary CPU backend, whose ops are done when they return.
  *
  * rt_timeline_start() forgets the marks and anchors the clock on `s`. With
- * `exact`, on CUDA it waits for `s` to pass the anchor, so that the marks'
- * host times are right (the trace; call it when `s` is nearly idle, as at the
- * start of a step); without, the anchor's host time is when it was issued,
- * and only the differences between marks are exact (the step profile). rt_timeline_mark()
+ * `exact`, the marks' host times are right (the trace): on CUDA the first
+ * exact start waits once for `s` to pass a base point, and every anchor's
+ * host time is the base's plus the device time between them, read with the
+ * marks; without, the anchor's host time is when it was issued, and only the
+ * differences between marks are exact (the step profile). rt_timeline_mark()
  * marks the point after everything issued on `s` so far, with a borrowed
  * label (a layer's name, which must outlive the read) and a kind of the
  * caller's; it returns the mark's index, or -1 when the timeline is full.

@@ -85,15 +85,17 @@ static void copy_from_host(struct rt_stream *s, void *dst, const void *host, siz
         RT_CUDA_CHECK(cudaMemcpyAsync(dst, host, bytes, cudaMemcpyHostToDevice, rt_cuda_stream(s)));
 }
 
-/* Timelines: cap timing events and an anchor (native[cap]); times are the anchor's host time plus
- * cudaEventElapsedTime from it (0.5 us resolution; re-anchored at every start, so a step's float
- * milliseconds keep their precision). */
+/* Timelines: cap timing events, an anchor (native[cap]) and a base (native[cap + 1]); times are the anchor's
+ * host time plus cudaEventElapsedTime from it (0.5 us resolution; re-anchored at every start, so a step's float
+ * milliseconds keep their precision). An exact start (the trace's) waits for the stream once, at the base, the
+ * first time: later anchors get their host time from the base's, plus the time between the two on the device, read
+ * with the marks -- so a traced step waits for nothing. */
 static int marks_init(struct rt_timeline *t)
 {
-    t->native = rt_calloc((size_t)t->cap + 1, sizeof(void *), "timeline events");
+    t->native = rt_calloc((size_t)t->cap + 2, sizeof(void *), "timeline events");
     if (!t->native)
         return -ENOMEM;
-    for (int i = 0; i <= t->cap; i++) {
+    for (int i = 0; i <= t->cap + 1; i++) {
         cudaEvent_t h;
         cudaError_t rc = cudaEventCreate(&h);
         if (rc != cudaSuccess) {
@@ -164,7 +166,7 @@ static void stream_call(struct rt_stream *s, void (*fn)(void *arg), void *arg)
 
 static void marks_fini(struct rt_timeline *t)
 {
-    for (int i = 0; t->native && i <= t->cap; i++)
+    for (int i = 0; t->native && i <= t->cap + 1; i++)
         if (t->native[i])
             cudaEventDestroy((cudaEvent_t)t->native[i]);
     free(t->native);
@@ -175,9 +177,15 @@ static void marks_start(struct rt_timeline *t, int exact)
 {
     cudaEvent_t a = (cudaEvent_t)t->native[t->cap];
     RT_CUDA_CHECK(cudaEventRecord(a, rt_cuda_stream(t->s)));
-    if (exact)
-        RT_CUDA_CHECK(cudaEventSynchronize(a));
     t->anchor_ns = rt_now_ns();
+    t->exact = exact;
+    if (exact && !t->base_ns) {
+        cudaEvent_t b = (cudaEvent_t)t->native[t->cap + 1];
+        RT_CUDA_CHECK(cudaEventRecord(b, rt_cuda_stream(t->s)));
+        rt_backend_waited(t->s); /* once per timeline */
+        RT_CUDA_CHECK(cudaEventSynchronize(b));
+        t->base_ns = rt_now_ns();
+    }
 }
 
 static void mark(struct rt_timeline *t, int i)
@@ -187,6 +195,12 @@ static void mark(struct rt_timeline *t, int i)
 
 static void marks_read(struct rt_timeline *t)
 {
+    if (t->exact && t->base_ns && t->n) {
+        float ms = 0.0f;
+        RT_CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)t->native[t->cap]));
+        RT_CUDA_CHECK(cudaEventElapsedTime(&ms, (cudaEvent_t)t->native[t->cap + 1], (cudaEvent_t)t->native[t->cap]));
+        t->anchor_ns = t->base_ns + (uint64_t)((double)ms * 1e6);
+    }
     for (int i = 0; i < t->n; i++) {
         float ms = 0.0f;
         RT_CUDA_CHECK(cudaEventSynchronize((cudaEvent_t)t->native[i]));
