@@ -128,8 +128,8 @@ void profile_update_begin(struct train *T)
     p->tl = p->tls[T->pos.update & 1u];
     p->per_layer = rt_trace_live();
     p->now = (struct prof_step){.t_step0 = rt_now_ns(), .per_layer = p->per_layer, .tl = p->tl};
-    /* Only the differences between marks are exact, but with tracing, where the anchor's host time is waited
-     * for (the trace's device tracks sit on the host's clock). */
+    /* Only the differences between marks are exact, but with tracing (the trace's device tracks sit on the host's
+     * clock: on CUDA from a base point the timeline waited for once, compute.h). */
     rt_timeline_start(p->tl, rt_backend_stream(T->be), rt_trace_live());
 }
 
