@@ -57,6 +57,10 @@
 #                                  ringtrain --tf32 off against PyTorch with TF32
 #                                  off for convolutions and matmuls (a second fp32
 #                                  row)
+#               eager              (not in the default) ringtrain --cuda-graph off:
+#                                  what replaying each micro-batch as a CUDA graph
+#                                  gains (graph : op by op images/s, a line after
+#                                  the TFLOP/s table)
 #             Each result's JSON holds the PyTorch settings it ran with
 #             (cudnn.allow_tf32, matmul allow_tf32 and float32_matmul_precision,
 #             cudnn.benchmark, cudnn.deterministic, autocast dtype,
@@ -178,8 +182,9 @@
 #   --steps-scale F   multiply every window and step count by F (default 1;
 #                     0.1 for a quick check: at least 5 steps; below 1 the
 #                     extras default to none)
-#   --extras LIST     compute part: compile, nondet, strict, comma-separated,
-#                     or none (default all three; none when F < 1)
+#   --extras LIST     compute part: compile, nondet, strict, eager,
+#                     comma-separated, or none (default compile,nondet,strict;
+#                     none when F < 1)
 #   --workers W       ringtrain's loader threads, train and loadbench
 #                     (default 1, train's default)
 #   --data DIR        packed dataset of the loader part (default CACHE/synth)
@@ -294,7 +299,7 @@ fi
 extras=()
 [ "$EXTRAS" = none ] || bench_list extras "$EXTRAS" --extras
 for x in "${extras[@]}"; do
-    case $x in compile | nondet | strict) ;; *) bench_fail "--extras: '$x' is not compile, nondet or strict (or none)" ;; esac
+    case $x in compile | nondet | strict | eager) ;; *) bench_fail "--extras: '$x' is not compile, nondet, strict or eager (or none)" ;; esac
 done
 extra_on() { [[ ",$EXTRAS," == *",$1,"* ]]; }
 if [ -n "$CIFAR" ] && [ ! -e "$CIFAR" ]; then
@@ -308,6 +313,7 @@ bench_scratch rt-gvp
 # --- the report helper: parses each result line, prints the tables -----------------------------
 bench_report_helper "$t/report.py" <<'EOF'
 WAY = {"rt": "ringtrain", "rt-nd": "ringtrain nondeterministic", "rt-strict": "ringtrain fp32 strict",
+       "rt-eager": "ringtrain op by op (--cuda-graph off)",
        "pt": "PyTorch eager", "pt-strict": "PyTorch eager fp32 strict", "ptc": "PyTorch torch.compile",
        "syn": "synthetic", "data": "loader", "lb": "loadbench"}
 PT_WAYS = ("pt", "pt-strict", "ptc")
@@ -459,7 +465,7 @@ def fmt(c):
 
 # A row's ways (its key in the row, the way measured) by setting: the fp32 rows' "tf32" and "strict",
 # None for bf16/fp16.
-PLAIN_WAYS = (("rt", "rt"), ("nd", "rt-nd"), ("pt", "pt"), ("ptc", "ptc"))
+PLAIN_WAYS = (("rt", "rt"), ("nd", "rt-nd"), ("eager", "rt-eager"), ("pt", "pt"), ("ptc", "ptc"))
 ROW_WAYS = {"tf32": PLAIN_WAYS, "strict": (("rt", "rt-strict"), ("pt", "pt-strict")), None: PLAIN_WAYS}
 
 def row_label(amp, setting):
@@ -525,6 +531,8 @@ def summarise(doc, profile=""):
                     row["ratio_compile"] = ws["rt"]["median"] / ws["ptc"]["median"]
                 if "rt" in ws and "nd" in ws:
                     row["determinism_cost"] = ws["rt"]["median"] / ws["nd"]["median"]
+                if "rt" in ws and "eager" in ws:
+                    row["graph_gain"] = ws["rt"]["median"] / ws["eager"]["median"]
                 if m in WIDE and a in ("bf16", "fp16"):
                     row["goal_tflops"] = ("PASS" if ws["rt"].get("tflops", 0) >= TFLOPS_GOAL else "MISS") \
                         if "rt" in ws and "tflops" in ws["rt"] else None
@@ -643,6 +651,10 @@ def compute(path, profile=""):
             "%.2fx" % r["determinism_cost"] if "determinism_cost" in r else "n/a",
             r.get("goal_tflops") or ("n/a" if r["model"] in WIDE and r["amp"] != "off" else "")))
     print()
+    gains = ["%s %s %.2fx" % (r["model"], r["label"], r["graph_gain"]) for r in rows if "graph_gain" in r]
+    if gains:
+        print("CUDA graphs (ringtrain's default) : op by op (--cuda-graph off), images/s: " + "; ".join(gains))
+        print()
     print("Settings each result ran with (all in %s):" % path)
     seen = []
     for r in rows:
@@ -748,11 +760,12 @@ fi
 bench_need_bin " (CUDA toolkit and cuDNN under /usr/local/cuda)" -DRT_CUDA=ON
 train_help=$("$RT" train --help 2>&1 || true)
 has_opt() { grep -q -- "$1" <<<"$train_help"; }
-HAVE_AMP=0 HAVE_TF32=0 HAVE_DET=0 HAVE_PROFILE=0
+HAVE_AMP=0 HAVE_TF32=0 HAVE_DET=0 HAVE_PROFILE=0 HAVE_GRAPH=0
 has_opt '--amp' && HAVE_AMP=1
 has_opt '--tf32' && HAVE_TF32=1
 has_opt '--deterministic' && HAVE_DET=1
 has_opt '--profile-ops' && HAVE_PROFILE=1
+has_opt '--cuda-graph' && HAVE_GRAPH=1
 if [ "$ONLY" = profile ] && [ $HAVE_PROFILE = 0 ]; then
     echo "gpu_vs_pytorch: this ringtrain ($RT) has no train --profile-ops: no profile part to run" >&2
     exit 2
@@ -904,7 +917,7 @@ cmd_compute() { # way model amp steps
     local way=$1 m=$2 a=$3 n=$4
     why=
     case $way in
-    rt | rt-nd | rt-strict)
+    rt | rt-nd | rt-strict | rt-eager)
         rt_amp "$a" || { why="this binary has no --amp"; return 1; }
         cmd=("$RT" train --device cuda --synthetic-data --model "$m" --batch-size "$B" "${amp_args[@]}"
             --steps $((n + 3)) --json --no-progress)
@@ -914,6 +927,9 @@ cmd_compute() { # way model amp steps
         elif [ "$way" = rt-strict ]; then
             [ $HAVE_TF32 = 1 ] || { why="this binary has no --tf32"; return 1; }
             cmd+=(--tf32 off)
+        elif [ "$way" = rt-eager ]; then
+            [ $HAVE_GRAPH = 1 ] || { why="this binary has no --cuda-graph"; return 1; }
+            cmd+=(--cuda-graph off)
         fi ;;
     *)
         cmd=("$PT_PY" "$top/bench/torch_train.py" compute --device cuda --amp "$a" --model "$m"
@@ -1034,6 +1050,7 @@ ways_rt_pt() { # run -> rt and pt in this run's order, rt alone without PyTorch
 compute_ways() { # run amp -> the compute part's ways, reversed in even runs
     local w=(rt)
     extra_on nondet && w+=(rt-nd)
+    extra_on eager && w+=(rt-eager)
     [ "$2" = off ] && extra_on strict && w+=(rt-strict)
     if [ $PT = 1 ]; then
         w+=(pt)

@@ -59,6 +59,7 @@ rt mnist-net bf16 250000
 rt-nd mnist-net bf16 250000
 rt mnist-net fp16 240000
 rt-nd mnist-net fp16 240000
+rt-eager mnist-net off 160000
 pt resnet9 off 25000
 pt-strict resnet9 off 10000
 ptc resnet9 off 40000
@@ -82,7 +83,7 @@ EOF
 cat >>"$T/bin/ringtrain" <<'EOF'
 case "$1 ${2:-}" in
 "--version "*) echo "ringtrain stand-in"; exit 0 ;;
-"train --help") echo "  --amp P  --tf32 on|off  --deterministic on|off  --profile-ops"; exit 0 ;;
+"train --help") echo "  --amp P  --tf32 on|off  --deterministic on|off  --profile-ops  --cuda-graph on|off|auto"; exit 0 ;;
 esac
 shift
 m=mnist-net a=bf16 n=0 way=rt
@@ -93,6 +94,7 @@ while [ $# -gt 0 ]; do
     --steps) n=$2; shift ;;
     --tf32) [ "$2" = off ] && way=rt-strict; shift ;;
     --deterministic) [ "$2" = off ] && way=rt-nd; shift ;;
+    --cuda-graph) [ "$2" = off ] && way=rt-eager; shift ;;
     --profile-ops) way=rt-profile ;;
     esac
     shift
@@ -272,6 +274,17 @@ if grep -q '^| mnist-net | fp32 (TF32) |.*| host-bound: GPU idle 30 % of ringtra
 else
     fail "--only compute,profile: no host-bound note or largest-differences line:"
     grep -E '^\| mnist-net|^largest' "$T/both.out"
+fi
+
+# --extras eager: ringtrain op by op (--cuda-graph off) beside its default, and the graphs' gain printed.
+PATH="$T/bin:$PATH" bash "$BENCH" --only compute --runs 1 --models mnist-net --amps off --extras eager \
+    --window-s 1 --bin "$T/bin/ringtrain" --python "$T/bin/torch-standin" --cache "$T/cache3" >"$T/eager.out" 2>&1 ||
+    fail "--extras eager on stand-ins exited $?: $(tail -n 5 "$T/eager.out")"
+if grep -q "^CUDA graphs (ringtrain's default) : op by op (--cuda-graph off), images/s: mnist-net fp32 (TF32) 1.25x$" \
+    "$T/eager.out" && grep -q '^rt-eager mnist-net off ' "$T/calls.log"; then
+    ok "--extras eager: ringtrain --cuda-graph off measured, graphs : op by op 200000 / 160000 = 1.25x"
+else
+    fail "--extras eager: no gain line or no --cuda-graph off call: $(grep -i 'graph' "$T/eager.out" | head -3)"
 fi
 
 # ==== 2. op_profile.py on a canned Kineto trace ========================================================
