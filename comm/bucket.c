@@ -53,19 +53,6 @@ struct rt_bucketer {
     } waiter[2];
 };
 
-/* Late mode, MPI: the jobs reduce in place and are resubmitted each update. */
-static int late_mpi(const struct rt_bucketer *b)
-{
-    return b->stream_call && !b->dev && rt_comm_parallel(b->c);
-}
-
-/* Late mode, NCCL: the compute stream waits for the all-reduces by an event, the host watches the update
- * before's; the control word goes over MPI one update late, as in late_mpi. */
-static int late_nccl(const struct rt_bucketer *b)
-{
-    return b->stream_call && b->dev;
-}
-
 /* Before this update's first job: the update before's are done (a host wait with this update's work queued). */
 static void late_start(struct rt_bucketer *b)
 {
@@ -82,15 +69,42 @@ static void late_wait_fn(void *arg)
     rt_comm_count_wait(w->b->c, &w->b->jobs_done, w->target);
 }
 
+/*
+ * Late mode's end of an update (rt_bucketer_finish): nothing waits for this update's reductions. In NCCL mode
+ * the compute stream waits on the last bucket's event and the host watches the update before's all-reduces;
+ * over MPI a host call queued on the compute stream waits for this update's jobs. The control word goes over MPI
+ * either way, a step late: returns the update before's (0 after the first; `flags` itself in a group of one).
+ */
+static uint32_t late_finish(struct rt_bucketer *b, uint32_t flags)
+{
+    if (b->dev) {
+        rt_nccl_stream_join(b->dev);
+        rt_nccl_stream_watch(b->dev, 1);
+    }
+    if (!rt_comm_parallel(b->c))
+        return flags;
+    late_start(b); /* no bucket started this update (NCCL, or overlap off): the update before's word is ready */
+    const uint32_t g = b->flags;
+    b->flags = flags;
+    rt_comm_job_submit(b->c, &b->flag_job);
+    b->target_prev = ++b->jobs_sent;
+    if (!b->dev) {
+        struct late_wait *w = &b->waiter[b->step & 1u];
+        *w = (struct late_wait){b, b->target_prev};
+        b->stream_call(b->stream_ctx, late_wait_fn, w);
+    }
+    return g;
+}
+
 void rt_bucketer_settle(struct rt_bucketer *b)
 {
-    if (!b)
+    if (!b || !b->stream_call)
         return;
-    if (late_nccl(b)) {
+    if (b->dev) {
         rt_nccl_stream_watch(b->dev, 1);
         rt_nccl_stream_watch(b->dev, 0);
     }
-    if (late_mpi(b) || (late_nccl(b) && rt_comm_parallel(b->c)))
+    if (rt_comm_parallel(b->c))
         rt_comm_count_wait(b->c, &b->jobs_done, b->jobs_sent);
 }
 
@@ -349,52 +363,23 @@ int rt_bucketer_finish(struct rt_bucketer *b, uint32_t flags, uint32_t *global_f
      * word would need a copy back to the host after the all-reduces anyway).
      * In NCCL mode its deadline and the NCCL watchdog's run side by side; the
      * first to expire ends the job, both name the step. */
-    if (late_nccl(b)) {
-        /* The optimizer queued after this reads reduced gradients (an event); the host watches the update
-         * before's all-reduces, which have this update's work queued behind them. */
-        rt_nccl_stream_join(b->dev);
-        rt_nccl_stream_watch(b->dev, 1);
+    if (b->stream_call) {
+        g = late_finish(b, flags);
+    } else {
         if (rt_comm_parallel(b->c)) {
-            rt_comm_count_wait(b->c, &b->jobs_done, b->target_prev); /* the update before's word */
-            g = b->flags;
             b->flags = flags;
             rt_comm_job_submit(b->c, &b->flag_job);
-            b->target_prev = ++b->jobs_sent;
         }
-        if (global_flags)
-            *global_flags = g;
-        if (wait_ns)
-            *wait_ns = rt_now_ns() - t0;
-        return 0;
-    }
-    if (late_mpi(b)) {
-        late_start(b); /* no bucket started this update (overlap off): the update before's word is ready */
-        g = b->flags;  /* the update before's word, OR-ed over the ranks (0 before the first) */
-        b->flags = flags;
-        rt_comm_job_submit(b->c, &b->flag_job);
-        struct late_wait *w = &b->waiter[b->step & 1u];
-        *w = (struct late_wait){b, ++b->jobs_sent};
-        b->target_prev = w->target;
-        b->stream_call(b->stream_ctx, late_wait_fn, w);
-        if (global_flags)
-            *global_flags = g;
-        if (wait_ns)
-            *wait_ns = rt_now_ns() - t0;
-        return 0;
-    }
-    if (rt_comm_parallel(b->c)) {
-        b->flags = flags;
-        rt_comm_job_submit(b->c, &b->flag_job);
-    }
-    if (b->dev) {
-        rt_nccl_stream_wait(b->dev);
-        trace_nccl(b);
-    }
-    if (rt_comm_parallel(b->c)) {
-        for (int k = 0; k < b->nb && !b->dev; k++)
-            rt_comm_job_wait(b->c, &b->b[k].job);
-        rt_comm_job_wait(b->c, &b->flag_job);
-        g = b->flags;
+        if (b->dev) {
+            rt_nccl_stream_wait(b->dev);
+            trace_nccl(b);
+        }
+        if (rt_comm_parallel(b->c)) {
+            for (int k = 0; k < b->nb && !b->dev; k++)
+                rt_comm_job_wait(b->c, &b->b[k].job);
+            rt_comm_job_wait(b->c, &b->flag_job);
+            g = b->flags;
+        }
     }
     if (global_flags)
         *global_flags = g;

@@ -282,8 +282,10 @@ struct rt_bucket_opts {
      * after it (the CPU's asynchronous streams: a queued call; the ordinary
      * CPU backend: at once); rt_bucketer_finish() then queues there the wait
      * for the update's all-reduces, so that the optimizer step queued after it
-     * reads reduced gradients, and returns. See rt_bucketer_finish for what
-     * changes. NULL: finish waits on the host. Ignored in NCCL mode. */
+     * reads reduced gradients, and returns. In NCCL mode, set, it selects late
+     * mode (the compute stream then waits on an event; stream_call is not
+     * called). See rt_bucketer_finish for what changes. NULL: finish waits on
+     * the host. */
     void (*stream_call)(void *ctx, void (*fn)(void *arg), void *arg);
     void *stream_ctx;
 };
@@ -345,8 +347,9 @@ void rt_bucketer_ready(void *bucketer, size_t ready);
  * NCCL or CUDA error, a deadline or a dead peer aborts the job instead, here
  * and in rt_bucketer_ready().
  *
- * In late mode (rt_bucket_opts.stream_call, MPI, more than one rank) nothing
- * here waits for this update: the wait is queued on the compute stream, and
+ * In late mode (rt_bucket_opts.stream_call) nothing here waits for this
+ * update: the wait is queued on the compute stream (in NCCL mode an event,
+ * and the host watches the update before's all-reduces instead), and
  * *global_flags is the word of the update before (0 after the first), so a
  * rank's bits reach every rank one update later. The host waits only for the
  * update before's reductions -- their job structures are reused -- and that

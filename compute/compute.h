@@ -783,9 +783,10 @@ struct rt_step_opts {
     /* 1: run the step's forward, loss and backward as a graph (compute.h's graphs): captured the first time
      * its settings are seen -- the input buffer, labels_dev, batch, mode, the scales, mean and std, which a
      * replay bakes in -- and replayed after, for one launch instead of one per op. grads_ready is then called
-     * once, after the step, with every gradient final. Steps that cannot be one (images or labels not an
-     * input upload, a timeline, dropout in training, a backend without graphs) run as they are, and so do
-     * all later ones after a capture fails: rt_model_graph_status says why. */
+     * once, after the step, with every gradient final; dropout draws each replay's masks from its own
+     * dropout_stream, written to the device before it. Steps that cannot be one (images or labels not an
+     * input upload, no stats_dev, a timeline, a backend without graphs) run as they are, and so do all
+     * later ones after a capture fails: rt_model_graph_status says why. */
     int graph;
 };
 enum rt_mark_kind {

@@ -107,8 +107,10 @@ struct net {
     const char *graph_why;
     char graph_why_buf[256];
     uint64_t graph_replays;
-    int capturing;          /* step_ops records a graph: the input's event wait and release are the launch's */
+    int capturing;          /* step_ops records a graph: the input's event wait and release, and the counters, are
+                             * the launch's */
     uint64_t *stream_dev;   /* device: the micro-batch's dropout stream, written before each replay */
+    int dropout_layers;     /* dropout nodes with p > 0 */
     int drop_dev;           /* step_ops: dropout draws from stream_dev on the device (a graph's) */
 };
 
@@ -130,6 +132,13 @@ struct step_graph {
 };
 /* Graphs kept per model: the two input buffers, times a short update's other gradient scale, with room. */
 enum { MAX_STEP_GRAPHS = 8 };
+
+static void graphs_drop(struct net *n)
+{
+    for (int i = 0; i < n->ngraphs; i++)
+        rt_graph_destroy(n->graphs[i].g);
+    n->ngraphs = 0;
+}
 
 /* ---- building ------------------------------------------------------------ */
 
@@ -406,6 +415,7 @@ int net_dropout(struct net *n, int x, const char *what, float p)
     if (!nd)
         return -1;
     nd->p = p;
+    n->dropout_layers += p > 0.0f;
     nd->out = new_tensor(n, n->t[x].spatial, n->t[x].sh);
     return n->failed ? -1 : nd->out;
 }
@@ -819,8 +829,7 @@ void net_destroy(struct net *n)
     o->free(n->be, n->stats);
     o->free(n->be, n->logits32);
     n->ops32->free(n->be, n->stream_dev);
-    for (int i = 0; i < n->ngraphs; i++)
-        rt_graph_destroy(n->graphs[i].g);
+    graphs_drop(n);
     free(n->graphs);
     free(n->grad_pool);
     free(n->grad_pool_size);
@@ -1117,20 +1126,11 @@ static const char *graph_refusal(const struct rt_step_opts *o)
 {
     if (!o->input_ticket || !o->labels_dev)
         return "the step's images or labels are host memory, not an input upload";
+    if (!o->stats_dev)
+        return "the step's loss sums go to the host (rt_step_opts.stats_dev not set)";
     if (o->timeline)
         return "the step is profiled layer by layer (timeline marks inside the step)";
     return NULL;
-}
-
-/* The step draws dropout masks: a graph then takes the micro-batch's stream from the device. */
-static int draws_dropout(const struct net *n, const struct rt_step_opts *o)
-{
-    if (o->mode != RT_TRAIN || o->no_dropout)
-        return 0;
-    for (int i = 0; i < n->nn; i++)
-        if (n->nd[i].kind == K_DROPOUT && n->nd[i].p > 0.0f)
-            return 1;
-    return 0;
 }
 
 static void graph_refuse(struct net *n, const char *why)
@@ -1152,7 +1152,7 @@ static int graph_step(struct net *n, const struct rt_step_opts *o, int batch, co
                                 o->std,        batch,            o->mode,             o->grad_scale,
                                 o->label_smoothing, o->no_dropout, (uint32_t)o->dropout_offset};
     /* Dropout's stream changes every micro-batch: it goes to the device before the capture and each replay. */
-    const int drop = draws_dropout(n, o);
+    const int drop = o->mode == RT_TRAIN && !o->no_dropout && n->dropout_layers > 0;
     if (drop) {
         if (!n->stream_dev && !(n->stream_dev = n->ops32->alloc(n->be, sizeof(uint64_t))))
             return -ENOMEM;
@@ -1162,12 +1162,11 @@ static int graph_step(struct net *n, const struct rt_step_opts *o, int batch, co
     /* Memory a graph baked in was freed or regrown since (a workspace that grew for another shape): capture
      * again. */
     const uint64_t gen = rt_backend_graph_gen(n->be);
+    int stale = 0;
     for (int i = 0; i < n->ngraphs; i++)
-        if (n->graphs[i].gen != gen) {
-            for (int j = 0; j < n->ngraphs; j++)
-                rt_graph_destroy(n->graphs[j].g);
-            n->ngraphs = 0;
-        }
+        stale |= n->graphs[i].gen != gen;
+    if (stale)
+        graphs_drop(n);
     struct step_graph *hit = NULL;
     for (int i = 0; i < n->ngraphs && !hit; i++)
         if (!memcmp(&n->graphs[i].key, &k, sizeof(k)))
@@ -1188,10 +1187,6 @@ static int graph_step(struct net *n, const struct rt_step_opts *o, int batch, co
             graph_refuse(n, rt_errmsg());
             return step_ops(n, o, batch, images, labels, stats);
         }
-        const int64_t steps = n->train_steps; /* the capture runs nothing: the counters move at the launch */
-        int64_t *saved = rt_calloc((size_t)RT_MAX(n->nent, 1), sizeof(*saved), "counters");
-        if (saved)
-            memcpy(saved, n->tracked, (size_t)n->nent * sizeof(*saved));
         n->capturing = 1;
         n->drop_dev = drop;
         rc = step_ops(n, &c, batch, images, labels, NULL);
@@ -1199,13 +1194,9 @@ static int graph_step(struct net *n, const struct rt_step_opts *o, int batch, co
         n->drop_dev = 0;
         struct rt_graph *g = NULL;
         const int end = rt_graph_capture_end(n->be, &g);
-        n->train_steps = steps;
-        if (saved)
-            memcpy(n->tracked, saved, (size_t)n->nent * sizeof(*saved));
-        free(saved);
-        if (rc < 0 || !saved) {
+        if (rc < 0) {
             rt_graph_destroy(g);
-            return rc < 0 ? rc : -ENOMEM;
+            return rc;
         }
         if (end < 0) {
             graph_refuse(n, rt_errmsg());
@@ -1222,18 +1213,9 @@ static int graph_step(struct net *n, const struct rt_step_opts *o, int batch, co
     rt_graph_launch(hit->g);
     rt_backend_input_release(n->be, o->input_ticket);
     step_account(n, o, batch);
-    const struct rt_ops *op32 = n->ops32;
-    if (o->stats_dev)
-        op32->copy(n->s, o->stats_dev, n->stats, sizeof(struct rt_loss_stats));
+    n->ops32->copy(n->s, o->stats_dev, n->stats, sizeof(struct rt_loss_stats));
     if (o->grads_ready && o->mode == RT_TRAIN && o->grad_scale > 0.0f)
         o->grads_ready(o->grads_ready_arg, n->trainable_count);
-    if (o->stats_dev)
-        return 0;
-    struct rt_loss_stats st;
-    op32->download(n->s, &st, n->stats, sizeof(st));
-    stats->loss_sum += st.loss_sum;
-    stats->correct += st.correct;
-    stats->count += st.count;
     return 0;
 }
 
@@ -1314,7 +1296,8 @@ static int step_ops(struct net *n, const struct rt_step_opts *o, int batch, cons
         if (tl)
             rt_timeline_mark(tl, "backward", RT_MARK_BACKWARD);
     }
-    step_account(n, o, batch);
+    if (!n->capturing)
+        step_account(n, o, batch);
     if (o->stats_dev)
         return 0; /* the caller reads them later: no host wait */
     struct rt_loss_stats st;

@@ -147,7 +147,6 @@ static struct cpu_call *call_new(size_t arg_bytes, void (*run)(struct cpu_call *
     return c;
 }
 
-/* The call runs after everything queued on s before it. */
 /* While capturing: what the capture cannot hold (the first reason is kept). Returns 1 when capturing. */
 static int capture_refuse(struct rt_stream *s, const char *why)
 {
@@ -159,6 +158,7 @@ static int capture_refuse(struct rt_stream *s, const char *why)
     return 1;
 }
 
+/* The call runs after everything queued on s before it (kept for the graph instead while capturing). */
 static void call_submit(struct rt_stream *s, struct cpu_call *c)
 {
     struct cpu_queue *q = s->q;

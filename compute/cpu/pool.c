@@ -99,7 +99,7 @@ static void blk_pack(const float *restrict src, size_t hw, float beta, float *re
 
 void rt_cpu_to_nchw(struct rt_stream *s, struct rt_shape4 sh, const float *x, float *host_nchw)
 {
-    (void)s; /* also the layout change inside flatten: no host wait to count (async.c counts its own) */
+    (void)s;
     const size_t hw = (size_t)sh.h * sh.w;
     if (rt_cpu_blocked(sh)) {
         const long blocks = pool_blocks(sh);

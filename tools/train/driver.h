@@ -21,8 +21,9 @@
 #include "common/nvml.h"
 #include "tools/train/train.h"
 
-/* --cuda-graph: the updates run eagerly before the steps become graphs (cuDNN's choices made, memory settled). */
-enum { GRAPH_WARMUP = 3 };
+/* This process's first updates are the warm-up (cuDNN's searches, first allocations, the first late read):
+ * --cuda-graph runs them op by op, host_waits_per_step leaves them out (steady_update). */
+enum { WARMUP_UPDATES = 3 };
 
 /*
  * The control word: each rank's bits for the update, OR-ed over the ranks
@@ -330,6 +331,12 @@ struct train {
     struct train_startup startup;
 };
 
+/* Update `update` (a position's count) is past this process's warm-up. */
+static inline int steady_update(const struct train *T, uint64_t update)
+{
+    return update >= WARMUP_UPDATES + T->meter.update_before;
+}
+
 /* loop.c: set by its SIGTERM/SIGUSR1 handler, read once per update (step_control_word) */
 extern volatile sig_atomic_t loop_stop_signal;
 
@@ -347,6 +354,8 @@ void input_labels(const struct rt_batch *slot, int32_t *labels); /* padding samp
 /* step.c */
 uint64_t step_updates_per_epoch(const struct train *T); /* a short last update counted: ceil(batches / accum) */
 uint32_t step_control_word(const struct train *T); /* this rank's enum train_ctl bits for the update */
+/* -ERANGE naming this rank's non-finite loss (T->nonfinite), or another rank's, read a step late. */
+int step_nonfinite_error(const struct train *T);
 
 /* watch.c: the step's observation (meters, profile, progress, trace window), nothing trained */
 void watch_run_begin(struct train *T);

@@ -4,8 +4,6 @@
  * accuracy and its patience, the epoch line and metrics; then, for a full
  * epoch, the next position and the checkpoint.
  */
-#include <errno.h>
-#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 
@@ -55,12 +53,8 @@ int epoch_close(struct train *T, int partial)
                    (double)m->epoch.train_ns, (double)m->epoch.wait_ns, (double)m->epoch.comm_ns};
     rt_comm_allreduce(T->comm, g, 7, RT_COMM_F64, RT_RED_SUM, "epoch metrics");
     /* A non-finite loss in the epoch's last update, read just now: the sum carries it to every rank. */
-    if (!isfinite(g[0])) {
-        if (T->nonfinite[0])
-            return rt_errf(-ERANGE, "%s. Lower --lr or set --clip-grad-norm", T->nonfinite);
-        return rt_errf(-ERANGE, "another rank's loss became non-finite at optimizer step %" PRIu64
-                                " (its message names the tensor)", T->pos.update - 1);
-    }
+    if (!isfinite(g[0]))
+        return step_nonfinite_error(T);
     /* Each rank's own images over its own time, for the records: one number per rank, once an epoch. */
     if (T->rank_ips) {
         const double mine = m->epoch.train_ns ? (double)m->epoch.images / ((double)m->epoch.train_ns * 1e-9) : 0;

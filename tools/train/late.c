@@ -74,7 +74,7 @@ int late_create(struct train *T)
         /* Page-locked on a GPU (a DMA that needs no staging), ordinary memory on the CPU. */
         if (rt_backend_kind_of(T->be) == RT_BACKEND_CUDA && (s->host = rt_backend_host_alloc(T->be, host_bytes(T))))
             s->pinned = 1;
-        else if (!(s->host = rt_calloc(1, host_bytes(T), "late results")))
+        else if (!(s->host = rt_malloc(host_bytes(T), "late results")))
             return -ENOMEM;
         memset(s->host, 0, host_bytes(T));
         const int rc = rt_event_create(T->be, &s->ready);
@@ -252,14 +252,18 @@ static int scaler_verdict(struct train *T, struct train_late_slot *s)
                    (double)T->scaler.scale, s->update, first);
 }
 
+/* The two slots, the older update's first. */
+static void in_order(struct train *T, struct train_late_slot **a, struct train_late_slot **b)
+{
+    const int second_older = T->late.slot[1].update < T->late.slot[0].update;
+    *a = &T->late.slot[second_older];
+    *b = &T->late.slot[!second_older];
+}
+
 int late_scaler(struct train *T)
 {
-    struct train_late_slot *a = &T->late.slot[0], *b = &T->late.slot[1];
-    if (b->update < a->update) {
-        struct train_late_slot *t = a;
-        a = b;
-        b = t;
-    }
+    struct train_late_slot *a, *b;
+    in_order(T, &a, &b);
     int rc = a->verdict_due ? scaler_verdict(T, a) : 0;
     if (rc == 0 && b->verdict_due)
         rc = scaler_verdict(T, b);
@@ -274,12 +278,8 @@ int late_collect_previous(struct train *T)
 int late_flush(struct train *T)
 {
     /* At most one is pending outside a step; the older first all the same. */
-    struct train_late_slot *a = &T->late.slot[0], *b = &T->late.slot[1];
-    if (a->pending && b->pending && b->update < a->update) {
-        struct train_late_slot *t = a;
-        a = b;
-        b = t;
-    }
+    struct train_late_slot *a, *b;
+    in_order(T, &a, &b);
     int rc = collect(T, a);
     const int rc2 = collect(T, b);
     profile_flush(T); /* the step profile's timeline, read late the same way */

@@ -166,8 +166,10 @@ static void banner_numerics(struct train *T)
     if (T->graph_on)
         banner_line(T, "graph", "each micro-batch's forward, loss and backward replayed as one %s after %d eager "
                                 "updates (--cuda-graph)%s",
-                    rt_backend_kind_of(T->be) == RT_BACKEND_CUDA ? "CUDA graph" : "recorded graph of the CPU stream's calls",
-                    GRAPH_WARMUP, T->world > 1 ? "; the gradients' all-reduce starts after backward, not overlapped" : "");
+                    rt_backend_kind_of(T->be) == RT_BACKEND_CUDA ? "CUDA graph"
+                                                                 : "recorded graph of the CPU stream's calls",
+                    WARMUP_UPDATES,
+                    T->world > 1 ? "; the gradients' all-reduce starts after backward, not overlapped" : "");
     else if (c->cuda_graph != 0 && (rt_backend_kind_of(T->be) == RT_BACKEND_CUDA || c->cuda_graph > 0))
         banner_line(T, "graph", "%s", T->graph_why);
     if (c->profile_ops)
@@ -589,7 +591,7 @@ static json_t *summary_json(const struct train *T, double wall_s, double train_s
     }
     json_object_set_new(o, "exposed_comm_frac", json_real(r->run_comm_frac));
     /* Blocking waits for the compute stream inside a steady step (rt_backend_host_waits), the most any rank
-     * made on average: 0 when the host only queues work (loss scaling's overflow check still waits once). */
+     * made on average: 0 when the host only queues work. */
     json_object_set_new(o, "host_waits_per_step",
                         isnan(r->host_waits_per_step) ? json_null() : json_real(r->host_waits_per_step));
     /* --cuda-graph: graphs captured and replays on rank 0, or why the steps ran op by op. */

@@ -81,10 +81,10 @@ static struct rt_step_opts step_opts(const struct train *T, const struct train_b
 /* This micro-batch as a graph (--cuda-graph): after the warm-up, while the model has not refused. */
 static int graph_wanted(const struct train *T)
 {
-    return T->graph_on && T->pos.update >= GRAPH_WARMUP + T->meter.update_before;
+    return T->graph_on && steady_update(T, T->pos.update);
 }
 
-/* The first time the model refuses (dropout, a failed capture): one line saying why, and eager from then on. */
+/* The first time the model refuses (a failed capture): one line saying why, and eager from then on. */
 static void graph_check(struct train *T)
 {
     const char *why = rt_model_graph_status(T->model, NULL, NULL);
@@ -137,6 +137,15 @@ int train_step_forward_backward(struct train *T, const struct train_batch *b, ui
     return 0;
 }
 
+int step_nonfinite_error(const struct train *T)
+{
+    if (T->nonfinite[0])
+        return rt_errf(-ERANGE, "%s. Lower --lr or set --clip-grad-norm", T->nonfinite);
+    /* Read a step late: the update before this one. */
+    return rt_errf(-ERANGE, "another rank's loss became non-finite at optimizer step %" PRIu64
+                            " (its message names the tensor)", T->pos.update - 1);
+}
+
 uint32_t step_control_word(const struct train *T)
 {
     const int sig = loop_stop_signal;
@@ -159,12 +168,8 @@ int train_step_reduce(struct train *T)
         return rc;
     rt_trace_end(t0, RT_TRACE_COMM, "all-reduce wait", NULL);
     T->ctl = all;
-    if (all & CTL_NONFINITE) {
-        if (T->nonfinite[0])
-            return rt_errf(-ERANGE, "%s. Lower --lr or set --clip-grad-norm", T->nonfinite);
-        return rt_errf(-ERANGE, "another rank's loss became non-finite at optimizer step %" PRIu64
-                                " (its message names the tensor)", T->pos.update - 1); /* read a step late */
-    }
+    if (all & CTL_NONFINITE)
+        return step_nonfinite_error(T);
     rt_comm_set_phase(T->comm, T->pos.update, RT_PHASE_OPTIM);
     return 0;
 }

@@ -20,9 +20,6 @@ void watch_epoch_begin(struct train *T)
     profile_epoch_reset(T);
 }
 
-/* The updates before these are the warm-up: cuDNN's searches, first allocations, the first late read. */
-enum { WAITS_WARMUP = 3 };
-
 void watch_update_begin(struct train *T)
 {
     T->waits_at_begin = rt_backend_host_waits(T->be);
@@ -44,7 +41,7 @@ void watch_update_end(struct train *T)
     meter_update(&T->meter, T->step_comm_ns);
     profile_update_end(T);
     /* The update's own waits: a log line, the epoch's end or a checkpoint come after this point. */
-    if (T->meter.run_micro > WAITS_WARMUP * (uint64_t)T->cfg.grad_accum) {
+    if (steady_update(T, T->pos.update - 1)) {
         T->waits_sum += rt_backend_host_waits(T->be) - T->waits_at_begin;
         T->waits_steps++;
     }
