@@ -13,6 +13,8 @@
  *  - a NaN loss names its first non-finite tensor;
  *  - resume mid-epoch: stopped by --steps, checkpointed, resumed, the run
  *    ends with the parameters of an uninterrupted one;
+ *  - data that ends before the epoch does is an error naming where, not a
+ *    finished run;
  *  - an epoch that --grad-accum does not divide ends with a short update:
  *    a run stopped after every one of its updates (each epoch's end among
  *    them) and resumed from there holds, bit for bit, the uninterrupted
@@ -73,13 +75,6 @@ static float *params(struct train *T, size_t *n)
     return p;
 }
 
-/* One update, as the loop runs it: 0, or what the step returned (-errno; -ENODATA when the data ended). */
-static int update(struct train *T)
-{
-    const int r = train_step(T);
-    return r == 1 ? 0 : r < 0 ? r : -ENODATA;
-}
-
 /* The largest |a - b| and the largest |b| over n floats, each taken from the difference to `base`. */
 static void delta_err(const float *a, const float *b, const float *base, size_t n, double *err, double *scale)
 {
@@ -105,17 +100,17 @@ static void test_accumulation(void)
      * download used to make them. Two CPU backends' stream workers in oneDNN at once is allowed by oneDNN, but
      * ThreadSanitizer, which sees only part of its locking, reports it. */
     for (int u = 0; u < 2; u++) {
-        CHECK_OK(update(one));
+        CHECK_OK(train_step(one));
         CHECK_OK(train_sync(one));
         CHECK(train_step_size(two) == 2);
-        CHECK(train_step_micro(two, 0, 2) == 1);
+        CHECK_OK(train_step_micro(two, 0, 2));
         if (u == 0) {
             float *p_half = params(two, &n2);
             CHECKF(!memcmp(p0, p_half, n * sizeof(float)), "the first of two micro-batches changed the parameters");
             free(p_half);
         }
         CHECK(train_position(two).update == (uint64_t)u && train_position(two).micro == 2 * (uint64_t)u + 1);
-        CHECK(train_step_micro(two, 1, 2) == 1);
+        CHECK_OK(train_step_micro(two, 1, 2));
         CHECK_OK(train_step_reduce(two));
         CHECK_OK(train_step_apply(two));
         CHECK_OK(train_sync(two));
@@ -156,12 +151,12 @@ static void test_loss_scaling(void)
     const struct rt_scaler *s = train_scaler(T);
     CHECK(s != NULL && s->scale == 65536.0f);
     /* The device decides each update; the host reads its verdict a step late, or at once after train_sync. */
-    CHECK_OK(update(T)); /* update 0: applied */
+    CHECK_OK(train_step(T)); /* update 0: applied */
     CHECK_OK(train_sync(T));
     CHECK(rt_optim_steps(train_optim(T)) == 1 && s->scale == 65536.0f);
     float *before = params(T, &n);
     for (int u = 1; u <= 2; u++) {
-        CHECK_OK(update(T)); /* updates 1 and 2: the injected overflow */
+        CHECK_OK(train_step(T)); /* updates 1 and 2: the injected overflow */
         CHECK_OK(train_sync(T));
         float *after = params(T, &n);
         CHECKF(!memcmp(before, after, n * sizeof(float)), "update %d overflowed but changed the parameters", u);
@@ -171,7 +166,7 @@ static void test_loss_scaling(void)
                u, (double)s->scale, (unsigned long long)s->skipped);
         free(after);
     }
-    CHECK_OK(update(T)); /* update 3: applied again, at the backed-off scale */
+    CHECK_OK(train_step(T)); /* update 3: applied again, at the backed-off scale */
     CHECK_OK(train_sync(T));
     float *after = params(T, &n);
     CHECK(memcmp(before, after, n * sizeof(float)) != 0 && rt_optim_steps(train_optim(T)) == 2);
@@ -186,10 +181,10 @@ static void test_loss_scaling(void)
     f.overflow_count = 1000;
     c.max_skipped_steps = 3;
     CHECK_OK(train_create(&c, &T));
-    CHECK_OK(update(T));
-    CHECK_OK(update(T));
-    CHECK_OK(update(T));
-    CHECK_ERR(update(T), "3 optimizer steps in a row overflowed (step 2, loss scale now 8192)");
+    CHECK_OK(train_step(T));
+    CHECK_OK(train_step(T));
+    CHECK_OK(train_step(T));
+    CHECK_ERR(train_step(T), "3 optimizer steps in a row overflowed (step 2, loss scale now 8192)");
     printf("loss scaling: updates 1-2 skipped (scale 65536 -> 16384), update 3 applied; 3 in a row: %s\n",
            rt_errmsg());
     train_destroy(T);
@@ -209,7 +204,7 @@ static void test_clipping(void)
         size_t n;
         CHECK_OK(train_create(&c, &T));
         float *p0 = params(T, &n);
-        CHECK_OK(update(T));
+        CHECK_OK(train_step(T));
         float *p1 = params(T, &n);
         double ss = 0;
         for (size_t i = 0; i < n; i++)
@@ -237,8 +232,8 @@ static void test_nan_loss(void)
     CHECK(count > 0 && tab[0].kind == RT_PARAM && strstr(tab[0].name, "conv1"));
     rt_model_write(train_model(T), RT_MODEL_PARAMS, tab[0].offset, &nan, 1);
     /* The loss is read a step late (no host wait in a step): the update after the NaN stops the run. */
-    CHECK_OK(update(T));
-    CHECK_ERR(update(T), "the loss became NaN");
+    CHECK_OK(train_step(T));
+    CHECK_ERR(train_step(T), "the loss became NaN");
     CHECKF(strstr(rt_errmsg(), "first non-finite tensor: conv1") != NULL, "message: %s", rt_errmsg());
     printf("NaN in %s: %s\n", tab[0].name, rt_errmsg());
     train_destroy(T);
@@ -272,7 +267,7 @@ static void test_resume(void)
     struct train_cfg c = data_cfg(whole, 0, 0);
     CHECK_OK(train_create(&c, &T));
     CHECK_OK(train_loop(T));
-    CHECK(train_stopped(T) == STOP_DONE && train_position(T).epoch == 2);
+    CHECK(train_stopped(T) == STOP_EPOCHS && train_position(T).epoch == 2);
     const uint64_t uninterrupted = train_replicas_digest(T);
     train_destroy(T);
 
@@ -348,6 +343,26 @@ static uint64_t saved_digest(const char *dir)
     return d;
 }
 
+/* The data ending before the epoch does (a loader that disagrees with the position) is an error naming where,
+ * never a success in mid-epoch: no "finished" mark, the stop state untouched. */
+static void test_data_ends_first(void)
+{
+    char dir[700], fin[800];
+    snprintf(dir, sizeof(dir), "%s/ckpt-ends", g_dir);
+    snprintf(fin, sizeof(fin), "%s/finished", dir);
+    struct train_cfg c = data_cfg(dir, 0, 0);
+    struct train_faults f;
+    train_faults_none(&f);
+    f.data_end_micro = 5; /* inside the first update after the 2-micro-batch updates 0 and 1 */
+    c.faults = &f;
+    struct train *T = NULL;
+    CHECK_OK(train_create(&c, &T));
+    CHECK_ERR(train_loop(T), "the data ended at micro-batch 5 of epoch 1, which has");
+    CHECK(train_stopped(T) == STOP_NONE && train_position(T).micro == 5);
+    train_destroy(T);
+    CHECKF(access(fin, F_OK) != 0, "a run whose data ended early was marked finished");
+}
+
 static void test_short_update_resume(void)
 {
     char whole[700], dir[700];
@@ -362,7 +377,7 @@ static void test_short_update_resume(void)
     int u = 0;
     for (; u < SHORT_UPDATES && train_position(T).epoch < 2; u++) {
         sizes[u] = train_step_size(T);
-        CHECK(train_step(T) == 1);
+        CHECK_OK(train_step(T));
         if (epoch_done(T)) {
             CHECK_OK(epoch_next(T));
         }
@@ -466,6 +481,7 @@ int main(void)
     test_clipping();
     test_nan_loss();
     test_resume();
+    test_data_ends_first();
     test_short_update_resume();
     test_verdict_all_wait();
     rt_comm_destroy(g_comm);

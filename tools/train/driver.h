@@ -339,6 +339,10 @@ static inline int steady_update(const struct train *T, uint64_t update)
 
 /* loop.c: set by its SIGTERM/SIGUSR1 handler, read once per update (step_control_word) */
 extern volatile sig_atomic_t loop_stop_signal;
+/* loop.c: the one place the position moves -- past a micro-batch (batch, micro), past an update, or from an
+ * epoch's end to the start of the next */
+enum train_move { MOVE_MICRO, MOVE_UPDATE, MOVE_EPOCH };
+void train_advance(struct train *T, enum train_move m);
 
 /* startup.c */
 void startup_mark(struct train *T, enum train_boot k); /* stamp k now, once */
@@ -477,6 +481,7 @@ void tracefile_gpu_destroy(struct train *T); /* none made is fine */
 void faults_before_compute(struct train *T);
 void faults_step_opts(const struct train *T, struct rt_step_opts *so);
 void faults_before_unscale(struct train *T);
+int faults_data_ended(const struct train *T);         /* 1: the input's data ends before this micro-batch */
 void faults_before_allreduce(const struct train *T); /* on the comm thread, before a bucket's all-reduce */
 
 #endif

@@ -84,13 +84,8 @@ int epoch_next(struct train *T)
     const int hit = epoch_close(T, 0);
     if (hit < 0)
         return hit;
-    T->pos.epoch++;
-    T->pos.batch = 0;
+    train_advance(T, MOVE_EPOCH);
     watch_epoch_begin(T);
     const int rc = checkpoint_save(T);
-    if (rc < 0)
-        return rc;
-    if (hit)
-        T->stop = STOP_TARGET;
-    return hit;
+    return rc < 0 ? rc : hit;
 }

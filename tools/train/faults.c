@@ -19,7 +19,7 @@
 void train_faults_none(struct train_faults *f)
 {
     *f = (struct train_faults){.stall_rank = -1, .stall_update = UINT64_MAX, .overflow_update = UINT64_MAX,
-                               .slow_rank = -1};
+                               .slow_rank = -1, .data_end_micro = UINT64_MAX};
 }
 
 /* "A:B" into two numbers; 0, or -EINVAL naming the variable. */
@@ -158,6 +158,12 @@ void faults_before_unscale(struct train *T)
         const float inf = INFINITY;
         rt_model_write(T->model, RT_MODEL_GRADS, 0, &inf, 1);
     }
+}
+
+/* Named point: before the input takes the next batch; 1 when the data is to end here instead. */
+int faults_data_ended(const struct train *T)
+{
+    return T->pos.micro == T->faults.data_end_micro;
 }
 
 /* Named point: after each block a node-local copy writes. */

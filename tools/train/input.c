@@ -172,6 +172,8 @@ int train_input_next(struct train *T, struct train_batch *b)
         return 1;
     }
     rt_comm_set_phase(T->comm, T->pos.update, RT_PHASE_DATA);
+    if (faults_data_ended(T))
+        return 0;
     if (!in->next.slot) {
         int r = fetch(T, &in->next, &b->copy_issue_ns);
         if (r <= 0)

@@ -16,16 +16,21 @@
 
 volatile sig_atomic_t loop_stop_signal;
 
-/* After an update: --steps reached, or a stop signal on some rank (the update's control word). */
-static enum train_stop stop_requested(const struct train *T)
+/* Why the run stops after the update just made, or STOP_NONE: the target accuracy (`hit`, at an epoch's end),
+ * --steps, a stop signal on some rank (the update's control word), the last epoch's end, in that order. */
+static enum train_stop stop_after_update(const struct train *T, int hit)
 {
+    if (hit)
+        return STOP_TARGET;
     if (T->cfg.max_updates && T->pos.update >= T->cfg.max_updates)
         return STOP_STEPS;
-    return T->ctl & CTL_STOP ? STOP_SIGNAL : STOP_DONE;
+    if (T->ctl & CTL_STOP)
+        return STOP_SIGNAL;
+    return T->pos.epoch >= T->cfg.epochs ? STOP_EPOCHS : STOP_NONE;
 }
 
 /* Before the first update: a stop signal that reached any rank during start-up (staging, resume), agreed over
- * the ranks (a collective) and kept in T->ctl for the report. */
+ * the ranks (a collective) and kept in T->ctl for the report; else a resumed run that has no epoch left. */
 static enum train_stop stop_before_start(struct train *T)
 {
     const uint32_t bits = step_control_word(T);
@@ -33,30 +38,50 @@ static enum train_stop stop_before_start(struct train *T)
     int32_t v[3] = {!!(bits & CTL_STOP), !!(bits & CTL_SIGTERM), !!(bits & CTL_SIGUSR1)};
     rt_comm_allreduce(T->comm, v, 3, RT_COMM_I32, RT_RED_MAX, "the stop check before the first step");
     T->ctl = (v[0] ? CTL_STOP : 0u) | (v[1] ? CTL_SIGTERM : 0u) | (v[2] ? CTL_SIGUSR1 : 0u);
-    return v[0] ? STOP_SIGNAL : STOP_DONE;
+    if (v[0])
+        return STOP_SIGNAL;
+    return T->pos.epoch >= T->cfg.epochs ? STOP_EPOCHS : STOP_NONE;
+}
+
+void train_advance(struct train *T, enum train_move m)
+{
+    switch (m) {
+    case MOVE_MICRO:
+        T->pos.batch++;
+        T->pos.micro++;
+        break;
+    case MOVE_UPDATE:
+        T->pos.update++;
+        break;
+    case MOVE_EPOCH:
+        T->pos.epoch++;
+        T->pos.batch = 0;
+        break;
+    }
 }
 
 int train_loop(struct train *T)
 {
     int r;
     /* A signal during start-up (a long staging, say): stop where the run starts, as after an update. */
-    if ((T->stop = stop_before_start(T)) != STOP_DONE)
+    if ((T->stop = stop_before_start(T)) == STOP_SIGNAL)
         return checkpoint_save(T);
     watch_run_begin(T);
-    while (T->pos.epoch < T->cfg.epochs) {
-        if ((r = train_step(T)) <= 0)
+    while (T->stop == STOP_NONE) {
+        if ((r = train_step(T)) < 0)
             return r;
         startup_mark(T, BOOT_FIRST_STEP);
         if (replicas_due(T) && (r = train_replicas_check(T, NULL)) < 0)
             return r;
-        if (epoch_done(T) && (r = epoch_next(T)) != 0)
-            return r < 0 ? r : 0; /* the target accuracy reached, or an error */
-        if ((T->stop = stop_requested(T)) != STOP_DONE)
-            break;
+        int hit = 0;
+        if (epoch_done(T) && (hit = epoch_next(T)) < 0)
+            return hit;
+        T->stop = stop_after_update(T, hit);
     }
     /* A stop inside an epoch: its figures so far, and where to resume from. */
     if (T->pos.batch > 0 && (r = epoch_close(T, 1)) < 0)
         return r;
+    /* An epoch's end saved its checkpoint already (checkpoint_save writes a position once). */
     if (T->stop == STOP_STEPS || T->stop == STOP_SIGNAL)
         return checkpoint_save(T);
     return 0;
@@ -92,7 +117,7 @@ int train_finish(struct train *T)
         return rc;
     report_summary(T, (double)(rt_now_ns() - T->t_created) * 1e-9);
     rt_comm_set_phase(T->comm, T->pos.update, RT_PHASE_DONE);
-    return T->stop == STOP_DONE || T->stop == STOP_TARGET ? checkpoint_mark_finished(T, 1) : 0;
+    return T->stop == STOP_EPOCHS || T->stop == STOP_TARGET ? checkpoint_mark_finished(T, 1) : 0;
 }
 
 static void on_stop_signal(int sig)

@@ -527,7 +527,9 @@ static json_t *op_profile_json(const struct train *T)
 }
 
 /* enum train_stop, as the summary says it */
-static const char *const stop_reasons[] = {"completed", "target accuracy reached", "step limit", "signal"};
+static const char *const stop_reasons[] = {[STOP_NONE] = "running", [STOP_EPOCHS] = "completed",
+                                           [STOP_TARGET] = "target accuracy reached", [STOP_STEPS] = "step limit",
+                                           [STOP_SIGNAL] = "signal"};
 
 json_t *report_command(const struct train *T)
 {

@@ -25,26 +25,31 @@ int train_step(struct train *T)
     int r;
     watch_update_begin(T);
     for (uint32_t i = 0; i < n; i++)
-        if ((r = train_step_micro(T, i, n)) <= 0)
+        if ((r = train_step_micro(T, i, n)) < 0)
             return r;
     if ((r = train_step_reduce(T)) < 0 || (r = train_step_apply(T)) < 0)
         return r;
     watch_update_end(T);
-    return 1;
+    return 0;
 }
 
 int train_step_micro(struct train *T, uint32_t i, uint32_t n)
 {
     struct train_batch b;
     int r = train_input_next(T, &b);
-    if (r <= 0)
+    if (r < 0)
         return r;
+    /* The loader was made for the run's epochs from this position: an end before the epoch's is a bug. */
+    if (r == 0)
+        return rt_errf(-EIO, "the data ended at micro-batch %" PRIu64 " of epoch %" PRIu64 ", which has %" PRIu64
+                             ": the loader gave fewer batches than the run's position expects",
+                       T->pos.batch, T->pos.epoch + 1, T->in.batches_per_epoch);
     r = train_step_forward_backward(T, &b, i, n);
     train_input_release(T, &b);
     if (r < 0)
         return r;
     watch_micro_end(T, &b);
-    return 1;
+    return 0;
 }
 
 /*
@@ -132,8 +137,7 @@ int train_step_forward_backward(struct train *T, const struct train_batch *b, ui
     }
     rt_trace_end(t0, RT_TRACE_COMPUTE, "forward+backward", NULL);
     late_micro_done(T);
-    T->pos.batch++;
-    T->pos.micro++;
+    train_advance(T, MOVE_MICRO);
     return 0;
 }
 
@@ -226,7 +230,7 @@ int train_step_apply(struct train *T)
     rt_timeline_mark(T->prof.tl, "optimizer", MARK_OPTIM_END);
     if (rc == 0) {
         late_commit(T);
-        T->pos.update++;
+        train_advance(T, MOVE_UPDATE);
     }
     return rc;
 }

@@ -134,6 +134,8 @@ struct train_faults {
                                    rt_comm_opts.full_mesh): the sparse graph at a few dozen ranks */
     int host_wait;              /* every micro-batch first waits for the compute stream (the host-wait count's
                                    own check: host_waits_per_step must then say so) */
+    uint64_t data_end_micro;    /* the input says the data ended at this micro-batch (train_pos.micro;
+                                   UINT64_MAX: never): a loader that disagrees with the position */
 };
 
 /* No fault anywhere. */
@@ -263,8 +265,14 @@ void train_destroy(struct train *T);
 /* Prints "error: <rt_errmsg()>" and, with several ranks, ends the job (never returns then). */
 void train_fail(struct train *T);
 
-/* Why the loop stopped. */
-enum train_stop { STOP_DONE = 0, STOP_TARGET, STOP_STEPS, STOP_SIGNAL };
+/* Why the loop stopped; one meaning each. */
+enum train_stop {
+    STOP_NONE = 0,              /* it has not: the loop goes on (and the state before the loop) */
+    STOP_EPOCHS,                /* every epoch ran */
+    STOP_TARGET,                /* the target accuracy held for --patience validations */
+    STOP_STEPS,                 /* --steps updates ran (first, when the last epoch ends at the same update) */
+    STOP_SIGNAL,                /* SIGTERM or SIGUSR1 on some rank */
+};
 
 /*
  * The loop, from the driver's position to the end of the last epoch, the
@@ -307,7 +315,8 @@ void train_input_release(struct train *T, struct train_batch *b);
 /*
  * One update at the driver's position: train_step_size() micro-batches
  * (train_step_micro), the reduction, the optimizer step, the position past
- * them. Returns 1, 0 when the data ended first, or -errno.
+ * them. Returns 0, or -errno (-EIO when the data ended before the epoch
+ * did: the loader and the position disagree).
  */
 int train_step(struct train *T);
 
@@ -316,7 +325,7 @@ uint32_t train_step_size(const struct train *T);
 
 /*
  * Micro-batch i of an update of n: the next batch, train_step_forward_backward,
- * the slot back, the meters. Returns 1, 0 at the end of the data, or -errno.
+ * the slot back, the meters. Returns 0 or -errno (-EIO as train_step's).
  */
 int train_step_micro(struct train *T, uint32_t i, uint32_t n);
 
