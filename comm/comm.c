@@ -84,7 +84,7 @@ struct rt_comm {
     uint64_t *hb_seen;          /* world entries, ns */
     struct heard *hb_last;      /* world entries */
     int *hb_peer;               /* world entries: 1 if a heartbeat partner */
-    int *gone;                  /* world entries: 1 once it said it is leaving (LL_BYE) */
+    int *gone;                  /* world entries: 1 once it said it is leaving (LL_BYE, LL_ABORT) */
     uint64_t *busy_seen;        /* world entries: when a silent node-local peer was last found busy (ns), 0 never */
     uint64_t *busy_checked;     /* world entries: when its /proc entry was last read (ns) */
     uint64_t woke_ns;           /* when this process ran again after not running for idle_s */
@@ -417,6 +417,17 @@ struct reader {
     int r;
 };
 
+/* Passes the word that the job ends (abort_from's reason) to each partner, or (`all` 0) to each not known to
+ * be leaving. */
+static void pass_word(struct rt_comm *c, int all)
+{
+    struct rt_comm_lifeline_msg fw = {.kind = LL_ABORT, .rank = c->abort_from, .step = c->abort_step};
+    snprintf(fw.text, sizeof(fw.text), "%s", c->abort_text);
+    for (int p = 0; p < c->info.world; p++)
+        if (c->hb_peer[p] && (all || !c->gone[p]))
+            rt_comm_lifeline_send(c->ll, p, &fw);
+}
+
 static void on_message(void *ctx, const struct rt_comm_lifeline_msg *m)
 {
     struct rt_comm *c = ((struct reader *)ctx)->c;
@@ -441,11 +452,7 @@ static void on_message(void *ctx, const struct rt_comm_lifeline_msg *m)
             snprintf(c->abort_text, sizeof(c->abort_text), "%s", m->text);
             /* Above RT_COMM_FULL_MESH ranks not every rank is a partner of the one that ended the job: pass
              * the word on at once, so that it reaches every rank within log2(world) hops. */
-            struct rt_comm_lifeline_msg fw = *m;
-            fw.rank = from;
-            for (int p = 0; p < c->info.world; p++)
-                if (c->hb_peer[p] && !c->gone[p])
-                    rt_comm_lifeline_send(c->ll, p, &fw);
+            pass_word(c, 0);
         }
         break;
     }
@@ -490,7 +497,12 @@ static void judge(struct rt_comm *c, int dead, const char *jt)
         char msg[1200];
         snprintf(msg, sizeof(msg), "rank %d (%s, pid %d) ended the job at its step %" PRIu64 ": %s", r,
                  c->peers[r].host, c->peers[r].pid, c->abort_step, c->abort_text);
-        end_job(c, 1, msg, 0); /* its reason names the rank at fault: repeating it to the others would only echo */
+        /* Its reason names the rank at fault, so this rank does not add its own (that would only echo), but
+         * it says the same word once more to every partner before it goes: one that passed the word to this
+         * rank, or was passed it, has no word from this rank since and, slower (starved of CPU) and still in
+         * its grace, would otherwise read this connection's end as this rank's death. */
+        pass_word(c, 1);
+        end_job(c, 1, msg, 0);
     }
     if (dead < 0)
         return;
