@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "common/common.h"
 #include "tools/cli.h"
 #include "tools/report/report.h"
 
@@ -62,15 +63,14 @@ int cmd_report(int argc, char **argv)
     if (optind >= argc)
         return cli_usage_error("report", "name at least one RUN: a --metrics file, a run's directory, files joined with commas");
     struct rt_report *r = rt_report_new(title);
-    char err[512];
     int rc = RT_EXIT_OK;
     for (int i = optind; i < argc && rc == RT_EXIT_OK; i++)
-        if (rt_report_add_path(r, argv[i], err, sizeof(err)) < 0)
+        if (rt_report_add_path(r, argv[i]) < 0)
             rc = RT_EXIT_FAIL;
-    if (rc == RT_EXIT_OK && rt_report_write(r, out, err, sizeof(err)) < 0)
+    if (rc == RT_EXIT_OK && rt_report_write(r, out) < 0)
         rc = RT_EXIT_FAIL;
     if (rc != RT_EXIT_OK)
-        fprintf(stderr, "ringtrain report: %s\n", err);
+        fprintf(stderr, "ringtrain report: %s\n", rt_errmsg());
     rt_report_free(r);
     return rc;
 }

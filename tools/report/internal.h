@@ -38,13 +38,12 @@ struct rt_report {
     int ntrace;
 };
 
-int rep_fail(char *err, size_t len, const char *fmt, ...) __attribute__((format(printf, 3, 4))); /* -1 */
 double rep_num(const json_t *o, const char *key); /* a number member, NAN when absent or null */
 /* A value by a path: "profile.data.p50_ms", "rank_images_per_s[3]". NAN when absent or null. */
 double rep_path_num(const json_t *o, const char *path);
 const json_t *rep_command_of(const struct run *u); /* the run's command line (an array), or NULL */
 void rep_make_labels(struct rt_report *r);        /* labels for the runs the caller did not name */
-/* The whole page into OUT (the caller frees it); PATH only names it in errors. 0, or -1 with ERR. */
-int rep_page(struct rt_report *r, struct sbuf *out, const char *path, char *err, size_t errlen);
+/* The whole page into OUT (the caller frees it); PATH only names it in errors. 0, or -ENOMEM with rt_errmsg() set. */
+int rep_page(struct rt_report *r, struct sbuf *out, const char *path);
 
 #endif

@@ -4,6 +4,7 @@
  * all-reduce, scaling) and the configuration table, from what report.c read.
  * A section with nothing to draw is left out.
  */
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1052,7 +1053,7 @@ static void section_end(struct sbuf *b, size_t mark, size_t start)
     sb_puts(b, "</div>\n");
 }
 
-int rep_page(struct rt_report *r, struct sbuf *out, const char *path, char *err, size_t errlen)
+int rep_page(struct rt_report *r, struct sbuf *out, const char *path)
 {
     struct sbuf b = {0};
     char when[64];
@@ -1079,7 +1080,7 @@ int rep_page(struct rt_report *r, struct sbuf *out, const char *path, char *err,
     size_t start = b.n, mark;
     struct plot *plot = calloc(1, sizeof(*plot)); /* series kept until each chart is drawn */
     if (!plot)
-        return rep_fail(err, errlen, "%s: out of memory composing the page", path);
+        return rt_errf(-ENOMEM, "%s: out of memory composing the page", path);
     section(&b, "training", "Training", &mark);
     training_charts(&b, r, plot);
     section_end(&b, mark, start);
@@ -1114,7 +1115,7 @@ int rep_page(struct rt_report *r, struct sbuf *out, const char *path, char *err,
     sb_puts(&b, "</body></html>\n");
     if (b.oom) {
         sb_free(&b);
-        return rep_fail(err, errlen, "%s: out of memory composing the page", path);
+        return rt_errf(-ENOMEM, "%s: out of memory composing the page", path);
     }
     *out = b;
     return 0;

@@ -23,7 +23,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -32,15 +31,6 @@
 
 #include "common/common.h"
 #include "tools/report/internal.h"
-
-int rep_fail(char *err, size_t len, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, len, fmt, ap);
-    va_end(ap);
-    return -1;
-}
 
 struct rt_report *rt_report_new(const char *title)
 {
@@ -139,12 +129,14 @@ struct found {
 };
 
 /* Reads PATH; a trace is recognised from its first bytes without reading it whole. */
-static int read_file(const char *path, struct found *out, char *err, size_t len)
+static int read_file(const char *path, struct found *out)
 {
     memset(out, 0, sizeof(*out));
     FILE *f = fopen(path, "rb");
-    if (!f)
-        return rep_fail(err, len, "%s: %s", path, strerror(errno));
+    if (!f) {
+        const int e = errno;
+        return rt_errf(-e, "%s: %s", path, strerror(e));
+    }
     char head[64] = "";
     size_t got = fread(head, 1, sizeof(head) - 1, f);
     fclose(f);
@@ -156,8 +148,9 @@ static int read_file(const char *path, struct found *out, char *err, size_t len)
     }
     uint8_t *buf;
     size_t n;
-    if (rt_file_read(path, &buf, &n) < 0)
-        return rep_fail(err, len, "%s", rt_errmsg());
+    const int rc = rt_file_read(path, &buf, &n);
+    if (rc < 0)
+        return rc;
     json_t *whole = json_loadb((const char *)buf, n, 0, NULL);
     if (whole) {
         free(buf);
@@ -235,37 +228,37 @@ static json_t *tidy_records(json_t *in)
     return out;
 }
 
-static struct run *new_run(struct rt_report *r, const char *src, char *err, size_t len)
+/* A new run named SRC into *OUT; -E2BIG past MAX_RUNS. */
+static int new_run(struct rt_report *r, const char *src, struct run **out)
 {
-    if (r->nrun >= MAX_RUNS) {
-        rep_fail(err, len, "more than %d runs: a page compares at most %d", MAX_RUNS, MAX_RUNS);
-        return NULL;
-    }
+    if (r->nrun >= MAX_RUNS)
+        return rt_errf(-E2BIG, "more than %d runs: a page compares at most %d", MAX_RUNS, MAX_RUNS);
     struct run *u = &r->run[r->nrun++];
     memset(u, 0, sizeof(*u));
     snprintf(u->src, sizeof(u->src), "%s", src);
-    return u;
+    *out = u;
+    return 0;
 }
 
-static int add_bench(struct bench *list, int *n, const char *src, json_t *j, const char *what, char *err, size_t len)
+static int add_bench(struct bench *list, int *n, const char *src, json_t *j, const char *what)
 {
     if (*n >= MAX_BENCH) {
         json_decref(j);
-        return rep_fail(err, len, "%s: more than %d %s outputs", src, MAX_BENCH, what);
+        return rt_errf(-E2BIG, "%s: more than %d %s outputs", src, MAX_BENCH, what);
     }
     snprintf(list[*n].src, sizeof(list[*n].src), "%s", src);
     list[(*n)++].j = j;
     return 0;
 }
 
-int rt_report_add_train(struct rt_report *r, const char *label, json_t *records, json_t *summary, json_t *state,
-                        char *err, size_t errlen)
+int rt_report_add_train(struct rt_report *r, const char *label, json_t *records, json_t *summary, json_t *state)
 {
     if (!json_is_array(records) && !summary && !state)
-        return rep_fail(err, errlen, "a run needs epoch records, a summary or a checkpoint's state");
-    struct run *u = new_run(r, label ? label : "this run", err, errlen);
-    if (!u)
-        return -1;
+        return rt_errf(-EINVAL, "a run needs epoch records, a summary or a checkpoint's state");
+    struct run *u = NULL;
+    const int rc = new_run(r, label ? label : "this run", &u);
+    if (rc < 0)
+        return rc;
     if (label) {
         snprintf(u->label, sizeof(u->label), "%s", label);
         u->labelled = 1;
@@ -277,21 +270,19 @@ int rt_report_add_train(struct rt_report *r, const char *label, json_t *records,
 }
 
 /* Files of one run (FILES: one path per element) put together; bench outputs go to their own sections. */
-static int add_files(struct rt_report *r, const char *src, char **files, int n, int from_dir, char *err, size_t len)
+static int add_files(struct rt_report *r, const char *src, char **files, int n, int from_dir)
 {
     json_t *recs = NULL, *summary = NULL, *state = NULL;
     const char *recs_from = NULL, *trace = NULL;
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
         struct found fd;
-        if (read_file(files[i], &fd, err, len) < 0) {
-            rc = -1;
+        if ((rc = read_file(files[i], &fd)) < 0)
             break;
-        }
         switch (fd.kind) {
         case K_NONE:
             if (!from_dir)
-                rc = rep_fail(err, len,
+                rc = rt_errf(-EINVAL,
                           "%s: not a file ringtrain writes (--metrics, --json, state.json, loadbench/commbench "
                           "--json, bench/scaling.sh --json, --trace, bench/gpu_vs_pytorch.sh's profile comparison)",
                           files[i]);
@@ -299,13 +290,13 @@ static int add_files(struct rt_report *r, const char *src, char **files, int n, 
         case K_TRACE:
             trace = files[i];
             if (r->ntrace >= MAX_BENCH)
-                rc = rep_fail(err, len, "%s: more than %d trace files", files[i], MAX_BENCH);
+                rc = rt_errf(-E2BIG, "%s: more than %d trace files", files[i], MAX_BENCH);
             else
                 snprintf(r->trace[r->ntrace++], sizeof(r->trace[0]), "%s", files[i]);
             break;
         case K_RECORDS:
             if (recs) {
-                rc = rep_fail(err, len, "%s and %s: two metrics files in one run (name each as a run of its own)",
+                rc = rt_errf(-EINVAL, "%s and %s: two metrics files in one run (name each as a run of its own)",
                           recs_from, files[i]);
                 json_decref(fd.j);
             } else {
@@ -320,17 +311,15 @@ static int add_files(struct rt_report *r, const char *src, char **files, int n, 
             json_decref(state);
             state = fd.j;
             break;
-        case K_LOADBENCH: rc = add_bench(r->loadbench, &r->nload, files[i], fd.j, "loadbench", err, len); break;
-        case K_COMMBENCH: rc = add_bench(r->commbench, &r->ncomm, files[i], fd.j, "commbench", err, len); break;
-        case K_SCALING: rc = add_bench(r->scaling, &r->nscal, files[i], fd.j, "scaling", err, len); break;
-        case K_PROFCMP: rc = add_bench(r->profcmp, &r->nprof, files[i], fd.j, "profile comparison", err, len); break;
+        case K_LOADBENCH: rc = add_bench(r->loadbench, &r->nload, files[i], fd.j, "loadbench"); break;
+        case K_COMMBENCH: rc = add_bench(r->commbench, &r->ncomm, files[i], fd.j, "commbench"); break;
+        case K_SCALING: rc = add_bench(r->scaling, &r->nscal, files[i], fd.j, "scaling"); break;
+        case K_PROFCMP: rc = add_bench(r->profcmp, &r->nprof, files[i], fd.j, "profile comparison"); break;
         }
     }
     if (rc == 0 && (recs || summary || state)) {
-        struct run *u = new_run(r, src, err, len);
-        if (!u) {
-            rc = -1;
-        } else {
+        struct run *u = NULL;
+        if ((rc = new_run(r, src, &u)) == 0) {
             u->records = recs ? tidy_records(recs) : json_array();
             u->summary = json_incref(summary);
             u->state = json_incref(state);
@@ -347,11 +336,13 @@ static int add_files(struct rt_report *r, const char *src, char **files, int n, 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 /* A directory's candidate files (sorted), and state.json of each directory inside it. */
-static int list_dir(const char *dir, char ***out, int *n, char *err, size_t len)
+static int list_dir(const char *dir, char ***out, int *n)
 {
     DIR *d = opendir(dir);
-    if (!d)
-        return rep_fail(err, len, "%s: %s", dir, strerror(errno));
+    if (!d) {
+        const int e = errno;
+        return rt_errf(-e, "%s: %s", dir, strerror(e));
+    }
     char **v = NULL;
     int cnt = 0, cap = 0, rc = 0;
     struct dirent *e;
@@ -377,13 +368,13 @@ static int list_dir(const char *dir, char ***out, int *n, char *err, size_t len)
             cap = cap ? cap * 2 : 16;
             char **nv = realloc(v, (size_t)cap * sizeof(*v));
             if (!nv) {
-                rc = rep_fail(err, len, "%s: out of memory", dir);
+                rc = rt_errf(-ENOMEM, "%s: out of memory", dir);
                 break;
             }
             v = nv;
         }
         if (!(v[cnt] = strdup(p)))
-            rc = rep_fail(err, len, "%s: out of memory", dir);
+            rc = rt_errf(-ENOMEM, "%s: out of memory", dir);
         else
             cnt++;
     }
@@ -400,23 +391,23 @@ static int inputs(const struct rt_report *r)
     return r->nrun + r->nload + r->ncomm + r->nscal + r->ntrace + r->nprof;
 }
 
-int rt_report_add_path(struct rt_report *r, const char *arg, char *err, size_t errlen)
+int rt_report_add_path(struct rt_report *r, const char *arg)
 {
     char *copy = strdup(arg);
     char **files = NULL;
     int n = 0, rc = 0;
     if (!copy)
-        return rep_fail(err, errlen, "out of memory");
+        return rt_errf(-ENOMEM, "out of memory");
     struct stat st;
     if (!strchr(arg, ',') && stat(arg, &st) == 0 && S_ISDIR(st.st_mode)) {
-        rc = list_dir(arg, &files, &n, err, errlen);
+        rc = list_dir(arg, &files, &n);
         if (rc == 0 && n == 0)
-            rc = rep_fail(err, errlen, "%s: no file ringtrain wrote in it", arg);
+            rc = rt_errf(-ENOENT, "%s: no file ringtrain wrote in it", arg);
         const int before = inputs(r);
         if (rc == 0)
-            rc = add_files(r, arg, files, n, 1, err, errlen);
+            rc = add_files(r, arg, files, n, 1);
         if (rc == 0 && inputs(r) == before)
-            rc = rep_fail(err, errlen, "%s: holds no --metrics file, --json summary, checkpoint state.json or benchmark "
+            rc = rt_errf(-ENOENT, "%s: holds no --metrics file, --json summary, checkpoint state.json or benchmark "
                       "output", arg);
     } else {
         /* One file, or files joined with commas (a checkpoint directory among them gives its state.json). */
@@ -425,25 +416,26 @@ int rt_report_add_path(struct rt_report *r, const char *arg, char *err, size_t e
             char path[4096];
             snprintf(path, sizeof(path), "%s", p);
             if (stat(p, &st) < 0) {
-                rc = rep_fail(err, errlen, "%s: %s", p, strerror(errno));
+                const int e = errno;
+                rc = rt_errf(-e, "%s: %s", p, strerror(e));
                 break;
             }
             if (S_ISDIR(st.st_mode) && snprintf(path, sizeof(path), "%s/state.json", p) < (int)sizeof(path) &&
                 stat(path, &st) < 0) {
-                rc = rep_fail(err, errlen, "%s: a directory in a comma list must be a checkpoint directory (no state.json)", p);
+                rc = rt_errf(-EISDIR, "%s: a directory in a comma list must be a checkpoint directory (no state.json)", p);
                 break;
             }
             char **nv = realloc(files, (size_t)(n + 1) * sizeof(*files));
             if (!nv || !(nv[n] = strdup(path))) {
                 files = nv ? nv : files;
-                rc = rep_fail(err, errlen, "out of memory");
+                rc = rt_errf(-ENOMEM, "out of memory");
                 break;
             }
             files = nv;
             n++;
         }
         if (rc == 0)
-            rc = add_files(r, arg, files, n, 0, err, errlen);
+            rc = add_files(r, arg, files, n, 0);
     }
     for (int i = 0; i < n; i++)
         free(files[i]);
@@ -556,15 +548,16 @@ void rep_make_labels(struct rt_report *r)
         free((char *)opts[o]);
 }
 
-int rt_report_write(struct rt_report *r, const char *path, char *err, size_t errlen)
+int rt_report_write(struct rt_report *r, const char *path)
 {
     if (!inputs(r))
-        return rep_fail(err, errlen, "nothing to report: no run or benchmark output was given");
+        return rt_errf(-EINVAL, "nothing to report: no run or benchmark output was given");
     rep_make_labels(r);
     struct sbuf b = {0};
-    if (rep_page(r, &b, path, err, errlen) < 0)
-        return -1;
-    const int rc = rt_file_write_atomic(path, b.p, b.n);
+    int rc = rep_page(r, &b, path);
+    if (rc < 0)
+        return rc;
+    rc = rt_file_write_atomic(path, b.p, b.n);
     sb_free(&b);
-    return rc < 0 ? rep_fail(err, errlen, "%s", rt_errmsg()) : 0;
+    return rc;
 }

@@ -22,28 +22,39 @@
 
 struct rt_report;
 
+/*
+ * Errors: the functions below return 0 or -errno, the message (naming the file) in rt_errmsg()
+ * (common/common.h).
+ */
+
 /* A report titled TITLE (NULL: "ringtrain report"). NULL on no memory. */
 struct rt_report *rt_report_new(const char *title);
-void rt_report_free(struct rt_report *r);
+void rt_report_free(struct rt_report *r); /* NULL is fine */
 
 /*
  * One training run from memory: RECORDS a JSON array of the epoch records
  * (the --metrics objects), SUMMARY the --json summary object, STATE a
  * checkpoint's state.json; SUMMARY and STATE may be NULL. LABEL NULL: made
  * from the options that differ between the runs. The objects are referenced,
- * not copied. 0, or -1 with ERR filled.
+ * not copied. 0; -EINVAL when all three are missing, -E2BIG past the runs a
+ * page holds (32).
  */
-int rt_report_add_train(struct rt_report *r, const char *label, json_t *records, json_t *summary, json_t *state,
-                        char *err, size_t errlen);
+int rt_report_add_train(struct rt_report *r, const char *label, json_t *records, json_t *summary, json_t *state);
 
 /*
  * One RUN argument of `ringtrain report`: a file, a directory, or files joined
  * with commas that make up one run (metrics,summary,checkpoint-dir). What each
- * file holds is read from its content. 0, or -1 with ERR filled.
+ * file holds is read from its content. 0, or -errno: the path's own (-ENOENT
+ * ...), -EINVAL for a file ringtrain does not write or two metrics files in
+ * one run, -ENOENT for a directory holding none, -EISDIR for a directory in a
+ * comma list without state.json, -E2BIG past a page's limits, -ENOMEM.
  */
-int rt_report_add_path(struct rt_report *r, const char *arg, char *err, size_t errlen);
+int rt_report_add_path(struct rt_report *r, const char *arg);
 
-/* Writes the page to PATH (beside itself, renamed into place). 0, or -1 with ERR filled. */
-int rt_report_write(struct rt_report *r, const char *path, char *err, size_t errlen);
+/*
+ * Writes the page to PATH (beside itself, renamed into place). 0, or -EINVAL
+ * when nothing was added, -ENOMEM, or rt_file_write_atomic()'s -errno.
+ */
+int rt_report_write(struct rt_report *r, const char *path);
 
 #endif

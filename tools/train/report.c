@@ -592,6 +592,8 @@ static json_t *summary_json(const struct train *T, double wall_s, double train_s
         json_object_set_new(o, "skipped_steps", json_integer((json_int_t)T->scaler.skipped));
     }
     json_object_set_new(o, "exposed_comm_frac", json_real(r->run_comm_frac));
+    if (r->batch_digest[0]) /* --batch-digest: rank 0's, loadbench --digest's for the same options */
+        json_object_set_new(o, "batch_digest", json_string(r->batch_digest));
     /* Blocking waits for the compute stream inside a steady step (rt_backend_host_waits), the most any rank
      * made on average: 0 when the host only queues work. */
     json_object_set_new(o, "host_waits_per_step",
@@ -739,16 +741,15 @@ int report_page(struct train *T)
 {
     if (!T->root || !T->cfg.report)
         return 0;
-    char err[512] = "no memory";
     struct rt_report *r = rt_report_new(NULL);
-    int rc = r ? 0 : -1;
+    int rc = r ? 0 : rt_errf(-ENOMEM, "no memory");
     if (rc == 0)
-        rc = rt_report_add_train(r, NULL, T->records, T->summary, T->state, err, sizeof(err));
+        rc = rt_report_add_train(r, NULL, T->records, T->summary, T->state);
     if (rc == 0)
-        rc = rt_report_write(r, T->cfg.report, err, sizeof(err));
+        rc = rt_report_write(r, T->cfg.report);
     rt_report_free(r);
     if (rc < 0)
-        return rt_errf(-EIO, "--report: %s%s", err,
+        return rt_errf(rc, "--report: %s%s", rt_errmsg(),
                        T->cfg.checkpoint_dir ? " (the training is done and its checkpoint saved)" : "");
     const size_t n = json_array_size(T->records);
     const char *whose = T->meter.update_before && !T->records_earlier
