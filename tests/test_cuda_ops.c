@@ -43,6 +43,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "optable_check.h"
 #include "test_cuda_parts.h"
 #include "test_util.h"
 #include "common/common.h"
@@ -2604,101 +2605,12 @@ static void test_floor_f16(const char *name, int dropout)
  * named for the fault must fail. The wrappers go through the table's own
  * layout and memory ops, so they work on every backend.
  */
-static const struct rt_ops *plant_base; /* the table the planted op wraps */
-
-/* A spatial tensor of the base table as host NCHW floats (malloc'd). */
-static float *plant_get(struct rt_stream *s, struct rt_shape4 sh, const float *x)
-{
-    float *h = tu_hfloats(count4(sh));
-    plant_base->to_nchw(s, sh, x, h);
-    plant_base->sync(s);
-    return h;
-}
-
-/*
- * conv2d_bwd_data with a layout mistake: dx written in NCHW order into a
- * tensor the table keeps in its own layout (NHWC on the GPU), as a kernel
- * indexing the wrong layout writes it. Where beta is 1 only this call's
- * contribution is misplaced.
- */
-static void plant_conv_bwd_data_layout(struct rt_stream *s, const struct rt_conv_desc *d, const float *dy,
-                                       const float *w, float beta, float *dx)
-{
-    const struct rt_shape4 sh = d->in;
-    const size_t n = count4(sh), hw = (size_t)sh.h * sh.w, chw = (size_t)sh.c * hw;
-    float *before = beta != 0.0f ? plant_get(s, sh, dx) : NULL;
-    plant_base->conv2d_bwd_data(s, d, dy, w, beta, dx);
-    float *after = plant_get(s, sh, dx), *out = tu_hfloats(n);
-    for (size_t i = 0; i < n; i++) {
-        /* element (b, c, yx) lies at NHWC offset b chw + yx C + c, where the kernel put its NCHW element of that
-         * offset */
-        const size_t b = i / chw, c = i / hw % (size_t)sh.c, yx = i % hw, j = b * chw + yx * (size_t)sh.c + c;
-        out[i] = (before ? before[i] : 0.0f) + (after[j] - (before ? before[j] : 0.0f));
-    }
-    plant_base->from_nchw(s, sh, out, dx);
-    plant_base->sync(s);
-    free(before);
-    free(after);
-    free(out);
-}
-
-/* xent_fwd_bwd that leaves the loss scale out of the logits' gradient, as a path that forgets to apply it does:
- * every gradient comes out LOSS_SCALE times too small after the unscale, pointing exactly the same way (in fp32,
- * without a loss scale, the same factor is lost all the same). */
-static void plant_xent_unscaled(struct rt_stream *s, int n, int k, const float *logits, const int32_t *labels,
-                                float label_smoothing, float grad_scale, const float *loss_scale,
-                                struct rt_loss_stats *stats, float *dlogits)
-{
-    plant_base->xent_fwd_bwd(s, n, k, logits, labels, label_smoothing, grad_scale / LOSS_SCALE, loss_scale, stats,
-                             dlogits);
-}
-
-/* bn_train_fwd that normalises with the batch's statistics but leaves the running statistics as they were. */
-static void plant_bn_no_update(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *gamma,
-                               const float *beta, float *running_mean, float *running_var, float *save_mean,
-                               float *save_invstd, float *y)
-{
-    const size_t c = (size_t)d->in.c;
-    float *keep = tu_hfloats(2 * c);
-    plant_base->download(s, keep, running_mean, c * sizeof(float));
-    plant_base->download(s, keep + c, running_var, c * sizeof(float));
-    plant_base->sync(s);
-    plant_base->bn_train_fwd(s, d, x, gamma, beta, running_mean, running_var, save_mean, save_invstd, y);
-    plant_base->upload(s, running_mean, keep, c * sizeof(float));
-    plant_base->upload(s, running_var, keep + c, c * sizeof(float));
-    plant_base->sync(s);
-    free(keep);
-}
-
-enum plant_id { PLANT_LAYOUT, PLANT_SCALE, PLANT_BN_STATS, PLANT_COUNT };
-
-static const struct plant {
-    const char *op, *fault;
-    unsigned caught_by; /* the enum model_check bit that must fail */
-} PLANTS[PLANT_COUNT] = {
-    [PLANT_LAYOUT] = {"conv2d_bwd_data", "writes dx in NCHW order into the table's layout", CHK_GRADS},
-    [PLANT_SCALE] = {"xent_fwd_bwd", "leaves a factor (the loss scale) out of the gradient", CHK_GRADS},
-    [PLANT_BN_STATS] = {"bn_train_fwd", "does not update the running statistics", CHK_STATS},
+/* The check of the model comparison that must fail for each of optable_check.h's planted faults. */
+static const unsigned plant_caught_by[OC_PLANT_COUNT] = {
+    [OC_PLANT_LAYOUT] = CHK_GRADS,
+    [OC_PLANT_SCALE] = CHK_GRADS, /* in fp32, without a loss scale, the same factor is lost all the same */
+    [OC_PLANT_BN_STATS] = CHK_STATS,
 };
-
-static struct rt_ops plant_table(const struct rt_ops *base, enum plant_id p)
-{
-    struct rt_ops t = *base;
-    switch (p) {
-    case PLANT_LAYOUT:
-        t.conv2d_bwd_data = plant_conv_bwd_data_layout;
-        break;
-    case PLANT_SCALE:
-        t.xent_fwd_bwd = plant_xent_unscaled;
-        break;
-    case PLANT_BN_STATS:
-        t.bn_train_fwd = plant_bn_no_update;
-        break;
-    case PLANT_COUNT:
-        break;
-    }
-    return t;
-}
 
 /*
  * Every planted fault in the device's table for `act` (in fp32, f32_device's),
@@ -2713,26 +2625,24 @@ static void test_plants(const char *name, enum rt_dtype act)
     int side = GPU;
     const char *dev_name = S[GPU].name;
     const struct rt_ops *table = act == RT_F32 ? f32_device(&side, &dev_name) : rt_backend_ops_for(S[GPU].be, act);
-    plant_base = table;
-    for (int p = 0; p < PLANT_COUNT; p++) {
-        printf("planted fault in the %s table of %s: %s %s\n", rt_dtype_name(act), dev_name, PLANTS[p].op,
-               PLANTS[p].fault);
-        const struct rt_ops t = plant_table(table, (enum plant_id)p);
+    for (int p = 0; p < OC_PLANT_COUNT; p++) {
+        const struct oc_plant_info *pi = &oc_plants[p];
+        printf("planted fault in the %s table of %s: %s %s\n", rt_dtype_name(act), dev_name, pi->op, pi->fault);
+        const struct rt_ops t = oc_plant_table(table, (enum oc_plant)p, LOSS_SCALE);
         struct model_run dev = {0};
         char label[64], names[96], want[96];
         snprintf(label, sizeof(label), "%s %s, planted", name, rt_dtype_name(act));
         if (model_run(side, name, 0, act, &t, act == RT_F32 ? 1.0f : LOSS_SCALE, &dev) == 0) {
             const unsigned fails = model_compare(&(struct model_runs){label, ref, fl, &dev});
-            const int caught = (fails & PLANTS[p].caught_by) != 0;
-            printf("  %s %s: failed: %s; must fail: %s  %s\n", PLANTS[p].op, PLANTS[p].fault,
-                   check_names(fails, names, sizeof(names)), check_names(PLANTS[p].caught_by, want, sizeof(want)),
+            const int caught = (fails & plant_caught_by[p]) != 0;
+            printf("  %s %s: failed: %s; must fail: %s  %s\n", pi->op, pi->fault,
+                   check_names(fails, names, sizeof(names)), check_names(plant_caught_by[p], want, sizeof(want)),
                    caught ? "caught" : "MISSED");
-            CHECKF(caught, "planted fault (%s %s) not caught by the %s check on %s %s", PLANTS[p].op, PLANTS[p].fault,
-                   want, name, rt_dtype_name(act));
+            CHECKF(caught, "planted fault (%s %s) not caught by the %s check on %s %s", pi->op, pi->fault, want, name,
+                   rt_dtype_name(act));
         }
         model_run_free(&dev);
     }
-    plant_base = NULL;
 }
 
 /* ---- main ------------------------------------------------------------------------------------------------------------------ */
