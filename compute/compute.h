@@ -14,8 +14,9 @@
  *             resnet9, wrn-D-K) from ops, keeps parameters and gradients in one flat
  *             buffer each, laid out as backward finishes them, and runs
  *             forward, loss and backward on a uint8 batch.
- *   optim     SGD / Adam / AdamW over the flat buffers, global-norm clipping,
- *             and the learning-rate schedules.
+ *   optim     SGD / Adam / AdamW over a model's flat buffers (bound to the
+ *             model at creation), global-norm clipping, loss scaling's
+ *             unscale, and the learning-rate schedules.
  *   format    safetensors reading and writing (PyTorch state_dict names).
  *
  * Tensor layout. Parameters are always in PyTorch's layout (conv weights
@@ -843,33 +844,74 @@ struct rt_optim_opts {
     float beta1, beta2, eps;   /* Adam/AdamW: 0.9, 0.999, 1e-8 */
 };
 
+/*
+ * An optimizer is bound to one model when it is created: it updates the
+ * model's trainable parameters, floats [0, rt_model_trainable_count()) of
+ * the parameter buffer, from the same floats of the gradient buffer, and no
+ * call passes buffers. Every call below issues its work on the model's
+ * backend's default stream, in order behind the step that filled the
+ * gradients (rt_model_step); a call that returns a host value waits for that
+ * stream, the others return at once. One thread uses an optimizer: the one
+ * that runs its model's steps.
+ */
 struct rt_optim;
 
-int rt_optim_create(struct rt_backend *be, const struct rt_optim_opts *o, size_t n, struct rt_optim **out);
+/*
+ * Creates an optimizer of kind o->kind (o is copied) for model `m` (borrowed:
+ * it must outlive the optimizer), with its state on the model's backend:
+ * SGD's momentum buffer (none with momentum 0), Adam's and AdamW's exp_avg and
+ * exp_avg_sq, rt_model_trainable_count(m) floats each and zeroed, and the
+ * device scalars its checks land in (so that a step allocates nothing). The
+ * step count starts at 0. Returns 0 with *out set; -EINVAL (an unknown kind;
+ * Nesterov without momentum or with dampening; a negative momentum or weight
+ * decay: rt_errmsg() says which) or -ENOMEM, with *out NULL.
+ */
+int rt_optim_create(struct rt_model *m, const struct rt_optim_opts *o, struct rt_optim **out);
+/* Frees the state and the scalars (the model's buffers are the model's). NULL is fine. */
 void rt_optim_destroy(struct rt_optim *opt);
-/* Applies one update with learning rate lr to params from grads (both n floats, device). */
-void rt_optim_step(struct rt_optim *opt, float *params, const float *grads, float lr);
-/* The same with two parameter groups: floats [0, first_n) at learning rate first_lr (the classifier, laid out
- * first, with --lr-head), the rest at lr; one step of the count. first_lr == lr is rt_optim_step exactly. */
-void rt_optim_step_groups(struct rt_optim *opt, float *params, const float *grads, float lr, size_t first_n,
-                          float first_lr);
+
+/*
+ * One update of every trainable parameter at learning rate `lr`, PyTorch's
+ * torch.optim.SGD / Adam / AdamW step with the options given at creation:
+ * reads the gradients, writes the parameters and the state. Counts one step
+ * first (Adam's bias correction and SGD's first-step momentum use the new
+ * count). Queued; no host wait. Skipped on the device, parameters and state
+ * untouched, while the flag of rt_optim_skip_if is set when it runs.
+ */
+void rt_optim_step(struct rt_optim *opt, float lr);
+/*
+ * rt_optim_step with two parameter groups: the classifier, floats
+ * [0, rt_model_head_count()) (laid out first), at `head_lr` (train's
+ * --lr-head), the rest at `lr`; one step of the count. head_lr == lr issues
+ * exactly rt_optim_step's ops, so the bits are the same.
+ */
+void rt_optim_step_groups(struct rt_optim *opt, float lr, float head_lr);
+/* Updates issued so far (skipped ones too, until rt_optim_set_steps takes them back). */
 int64_t rt_optim_steps(const struct rt_optim *opt);
-/* State buffers for checkpoints: SGD momentum (NULL before the first step or with
- * momentum 0); Adam exp_avg and exp_avg_sq. Device, n floats each. */
-float *rt_optim_state(struct rt_optim *opt, int which, const char **name);
-int rt_optim_state_count(const struct rt_optim *opt);
+/* Sets the step count: a resumed checkpoint's, or one less after an update the device skipped. */
 void rt_optim_set_steps(struct rt_optim *opt, int64_t steps);
+/*
+ * State buffer `which` (0 .. rt_optim_state_count() - 1) for checkpoints:
+ * SGD momentum_buffer; Adam exp_avg, exp_avg_sq. Device memory owned by the
+ * optimizer, rt_model_trainable_count() floats laid out as the parameters.
+ * *name (when name is not NULL) gets PyTorch's name of it. NULL for any
+ * other `which`.
+ */
+float *rt_optim_state(struct rt_optim *opt, int which, const char **name);
+/* How many state buffers: 0 (SGD without momentum), 1 (SGD) or 2 (Adam, AdamW). */
+int rt_optim_state_count(const struct rt_optim *opt);
+/* "sgd", "adam", "adamw" ("?" for another value); and back: 0, or -EINVAL naming the choices. */
 const char *rt_optim_kind_name(enum rt_optim_kind k);
 int rt_optim_kind_parse(const char *s, enum rt_optim_kind *k);
 
 /*
- * Scales grads (n, device) so their global L2 norm is at most max_norm
- * (PyTorch's clip_grad_norm_: factor max_norm / (norm + 1e-6) when norm >
- * max_norm). Returns the norm before clipping (NaN/Inf when non-finite).
- * The reduction lands in a device scalar the optimizer keeps, so a step
- * allocates nothing.
+ * Clips the model's gradients to a global L2 norm of at most max_norm
+ * (PyTorch's clip_grad_norm_: every gradient times max_norm / (norm + 1e-6)
+ * when norm > max_norm; max_norm <= 0 only measures). Returns the norm
+ * before clipping (NaN or Inf when a gradient was non-finite), read back
+ * from the device: waits for the stream.
  */
-float rt_clip_grad_norm(struct rt_optim *opt, float *grads, size_t n, float max_norm);
+float rt_clip_grad_norm(struct rt_optim *opt, float max_norm);
 /*
  * The same clipping without a host wait: the squared norm stays on the
  * device and clip_scale decides there. Returns the device float holding the
@@ -878,29 +920,29 @@ float rt_clip_grad_norm(struct rt_optim *opt, float *grads, size_t n, float max_
  * finite. rt_clip_grad_norm is this plus a download, so both give the same
  * bits.
  */
-const float *rt_clip_grad_norm_async(struct rt_optim *opt, float *grads, size_t n, float max_norm);
+const float *rt_clip_grad_norm_async(struct rt_optim *opt, float max_norm);
 
 /*
- * Loss scaling: grads (n floats, device) *= 1.0f / scale; returns 1 if any
- * of them was NaN/Inf before scaling, else 0 (the op table's
- * unscale_check). The flag lives in a device scalar the optimizer keeps, as
- * rt_clip_grad_norm's norm does, so a step allocates nothing; reading it
- * back is the one host wait of the unscale.
+ * Loss scaling: the model's gradients *= 1.0f / scale (the op table's
+ * unscale_check). Returns 1 if any of them was NaN or Inf before scaling,
+ * else 0: the flag lands in a device scalar the optimizer keeps and is read
+ * back, the one host wait of the unscale.
  */
-int rt_optim_unscale(struct rt_optim *opt, float *grads, size_t n, float scale);
+int rt_optim_unscale(struct rt_optim *opt, float scale);
 /*
  * The same with the scale a device float (read when the op runs) and no host
  * wait: returns the device flag (the optimizer's scalar, overwritten by the
  * next call), for rt_optim_skip_if and to be copied out with download_async.
  */
-const float *rt_optim_unscale_async(struct rt_optim *opt, float *grads, size_t n, const float *scale);
+const float *rt_optim_unscale_async(struct rt_optim *opt, const float *scale);
 /*
  * From now on every update (rt_optim_step, rt_optim_step_groups) is skipped
- * on the device when *flag (a device float) is not 0 when it runs: loss
- * scaling's overflow, decided without the host. NULL: never skipped. The
- * step count still advances on the host; the caller takes a skipped update
- * back with rt_optim_set_steps once it has read the flag (before the next
- * update is issued, so that its step count and learning rate are exact).
+ * on the device when *flag (a device float, borrowed) is not 0 when it runs:
+ * loss scaling's overflow, decided without the host. NULL: never skipped.
+ * The step count still advances on the host; the caller takes a skipped
+ * update back with rt_optim_set_steps once it has read the flag (before the
+ * next update is issued, so that its step count and learning rate are
+ * exact). Issues nothing.
  */
 void rt_optim_skip_if(struct rt_optim *opt, const float *flag);
 
@@ -1046,7 +1088,8 @@ void rt_init_print(const struct rt_init_result *r, FILE *f);
 void rt_init_result_free(struct rt_init_result *r);
 
 /* The optimizer's state as "<parameter>.<state>" tensors (PyTorch's names:
- * momentum_buffer, exp_avg, exp_avg_sq) plus metadata "step"; and back. */
+ * momentum_buffer, exp_avg, exp_avg_sq) plus metadata "step"; and back. `m` is
+ * the model `opt` was created for. */
 int rt_optim_save(struct rt_optim *opt, const struct rt_model *m, const char *path, const char *const *meta_kv,
                   int n_meta);
 int rt_optim_load(struct rt_optim *opt, const struct rt_model *m, const struct rt_st_file *f, const char *path);

@@ -1,7 +1,9 @@
 /*
- * optim.c - optimizers over the flat parameter buffer (SGD with momentum,
- * Nesterov and weight decay; Adam; AdamW), gradient clipping by global norm,
- * unscaling of loss-scaled gradients, and the learning-rate schedules. The
+ * optim.c - optimizers over a model's flat parameter buffer (SGD with
+ * momentum, Nesterov and weight decay; Adam; AdamW), gradient clipping by
+ * global norm, unscaling of loss-scaled gradients, and the learning-rate
+ * schedules. An optimizer is bound to its model's trainable parameters and
+ * their gradients when it is created, so no call passes buffers. The
  * arithmetic is the backend's (sgd_update / adam_update / unscale_check in
  * the op table); this file keeps the state buffers, the device scalars the
  * checks land in and the step count, and computes learning rates on the
@@ -19,7 +21,10 @@ struct rt_optim {
     struct rt_backend *be;
     const struct rt_ops *ops;
     struct rt_optim_opts o;
-    size_t n;
+    float *params;   /* the model's, floats [0, n) */
+    float *grads;    /* the model's, n floats */
+    size_t n;        /* rt_model_trainable_count() */
+    size_t head_n;   /* rt_model_head_count(): the first group of rt_optim_step_groups */
     int64_t steps;
     float *state[2]; /* SGD: momentum_buffer; Adam: exp_avg, exp_avg_sq */
     int nstate;
@@ -29,7 +34,7 @@ struct rt_optim {
     const float *skip; /* rt_optim_skip_if(); NULL: never */
 };
 
-int rt_optim_create(struct rt_backend *be, const struct rt_optim_opts *o, size_t n, struct rt_optim **out)
+int rt_optim_create(struct rt_model *m, const struct rt_optim_opts *o, struct rt_optim **out)
 {
     *out = NULL;
     if (o->kind != RT_OPT_SGD && o->kind != RT_OPT_ADAM && o->kind != RT_OPT_ADAMW)
@@ -41,10 +46,15 @@ int rt_optim_create(struct rt_backend *be, const struct rt_optim_opts *o, size_t
     struct rt_optim *opt = rt_calloc(1, sizeof(*opt), "optimizer");
     if (!opt)
         return -ENOMEM;
+    struct rt_backend *be = rt_model_backend(m);
+    const size_t n = rt_model_trainable_count(m);
     opt->be = be;
     opt->ops = rt_backend_ops(be);
     opt->o = *o;
+    opt->params = rt_model_params(m);
+    opt->grads = rt_model_grads(m);
     opt->n = n;
+    opt->head_n = RT_MIN(rt_model_head_count(m), n);
     if (o->kind == RT_OPT_SGD)
         opt->nstate = o->momentum != 0.0f ? 1 : 0;
     else
@@ -78,10 +88,12 @@ void rt_optim_destroy(struct rt_optim *opt)
 }
 
 /* The update of floats [off, off + count) at learning rate lr (the step count already advanced). */
-static void update(struct rt_optim *opt, float *params, const float *grads, size_t off, size_t count, float lr)
+static void update(struct rt_optim *opt, size_t off, size_t count, float lr)
 {
     struct rt_stream *s = rt_backend_stream(opt->be);
     const struct rt_optim_opts *o = &opt->o;
+    float *params = opt->params;
+    const float *grads = opt->grads;
     if (!count)
         return;
     if (o->kind == RT_OPT_SGD)
@@ -93,21 +105,18 @@ static void update(struct rt_optim *opt, float *params, const float *grads, size
                               opt->skip);
 }
 
-void rt_optim_step(struct rt_optim *opt, float *params, const float *grads, float lr)
+void rt_optim_step(struct rt_optim *opt, float lr)
 {
     opt->steps++;
-    update(opt, params, grads, 0, opt->n, lr);
+    update(opt, 0, opt->n, lr);
 }
 
-void rt_optim_step_groups(struct rt_optim *opt, float *params, const float *grads, float lr, size_t first_n,
-                          float first_lr)
+void rt_optim_step_groups(struct rt_optim *opt, float lr, float head_lr)
 {
     opt->steps++;
-    first_n = RT_MIN(first_n, opt->n);
-    if (first_lr == lr)
-        first_n = 0; /* one group: the same ops as rt_optim_step */
-    update(opt, params, grads, 0, first_n, first_lr);
-    update(opt, params, grads, first_n, opt->n - first_n, lr);
+    const size_t head_n = head_lr == lr ? 0 : opt->head_n; /* one group: the same ops as rt_optim_step */
+    update(opt, 0, head_n, head_lr);
+    update(opt, head_n, opt->n - head_n, lr);
 }
 
 int64_t rt_optim_steps(const struct rt_optim *opt)
@@ -153,35 +162,34 @@ int rt_optim_kind_parse(const char *s, enum rt_optim_kind *k)
     return rt_errf(-EINVAL, "unknown optimizer '%s' (sgd, adam, adamw)", s);
 }
 
-const float *rt_clip_grad_norm_async(struct rt_optim *opt, float *grads, size_t n, float max_norm)
+const float *rt_clip_grad_norm_async(struct rt_optim *opt, float max_norm)
 {
     struct rt_stream *s = rt_backend_stream(opt->be);
-    opt->ops->sumsq(s, n, grads, opt->norm);
+    opt->ops->sumsq(s, opt->n, opt->grads, opt->norm);
     if (max_norm > 0.0f)
-        opt->ops->clip_scale(s, n, opt->norm, max_norm, grads);
+        opt->ops->clip_scale(s, opt->n, opt->norm, max_norm, opt->grads);
     return opt->norm;
 }
 
-float rt_clip_grad_norm(struct rt_optim *opt, float *grads, size_t n, float max_norm)
+float rt_clip_grad_norm(struct rt_optim *opt, float max_norm)
 {
     float sq;
-    opt->ops->download(rt_backend_stream(opt->be), &sq, rt_clip_grad_norm_async(opt, grads, n, max_norm),
-                       sizeof(float));
+    opt->ops->download(rt_backend_stream(opt->be), &sq, rt_clip_grad_norm_async(opt, max_norm), sizeof(float));
     return sqrtf(sq);
 }
 
-const float *rt_optim_unscale_async(struct rt_optim *opt, float *grads, size_t n, const float *scale)
+const float *rt_optim_unscale_async(struct rt_optim *opt, const float *scale)
 {
-    opt->ops->unscale_check(rt_backend_stream(opt->be), n, grads, scale, opt->found);
+    opt->ops->unscale_check(rt_backend_stream(opt->be), opt->n, opt->grads, scale, opt->found);
     return opt->found;
 }
 
-int rt_optim_unscale(struct rt_optim *opt, float *grads, size_t n, float scale)
+int rt_optim_unscale(struct rt_optim *opt, float scale)
 {
     struct rt_stream *s = rt_backend_stream(opt->be);
     float found = 0.0f;
     opt->ops->upload(s, opt->scale, &scale, sizeof(scale));
-    opt->ops->download(s, &found, rt_optim_unscale_async(opt, grads, n, opt->scale), sizeof(found));
+    opt->ops->download(s, &found, rt_optim_unscale_async(opt, opt->scale), sizeof(found));
     return found != 0.0f;
 }
 

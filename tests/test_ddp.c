@@ -84,7 +84,7 @@ static int run(struct rt_comm *comm, double cap_mb, int no_overlap, uint64_t *di
     CHECK_OK(rt_model_create(rt_model_backend(train_model(T)), &mo, &ref));
     const size_t np = rt_model_param_count(ref);
     CHECK(np == rt_model_param_count(train_model(T)));
-    CHECK_OK(rt_optim_create(rt_model_backend(ref), &c.optim, np, &ropt));
+    CHECK_OK(rt_optim_create(ref, &c.optim, &ropt));
 
     uint8_t *img = malloc((size_t)world * B * per);
     int32_t *lab = malloc((size_t)world * B * sizeof(int32_t));
@@ -118,7 +118,7 @@ static int run(struct rt_comm *comm, double cap_mb, int no_overlap, uint64_t *di
         rt_comm_allreduce(comm, ls, 2, RT_COMM_F64, RT_RED_SUM, "test loss");
         CHECKF(fabs(ls[0] - st_ref.loss_sum) <= 1e-4 * fabs(st_ref.loss_sum) && ls[1] == (double)world * B,
                "loss %g vs %g", ls[0], (double)st_ref.loss_sum);
-        rt_optim_step(ropt, rt_model_params(ref), rt_model_grads(ref), LR);
+        rt_optim_step(ropt, LR);
     }
     rt_model_read(train_model(T), RT_MODEL_PARAMS, 0, np, p_ddp);
     rt_model_read(ref, RT_MODEL_PARAMS, 0, np, p_ref);

@@ -4,7 +4,10 @@
  * AdamW on 1000 parameters, and 100 steps of CosineAnnealingLR, OneCycleLR
  * (linear) and StepLR, from tests/fixtures/compute/{optim,sched}.safetensors
  * (tools/gen_fixtures.py). Also gradient clipping against a direct norm, and
- * unscaling of loss-scaled gradients.
+ * unscaling of loss-scaled gradients. An optimizer works on a model's
+ * trainable floats: the cases fill the first NP of a small mnist-net's and
+ * zero its other gradients (every update is elementwise, so the rest do not
+ * touch them).
  */
 #include <math.h>
 #include <stdio.h>
@@ -29,6 +32,22 @@ static int get(const struct rt_st_file *f, const char *name, enum rt_st_dtype dt
     return 0;
 }
 
+/* mnist-net on 1x6x6 inputs (over 27,000 trainable floats), its gradients zeroed; NULL on failure. */
+static struct rt_model *small_model(struct rt_backend *be)
+{
+    const struct rt_model_opts mo = {.name = "mnist-net", .c = 1, .h = 6, .w = 6, .classes = 2, .batch = 1, .seed = 1};
+    struct rt_model *m = NULL;
+    CHECKF(rt_model_create(be, &mo, &m) == 0, "mnist-net: %s", rt_errmsg());
+    if (m && rt_model_trainable_count(m) < NP) {
+        CHECKF(0, "mnist-net has %zu trainable floats, fewer than %d", rt_model_trainable_count(m), NP);
+        rt_model_destroy(m);
+        return NULL;
+    }
+    if (m)
+        rt_model_zero_grads(m);
+    return m;
+}
+
 struct optcase {
     const char *name;
     struct rt_optim_opts o;
@@ -39,25 +58,27 @@ static void check_optim(struct rt_backend *be, const struct rt_st_file *f, const
 {
     const struct rt_ops *ops = rt_backend_ops(be);
     struct rt_stream *s = rt_backend_stream(be);
-    float *p = ops->alloc(be, NP * sizeof(float)), *g = ops->alloc(be, NP * sizeof(float));
     float host[NP], ref[NP];
     char nm[64];
-    if (get(f, "p0", RT_ST_F32, host, NP))
+    struct rt_model *m = small_model(be);
+    if (!m || get(f, "p0", RT_ST_F32, host, NP)) {
+        rt_model_destroy(m);
         return;
-    ops->upload(s, p, host, sizeof(host));
+    }
+    rt_model_write(m, RT_MODEL_PARAMS, 0, host, NP);
     struct rt_optim *opt = NULL;
-    CHECKF(rt_optim_create(be, &c->o, NP, &opt) == 0, "%s: %s", c->name, rt_errmsg());
+    CHECKF(rt_optim_create(m, &c->o, &opt) == 0, "%s: %s", c->name, rt_errmsg());
     for (int k = 0; k < 5 && opt; k++) {
         snprintf(nm, sizeof(nm), "g.%d", k);
         if (get(f, nm, RT_ST_F32, host, NP))
             break;
-        ops->upload(s, g, host, sizeof(host));
-        rt_optim_step(opt, p, g, c->lr);
+        rt_model_write(m, RT_MODEL_GRADS, 0, host, NP);
+        rt_optim_step(opt, c->lr);
     }
     double worst = 0;
     snprintf(nm, sizeof(nm), "%s.p", c->name);
     if (opt && !get(f, nm, RT_ST_F32, ref, NP)) {
-        ops->download(s, host, p, sizeof(host));
+        rt_model_read(m, RT_MODEL_PARAMS, 0, NP, host);
         for (int i = 0; i < NP; i++) {
             double d = fabs((double)host[i] - ref[i]);
             worst = fmax(worst, d / (fabs(ref[i]) + 1e-6));
@@ -80,8 +101,7 @@ static void check_optim(struct rt_backend *be, const struct rt_st_file *f, const
     }
     printf("%-14s max relative error %.1e\n", c->name, worst);
     rt_optim_destroy(opt);
-    ops->free(be, p);
-    ops->free(be, g);
+    rt_model_destroy(m);
 }
 
 static void check_sched(const struct rt_st_file *f, const char *name, const struct rt_sched *sc)
@@ -100,8 +120,6 @@ static void check_sched(const struct rt_st_file *f, const char *name, const stru
 
 static void check_clip(struct rt_backend *be)
 {
-    const struct rt_ops *ops = rt_backend_ops(be);
-    struct rt_stream *s = rt_backend_stream(be);
     float host[NP];
     struct rt_rng r;
     rt_rng_init(&r, 7, 0);
@@ -110,24 +128,30 @@ static void check_clip(struct rt_backend *be)
         host[i] = rt_rng_normal(&r);
         sq += (double)host[i] * host[i];
     }
-    float *g = ops->alloc(be, sizeof(host));
-    ops->upload(s, g, host, sizeof(host));
+    struct rt_model *m = small_model(be);
+    if (!m)
+        return;
+    rt_model_write(m, RT_MODEL_GRADS, 0, host, NP);
     struct rt_optim *opt = NULL;
     struct rt_optim_opts oo = {.kind = RT_OPT_SGD};
-    CHECK_OK(rt_optim_create(be, &oo, NP, &opt));
-    float norm = rt_clip_grad_norm(opt, g, NP, 1.0f);
+    CHECK_OK(rt_optim_create(m, &oo, &opt));
+    if (!opt) {
+        rt_model_destroy(m);
+        return;
+    }
+    float norm = rt_clip_grad_norm(opt, 1.0f);
     CHECKF(fabs(norm - sqrt(sq)) <= 1e-4 * sqrt(sq), "clip: norm %.7g vs %.7g", norm, sqrt(sq));
     float after[NP];
-    ops->download(s, after, g, sizeof(after));
+    rt_model_read(m, RT_MODEL_GRADS, 0, NP, after);
     double sq2 = 0;
     for (int i = 0; i < NP; i++)
         sq2 += (double)after[i] * after[i];
     CHECKF(fabs(sqrt(sq2) - 1.0) < 1e-4, "clip: norm after clipping %.7g, want 1", sqrt(sq2));
-    float again = rt_clip_grad_norm(opt, g, NP, 10.0f);
-    ops->download(s, host, g, sizeof(host));
+    float again = rt_clip_grad_norm(opt, 10.0f);
+    rt_model_read(m, RT_MODEL_GRADS, 0, NP, host);
     CHECKF(fabs(again - 1.0) < 1e-4 && !memcmp(host, after, sizeof(host)), "clip: a norm under the limit is kept");
     rt_optim_destroy(opt);
-    ops->free(be, g);
+    rt_model_destroy(m);
 }
 
 /* GradScaler's rules, step by step against a hand-run of torch.cuda.amp.GradScaler's update(). */
@@ -194,6 +218,9 @@ static void check_unscale(struct rt_backend *be)
         CHECKF(f == 1.0f, "unscale: a non-finite gradient at %d raises the flag (got %g)", at[k], f);
         host[at[k]] = 1.0f;
     }
+    ops->unscale_check(s, 0, g, scale, found); /* the flag is reset per call */
+    ops->download(s, &f, found, sizeof(float));
+    CHECKF(f == 0.0f, "unscale: no gradients, no overflow (got %g)", f);
     ops->free(be, g);
     ops->free(be, found);
     ops->free(be, scale);
@@ -275,39 +302,36 @@ static void check_skip(struct rt_backend *be)
  * call). */
 static void check_optim_unscale(struct rt_backend *be)
 {
-    const struct rt_ops *ops = rt_backend_ops(be);
-    struct rt_stream *s = rt_backend_stream(be);
     const float scale = 3.0f, inv = 1.0f / scale; /* not a power of two: the product is rounded, and must be alike */
     float host[NP], back[NP];
     for (int i = 0; i < NP; i++)
         host[i] = (float)(i % 89) * 0.37f - 16.0f;
-    float *g = ops->alloc(be, sizeof(host));
+    struct rt_model *m = small_model(be);
     struct rt_optim *opt = NULL;
     struct rt_optim_opts oo = {.kind = RT_OPT_ADAM, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f};
-    CHECK_OK(rt_optim_create(be, &oo, NP, &opt));
-    if (!g || !opt) {
-        rt_optim_destroy(opt);
-        ops->free(be, g);
+    if (m)
+        CHECK_OK(rt_optim_create(m, &oo, &opt));
+    if (!opt) {
+        rt_model_destroy(m);
         return;
     }
-    ops->upload(s, g, host, sizeof(host));
-    int found = rt_optim_unscale(opt, g, NP, scale);
-    ops->download(s, back, g, sizeof(back));
+    rt_model_write(m, RT_MODEL_GRADS, 0, host, NP);
+    int found = rt_optim_unscale(opt, scale);
+    rt_model_read(m, RT_MODEL_GRADS, 0, NP, back);
     int exact = 1;
     for (int i = 0; i < NP; i++)
         exact &= back[i] == host[i] * inv;
     CHECKF(found == 0 && exact, "optim unscale, finite: returned %d, products %s", found, exact ? "exact" : "differ");
     host[NP - 1] = INFINITY;
-    ops->upload(s, g, host, sizeof(host));
-    found = rt_optim_unscale(opt, g, NP, scale);
+    rt_model_write(m, RT_MODEL_GRADS, 0, host, NP);
+    found = rt_optim_unscale(opt, scale);
     CHECKF(found == 1, "optim unscale: an Inf in the last gradient returns %d, not 1", found);
     host[NP - 1] = 1.0f;
-    ops->upload(s, g, host, sizeof(host));
-    found = rt_optim_unscale(opt, g, NP, scale);
+    rt_model_write(m, RT_MODEL_GRADS, 0, host, NP);
+    found = rt_optim_unscale(opt, scale);
     CHECKF(found == 0, "optim unscale: finite again after an overflow returns %d, not 0", found);
-    CHECKF(rt_optim_unscale(opt, g, 0, scale) == 0, "optim unscale: no gradients, no overflow");
     rt_optim_destroy(opt);
-    ops->free(be, g);
+    rt_model_destroy(m);
 }
 
 int main(void)

@@ -263,7 +263,7 @@ static int make_model(struct train *T)
     int rc;
     /* The optimizer holds state for the trainable parameters only: a frozen layer has none. */
     if ((rc = rt_model_create(T->be, &mo, &T->model)) < 0 ||
-        (rc = rt_optim_create(T->be, &c->optim, rt_model_trainable_count(T->model), &T->opt)) < 0)
+        (rc = rt_optim_create(T->model, &c->optim, &T->opt)) < 0)
         return rc;
     if (c->lr_head > 0 && !rt_model_head_count(T->model))
         return rt_errf(-EINVAL, "--lr-head: the classifier (%s) is frozen", rt_model_head_name(T->model));

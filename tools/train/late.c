@@ -154,8 +154,7 @@ void late_unscale(struct train *T)
     const struct rt_ops *ops = rt_backend_ops(T->be);
     struct rt_stream *st = rt_backend_stream(T->be);
     float *sc = T->late.scale_dev;
-    const float *found = rt_optim_unscale_async(T->opt, rt_model_grads(T->model),
-                                                rt_model_trainable_count(T->model), sc);
+    const float *found = rt_optim_unscale_async(T->opt, sc);
     ops->scaler_update(st, sc, sc + 1, found, T->scaler.growth, T->scaler.backoff, (int)T->scaler.growth_interval);
     rt_optim_skip_if(T->opt, found);
     ops->download_async(st, &h->found, found, sizeof(float));

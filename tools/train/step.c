@@ -178,13 +178,6 @@ int train_step_reduce(struct train *T)
     return 0;
 }
 
-/* Clipping decides on the device; late.c reads the norm a step late and stops the run if it was not finite. */
-static void clip(struct train *T)
-{
-    late_norm(T, rt_clip_grad_norm_async(T->opt, rt_model_grads(T->model), rt_model_trainable_count(T->model),
-                                         T->cfg.clip_grad_norm));
-}
-
 /*
  * Loss scaling after the update's gradients are summed over the ranks (so every rank sees the same overflow and
  * takes the same decision), on the device: unscale, check, update the scale and skip the update if it overflowed
@@ -208,15 +201,14 @@ static int apply(struct train *T)
         if (r < 0)
             return r;
     }
+    /* Clipping decides on the device; late.c reads the norm a step late and stops the run if it was not finite. */
     if (T->cfg.clip_grad_norm > 0)
-        clip(T);
+        late_norm(T, rt_clip_grad_norm_async(T->opt, T->cfg.clip_grad_norm));
     /* The schedule counts applied updates: one skipped by loss scaling does not advance it (an overflow of this
      * update skips it on the device; the count is taken back when it is read, before the next update). With
      * --lr-head the classifier, laid out first, is a group of its own. */
     const uint64_t applied = (uint64_t)rt_optim_steps(T->opt);
-    rt_optim_step_groups(T->opt, rt_model_params(T->model), rt_model_grads(T->model),
-                         rt_sched_lr(&T->sched, applied), rt_model_head_count(T->model),
-                         rt_sched_lr(&T->sched_head, applied));
+    rt_optim_step_groups(T->opt, rt_sched_lr(&T->sched, applied), rt_sched_lr(&T->sched_head, applied));
     return 0;
 }
 
