@@ -973,6 +973,38 @@ int rt_loader_image_shape(const struct rt_dataset_info *info, uint32_t image_siz
     return 0;
 }
 
+int rt_loader_opts_for(const struct rt_dataset_info *info, enum rt_split split, const struct rt_aug *aug,
+                       uint32_t image_size, struct rt_loader_opts *o)
+{
+    uint32_t h, w;
+    const int rc = rt_loader_image_shape(info, image_size, &h, &w);
+    if (rc < 0)
+        return rc;
+    o->split = split;
+    o->image_size = image_size;
+    o->aug = aug ? *aug : split == RT_SPLIT_TRAIN && info->channels == 3 ? RT_AUG_DEFAULT : (struct rt_aug){0};
+    o->crop = RT_CROP_CENTER;
+    if (info->height == 0) {
+        if (o->aug.flip == RT_FLIP_ALTERNATE)
+            return rt_errf(-EINVAL, "%s: alternate-flip is for fixed-size images; variable-size ones take flip",
+                           info->dir);
+        o->crop = split == RT_SPLIT_TRAIN && o->aug.pad ? RT_CROP_RANDOM : RT_CROP_CENTER;
+        o->aug.pad = 0;
+        o->aug.pad_mode = RT_PAD_ZERO;
+    }
+    return 0;
+}
+
+int rt_loader_norm(const struct rt_dataset_info *info, uint32_t channels, float *mean, float *std)
+{
+    const int have = info && info->have_norm;
+    for (uint32_t i = 0; i < channels && i < 4; i++) {
+        mean[i] = have ? info->mean[i] : 0.5f;
+        std[i] = have ? info->std[i] : 0.25f;
+    }
+    return have;
+}
+
 int rt_loader_create(const struct rt_dataset *ds, const struct rt_loader_opts *opts, struct rt_ring *ring,
                      struct rt_loader **out)
 {

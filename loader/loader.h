@@ -245,6 +245,35 @@ struct rt_loader_stats {
 
 struct rt_loader;
 
+/* ---- the input's policy: one home for what train, eval, loadbench and Python each used to decide ---- */
+
+/* The default training augmentation: pad 4 with zeros, random crop, random horizontal flip (the CIFAR recipe). */
+#define RT_AUG_DEFAULT ((struct rt_aug){.pad = 4, .pad_mode = RT_PAD_ZERO, .flip = RT_FLIP_RANDOM})
+
+/*
+ * The policy part of `o` for split `split` of the data `info`, the rest of
+ * `o` (batch, ranks, shuffle, workers...) left as it is:
+ *  - o->aug: `aug`, or for NULL the default -- RT_AUG_DEFAULT on the
+ *    training split of 3-channel data, none on any other split or data
+ *    (crops and flips suit photos, not digits);
+ *  - variable-size records (info->height 0): o->crop is RandomResizedCrop on
+ *    the training split when the augmentation crops (pad > 0), the centre
+ *    crop otherwise; the padding, which is for fixed sizes, is dropped (the
+ *    flip kept); an alternating flip is refused;
+ *  - o->image_size, checked as rt_loader_image_shape() does.
+ * Returns 0, or -EINVAL with a message naming what to change.
+ */
+int rt_loader_opts_for(const struct rt_dataset_info *info, enum rt_split split, const struct rt_aug *aug,
+                       uint32_t image_size, struct rt_loader_opts *o);
+
+/*
+ * The normalisation constants of `channels` (at most 4) channels: the
+ * manifest's (info->have_norm), else 0.5 and 0.25 for every channel (info
+ * NULL: synthetic data). The normalisation itself is the model's, on the
+ * device. Returns 1 when they come from the manifest, else 0.
+ */
+int rt_loader_norm(const struct rt_dataset_info *info, uint32_t channels, float *mean, float *std);
+
 /*
  * The image shape in the ring's slots for `info` and a requested image
  * size (rt_loader_opts.image_size): S x S for variable-size records (S

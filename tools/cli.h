@@ -45,15 +45,6 @@ int cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t *out
 struct rt_aug;
 /* Parses an augmentation list: crop[=PAD], reflect, flip, alternate-flip, none. */
 int cli_parse_aug(const char *cmd, const char *s, struct rt_aug *a);
-/*
- * Datasets of variable-size images (pack --max-side): sets lo->image_size
- * and lo->crop from --image-size and --aug -- the training split's "crop" is
- * RandomResizedCrop(S) (no padding), no crop or another split is the centre
- * crop; either is flipped as aug.flip says. Fixed-size datasets take
- * image_size 0 or their own size. Returns 0, or RT_EXIT_USAGE after printing why.
- */
-int cli_image_size(const char *cmd, const struct rt_dataset_info *info, uint32_t image_size,
-                   struct rt_loader_opts *lo);
 /* "crop 4 zero-pad + flip" */
 void cli_aug_describe(const struct rt_aug *a, char *buf, size_t len);
 

@@ -47,8 +47,9 @@ static void loadbench_help(void)
            "                            (default: the CPUs this process may use)\n"
            "  --epochs E                epochs to run (default 3)\n"
            "  --split S                 train (default), val or test\n"
-           "  --aug SPEC                crop,flip (default for train), none (default for val/test), or a comma\n"
-           "                            list of crop[=PAD], reflect, flip, alternate-flip\n"
+           "  --aug SPEC                none, or a comma list of crop[=PAD], reflect, flip, alternate-flip\n"
+           "                            (default: train's -- crop,flip for the train split of 3-channel data,\n"
+           "                            none for val/test and other data)\n"
            "  --image-size S            datasets packed with --max-side: the S x S images the loader makes,\n"
            "                            RandomResizedCrop(S) + flip for train with crop, else Resize + CenterCrop\n"
            "  --shuffle MODE            exact (default: uniform, split held in RAM after the first read),\n"
@@ -370,7 +371,8 @@ int cmd_loadbench(int argc, char **argv)
         return cli_usage_error("loadbench", "--rank must be below --world");
     c.data = argv[optind];
     const int train = c.lo.split == RT_SPLIT_TRAIN;
-    if (cli_parse_aug("loadbench", aug ? aug : train ? "crop,flip" : "none", &c.lo.aug))
+    struct rt_aug asked;
+    if (aug && cli_parse_aug("loadbench", aug, &asked))
         return RT_EXIT_USAGE;
     if (last && strcmp(last, "drop") && strcmp(last, "pad"))
         return cli_usage_error("loadbench", "--last must be drop or pad");
@@ -384,9 +386,10 @@ int cmd_loadbench(int argc, char **argv)
     if (rt_dataset_open(c.data, &ds) < 0)
         return cli_fail();
     const struct rt_dataset_info *info = rt_dataset_info(ds);
-    if (cli_image_size("loadbench", info, image_size, &c.lo)) {
+    /* The augmentation and crop: --aug, or the loader's default for the split and data (train's). */
+    if (rt_loader_opts_for(info, c.lo.split, aug ? &asked : NULL, image_size, &c.lo) < 0) {
         rt_dataset_close(ds);
-        return RT_EXIT_USAGE;
+        return cli_usage_error("loadbench", "%s", rt_errmsg());
     }
     char augs[128], shape[64];
     cli_aug_describe(&c.lo.aug, augs, sizeof(augs));

@@ -83,6 +83,8 @@ static void usage(FILE *f)
             "                         is too low (default: locked where allowed, else pageable and said)\n"
             "  --no-pin               pageable batch slots (on a GPU: no cudaHostAlloc, no copy overlap)\n"
             "  --json                 end with one JSON line summing up the run\n"
+            "  --batch-digest         print one digest over every batch the steps took (in --json too): the\n"
+            "                         same as loadbench --digest and the Python Loader's for the same options\n"
             "  --trace FILE           Chrome trace of the pipeline (Perfetto, chrome://tracing): every thread,\n"
             "                         the compute stream's layers, the buckets; one file, or one per rank (--trace-split)\n"
             "  --trace-steps A:B|all  optimizer steps recorded (default 3:13: ten after the warm-up)\n"
@@ -135,7 +137,7 @@ int cmd_train(int argc, char **argv)
 {
     enum {
         O_EPOCHS = 256, O_LR, O_OPT, O_MOM, O_NEST, O_WD, O_SCHED, O_WARM, O_STEPEP, O_GAMMA, O_LS, O_ACCUM, O_CLIP,
-        O_SEED, O_AUG, O_IMGSZ, O_SHUF, O_TARGET, O_PAT, O_CKPT, O_RESUME, O_METRICS, O_REPORT, O_SYN, O_STEPS, O_NOPROG, O_NOPIN, O_PIN,
+        O_SEED, O_AUG, O_IMGSZ, O_SHUF, O_TARGET, O_PAT, O_CKPT, O_RESUME, O_METRICS, O_REPORT, O_SYN, O_STEPS, O_NOPROG, O_BDIGEST, O_NOPIN, O_PIN,
         O_BUCKET, O_NOOVL, O_CTO, O_PTO, O_REPL, O_STAGE, O_AMP, O_LSCALE, O_MAXSKIP, O_ALLRED, O_TRACE, O_TRSTEPS,
         O_TRMB, O_TRSPLIT, O_INIT, O_RESETHEAD, O_FREEZE, O_LRHEAD, O_PROFOPS, O_GRAPH, O_HELP
     };
@@ -171,6 +173,7 @@ int cmd_train(int argc, char **argv)
         {"synthetic-data", no_argument, NULL, O_SYN},
         {"steps", required_argument, NULL, O_STEPS},
         {"no-progress", no_argument, NULL, O_NOPROG},
+        {"batch-digest", no_argument, NULL, O_BDIGEST},
         {"no-pin", no_argument, NULL, O_NOPIN},
         {"pin", no_argument, NULL, O_PIN},
         {"bucket-cap-mb", required_argument, NULL, O_BUCKET},
@@ -309,6 +312,7 @@ int cmd_train(int argc, char **argv)
                 return RT_EXIT_USAGE;
             break;
         case O_NOPROG: c.progress = 0; break;
+        case O_BDIGEST: c.batch_digest = 1; break;
         case O_NOPIN: c.pin = RT_PIN_OFF; break;
         case O_PIN: c.pin = RT_PIN_ON; break;
         case O_BUCKET:
@@ -413,6 +417,8 @@ int cmd_train(int argc, char **argv)
         return cli_usage_error("train", "--stage-to needs --data");
     if (!c.data && !c.synthetic)
         return cli_usage_error("train", "--data DIR is required (or --synthetic-data to measure compute alone)");
+    if (c.synthetic && c.batch_digest)
+        return cli_usage_error("train", "--batch-digest digests the loader's batches: --synthetic-data has none");
     if (c.resume && !c.checkpoint_dir)
         return cli_usage_error("train", "--resume needs --checkpoint-dir");
     if (c.reset_head && !c.init)
@@ -427,9 +433,9 @@ int cmd_train(int argc, char **argv)
     c.optim.weight_decay = (float)wd;
     if (c.optim.kind != RT_OPT_SGD)
         c.optim.momentum = 0;
-    if (cli_parse_aug("train", aug ? aug : "crop,flip", &c.aug))
+    if (aug && cli_parse_aug("train", aug, &c.aug))
         return RT_EXIT_USAGE;
-    c.aug_default = aug == NULL;
+    c.aug_default = aug == NULL; /* the loader's default (rt_loader_opts_for) */
     struct train_faults faults;
     if (train_faults_from_env(&faults) < 0)
         return cli_fail();

@@ -115,23 +115,6 @@ int cli_parse_aug(const char *cmd, const char *s, struct rt_aug *a)
     return 0;
 }
 
-int cli_image_size(const char *cmd, const struct rt_dataset_info *info, uint32_t image_size,
-                   struct rt_loader_opts *lo)
-{
-    uint32_t h, w;
-    if (rt_loader_image_shape(info, image_size, &h, &w) < 0)
-        return cli_usage_error(cmd, "%s", rt_errmsg());
-    lo->image_size = image_size;
-    if (info->height == 0) {
-        lo->crop = lo->split == RT_SPLIT_TRAIN && lo->aug.pad ? RT_CROP_RANDOM : RT_CROP_CENTER;
-        lo->aug.pad = 0;
-        lo->aug.pad_mode = RT_PAD_ZERO;
-        if (lo->aug.flip == RT_FLIP_ALTERNATE)
-            return cli_usage_error(cmd, "alternate-flip is for fixed-size images; variable-size ones take flip");
-    }
-    return 0;
-}
-
 void cli_aug_describe(const struct rt_aug *a, char *buf, size_t len)
 {
     const char *flip = a->flip == RT_FLIP_RANDOM ? "flip" : a->flip == RT_FLIP_ALTERNATE ? "alternating flip" : NULL;

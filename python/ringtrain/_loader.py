@@ -5,7 +5,7 @@ import time
 
 from . import _ringtrain
 
-_AUGMENTS = ("crop+flip", "none")
+_AUGMENTS = ("default", "crop+flip", "none")
 
 
 def _launcher_rank_world():
@@ -51,8 +51,11 @@ class Loader:
     drop_last    True: every batch full, the tail of the epoch dropped. False: every sample exactly once
                  across the ranks; the last batch of a rank may be shorter.
     seed         sample order and augmentation.
-    augment      "crop+flip" (pad 4, random crop, random horizontal flip: the CIFAR recipe; for variable-size
-                 images RandomResizedCrop + flip on the training split, see image_size) or "none".
+    augment      "default": what ``ringtrain train`` does -- "crop+flip" on the training split of 3-channel
+                 data, "none" on val/test and on other data (crops and flips suit photos, not digits).
+                 "crop+flip" (pad 4, random crop, random horizontal flip: the CIFAR recipe; for variable-size
+                 images RandomResizedCrop + flip on the training split, see image_size) or "none" on any
+                 split and data.
     workers      decode/augment threads (None: the CPUs this process may use).
     rank, world_size  None: torch.distributed's when initialised, else RANK/WORLD_SIZE (torchrun),
                  SLURM_PROCID/SLURM_NTASKS (srun), OMPI_COMM_WORLD_RANK/_SIZE (mpirun), else 0 and 1.
@@ -65,8 +68,9 @@ class Loader:
     image_size   S: the batches are uint8 (B, C, S, S) (``loader.shape`` (C, S, S)). Required for datasets
                  packed with ``--codec jpeg --max-side N`` (images of their own sizes; ringtrain.Error
                  otherwise); a fixed-size dataset takes None or its own size. Variable-size images are cropped as torchvision does:
-                 split "train" with augment="crop+flip": RandomResizedCrop(S, scale=crop_scale,
-                 ratio=crop_ratio) + RandomHorizontalFlip; "val"/"test", or augment="none":
+                 split "train" with augment="crop+flip" (the default for 3-channel images):
+                 RandomResizedCrop(S, scale=crop_scale, ratio=crop_ratio) + RandomHorizontalFlip; "val"/"test",
+                 or augment="none":
                  Resize(round(S / center_ratio)) + CenterCrop(S), flipped at random with "crop+flip". The same crops as ``ringtrain train`` and
                  ``ringtrain loadbench --image-size S`` with the same options.
     crop_scale, crop_ratio  RandomResizedCrop's area fraction and aspect (w/h) ranges, (min, max).
@@ -81,7 +85,7 @@ class Loader:
     """
 
     def __init__(self, data, batch_size, split="train", shuffle=True, drop_last=True, seed=0,
-                 augment="crop+flip", workers=None, rank=None, world_size=None, device="cpu", slots=None,
+                 augment="default", workers=None, rank=None, world_size=None, device="cpu", slots=None,
                  digest=False, image_size=None, crop_scale=(0.08, 1.0), crop_ratio=(3 / 4, 4 / 3),
                  center_ratio=0.875):
         import torch

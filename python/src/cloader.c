@@ -5,11 +5,11 @@
  * batch, in order, with the GIL released while it waits. Also ring_bytes()
  * and image_shape().
  *
- * Datasets of variable-size JPEG records (pack --max-side) are cropped to
- * image_size x image_size by the C loader, with the crop `ringtrain train`
- * and `loadbench` choose for the same augmentation and split
- * (tools/main.c cli_image_size): RandomResizedCrop + flip for training,
- * the centre crop otherwise. The ring's shape is rt_loader_image_shape()'s.
+ * The augmentation and, for datasets of variable-size JPEG records (pack
+ * --max-side), the crop to image_size x image_size are the loader's rule
+ * (rt_loader_opts_for), the one `ringtrain train` and `loadbench` use: the
+ * same options give the same batches. The ring's shape is
+ * rt_loader_image_shape()'s.
  *
  * A batch the user keeps holds its slot (ext.h). Batch seq lives in slot
  * seq % slots and cannot be filled before batch seq - slots is given back,
@@ -51,30 +51,7 @@ struct cloader {
 
 static const char *const shuffle_names[] = {"exact", "window", "none"};
 static const char *const last_names[] = {"drop", "pad"};
-static const char *const augment_names[] = {"crop+flip", "none"};
-
-/* The C trainer's training augmentation: pad 4 (zeros), random crop, random flip; none for non-RGB data. */
-static struct rt_aug train_aug(const struct rt_dataset_info *info)
-{
-    struct rt_aug a = {0};
-    if (info->channels == 3) /* crops and flips suit photos, not digits (tools/train/driver.c) */
-        a = (struct rt_aug){.pad = 4, .pad_mode = RT_PAD_ZERO, .flip = RT_FLIP_RANDOM};
-    return a;
-}
-
-/*
- * Variable-size records: augment "crop+flip" on the training split is
- * RandomResizedCrop + flip; any other split, or "none", the centre crop.
- * Whatever the channels: these are photos, and `loadbench --aug crop,flip`
- * crops gray ones too. The options are cli_image_size()'s for the same
- * augmentation and split (the flip kept for the centre crop too, where the
- * loader does not apply it), so the batches and digests are loadbench's.
- */
-static void variable_crop(int augment, struct rt_loader_opts *lo)
-{
-    lo->aug = augment == 0 ? (struct rt_aug){.flip = RT_FLIP_RANDOM} : (struct rt_aug){0};
-    lo->crop = augment == 0 && lo->split == RT_SPLIT_TRAIN ? RT_CROP_RANDOM : RT_CROP_CENTER;
-}
+static const char *const augment_names[] = {"default", "crop+flip", "none"};
 
 /* An int (or an object with __index__) in [lo, hi] into *out, or -1 with TypeError/ValueError naming `what`. */
 static int u64_arg(PyObject *o, const char *what, uint64_t lo, uint64_t hi, uint64_t *out)
@@ -218,7 +195,7 @@ PyObject *ext_open_loader(PyObject *self, PyObject *args, PyObject *kw)
     static char *kwlist[] = {"path",  "split", "batch",       "shuffle",    "last",   "seed",   "augment", "workers",
                              "rank",  "world", "slots",       "start_epoch", "start_step", "epochs", "memory", "digest",
                              "image_size", "crop_scale", "crop_ratio", "center_ratio", NULL};
-    const char *path, *split_s = "train", *shuffle_s = "exact", *last_s = "drop", *augment_s = "crop+flip";
+    const char *path, *split_s = "train", *shuffle_s = "exact", *last_s = "drop", *augment_s = "default";
     PyObject *batch_o = NULL, *seed_o = NULL, *workers_o = NULL, *rank_o = NULL, *world_o = NULL, *slots_o = NULL;
     PyObject *se_o = NULL, *ss_o = NULL, *epochs_o = NULL, *memory = Py_None;
     PyObject *size_o = Py_None, *scale_o = Py_None, *ratio_o = Py_None, *center_o = Py_None;
@@ -266,7 +243,7 @@ PyObject *ext_open_loader(PyObject *self, PyObject *args, PyObject *kw)
     if (ext_split(split_s, &lo.split) < 0)
         return NULL;
     int shuffle = ext_choice("shuffle", shuffle_s, shuffle_names, 3), last = ext_choice("last", last_s, last_names, 2);
-    int augment = shuffle < 0 || last < 0 ? -1 : ext_choice("augment", augment_s, augment_names, 2);
+    int augment = shuffle < 0 || last < 0 ? -1 : ext_choice("augment", augment_s, augment_names, 3);
     if (augment < 0)
         return NULL;
     unsigned long long ext_addr = 0;
@@ -289,7 +266,13 @@ PyObject *ext_open_loader(PyObject *self, PyObject *args, PyObject *kw)
         return NULL;
     const struct rt_dataset_info *info = rt_dataset_info(ds);
     uint32_t h, w;
-    if (image_shape(info, image_size, &h, &w) < 0) {
+    /* The augmentation and crop are the loader's rule, as for train and loadbench: "default" is its default. */
+    const struct rt_aug crop_flip = RT_AUG_DEFAULT, none = {0};
+    if (image_shape(info, image_size, &h, &w) < 0 ||
+        rt_loader_opts_for(info, lo.split, augment == 0 ? NULL : augment == 1 ? &crop_flip : &none, image_size,
+                           &lo) < 0) {
+        if (!PyErr_Occurred())
+            ext_raisef(EINVAL, "%s", rt_errmsg());
         rt_dataset_close(ds);
         return NULL;
     }
@@ -299,10 +282,6 @@ PyObject *ext_open_loader(PyObject *self, PyObject *args, PyObject *kw)
     lo.seed = seed;
     lo.shuffle = (enum rt_shuffle)shuffle;
     lo.last = (enum rt_last_batch)last;
-    lo.aug = augment == 0 ? train_aug(info) : (struct rt_aug){0};
-    lo.image_size = image_size;
-    if (info->height == 0)
-        variable_crop(augment, &lo);
     lo.workers = workers ? (int)workers : rt_cpus_available();
     lo.epochs = epochs;
     lo.start_epoch = se;

@@ -169,7 +169,7 @@ static int open_data(struct train *T)
         if (rc2 < 0)
             return rc2;
         T->classes = T->info->num_classes;
-        T->norm_from_data = train_data_norm(T->info, T->c, T->mean, T->std);
+        T->norm_from_data = rt_loader_norm(T->info, T->c, T->mean, T->std);
         if (T->info->split[RT_SPLIT_VAL].records)
             T->val_split = RT_SPLIT_VAL;
         else if (T->info->split[RT_SPLIT_TEST].records)
@@ -181,15 +181,13 @@ static int open_data(struct train *T)
         T->h = c->syn_h;
         T->w = c->syn_w;
         T->classes = c->syn_classes;
-        train_data_norm(NULL, T->c, T->mean, T->std);
+        rt_loader_norm(NULL, T->c, T->mean, T->std);
     }
     if (T->c > 4)
         return rt_errf(-EINVAL, "images with %u channels: at most 4 are supported", T->c);
     if (c->synthetic)
         T->val_split = -1;
     T->ckpt_micro = UINT64_MAX;
-    if (c->aug_default && T->c != 3)
-        memset(&T->cfg.aug, 0, sizeof(T->cfg.aug)); /* crops and flips suit photos, not digits */
     return 0;
 }
 
@@ -242,16 +240,6 @@ static int open_compute(struct train *T)
         return rc;
     graph_decide(T);
     return train_amp_resolve(c->amp, T->be, &T->act);
-}
-
-int train_data_norm(const struct rt_dataset_info *info, uint32_t c, float *mean, float *std)
-{
-    const int have = info && info->have_norm;
-    for (uint32_t i = 0; i < c && i < 4; i++) {
-        mean[i] = have ? info->mean[i] : 0.5f;
-        std[i] = have ? info->std[i] : 0.25f;
-    }
-    return have;
 }
 
 static int make_model(struct train *T)

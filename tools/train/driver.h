@@ -94,6 +94,7 @@ struct train_input {
     const uint8_t *syn_dev;     /* ... and on the device, uploaded once */
     uint64_t syn_ticket;
     uint64_t batches_per_epoch; /* micro-batches per epoch */
+    struct rt_batch_digest *digest; /* --batch-digest: every batch the step took, in order (loadbench --digest's) */
 };
 
 /*
@@ -226,6 +227,7 @@ struct train_results {
     uint64_t epochs_done;
     double run_comm_frac;       /* exposed communication over the run, averaged over the ranks */
     double host_waits_per_step; /* the most over the ranks; NaN: no steady step ran */
+    char batch_digest[17];      /* --batch-digest: this rank's (rt_batch_digest_hex), else "" */
 };
 
 /* Start-up, in the order it happens: each stamp (rt_now_ns) ends the part named after it (startup.c). */
@@ -395,9 +397,6 @@ int checkpoint_resume(struct train *T);     /* --resume: load, agree across rank
  * rank 0 after the last checkpoint (finished = 1), removed when a run starts (0). */
 int checkpoint_mark_finished(struct train *T, int finished);
 void checkpoint_json_floats(char *buf, size_t len, const float *v, uint32_t n); /* "[a, b, c]" */
-/* The normalisation of a dataset's images (c channels, at most 4): its packed mean and std, else 0.5 and 0.25 (also
- * for info NULL: synthetic batches). Returns 1 when they came from the dataset. Train and eval use this one rule. */
-int train_data_norm(const struct rt_dataset_info *info, uint32_t c, float *mean, float *std);
 
 /* replicas.c */
 int replicas_create(struct train *T);       /* the host copy, after the model; 0 or -ENOMEM */

@@ -23,10 +23,9 @@ int evaluate_split(struct rt_model *m, struct rt_dataset *ds, enum rt_split spli
     const struct rt_rank_info *ri = comm ? rt_comm_info(comm) : NULL;
     /* Every rank evaluates its exact share; padding is masked and the sums
      * are all-reduced, so the figures are those of the whole split. */
-    struct rt_loader_opts lo = {.split = split, .batch = batch, .world = ri ? (uint32_t)ri->world : 1,
+    struct rt_loader_opts lo = {.batch = batch, .world = ri ? (uint32_t)ri->world : 1,
                                 .rank = ri ? (uint32_t)ri->rank : 0, .shuffle = RT_SHUFFLE_NONE,
-                                .last = RT_LAST_PAD, .workers = workers > 0 ? workers : 1, .epochs = 1,
-                                .image_size = image_size, .crop = RT_CROP_CENTER};
+                                .last = RT_LAST_PAD, .workers = workers > 0 ? workers : 1, .epochs = 1};
     struct rt_ring_opts ro = {.slots = 4, .batch = batch, .channels = rt_dataset_info(ds)->channels, .pin = pin};
     struct rt_ring *ring = NULL;
     struct rt_loader *L = NULL;
@@ -35,7 +34,9 @@ int evaluate_split(struct rt_model *m, struct rt_dataset *ds, enum rt_split spli
     struct rt_batch *b;
     int rc = -ENOMEM;
     memset(out, 0, sizeof(*out));
-    if (labels && (rc = rt_loader_image_shape(rt_dataset_info(ds), image_size, &ro.height, &ro.width)) == 0 &&
+    /* The split as it is, whichever: no augmentation, the centre crop for images of their own sizes. */
+    if (labels && (rc = rt_loader_opts_for(rt_dataset_info(ds), split, &(struct rt_aug){0}, image_size, &lo)) == 0 &&
+        (rc = rt_loader_image_shape(rt_dataset_info(ds), image_size, &ro.height, &ro.width)) == 0 &&
         (rc = rt_ring_create(&ro, &ring)) == 0 && (rc = rt_loader_create(ds, &lo, ring, &L)) == 0)
         while ((rc = rt_loader_next(L, &b)) > 0) {
             input_labels(b, labels);
@@ -138,7 +139,7 @@ static int foreign_fits(const struct eval_cfg *cfg, const struct rt_dataset_info
     shape[0] = di->channels;
     shape[1] = di->height;
     shape[2] = di->width;
-    train_data_norm(di, di->channels, mean, std);
+    rt_loader_norm(di, di->channels, mean, std);
     return 0;
 }
 

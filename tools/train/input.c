@@ -10,6 +10,7 @@
 
 #include "common/common.h"
 #include "common/trace.h"
+#include "loader/loadbench.h"
 #include "tools/train/driver.h"
 
 /* Bytes of one batch's images, as a ring slot and the synthetic batch hold them. */
@@ -39,27 +40,23 @@ static int start_loader(struct train *T)
 {
     const struct train_cfg *c = &T->cfg;
     struct rt_loader_opts lo = {
-        .split = RT_SPLIT_TRAIN,
         .batch = c->batch,
         .world = (uint32_t)T->world,
         .rank = (uint32_t)T->rank,
         .seed = c->seed,
         .shuffle = c->shuffle,
         .last = RT_LAST_DROP,
-        .aug = c->aug,
         .workers = c->workers > 0 ? c->workers : 1,
         .epochs = c->epochs,
         .start_epoch = T->pos.epoch,
         .start_step = T->pos.batch,
         .on_batch = T->faults.loader_delay_ms ? train_faults_loader_batch : NULL,
         .on_batch_ctx = &T->faults,
-        .image_size = c->image_size,
     };
-    /* Images of their own sizes: the crop is RandomResizedCrop (the padded crop is for fixed sizes). */
-    if (T->info->height == 0) {
-        lo.crop = lo.aug.pad ? RT_CROP_RANDOM : RT_CROP_CENTER;
-        lo.aug.pad = 0;
-    }
+    /* The augmentation and crop are the loader's rule (--aug, or its default for the data). */
+    int rc = rt_loader_opts_for(T->info, RT_SPLIT_TRAIN, c->aug_default ? NULL : &c->aug, c->image_size, &lo);
+    if (rc < 0)
+        return rc;
     struct rt_ring_opts ro = {.slots = (uint32_t)RT_MAX(lo.workers + 2, 4), .batch = c->batch, .channels = T->c,
                               .height = T->h, .width = T->w, .pin = c->pin};
     /* On a GPU the slots are cudaHostAlloc memory: each batch's copy to the device is a DMA on the copy
@@ -69,7 +66,6 @@ static int start_loader(struct train *T)
                                                     .free = ring_host_free, .ctx = T->be};
         ro.allocator = &T->in.host_mem;
     }
-    int rc;
     if ((rc = rt_ring_create(&ro, &T->in.ring)) < 0 ||
         (rc = rt_loader_create(T->ds, &lo, T->in.ring, &T->in.loader)) < 0)
         return rc;
@@ -105,7 +101,10 @@ static int make_synthetic(struct train *T)
 
 int input_create(struct train *T)
 {
-    return T->cfg.synthetic ? make_synthetic(T) : start_loader(T);
+    if (T->cfg.synthetic)
+        return make_synthetic(T);
+    const int rc = T->cfg.batch_digest ? rt_batch_digest_create(&T->in.digest) : 0;
+    return rc < 0 ? rc : start_loader(T);
 }
 
 void input_labels(const struct rt_batch *slot, int32_t *labels)
@@ -187,6 +186,9 @@ int train_input_next(struct train *T, struct train_batch *b)
         give_back(T, cur.slot, cur.ticket, &b->copy_wait_ns); /* the step will not run: its slot goes back now */
         return r;
     }
+    /* (Training drops the last partial batch: no padding sample had its label changed by the copy's set-up.) */
+    if (in->digest)
+        rt_batch_digest_add(in->digest, cur.slot, T->c, T->h, T->w);
     b->images = cur.dev;
     b->labels = cur.slot->labels;
     b->labels_dev = cur.labels_dev;
@@ -211,6 +213,7 @@ void input_destroy(struct train *T)
         give_back(T, in->next.slot, in->next.ticket, &unused); /* fetched for a step that did not run */
     rt_loader_destroy(in->loader);
     rt_ring_destroy(in->ring);
+    rt_batch_digest_destroy(in->digest);
     free(in->syn_images);
     *in = (struct train_input){0};
 }

@@ -12,6 +12,7 @@
 
 #include "common/common.h"
 #include "common/trace.h"
+#include "loader/loadbench.h"
 #include "tools/train/driver.h"
 
 volatile sig_atomic_t loop_stop_signal;
@@ -98,6 +99,10 @@ int train_finish(struct train *T)
         rt_info("param digest: %016" PRIx64, digest);
     else if (T->root)
         rt_info("param digest: %016" PRIx64 " (the same on all %d ranks)", digest, T->world);
+    if (T->in.digest) {
+        rt_batch_digest_hex(T->in.digest, T->res.batch_digest);
+        rt_info("batch digest: %s (the batches this rank's steps took, as loadbench --digest)", T->res.batch_digest);
+    }
     report_stopped(T);
     /* The run's exposed-communication share, averaged over the ranks. */
     double ct[2] = {(double)T->meter.run.comm_ns, (double)T->meter.run.train_ns};

@@ -189,9 +189,11 @@ struct train_cfg {
     uint32_t syn_c, syn_h, syn_w, syn_classes; /* synthetic shape without --data */
     uint64_t max_updates;       /* --steps: stop after this many updates (0: no limit) */
     int json;                   /* end with a JSON summary line */
+    int batch_digest;           /* a digest of every batch the steps took (loadbench --digest's), printed and in
+                                   the JSON summary: the same options give loadbench's and Python's */
     int progress;               /* 1: progress bar, 0: none, -1: when stderr is a tty */
     struct rt_aug aug;
-    int aug_default;            /* aug not given: crop,flip for 3-channel data, none otherwise */
+    int aug_default;            /* aug not given: the loader's default (rt_loader_opts_for) */
     uint32_t image_size;        /* variable-size datasets: S of the S x S crops (0 for fixed-size data) */
     enum rt_shuffle shuffle;
     enum rt_pin pin;
