@@ -179,12 +179,36 @@ static int choose_device(struct commbench *B, int *gpu)
     return rt_errf(-ECANCELED, "--device cuda: another rank has no usable GPU with NCCL (see its message)");
 }
 
+static const char *env_get(void *ctx, const char *name)
+{
+    (void)ctx;
+    return getenv(name);
+}
+
+/* A CUDA backend on the GPU rt_gpu_preflight picks for this rank, as train's --device cuda does (its note on
+ * Slurm's per-task binding printed by the node's first rank). 0, or -errno naming --device cuda. */
+static int open_backend(struct commbench *B)
+{
+    const struct rt_rank_info *ri = rt_comm_info(B->c);
+    struct rt_backend_probe p;
+    struct rt_backend_opts bo = {.kind = RT_BACKEND_CUDA};
+    char note[1024];
+    int rc = rt_backend_probe(RT_BACKEND_CUDA, &p);
+    if (rc == 0 && rt_gpu_preflight(p.devices, ri->local_rank, RT_MAX(ri->local_world, 1), env_get, NULL,
+                                    &bo.device, note, sizeof(note)) < 0)
+        rc = -ENODEV;
+    if (rc == 0 && note[0] && ri->local_rank == 0)
+        rt_info("%s", note);
+    if (rc == 0)
+        rc = rt_backend_create(&bo, &B->be);
+    return rc < 0 ? rt_errf(rc, "--device cuda: %s", rt_errmsg()) : 0;
+}
+
 /* NCCL mode: this rank's GPU, the bucketer's buffer and the pattern on it, the communicator. Collective. */
 static int open_gpu(struct commbench *B)
 {
-    const struct rt_rank_info *ri = rt_comm_info(B->c);
     const size_t bytes = B->cfg.max_bytes;
-    int rc = train_open_backend(DEVICE_CUDA, ri->local_rank, ri->local_world, 1, 0, 0, &B->be);
+    int rc = open_backend(B);
     if (rc == 0) {
         const struct rt_ops *ops = rt_backend_ops(B->be);
         struct rt_stream *s = rt_backend_stream(B->be);
