@@ -1,15 +1,15 @@
 /*
  * page.c - the report's page: the runs' table, the charts of each section
  * (training, the step profile and a traced step, GPU, input pipeline,
- * all-reduce, scaling) and the configuration table, from what report.c read.
- * A section with nothing to draw is left out.
+ * all-reduce, scaling) and the configuration table, from what report.c read;
+ * and rt_report_write(), which composes it and writes it. A section with
+ * nothing to draw is left out.
  */
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 
 #include "common/common.h"
@@ -46,7 +46,7 @@ static int plot_add(struct plot *p, const struct run *u, int run, const char *ke
     int k = 0;
     for (size_t i = 0; i < n; i++) {
         const json_t *o = json_array_get(u->records, i);
-        const double x = rep_num(o, "epoch"), y = rep_path_num(o, key);
+        const double x = rt_report_num(o, "epoch"), y = rt_report_path_num(o, key);
         if (isfinite(x) && isfinite(y))
             m[k] = x, m[n + k] = y, k++;
     }
@@ -69,7 +69,7 @@ static void line_epochs(struct sbuf *b, struct plot *p, const char *name, const 
     if (p->n > 0) {
         struct chart_line c = {.name = name, .title = title, .xlabel = "epoch", .ylabel = ylabel, .xint = 1,
                                .yfmt = yf, .yzero = yzero, .s = p->s, .ns = p->n, .mark_x = NAN, .caption = caption};
-        chart_line(b, &c);
+        rt_report_chart_line(b, &c);
     }
     plot_free(p);
 }
@@ -104,7 +104,7 @@ static void training_charts(struct sbuf *b, struct rt_report *r, struct plot *p)
     line_epochs(b, p, "loss", "Loss", "loss", NULL, 0,
                 "Mean cross-entropy over each epoch's training batches (solid) and on the validation split after it (dashed).");
     train_val(p, r, "train_acc", "val_acc");
-    line_epochs(b, p, "accuracy", "Accuracy", "top-1 accuracy", chart_fmt_pct, 0,
+    line_epochs(b, p, "accuracy", "Accuracy", "top-1 accuracy", rt_report_fmt_pct, 0,
                 "Top-1 accuracy on the epoch's training batches (solid, as augmented) and on the validation split (dashed).");
 
     /* Images/s: each rank's line where the records have them, else the run's. */
@@ -193,7 +193,7 @@ static void profile_chart(struct sbuf *b, struct rt_report *r, const char *pct)
                 const json_t *o = json_array_get(r->run[i].records, e);
                 if (!json_is_object(json_object_get(o, "profile")))
                     continue;
-                x[k] = rep_num(o, "epoch");
+                x[k] = rt_report_num(o, "epoch");
                 run[k] = i;
                 snprintf(cat[k], sizeof(cat[k]), "%g", x[k]);
                 catl[k] = cat[k];
@@ -201,7 +201,7 @@ static void profile_chart(struct sbuf *b, struct rt_report *r, const char *pct)
                 for (int s = 0; s < NPHASE; s++) {
                     snprintf(keys[k * NPHASE + s], sizeof(keys[0]), "profile.phases.%s.%s_ms", phase_key[s], pct);
                     keyp[k * NPHASE + s] = keys[k * NPHASE + s];
-                    v[k * NPHASE + s] = rep_path_num(o, keys[k * NPHASE + s]);
+                    v[k * NPHASE + s] = rt_report_path_num(o, keys[k * NPHASE + s]);
                 }
                 k++;
             }
@@ -217,7 +217,7 @@ static void profile_chart(struct sbuf *b, struct rt_report *r, const char *pct)
         struct chart_bars c = {.name = name, .title = title, .ylabel = "ms per step", .ncat = ncat, .nseg = NPHASE,
                                .cat_label = catl, .group_label = r->nrun > 1 ? grp : NULL, .cat_run = run,
                                .cat_x = x, .seg_label = phase_name, .seg_key = keyp, .v = v, .caption = caption};
-        chart_bars(b, &c);
+        rt_report_chart_bars(b, &c);
     }
     free(cat), free(keys), free(catl), free(grp), free(keyp), free(run), free(x), free(v);
 }
@@ -248,7 +248,7 @@ static void loadbench_charts(struct sbuf *b, struct rt_report *r)
         int n = 0;
         for (size_t k = 0; k < json_array_size(sc) && n < 64; k++) {
             const json_t *o = json_array_get(sc, k);
-            xs[i][n] = rep_num(o, "workers"), ys[i][n] = rep_num(o, "images_per_s");
+            xs[i][n] = rt_report_num(o, "workers"), ys[i][n] = rt_report_num(o, "images_per_s");
             int seen = 0;
             for (int t = 0; t < nt; t++)
                 seen |= ticks[t] == xs[i][n];
@@ -264,7 +264,7 @@ static void loadbench_charts(struct sbuf *b, struct rt_report *r)
                            .nxticks = nt, .yzero = 1, .s = s, .ns = r->nload, .mark_x = NAN,
                            .caption = "ringtrain loadbench: the loader and batch ring with no compute; images/s "
                                       "over the whole run at each worker count."};
-    chart_line(b, &c);
+    rt_report_chart_line(b, &c);
 
     /* Stage shares of the last worker count, one group of bars per file. */
     static const char *const st[] = {"io", "checksum", "decompress", "decode", "augment", "slot_wait", "ring_wait", "idle"};
@@ -287,19 +287,19 @@ static void loadbench_charts(struct sbuf *b, struct rt_report *r)
                 x[c2] = k;
                 snprintf(keys[c2], sizeof(keys[0]), "stages.%s.share", st[k]);
                 keyp[c2] = keys[c2];
-                v[c2] = rep_path_num(r->loadbench[i].j, keys[c2]);
+                v[c2] = rt_report_path_num(r->loadbench[i].j, keys[c2]);
             }
         static const char *const seg[] = {"share of worker time"};
         char cap[300];
         snprintf(cap, sizeof(cap),
                  "Where the workers' time went at %g workers: busy in each stage, waiting for a free slot or for the "
                  "ring, or idle. The largest busy stage is what to speed up.",
-                 rep_num(r->loadbench[r->nload - 1].j, "workers"));
+                 rt_report_num(r->loadbench[r->nload - 1].j, "workers"));
         struct chart_bars cb = {.name = "loadbench-stages", .title = "Input pipeline: stage shares",
                                 .ylabel = "share of worker time", .ncat = ncat, .nseg = 1, .cat_label = catl,
                                 .group_label = r->nload > 1 ? grp : NULL, .cat_run = run, .cat_x = x,
-                                .seg_label = seg, .seg_key = keyp, .v = v, .yfmt = chart_fmt_pct, .caption = cap};
-        chart_bars(b, &cb);
+                                .seg_label = seg, .seg_key = keyp, .v = v, .yfmt = rt_report_fmt_pct, .caption = cap};
+        rt_report_chart_bars(b, &cb);
     }
     free(catl), free(grp), free(keyp), free(keys), free(run), free(x), free(v);
 }
@@ -333,29 +333,29 @@ static void commbench_chart(struct sbuf *b, struct rt_report *r)
                 const json_t *o = json_array_get(res, k);
                 const char *p = json_string_value(json_object_get(o, "path"));
                 if (p && strcmp(p, paths[q]) == 0)
-                    xs[ns][n] = rep_num(o, "size"), ys[ns][n] = rep_num(o, "busbw"), n++;
+                    xs[ns][n] = rt_report_num(o, "size"), ys[ns][n] = rt_report_num(o, "busbw"), n++;
             }
             snprintf(lab[ns], sizeof(lab[ns]), "%s%s%s (%g ranks)", r->ncomm > 1 ? r->commbench[i].src : "",
-                     r->ncomm > 1 ? ": " : "", paths[q], rep_num(j, "ranks"));
+                     r->ncomm > 1 ? ": " : "", paths[q], rt_report_num(j, "ranks"));
             snprintf(key[ns], sizeof(key[ns]), "results[path=%s].busbw", paths[q]);
             s[ns] = (struct chart_series){lab[ns], i, key[ns], n, xs[ns], ys[ns], ns, 0, 0, 1};
             ns++;
         }
-        const double bk = rep_path_num(j, "bucket.bytes");
+        const double bk = rt_report_path_num(j, "bucket.bytes");
         if (isfinite(bk) && !isfinite(mark)) {
             mark = bk;
             char sz[32];
-            chart_fmt_bytes(bk, sz, sizeof(sz));
+            rt_report_fmt_bytes(bk, sz, sizeof(sz));
             snprintf(mark_label, sizeof(mark_label), "bucket %s", sz);
         }
     }
     struct chart_line c = {.name = "commbench-busbw", .title = "All-reduce bus bandwidth against message size",
-                           .xlabel = "message size", .ylabel = "busbw (GB/s)", .xlog = 1, .xfmt = chart_fmt_bytes,
+                           .xlabel = "message size", .ylabel = "busbw (GB/s)", .xlog = 1, .xfmt = rt_report_fmt_bytes,
                            .yzero = 1, .s = s, .ns = ns, .mark_x = mark, .mark_label = mark_label,
                            .caption = "ringtrain commbench: bus bandwidth as nccl-tests defines it (algbw x 2(n-1)/n "
                                       "for all-reduce) for each path; the dashed line is the gradient bucket size "
                                       "training uses."};
-    chart_line(b, &c);
+    rt_report_chart_line(b, &c);
 }
 
 static void scaling_charts(struct sbuf *b, struct rt_report *r)
@@ -377,7 +377,7 @@ static void scaling_charts(struct sbuf *b, struct rt_report *r)
                 int n = 0;
                 for (size_t k = 0; k < json_array_size(rows) && n < PTS; k++) {
                     const json_t *row = json_array_get(rows, k), *c = json_object_get(row, modes[m]);
-                    const double x = rep_num(row, "ranks"), y = rep_num(c, what ? "efficiency" : "speedup");
+                    const double x = rt_report_num(row, "ranks"), y = rt_report_num(c, what ? "efficiency" : "speedup");
                     if (!isfinite(x) || !isfinite(y))
                         continue;
                     xs[ns][n] = x, ys[ns][n] = y, n++;
@@ -415,196 +415,52 @@ static void scaling_charts(struct sbuf *b, struct rt_report *r)
         struct chart_line c = {.name = what ? "scaling-efficiency" : "scaling-speedup",
                                .title = what ? "Scaling efficiency" : "Speedup against ranks", .xlabel = "ranks",
                                .ylabel = what ? "efficiency" : "speedup", .xlog = 1, .xticks = ticks, .nxticks = nt,
-                               .yfmt = what ? chart_fmt_pct : NULL, .yzero = 1, .ymax_at_least = what ? 1.0 : 0,
+                               .yfmt = what ? rt_report_fmt_pct : NULL, .yzero = 1, .ymax_at_least = what ? 1.0 : 0,
                                .s = s, .ns = ns, .mark_x = NAN,
                                .caption = what ? "bench/scaling.sh: speedup x N0 / N (1 is perfect), medians over "
                                                  "the repeats."
                                                : "bench/scaling.sh: images/s at N ranks over images/s at the "
                                                  "smallest rank count, medians over the repeats; grey: ideal."};
-        chart_line(b, &c);
+        rt_report_chart_line(b, &c);
     }
 }
 
 /* ---- one step of a trace ---------------------------------------------------------------- */
 
-enum { TL_MAX_SPANS = 4000, TL_MAX_ROWS = 24, TL_MAX_CATS = CHART_COLORS, TRACE_MAX_BYTES = 256 << 20 };
-
-static int by_row_start(const void *a, const void *b)
+/* Trace IDX's step (report.c read it: struct timeline) as a timeline chart; nothing when the file gave none. */
+static void timeline_chart(struct sbuf *b, const struct timeline *tl, int idx)
 {
-    const struct chart_span *x = a, *y = b;
-    if (x->row != y->row)
-        return x->row - y->row;
-    if (x->t0 != y->t0)
-        return x->t0 < y->t0 ? -1 : 1;
-    return (y->t1 - y->t0) < (x->t1 - x->t0) ? -1 : (y->t1 - y->t0) > (x->t1 - x->t0);
-}
-
-struct step_span {
-    double dur;
-    size_t at; /* the event's place in the file */
-    const json_t *e;
-};
-
-static int by_length(const void *a, const void *b)
-{
-    const struct step_span *x = a, *y = b;
-    if (x->dur != y->dur)
-        return x->dur < y->dur ? -1 : 1;
-    return x->at < y->at ? -1 : x->at > y->at;
-}
-
-/*
- * The typical optimizer step of the lowest rank (pid) in a --trace file (rank 0's, but in a --trace-split part):
- * its step span of median length, and every span of that rank's threads within it, a row per thread in the trace's
- * own order. Files past 256 MB are left to Perfetto.
- */
-static void timeline_chart(struct sbuf *b, const char *path, int idx)
-{
-    struct stat st;
-    if (stat(path, &st) < 0 || st.st_size > TRACE_MAX_BYTES)
+    if (!tl->nsteps || !tl->nsp)
         return;
-    json_t *j = json_load_file(path, 0, NULL);
-    const json_t *ev = json_object_get(j, "traceEvents");
-    int pid = INT32_MAX;
-    for (size_t i = 0; i < json_array_size(ev); i++) {
-        const json_t *e = json_array_get(ev, i);
-        const char *ph = json_string_value(json_object_get(e, "ph"));
-        if (ph && *ph == 'X')
-            pid = RT_MIN(pid, (int)json_integer_value(json_object_get(e, "pid")));
-    }
-    /* The steps: spans of category "step" named "step N", by length (then file order). */
-    struct step_span *steps = calloc(json_array_size(ev) + 1, sizeof(*steps));
-    int nsteps = 0;
-    for (size_t i = 0; steps && i < json_array_size(ev); i++) {
-        const json_t *e = json_array_get(ev, i);
-        const char *cat = json_string_value(json_object_get(e, "cat")), *nm = json_string_value(json_object_get(e, "name"));
-        if (cat && nm && strcmp(cat, "step") == 0 && strncmp(nm, "step ", 5) == 0 &&
-            json_integer_value(json_object_get(e, "pid")) == pid)
-            steps[nsteps++] = (struct step_span){rep_num(e, "dur"), i, e};
-    }
-    double pick = NAN, w0 = 0, w1 = 0;
-    const char *step_name = NULL;
-    if (nsteps) {
-        qsort(steps, (size_t)nsteps, sizeof(*steps), by_length);
-        int m = nsteps / 2; /* the median; of equal lengths, the first in the file */
-        while (m > 0 && steps[m - 1].dur == steps[m].dur)
-            m--;
-        const double ts = rep_num(steps[m].e, "ts");
-        pick = steps[m].dur;
-        w0 = ts - 0.04 * pick, w1 = ts + 1.04 * pick;
-        step_name = json_string_value(json_object_get(steps[m].e, "name"));
-    }
-    free(steps);
-    if (!step_name) {
-        json_decref(j);
-        return;
-    }
-    /* The threads of that rank, in the trace's sort order, and their spans in the window. */
-    int tids[TL_MAX_ROWS], sort[TL_MAX_ROWS], nrow = 0;
-    const char *rowl[TL_MAX_ROWS], *cats[TL_MAX_CATS];
-    int ncat = 0, nsp = 0;
-    struct chart_span *sp = calloc(TL_MAX_SPANS, sizeof(*sp));
-    for (size_t i = 0; sp && i < json_array_size(ev); i++) {
-        const json_t *e = json_array_get(ev, i);
-        const char *ph = json_string_value(json_object_get(e, "ph"));
-        if (!ph || *ph != 'X' || json_integer_value(json_object_get(e, "pid")) != pid)
-            continue;
-        const double ts = rep_num(e, "ts"), d = rep_num(e, "dur");
-        if (!(ts < w1 && ts + d > w0) || nsp >= TL_MAX_SPANS)
-            continue;
-        const int tid = (int)json_integer_value(json_object_get(e, "tid"));
-        int row = -1;
-        for (int k = 0; k < nrow; k++)
-            if (tids[k] == tid)
-                row = k;
-        if (row < 0 && nrow < TL_MAX_ROWS) {
-            row = nrow++;
-            tids[row] = tid, sort[row] = tid, rowl[row] = NULL;
-        }
-        const char *cat = json_string_value(json_object_get(e, "cat"));
-        int ci = -1;
-        for (int k = 0; k < ncat; k++)
-            if (cat && strcmp(cats[k], cat) == 0)
-                ci = k;
-        if (ci < 0 && cat && ncat < TL_MAX_CATS)
-            cats[ci = ncat++] = cat;
-        if (row < 0 || ci < 0)
-            continue;
-        sp[nsp++] = (struct chart_span){row, ci, fmax(ts, w0) - w0, fmin(ts + d, w1) - w0,
-                                        json_string_value(json_object_get(e, "name"))};
-    }
-    char rank_name[48];
-    snprintf(rank_name, sizeof(rank_name), "rank %d", pid); /* the trace's pid is the rank */
-    const char *proc = rank_name;                            /* "rank 3 (host)" where the trace names it */
-    for (size_t i = 0; i < json_array_size(ev); i++) {
-        const json_t *e = json_array_get(ev, i);
-        const char *nm = json_string_value(json_object_get(e, "name"));
-        if (!nm || json_integer_value(json_object_get(e, "pid")) != pid)
-            continue;
-        const int tid = (int)json_integer_value(json_object_get(e, "tid"));
-        const json_t *args = json_object_get(e, "args");
-        if (strcmp(nm, "process_name") == 0 && json_string_value(json_object_get(args, "name")))
-            proc = json_string_value(json_object_get(args, "name"));
-        for (int k = 0; k < nrow; k++)
-            if (tids[k] == tid) {
-                if (strcmp(nm, "thread_name") == 0)
-                    rowl[k] = json_string_value(json_object_get(args, "name"));
-                else if (strcmp(nm, "thread_sort_index") == 0)
-                    sort[k] = (int)json_integer_value(json_object_get(args, "sort_index"));
-            }
-    }
-    /* Rows in sort order: renumber. */
-    int order[TL_MAX_ROWS], rank_of[TL_MAX_ROWS];
-    for (int k = 0; k < nrow; k++)
-        order[k] = k;
-    for (int a = 1; a < nrow; a++)
-        for (int k = a; k > 0 && sort[order[k - 1]] > sort[order[k]]; k--) {
-            const int t = order[k];
-            order[k] = order[k - 1], order[k - 1] = t;
-        }
-    const char *labels[TL_MAX_ROWS];
-    char fallback[TL_MAX_ROWS][24];
-    for (int k = 0; k < nrow; k++) {
-        rank_of[order[k]] = k;
-        snprintf(fallback[k], sizeof(fallback[k]), "thread %d", tids[order[k]]);
-        labels[k] = rowl[order[k]] ? rowl[order[k]] : fallback[k];
-    }
-    for (int i = 0; i < nsp; i++)
-        sp[i].row = rank_of[sp[i].row];
-    if (sp)
-        qsort(sp, (size_t)nsp, sizeof(*sp), by_row_start);
     char name[32], title[200], caption[900];
     snprintf(name, sizeof(name), idx ? "timeline-%d" : "timeline", idx + 1);
-    snprintf(title, sizeof(title), "One optimizer step: %s of %s", step_name, proc);
+    snprintf(title, sizeof(title), "One optimizer step: %s of %s", tl->step_name, tl->proc);
     snprintf(caption, sizeof(caption),
              "From %s: the step of median length among the %d traced (%.2f ms), every thread of %s during it. "
              "Open the file in Perfetto (ui.perfetto.dev) or chrome://tracing for every step and rank.",
-             path, nsteps, pick / 1000.0, proc);
-    if (sp && nsp) {
-        struct chart_timeline c = {.name = name, .title = title, .nrow = nrow, .row_label = labels, .ncat = ncat,
-                                   .cat_label = cats, .sp = sp, .nsp = nsp, .t1 = w1 - w0, .caption = caption};
-        chart_timeline(b, &c);
-    }
-    free(sp);
-    json_decref(j);
+             tl->src, tl->nsteps, tl->step_us / 1000.0, tl->proc);
+    struct chart_timeline c = {.name = name, .title = title, .nrow = tl->nrow, .row_label = tl->row_label,
+                               .ncat = tl->ncat, .cat_label = tl->cat_label, .sp = tl->sp, .nsp = tl->nsp,
+                               .t1 = tl->t1, .caption = caption};
+    rt_report_chart_timeline(b, &c);
 }
 
 /* ---- tables ---------------------------------------------------------------------------- */
 
 static void cell_num(struct sbuf *b, double v, const char *fmt)
 {
-    sb_puts(b, "<td class=\"num\">");
+    rt_report_buf_puts(b, "<td class=\"num\">");
     if (isfinite(v))
-        sb_printf(b, fmt, v);
+        rt_report_buf_printf(b, fmt, v);
     else
-        sb_puts(b, "&ndash;");
-    sb_puts(b, "</td>");
+        rt_report_buf_puts(b, "&ndash;");
+    rt_report_buf_puts(b, "</td>");
 }
 
 static double last_num(const struct run *u, const char *key)
 {
     for (size_t i = json_array_size(u->records); i-- > 0;) {
-        const double v = rep_path_num(json_array_get(u->records, i), key);
+        const double v = rt_report_path_num(json_array_get(u->records, i), key);
         if (isfinite(v))
             return v;
     }
@@ -613,49 +469,51 @@ static double last_num(const struct run *u, const char *key)
 
 static void runs_table(struct sbuf *b, const struct rt_report *r)
 {
-    sb_puts(b, "<table class=\"runs\" id=\"runs\"><tr><th></th><th>run</th><th>model</th><th>ranks</th>"
-               "<th>epochs</th><th>train loss</th><th>val loss</th><th>val accuracy</th><th>best</th>"
-               "<th>images/s</th><th>wall</th><th>from</th></tr>\n");
+    rt_report_buf_puts(b, "<table class=\"runs\" id=\"runs\"><tr><th></th><th>run</th><th>model</th><th>ranks</th>"
+                          "<th>epochs</th><th>train loss</th><th>val loss</th><th>val accuracy</th><th>best</th>"
+                          "<th>images/s</th><th>wall</th><th>from</th></tr>\n");
     for (int i = 0; i < r->nrun; i++) {
         const struct run *u = &r->run[i];
         const char *model = json_string_value(json_object_get(u->summary, "model"));
         if (!model)
             model = json_string_value(json_object_get(u->state, "model"));
-        double ranks = rep_num(u->summary, "world_size");
+        double ranks = rt_report_num(u->summary, "world_size");
         if (!isfinite(ranks))
             ranks = last_num(u, "world_size");
-        double best = rep_num(u->summary, "best_val_acc");
+        double best = rt_report_num(u->summary, "best_val_acc");
         if (!isfinite(best))
-            best = rep_num(u->state, "best_val_acc");
-        double ips = rep_num(u->summary, "steady_images_per_s");
+            best = rt_report_num(u->state, "best_val_acc");
+        double ips = rt_report_num(u->summary, "steady_images_per_s");
         if (!isfinite(ips))
-            ips = rep_num(u->summary, "images_per_s");
+            ips = rt_report_num(u->summary, "images_per_s");
         if (!isfinite(ips))
             ips = last_num(u, "images_per_s");
-        sb_printf(b, "<tr><td><span class=\"swatch\" style=\"background:%s\"></span></td><td>", chart_color(i));
-        sb_esc(b, u->label);
-        sb_puts(b, "</td><td>");
-        sb_esc(b, model ? model : "");
-        sb_puts(b, "</td>");
+        rt_report_buf_printf(b, "<tr><td><span class=\"swatch\" style=\"background:%s\"></span></td><td>",
+                             rt_report_color(i));
+        rt_report_buf_esc(b, u->label);
+        rt_report_buf_puts(b, "</td><td>");
+        rt_report_buf_esc(b, model ? model : "");
+        rt_report_buf_puts(b, "</td>");
         cell_num(b, ranks, "%g");
-        cell_num(b, (double)json_array_size(u->records) > 0 ? last_num(u, "epoch") : rep_num(u->state, "epoch"), "%g");
+        cell_num(b, (double)json_array_size(u->records) > 0 ? last_num(u, "epoch") : rt_report_num(u->state, "epoch"),
+                 "%g");
         cell_num(b, last_num(u, "train_loss"), "%.4f");
         cell_num(b, last_num(u, "val_loss"), "%.4f");
         const double va = last_num(u, "val_acc");
         cell_num(b, isfinite(va) ? va * 100.0 : NAN, "%.2f%%");
         cell_num(b, isfinite(best) ? best * 100.0 : NAN, "%.2f%%");
         cell_num(b, ips, "%.0f");
-        cell_num(b, rep_num(u->summary, "time_s"), "%.1f s");
-        sb_puts(b, "<td class=\"src\">");
-        sb_esc(b, u->src);
+        cell_num(b, rt_report_num(u->summary, "time_s"), "%.1f s");
+        rt_report_buf_puts(b, "<td class=\"src\">");
+        rt_report_buf_esc(b, u->src);
         if (u->trace[0]) {
-            sb_puts(b, " (trace: ");
-            sb_esc(b, u->trace);
-            sb_puts(b, ", open it in Perfetto)");
+            rt_report_buf_puts(b, " (trace: ");
+            rt_report_buf_esc(b, u->trace);
+            rt_report_buf_puts(b, ", open it in Perfetto)");
         }
-        sb_puts(b, "</td></tr>\n");
+        rt_report_buf_puts(b, "</td></tr>\n");
     }
-    sb_puts(b, "</table>\n");
+    rt_report_buf_puts(b, "</table>\n");
 }
 
 static const json_t *facts_of(const struct run *u)
@@ -684,7 +542,7 @@ static void config_table(struct sbuf *b, const struct rt_report *r)
     int nk = 0, any_cmd = 0;
     for (int i = 0; i < r->nrun; i++) {
         const json_t *f = facts_of(&r->run[i]);
-        any_cmd |= rep_command_of(&r->run[i]) != NULL;
+        any_cmd |= rt_report_run_command(&r->run[i]) != NULL;
         for (size_t k = 0; k < json_array_size(f); k++) {
             const char *key = json_string_value(json_array_get(json_array_get(f, k), 0));
             int seen = 0;
@@ -694,19 +552,20 @@ static void config_table(struct sbuf *b, const struct rt_report *r)
                 keys[nk++] = key;
         }
     }
-    sb_puts(b, "<h2 id=\"configuration\">Configuration</h2>\n<table class=\"config\" id=\"config\">");
+    rt_report_buf_puts(b, "<h2 id=\"configuration\">Configuration</h2>\n<table class=\"config\" id=\"config\">");
     if (!nk && !any_cmd) {
-        sb_puts(b, "<tr><td>Not known: give a run's <code>train --json</code> output or its checkpoint's "
-                   "<code>state.json</code> with its metrics (comma-joined, or in its directory).</td></tr></table>\n");
+        rt_report_buf_puts(b, "<tr><td>Not known: give a run's <code>train --json</code> output or its checkpoint's "
+                              "<code>state.json</code> with its metrics (comma-joined, or in its directory)."
+                              "</td></tr></table>\n");
         return;
     }
-    sb_puts(b, "<tr><th></th>");
+    rt_report_buf_puts(b, "<tr><th></th>");
     for (int i = 0; i < r->nrun; i++) {
-        sb_puts(b, "<th>");
-        sb_esc(b, r->nrun > 1 ? r->run[i].label : "as the run's banner said");
-        sb_puts(b, "</th>");
+        rt_report_buf_puts(b, "<th>");
+        rt_report_buf_esc(b, r->nrun > 1 ? r->run[i].label : "as the run's banner said");
+        rt_report_buf_puts(b, "</th>");
     }
-    sb_puts(b, "</tr>\n");
+    rt_report_buf_puts(b, "</tr>\n");
     for (int q = 0; q < nk; q++) {
         int differs = 0;
         const char *first = fact(facts_of(&r->run[0]), keys[q]);
@@ -714,32 +573,32 @@ static void config_table(struct sbuf *b, const struct rt_report *r)
             const char *v = fact(facts_of(&r->run[i]), keys[q]);
             differs |= (!v) != (!first) || (v && first && strcmp(v, first) != 0);
         }
-        sb_printf(b, "<tr%s><th>", differs ? " class=\"differs\"" : "");
-        sb_esc(b, keys[q]);
-        sb_puts(b, "</th>");
+        rt_report_buf_printf(b, "<tr%s><th>", differs ? " class=\"differs\"" : "");
+        rt_report_buf_esc(b, keys[q]);
+        rt_report_buf_puts(b, "</th>");
         for (int i = 0; i < r->nrun; i++) {
-            sb_puts(b, "<td>");
-            sb_esc(b, fact(facts_of(&r->run[i]), keys[q]));
-            sb_puts(b, "</td>");
+            rt_report_buf_puts(b, "<td>");
+            rt_report_buf_esc(b, fact(facts_of(&r->run[i]), keys[q]));
+            rt_report_buf_puts(b, "</td>");
         }
-        sb_puts(b, "</tr>\n");
+        rt_report_buf_puts(b, "</tr>\n");
     }
     if (any_cmd) {
-        sb_puts(b, "<tr><th>command</th>");
+        rt_report_buf_puts(b, "<tr><th>command</th>");
         for (int i = 0; i < r->nrun; i++) {
-            const json_t *c = rep_command_of(&r->run[i]);
-            sb_puts(b, "<td><code>");
+            const json_t *c = rt_report_run_command(&r->run[i]);
+            rt_report_buf_puts(b, "<td><code>");
             for (size_t k = 0; c && k < json_array_size(c); k++) {
                 const char *a = json_string_value(json_array_get(c, k));
                 if (k)
-                    sb_puts(b, " ");
-                sb_esc(b, a ? a : "");
+                    rt_report_buf_puts(b, " ");
+                rt_report_buf_esc(b, a ? a : "");
             }
-            sb_puts(b, "</code></td>");
+            rt_report_buf_puts(b, "</code></td>");
         }
-        sb_puts(b, "</tr>\n");
+        rt_report_buf_puts(b, "</tr>\n");
     }
-    sb_puts(b, "</table>\n");
+    rt_report_buf_puts(b, "</table>\n");
 }
 
 /* ---- the per-op profile (train --profile-ops) and the comparison with PyTorch's ---------------------------- */
@@ -783,11 +642,11 @@ static void settings_text(const json_t *st, char *buf, size_t len)
 static void op_cat_bars(const json_t *op, const char *prefix, int s, int nser, double *v, double *share,
                         char (*keys)[64], const char **keyp)
 {
-    const double step = rep_num(op, "step_ms");
+    const double step = rt_report_num(op, "step_ms");
     const json_t *cats = json_object_get(op, "categories");
     for (int k = 0; k < NOPCAT; k++) {
         const int j = k * nser + s;
-        v[j] = rep_num(cats, op_cat[k]);
+        v[j] = rt_report_num(cats, op_cat[k]);
         share[j] = step > 0 ? v[j] / step : NAN;
         snprintf(keys[j], sizeof(keys[j]), "%s.categories.%s", prefix, op_cat[k]);
         keyp[j] = keys[j];
@@ -797,7 +656,7 @@ static void op_cat_bars(const json_t *op, const char *prefix, int s, int nser, d
 /* Run I's op profile (summary.op_profile) as a bar per category, ms per step. */
 static void op_profile_chart(struct sbuf *b, const struct rt_report *r, int i, const json_t *op)
 {
-    const double step = rep_num(op, "step_ms");
+    const double step = rt_report_num(op, "step_ms");
     double v[NOPCAT], share[NOPCAT];
     char keys[NOPCAT][64];
     const char *keyp[NOPCAT];
@@ -812,71 +671,76 @@ static void op_profile_chart(struct sbuf *b, const struct rt_report *r, int i, c
              "category, ms per optimizer step (the mean over %g steps%s); the step's span on the stream is %.3f ms, "
              "and idle is what the ops leave of it: the stream waiting for the host. The marks slow the step down "
              "(two CUDA events per op on a GPU).%s%s",
-             rep_num(op, "steps"), json_is_true(json_object_get(op, "warmup_included")) ? ", the warm-up included"
+             rt_report_num(op, "steps"), json_is_true(json_object_get(op, "warmup_included")) ? ", the warm-up included"
                                                                                           : " after the warm-up",
              step, set[0] ? " Settings: " : "", set);
     static const char *const ser[] = {"ms per step"};
     struct chart_hbars c = {.name = name, .title = title, .xlabel = "ms per step", .ncat = NOPCAT, .nser = 1,
                             .cat_label = op_cat, .ser_label = ser, .key = keyp, .v = v, .share = share, .run = i,
                             .caption = caption};
-    chart_hbars(b, &c);
+    rt_report_chart_hbars(b, &c);
 }
 
 /* Run I's top ops and the convolutions' algorithms, as tables under the charts. */
 static void op_profile_tables(struct sbuf *b, const struct rt_report *r, int i, const json_t *op)
 {
-    const double step = rep_num(op, "step_ms");
+    const double step = rt_report_num(op, "step_ms");
     const json_t *ops = json_object_get(op, "ops"), *conv = json_object_get(op, "convolutions");
-    sb_printf(b, "<h3>Top ops%s", r->nrun > 1 ? ": " : "");
+    rt_report_buf_printf(b, "<h3>Top ops%s", r->nrun > 1 ? ": " : "");
     if (r->nrun > 1)
-        sb_esc(b, r->run[i].label);
-    sb_printf(b, "</h3>\n<table class=\"ops\" id=\"ops-%d\"><tr><th>op</th><th>category</th><th>ms per step</th>"
-                 "<th>calls per step</th><th>share of the step</th></tr>\n", i);
+        rt_report_buf_esc(b, r->run[i].label);
+    rt_report_buf_printf(
+        b,
+        "</h3>\n<table class=\"ops\" id=\"ops-%d\"><tr><th>op</th><th>category</th><th>ms per step</th>"
+        "<th>calls per step</th><th>share of the step</th></tr>\n",
+        i);
     for (size_t k = 0; k < json_array_size(ops) && k < 16; k++) {
         const json_t *o = json_array_get(ops, k);
         const char *nm = json_string_value(json_object_get(o, "op"));
         const char *cat = json_string_value(json_object_get(o, "category"));
-        const double ms = rep_num(o, "ms");
-        sb_puts(b, "<tr><td><code>");
-        sb_esc(b, nm ? nm : "?");
-        sb_puts(b, "</code></td><td>");
-        sb_esc(b, cat ? cat : "");
-        sb_puts(b, "</td>");
+        const double ms = rt_report_num(o, "ms");
+        rt_report_buf_puts(b, "<tr><td><code>");
+        rt_report_buf_esc(b, nm ? nm : "?");
+        rt_report_buf_puts(b, "</code></td><td>");
+        rt_report_buf_esc(b, cat ? cat : "");
+        rt_report_buf_puts(b, "</td>");
         cell_num(b, ms, "%.3f");
-        cell_num(b, rep_num(o, "calls"), "%g");
+        cell_num(b, rt_report_num(o, "calls"), "%g");
         cell_num(b, step > 0 ? 100 * ms / step : NAN, "%.1f%%");
-        sb_puts(b, "</tr>\n");
+        rt_report_buf_puts(b, "</tr>\n");
     }
-    sb_puts(b, "</table>\n");
-    sb_printf(b, "<table class=\"convs\" id=\"convs-%d\"><tr><th>direction</th><th>dtype</th><th>shape</th>"
-                 "<th>algorithm</th><th>ms per call</th><th>workspace</th><th>deterministic</th><th>tensor cores</th>"
-                 "<th>candidates</th></tr>\n", i);
+    rt_report_buf_puts(b, "</table>\n");
+    rt_report_buf_printf(b, "<table class=\"convs\" id=\"convs-%d\"><tr><th>direction</th><th>dtype</th><th>shape</th>"
+                            "<th>algorithm</th><th>ms per call</th><th>workspace</th><th>deterministic</th>"
+                            "<th>tensor cores</th><th>candidates</th></tr>\n", i);
     if (!json_array_size(conv))
-        sb_puts(b, "<tr><td colspan=\"9\">No convolution choices: the CPU backend reports none (oneDNN picks its "
-                   "own); on a GPU each shape's cuDNN choice is listed here.</td></tr>\n");
+        rt_report_buf_puts(
+            b, "<tr><td colspan=\"9\">No convolution choices: the CPU backend reports none (oneDNN picks its "
+               "own); on a GPU each shape's cuDNN choice is listed here.</td></tr>\n");
     for (size_t k = 0; k < json_array_size(conv); k++) {
         const json_t *o = json_array_get(conv, k);
         static const char *const cols[] = {"dir", "dtype", "shape", "how"};
-        sb_puts(b, "<tr>");
+        rt_report_buf_puts(b, "<tr>");
         for (int q = 0; q < 4; q++) {
             const char *t = json_string_value(json_object_get(o, cols[q]));
-            sb_puts(b, q == 2 ? "<td><code>" : "<td>");
-            sb_esc(b, t ? t : "");
-            sb_puts(b, q == 2 ? "</code></td>" : "</td>");
+            rt_report_buf_puts(b, q == 2 ? "<td><code>" : "<td>");
+            rt_report_buf_esc(b, t ? t : "");
+            rt_report_buf_puts(b, q == 2 ? "</code></td>" : "</td>");
         }
-        cell_num(b, rep_num(o, "ms"), "%.4f");
+        cell_num(b, rt_report_num(o, "ms"), "%.4f");
         char ws[32] = "";
-        const double w = rep_num(o, "workspace");
+        const double w = rt_report_num(o, "workspace");
         if (isfinite(w))
-            chart_fmt_bytes(w, ws, sizeof(ws));
-        sb_puts(b, "<td class=\"num\">");
-        sb_esc(b, ws);
-        sb_printf(b, "</td><td>%s</td><td>%s</td>", json_is_true(json_object_get(o, "deterministic")) ? "yes" : "no",
-                  json_is_true(json_object_get(o, "tensor_cores")) ? "yes" : "no");
-        cell_num(b, rep_num(o, "candidates"), "%g");
-        sb_puts(b, "</tr>\n");
+            rt_report_fmt_bytes(w, ws, sizeof(ws));
+        rt_report_buf_puts(b, "<td class=\"num\">");
+        rt_report_buf_esc(b, ws);
+        rt_report_buf_printf(b, "</td><td>%s</td><td>%s</td>",
+                             json_is_true(json_object_get(o, "deterministic")) ? "yes" : "no",
+                             json_is_true(json_object_get(o, "tensor_cores")) ? "yes" : "no");
+        cell_num(b, rt_report_num(o, "candidates"), "%g");
+        rt_report_buf_puts(b, "</tr>\n");
     }
-    sb_puts(b, "</table>\n");
+    rt_report_buf_puts(b, "</table>\n");
 }
 
 /* The largest differences of a pair, "weight_grad 3.2 vs 1.1 ms": the file's "largest", else the three categories
@@ -888,7 +752,7 @@ static void largest_text(const json_t *pair, char *buf, size_t len)
     for (size_t k = 0; k < json_array_size(lg); k++) {
         const json_t *o = json_array_get(lg, k);
         const char *cat = json_string_value(json_object_get(o, "category"));
-        const double a = rep_num(o, "ringtrain_ms"), p = rep_num(o, "pytorch_ms");
+        const double a = rt_report_num(o, "ringtrain_ms"), p = rt_report_num(o, "pytorch_ms");
         rt_appendf(buf, len, "%s%s %.3f vs %.3f ms (%+.3f)", k ? "; " : "", cat ? cat : "?", a, p, a - p);
     }
     if (buf[0])
@@ -900,14 +764,14 @@ static void largest_text(const json_t *pair, char *buf, size_t len)
         int best = -1;
         double bd = 0;
         for (int k = 0; k < NOPCAT; k++) {
-            const double d = fabs(rep_num(ra, op_cat[k]) - rep_num(pa, op_cat[k]));
+            const double d = fabs(rt_report_num(ra, op_cat[k]) - rt_report_num(pa, op_cat[k]));
             if (!used[k] && isfinite(d) && d > bd)
                 bd = d, best = k;
         }
         if (best < 0)
             break;
         used[best] = 1;
-        const double a = rep_num(ra, op_cat[best]), p = rep_num(pa, op_cat[best]);
+        const double a = rt_report_num(ra, op_cat[best]), p = rt_report_num(pa, op_cat[best]);
         rt_appendf(buf, len, "%s%s %.3f vs %.3f ms (%+.3f)", n ? "; " : "", op_cat[best], a, p, a - p);
     }
 }
@@ -931,14 +795,14 @@ static void op_compare_charts(struct sbuf *b, const struct rt_report *r, int f)
             snprintf(prefix, sizeof(prefix), "pairs[%zu].%s", p, s ? "pytorch" : "ringtrain");
             op_cat_bars(side[s], prefix, s, 2, v, share, keys, keyp);
         }
-        snprintf(ser0, sizeof(ser0), "ringtrain (step %.3f ms)", rep_num(side[0], "step_ms"));
-        snprintf(ser1, sizeof(ser1), "PyTorch (step %.3f ms)", rep_num(side[1], "step_ms"));
+        snprintf(ser0, sizeof(ser0), "ringtrain (step %.3f ms)", rt_report_num(side[0], "step_ms"));
+        snprintf(ser1, sizeof(ser1), "PyTorch (step %.3f ms)", rt_report_num(side[1], "step_ms"));
         const char *ser[2] = {ser0, ser1};
         static const int colors[2] = {0, 3};
         char name[48], title[240], caption[1600], big[600], set0[160], set1[320];
         snprintf(name, sizeof(name), "opcmp-%d-%zu", f, p);
         snprintf(title, sizeof(title), "%s, %s, batch %g: ringtrain and PyTorch, ms per step", model ? model : "?",
-                 amp && strcmp(amp, "off") ? amp : "fp32", rep_num(pr, "batch"));
+                 amp && strcmp(amp, "off") ? amp : "fp32", rt_report_num(pr, "batch"));
         largest_text(pr, big, sizeof(big));
         settings_text(json_object_get(side[0], "settings"), set0, sizeof(set0));
         settings_text(json_object_get(side[1], "settings"), set1, sizeof(set1));
@@ -950,7 +814,7 @@ static void op_compare_charts(struct sbuf *b, const struct rt_report *r, int f)
         struct chart_hbars c = {.name = name, .title = title, .xlabel = "ms per step", .ncat = NOPCAT, .nser = 2,
                                 .cat_label = op_cat, .ser_label = ser, .ser_color = colors, .key = keyp, .v = v,
                                 .share = share, .run = f, .caption = caption};
-        chart_hbars(b, &c);
+        rt_report_chart_hbars(b, &c);
     }
 }
 
@@ -959,10 +823,11 @@ static void op_compare_table(struct sbuf *b, const struct rt_report *r)
 {
     if (!r->nprof)
         return;
-    sb_puts(b, "<h3>ringtrain against PyTorch, per pair</h3>\n<table class=\"opcmp\" id=\"opcmp\"><tr><th>file</th>"
-               "<th>model</th><th>precision</th><th>batch</th><th>ringtrain ms per step</th>"
-               "<th>PyTorch ms per step</th>"
-               "<th>largest differences (ringtrain vs PyTorch)</th></tr>\n");
+    rt_report_buf_puts(
+        b, "<h3>ringtrain against PyTorch, per pair</h3>\n<table class=\"opcmp\" id=\"opcmp\"><tr><th>file</th>"
+           "<th>model</th><th>precision</th><th>batch</th><th>ringtrain ms per step</th>"
+           "<th>PyTorch ms per step</th>"
+           "<th>largest differences (ringtrain vs PyTorch)</th></tr>\n");
     for (int f = 0; f < r->nprof; f++) {
         const json_t *pairs = json_object_get(r->profcmp[f].j, "pairs");
         for (size_t p = 0; p < json_array_size(pairs); p++) {
@@ -971,22 +836,22 @@ static void op_compare_table(struct sbuf *b, const struct rt_report *r)
             const char *amp = json_string_value(json_object_get(pr, "amp"));
             char big[600];
             largest_text(pr, big, sizeof(big));
-            sb_puts(b, "<tr><td class=\"src\">");
-            sb_esc(b, r->profcmp[f].src);
-            sb_puts(b, "</td><td>");
-            sb_esc(b, model ? model : "");
-            sb_puts(b, "</td><td>");
-            sb_esc(b, amp ? amp : "");
-            sb_puts(b, "</td>");
-            cell_num(b, rep_num(pr, "batch"), "%g");
-            cell_num(b, rep_path_num(pr, "ringtrain.step_ms"), "%.3f");
-            cell_num(b, rep_path_num(pr, "pytorch.step_ms"), "%.3f");
-            sb_puts(b, "<td>");
-            sb_esc(b, big);
-            sb_puts(b, "</td></tr>\n");
+            rt_report_buf_puts(b, "<tr><td class=\"src\">");
+            rt_report_buf_esc(b, r->profcmp[f].src);
+            rt_report_buf_puts(b, "</td><td>");
+            rt_report_buf_esc(b, model ? model : "");
+            rt_report_buf_puts(b, "</td><td>");
+            rt_report_buf_esc(b, amp ? amp : "");
+            rt_report_buf_puts(b, "</td>");
+            cell_num(b, rt_report_num(pr, "batch"), "%g");
+            cell_num(b, rt_report_path_num(pr, "ringtrain.step_ms"), "%.3f");
+            cell_num(b, rt_report_path_num(pr, "pytorch.step_ms"), "%.3f");
+            rt_report_buf_puts(b, "<td>");
+            rt_report_buf_esc(b, big);
+            rt_report_buf_puts(b, "</td></tr>\n");
         }
     }
-    sb_puts(b, "</table>\n");
+    rt_report_buf_puts(b, "</table>\n");
 }
 
 /* The section: each run's op profile (a chart, then its tables) and the comparisons; nothing when there is none. */
@@ -997,7 +862,7 @@ static void op_profile_section(struct sbuf *b, const struct rt_report *r)
         any |= json_is_object(json_object_get(r->run[i].summary, "op_profile"));
     if (!any)
         return;
-    sb_puts(b, "<h2 id=\"op-profile\">Per-op profile</h2>\n<div class=\"charts\">\n");
+    rt_report_buf_puts(b, "<h2 id=\"op-profile\">Per-op profile</h2>\n<div class=\"charts\">\n");
     for (int i = 0; i < r->nrun; i++) {
         const json_t *op = json_object_get(r->run[i].summary, "op_profile");
         if (json_is_object(op))
@@ -1005,7 +870,7 @@ static void op_profile_section(struct sbuf *b, const struct rt_report *r)
     }
     for (int f = 0; f < r->nprof; f++)
         op_compare_charts(b, r, f);
-    sb_puts(b, "</div>\n");
+    rt_report_buf_puts(b, "</div>\n");
     for (int i = 0; i < r->nrun; i++) {
         const json_t *op = json_object_get(r->run[i].summary, "op_profile");
         if (json_is_object(op))
@@ -1036,9 +901,9 @@ static const char style[] =
 
 static void section(struct sbuf *b, const char *id, const char *title, size_t *mark)
 {
-    sb_printf(b, "<h2 id=\"%s\">", id);
-    sb_esc(b, title);
-    sb_puts(b, "</h2>\n<div class=\"charts\">\n");
+    rt_report_buf_printf(b, "<h2 id=\"%s\">", id);
+    rt_report_buf_esc(b, title);
+    rt_report_buf_puts(b, "</h2>\n<div class=\"charts\">\n");
     *mark = b->n;
 }
 
@@ -1050,30 +915,31 @@ static void section_end(struct sbuf *b, size_t mark, size_t start)
         b->p[b->n] = 0;
         return;
     }
-    sb_puts(b, "</div>\n");
+    rt_report_buf_puts(b, "</div>\n");
 }
 
-int rep_page(struct rt_report *r, struct sbuf *out, const char *path)
+/* The whole page into OUT (the caller frees it); PATH only names it in errors. 0, or -ENOMEM. */
+static int compose(struct rt_report *r, struct sbuf *out, const char *path)
 {
     struct sbuf b = {0};
     char when[64];
     const time_t now = time(NULL);
     struct tm tm;
     strftime(when, sizeof(when), "%Y-%m-%d %H:%M:%S %Z", localtime_r(&now, &tm));
-    sb_puts(&b, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-                "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>");
-    sb_esc(&b, r->title);
-    sb_printf(&b, "</title><style>%s</style></head><body>\n<h1>", style);
-    sb_esc(&b, r->title);
-    sb_printf(&b, "</h1><p class=\"meta\">ringtrain %s, written %s from", RT_VERSION, when);
+    rt_report_buf_puts(&b, "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+                           "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\"><title>");
+    rt_report_buf_esc(&b, r->title);
+    rt_report_buf_printf(&b, "</title><style>%s</style></head><body>\n<h1>", style);
+    rt_report_buf_esc(&b, r->title);
+    rt_report_buf_printf(&b, "</h1><p class=\"meta\">ringtrain %s, written %s from", RT_VERSION, when);
     const int count[] = {r->nrun, r->nload, r->ncomm, r->nscal, r->ntrace, r->nprof};
     static const char *const what[] = {"training run", "loadbench output", "commbench output", "scaling output",
                                        "trace", "profile comparison"};
     int shown = 0;
     for (int i = 0; i < 6; i++)
         if (count[i])
-            sb_printf(&b, "%s %d %s%s", shown++ ? "," : "", count[i], what[i], count[i] == 1 ? "" : "s");
-    sb_puts(&b, ".</p>\n");
+            rt_report_buf_printf(&b, "%s %d %s%s", shown++ ? "," : "", count[i], what[i], count[i] == 1 ? "" : "s");
+    rt_report_buf_puts(&b, ".</p>\n");
     if (r->nrun)
         runs_table(&b, r);
 
@@ -1112,11 +978,25 @@ int rep_page(struct rt_report *r, struct sbuf *out, const char *path)
     section_end(&b, mark, start);
     if (r->nrun)
         config_table(&b, r);
-    sb_puts(&b, "</body></html>\n");
+    rt_report_buf_puts(&b, "</body></html>\n");
     if (b.oom) {
-        sb_free(&b);
+        rt_report_buf_free(&b);
         return rt_errf(-ENOMEM, "%s: out of memory composing the page", path);
     }
     *out = b;
     return 0;
+}
+
+int rt_report_write(struct rt_report *r, const char *path)
+{
+    if (!rt_report_inputs(r))
+        return rt_errf(-EINVAL, "nothing to report: no run or benchmark output was given");
+    rt_report_make_labels(r);
+    struct sbuf b = {0};
+    int rc = compose(r, &b, path);
+    if (rc < 0)
+        return rc;
+    rc = rt_file_write_atomic(path, b.p, b.n);
+    rt_report_buf_free(&b);
+    return rc;
 }

@@ -1,6 +1,6 @@
 /*
- * report.c - `ringtrain report` (see report.h): reads what runs wrote, tells
- * the files apart by their content, and writes one HTML page of SVG charts.
+ * report.c - `ringtrain report` (see report.h): reads what runs wrote and
+ * tells the files apart by their content; page.c draws and writes the page.
  *
  * What a file is comes from its JSON, never from its name:
  *   - an object with "traceEvents": a --trace file (one step drawn as a timeline);
@@ -32,6 +32,8 @@
 #include "common/common.h"
 #include "tools/report/internal.h"
 
+static void timeline_free(struct timeline *tl);
+
 struct rt_report *rt_report_new(const char *title)
 {
     struct rt_report *r = calloc(1, sizeof(*r));
@@ -57,18 +59,20 @@ void rt_report_free(struct rt_report *r)
         json_decref(r->scaling[i].j);
     for (int i = 0; i < r->nprof; i++)
         json_decref(r->profcmp[i].j);
+    for (int i = 0; i < r->ntrace; i++)
+        timeline_free(r->trace[i]);
     free(r);
 }
 
 /* ---- reading ---------------------------------------------------------------------------- */
 
-double rep_num(const json_t *o, const char *key)
+double rt_report_num(const json_t *o, const char *key)
 {
     const json_t *v = json_object_get(o, key);
     return json_is_number(v) ? json_number_value(v) : NAN;
 }
 
-double rep_path_num(const json_t *o, const char *path)
+double rt_report_path_num(const json_t *o, const char *path)
 {
     char key[128];
     const json_t *v = o;
@@ -200,7 +204,7 @@ static int read_file(const char *path, struct found *out)
 
 static int by_epoch(const void *a, const void *b)
 {
-    const double x = rep_num(*(json_t *const *)a, "epoch"), y = rep_num(*(json_t *const *)b, "epoch");
+    const double x = rt_report_num(*(json_t *const *)a, "epoch"), y = rt_report_num(*(json_t *const *)b, "epoch");
     return x < y ? -1 : x > y;
 }
 
@@ -222,10 +226,231 @@ static json_t *tidy_records(json_t *in)
         }
     json_t *out = json_array();
     for (size_t i = 0; i < n; i++)
-        if (i + 1 == n || rep_num(v[i], "epoch") != rep_num(v[i + 1], "epoch"))
+        if (i + 1 == n || rt_report_num(v[i], "epoch") != rt_report_num(v[i + 1], "epoch"))
             json_array_append(out, v[i]);
     free(v);
     return out;
+}
+
+/* ---- a --trace file: its typical step ------------------------------------------------------ */
+
+enum { TRACE_MAX_BYTES = 256 << 20 };
+
+/* The events of a trace file; NULL (with *DOC NULL) when it cannot be read or is past 256 MB (left to Perfetto). */
+static const json_t *trace_load(const char *path, json_t **doc)
+{
+    struct stat st;
+    *doc = NULL;
+    if (stat(path, &st) < 0 || st.st_size > TRACE_MAX_BYTES)
+        return NULL;
+    *doc = json_load_file(path, 0, NULL);
+    return json_object_get(*doc, "traceEvents");
+}
+
+/* The lowest rank (pid) with a span: rank 0's, but in a --trace-split part. */
+static int trace_rank(const json_t *ev)
+{
+    int pid = INT32_MAX;
+    for (size_t i = 0; i < json_array_size(ev); i++) {
+        const json_t *e = json_array_get(ev, i);
+        const char *ph = json_string_value(json_object_get(e, "ph"));
+        if (ph && *ph == 'X')
+            pid = RT_MIN(pid, (int)json_integer_value(json_object_get(e, "pid")));
+    }
+    return pid;
+}
+
+struct step_span {
+    double dur;
+    size_t at; /* the event's place in the file */
+    const json_t *e;
+};
+
+static int by_length(const void *a, const void *b)
+{
+    const struct step_span *x = a, *y = b;
+    if (x->dur != y->dur)
+        return x->dur < y->dur ? -1 : 1;
+    return x->at < y->at ? -1 : x->at > y->at;
+}
+
+/* Rank PID's step of median length (of equal lengths, the first in the file): spans of category "step" named
+ * "step N". Their count in *NSTEPS; NULL when there is none. */
+static const json_t *trace_median_step(const json_t *ev, int pid, int *nsteps)
+{
+    struct step_span *steps = calloc(json_array_size(ev) + 1, sizeof(*steps));
+    int n = 0;
+    for (size_t i = 0; steps && i < json_array_size(ev); i++) {
+        const json_t *e = json_array_get(ev, i);
+        const char *cat = json_string_value(json_object_get(e, "cat"));
+        const char *nm = json_string_value(json_object_get(e, "name"));
+        if (cat && nm && strcmp(cat, "step") == 0 && strncmp(nm, "step ", 5) == 0 &&
+            json_integer_value(json_object_get(e, "pid")) == pid)
+            steps[n++] = (struct step_span){rt_report_num(e, "dur"), i, e};
+    }
+    const json_t *pick = NULL;
+    if (n) {
+        qsort(steps, (size_t)n, sizeof(*steps), by_length);
+        int m = n / 2;
+        while (m > 0 && steps[m - 1].dur == steps[m].dur)
+            m--;
+        pick = steps[m].e;
+    }
+    free(steps);
+    *nsteps = n;
+    return pick;
+}
+
+/* String V kept alive in TL (it outlives the trace's document), or NULL when V is no string. */
+static const char *keep(struct timeline *tl, const json_t *v)
+{
+    if (!json_is_string(v) || json_array_append(tl->strings, (json_t *)v) < 0)
+        return NULL;
+    return json_string_value(v);
+}
+
+/* Rank PID's spans within [w0, w1), clipped to it, a row per thread (tids[row], the trace's order of first
+ * appearance) and a category per "cat" (at most TL_MAX_ROWS and TL_MAX_CATS: the rest left out). */
+static void trace_spans(struct timeline *tl, const json_t *ev, int pid, double w0, double w1, int *tids)
+{
+    for (size_t i = 0; tl->sp && i < json_array_size(ev); i++) {
+        const json_t *e = json_array_get(ev, i);
+        const char *ph = json_string_value(json_object_get(e, "ph"));
+        if (!ph || *ph != 'X' || json_integer_value(json_object_get(e, "pid")) != pid)
+            continue;
+        const double ts = rt_report_num(e, "ts"), d = rt_report_num(e, "dur");
+        if (!(ts < w1 && ts + d > w0) || tl->nsp >= TL_MAX_SPANS)
+            continue;
+        const int tid = (int)json_integer_value(json_object_get(e, "tid"));
+        int row = -1;
+        for (int k = 0; k < tl->nrow; k++)
+            if (tids[k] == tid)
+                row = k;
+        if (row < 0 && tl->nrow < TL_MAX_ROWS)
+            tids[row = tl->nrow++] = tid;
+        const char *cat = json_string_value(json_object_get(e, "cat"));
+        int ci = -1;
+        for (int k = 0; k < tl->ncat; k++)
+            if (cat && strcmp(tl->cat_label[k], cat) == 0)
+                ci = k;
+        if (ci < 0 && cat && tl->ncat < TL_MAX_CATS && keep(tl, json_object_get(e, "cat")))
+            tl->cat_label[ci = tl->ncat++] = cat;
+        if (row < 0 || ci < 0)
+            continue;
+        tl->sp[tl->nsp++] = (struct chart_span){row, ci, fmax(ts, w0) - w0, fmin(ts + d, w1) - w0,
+                                                keep(tl, json_object_get(e, "name"))};
+    }
+}
+
+/* The names the trace gives rank PID ("process_name") and its threads ("thread_name", into ROWL), and the
+ * threads' "thread_sort_index" (into SORT, which starts as the tids). */
+static void trace_names(struct timeline *tl, const json_t *ev, int pid, const int *tids, int *sort,
+                        const char **rowl)
+{
+    for (size_t i = 0; i < json_array_size(ev); i++) {
+        const json_t *e = json_array_get(ev, i);
+        const char *nm = json_string_value(json_object_get(e, "name"));
+        if (!nm || json_integer_value(json_object_get(e, "pid")) != pid)
+            continue;
+        const int tid = (int)json_integer_value(json_object_get(e, "tid"));
+        const json_t *args = json_object_get(e, "args");
+        const char *proc = strcmp(nm, "process_name") == 0 ? keep(tl, json_object_get(args, "name")) : NULL;
+        if (proc)
+            tl->proc = proc;
+        for (int k = 0; k < tl->nrow; k++)
+            if (tids[k] == tid) {
+                if (strcmp(nm, "thread_name") == 0)
+                    rowl[k] = keep(tl, json_object_get(args, "name"));
+                else if (strcmp(nm, "thread_sort_index") == 0)
+                    sort[k] = (int)json_integer_value(json_object_get(args, "sort_index"));
+            }
+    }
+}
+
+static int by_row_start(const void *a, const void *b)
+{
+    const struct chart_span *x = a, *y = b;
+    if (x->row != y->row)
+        return x->row - y->row;
+    if (x->t0 != y->t0)
+        return x->t0 < y->t0 ? -1 : 1;
+    return (y->t1 - y->t0) < (x->t1 - x->t0) ? -1 : (y->t1 - y->t0) > (x->t1 - x->t0);
+}
+
+/* The rows in the threads' sort order (a stable sort), labelled by their names or "thread TID"; the spans
+ * renumbered to them and sorted by row, then start, the longer first. */
+static void trace_rows_order(struct timeline *tl, const int *tids, const int *sort, const char *const *rowl)
+{
+    int order[TL_MAX_ROWS], rank_of[TL_MAX_ROWS];
+    for (int k = 0; k < tl->nrow; k++)
+        order[k] = k;
+    for (int a = 1; a < tl->nrow; a++)
+        for (int k = a; k > 0 && sort[order[k - 1]] > sort[order[k]]; k--) {
+            const int t = order[k];
+            order[k] = order[k - 1], order[k - 1] = t;
+        }
+    for (int k = 0; k < tl->nrow; k++) {
+        rank_of[order[k]] = k;
+        snprintf(tl->thread_no[k], sizeof(tl->thread_no[k]), "thread %d", tids[order[k]]);
+        tl->row_label[k] = rowl[order[k]] ? rowl[order[k]] : tl->thread_no[k];
+    }
+    for (int i = 0; i < tl->nsp; i++)
+        tl->sp[i].row = rank_of[tl->sp[i].row];
+    if (tl->sp)
+        qsort(tl->sp, (size_t)tl->nsp, sizeof(*tl->sp), by_row_start);
+}
+
+/* TL's step from its file (TL->src): the rank's step of median length, every span of the rank's threads within a
+ * window around it. A file that cannot be read, or has no step, leaves nsteps or nsp 0: nothing to draw. */
+static void trace_read(struct timeline *tl)
+{
+    json_t *doc;
+    const json_t *ev = trace_load(tl->src, &doc);
+    const int pid = trace_rank(ev);
+    const json_t *step = trace_median_step(ev, pid, &tl->nsteps);
+    if (step) {
+        const double ts = rt_report_num(step, "ts");
+        tl->step_us = rt_report_num(step, "dur");
+        const double w0 = ts - 0.04 * tl->step_us, w1 = ts + 1.04 * tl->step_us;
+        tl->t1 = w1 - w0;
+        tl->step_name = keep(tl, json_object_get(step, "name"));
+        snprintf(tl->rank_name, sizeof(tl->rank_name), "rank %d", pid); /* the trace's pid is the rank */
+        tl->proc = tl->rank_name;
+        int tids[TL_MAX_ROWS], sort[TL_MAX_ROWS];
+        const char *rowl[TL_MAX_ROWS] = {0};
+        tl->sp = calloc(TL_MAX_SPANS, sizeof(*tl->sp));
+        trace_spans(tl, ev, pid, w0, w1, tids);
+        for (int k = 0; k < tl->nrow; k++)
+            sort[k] = tids[k];
+        trace_names(tl, ev, pid, tids, sort, rowl);
+        trace_rows_order(tl, tids, sort, rowl);
+    }
+    json_decref(doc);
+}
+
+static void timeline_free(struct timeline *tl)
+{
+    if (!tl)
+        return;
+    free(tl->sp);
+    json_decref(tl->strings);
+    free(tl);
+}
+
+/* A --trace file PATH: its step read now (a file that gives none is drawn as nothing, and still counted). */
+static int add_trace(struct rt_report *r, const char *path)
+{
+    if (r->ntrace >= MAX_BENCH)
+        return rt_errf(-E2BIG, "%s: more than %d trace files", path, MAX_BENCH);
+    struct timeline *tl = calloc(1, sizeof(*tl));
+    if (!tl || !(tl->strings = json_array())) {
+        free(tl);
+        return rt_errf(-ENOMEM, "%s: out of memory", path);
+    }
+    snprintf(tl->src, sizeof(tl->src), "%s", path);
+    trace_read(tl);
+    r->trace[r->ntrace++] = tl;
+    return 0;
 }
 
 /* A new run named SRC into *OUT; -E2BIG past MAX_RUNS. */
@@ -283,21 +508,18 @@ static int add_files(struct rt_report *r, const char *src, char **files, int n, 
         case K_NONE:
             if (!from_dir)
                 rc = rt_errf(-EINVAL,
-                          "%s: not a file ringtrain writes (--metrics, --json, state.json, loadbench/commbench "
-                          "--json, bench/scaling.sh --json, --trace, bench/gpu_vs_pytorch.sh's profile comparison)",
-                          files[i]);
+                             "%s: not a file ringtrain writes (--metrics, --json, state.json, loadbench/commbench "
+                             "--json, bench/scaling.sh --json, --trace, bench/gpu_vs_pytorch.sh's profile comparison)",
+                             files[i]);
             break;
         case K_TRACE:
             trace = files[i];
-            if (r->ntrace >= MAX_BENCH)
-                rc = rt_errf(-E2BIG, "%s: more than %d trace files", files[i], MAX_BENCH);
-            else
-                snprintf(r->trace[r->ntrace++], sizeof(r->trace[0]), "%s", files[i]);
+            rc = add_trace(r, files[i]);
             break;
         case K_RECORDS:
             if (recs) {
                 rc = rt_errf(-EINVAL, "%s and %s: two metrics files in one run (name each as a run of its own)",
-                          recs_from, files[i]);
+                             recs_from, files[i]);
                 json_decref(fd.j);
             } else {
                 recs = fd.j, recs_from = files[i];
@@ -385,8 +607,7 @@ static int list_dir(const char *dir, char ***out, int *n)
     return rc;
 }
 
-/* The inputs taken so far, of every kind. */
-static int inputs(const struct rt_report *r)
+int rt_report_inputs(const struct rt_report *r)
 {
     return r->nrun + r->nload + r->ncomm + r->nscal + r->ntrace + r->nprof;
 }
@@ -403,12 +624,12 @@ int rt_report_add_path(struct rt_report *r, const char *arg)
         rc = list_dir(arg, &files, &n);
         if (rc == 0 && n == 0)
             rc = rt_errf(-ENOENT, "%s: no file ringtrain wrote in it", arg);
-        const int before = inputs(r);
+        const int before = rt_report_inputs(r);
         if (rc == 0)
             rc = add_files(r, arg, files, n, 1);
-        if (rc == 0 && inputs(r) == before)
+        if (rc == 0 && rt_report_inputs(r) == before)
             rc = rt_errf(-ENOENT, "%s: holds no --metrics file, --json summary, checkpoint state.json or benchmark "
-                      "output", arg);
+                                  "output", arg);
     } else {
         /* One file, or files joined with commas (a checkpoint directory among them gives its state.json). */
         char *save = NULL;
@@ -422,7 +643,8 @@ int rt_report_add_path(struct rt_report *r, const char *arg)
             }
             if (S_ISDIR(st.st_mode) && snprintf(path, sizeof(path), "%s/state.json", p) < (int)sizeof(path) &&
                 stat(path, &st) < 0) {
-                rc = rt_errf(-EISDIR, "%s: a directory in a comma list must be a checkpoint directory (no state.json)", p);
+                rc = rt_errf(-EISDIR,
+                             "%s: a directory in a comma list must be a checkpoint directory (no state.json)", p);
                 break;
             }
             char **nv = realloc(files, (size_t)(n + 1) * sizeof(*files));
@@ -446,7 +668,7 @@ int rt_report_add_path(struct rt_report *r, const char *arg)
 
 /* ---- labels: the options in which the runs differ -------------------------------------- */
 
-const json_t *rep_command_of(const struct run *u)
+const json_t *rt_report_run_command(const struct run *u)
 {
     const json_t *c = json_object_get(u->summary, "command");
     if (!json_is_array(c))
@@ -486,13 +708,13 @@ static int output_option(const char *opt, size_t len)
     return 0;
 }
 
-void rep_make_labels(struct rt_report *r)
+void rt_report_make_labels(struct rt_report *r)
 {
     /* Every option any run names. */
     const char *opts[256];
     int nopt = 0;
     for (int i = 0; i < r->nrun; i++) {
-        const json_t *c = rep_command_of(&r->run[i]);
+        const json_t *c = rt_report_run_command(&r->run[i]);
         for (size_t k = 0; c && k < json_array_size(c); k++) {
             const char *a = json_string_value(json_array_get(c, k));
             if (!a || strncmp(a, "--", 2) != 0 || a[2] == 0)
@@ -514,14 +736,14 @@ void rep_make_labels(struct rt_report *r)
         struct run *u = &r->run[i];
         if (u->labelled)
             continue;
-        const json_t *c = rep_command_of(u);
+        const json_t *c = rt_report_run_command(u);
         char lab[sizeof(u->label)] = "";
         for (int o = 0; c && o < nopt && r->nrun > 1; o++) {
             char mine[128], other[128];
             const char *m = option_value(c, opts[o], mine, sizeof(mine));
             int differs = 0;
             for (int k = 0; k < r->nrun && !differs; k++) {
-                const json_t *ck = rep_command_of(&r->run[k]);
+                const json_t *ck = rt_report_run_command(&r->run[k]);
                 const char *t = ck ? option_value(ck, opts[o], other, sizeof(other)) : NULL;
                 differs = ck && ((!m) != (!t) || (m && t && strcmp(m, t) != 0));
             }
@@ -546,18 +768,4 @@ void rep_make_labels(struct rt_report *r)
     }
     for (int o = 0; o < nopt; o++)
         free((char *)opts[o]);
-}
-
-int rt_report_write(struct rt_report *r, const char *path)
-{
-    if (!inputs(r))
-        return rt_errf(-EINVAL, "nothing to report: no run or benchmark output was given");
-    rep_make_labels(r);
-    struct sbuf b = {0};
-    int rc = rep_page(r, &b, path);
-    if (rc < 0)
-        return rc;
-    rc = rt_file_write_atomic(path, b.p, b.n);
-    sb_free(&b);
-    return rc;
 }

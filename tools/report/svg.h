@@ -1,8 +1,9 @@
 /*
- * svg.h - the report's text buffer and its two kinds of chart, written as
+ * svg.h - the report's text buffer and its four kinds of chart, written as
  * inline SVG: lines over a linear or logarithmic x (epochs, worker counts,
- * message sizes, ranks) and bars, stacked or not. Nothing here reads a file
- * or knows a metric: report.c hands in numbers, names and keys.
+ * message sizes, ranks), bars (stacked or not), horizontal bars (the sides of
+ * a comparison side by side) and a timeline of spans. Nothing here reads a
+ * file or knows a metric: page.c hands in numbers, names and keys.
  *
  * Every chart carries its value-to-pixel mapping on its plot area (<g
  * class="area" data-x0 ... data-py1>) and every series its run and key, so
@@ -20,19 +21,19 @@ struct sbuf {
     size_t n, cap;
     int oom;
 };
-void sb_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void sb_puts(struct sbuf *b, const char *s);
-void sb_esc(struct sbuf *b, const char *s); /* s with & < > " ' escaped for HTML and SVG */
-void sb_free(struct sbuf *b);
+void rt_report_buf_printf(struct sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void rt_report_buf_puts(struct sbuf *b, const char *s);
+void rt_report_buf_esc(struct sbuf *b, const char *s); /* s with & < > " ' escaped for HTML and SVG */
+void rt_report_buf_free(struct sbuf *b);
 
 /* Formats a tick value into buf. */
 typedef void (*chart_fmt)(double v, char *buf, size_t len);
-void chart_fmt_num(double v, char *buf, size_t len);   /* 0.25, 1.5k, 2M */
-void chart_fmt_pct(double v, char *buf, size_t len);   /* a fraction as a percentage: 0.5 -> 50% */
-void chart_fmt_bytes(double v, char *buf, size_t len); /* 1 KiB, 64 MiB */
+void rt_report_fmt_num(double v, char *buf, size_t len);   /* 0.25, 1.5k, 2M */
+void rt_report_fmt_pct(double v, char *buf, size_t len);   /* a fraction as a percentage: 0.5 -> 50% */
+void rt_report_fmt_bytes(double v, char *buf, size_t len); /* 1 KiB, 64 MiB */
 
 enum { CHART_W = 600, CHART_H = 330, CHART_COLORS = 10 };
-const char *chart_color(int i); /* the palette, i mod CHART_COLORS */
+const char *rt_report_color(int i); /* the palette, i mod CHART_COLORS */
 
 struct chart_series {
     const char *label; /* legend text */
@@ -52,7 +53,7 @@ struct chart_line {
     int xint;                     /* integer x (epochs, ranks): ticks at integers */
     const double *xticks;         /* explicit ticks (NULL: chosen) */
     int nxticks;
-    chart_fmt xfmt, yfmt;         /* NULL: chart_fmt_num */
+    chart_fmt xfmt, yfmt;         /* NULL: rt_report_fmt_num */
     int yzero;                    /* the y range includes 0 */
     double ymax_at_least;         /* the y range reaches this (0: no) */
     const struct chart_series *s;
@@ -61,7 +62,7 @@ struct chart_line {
     const char *mark_label;       /* ... and its label */
     const char *caption;          /* plain text */
 };
-void chart_line(struct sbuf *b, const struct chart_line *c);
+void rt_report_chart_line(struct sbuf *b, const struct chart_line *c);
 
 /* Bars: ncat categories left to right, each a stack of nseg segments. */
 struct chart_bars {
@@ -77,7 +78,7 @@ struct chart_bars {
     chart_fmt yfmt;
     const char *caption;
 };
-void chart_bars(struct sbuf *b, const struct chart_bars *c);
+void rt_report_chart_bars(struct sbuf *b, const struct chart_bars *c);
 
 /*
  * Horizontal bars: ncat categories top to bottom, each a group of nser bars side by side (one per series: the
@@ -95,10 +96,10 @@ struct chart_hbars {
     const double *v;                /* [cat * nser + ser]; NAN: absent */
     const double *share;            /* NULL, or a fraction per bar printed beside its value ("12%") */
     int run;                        /* data-run of every bar */
-    chart_fmt xfmt;                 /* NULL: chart_fmt_num */
+    chart_fmt xfmt;                 /* NULL: rt_report_fmt_num */
     const char *caption;
 };
-void chart_hbars(struct sbuf *b, const struct chart_hbars *c);
+void rt_report_chart_hbars(struct sbuf *b, const struct chart_hbars *c);
 
 /* A timeline: rows (threads) of spans over time, nested spans drawn thinner on top of their parents. */
 struct chart_span {
@@ -117,6 +118,6 @@ struct chart_timeline {
     double t1;                   /* the window's length, microseconds */
     const char *caption;
 };
-void chart_timeline(struct sbuf *b, const struct chart_timeline *c);
+void rt_report_chart_timeline(struct sbuf *b, const struct chart_timeline *c);
 
 #endif
