@@ -541,6 +541,73 @@ json_t *report_command(const struct train *T)
     return a;
 }
 
+/* A resumed run's summary members for this process alone: the run's counters include the processes before it
+ * (time_s is this one's alone). */
+static void summary_resumed(const struct train *T, json_t *o)
+{
+    const struct train_meter *m = &T->meter;
+    if (!m->update_before && !m->before.train_ns)
+        return;
+    const double here_s = (double)(m->run.train_ns - m->before.train_ns) * 1e-9;
+    json_object_set_new(o, "resumed_at_step", json_integer((json_int_t)m->update_before));
+    json_object_set_new(o, "process_steps", json_integer((json_int_t)(T->pos.update - m->update_before)));
+    json_object_set_new(o, "process_train_time_s", json_real(here_s));
+    json_object_set_new(o, "process_images_per_s",
+                        json_real(here_s > 0 ? (double)(m->run.images - m->before.images) * T->world / here_s : 0));
+}
+
+/* The summary's "startup" (its parts, by when the last rank was through each) and "per_rank" resources. */
+static void summary_startup(const struct train *T, json_t *o)
+{
+    const struct train_startup *su = &T->startup;
+    if (!su->have)
+        return;
+    json_t *parts = json_object();
+    for (int k = BOOT_COMM_BEGIN; k < BOOT_N; k++)
+        json_object_set_new(parts, startup_part_key((enum train_boot)k), json_real(su->part_s[k]));
+    json_object_set_new(o, "startup", json_pack("{s:f, s:f, s:f, s:o}", "to_first_step_s", su->total_s,
+                                                "exec_unix", su->exec_unix, "first_step_unix",
+                                                su->first_step_unix, "parts_s", parts));
+    json_object_set_new(o, "per_rank", json_pack("{s:f, s:f, s:i, s:i, s:i}", "rss_max_mb", su->rss_max_mb,
+                                                 "rss_total_mb", su->rss_sum_mb, "fds_max", su->fds_max,
+                                                 "lifeline_peers_max", su->peers_max, "threads_max",
+                                                 su->threads_max));
+}
+
+/* --cuda-graph: graphs captured and replays on rank 0, or why the steps ran op by op. */
+static void summary_graph(const struct train *T, json_t *o)
+{
+    int graphs = 0;
+    uint64_t replays = 0;
+    const char *model_why = rt_model_graph_status(T->model, &graphs, &replays);
+    json_object_set_new(o, "cuda_graph", json_pack("{s:b, s:i, s:I, s:s?}", "on", T->graph_on || graphs > 0,
+                                                   "graphs", graphs, "replays", (json_int_t)replays, "why_not",
+                                                   T->graph_on ? NULL : model_why ? model_why : T->graph_why));
+}
+
+/* The buckets, what trains and what the all-reduce moves per update (bytes of the gradients in the buckets), and
+ * the bucket all-reduces made. */
+static void summary_allreduce(const struct train *T, json_t *o)
+{
+    const struct train_cfg *c = &T->cfg;
+    json_object_set_new(o, "buckets", json_integer(rt_bucketer_count(T->bucketer)));
+    uint64_t trainable, frozen;
+    rt_model_param_split(T->model, &trainable, &frozen);
+    json_object_set_new(o, "params", json_pack("{s:I, s:I}", "trainable", (json_int_t)trainable, "frozen",
+                                               (json_int_t)frozen));
+    size_t boff, bcnt, bbytes = 0;
+    for (int i = 0; i < rt_bucketer_count(T->bucketer); i++) {
+        rt_bucketer_bucket(T->bucketer, i, &boff, &bcnt, NULL, 0);
+        bbytes += bcnt * sizeof(float);
+    }
+    struct rt_comm_counts cc;
+    rt_comm_counts(T->comm, &cc);
+    json_object_set_new(o, "allreduce_bytes", json_integer((json_int_t)bbytes));
+    json_object_set_new(o, "bucket_cap_mb", json_real(c->bucket_cap_mb));
+    json_object_set_new(o, "overlap", json_boolean(!c->no_overlap));
+    json_object_set_new(o, "bucket_allreduces", json_integer((json_int_t)cc.bucket_allreduces));
+}
+
 /* The --json summary: the first line's figures and the rest; NULL on no memory. */
 static json_t *summary_json(const struct train *T, double wall_s, double train_s, double images, double ips)
 {
@@ -554,35 +621,12 @@ static json_t *summary_json(const struct train *T, double wall_s, double train_s
     if (!o)
         return NULL;
     json_object_set_new(o, "train_acc", json_real(r->train_acc));
-    const struct train_meter *m = &T->meter;
-    if (m->update_before || m->before.train_ns) {
-        /* The run's counters above include the processes before this one; time_s is this one's alone. */
-        const double here_s = (double)(m->run.train_ns - m->before.train_ns) * 1e-9;
-        json_object_set_new(o, "resumed_at_step", json_integer((json_int_t)m->update_before));
-        json_object_set_new(o, "process_steps", json_integer((json_int_t)(T->pos.update - m->update_before)));
-        json_object_set_new(o, "process_train_time_s", json_real(here_s));
-        json_object_set_new(o, "process_images_per_s",
-                            json_real(here_s > 0 ? (double)(m->run.images - m->before.images) * T->world / here_s : 0));
-    }
+    summary_resumed(T, o);
     if (T->meter.steady_ns)
         json_object_set_new(o, "steady_images_per_s", json_real((double)T->meter.steady_images * T->world /
                                                                 ((double)T->meter.steady_ns * 1e-9)));
-    struct rt_comm_counts cc;
-    rt_comm_counts(T->comm, &cc);
     json_object_set_new(o, "world_size", json_integer(T->world));
-    const struct train_startup *su = &T->startup;
-    if (su->have) {
-        json_t *parts = json_object();
-        for (int k = BOOT_COMM_BEGIN; k < BOOT_N; k++)
-            json_object_set_new(parts, startup_part_key((enum train_boot)k), json_real(su->part_s[k]));
-        json_object_set_new(o, "startup", json_pack("{s:f, s:f, s:f, s:o}", "to_first_step_s", su->total_s,
-                                                    "exec_unix", su->exec_unix, "first_step_unix",
-                                                    su->first_step_unix, "parts_s", parts));
-        json_object_set_new(o, "per_rank", json_pack("{s:f, s:f, s:i, s:i, s:i}", "rss_max_mb", su->rss_max_mb,
-                                                     "rss_total_mb", su->rss_sum_mb, "fds_max", su->fds_max,
-                                                     "lifeline_peers_max", su->peers_max, "threads_max",
-                                                     su->threads_max));
-    }
+    summary_startup(T, o);
     json_object_set_new(o, "device", json_string(rt_backend_kind_of(T->be) == RT_BACKEND_CUDA ? "cuda" : "cpu"));
     json_object_set_new(o, "amp", json_string(T->act == RT_F32 ? "off" : rt_dtype_name(T->act)));
     json_object_set_new(o, "settings", settings_json(T));
@@ -598,28 +642,8 @@ static json_t *summary_json(const struct train *T, double wall_s, double train_s
      * made on average: 0 when the host only queues work. */
     json_object_set_new(o, "host_waits_per_step",
                         isnan(r->host_waits_per_step) ? json_null() : json_real(r->host_waits_per_step));
-    /* --cuda-graph: graphs captured and replays on rank 0, or why the steps ran op by op. */
-    int graphs = 0;
-    uint64_t replays = 0;
-    const char *model_why = rt_model_graph_status(T->model, &graphs, &replays);
-    json_object_set_new(o, "cuda_graph", json_pack("{s:b, s:i, s:I, s:s?}", "on", T->graph_on || graphs > 0,
-                                                   "graphs", graphs, "replays", (json_int_t)replays, "why_not",
-                                                   T->graph_on ? NULL : model_why ? model_why : T->graph_why));
-    json_object_set_new(o, "buckets", json_integer(rt_bucketer_count(T->bucketer)));
-    /* What trains and what the all-reduce moves per update (bytes of the gradients in the buckets). */
-    uint64_t trainable, frozen;
-    rt_model_param_split(T->model, &trainable, &frozen);
-    json_object_set_new(o, "params", json_pack("{s:I, s:I}", "trainable", (json_int_t)trainable, "frozen",
-                                               (json_int_t)frozen));
-    size_t boff, bcnt, bbytes = 0;
-    for (int i = 0; i < rt_bucketer_count(T->bucketer); i++) {
-        rt_bucketer_bucket(T->bucketer, i, &boff, &bcnt, NULL, 0);
-        bbytes += bcnt * sizeof(float);
-    }
-    json_object_set_new(o, "allreduce_bytes", json_integer((json_int_t)bbytes));
-    json_object_set_new(o, "bucket_cap_mb", json_real(c->bucket_cap_mb));
-    json_object_set_new(o, "overlap", json_boolean(!c->no_overlap));
-    json_object_set_new(o, "bucket_allreduces", json_integer((json_int_t)cc.bucket_allreduces));
+    summary_graph(T, o);
+    summary_allreduce(T, o);
     profile_members(T, o);
     json_t *ops = op_profile_json(T);
     if (ops)
