@@ -25,6 +25,7 @@
 
 #include "common/common.h"
 #include "loader/loadbench.h"
+#include "loader/verdict.h"
 #include "python/src/ext.h"
 
 PyTypeObject *ext_loader_type;
@@ -477,26 +478,19 @@ static PyObject *wait_dict(const struct rt_wait_stats *w)
     return d;
 }
 
-static double share(uint64_t ns, double of_s) { return of_s > 0 ? (double)ns * 1e-9 / of_s : 0; }
-
-/* The stage shares as `ringtrain loadbench` prints them: io, the waits and idle of wall time, the rest of
- * worker time (wall x workers). */
+/* The stage shares as `ringtrain loadbench` prints them (rt_stage_shares: io, the waits and idle of wall time,
+ * the rest of worker time), keyed by their JSON names. */
 static PyObject *shares_dict(const struct rt_loader_stats *s, const struct rt_wait_stats *prod,
                              const struct rt_wait_stats *cons, double wall)
 {
-    const double pool = wall * s->workers;
+    double share[RT_STAGE_N];
+    rt_stage_shares(s, prod, cons, wall, share);
     PyObject *d = PyDict_New();
-    if (!d || ext_dict_put(d, "io", PyFloat_FromDouble(share(s->io_busy_ns, wall))) < 0 ||
-        ext_dict_put(d, "checksum", PyFloat_FromDouble(share(s->checksum_ns, pool))) < 0 ||
-        ext_dict_put(d, "decompress", PyFloat_FromDouble(share(s->decompress_ns, pool))) < 0 ||
-        ext_dict_put(d, "decode", PyFloat_FromDouble(share(s->decode_ns, pool))) < 0 ||
-        ext_dict_put(d, "augment", PyFloat_FromDouble(share(s->augment_ns, pool))) < 0 ||
-        ext_dict_put(d, "slot_wait", PyFloat_FromDouble(share(prod->total_ns, wall))) < 0 ||
-        ext_dict_put(d, "ring_wait", PyFloat_FromDouble(share(cons->total_ns, wall))) < 0 ||
-        ext_dict_put(d, "idle", PyFloat_FromDouble(share(s->worker_idle_ns, pool))) < 0) {
-        Py_XDECREF(d);
-        return NULL;
-    }
+    for (int i = 0; d && i < RT_STAGE_N; i++)
+        if (ext_dict_put(d, rt_stage_name((enum rt_stage)i, 1), PyFloat_FromDouble(share[i])) < 0) {
+            Py_DECREF(d);
+            return NULL;
+        }
     return d;
 }
 

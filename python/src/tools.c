@@ -1,7 +1,7 @@
 /*
  * tools.c - the offline tools for Python: stage() (node-local copies, as
  * `ringtrain stage`), pack(), synth(), verify(), and wait_verdict(), the
- * input side's verdict from a consumer's own timings (loader/waitprof.h).
+ * input side's verdict from a consumer's own timings (loader/verdict.h).
  * Each converts its arguments, runs the C function with the GIL released,
  * and returns its result as a dict or list.
  */
@@ -11,7 +11,7 @@
 
 #include "common/common.h"
 #include "loader/offline.h"
-#include "loader/waitprof.h"
+#include "loader/verdict.h"
 #include "python/src/ext.h"
 #include "staging/local_copy.h"
 

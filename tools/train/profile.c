@@ -31,7 +31,7 @@
 
 #include "common/common.h"
 #include "common/trace.h"
-#include "loader/waitprof.h"
+#include "loader/verdict.h"
 #include "tools/train/driver.h"
 
 static const char *const phase_names[PROF_N] = {"data wait", "copy", "forward", "backward",
@@ -491,17 +491,7 @@ void profile_epoch_stats(const struct train *T, struct prof_stats *out)
 
 /* ---- the verdict ------------------------------------------------------------------ */
 
-/*
- * What limits the run, from the p50s: the input when the slowest rank waits
- * for data 15 % of its step or more; communication when the all-reduce left
- * exposed is 15 % or more on every rank -- where it is so on some ranks only,
- * or the ranks' forward + backward differ by half the wait or more, the wait
- * is for the slowest rank's compute, not for the link (in lock-step data
- * parallelism the rank that finishes backward last waits least); the host
- * when the time outside the measured phases (and the copy) is 25 % or more;
- * else compute. Thresholds are where fixing the phase pays more than the
- * run-to-run noise of these machines.
- */
+/* What limits the run, from the p50s: rt_step_limit's rules (loader/verdict.h), the trainer's words and knobs. */
 static double share_of(double part, double step)
 {
     return step > 0 ? part / step : 0;
@@ -535,81 +525,107 @@ void profile_pick(const struct prof_rank *ranks, int world, struct prof_picks *o
         out->r[i] = ranks[out->rank[i]];
 }
 
-void profile_verdict(const struct train *T, const struct prof_stats *st, const struct prof_picks *k,
+/* The shares rt_step_limit reads: the worst data wait's on its own rank's step, the others of the p50 step. */
+static struct rt_step_shares step_shares(const struct prof_stats *st, const struct prof_picks *k)
+{
+    const double step = st->p50[PROF_STEP] > 0 ? st->p50[PROF_STEP] : 1;
+    const struct prof_rank *rw = &k->r[PICK_WORST_DATA], *rl = &k->r[PICK_LEAST_COMM];
+    return (struct rt_step_shares){
+        .data = share_of(rw->data, rw->step), .comm = st->p50[PROF_COMM] / step,
+        .comm_least = share_of(rl->comm, rl->step),
+        .imbalance = share_of(k->r[PICK_SLOW].compute - k->r[PICK_FAST].compute, st->p50[PROF_COMM]),
+        .host = (st->p50[PROF_REST] + st->p50[PROF_COPY]) / step};
+}
+
+static void say_input(const struct train *T, const struct prof_picks *k, const struct rt_step_shares *sh,
+                      struct prof_verdict *p)
+{
+    const struct train_cfg *c = &T->cfg;
+    const struct prof_rank *rw = &k->r[PICK_WORST_DATA];
+    char alone[96];
+    rt_verdict_alone(rw->step, rw->data, (double)c->batch * c->grad_accum * T->world, alone, sizeof(alone));
+    snprintf(p->evidence, sizeof(p->evidence), "rank %d waits %.1f ms for data in a %.1f ms step (%.0f%%)%s",
+             k->rank[PICK_WORST_DATA], rw->data * 1e-6, rw->step * 1e-6, 100 * sh->data, alone);
+    snprintf(p->advice, sizeof(p->advice),
+             "more loader workers (--workers %d; now %d)%s; `ringtrain loadbench DIR --target FILE.json` with "
+             "this run's --json output shows whether the loader can feed the model",
+             RT_MAX(c->workers, 1) * 2, RT_MAX(c->workers, 1),
+             c->stage_to ? "" : "; stage the data to node-local disk (--stage-to $TMPDIR, or `ringtrain stage`)");
+}
+
+static void say_slower_rank(const struct prof_stats *st, const struct prof_picks *k, const struct rt_step_shares *sh,
+                            struct prof_verdict *p)
+{
+    snprintf(p->evidence, sizeof(p->evidence),
+             "the all-reduce wait here (%.1f ms, %.0f%% of the step) is for a slower rank: rank %d waits %.0f%%; "
+             "forward + backward take %.1f ms on rank %d and %.1f ms on rank %d",
+             st->p50[PROF_COMM] * 1e-6, 100 * sh->comm, k->rank[PICK_LEAST_COMM], 100 * sh->comm_least,
+             k->r[PICK_SLOW].compute * 1e-6, k->rank[PICK_SLOW], k->r[PICK_FAST].compute * 1e-6,
+             k->rank[PICK_FAST]);
+    snprintf(p->advice, sizeof(p->advice),
+             "give every rank the same cores and device (ranks sharing cores, or a busy node, run out of step); "
+             "`ringtrain ranks` shows each rank's CPUs");
+}
+
+static void say_comm(const struct train *T, const struct prof_stats *st, const struct rt_step_shares *sh,
                      struct prof_verdict *p)
 {
     const struct train_cfg *c = &T->cfg;
+    snprintf(p->evidence, sizeof(p->evidence),
+             "the all-reduce left %.1f ms of a %.1f ms step exposed (%.0f%%) over %d buckets, on every rank (%.0f%% "
+             "at least)",
+             st->p50[PROF_COMM] * 1e-6, st->p50[PROF_STEP] * 1e-6, 100 * sh->comm, rt_bucketer_count(T->bucketer),
+             100 * sh->comm_least);
+    if (c->no_overlap)
+        snprintf(p->advice, sizeof(p->advice), "drop --no-overlap so buckets reduce while backward runs");
+    else
+        snprintf(p->advice, sizeof(p->advice),
+                 "another bucket size (--bucket-cap-mb %g and %g; now %g); `ringtrain commbench` shows what the link "
+                 "carries at each size; a larger --batch-size or --grad-accum sends less per image",
+                 c->bucket_cap_mb / 2, c->bucket_cap_mb * 2, c->bucket_cap_mb);
+}
+
+static void say_host(const struct train *T, const struct prof_stats *st, const struct rt_step_shares *sh,
+                     struct prof_verdict *p)
+{
+    const struct train_cfg *c = &T->cfg;
+    snprintf(p->evidence, sizeof(p->evidence),
+             "%.1f ms of a %.1f ms step (%.0f%%) is spent outside data, compute and communication",
+             (st->p50[PROF_REST] + st->p50[PROF_COPY]) * 1e-6, st->p50[PROF_STEP] * 1e-6, 100 * sh->host);
+    snprintf(p->advice, sizeof(p->advice),
+             "leave cores to the loader and the comm thread (--threads %d; now %d); a larger --batch-size spreads "
+             "the per-step work; look at the trace's training thread between the phases",
+             RT_MAX(c->threads - 1, 1), c->threads);
+}
+
+static void say_compute(const struct train *T, const struct prof_stats *st, const struct rt_step_shares *sh,
+                        struct prof_verdict *p)
+{
     const double step = st->p50[PROF_STEP] > 0 ? st->p50[PROF_STEP] : 1;
-    /* most data wait; most and least compute; least comm wait */
-    const int worst = k->rank[PICK_WORST_DATA], slow = k->rank[PICK_SLOW], fast = k->rank[PICK_FAST],
-              least = k->rank[PICK_LEAST_COMM];
-    const struct prof_rank *rw = &k->r[PICK_WORST_DATA], *rs = &k->r[PICK_SLOW], *rf = &k->r[PICK_FAST],
-                           *rl = &k->r[PICK_LEAST_COMM];
-    const double imbalance = rs->compute - rf->compute;
-    const double least_comm = share_of(rl->comm, rl->step);
-    const double worst_data = share_of(rw->data, rw->step), worst_step = rw->step;
-    const double comm = st->p50[PROF_COMM] / step, rest = (st->p50[PROF_REST] + st->p50[PROF_COPY]) / step;
     const double compute = (st->p50[PROF_FORWARD] + st->p50[PROF_BACKWARD] + st->p50[PROF_OPTIM]) / step;
-    const double imgs = (double)c->batch * c->grad_accum * T->world;
-    if (worst_data >= RT_INPUT_BOUND_SHARE) {
-        /* What the model alone would do, from the step without its wait: not when the wait is (nearly) all of
-         * the step, where the difference is below the clock's resolution. */
-        const double own = worst_step - rw->data;
-        char alone[96] = "; the rest of the step is too short to say how fast the model alone would run";
-        if (own > 0.01 * worst_step)
-            snprintf(alone, sizeof(alone), "; the model alone would run at about %.0f img/s", imgs / (own * 1e-9));
-        snprintf(p->limit, sizeof(p->limit), "input");
-        snprintf(p->evidence, sizeof(p->evidence), "rank %d waits %.1f ms for data in a %.1f ms step (%.0f%%)%s",
-                 worst, rw->data * 1e-6, worst_step * 1e-6, 100 * worst_data, alone);
-        snprintf(p->advice, sizeof(p->advice),
-                 "more loader workers (--workers %d; now %d)%s; `ringtrain loadbench DIR --target FILE.json` with "
-                 "this run's --json output shows whether the loader can feed the model",
-                 RT_MAX(c->workers, 1) * 2, RT_MAX(c->workers, 1),
-                 c->stage_to ? "" : "; stage the data to node-local disk (--stage-to $TMPDIR, or `ringtrain stage`)");
-    } else if (comm >= 0.15 && (least_comm < 0.15 || imbalance >= 0.5 * st->p50[PROF_COMM])) {
-        snprintf(p->limit, sizeof(p->limit), "compute");
-        snprintf(p->evidence, sizeof(p->evidence),
-                 "the all-reduce wait here (%.1f ms, %.0f%% of the step) is for a slower rank: rank %d waits %.0f%%; "
-                 "forward + backward take %.1f ms on rank %d and %.1f ms on rank %d",
-                 st->p50[PROF_COMM] * 1e-6, 100 * comm, least, 100 * least_comm, rs->compute * 1e-6, slow,
-                 rf->compute * 1e-6, fast);
-        snprintf(p->advice, sizeof(p->advice),
-                 "give every rank the same cores and device (ranks sharing cores, or a busy node, run out of step); "
-                 "`ringtrain ranks` shows each rank's CPUs");
-    } else if (comm >= 0.15) {
-        snprintf(p->limit, sizeof(p->limit), "communication");
-        snprintf(p->evidence, sizeof(p->evidence),
-                 "the all-reduce left %.1f ms of a %.1f ms step exposed (%.0f%%) over %d buckets, on every rank (%.0f%% "
-                 "at least)",
-                 st->p50[PROF_COMM] * 1e-6, step * 1e-6, 100 * comm, rt_bucketer_count(T->bucketer),
-                 100 * least_comm);
-        if (c->no_overlap)
-            snprintf(p->advice, sizeof(p->advice), "drop --no-overlap so buckets reduce while backward runs");
-        else
-            snprintf(p->advice, sizeof(p->advice),
-                     "another bucket size (--bucket-cap-mb %g and %g; now %g); `ringtrain commbench` shows what the link "
-                     "carries at each size; a larger --batch-size or --grad-accum sends less per image",
-                     c->bucket_cap_mb / 2, c->bucket_cap_mb * 2, c->bucket_cap_mb);
-    } else if (rest >= 0.25) {
-        snprintf(p->limit, sizeof(p->limit), "host");
-        snprintf(p->evidence, sizeof(p->evidence),
-                 "%.1f ms of a %.1f ms step (%.0f%%) is spent outside data, compute and communication",
-                 (st->p50[PROF_REST] + st->p50[PROF_COPY]) * 1e-6, step * 1e-6, 100 * rest);
-        snprintf(p->advice, sizeof(p->advice),
-                 "leave cores to the loader and the comm thread (--threads %d; now %d); a larger --batch-size spreads "
-                 "the per-step work; look at the trace's training thread between the phases",
-                 RT_MAX(c->threads - 1, 1), c->threads);
-    } else {
-        snprintf(p->limit, sizeof(p->limit), "compute");
-        snprintf(p->evidence, sizeof(p->evidence),
-                 "forward %.1f + backward %.1f + optimizer %.1f ms are %.0f%% of a %.1f ms step; data wait %.0f%%, "
-                 "exposed comm %.0f%%",
-                 st->p50[PROF_FORWARD] * 1e-6, st->p50[PROF_BACKWARD] * 1e-6, st->p50[PROF_OPTIM] * 1e-6,
-                 100 * compute, step * 1e-6, 100 * worst_data, 100 * comm);
-        snprintf(p->advice, sizeof(p->advice), "%s",
-                 rt_backend_kind_of(T->be) == RT_BACKEND_CUDA
-                     ? "16-bit activations (--amp bf16 or fp16) or a larger --batch-size to fill the GPU"
-                     : "the model is the limit here: more ranks (each with its cores), a smaller model, or a GPU");
+    snprintf(p->evidence, sizeof(p->evidence),
+             "forward %.1f + backward %.1f + optimizer %.1f ms are %.0f%% of a %.1f ms step; data wait %.0f%%, "
+             "exposed comm %.0f%%",
+             st->p50[PROF_FORWARD] * 1e-6, st->p50[PROF_BACKWARD] * 1e-6, st->p50[PROF_OPTIM] * 1e-6, 100 * compute,
+             step * 1e-6, 100 * sh->data, 100 * sh->comm);
+    snprintf(p->advice, sizeof(p->advice), "%s",
+             rt_backend_kind_of(T->be) == RT_BACKEND_CUDA
+                 ? "16-bit activations (--amp bf16 or fp16) or a larger --batch-size to fill the GPU"
+                 : "the model is the limit here: more ranks (each with its cores), a smaller model, or a GPU");
+}
+
+void profile_verdict(const struct train *T, const struct prof_stats *st, const struct prof_picks *k,
+                     struct prof_verdict *p)
+{
+    const struct rt_step_shares sh = step_shares(st, k);
+    const enum rt_limit l = rt_step_limit(&sh);
+    snprintf(p->limit, sizeof(p->limit), "%s", rt_limit_word(l));
+    switch (l) {
+    case RT_LIMIT_INPUT: say_input(T, k, &sh, p); break;
+    case RT_LIMIT_SLOWER_RANK: say_slower_rank(st, k, &sh, p); break;
+    case RT_LIMIT_COMM: say_comm(T, st, &sh, p); break;
+    case RT_LIMIT_HOST: say_host(T, st, &sh, p); break;
+    case RT_LIMIT_COMPUTE: say_compute(T, st, &sh, p); break;
     }
 }
 
