@@ -29,18 +29,13 @@
 #include "common/common.h"
 #include "compute/net.h"
 
-struct rt_model {
-    struct net *net;
-    char name[32];
-};
-
 /* What a builder is told besides the net: the class count and, for a family, the numbers in its name. */
 struct arch_args {
     int classes;
     int depth, widen; /* wrn-D-K */
 };
 
-static int conv_bn_relu(struct net *n, int x, const char *prefix, int cout)
+static int conv_bn_relu(struct rt_model *n, int x, const char *prefix, int cout)
 {
     char a[80], b[80];
     snprintf(a, sizeof(a), "%s.0", prefix);
@@ -51,7 +46,7 @@ static int conv_bn_relu(struct net *n, int x, const char *prefix, int cout)
 }
 
 /* conv1 32, conv2 64, max-pool 2, dropout 0.25, fc1 128, dropout 0.5, fc2. */
-static int build_mnist(struct net *n, const struct arch_args *a)
+static int build_mnist(struct rt_model *n, const struct arch_args *a)
 {
     int x = net_conv(n, 0, "conv1", 32, 3, 1, 0, 1);
     x = net_relu(n, x);
@@ -66,7 +61,7 @@ static int build_mnist(struct net *n, const struct arch_args *a)
     return net_linear(n, x, "fc2", a->classes, 1);
 }
 
-static int resnet_basic_block(struct net *n, int x, const char *p, int cout, int stride)
+static int resnet_basic_block(struct rt_model *n, int x, const char *p, int cout, int stride)
 {
     char nm[80];
     snprintf(nm, sizeof(nm), "%s.conv1", p);
@@ -81,7 +76,7 @@ static int resnet_basic_block(struct net *n, int x, const char *p, int cout, int
 }
 
 /* torchvision's Bottleneck: 1x1 to `width`, 3x3 (the stride is here), 1x1 to 4 x width. */
-static int resnet_bottleneck(struct net *n, int x, const char *p, int width, int stride)
+static int resnet_bottleneck(struct rt_model *n, int x, const char *p, int width, int stride)
 {
     char nm[80];
     snprintf(nm, sizeof(nm), "%s.conv1", p);
@@ -105,7 +100,7 @@ static int resnet_bottleneck(struct net *n, int x, const char *p, int width, int
  * where the shape changes, global average pool, fc. The nodes are made in the
  * order of the module's state_dict, which the weights' seeding follows.
  */
-static int build_resnet(struct net *n, int classes, int bottleneck, const int blocks[4])
+static int build_resnet(struct rt_model *n, int classes, int bottleneck, const int blocks[4])
 {
     int x = net_conv(n, 0, "conv1", 64, 7, 2, 3, 0);
     x = net_relu(n, net_bn(n, x, "bn1"));
@@ -137,13 +132,13 @@ static int build_resnet(struct net *n, int classes, int bottleneck, const int bl
     return net_linear(n, x, "fc", classes, 1);
 }
 
-static int build_resnet18(struct net *n, const struct arch_args *a)
+static int build_resnet18(struct rt_model *n, const struct arch_args *a)
 {
     static const int blocks[4] = {2, 2, 2, 2};
     return build_resnet(n, a->classes, 0, blocks);
 }
 
-static int build_resnet50(struct net *n, const struct arch_args *a)
+static int build_resnet50(struct rt_model *n, const struct arch_args *a)
 {
     static const int blocks[4] = {3, 4, 6, 3};
     return build_resnet(n, a->classes, 1, blocks);
@@ -151,7 +146,7 @@ static int build_resnet50(struct net *n, const struct arch_args *a)
 
 /* prep 64; layer1 128 + pool + residual of two; layer2 256 + pool; layer3 512 +
  * pool + residual; global max-pool; fc without bias; output scaled by 1/8. */
-static int build_resnet9(struct net *n, const struct arch_args *a)
+static int build_resnet9(struct rt_model *n, const struct arch_args *a)
 {
     int x = conv_bn_relu(n, 0, "prep", 64);
     x = conv_bn_relu(n, x, "layer1.0", 128);
@@ -174,7 +169,7 @@ static int build_resnet9(struct net *n, const struct arch_args *a)
 
 /* WideResNet pre-activation block: when the width changes, bn1/relu1 feed
  * both paths and the shortcut is a 1x1 convolution of the activated input. */
-static int wrn_block(struct net *n, int x, const char *p, int cin, int cout, int stride)
+static int wrn_block(struct rt_model *n, int x, const char *p, int cin, int cout, int stride)
 {
     char nm[80];
     int equal = cin == cout;
@@ -207,7 +202,7 @@ static int parse_wrn(const char *name, int *depth, int *widen)
     return 0;
 }
 
-static int build_wrn(struct net *n, const struct arch_args *a)
+static int build_wrn(struct rt_model *n, const struct arch_args *a)
 {
     int per = (a->depth - 4) / 6;
     int widths[4] = {16, 16 * a->widen, 32 * a->widen, 64 * a->widen};
@@ -238,7 +233,7 @@ static const struct arch {
     enum net_init init;
     int min_hw;
     const char *min_why; /* what needs min_hw, for the error */
-    int (*build)(struct net *n, const struct arch_args *a);
+    int (*build)(struct rt_model *n, const struct arch_args *a);
 } archs[] = {
     {"mnist-net", 0, NET_INIT_DEFAULT, 6, "conv1 and conv2, 3x3 unpadded, then its 2x2 max-pool", build_mnist},
     {"resnet18", 0, NET_INIT_FAN_OUT, 1, NULL, build_resnet18},
@@ -278,20 +273,14 @@ int rt_model_create(struct rt_backend *be, const struct rt_model_opts *o, struct
         return rt_errf(-EINVAL, "%s: input %dx%dx%d too small: needs at least %dx%d (%s)", name, o->c, o->h, o->w,
                        arch->min_hw, arch->min_hw, arch->min_why);
 
-    struct rt_model *m = rt_calloc(1, sizeof(*m), "model");
-    if (!m)
-        return -ENOMEM;
-    snprintf(m->name, sizeof(m->name), "%s", name);
-    struct rt_shape4 in = {o->batch, o->c, o->h, o->w};
+    struct rt_model *m;
+    const struct rt_shape4 in = {o->batch, o->c, o->h, o->w};
+    int rc = net_create(be, name, in, o->classes, arch->init, o->act, o->ops, &m);
+    if (rc < 0)
+        return rc;
     rt_errclear();
-    m->net = net_create(be, in, o->classes, arch->init, o->act, o->ops);
-    if (!m->net) {
-        free(m);
-        return !rt_errmsg()[0] ? -ENOMEM : o->ops ? -EINVAL : -ENOTSUP;
-    }
-    rt_errclear();
-    int logits = arch->build(m->net, &args);
-    int rc = logits < 0 ? -EINVAL : net_finish(m->net, logits, o->seed, o->freeze);
+    const int logits = arch->build(m, &args);
+    rc = logits < 0 ? -EINVAL : net_finish(m, logits, o->seed, o->freeze);
     if (rc) {
         char msg[512];
         snprintf(msg, sizeof(msg), "%s", rt_errmsg());
@@ -300,143 +289,4 @@ int rt_model_create(struct rt_backend *be, const struct rt_model_opts *o, struct
     }
     *out = m;
     return 0;
-}
-
-void rt_model_destroy(struct rt_model *m)
-{
-    if (!m)
-        return;
-    net_destroy(m->net);
-    free(m);
-}
-
-const struct rt_tensor_info *rt_model_tensors(const struct rt_model *m, int *count)
-{
-    return net_tensors(m->net, count);
-}
-
-int rt_model_node_count(const struct rt_model *m)
-{
-    return net_node_count(m->net);
-}
-
-size_t rt_model_param_count(const struct rt_model *m)
-{
-    return net_param_count(m->net);
-}
-
-size_t rt_model_trainable_count(const struct rt_model *m)
-{
-    return net_trainable_count(m->net);
-}
-
-const char *rt_model_head_name(const struct rt_model *m)
-{
-    return net_head_name(m->net);
-}
-
-size_t rt_model_head_count(const struct rt_model *m)
-{
-    return net_head_count(m->net);
-}
-
-void rt_model_param_split(const struct rt_model *m, uint64_t *trainable, uint64_t *frozen)
-{
-    int count;
-    const struct rt_tensor_info *tab = net_tensors(m->net, &count);
-    *trainable = *frozen = 0;
-    for (int i = 0; i < count; i++)
-        if (tab[i].kind == RT_PARAM)
-            *(tab[i].frozen ? frozen : trainable) += tab[i].count;
-}
-
-int64_t rt_model_tracked(const struct rt_model *m, int row)
-{
-    return net_tracked(m->net, row);
-}
-
-void rt_model_set_tracked(struct rt_model *m, int row, int64_t v)
-{
-    net_set_tracked(m->net, row, v);
-}
-
-size_t rt_model_buffer_count(const struct rt_model *m)
-{
-    return net_buffer_count(m->net);
-}
-
-float *rt_model_params(struct rt_model *m)
-{
-    return net_params(m->net);
-}
-
-float *rt_model_grads(struct rt_model *m)
-{
-    return net_grads(m->net);
-}
-
-float *rt_model_buffers(struct rt_model *m)
-{
-    return net_buffers(m->net);
-}
-
-void rt_model_zero_grads(struct rt_model *m)
-{
-    net_zero_grads(m->net);
-}
-
-void rt_model_read(struct rt_model *m, enum rt_model_buf which, size_t offset, size_t count, float *dst)
-{
-    net_read(m->net, which, offset, count, dst);
-}
-
-void rt_model_write(struct rt_model *m, enum rt_model_buf which, size_t offset, const float *src, size_t count)
-{
-    net_write(m->net, which, offset, src, count);
-}
-
-int64_t rt_model_batches_tracked(const struct rt_model *m)
-{
-    return net_batches_tracked(m->net);
-}
-
-void rt_model_set_batches_tracked(struct rt_model *m, int64_t v)
-{
-    net_set_batches_tracked(m->net, v);
-}
-
-struct rt_backend *rt_model_backend(const struct rt_model *m)
-{
-    return net_backend(m->net);
-}
-
-const char *rt_model_name(const struct rt_model *m)
-{
-    return m->name;
-}
-
-enum rt_dtype rt_model_act(const struct rt_model *m)
-{
-    return net_act(m->net);
-}
-
-int rt_model_step(struct rt_model *m, const struct rt_step_opts *o, int n, const uint8_t *images,
-                  const int32_t *labels, struct rt_loss_stats *stats)
-{
-    return net_step(m->net, o, n, images, labels, stats);
-}
-
-void rt_model_logits(struct rt_model *m, float *host, int n)
-{
-    net_logits(m->net, host, n);
-}
-
-const char *rt_model_graph_status(const struct rt_model *m, int *graphs, uint64_t *replays)
-{
-    return net_graph_status(m->net, graphs, replays);
-}
-
-void rt_model_find_nonfinite(struct rt_model *m, char *buf, size_t len)
-{
-    net_find_nonfinite(m->net, buf, len);
 }

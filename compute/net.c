@@ -1,8 +1,9 @@
 /*
- * net.c - the network graph: layer builders, the build-time plan (tensor
- * table, flat parameter/gradient layout, gradient-buffer reuse, in-place
- * ReLU), PyTorch-default initialisation, and the forward/loss/backward step
- * issued through the backend's op table.
+ * net.c - struct rt_model, the network graph: layer builders, the
+ * build-time plan (tensor table, flat parameter/gradient layout,
+ * gradient-buffer reuse, in-place ReLU), PyTorch-default initialisation, the
+ * forward/loss/backward step issued through the backend's op table, and the
+ * rt_model_* accessors of compute.h.
  *
  * It does not know any architecture (models.c builds those) nor any
  * optimizer: it fills the gradient buffer and stops.
@@ -65,7 +66,8 @@ struct entry {
     int fan_in, fan_out;
 };
 
-struct net {
+struct rt_model {
+    char name[32];              /* rt_model_opts.name */
     struct rt_backend *be;
     const struct rt_ops *ops;   /* the table of the activations' type: every op on tensors */
     const struct rt_ops *ops32; /* the fp32 table: the parameter side (checks on flat buffers) */
@@ -133,7 +135,7 @@ struct step_graph {
 /* Graphs kept per model: the two input buffers, times a short update's other gradient scale, with room. */
 enum { MAX_STEP_GRAPHS = 8 };
 
-static void graphs_drop(struct net *n)
+static void graphs_drop(struct rt_model *n)
 {
     for (int i = 0; i < n->ngraphs; i++)
         rt_graph_destroy(n->graphs[i].g);
@@ -158,7 +160,7 @@ static int grow(void **p, int *cap, int need, size_t elem, const char *what)
     return 0;
 }
 
-static int new_tensor(struct net *n, int spatial, struct rt_shape4 sh)
+static int new_tensor(struct rt_model *n, int spatial, struct rt_shape4 sh)
 {
     if (grow((void **)&n->t, &n->capt, n->nt + 1, sizeof(*n->t), "net tensors"))
         return -1;
@@ -173,7 +175,7 @@ static int new_tensor(struct net *n, int spatial, struct rt_shape4 sh)
     return n->nt++;
 }
 
-static struct node *new_node(struct net *n, enum node_kind k, int in0, int in1, const char *name)
+static struct node *new_node(struct rt_model *n, enum node_kind k, int in0, int in1, const char *name)
 {
     if (n->failed)
         return NULL;
@@ -195,7 +197,7 @@ static struct node *new_node(struct net *n, enum node_kind k, int in0, int in1, 
 }
 
 
-static int add_entry(struct net *n, const char *prefix, const char *suffix, enum rt_param_kind kind,
+static int add_entry(struct rt_model *n, const char *prefix, const char *suffix, enum rt_param_kind kind,
                      enum init_kind init, int ndim, const int64_t *shape, int fan_in, int fan_out)
 {
     if (grow((void **)&n->ent, &n->capent, n->nent + 1, sizeof(*n->ent), "tensor table")) {
@@ -219,14 +221,14 @@ static int add_entry(struct net *n, const char *prefix, const char *suffix, enum
 }
 
 /* Marks the net failed with a message naming the layer. */
-static int fail(struct net *n, const char *layer)
+static int fail(struct rt_model *n, const char *layer)
 {
     n->failed = 1;
     rt_errf(-EINVAL, "%s: %s", layer, rt_errmsg());
     return -1;
 }
 
-static int need(struct net *n, int x, int spatial, const char *layer)
+static int need(struct rt_model *n, int x, int spatial, const char *layer)
 {
     if (n->failed)
         return -1;
@@ -239,23 +241,24 @@ static int need(struct net *n, int x, int spatial, const char *layer)
     return 0;
 }
 
-struct net *net_create(struct rt_backend *be, struct rt_shape4 input, int classes, enum net_init init,
-                       enum rt_dtype act, const struct rt_ops *ops)
+int net_create(struct rt_backend *be, const char *name, struct rt_shape4 input, int classes, enum net_init init,
+               enum rt_dtype act, const struct rt_ops *ops, struct rt_model **out)
 {
+    *out = NULL;
     if (ops) { /* a caller's table (rt_model_opts.ops); the backend's own keep the rule by construction */
-        if (ops->act != act) {
-            rt_errf(-EINVAL, "the op table given is %s, the model's activations %s", rt_dtype_name(ops->act),
-                    rt_dtype_name(act));
-            return NULL;
-        }
-        if (act != RT_F32 && rt_ops_check_act_table(ops, rt_backend_ops(be)) < 0)
-            return NULL;
+        if (ops->act != act)
+            return rt_errf(-EINVAL, "the op table given is %s, the model's activations %s", rt_dtype_name(ops->act),
+                           rt_dtype_name(act));
+        const int rc = act != RT_F32 ? rt_ops_check_act_table(ops, rt_backend_ops(be)) : 0;
+        if (rc < 0)
+            return rc;
     } else if (!(ops = rt_backend_ops_for(be, act))) {
-        return NULL;
+        return -ENOTSUP;
     }
-    struct net *n = rt_calloc(1, sizeof(*n), "net");
+    struct rt_model *n = rt_calloc(1, sizeof(*n), "model");
     if (!n)
-        return NULL;
+        return -ENOMEM;
+    snprintf(n->name, sizeof(n->name), "%s", name);
     n->be = be;
     n->ops = ops;
     n->ops32 = rt_backend_ops(be);
@@ -266,12 +269,13 @@ struct net *net_create(struct rt_backend *be, struct rt_shape4 input, int classe
     n->logits = -1;
     if (new_tensor(n, 1, input) != 0) {
         free(n);
-        return NULL;
+        return -ENOMEM;
     }
-    return n;
+    *out = n;
+    return 0;
 }
 
-int net_conv(struct net *n, int x, const char *name, int cout, int k, int stride, int pad, int bias)
+int net_conv(struct rt_model *n, int x, const char *name, int cout, int k, int stride, int pad, int bias)
 {
     if (need(n, x, 1, name))
         return -1;
@@ -293,7 +297,7 @@ int net_conv(struct net *n, int x, const char *name, int cout, int k, int stride
     return n->failed ? -1 : nd->out;
 }
 
-int net_bn(struct net *n, int x, const char *name)
+int net_bn(struct rt_model *n, int x, const char *name)
 {
     if (need(n, x, 1, name))
         return -1;
@@ -311,7 +315,7 @@ int net_bn(struct net *n, int x, const char *name)
     return n->failed ? -1 : nd->out;
 }
 
-int net_relu(struct net *n, int x)
+int net_relu(struct rt_model *n, int x)
 {
     if (n->failed)
         return -1;
@@ -322,7 +326,7 @@ int net_relu(struct net *n, int x)
     return n->failed ? -1 : nd->out;
 }
 
-static int pool_node(struct net *n, int x, const char *what, int kh, int kw, int stride, int pad)
+static int pool_node(struct rt_model *n, int x, const char *what, int kh, int kw, int stride, int pad)
 {
     if (need(n, x, 1, what))
         return -1;
@@ -337,12 +341,12 @@ static int pool_node(struct net *n, int x, const char *what, int kh, int kw, int
     return n->failed ? -1 : nd->out;
 }
 
-int net_maxpool(struct net *n, int x, const char *what, int k, int stride, int pad)
+int net_maxpool(struct rt_model *n, int x, const char *what, int k, int stride, int pad)
 {
     return pool_node(n, x, what, k, k, stride, pad);
 }
 
-int net_global_maxpool(struct net *n, int x, const char *what)
+int net_global_maxpool(struct rt_model *n, int x, const char *what)
 {
     if (need(n, x, 1, what))
         return -1;
@@ -350,7 +354,7 @@ int net_global_maxpool(struct net *n, int x, const char *what)
     return pool_node(n, x, what, sh->h, sh->w, RT_MAX(sh->h, sh->w), 0);
 }
 
-static int to_features(struct net *n, int x, const char *what, enum node_kind k)
+static int to_features(struct rt_model *n, int x, const char *what, enum node_kind k)
 {
     if (need(n, x, 1, what))
         return -1;
@@ -363,17 +367,17 @@ static int to_features(struct net *n, int x, const char *what, enum node_kind k)
     return n->failed ? -1 : nd->out;
 }
 
-int net_gap(struct net *n, int x, const char *what)
+int net_gap(struct rt_model *n, int x, const char *what)
 {
     return to_features(n, x, what, K_GAP);
 }
 
-int net_flatten(struct net *n, int x, const char *what)
+int net_flatten(struct rt_model *n, int x, const char *what)
 {
     return to_features(n, x, what, K_FLATTEN);
 }
 
-int net_linear(struct net *n, int x, const char *name, int out, int bias)
+int net_linear(struct rt_model *n, int x, const char *name, int out, int bias)
 {
     if (need(n, x, 0, name))
         return -1;
@@ -392,7 +396,7 @@ int net_linear(struct net *n, int x, const char *name, int out, int bias)
     return n->failed ? -1 : nd->out;
 }
 
-int net_dropout(struct net *n, int x, const char *what, float p)
+int net_dropout(struct rt_model *n, int x, const char *what, float p)
 {
     if (n->failed)
         return -1;
@@ -420,7 +424,7 @@ int net_dropout(struct net *n, int x, const char *what, float p)
     return n->failed ? -1 : nd->out;
 }
 
-int net_add(struct net *n, int a, int b, const char *what)
+int net_add(struct rt_model *n, int a, int b, const char *what)
 {
     if (n->failed)
         return -1;
@@ -437,7 +441,7 @@ int net_add(struct net *n, int a, int b, const char *what)
     return n->failed ? -1 : nd->out;
 }
 
-int net_scale(struct net *n, int x, const char *what, float alpha)
+int net_scale(struct rt_model *n, int x, const char *what, float alpha)
 {
     if (n->failed)
         return -1;
@@ -457,7 +461,7 @@ static size_t align64(size_t v)
 }
 
 /* PyTorch's initialisation, drawn from Philox keyed by (seed, table row). */
-static void init_entry(const struct net *n, const struct entry *e, int row, uint64_t seed, float *v)
+static void init_entry(const struct rt_model *n, const struct entry *e, int row, uint64_t seed, float *v)
 {
     struct rt_rng r;
     rt_rng_init(&r, seed, 0x1000u + (uint64_t)row);
@@ -494,7 +498,7 @@ static void init_entry(const struct net *n, const struct entry *e, int row, uint
     }
 }
 
-static void *dev_alloc_bytes(struct net *n, size_t bytes, int *err)
+static void *dev_alloc_bytes(struct rt_model *n, size_t bytes, int *err)
 {
     if (*err)
         return NULL;
@@ -504,20 +508,20 @@ static void *dev_alloc_bytes(struct net *n, size_t bytes, int *err)
     return p;
 }
 
-static void *dev_alloc(struct net *n, size_t floats, int *err)
+static void *dev_alloc(struct rt_model *n, size_t floats, int *err)
 {
     return dev_alloc_bytes(n, floats * sizeof(float), err);
 }
 
 /* An activation or activation gradient of `elems` elements of the net's type. */
-static void *act_alloc(struct net *n, size_t elems, int *err)
+static void *act_alloc(struct rt_model *n, size_t elems, int *err)
 {
     return dev_alloc_bytes(n, elems * n->esz, err);
 }
 
 /* Gives tensor tx's gradient a pool slot: the smallest free one that is big
  * enough, else the biggest free one (grown), else a new one. */
-static void take_slot(struct net *n, int *busy, int *np, int tx)
+static void take_slot(struct rt_model *n, int *busy, int *np, int tx)
 {
     size_t want = n->t[tx].per_sample * (size_t)n->t[tx].sh.n;
     int best = -1, big = -1;
@@ -546,7 +550,7 @@ static int relu_fused(const struct node *d)
 /* Assigns every gradient a buffer from a pool, reusing one as soon as the
  * tensor's producer has run its backward. Sizes are settled before anything
  * is allocated, so a reused buffer grows to its largest user. */
-static int plan_grads(struct net *n)
+static int plan_grads(struct rt_model *n)
 {
     int cap = n->nt + 1;
     n->grad_pool_size = rt_calloc((size_t)cap, sizeof(size_t), "gradient plan");
@@ -583,7 +587,7 @@ static int plan_grads(struct net *n)
 
 /* The classifier: the layer with parameters that computes the logits, through the parameter-free layers after it
  * (resnet9 scales its logits); -1 if there is none. */
-static int find_head(const struct net *n, int logits)
+static int find_head(const struct rt_model *n, int logits)
 {
     for (int t = logits; t > 0;) {
         const int p = n->t[t].producer;
@@ -607,7 +611,7 @@ static int glob_hit(char **pats, int np, int *used, const char *name)
 }
 
 /* Marks the layers `freeze` names (rt_model_opts.freeze): a layer is frozen when all its parameters match. */
-static int apply_freeze(struct net *n, const char *freeze)
+static int apply_freeze(struct rt_model *n, const char *freeze)
 {
     if (!freeze || !*freeze)
         return 0;
@@ -660,7 +664,7 @@ static int apply_freeze(struct net *n, const char *freeze)
     return 0;
 }
 
-int net_finish(struct net *n, int logits, uint64_t seed, const char *freeze)
+int net_finish(struct rt_model *n, int logits, uint64_t seed, const char *freeze)
 {
     if (n->failed)
         return -EINVAL;
@@ -808,7 +812,7 @@ int net_finish(struct net *n, int logits, uint64_t seed, const char *freeze)
     return 0;
 }
 
-void net_destroy(struct net *n)
+void rt_model_destroy(struct rt_model *n)
 {
     if (!n)
         return;
@@ -843,17 +847,17 @@ void net_destroy(struct net *n)
 
 /* ---- the step ---------------------------------------------------------------- */
 
-static float *P(struct net *n, int row)
+static float *P(struct rt_model *n, int row)
 {
     return row < 0 ? NULL : n->params + n->ent[row].info.offset;
 }
 
-static float *G(struct net *n, int row)
+static float *G(struct rt_model *n, int row)
 {
     return row < 0 ? NULL : n->grads + n->ent[row].info.offset;
 }
 
-static float *B(struct net *n, int row)
+static float *B(struct rt_model *n, int row)
 {
     return n->buffers + n->ent[row].info.offset;
 }
@@ -872,7 +876,7 @@ static struct rt_shape4 shape_at(const struct tensor *t, int batch)
 }
 
 /* Dropout masks: each node draws under its own (key, counters) of the micro-batch's stream (dropout_index.h). */
-static struct rt_dropout_draw dropout_draw(const struct net *n, const struct rt_step_opts *o, int node)
+static struct rt_dropout_draw dropout_draw(const struct rt_model *n, const struct rt_step_opts *o, int node)
 {
     /* A graph's: the key and start with the node, drawn on the device from the stream it holds (dropout_fwd). */
     if (n->drop_dev)
@@ -902,7 +906,7 @@ static struct rt_timeline *op_marks(const struct rt_step_opts *o)
     return o->per_op ? o->timeline : NULL;
 }
 
-static void node_fwd(struct net *n, int i, int batch, const struct rt_step_opts *o)
+static void node_fwd(struct rt_model *n, int i, int batch, const struct rt_step_opts *o)
 {
     const struct rt_ops *op = n->ops;
     struct rt_stream *s = n->s;
@@ -970,7 +974,7 @@ static void node_fwd(struct net *n, int i, int batch, const struct rt_step_opts 
 }
 
 /* dx of input k of node d: NULL for the image; beta 0 for the first writer. */
-static float *dx_of(struct net *n, const struct node *d, int k, float *beta)
+static float *dx_of(struct rt_model *n, const struct node *d, int k, float *beta)
 {
     struct tensor *x = &n->t[d->in[k]];
     if (d->in[k] == 0 || !x->grad)
@@ -981,7 +985,7 @@ static float *dx_of(struct net *n, const struct node *d, int k, float *beta)
 }
 
 /* dx = beta dx + alpha dy, for the ops whose backward is a copy; its ops marked on tl (op_marks) when not NULL. */
-static void pass_grad(struct net *n, struct rt_timeline *tl, size_t count, float alpha, const float *dy, float beta,
+static void pass_grad(struct rt_model *n, struct rt_timeline *tl, size_t count, float alpha, const float *dy, float beta,
                       float *dx)
 {
     const struct rt_ops *op = n->ops;
@@ -997,7 +1001,7 @@ static void pass_grad(struct net *n, struct rt_timeline *tl, size_t count, float
 /* Tells the caller that node i's parameter gradients, and with them all of
  * the buffer before them, are final (parameters are laid out last node
  * first). */
-static void grads_done(struct net *n, const struct node *d, const struct rt_step_opts *o)
+static void grads_done(struct rt_model *n, const struct node *d, const struct rt_step_opts *o)
 {
     if (!o->grads_ready || d->w < 0)
         return;
@@ -1007,7 +1011,7 @@ static void grads_done(struct net *n, const struct node *d, const struct rt_step
     o->grads_ready(o->grads_ready_arg, end);
 }
 
-static void node_bwd(struct net *n, int i, int batch, const struct rt_step_opts *o)
+static void node_bwd(struct rt_model *n, int i, int batch, const struct rt_step_opts *o)
 {
     const struct rt_ops *op = n->ops;
     struct rt_stream *s = n->s;
@@ -1106,7 +1110,7 @@ static void node_bwd(struct net *n, int i, int batch, const struct rt_step_opts 
 }
 
 /* The host's side of a training step: the counters a checkpoint saves (num_batches_tracked). */
-static void step_account(struct net *n, const struct rt_step_opts *o, int batch)
+static void step_account(struct rt_model *n, const struct rt_step_opts *o, int batch)
 {
     n->last_batch = batch;
     n->last_mode = o->mode;
@@ -1118,7 +1122,7 @@ static void step_account(struct net *n, const struct rt_step_opts *o, int batch)
     }
 }
 
-static int step_ops(struct net *n, const struct rt_step_opts *o, int batch, const uint8_t *images,
+static int step_ops(struct rt_model *n, const struct rt_step_opts *o, int batch, const uint8_t *images,
                     const int32_t *labels, struct rt_loss_stats *stats);
 
 /* Why this step cannot be a graph, or NULL. */
@@ -1133,7 +1137,7 @@ static const char *graph_refusal(const struct rt_step_opts *o)
     return NULL;
 }
 
-static void graph_refuse(struct net *n, const char *why)
+static void graph_refuse(struct rt_model *n, const char *why)
 {
     snprintf(n->graph_why_buf, sizeof(n->graph_why_buf), "%s", why);
     n->graph_why = n->graph_why_buf;
@@ -1145,7 +1149,7 @@ static void graph_refuse(struct net *n, const char *why)
  * does in a step -- the counters -- it does on a replay too. A capture that fails leaves the model eager, the
  * reason in graph_why.
  */
-static int graph_step(struct net *n, const struct rt_step_opts *o, int batch, const uint8_t *images,
+static int graph_step(struct rt_model *n, const struct rt_step_opts *o, int batch, const uint8_t *images,
                       const int32_t *labels, struct rt_loss_stats *stats)
 {
     const struct graph_key k = {images,        o->labels_dev,    o->loss_scale,       o->mean,
@@ -1219,7 +1223,7 @@ static int graph_step(struct net *n, const struct rt_step_opts *o, int batch, co
     return 0;
 }
 
-const char *net_graph_status(const struct net *n, int *graphs, uint64_t *replays)
+const char *rt_model_graph_status(const struct rt_model *n, int *graphs, uint64_t *replays)
 {
     if (graphs)
         *graphs = n->ngraphs;
@@ -1228,7 +1232,7 @@ const char *net_graph_status(const struct net *n, int *graphs, uint64_t *replays
     return n->graph_why;
 }
 
-int net_step(struct net *n, const struct rt_step_opts *o, int batch, const uint8_t *images, const int32_t *labels,
+int rt_model_step(struct rt_model *n, const struct rt_step_opts *o, int batch, const uint8_t *images, const int32_t *labels,
              struct rt_loss_stats *stats)
 {
     if (batch <= 0 || batch > n->t[0].sh.n)
@@ -1242,7 +1246,7 @@ int net_step(struct net *n, const struct rt_step_opts *o, int batch, const uint8
     return step_ops(n, o, batch, images, labels, stats);
 }
 
-static int step_ops(struct net *n, const struct rt_step_opts *o, int batch, const uint8_t *images,
+static int step_ops(struct rt_model *n, const struct rt_step_opts *o, int batch, const uint8_t *images,
                     const int32_t *labels, struct rt_loss_stats *stats)
 {
     const struct rt_ops *op = n->ops;
@@ -1308,7 +1312,7 @@ static int step_ops(struct net *n, const struct rt_step_opts *o, int batch, cons
     return 0;
 }
 
-void net_logits(struct net *n, float *host, int batch)
+void rt_model_logits(struct rt_model *n, float *host, int batch)
 {
     const size_t count = (size_t)batch * (size_t)n->classes;
     if (n->ops->act == RT_F32) {
@@ -1325,7 +1329,7 @@ void net_logits(struct net *n, float *host, int batch)
 }
 
 /* 1 if the `count` elements at x (fp32 when `param`, else the activations' type) hold a NaN or Inf. */
-static int nonfinite_in(struct net *n, const float *x, size_t count, int param)
+static int nonfinite_in(struct rt_model *n, const float *x, size_t count, int param)
 {
     float bad = 0.0f;
     float *dev = &n->stats->loss_sum; /* scratch: the loss sums were read already */
@@ -1334,7 +1338,7 @@ static int nonfinite_in(struct net *n, const float *x, size_t count, int param)
     return bad != 0.0f;
 }
 
-void net_find_nonfinite(struct net *n, char *buf, size_t len)
+void rt_model_find_nonfinite(struct rt_model *n, char *buf, size_t len)
 {
     buf[0] = 0;
     for (int i = 0; i < n->nent; i++) {
@@ -1379,60 +1383,65 @@ void net_find_nonfinite(struct net *n, char *buf, size_t len)
     }
 }
 
-const struct rt_tensor_info *net_tensors(const struct net *n, int *count)
+const char *rt_model_name(const struct rt_model *n)
+{
+    return n->name;
+}
+
+const struct rt_tensor_info *rt_model_tensors(const struct rt_model *n, int *count)
 {
     *count = n->nent;
     return n->tab;
 }
 
-enum rt_dtype net_act(const struct net *n)
+enum rt_dtype rt_model_act(const struct rt_model *n)
 {
     return n->ops->act;
 }
 
-struct rt_backend *net_backend(const struct net *n)
+struct rt_backend *rt_model_backend(const struct rt_model *n)
 {
     return n->be;
 }
 
-int net_node_count(const struct net *n)
+int rt_model_node_count(const struct rt_model *n)
 {
     return n->nn;
 }
 
-size_t net_param_count(const struct net *n)
+size_t rt_model_param_count(const struct rt_model *n)
 {
     return n->param_count;
 }
 
-size_t net_buffer_count(const struct net *n)
+size_t rt_model_buffer_count(const struct rt_model *n)
 {
     return n->buffer_count;
 }
 
-float *net_params(struct net *n)
+float *rt_model_params(struct rt_model *n)
 {
     return n->params;
 }
 
-float *net_grads(struct net *n)
+float *rt_model_grads(struct rt_model *n)
 {
     return n->grads;
 }
 
-float *net_buffers(struct net *n)
+float *rt_model_buffers(struct rt_model *n)
 {
     return n->buffers;
 }
 
 /* The flat buffers are fp32 whatever the activations: cleared and copied with the fp32 table's memory ops. */
-void net_zero_grads(struct net *n)
+void rt_model_zero_grads(struct rt_model *n)
 {
     n->ops32->zero(n->s, n->grads, n->trainable_count * sizeof(float));
 }
 
 /* Floats [offset, offset + count) of buffer `which`; a range outside it aborts, naming it. */
-static float *buf_range(struct net *n, enum rt_model_buf which, size_t offset, size_t count)
+static float *buf_range(struct rt_model *n, enum rt_model_buf which, size_t offset, size_t count)
 {
     static const char *const names[] = {"parameter", "gradient", "buffer"};
     float *base = which == RT_MODEL_PARAMS ? n->params : which == RT_MODEL_GRADS ? n->grads : n->buffers;
@@ -1447,14 +1456,14 @@ static float *buf_range(struct net *n, enum rt_model_buf which, size_t offset, s
     return base + offset;
 }
 
-void net_read(struct net *n, enum rt_model_buf which, size_t offset, size_t count, float *dst)
+void rt_model_read(struct rt_model *n, enum rt_model_buf which, size_t offset, size_t count, float *dst)
 {
     const float *src = buf_range(n, which, offset, count);
     if (count)
         n->ops32->download(n->s, dst, src, count * sizeof(float));
 }
 
-void net_write(struct net *n, enum rt_model_buf which, size_t offset, const float *src, size_t count)
+void rt_model_write(struct rt_model *n, enum rt_model_buf which, size_t offset, const float *src, size_t count)
 {
     float *dst = buf_range(n, which, offset, count);
     if (count)
@@ -1463,7 +1472,7 @@ void net_write(struct net *n, enum rt_model_buf which, size_t offset, const floa
 
 /* The trainable batchnorms' count (they move together); the first batchnorm's when all are frozen; the training
  * steps without batchnorm. */
-int64_t net_batches_tracked(const struct net *n)
+int64_t rt_model_batches_tracked(const struct rt_model *n)
 {
     int first = -1;
     for (int i = 0; i < n->nn; i++) {
@@ -1477,35 +1486,45 @@ int64_t net_batches_tracked(const struct net *n)
     return first >= 0 ? n->tracked[first] : n->train_steps;
 }
 
-void net_set_batches_tracked(struct net *n, int64_t v)
+void rt_model_set_batches_tracked(struct rt_model *n, int64_t v)
 {
     for (int i = 0; i < n->nent; i++)
         n->tracked[i] = v;
     n->train_steps = v;
 }
 
-int64_t net_tracked(const struct net *n, int row)
+int64_t rt_model_tracked(const struct rt_model *n, int row)
 {
     return row >= 0 && row < n->nent ? n->tracked[row] : 0;
 }
 
-void net_set_tracked(struct net *n, int row, int64_t v)
+void rt_model_set_tracked(struct rt_model *n, int row, int64_t v)
 {
     if (row >= 0 && row < n->nent)
         n->tracked[row] = v;
 }
 
-size_t net_trainable_count(const struct net *n)
+size_t rt_model_trainable_count(const struct rt_model *n)
 {
     return n->trainable_count;
 }
 
-size_t net_head_count(const struct net *n)
+void rt_model_param_split(const struct rt_model *n, uint64_t *trainable, uint64_t *frozen)
+{
+    int count;
+    const struct rt_tensor_info *tab = rt_model_tensors(n, &count);
+    *trainable = *frozen = 0;
+    for (int i = 0; i < count; i++)
+        if (tab[i].kind == RT_PARAM)
+            *(tab[i].frozen ? frozen : trainable) += tab[i].count;
+}
+
+size_t rt_model_head_count(const struct rt_model *n)
 {
     return n->head_count;
 }
 
-const char *net_head_name(const struct net *n)
+const char *rt_model_head_name(const struct rt_model *n)
 {
     return n->head >= 0 ? n->nd[n->head].name : "";
 }

@@ -626,25 +626,26 @@ static void check_dropout_streams(struct rt_backend *be)
     rt_model_destroy(m);
 
     /* node 255 is the last a dropout can be; 2^32 elements are too many */
-    struct net *n = net_create(be, (struct rt_shape4){2, 1, 1, 1}, 2, NET_INIT_DEFAULT, RT_F32, NULL);
-    CHECKF(n != NULL, "net_create: %s", rt_errmsg());
+    struct rt_model *n = NULL;
+    CHECKF(net_create(be, "dropouts", (struct rt_shape4){2, 1, 1, 1}, 2, NET_INIT_DEFAULT, RT_F32, NULL, &n) == 0,
+           "net_create: %s", rt_errmsg());
     if (n) {
         int x = net_flatten(n, 0, "flatten");
-        while (x >= 0 && net_node_count(n) < 255)
+        while (x >= 0 && rt_model_node_count(n) < 255)
             x = net_scale(n, x, "scale", 1.0f);
         x = net_dropout(n, x, "dropout255", 0.5f);
         CHECKF(x >= 0, "a dropout as node 255: %s", rt_errmsg());
         CHECKF(net_dropout(n, x, "dropout256", 0.5f) < 0 && strstr(rt_errmsg(), "dropout256") &&
                    strstr(rt_errmsg(), "first 256"),
                "a dropout as node 256 is not refused: %s", rt_errmsg());
-        net_destroy(n);
+        rt_model_destroy(n);
     }
-    n = net_create(be, (struct rt_shape4){65536, 65536, 1, 1}, 2, NET_INIT_DEFAULT, RT_F32, NULL);
-    CHECKF(n != NULL, "net_create: %s", rt_errmsg());
+    CHECKF(net_create(be, "big", (struct rt_shape4){65536, 65536, 1, 1}, 2, NET_INIT_DEFAULT, RT_F32, NULL, &n) == 0,
+           "net_create: %s", rt_errmsg());
     if (n) {
         CHECKF(net_dropout(n, 0, "big", 0.5f) < 0 && strstr(rt_errmsg(), "2^32"),
                "a dropout over 2^32 elements is not refused: %s", rt_errmsg());
-        net_destroy(n);
+        rt_model_destroy(n);
     }
 }
 
