@@ -29,6 +29,16 @@ void checkpoint_json_floats(char *buf, size_t len, const float *v, uint32_t n)
         snprintf(buf + o, len - o, "]");
 }
 
+json_t *checkpoint_command(const struct train *T)
+{
+    if (!T->cfg.argv)
+        return NULL;
+    json_t *a = json_array();
+    for (int i = 0; i < T->cfg.argc; i++)
+        json_array_append_new(a, json_string(T->cfg.argv[i]));
+    return a;
+}
+
 static int path_of(const struct train *T, const char *name, char *out, size_t len)
 {
     return rt_path_join(out, len, T->cfg.checkpoint_dir, name);
@@ -94,7 +104,7 @@ static int save_state(struct train *T, const double ep[3])
         json_object_set_new(st, "skipped_steps", json_integer((json_int_t)T->scaler.skipped));
     }
     /* What ran, for people and `ringtrain report`; a resume reads none of it. */
-    json_t *cmd = st ? report_command(T) : NULL;
+    json_t *cmd = st ? checkpoint_command(T) : NULL;
     if (cmd)
         json_object_set_new(st, "command", cmd);
     if (st && T->facts)

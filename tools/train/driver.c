@@ -293,7 +293,7 @@ static void make_schedule(struct train *T)
 {
     const struct train_cfg *c = &T->cfg;
     /* Updates: a short one ends an epoch that --grad-accum does not divide (step.c). */
-    const uint64_t per_epoch = RT_MAX(step_updates_per_epoch(T), 1);
+    const uint64_t per_epoch = RT_MAX(input_updates_per_epoch(T), 1);
     T->sched = (struct rt_sched){.kind = c->sched, .base_lr = c->lr, .gamma = c->gamma};
     /* --steps stops the run early; it does not shorten the schedule, so a run
      * stopped by it and resumed is the run that was planned. */

@@ -341,10 +341,6 @@ static inline int steady_update(const struct train *T, uint64_t update)
 
 /* loop.c: set by its SIGTERM/SIGUSR1 handler, read once per update (step_control_word) */
 extern volatile sig_atomic_t loop_stop_signal;
-/* loop.c: the one place the position moves -- past a micro-batch (batch, micro), past an update, or from an
- * epoch's end to the start of the next */
-enum train_move { MOVE_MICRO, MOVE_UPDATE, MOVE_EPOCH };
-void train_advance(struct train *T, enum train_move m);
 
 /* startup.c */
 void startup_mark(struct train *T, enum train_boot k); /* stamp k now, once */
@@ -354,11 +350,15 @@ const char *startup_part_key(enum train_boot k);
 
 /* input.c */
 int input_create(struct train *T);          /* the loader and its ring, or the synthetic batch; 0 or -errno */
+/* Updates per epoch, a short last one counted (train_step_size: an update never spans two epochs). */
+uint64_t input_updates_per_epoch(const struct train *T);
 void input_destroy(struct train *T);        /* none made is fine; the batch fetched ahead goes back */
 void input_labels(const struct rt_batch *slot, int32_t *labels); /* padding samples -> -1 */
 
-/* step.c */
-uint64_t step_updates_per_epoch(const struct train *T); /* a short last update counted: ceil(batches / accum) */
+/* step.c; train_advance: the one place the position moves -- past a micro-batch (batch, micro), past an update,
+ * or from an epoch's end to the start of the next */
+enum train_move { MOVE_MICRO, MOVE_UPDATE, MOVE_EPOCH };
+void train_advance(struct train *T, enum train_move m);
 uint32_t step_control_word(const struct train *T); /* this rank's enum train_ctl bits for the update */
 /* -ERANGE naming this rank's non-finite loss (T->nonfinite), or another rank's, read a step late. */
 int step_nonfinite_error(const struct train *T);
@@ -397,6 +397,7 @@ int checkpoint_resume(struct train *T);     /* --resume: load, agree across rank
  * rank 0 after the last checkpoint (finished = 1), removed when a run starts (0). */
 int checkpoint_mark_finished(struct train *T, int finished);
 void checkpoint_json_floats(char *buf, size_t len, const float *v, uint32_t n); /* "[a, b, c]" */
+json_t *checkpoint_command(const struct train *T); /* cfg.argv as a JSON array (a new reference), NULL: none */
 
 /* replicas.c */
 int replicas_create(struct train *T);       /* the host copy, after the model; 0 or -ENOMEM */
@@ -412,7 +413,6 @@ void report_epoch(struct train *T, int partial, double time_s, double ips, doubl
 void report_stopped(const struct train *T);
 void report_profile(const struct train *T); /* the step profile's table and verdict (rank 0) */
 void report_summary(struct train *T, double wall_s); /* with --report keeps the summary in T->summary */
-json_t *report_command(const struct train *T); /* cfg.argv as a JSON array (a new reference), NULL: none */
 int report_records_open(struct train *T);   /* --report: the record list, a resumed run's earlier records
                                              * read back from --metrics; 0 or -errno */
 int report_page(struct train *T);           /* --report: rank 0 writes the HTML page; 0 or -EIO */

@@ -99,6 +99,11 @@ static int make_synthetic(struct train *T)
     return 0;
 }
 
+uint64_t input_updates_per_epoch(const struct train *T)
+{
+    return (T->in.batches_per_epoch + T->cfg.grad_accum - 1) / T->cfg.grad_accum;
+}
+
 int input_create(struct train *T)
 {
     if (T->cfg.synthetic)

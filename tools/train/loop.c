@@ -44,23 +44,6 @@ static enum train_stop stop_before_start(struct train *T)
     return T->pos.epoch >= T->cfg.epochs ? STOP_EPOCHS : STOP_NONE;
 }
 
-void train_advance(struct train *T, enum train_move m)
-{
-    switch (m) {
-    case MOVE_MICRO:
-        T->pos.batch++;
-        T->pos.micro++;
-        break;
-    case MOVE_UPDATE:
-        T->pos.update++;
-        break;
-    case MOVE_EPOCH:
-        T->pos.epoch++;
-        T->pos.batch = 0;
-        break;
-    }
-}
-
 int train_loop(struct train *T)
 {
     int r;

@@ -73,7 +73,7 @@ static void banner_data(struct train *T)
                 "%u per rank x %d ranks x %u accumulation = %u effective, %" PRIu64 " steps/epoch%s, %" PRIu64
                 " epochs",
                 c->batch, T->world, c->grad_accum, c->batch * (uint32_t)T->world * c->grad_accum,
-                step_updates_per_epoch(T), tail, c->epochs);
+                input_updates_per_epoch(T), tail, c->epochs);
 }
 
 static void banner_comm(struct train *T)
@@ -531,16 +531,6 @@ static const char *const stop_reasons[] = {[STOP_NONE] = "running", [STOP_EPOCHS
                                            [STOP_TARGET] = "target accuracy reached", [STOP_STEPS] = "step limit",
                                            [STOP_SIGNAL] = "signal"};
 
-json_t *report_command(const struct train *T)
-{
-    if (!T->cfg.argv)
-        return NULL;
-    json_t *a = json_array();
-    for (int i = 0; i < T->cfg.argc; i++)
-        json_array_append_new(a, json_string(T->cfg.argv[i]));
-    return a;
-}
-
 /* A resumed run's summary members for this process alone: the run's counters include the processes before it
  * (time_s is this one's alone). */
 static void summary_resumed(const struct train *T, json_t *o)
@@ -660,7 +650,7 @@ static json_t *summary_json(const struct train *T, double wall_s, double train_s
         json_object_set_new(o, "val_acc", json_real(r->val_acc));
         json_object_set_new(o, "best_val_acc", json_real(r->best_acc));
     }
-    json_t *cmd = report_command(T);
+    json_t *cmd = checkpoint_command(T);
     if (cmd)
         json_object_set_new(o, "command", cmd);
     if (T->facts)

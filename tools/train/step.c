@@ -6,7 +6,8 @@
  * global-norm clipping). train.h states each call's contract; this file keeps
  * their order. Observation (meters, the step profile, the progress bar, the
  * trace window) sits behind watch.c's three hooks; the epoch and the stop
- * checks are the loop's (loop.c).
+ * checks are the loop's (loop.c). The position moves here and nowhere else
+ * (train_advance), the epoch's end's move included.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -18,6 +19,23 @@
 #include "common/common.h"
 #include "common/trace.h"
 #include "tools/train/driver.h"
+
+void train_advance(struct train *T, enum train_move m)
+{
+    switch (m) {
+    case MOVE_MICRO:
+        T->pos.batch++;
+        T->pos.micro++;
+        break;
+    case MOVE_UPDATE:
+        T->pos.update++;
+        break;
+    case MOVE_EPOCH:
+        T->pos.epoch++;
+        T->pos.batch = 0;
+        break;
+    }
+}
 
 int train_step(struct train *T)
 {
@@ -62,11 +80,6 @@ uint32_t train_step_size(const struct train *T)
 {
     const uint64_t left = T->in.batches_per_epoch - T->pos.batch;
     return (uint32_t)RT_MIN((uint64_t)T->cfg.grad_accum, RT_MAX(left, 1));
-}
-
-uint64_t step_updates_per_epoch(const struct train *T)
-{
-    return (T->in.batches_per_epoch + T->cfg.grad_accum - 1) / T->cfg.grad_accum;
 }
 
 /* The micro-batch's options: the update's mean loss's gradient, scaled for loss scaling; its dropout stream. */
