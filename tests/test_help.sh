@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # test_help.sh - every command's options, said the same way everywhere. `ringtrain --help` names the
 # commands; for each command CMD, the options of `ringtrain CMD --help` (its lines "  -x, --name ...")
-#   - are the options of its parser's table (tools/cmd_CMD.c, CLI_RUN_OPTIONS from tools/cli.h), taking
-#     an argument exactly where the help shows one;
+#   - are the options of its parser's table (tools/cmd_CMD.c: a getopt_long table, with CLI_RUN_OPTIONS
+#     from tools/cli.h, or an option table of struct cli_opt rows, with CLI_SHARED rows from
+#     tools/cli_run.c), taking an argument exactly where the help shows one;
 #   - are each accepted by the parser, asked so that nothing can start: the options without an argument
 #     all at once, followed by an option that exists nowhere, which the parser must be the one to refuse
 #     (one option at a time when that fails, to name the culprit); an option that takes an argument
@@ -58,21 +59,45 @@ help_options() {
               print "$l $s $k\n"' "$1"
 }
 
-# table_options CMD: the parser's getopt_long table, "LONG KIND" per entry; the names a strcmp() parser
-# compares argv with ("none"); nothing when the source is not there.
+# table_options CMD: the parser's table, "LONG KIND" per entry: a getopt_long table, or the rows of an
+# option table ({.name = "NAME", .letter = 'X', .arg = "ARG", ...}: an argument when the row has .arg;
+# CLI_SHARED(CLI_O_X) rows are tools/cli_run.c's RUN(CLI_O_X) rows); the names a strcmp() parser compares
+# argv with ("none"); nothing when the source is not there.
 table_options() {
     local c=$SRC/tools/cmd_$1.c
     [ -f "$c" ] || return 0
     {
-        cat "$c"
-        grep -q CLI_RUN_OPTIONS "$c" && sed -n '/#define CLI_RUN_OPTIONS/,/^$/p' "$SRC/tools/cli.h"
-    } | perl -ne 'print "--$1 $2\n" while /\{"([a-z0-9][a-z0-9-]*)", *(no|required|optional)_argument/g;
-                  print "$1 no\n" while /strcmp\(argv\[[^]]*\], *"(--?[a-zA-Z0-9-]+)"\)/g;
-                  if (/getopt_long\(argc, *argv, *"([^"]*)"/) {
-                      my $s = $1;
-                      print "-$1 ", ($2 ? "required" : "none"), "\n" while $s =~ /([A-Za-z0-9])(:?)/g;
-                  }' |
-        sed 's/ no$/ none/' | sort -u
+        {
+            cat "$c"
+            grep -q CLI_RUN_OPTIONS "$c" && sed -n '/#define CLI_RUN_OPTIONS/,/^$/p' "$SRC/tools/cli.h"
+        } | perl -ne 'print "--$1 $2\n" while /\{"([a-z0-9][a-z0-9-]*)", *(no|required|optional)_argument/g;
+                      print "$1 no\n" while /strcmp\(argv\[[^]]*\], *"(--?[a-zA-Z0-9-]+)"\)/g;
+                      if (/getopt_long\(argc, *argv, *"([^"]*)"/) {
+                          my $s = $1;
+                          print "-$1 ", ($2 ? "required" : "none"), "\n" while $s =~ /([A-Za-z0-9])(:?)/g;
+                      }' |
+            sed 's/ no$/ none/'
+        perl -0777 -e '
+            my ($cmd, $run) = @ARGV;
+            sub slurp { open my $f, "<", $_[0] or return ""; local $/; my $t = <$f>; $t }
+            # A row: from "{" to its "}", strings skipped whole.
+            my $row = qr/\{((?:[^{}"]|"(?:[^"\\]|\\.)*")*)\}/;
+            sub show {
+                my $r = shift;
+                my $kind = $r =~ /\.arg = "/ ? "required" : "none";
+                print "--$1 $kind\n" if $r =~ /\.name = "([a-z0-9][a-z0-9-]*)"/;
+                print "-$1 $kind\n" if $r =~ /\.letter = \x27([A-Za-z0-9])\x27/;
+            }
+            my %shared;
+            my $rt = slurp($run);
+            $shared{$1} = $2 while $rt =~ /RUN\((CLI_O_\w+)\) = $row/g;
+            my $t = slurp($cmd);
+            while ($t =~ /$row/g) {
+                my $r = $1;
+                if ($r =~ /CLI_SHARED\((CLI_O_\w+)\)/) { show($shared{$1} // "") }
+                elsif ($r =~ /^\.name = "/) { show($r) }
+            }' "$c" "$SRC/tools/cli_run.c"
+    } | sort -u
 }
 
 # man_text PAGE: the page as text, roff's "\-" and font changes undone.

@@ -15,6 +15,7 @@
 #include <getopt.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "tools/train/train.h"
 
@@ -49,6 +50,94 @@ int cli_parse_aug(const char *cmd, const char *s, struct rt_aug *a);
 void cli_aug_describe(const struct rt_aug *a, char *buf, size_t len);
 
 /*
+ * Option tables. A command describes each option once, as a row of a static
+ * table of struct cli_opt: its names, its argument, the field of the
+ * command's config struct it fills and how, and its help. From the table
+ * come getopt_long's array, the parsing and the `--help` text (so the man
+ * pages and docs/COMMANDS.md, made from --help, follow it). Rules between
+ * options ("--nesterov applies to --optimizer sgd only") are not rows: each
+ * command checks them in code after cli_opts_parse.
+ */
+enum cli_opt_kind {
+    CLI_TEXT,   /* no option: .help is a line of the help as it stands (a heading, a note); .name is NULL */
+    CLI_HELP,   /* no argument: prints the help to stdout, and the command ends with RT_EXIT_OK */
+    CLI_FLAG,   /* no argument: the int field becomes 1 */
+    CLI_SET,    /* no argument: the int (or enum) field becomes .set */
+    CLI_STR,    /* the const char * field points at the argument (borrowed from argv) */
+    CLI_UINT,   /* a decimal integer in [.lo, .hi] (.hi 0: the field's largest) into a 32- or 64-bit field;
+                 * outside it a usage error, or with CLI_CLAMP the nearest end */
+    CLI_REAL,   /* a finite number in [.dlo, .dhi] (with CLI_OPEN [.dlo, .dhi)) into a float or double */
+    CLI_CHOICE, /* one of .choices' names: its value into the int (or enum) field */
+    CLI_PARSE,  /* .parse(arg, field), a library's parser: < 0 is a bad value, rt_errmsg() says why */
+    CLI_CUSTOM, /* .custom(cmd, arg, cfg) does all, messages included (values that fill several fields) */
+};
+
+enum { CLI_CLAMP = 1, CLI_OPEN = 2 }; /* struct cli_opt .flags */
+
+/* A CLI_CHOICE name and its value; a list ends with {NULL}. An alias is accepted but not listed in messages. */
+struct cli_choice {
+    const char *name;
+    int value;
+    int alias;
+};
+
+/* The field a row fills: .off and .size of `member` (nested members too: o.quality) in config type T. */
+#define CLI_FIELD(T, member) .off = offsetof(T, member), .size = sizeof(((T *)0)->member)
+
+struct cli_opt {
+    const char *name;    /* the long name without "--"; NULL for CLI_TEXT */
+    int letter;          /* the short option's letter, 0 for none */
+    const char *arg;     /* the argument's name in the help; NULL: the option takes none */
+    enum cli_opt_kind kind;
+    size_t off, size;    /* the field, CLI_FIELD() */
+    uint64_t lo, hi;     /* CLI_UINT */
+    double dlo, dhi;     /* CLI_REAL */
+    int set;             /* CLI_SET */
+    unsigned flags;      /* CLI_CLAMP, CLI_OPEN */
+    const struct cli_choice *choices;                         /* CLI_CHOICE */
+    int (*parse)(const char *arg, void *field);               /* CLI_PARSE */
+    int (*custom)(const char *cmd, const char *arg, void *cfg); /* CLI_CUSTOM: 0, or RT_EXIT_USAGE after
+                                                                 * cli_usage_error */
+    /* One of cli_run_rows: name, argument and parsing are that row's, the field is in the command's struct
+     * cli_run_opts (struct cli_cmd .run_off); the help is this row's. */
+    const struct cli_opt *shared;
+    const char *(*help_fn)(void); /* words the program knows (rt_model_names) that begin the help, or NULL */
+    /* The description: a newline in it starts a line at the description's column; one at the start puts
+     * the description on the line below the option's name. */
+    const char *help;
+};
+
+/* A command's table and the help around it. */
+struct cli_cmd {
+    const char *name;            /* "pack": messages begin "ringtrain pack: " */
+    const char *head;            /* the help above the rows: the usage line, what the command does, "Options:" */
+    const char *tail;            /* the help below them: the examples */
+    const struct cli_opt *opts;
+    size_t nopts;
+    int col;                     /* the column descriptions start at */
+    int letters;                 /* options without a letter line up with those that have one: "      --size" */
+    size_t run_off;              /* offsetof the command's struct cli_run_opts in its config, for .shared rows */
+    int help_on_error;           /* an unknown option prints the whole help to stderr, not one line */
+};
+
+#define CLI_OPTS_MAX 96 /* rows of a table that are options */
+#define CLI_PARSED (-1) /* cli_opts_parse: every option read, the command goes on */
+
+/*
+ * Parses argv's options (argv[0] is the command's name) into cfg by c's
+ * table; getopt_long leaves the operands from argv[optind] on. Returns
+ * CLI_PARSED; or, for the command to return: RT_EXIT_OK after --help printed
+ * the help, RT_EXIT_USAGE after a message naming the option and what it
+ * allows. Not thread-safe (getopt_long's state).
+ */
+int cli_opts_parse(const struct cli_cmd *c, int argc, char **argv, void *cfg);
+/* Prints c's help to f. */
+void cli_opts_help(const struct cli_cmd *c, FILE *f);
+/* One row's value into the struct at base (its .shared row's rule, if any): 0, or RT_EXIT_USAGE after the
+ * message. */
+int cli_opt_apply(const char *cmd, const struct cli_opt *row, const char *arg, void *base);
+
+/*
  * The options `train` and `eval` share: put CLI_RUN_OPTIONS in the
  * getopt_long table and hand every option the command does not handle
  * itself to cli_run_option(), which returns 1 (it was one of them, stored
@@ -77,6 +166,10 @@ struct cli_run_opts {
     int no_tf32, nondeterministic;
 };
 int cli_run_option(const char *cmd, int ch, const char *arg, struct cli_run_opts *o);
+/* The same options as table rows, indexed by CLI_O_x - CLI_O_DATA: a row of a command's table names one,
+ * {CLI_SHARED(CLI_O_MODEL), .help = ...}, and writes its own help. */
+extern const struct cli_opt cli_run_rows[];
+#define CLI_SHARED(o) .shared = &cli_run_rows[(o) - CLI_O_DATA]
 
 /* Prints the library's last error as "error: ..." and returns RT_EXIT_FAIL. */
 int cli_fail(void);

@@ -1,61 +1,40 @@
 /*
  * cli_run.c - the options `ringtrain train` and `ringtrain eval` share
  * (CLI_RUN_OPTIONS in cli.h), parsed in one place so that the two commands
- * cannot come to read them differently.
+ * cannot come to read them differently: one row each in cli_run_rows, which
+ * train's table points at (.shared) and cli_run_option applies for eval.
  */
-#include <errno.h>
 #include <string.h>
 
 #include "common/common.h"
 #include "tools/cli.h"
 
-/* A count in [lo, hi] into *out; a usage error otherwise. */
-static int parse_range(const char *cmd, const char *opt, const char *s, uint64_t lo, uint64_t hi, uint64_t *out)
-{
-    if (cli_parse_u64(cmd, opt, s, out))
-        return RT_EXIT_USAGE;
-    if (*out < lo || *out > hi)
-        return cli_usage_error(cmd, "%s must be %llu..%llu", opt, (unsigned long long)lo, (unsigned long long)hi);
-    return 0;
-}
+static int parse_device(const char *arg, void *field) { return train_device_parse(arg, field); }
 
-/* An on|off option: 1 in *off for "off", 0 for "on"; a usage error otherwise. */
-static int parse_off(const char *cmd, const char *opt, const char *s, int *off)
-{
-    if (strcmp(s, "on") && strcmp(s, "off"))
-        return cli_usage_error(cmd, "%s %s: expected on or off", opt, s);
-    *off = !strcmp(s, "off");
-    return 0;
-}
+/* --tf32 and --deterministic: on (the default, 0) or off (1 in no_tf32, nondeterministic). */
+static const struct cli_choice on_off[] = {{"on", 0, 0}, {"off", 1, 0}, {NULL, 0, 0}};
+
+#define RUN(o) [(o) - CLI_O_DATA]
+#define F(member) CLI_FIELD(struct cli_run_opts, member)
+const struct cli_opt cli_run_rows[] = {
+    RUN(CLI_O_DATA) = {.name = "data", .arg = "DIR", .kind = CLI_STR, F(data)},
+    RUN(CLI_O_MODEL) = {.name = "model", .arg = "NAME", .kind = CLI_STR, F(model)},
+    RUN(CLI_O_BATCH) = {.name = "batch-size", .arg = "N", .kind = CLI_UINT, F(batch), .lo = 1, .hi = 65536},
+    RUN(CLI_O_WORKERS) = {.name = "workers", .arg = "N", .kind = CLI_UINT, F(workers), .hi = 256, .flags = CLI_CLAMP},
+    RUN(CLI_O_THREADS) = {.name = "threads", .arg = "N", .kind = CLI_UINT, F(threads), .hi = 1024,
+                          .flags = CLI_CLAMP},
+    RUN(CLI_O_DEVICE) = {.name = "device", .arg = "D", .kind = CLI_PARSE, F(device), .parse = parse_device},
+    RUN(CLI_O_JSON) = {.name = "json", .kind = CLI_FLAG, F(json)},
+    RUN(CLI_O_TF32) = {.name = "tf32", .arg = "on|off", .kind = CLI_CHOICE, F(no_tf32), .choices = on_off},
+    RUN(CLI_O_DETERM) = {.name = "deterministic", .arg = "on|off", .kind = CLI_CHOICE, F(nondeterministic),
+                         .choices = on_off},
+};
+#undef F
+#undef RUN
 
 int cli_run_option(const char *cmd, int ch, const char *arg, struct cli_run_opts *o)
 {
-    uint64_t v;
-    switch (ch) {
-    case CLI_O_DATA: o->data = arg; return 1;
-    case CLI_O_MODEL: o->model = arg; return 1;
-    case CLI_O_JSON: o->json = 1; return 1;
-    case CLI_O_BATCH:
-        if (parse_range(cmd, "--batch-size", arg, 1, 65536, &v))
-            return RT_EXIT_USAGE;
-        o->batch = (uint32_t)v;
-        return 1;
-    case CLI_O_WORKERS:
-        if (cli_parse_u64(cmd, "--workers", arg, &v))
-            return RT_EXIT_USAGE;
-        o->workers = (int)RT_MIN(v, 256);
-        return 1;
-    case CLI_O_THREADS:
-        if (cli_parse_u64(cmd, "--threads", arg, &v))
-            return RT_EXIT_USAGE;
-        o->threads = (int)RT_MIN(v, 1024);
-        return 1;
-    case CLI_O_DEVICE:
-        if (train_device_parse(arg, &o->device) < 0)
-            return cli_usage_error(cmd, "%s", rt_errmsg());
-        return 1;
-    case CLI_O_TF32: return parse_off(cmd, "--tf32", arg, &o->no_tf32) ? RT_EXIT_USAGE : 1;
-    case CLI_O_DETERM: return parse_off(cmd, "--deterministic", arg, &o->nondeterministic) ? RT_EXIT_USAGE : 1;
-    default: return 0;
-    }
+    if (ch < CLI_O_DATA || ch > CLI_O_DETERM)
+        return 0;
+    return cli_opt_apply(cmd, &cli_run_rows[ch - CLI_O_DATA], arg, o) ? RT_EXIT_USAGE : 1;
 }

@@ -9,56 +9,124 @@
 #include "loader/offline.h"
 #include "tools/cli.h"
 
-static void pack_help(void)
+/* What `pack` reads its options into: the library's options, and the ones this file checks. */
+struct pack_args {
+    struct rt_pack_opts o;
+    const char *out;
+    int fit; /* -1: no --fit (crop), else o.fit's value */
+};
+
+/* --size S or HxW. */
+static int parse_size(const char *cmd, const char *arg, void *cfg)
 {
-    printf("Usage: ringtrain pack INPUT --out DIR [options]\n\n"
-           "Packs a dataset into zstd (or JPEG) shards and a manifest: the format ringtrain reads.\n\n"
-           "INPUT is any of:\n"
-           "  CIFAR binary  a CIFAR-10/100 binary directory (cifar-10-batches-bin/, cifar-100-binary/) or its\n"
-           "                .tar.gz\n"
-           "  CIFAR python  the tarball torchvision downloads (cifar-10-python.tar.gz, cifar-100-python.tar.gz)\n"
-           "                or its unpacked directory\n"
-           "  MNIST         a directory holding the four MNIST IDX files (plain or .gz)\n"
-           "  image folder  ROOT/<class>/<image> (class index = sorted folder order), optionally with\n"
-           "                ROOT/train/, ROOT/val/ and ROOT/test/ above the class folders. Images: JPEG (baseline,\n"
-           "                progressive, gray, CMYK), PNG (8/16-bit, palette; alpha dropped), WebP, PPM/PGM, of any\n"
-           "                size, with the extensions torchvision's ImageFolder lists in any case; hidden files\n"
-           "                and other names are ignored and counted\n"
-           "A directory that holds one of these one level down (as `ringtrain synth` writes) works too.\n\n"
-           "Options:\n"
-           "  -o, --out DIR            dataset directory to create (built as DIR.partial, renamed when complete)\n"
-           "  -c, --codec C            raw (zstd-compressed uint8 CHW, lossless; default) or jpeg\n"
-           "  -q, --quality Q          JPEG quality 1-100 (default 90; JPEG image folders are kept as they are\n"
-           "                           unless --quality is given)\n"
-           "  -l, --level L            zstd level for raw blocks, 1-22 (default 3)\n"
-           "  -S, --shard-size BYTES   target shard size, e.g. 64M (default 64M)\n"
-           "  -b, --block-records N    records per independently decodable block (default: ~128 KiB of pixels)\n"
-           "  -v, --val-split F        move this fraction of train to a seeded validation split (default 0)\n"
-           "  -s, --split-seed S       seed of that selection (default 0)\n"
-           "  -L, --label fine|coarse  CIFAR-100 label set (default fine)\n"
-           "  -j, --threads T          encoder threads (default: the CPUs this process may use)\n"
-           "  -f, --force              replace an existing dataset at DIR\n"
-           "Image folders:\n"
-           "      --size S|HxW         store every image at S x S (or H x W) pixels, resized (antialiased)\n"
-           "      --fit crop|stretch|pad  how --size gets there: crop = torchvision's Resize(S) + CenterCrop(S)\n"
-           "                           (default), stretch = the whole image, aspect not kept, pad = the whole\n"
-           "                           image inside, black around\n"
-           "      --max-side N         with --codec jpeg: keep each image at its own size, shrunk to N pixels on\n"
-           "                           its longer side when larger (JPEGs already small enough are stored as they\n"
-           "                           are); training crops them at load time (train/loadbench --image-size)\n"
-           "      --channels 1|3       RGB (default) or gray\n"
-           "      --skip-bad           leave out files that are no usable image (truncated, not an image, an\n"
-           "                           unsupported format, zero-sized), list them in the manifest and go on;\n"
-           "                           without it the first such file stops the pack, named\n"
-           "      --exif-rotate        turn images as their EXIF orientation says (torchvision does not)\n"
-           "  Without --size or --max-side every image must have the size of the first one.\n"
-           "  -h, --help               print this help\n\n"
-           "Examples:\n"
-           "  $ ringtrain pack data/src --out data/cifar10\n"
-           "  $ ringtrain pack cifar-10-python.tar.gz --out data/c10 --val-split 0.1\n"
-           "  $ ringtrain pack ~/photos --out data/photos64 --size 64 --skip-bad\n"
-           "  $ ringtrain pack ~/photos --out data/photos --codec jpeg --max-side 320 --val-split 0.1\n");
+    struct pack_args *a = cfg;
+    unsigned long hh, ww;
+    int n = 0;
+    if (sscanf(arg, "%lux%lu%n", &hh, &ww, &n) == 2 && !arg[n]) {
+        /* H x W */
+    } else if (sscanf(arg, "%lu%n", &hh, &n) == 1 && !arg[n]) {
+        ww = hh;
+    } else {
+        return cli_usage_error(cmd, "--size takes S or HxW (e.g. 64 or 96x128), not '%s'", arg);
+    }
+    if (hh < 1 || ww < 1 || hh > 65535 || ww > 65535)
+        return cli_usage_error(cmd, "--size %s out of range (1..65535 on each side)", arg);
+    a->o.size_h = (uint32_t)hh;
+    a->o.size_w = (uint32_t)ww;
+    return 0;
 }
+
+/* --shard-size 64M: a byte count with an optional K/M/G suffix, above 0. */
+static int parse_shard_size(const char *cmd, const char *arg, void *cfg)
+{
+    struct pack_args *a = cfg;
+    if (rt_parse_size(arg, &a->o.shard_bytes) < 0)
+        return cli_usage_error(cmd, "--shard-size: %s", rt_errmsg());
+    if (a->o.shard_bytes == 0)
+        return cli_usage_error(cmd, "--shard-size: must be > 0");
+    return 0;
+}
+
+static const struct cli_choice codecs[] = {{"raw", RT_CODEC_RAW, 0}, {"jpeg", RT_CODEC_JPEG, 0}, {NULL, 0, 0}};
+static const struct cli_choice labels[] = {{"fine", RT_LABEL_FINE, 0}, {"coarse", RT_LABEL_COARSE, 0}, {NULL, 0, 0}};
+static const struct cli_choice fits[] = {{"crop", 0, 0}, {"stretch", 1, 0}, {"pad", 2, 0}, {NULL, 0, 0}};
+static const struct cli_choice channels[] = {{"1", 1, 0}, {"3", 3, 0}, {NULL, 0, 0}};
+
+#define F(member) CLI_FIELD(struct pack_args, member)
+static const struct cli_opt pack_opts[] = {
+    {.name = "out", .letter = 'o', .arg = "DIR", .kind = CLI_STR, F(out),
+     .help = "dataset directory to create (built as DIR.partial, renamed when complete)"},
+    {.name = "codec", .letter = 'c', .arg = "C", .kind = CLI_CHOICE, F(o.codec), .choices = codecs,
+     .help = "raw (zstd-compressed uint8 CHW, lossless; default) or jpeg"},
+    {.name = "quality", .letter = 'q', .arg = "Q", .kind = CLI_UINT, F(o.quality), .lo = 1, .hi = 100,
+     .help = "JPEG quality 1-100 (default 90; JPEG image folders are kept as they are\n"
+             "unless --quality is given)"},
+    {.name = "level", .letter = 'l', .arg = "L", .kind = CLI_UINT, F(o.level), .lo = 1, .hi = 22,
+     .help = "zstd level for raw blocks, 1-22 (default 3)"},
+    {.name = "shard-size", .letter = 'S', .arg = "BYTES", .kind = CLI_CUSTOM, .custom = parse_shard_size,
+     .help = "target shard size, e.g. 64M (default 64M)"},
+    {.name = "block-records", .letter = 'b', .arg = "N", .kind = CLI_UINT, F(o.block_records), .lo = 1,
+     .hi = 1u << 20, .help = "records per independently decodable block (default: ~128 KiB of pixels)"},
+    {.name = "val-split", .letter = 'v', .arg = "F", .kind = CLI_REAL, F(o.val_split), .dlo = 0, .dhi = 1,
+     .flags = CLI_OPEN, .help = "move this fraction of train to a seeded validation split (default 0)"},
+    {.name = "split-seed", .letter = 's', .arg = "S", .kind = CLI_UINT, F(o.split_seed),
+     .help = "seed of that selection (default 0)"},
+    {.name = "label", .letter = 'L', .arg = "fine|coarse", .kind = CLI_CHOICE, F(o.label), .choices = labels,
+     .help = "CIFAR-100 label set (default fine)"},
+    {.name = "threads", .letter = 'j', .arg = "T", .kind = CLI_UINT, F(o.threads), .hi = 1024, .flags = CLI_CLAMP,
+     .help = "encoder threads (default: the CPUs this process may use)"},
+    {.name = "force", .letter = 'f', .kind = CLI_FLAG, F(o.force), .help = "replace an existing dataset at DIR"},
+    {.kind = CLI_TEXT, .help = "Image folders:"},
+    {.name = "size", .arg = "S|HxW", .kind = CLI_CUSTOM, .custom = parse_size,
+     .help = "store every image at S x S (or H x W) pixels, resized (antialiased)"},
+    {.name = "fit", .arg = "crop|stretch|pad", .kind = CLI_CHOICE, F(fit), .choices = fits,
+     .help = "how --size gets there: crop = torchvision's Resize(S) + CenterCrop(S)\n"
+             "(default), stretch = the whole image, aspect not kept, pad = the whole\n"
+             "image inside, black around"},
+    {.name = "max-side", .arg = "N", .kind = CLI_UINT, F(o.max_side), .lo = 8, .hi = 65535,
+     .help = "with --codec jpeg: keep each image at its own size, shrunk to N pixels on\n"
+             "its longer side when larger (JPEGs already small enough are stored as they\n"
+             "are); training crops them at load time (train/loadbench --image-size)"},
+    {.name = "channels", .arg = "1|3", .kind = CLI_CHOICE, F(o.channels), .choices = channels,
+     .help = "RGB (default) or gray"},
+    {.name = "skip-bad", .kind = CLI_FLAG, F(o.skip_bad),
+     .help = "leave out files that are no usable image (truncated, not an image, an\n"
+             "unsupported format, zero-sized), list them in the manifest and go on;\n"
+             "without it the first such file stops the pack, named"},
+    {.name = "exif-rotate", .kind = CLI_FLAG, F(o.exif_rotate),
+     .help = "turn images as their EXIF orientation says (torchvision does not)"},
+    {.kind = CLI_TEXT, .help = "  Without --size or --max-side every image must have the size of the first one."},
+    {.name = "help", .letter = 'h', .kind = CLI_HELP, .help = "print this help"},
+};
+#undef F
+
+static const struct cli_cmd pack_cli = {
+    .name = "pack",
+    .head = "Usage: ringtrain pack INPUT --out DIR [options]\n\n"
+            "Packs a dataset into zstd (or JPEG) shards and a manifest: the format ringtrain reads.\n\n"
+            "INPUT is any of:\n"
+            "  CIFAR binary  a CIFAR-10/100 binary directory (cifar-10-batches-bin/, cifar-100-binary/) or its\n"
+            "                .tar.gz\n"
+            "  CIFAR python  the tarball torchvision downloads (cifar-10-python.tar.gz, cifar-100-python.tar.gz)\n"
+            "                or its unpacked directory\n"
+            "  MNIST         a directory holding the four MNIST IDX files (plain or .gz)\n"
+            "  image folder  ROOT/<class>/<image> (class index = sorted folder order), optionally with\n"
+            "                ROOT/train/, ROOT/val/ and ROOT/test/ above the class folders. Images: JPEG (baseline,\n"
+            "                progressive, gray, CMYK), PNG (8/16-bit, palette; alpha dropped), WebP, PPM/PGM, of any\n"
+            "                size, with the extensions torchvision's ImageFolder lists in any case; hidden files\n"
+            "                and other names are ignored and counted\n"
+            "A directory that holds one of these one level down (as `ringtrain synth` writes) works too.\n\n"
+            "Options:\n",
+    .tail = "\nExamples:\n"
+            "  $ ringtrain pack data/src --out data/cifar10\n"
+            "  $ ringtrain pack cifar-10-python.tar.gz --out data/c10 --val-split 0.1\n"
+            "  $ ringtrain pack ~/photos --out data/photos64 --size 64 --skip-bad\n"
+            "  $ ringtrain pack ~/photos --out data/photos --codec jpeg --max-side 320 --val-split 0.1\n",
+    .opts = pack_opts,
+    .nopts = RT_ARRAY_LEN(pack_opts),
+    .col = 27,
+    .letters = 1,
+};
 
 struct progress_state {
     int tty;
@@ -109,147 +177,35 @@ static void print_folder_summary(const struct rt_pack_stats *st, const char *out
                thousands(st->skipped, a, sizeof(a)), thousands(st->files, b, sizeof(b)), st->skipped_summary, out);
 }
 
-int cmd_pack(int argc, char **argv)
+/* The rules between pack's options and its operand, once all are read: 0, or RT_EXIT_USAGE after the message. */
+static int pack_check(int argc, struct pack_args *a)
 {
-    static const struct option longopts[] = {
-        {"out", required_argument, NULL, 'o'},           {"codec", required_argument, NULL, 'c'},
-        {"quality", required_argument, NULL, 'q'},       {"level", required_argument, NULL, 'l'},
-        {"shard-size", required_argument, NULL, 'S'},    {"block-records", required_argument, NULL, 'b'},
-        {"val-split", required_argument, NULL, 'v'},     {"split-seed", required_argument, NULL, 's'},
-        {"label", required_argument, NULL, 'L'},         {"threads", required_argument, NULL, 'j'},
-        {"force", no_argument, NULL, 'f'},               {"help", no_argument, NULL, 'h'},
-        {"size", required_argument, NULL, 1},            {"fit", required_argument, NULL, 2},
-        {"max-side", required_argument, NULL, 3},        {"channels", required_argument, NULL, 4},
-        {"skip-bad", no_argument, NULL, 5},              {"exif-rotate", no_argument, NULL, 6},
-        {NULL, 0, NULL, 0},
-    };
-    struct rt_pack_opts o = {0};
-    struct rt_pack_stats st;
-    struct progress_state ps = {isatty(STDERR_FILENO), 0};
-    const char *out = NULL;
-    uint64_t v;
-    char *end;
-    int c, fit_given = 0;
-
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "o:c:q:l:S:b:v:s:L:j:fh", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'o': out = optarg; break;
-        case 'c':
-            if (!strcmp(optarg, "raw"))
-                o.codec = RT_CODEC_RAW;
-            else if (!strcmp(optarg, "jpeg"))
-                o.codec = RT_CODEC_JPEG;
-            else
-                return cli_usage_error("pack", "--codec must be raw or jpeg, not '%s'", optarg);
-            break;
-        case 'q':
-            if (cli_parse_u64("pack", "--quality", optarg, &v))
-                return RT_EXIT_USAGE;
-            if (v < 1 || v > 100)
-                return cli_usage_error("pack", "--quality must be in 1..100");
-            o.quality = (int)v;
-            break;
-        case 'l':
-            if (cli_parse_u64("pack", "--level", optarg, &v))
-                return RT_EXIT_USAGE;
-            if (v < 1 || v > 22)
-                return cli_usage_error("pack", "--level must be in 1..22");
-            o.level = (int)v;
-            break;
-        case 'S':
-            if (rt_parse_size(optarg, &o.shard_bytes) < 0 || o.shard_bytes == 0)
-                return cli_usage_error("pack", "--shard-size: %s", o.shard_bytes ? rt_errmsg() : "must be > 0");
-            break;
-        case 'b':
-            if (cli_parse_u64("pack", "--block-records", optarg, &v))
-                return RT_EXIT_USAGE;
-            if (v < 1 || v > 1u << 20)
-                return cli_usage_error("pack", "--block-records must be in 1..1048576");
-            o.block_records = (uint32_t)v;
-            break;
-        case 'v':
-            o.val_split = strtod(optarg, &end);
-            if (*end || end == optarg || !(o.val_split >= 0 && o.val_split < 1))
-                return cli_usage_error("pack", "--val-split must be a fraction in [0, 1), got '%s'", optarg);
-            break;
-        case 's':
-            if (cli_parse_u64("pack", "--split-seed", optarg, &o.split_seed))
-                return RT_EXIT_USAGE;
-            break;
-        case 'L':
-            if (!strcmp(optarg, "fine"))
-                o.label = RT_LABEL_FINE;
-            else if (!strcmp(optarg, "coarse"))
-                o.label = RT_LABEL_COARSE;
-            else
-                return cli_usage_error("pack", "--label must be fine or coarse");
-            break;
-        case 'j':
-            if (cli_parse_u64("pack", "--threads", optarg, &v))
-                return RT_EXIT_USAGE;
-            o.threads = (int)RT_MIN(v, 1024);
-            break;
-        case 'f': o.force = 1; break;
-        case 1: {
-            unsigned long hh, ww;
-            int n = 0;
-            if (sscanf(optarg, "%lux%lu%n", &hh, &ww, &n) == 2 && !optarg[n]) {
-                /* H x W */
-            } else if (sscanf(optarg, "%lu%n", &hh, &n) == 1 && !optarg[n]) {
-                ww = hh;
-            } else {
-                return cli_usage_error("pack", "--size takes S or HxW (e.g. 64 or 96x128), not '%s'", optarg);
-            }
-            if (hh < 1 || ww < 1 || hh > 65535 || ww > 65535)
-                return cli_usage_error("pack", "--size %s out of range", optarg);
-            o.size_h = (uint32_t)hh;
-            o.size_w = (uint32_t)ww;
-            break;
-        }
-        case 2:
-            if (!strcmp(optarg, "crop"))
-                o.fit = 0;
-            else if (!strcmp(optarg, "stretch"))
-                o.fit = 1;
-            else if (!strcmp(optarg, "pad"))
-                o.fit = 2;
-            else
-                return cli_usage_error("pack", "--fit must be crop, stretch or pad, not '%s'", optarg);
-            fit_given = 1;
-            break;
-        case 3:
-            if (cli_parse_u64("pack", "--max-side", optarg, &v))
-                return RT_EXIT_USAGE;
-            if (v < 8 || v > 65535)
-                return cli_usage_error("pack", "--max-side must be in 8..65535");
-            o.max_side = (uint32_t)v;
-            break;
-        case 4:
-            if (cli_parse_u64("pack", "--channels", optarg, &v))
-                return RT_EXIT_USAGE;
-            if (v != 1 && v != 3)
-                return cli_usage_error("pack", "--channels must be 1 or 3");
-            o.channels = (uint32_t)v;
-            break;
-        case 5: o.skip_bad = 1; break;
-        case 6: o.exif_rotate = 1; break;
-        case 'h': pack_help(); return RT_EXIT_OK;
-        default: return cli_usage_error("pack", "unknown option");
-        }
-    }
     if (optind != argc - 1)
         return cli_usage_error("pack", optind == argc ? "INPUT is required" : "exactly one INPUT, please");
-    if (!out)
+    if (!a->out)
         return cli_usage_error("pack", "--out DIR is required");
-    if (fit_given && !o.size_h)
+    if (a->fit >= 0 && !a->o.size_h)
         return cli_usage_error("pack", "--fit goes with --size");
-    if (o.max_side && o.codec != RT_CODEC_JPEG)
+    if (a->o.max_side && a->o.codec != RT_CODEC_JPEG)
         return cli_usage_error("pack", "--max-side keeps each image at its own size, which only the jpeg codec "
                                        "stores: add --codec jpeg");
-    o.progress = on_progress;
-    o.progress_ctx = &ps;
-    int rc = rt_pack(argv[optind], out, &o, &st);
+    a->o.fit = a->fit < 0 ? 0 : a->fit;
+    return 0;
+}
+
+int cmd_pack(int argc, char **argv)
+{
+    struct pack_args a = {.fit = -1};
+    struct rt_pack_stats st;
+    struct progress_state ps = {isatty(STDERR_FILENO), 0};
+    int rc = cli_opts_parse(&pack_cli, argc, argv, &a);
+    if (rc != CLI_PARSED)
+        return rc;
+    if (pack_check(argc, &a))
+        return RT_EXIT_USAGE;
+    a.o.progress = on_progress;
+    a.o.progress_ctx = &ps;
+    rc = rt_pack(argv[optind], a.out, &a.o, &st);
     if (ps.tty)
         fprintf(stderr, "\r\033[K");
     if (rc < 0)
@@ -262,9 +218,9 @@ int cmd_pack(int argc, char **argv)
            "%s out, ratio %.2f, %.2f s, %.1f MB/s\n",
            (unsigned long long)st.records, (unsigned long long)st.split_records[RT_SPLIT_TRAIN],
            (unsigned long long)st.split_records[RT_SPLIT_VAL], (unsigned long long)st.split_records[RT_SPLIT_TEST],
-           st.source, out, st.shards, in_s, out_s, st.bytes_out ? (double)st.bytes_in / (double)st.bytes_out : 0.0,
+           st.source, a.out, st.shards, in_s, out_s, st.bytes_out ? (double)st.bytes_in / (double)st.bytes_out : 0.0,
            st.seconds, st.seconds > 0 ? (double)st.bytes_in / st.seconds / 1e6 : 0.0);
     if (st.files)
-        print_folder_summary(&st, out);
+        print_folder_summary(&st, a.out);
     return RT_EXIT_OK;
 }
