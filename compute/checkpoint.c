@@ -135,9 +135,9 @@ int rt_model_load(struct rt_model *m, const struct rt_st_file *f, const char *pa
     return 0;
 }
 
-int rt_optim_save(struct rt_optim *opt, const struct rt_model *m, const char *path, const char *const *meta_kv,
-                  int n_meta)
+int rt_optim_save(struct rt_optim *opt, const char *path, const char *const *meta_kv, int n_meta)
 {
+    const struct rt_model *m = rt_optim_model(opt);
     struct rt_backend *be = rt_model_backend(m);
     int count, ns = rt_optim_state_count(opt);
     const struct rt_tensor_info *tab = rt_model_tensors(m, &count);
@@ -185,8 +185,9 @@ int rt_optim_save(struct rt_optim *opt, const struct rt_model *m, const char *pa
     return rc;
 }
 
-int rt_optim_load(struct rt_optim *opt, const struct rt_model *m, const struct rt_st_file *f, const char *path)
+int rt_optim_load(struct rt_optim *opt, const struct rt_st_file *f, const char *path)
 {
+    const struct rt_model *m = rt_optim_model(opt);
     struct rt_backend *be = rt_model_backend(m);
     const struct rt_ops *ops = rt_backend_ops(be);
     struct rt_stream *s = rt_backend_stream(be);

@@ -900,6 +900,8 @@ void rt_optim_set_steps(struct rt_optim *opt, int64_t steps);
 float *rt_optim_state(struct rt_optim *opt, int which, const char **name);
 /* How many state buffers: 0 (SGD without momentum), 1 (SGD) or 2 (Adam, AdamW). */
 int rt_optim_state_count(const struct rt_optim *opt);
+/* The model the optimizer was created for (rt_optim_create's, borrowed). */
+const struct rt_model *rt_optim_model(const struct rt_optim *opt);
 /* "sgd", "adam", "adamw" ("?" for another value); and back: 0, or -EINVAL naming the choices. */
 const char *rt_optim_kind_name(enum rt_optim_kind k);
 int rt_optim_kind_parse(const char *s, enum rt_optim_kind *k);
@@ -1087,12 +1089,10 @@ int rt_model_load_init(struct rt_model *m, const struct rt_st_file *f, int reset
 void rt_init_print(const struct rt_init_result *r, FILE *f);
 void rt_init_result_free(struct rt_init_result *r);
 
-/* The optimizer's state as "<parameter>.<state>" tensors (PyTorch's names:
- * momentum_buffer, exp_avg, exp_avg_sq) plus metadata "step"; and back. `m` is
- * the model `opt` was created for. */
-int rt_optim_save(struct rt_optim *opt, const struct rt_model *m, const char *path, const char *const *meta_kv,
-                  int n_meta);
-int rt_optim_load(struct rt_optim *opt, const struct rt_model *m, const struct rt_st_file *f, const char *path);
+/* The optimizer's state as "<parameter>.<state>" tensors of the model it was created for (PyTorch's names:
+ * momentum_buffer, exp_avg, exp_avg_sq) plus metadata "step"; and back. 0 or -errno. */
+int rt_optim_save(struct rt_optim *opt, const char *path, const char *const *meta_kv, int n_meta);
+int rt_optim_load(struct rt_optim *opt, const struct rt_st_file *f, const char *path);
 
 #ifdef __cplusplus
 }

@@ -18,6 +18,7 @@
 #include "compute/compute.h"
 
 struct rt_optim {
+    const struct rt_model *model; /* bound at creation */
     struct rt_backend *be;
     const struct rt_ops *ops;
     struct rt_optim_opts o;
@@ -48,6 +49,7 @@ int rt_optim_create(struct rt_model *m, const struct rt_optim_opts *o, struct rt
         return -ENOMEM;
     struct rt_backend *be = rt_model_backend(m);
     const size_t n = rt_model_trainable_count(m);
+    opt->model = m;
     opt->be = be;
     opt->ops = rt_backend_ops(be);
     opt->o = *o;
@@ -127,6 +129,11 @@ int64_t rt_optim_steps(const struct rt_optim *opt)
 void rt_optim_set_steps(struct rt_optim *opt, int64_t steps)
 {
     opt->steps = steps;
+}
+
+const struct rt_model *rt_optim_model(const struct rt_optim *opt)
+{
+    return opt->model;
 }
 
 int rt_optim_state_count(const struct rt_optim *opt)

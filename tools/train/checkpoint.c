@@ -57,7 +57,7 @@ static int save_model(struct train *T)
     const char *ometa[] = {"checkpoint_id", T->ckpt_id, "optimizer", rt_optim_kind_name(T->cfg.optim.kind)};
     int rc;
     if ((rc = path_of(T, "optimizer.safetensors", p, sizeof(p))) < 0 ||
-        (rc = rt_optim_save(T->opt, T->model, p, ometa, 2)) < 0)
+        (rc = rt_optim_save(T->opt, p, ometa, 2)) < 0)
         return rc;
     if ((rc = path_of(T, "model.safetensors", p, sizeof(p))) < 0 ||
         (rc = rt_model_save(T->model, p, meta, (int)RT_ARRAY_LEN(meta) / 2)) < 0)
@@ -189,7 +189,7 @@ static int load_weights(struct train *T)
     if (rc < 0)
         return rc;
     if ((rc = open_part(T, "optimizer.safetensors", p, sizeof(p), &f)) == 0)
-        rc = rt_optim_load(T->opt, T->model, f, p);
+        rc = rt_optim_load(T->opt, f, p);
     rt_st_close(f);
     return rc < 0 ? rc : 0;
 }

@@ -415,7 +415,7 @@ void report_profile(const struct train *T); /* the step profile's table and verd
 void report_summary(struct train *T, double wall_s); /* with --report keeps the summary in T->summary */
 int report_records_open(struct train *T);   /* --report: the record list, a resumed run's earlier records
                                              * read back from --metrics; 0 or -errno */
-int report_page(struct train *T);           /* --report: rank 0 writes the HTML page; 0 or -EIO */
+int report_page(struct train *T);           /* --report: rank 0 writes the HTML page; 0 or -errno */
 void report_startup(const struct train *T); /* start-up parts and per-rank resources (rank 0) */
 void report_op_profile(const struct train *T); /* --profile-ops: the categories and the top ops (rank 0) */
 void report_clear_bar(const struct train *T);
