@@ -61,8 +61,8 @@ help_options() {
 
 # table_options CMD: the parser's table, "LONG KIND" per entry: a getopt_long table, or the rows of an
 # option table ({.name = "NAME", .letter = 'X', .arg = "ARG", ...}: an argument when the row has .arg;
-# CLI_SHARED(CLI_O_X) rows are tools/cli_run.c's RUN(CLI_O_X) rows); the names a strcmp() parser compares
-# argv with ("none"); nothing when the source is not there.
+# CLI_SHARED(CLI_O_X) rows are tools/cli_run.c's RUN(CLI_O_X) rows, CLI_HELP_ROW is -h, --help); the names
+# a strcmp() parser compares argv with ("none"); nothing when the source is not there.
 table_options() {
     local c=$SRC/tools/cmd_$1.c
     [ -f "$c" ] || return 0
@@ -92,6 +92,7 @@ table_options() {
             my $rt = slurp($run);
             $shared{$1} = $2 while $rt =~ /RUN\((CLI_O_\w+)\) = $row/g;
             my $t = slurp($cmd);
+            show(".name = \"help\", .letter = \x27h\x27") if $t =~ /\bCLI_HELP_ROW\b/;
             while ($t =~ /$row/g) {
                 my $r = $1;
                 if ($r =~ /CLI_SHARED\((CLI_O_\w+)\)/) { show($shared{$1} // "") }

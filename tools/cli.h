@@ -120,6 +120,9 @@ struct cli_cmd {
     int help_on_error;           /* an unknown option prints the whole help to stderr, not one line */
 };
 
+/* The row every command ends its options with (or puts where its help lists it). */
+#define CLI_HELP_ROW {.name = "help", .letter = 'h', .kind = CLI_HELP, .help = "print this help"}
+
 #define CLI_OPTS_MAX 96 /* rows of a table that are options */
 #define CLI_PARSED (-1) /* cli_opts_parse: every option read, the command goes on */
 
@@ -170,6 +173,8 @@ int cli_run_option(const char *cmd, int ch, const char *arg, struct cli_run_opts
  * {CLI_SHARED(CLI_O_MODEL), .help = ...}, and writes its own help. */
 extern const struct cli_opt cli_run_rows[];
 #define CLI_SHARED(o) .shared = &cli_run_rows[(o) - CLI_O_DATA]
+/* --shuffle's choices (enum rt_shuffle), for train's and loadbench's rows. */
+extern const struct cli_choice cli_shuffle_choices[];
 
 /* Prints the library's last error as "error: ..." and returns RT_EXIT_FAIL. */
 int cli_fail(void);

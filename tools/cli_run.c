@@ -4,15 +4,17 @@
  * cannot come to read them differently: one row each in cli_run_rows, which
  * train's table points at (.shared) and cli_run_option applies for eval.
  */
-#include <string.h>
-
 #include "common/common.h"
+#include "loader/loader.h"
 #include "tools/cli.h"
 
 static int parse_device(const char *arg, void *field) { return train_device_parse(arg, field); }
 
 /* --tf32 and --deterministic: on (the default, 0) or off (1 in no_tf32, nondeterministic). */
 static const struct cli_choice on_off[] = {{"on", 0, 0}, {"off", 1, 0}, {NULL, 0, 0}};
+
+const struct cli_choice cli_shuffle_choices[] = {
+    {"exact", RT_SHUFFLE_EXACT, 0}, {"window", RT_SHUFFLE_WINDOW, 0}, {"none", RT_SHUFFLE_NONE, 0}, {NULL, 0, 0}};
 
 #define RUN(o) [(o) - CLI_O_DATA]
 #define F(member) CLI_FIELD(struct cli_run_opts, member)

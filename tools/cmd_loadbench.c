@@ -33,49 +33,10 @@ struct lb_config {
     enum rt_pin pin;
     double target;
     int digest, json;
+    const char *aug;           /* --aug as given, NULL: the loader's default */
+    int last;                  /* enum rt_last_batch, -1: the split's default */
+    uint32_t image_size;
 };
-
-static void loadbench_help(void)
-{
-    printf("Usage: ringtrain loadbench DATA [options]\n\n"
-           "Runs the loader (reads, decompression, decode, augmentation) into the batch ring with no\n"
-           "compute behind it, and reports images/s, each stage's throughput and share of time, the\n"
-           "batch-wait percentiles, scaling over worker counts, and a verdict naming the limiting stage.\n\n"
-           "Options:\n"
-           "  --batch-size B            samples per batch (default 256)\n"
-           "  --workers N|LIST          decode/augment threads, or a comma list to measure scaling, e.g. 1,2,4\n"
-           "                            (default: the CPUs this process may use)\n"
-           "  --epochs E                epochs to run (default 3)\n"
-           "  --split S                 train (default), val or test\n"
-           "  --aug SPEC                none, or a comma list of crop[=PAD], reflect, flip, alternate-flip\n"
-           "                            (default: train's -- crop,flip for the train split of 3-channel data,\n"
-           "                            none for val/test and other data)\n"
-           "  --image-size S            datasets packed with --max-side: the S x S images the loader makes,\n"
-           "                            RandomResizedCrop(S) + flip for train with crop, else Resize + CenterCrop\n"
-           "  --shuffle MODE            exact (default: uniform, split held in RAM after the first read),\n"
-           "                            window (stream blocks, shuffle within windows) or none\n"
-           "  --window-blocks K         blocks per window with --shuffle window (default 64)\n"
-           "  --last drop|pad           last-batch policy (default drop for train, pad otherwise)\n"
-           "  --world W                 act as one rank of W (the sampler's share of the data; default 1)\n"
-           "  --rank R                  which rank, 0 to W-1 (default 0)\n"
-           "  --seed S                  shuffle and augmentation seed (default 0)\n"
-           "  --io auto|uring|pread     I/O engine (default auto: io_uring, else a pread pool)\n"
-           "  --queue-depth Q           reads in flight (default 32)\n"
-           "  --direct                  O_DIRECT reads (bypass the page cache)\n"
-           "  --ring-slots N            batch slots in the ring (default workers + 2, at least 4)\n"
-           "  --pin                     require page-locked ring memory: stop with the fix when `ulimit -l` is\n"
-           "                            too low (default: locked where allowed, else pageable and said)\n"
-           "  --no-pin                  pageable ring memory\n"
-           "  --target IMG_PER_S|FILE   say whether the pipeline can feed this rate, or the rate a model\n"
-           "                            trained at per rank: FILE is `ringtrain train --json` output (its last\n"
-           "                            JSON line; steady images/s over the ranks)\n"
-           "  --digest                  print one hex digest over every batch (images, labels, ids) in order\n"
-           "  --json                    end with one line holding a JSON summary\n"
-           "  -h, --help                print this help\n\n"
-           "Examples:\n"
-           "  $ ringtrain loadbench data/cifar10 --workers 1,2 --epochs 3 --target 50000 --digest\n"
-           "  $ ringtrain loadbench data/cifar10 --workers 1 --epochs 1 --target run.out\n");
-}
 
 /* The per-rank rate of a `train --json` run: the last JSON line of `path`, its steady images/s (else its
  * images/s) over its world size. Says which on stdout. 0, or -errno with rt_errmsg() set. */
@@ -113,8 +74,10 @@ static int target_from_train(const char *path, double *out)
     return 0;
 }
 
-static int parse_workers(const char *s, struct lb_config *c)
+/* --workers N or a list of counts to measure scaling over. */
+static int parse_workers(const char *cmd, const char *s, void *cfg)
 {
+    struct lb_config *c = cfg;
     char buf[256], *save = NULL;
     snprintf(buf, sizeof(buf), "%s", s);
     c->nruns = 0;
@@ -122,13 +85,99 @@ static int parse_workers(const char *s, struct lb_config *c)
         char *end;
         long v = strtol(tok, &end, 10);
         if (*end || v < 1 || v > 1024 || c->nruns == MAX_WORKER_RUNS)
-            return cli_usage_error("loadbench", "--workers takes N or a list like 1,2,4 (1..1024), not '%s'", s);
+            return cli_usage_error(cmd, "--workers takes N or a list like 1,2,4 (1..1024), not '%s'", s);
         c->worker_list[c->nruns++] = (int)v;
     }
-    return c->nruns ? 0 : cli_usage_error("loadbench", "--workers needs a value");
+    return c->nruns ? 0 : cli_usage_error(cmd, "--workers needs a value");
 }
 
-/* One loader run at a given worker count. Returns 0 or a CLI exit code. */
+/* --target: images per second, or the file of a `train --json` run whose rate the pipeline must feed. */
+static int parse_target(const char *cmd, const char *arg, void *cfg)
+{
+    struct lb_config *c = cfg;
+    char *end;
+    c->target = strtod(arg, &end);
+    if (*end && target_from_train(arg, &c->target) < 0)
+        return cli_usage_error(cmd, "--target %s: %s", arg, rt_errmsg());
+    if (!(c->target > 0))
+        return cli_usage_error(cmd, "--target needs images per second or a train --json file, not '%s'", arg);
+    return 0;
+}
+
+static const struct cli_choice splits[] = {
+    {"train", RT_SPLIT_TRAIN, 0}, {"val", RT_SPLIT_VAL, 0}, {"test", RT_SPLIT_TEST, 0}, {NULL, 0, 0}};
+static const struct cli_choice lasts[] = {{"drop", RT_LAST_DROP, 0}, {"pad", RT_LAST_PAD, 0}, {NULL, 0, 0}};
+static const struct cli_choice ios[] = {{"auto", RT_IO_AUTO, 0}, {"uring", RT_IO_URING, 0},
+                                        {"pread", RT_IO_PREAD, 0}, {"io_uring", RT_IO_URING, 1}, {NULL, 0, 0}};
+
+#define F(member) CLI_FIELD(struct lb_config, member)
+static const struct cli_opt loadbench_opts[] = {
+    {.name = "batch-size", .arg = "B", .kind = CLI_UINT, F(lo.batch), .lo = 1, .hi = 1u << 20,
+     .help = "samples per batch (default 256)"},
+    {.name = "workers", .arg = "N|LIST", .kind = CLI_CUSTOM, .custom = parse_workers,
+     .help = "decode/augment threads, or a comma list to measure scaling, e.g. 1,2,4\n"
+             "(default: the CPUs this process may use)"},
+    {.name = "epochs", .arg = "E", .kind = CLI_UINT, F(lo.epochs), .lo = 1, .hi = 1000000,
+     .help = "epochs to run (default 3)"},
+    {.name = "split", .arg = "S", .kind = CLI_CHOICE, F(lo.split), .choices = splits,
+     .help = "train (default), val or test"},
+    {.name = "aug", .arg = "SPEC", .kind = CLI_STR, F(aug),
+     .help = "none, or a comma list of crop[=PAD], reflect, flip, alternate-flip\n"
+             "(default: train's -- crop,flip for the train split of 3-channel data,\n"
+             "none for val/test and other data)"},
+    {.name = "image-size", .arg = "S", .kind = CLI_UINT, F(image_size), .lo = 1, .hi = 4096,
+     .help = "datasets packed with --max-side: the S x S images the loader makes,\n"
+             "RandomResizedCrop(S) + flip for train with crop, else Resize + CenterCrop"},
+    {.name = "shuffle", .arg = "MODE", .kind = CLI_CHOICE, F(lo.shuffle), .choices = cli_shuffle_choices,
+     .help = "exact (default: uniform, split held in RAM after the first read),\n"
+             "window (stream blocks, shuffle within windows) or none"},
+    {.name = "window-blocks", .arg = "K", .kind = CLI_UINT, F(lo.window_blocks), .lo = 1, .hi = 1u << 20,
+     .help = "blocks per window with --shuffle window (default 64)"},
+    {.name = "last", .arg = "drop|pad", .kind = CLI_CHOICE, F(last), .choices = lasts,
+     .help = "last-batch policy (default drop for train, pad otherwise)"},
+    {.name = "world", .arg = "W", .kind = CLI_UINT, F(lo.world), .lo = 1, .hi = 1u << 20,
+     .help = "act as one rank of W (the sampler's share of the data; default 1)"},
+    {.name = "rank", .arg = "R", .kind = CLI_UINT, F(lo.rank), .flags = CLI_CLAMP,
+     .help = "which rank, 0 to W-1 (default 0)"},
+    {.name = "seed", .arg = "S", .kind = CLI_UINT, F(lo.seed), .help = "shuffle and augmentation seed (default 0)"},
+    {.name = "io", .arg = "auto|uring|pread", .kind = CLI_CHOICE, F(lo.io), .choices = ios,
+     .help = "I/O engine (default auto: io_uring, else a pread pool)"},
+    {.name = "queue-depth", .arg = "Q", .kind = CLI_UINT, F(lo.queue_depth), .lo = 1, .hi = 4096,
+     .help = "reads in flight (default 32)"},
+    {.name = "direct", .kind = CLI_FLAG, F(lo.direct), .help = "O_DIRECT reads (bypass the page cache)"},
+    {.name = "ring-slots", .arg = "N", .kind = CLI_UINT, F(ring_slots), .lo = 2, .hi = 1024,
+     .help = "batch slots in the ring (default workers + 2, at least 4)"},
+    {.name = "pin", .kind = CLI_SET, F(pin), .set = RT_PIN_ON,
+     .help = "require page-locked ring memory: stop with the fix when `ulimit -l` is\n"
+             "too low (default: locked where allowed, else pageable and said)"},
+    {.name = "no-pin", .kind = CLI_SET, F(pin), .set = RT_PIN_OFF, .help = "pageable ring memory"},
+    {.name = "target", .arg = "IMG_PER_S|FILE", .kind = CLI_CUSTOM, .custom = parse_target,
+     .help = "say whether the pipeline can feed this rate, or the rate a model\n"
+             "trained at per rank: FILE is `ringtrain train --json` output (its last\n"
+             "JSON line; steady images/s over the ranks)"},
+    {.name = "digest", .kind = CLI_FLAG, F(digest),
+     .help = "print one hex digest over every batch (images, labels, ids) in order"},
+    {.name = "json", .kind = CLI_FLAG, F(json), .help = "end with one line holding a JSON summary"},
+    CLI_HELP_ROW,
+};
+#undef F
+
+static const struct cli_cmd loadbench_cli = {
+    .name = "loadbench",
+    .head = "Usage: ringtrain loadbench DATA [options]\n\n"
+            "Runs the loader (reads, decompression, decode, augmentation) into the batch ring with no\n"
+            "compute behind it, and reports images/s, each stage's throughput and share of time, the\n"
+            "batch-wait percentiles, scaling over worker counts, and a verdict naming the limiting stage.\n\n"
+            "Options:\n",
+    .tail = "\nExamples:\n"
+            "  $ ringtrain loadbench data/cifar10 --workers 1,2 --epochs 3 --target 50000 --digest\n"
+            "  $ ringtrain loadbench data/cifar10 --workers 1 --epochs 1 --target run.out\n",
+    .opts = loadbench_opts,
+    .nopts = RT_ARRAY_LEN(loadbench_opts),
+    .col = 28,
+};
+
+/* A stage's row of the report: its time, share and rate. */
 struct stage_line {
     const char *name;
     double busy_s;     /* thread-seconds spent */
@@ -229,195 +278,51 @@ static void print_json(const struct lb_config *c, const struct rt_loadbench_resu
     printf("}\n");
 }
 
-int cmd_loadbench(int argc, char **argv)
+/* The rules between loadbench's options and its operand, once all are read; the defaults that follow from
+ * them. 0, or RT_EXIT_USAGE after the message. *asked is the parsed --aug, when given. */
+static int loadbench_check(int argc, char **argv, struct lb_config *c, struct rt_aug *asked)
 {
-    static const struct option opts[] = {
-        {"batch-size", required_argument, NULL, 'b'}, {"workers", required_argument, NULL, 'w'},
-        {"epochs", required_argument, NULL, 'e'},     {"split", required_argument, NULL, 'S'},
-        {"aug", required_argument, NULL, 'a'},        {"shuffle", required_argument, NULL, 'x'},
-        {"window-blocks", required_argument, NULL, 'K'}, {"last", required_argument, NULL, 'l'},
-        {"world", required_argument, NULL, 'W'},      {"rank", required_argument, NULL, 'R'},
-        {"seed", required_argument, NULL, 's'},       {"io", required_argument, NULL, 'i'},
-        {"queue-depth", required_argument, NULL, 'q'}, {"direct", no_argument, NULL, 'd'},
-        {"ring-slots", required_argument, NULL, 'r'}, {"no-pin", no_argument, NULL, 'P'},
-        {"pin", no_argument, NULL, 'L'},
-        {"target", required_argument, NULL, 't'},     {"digest", no_argument, NULL, 'D'},
-        {"json", no_argument, NULL, 'j'},             {"help", no_argument, NULL, 'h'},
-        {"image-size", required_argument, NULL, 'I'},
-        {NULL, 0, NULL, 0}};
-    struct lb_config c = {0};
-    const char *aug = NULL, *last = NULL;
-    uint32_t image_size = 0;
-    uint64_t v;
-    int ch;
-
-    c.lo.batch = 256;
-    c.lo.epochs = 3;
-    c.lo.split = RT_SPLIT_TRAIN;
-    c.lo.world = 1;
-    c.pin = RT_PIN_AUTO;
-    optind = 1;
-    while ((ch = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        switch (ch) {
-        case 'b':
-            if (cli_parse_u64("loadbench", "--batch-size", optarg, &v))
-                return RT_EXIT_USAGE;
-            if (v < 1 || v > 1u << 20)
-                return cli_usage_error("loadbench", "--batch-size must be in 1..1048576");
-            c.lo.batch = (uint32_t)v;
-            break;
-        case 'w':
-            if (parse_workers(optarg, &c))
-                return RT_EXIT_USAGE;
-            break;
-        case 'e':
-            if (cli_parse_u64("loadbench", "--epochs", optarg, &c.lo.epochs))
-                return RT_EXIT_USAGE;
-            if (c.lo.epochs < 1 || c.lo.epochs > 1000000)
-                return cli_usage_error("loadbench", "--epochs must be in 1..1000000");
-            break;
-        case 'S':
-            if (!strcmp(optarg, "train"))
-                c.lo.split = RT_SPLIT_TRAIN;
-            else if (!strcmp(optarg, "val"))
-                c.lo.split = RT_SPLIT_VAL;
-            else if (!strcmp(optarg, "test"))
-                c.lo.split = RT_SPLIT_TEST;
-            else
-                return cli_usage_error("loadbench", "--split must be train, val or test");
-            break;
-        case 'a': aug = optarg; break;
-        case 'x':
-            if (rt_shuffle_parse(optarg, &c.lo.shuffle) < 0)
-                return cli_usage_error("loadbench", "--shuffle must be exact, window or none");
-            break;
-        case 'K':
-            if (cli_parse_u64("loadbench", "--window-blocks", optarg, &v))
-                return RT_EXIT_USAGE;
-            if (v < 1 || v > 1u << 20)
-                return cli_usage_error("loadbench", "--window-blocks must be in 1..1048576");
-            c.lo.window_blocks = (uint32_t)v;
-            break;
-        case 'l': last = optarg; break;
-        case 'W':
-            if (cli_parse_u64("loadbench", "--world", optarg, &v))
-                return RT_EXIT_USAGE;
-            if (v < 1 || v > 1u << 20)
-                return cli_usage_error("loadbench", "--world must be in 1..1048576");
-            c.lo.world = (uint32_t)v;
-            break;
-        case 'R':
-            if (cli_parse_u64("loadbench", "--rank", optarg, &v))
-                return RT_EXIT_USAGE;
-            c.lo.rank = (uint32_t)RT_MIN(v, UINT32_MAX);
-            break;
-        case 's':
-            if (cli_parse_u64("loadbench", "--seed", optarg, &c.lo.seed))
-                return RT_EXIT_USAGE;
-            break;
-        case 'i':
-            if (!strcmp(optarg, "auto"))
-                c.lo.io = RT_IO_AUTO;
-            else if (!strcmp(optarg, "uring") || !strcmp(optarg, "io_uring"))
-                c.lo.io = RT_IO_URING;
-            else if (!strcmp(optarg, "pread"))
-                c.lo.io = RT_IO_PREAD;
-            else
-                return cli_usage_error("loadbench", "--io must be auto, uring or pread");
-            break;
-        case 'q':
-            if (cli_parse_u64("loadbench", "--queue-depth", optarg, &v))
-                return RT_EXIT_USAGE;
-            if (v < 1 || v > 4096)
-                return cli_usage_error("loadbench", "--queue-depth must be in 1..4096");
-            c.lo.queue_depth = (uint32_t)v;
-            break;
-        case 'd': c.lo.direct = 1; break;
-        case 'r':
-            if (cli_parse_u64("loadbench", "--ring-slots", optarg, &v))
-                return RT_EXIT_USAGE;
-            if (v < 2 || v > 1024)
-                return cli_usage_error("loadbench", "--ring-slots must be in 2..1024");
-            c.ring_slots = (uint32_t)v;
-            break;
-        case 'P': c.pin = RT_PIN_OFF; break;
-        case 'L': c.pin = RT_PIN_ON; break;
-        case 't': {
-            char *end;
-            c.target = strtod(optarg, &end);
-            if (*end && target_from_train(optarg, &c.target) < 0)
-                return cli_usage_error("loadbench", "--target %s: %s", optarg, rt_errmsg());
-            if (!(c.target > 0))
-                return cli_usage_error("loadbench", "--target needs images per second or a train --json file, not '%s'",
-                                       optarg);
-            break;
-        }
-        case 'D': c.digest = 1; break;
-        case 'I':
-            if (cli_parse_u64("loadbench", "--image-size", optarg, &v))
-                return RT_EXIT_USAGE;
-            if (v < 1 || v > 4096)
-                return cli_usage_error("loadbench", "--image-size must be in 1..4096");
-            image_size = (uint32_t)v;
-            break;
-        case 'j': c.json = 1; break;
-        case 'h': loadbench_help(); return RT_EXIT_OK;
-        default: return cli_usage_error("loadbench", "unknown option");
-        }
-    }
     if (optind != argc - 1)
         return cli_usage_error("loadbench", optind == argc ? "DATA is required" : "exactly one DATA directory, please");
-    if (c.lo.rank >= c.lo.world)
+    if (c->lo.rank >= c->lo.world)
         return cli_usage_error("loadbench", "--rank must be below --world");
-    c.data = argv[optind];
-    const int train = c.lo.split == RT_SPLIT_TRAIN;
-    struct rt_aug asked;
-    if (aug && cli_parse_aug("loadbench", aug, &asked))
+    c->data = argv[optind];
+    if (c->aug && cli_parse_aug("loadbench", c->aug, asked))
         return RT_EXIT_USAGE;
-    if (last && strcmp(last, "drop") && strcmp(last, "pad"))
-        return cli_usage_error("loadbench", "--last must be drop or pad");
-    c.lo.last = last ? (!strcmp(last, "pad") ? RT_LAST_PAD : RT_LAST_DROP) : train ? RT_LAST_DROP : RT_LAST_PAD;
-    if (!c.nruns) {
-        c.worker_list[0] = rt_cpus_available();
-        c.nruns = 1;
+    c->lo.last = c->last >= 0 ? (enum rt_last_batch)c->last
+                              : c->lo.split == RT_SPLIT_TRAIN ? RT_LAST_DROP : RT_LAST_PAD;
+    if (!c->nruns) {
+        c->worker_list[0] = rt_cpus_available();
+        c->nruns = 1;
     }
+    return 0;
+}
 
-    struct rt_dataset *ds;
-    if (rt_dataset_open(c.data, &ds) < 0)
-        return cli_fail();
-    const struct rt_dataset_info *info = rt_dataset_info(ds);
-    /* The augmentation and crop: --aug, or the loader's default for the split and data (train's). */
-    if (rt_loader_opts_for(info, c.lo.split, aug ? &asked : NULL, image_size, &c.lo) < 0) {
-        rt_dataset_close(ds);
-        return cli_usage_error("loadbench", "%s", rt_errmsg());
-    }
+/* The line that says what is measured: the data, its shape, and the loader's options. */
+static void print_setup(const struct lb_config *c, const struct rt_dataset_info *info)
+{
     char augs[128], shape[64];
-    cli_aug_describe(&c.lo.aug, augs, sizeof(augs));
+    cli_aug_describe(&c->lo.aug, augs, sizeof(augs));
     if (info->height)
         snprintf(shape, sizeof(shape), "%" PRIu32 "x%" PRIu32 "x%" PRIu32, info->channels, info->height, info->width);
     else
         snprintf(shape, sizeof(shape), "%" PRIu32 "x(own sizes, median %" PRIu32 "x%" PRIu32 ") -> %" PRIu32
                  "x%" PRIu32 "x%" PRIu32 " by %s", info->channels, info->size_median[0], info->size_median[1],
-                 info->channels, image_size, image_size,
-                 c.lo.crop == RT_CROP_RANDOM ? "RandomResizedCrop" : "Resize+CenterCrop");
+                 info->channels, c->image_size, c->image_size,
+                 c->lo.crop == RT_CROP_RANDOM ? "RandomResizedCrop" : "Resize+CenterCrop");
     printf("loadbench: %s (%s split, %" PRIu64 " records, %s, %s codec), batch %" PRIu32
            ", %" PRIu64 " epoch%s, shuffle %s, last batch %s, aug %s, rank %" PRIu32 "/%" PRIu32 ", %d CPUs\n",
-           c.data, rt_split_name(c.lo.split), info->split[c.lo.split].records, shape, rt_codec_name(info->codec),
-           c.lo.batch, c.lo.epochs, c.lo.epochs == 1 ? "" : "s",
-           rt_shuffle_name(c.lo.shuffle), c.lo.last == RT_LAST_PAD ? "pad" : "drop", augs, c.lo.rank, c.lo.world,
+           c->data, rt_split_name(c->lo.split), info->split[c->lo.split].records, shape, rt_codec_name(info->codec),
+           c->lo.batch, c->lo.epochs, c->lo.epochs == 1 ? "" : "s",
+           rt_shuffle_name(c->lo.shuffle), c->lo.last == RT_LAST_PAD ? "pad" : "drop", augs, c->lo.rank, c->lo.world,
            rt_cpus_available());
-
     fflush(stdout);
-    struct rt_loadbench_result res[MAX_WORKER_RUNS];
-    for (int i = 0; i < c.nruns; i++) {
-        struct rt_loadbench_opts lo = {.lo = c.lo, .ring_slots = c.ring_slots, .pin = c.pin, .digest = c.digest};
-        lo.lo.workers = c.worker_list[i];
-        if (rt_loadbench_run(ds, &lo, &res[i]) < 0) {
-            rt_dataset_close(ds);
-            return cli_fail();
-        }
-    }
-    const struct rt_loadbench_result *r = &res[c.nruns - 1];
+}
+
+/* The I/O engine and ring of the last run, then a row per worker count: rates, speedup, batch waits. */
+static void print_runs(const struct lb_config *c, const struct rt_loadbench_result *res)
+{
+    const struct rt_loadbench_result *r = &res[c->nruns - 1];
     printf("io: %s, queue depth %" PRIu32 "%s%s%s; ring %" PRIu32 " slots, %.1f MiB %s\n", r->st.io_kind,
            r->st.queue_depth, r->st.fixed_files ? ", registered files" : "",
            r->st.fixed_buffers ? ", registered buffers" : "", r->st.direct ? ", O_DIRECT" : "", r->ring_slots,
@@ -428,17 +333,23 @@ int cmd_loadbench(int argc, char **argv)
                per_s((double)r->st.io_bytes / 1e6, r->st.load_ns));
     printf("\n%7s %12s %12s %12s %8s   %s\n", "workers", "img/s", "steady img/s", "per worker", "speedup",
            "batch wait p50 / p99 / max (ms)");
-    for (int i = 0; i < c.nruns; i++) {
+    for (int i = 0; i < c->nruns; i++) {
         const struct rt_loadbench_result *x = &res[i];
         printf("%7d %12.0f %12.0f %12.0f %7.2fx   %.3f / %.3f / %.3f\n", x->workers, x->images_per_s,
                x->steady_images_per_s, x->steady_images_per_s / x->workers,
                res[0].steady_images_per_s > 0 ? x->steady_images_per_s / res[0].steady_images_per_s : 0,
                ms(x->cons.p50_ns), ms(x->cons.p99_ns), ms(x->cons.max_ns));
     }
-
-    if (c.lo.epochs > 1)
+    if (c->lo.epochs > 1)
         printf("epoch boundaries: first batch of epochs 2..%" PRIu64 " waited at most %.3f ms (steady p99 %.3f ms)\n",
-               c.lo.epochs, ms(r->boundary_wait_max_ns), ms(r->cons.p99_ns));
+               c->lo.epochs, ms(r->boundary_wait_max_ns), ms(r->cons.p99_ns));
+}
+
+/* The last run's stages and verdict, the digest and the JSON line. RT_EXIT_FAIL when the worker counts gave
+ * different digests, else RT_EXIT_OK. */
+static int print_stages(const struct lb_config *c, const struct rt_loadbench_result *res)
+{
+    const struct rt_loadbench_result *r = &res[c->nruns - 1];
     struct stage_line lines[8];
     int nl;
     stage_lines(r, lines, &nl);
@@ -454,20 +365,56 @@ int cmd_loadbench(int argc, char **argv)
     printf("  (io, slot wait -- the loader waiting for a free ring slot -- and ring wait -- the consumer waiting\n"
            "   for a batch -- are shares of wall time; the others of worker time = wall x workers)\n");
     char vbuf[512];
-    verdict(&c, r, lines, nl, vbuf, sizeof(vbuf));
+    verdict(c, r, lines, nl, vbuf, sizeof(vbuf));
     printf("verdict: %s\n", vbuf);
     int rc = RT_EXIT_OK;
-    if (c.digest) {
+    if (c->digest) {
         int same = 1;
-        for (int i = 1; i < c.nruns; i++)
+        for (int i = 1; i < c->nruns; i++)
             same &= !strcmp(res[i].digest, res[0].digest);
         printf("digest: %s%s\n", r->digest,
-               c.nruns > 1 ? (same ? " (identical for every worker count)" : " (DIFFERS between worker counts)") : "");
+               c->nruns > 1 ? (same ? " (identical for every worker count)" : " (DIFFERS between worker counts)") : "");
         if (!same)
             rc = RT_EXIT_FAIL;
     }
-    if (c.json)
-        print_json(&c, res, c.nruns, lines, nl);
+    if (c->json)
+        print_json(c, res, c->nruns, lines, nl);
+    return rc;
+}
+
+/* The runs over ds, one per worker count, and their report. A CLI exit code. */
+static int loadbench_run(struct lb_config *c, struct rt_dataset *ds, const struct rt_aug *asked)
+{
+    const struct rt_dataset_info *info = rt_dataset_info(ds);
+    /* The augmentation and crop: --aug, or the loader's default for the split and data (train's). */
+    if (rt_loader_opts_for(info, c->lo.split, asked, c->image_size, &c->lo) < 0)
+        return cli_usage_error("loadbench", "%s", rt_errmsg());
+    print_setup(c, info);
+    struct rt_loadbench_result res[MAX_WORKER_RUNS];
+    for (int i = 0; i < c->nruns; i++) {
+        struct rt_loadbench_opts lo = {.lo = c->lo, .ring_slots = c->ring_slots, .pin = c->pin, .digest = c->digest};
+        lo.lo.workers = c->worker_list[i];
+        if (rt_loadbench_run(ds, &lo, &res[i]) < 0)
+            return cli_fail();
+    }
+    print_runs(c, res);
+    return print_stages(c, res);
+}
+
+int cmd_loadbench(int argc, char **argv)
+{
+    struct lb_config c = {.lo = {.batch = 256, .epochs = 3, .split = RT_SPLIT_TRAIN, .world = 1}, .pin = RT_PIN_AUTO,
+                          .last = -1};
+    struct rt_aug asked;
+    struct rt_dataset *ds;
+    int rc = cli_opts_parse(&loadbench_cli, argc, argv, &c);
+    if (rc != CLI_PARSED)
+        return rc;
+    if (loadbench_check(argc, argv, &c, &asked))
+        return RT_EXIT_USAGE;
+    if (rt_dataset_open(c.data, &ds) < 0)
+        return cli_fail();
+    rc = loadbench_run(&c, ds, c.aug ? &asked : NULL);
     rt_dataset_close(ds);
     return rc;
 }

@@ -96,7 +96,7 @@ static const struct cli_opt pack_opts[] = {
     {.name = "exif-rotate", .kind = CLI_FLAG, F(o.exif_rotate),
      .help = "turn images as their EXIF orientation says (torchvision does not)"},
     {.kind = CLI_TEXT, .help = "  Without --size or --max-side every image must have the size of the first one."},
-    {.name = "help", .letter = 'h', .kind = CLI_HELP, .help = "print this help"},
+    CLI_HELP_ROW,
 };
 #undef F
 
