@@ -33,24 +33,9 @@ static const char *const family_names[OC_F_COUNT] = {
 
 /* ---- bf16 on the host ---------------------------------------------------------------------------------- */
 
-static uint32_t fbits(float f)
+uint16_t oc_bf16(float f)
 {
-    uint32_t u;
-    memcpy(&u, &f, sizeof(u));
-    return u;
-}
-
-static float bitsf(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof(f));
-    return f;
-}
-
-/* Round to nearest even as the bf16 tables store: NaN stays a quiet NaN, denormals become signed zeros. */
-static uint16_t rne(float f)
-{
-    const uint32_t u = fbits(f);
+    const uint32_t u = oc_fbits(f);
     if ((u & 0x7fffffffu) > 0x7f800000u)
         return (uint16_t)((u >> 16) | 0x40u);
     if ((u & 0x7f800000u) == 0)
@@ -65,7 +50,7 @@ static int is16(const struct oc_ctx *ctx)
 
 float oc_round(const struct oc_ctx *ctx, float v)
 {
-    return is16(ctx) ? bitsf((uint32_t)rne(v) << 16) : v;
+    return is16(ctx) ? oc_bf16_f32(oc_bf16(v)) : v;
 }
 
 static size_t count4(struct rt_shape4 s)
@@ -120,7 +105,7 @@ static void put_side(struct oc_ctx *ctx, struct oc_buf *b, int s, const float *h
     } else if (elem_size(ctx, b->kind, s) == 2) {
         uint16_t *h = tu_xmalloc(b->n * sizeof(uint16_t) + 1);
         for (size_t i = 0; i < b->n; i++)
-            h[i] = rne(host[i]);
+            h[i] = oc_bf16(host[i]);
         d->ops->upload(d->st, b->p[s], h, b->n * sizeof(uint16_t));
         d->ops->sync(d->st);
         free(h);
@@ -159,7 +144,7 @@ static void get_side(struct oc_ctx *ctx, const struct oc_buf *b, int s, float *h
         d->ops->download(d->st, h, b->p[s], b->n * sizeof(uint16_t));
         d->ops->sync(d->st);
         for (size_t i = 0; i < b->n; i++)
-            host[i] = bitsf((uint32_t)h[i] << 16);
+            host[i] = oc_bf16_f32(h[i]);
         free(h);
     } else {
         d->ops->download(d->st, host, b->p[s], b->n * sizeof(float));
@@ -181,7 +166,7 @@ float *oc_random(struct oc_ctx *ctx, size_t n, float lo, float hi)
     return p;
 }
 
-static float *random_normal(struct oc_ctx *ctx, size_t n, float mean, float sd)
+float *oc_random_normal(struct oc_ctx *ctx, size_t n, float mean, float sd)
 {
     float *p = tu_hfloats(n + 1);
     for (size_t i = 0; i < n; i++)
@@ -219,10 +204,9 @@ int oc_verdict(struct oc_ctx *ctx, int ok, const char *op, const char *shape, co
 }
 
 /* fp32: the values are fp32 in every table (parameters, statistics), so exact means the same bits. */
-static int compare_core(struct oc_ctx *ctx, enum oc_check check, const char *op, const char *shape, const float *ref,
+static int compare_core(struct oc_ctx *ctx, const struct oc_tol *t, const char *op, const char *shape, const float *ref,
                         const float *dev, size_t n, const double *extra, int fp32)
 {
-    const struct oc_tol *t = &ctx->tab_tol[check];
     if (!t->name)
         return 0;
     const int exact = (t->flags & OC_EXACT) != 0, h = is16(ctx) || fp32;
@@ -238,14 +222,14 @@ static int compare_core(struct oc_ctx *ctx, enum oc_check check, const char *op,
         double err = 0.0, tol = 0.0;
         int ok;
         if (exact || !isfinite(r) || !isfinite(g)) {
-            ok = (isnan(r) && isnan(g)) || (h && exact ? fbits(want) == fbits(dev[i]) : r == g);
+            ok = (isnan(r) && isnan(g)) || (h && exact ? oc_fbits(want) == oc_fbits(dev[i]) : r == g);
             err = ok ? 0.0 : isfinite(r - g) ? fabs(r - g) : INFINITY;
         } else {
             err = fabs(g - r);
             tol = t->atol + t->rtol * fabs(r) + t->rmax * mx + (extra ? extra[i] : 0.0);
             ok = err <= tol;
         }
-        not_bitequal += fbits(ref[i]) != fbits(dev[i]);
+        not_bitequal += oc_fbits(ref[i]) != oc_fbits(dev[i]);
         if (!ok && bad++ < 5)
             fprintf(stderr, "    %s %s [%zu]: %s %.9g, %s %.9g (err %.3g > tol %.3g)\n", op, shape, i,
                     ctx->side[OC_DEV].name, g, ctx->side[OC_REF].name, r, err, tol);
@@ -269,24 +253,36 @@ static int compare_core(struct oc_ctx *ctx, enum oc_check check, const char *op,
 int oc_compare(struct oc_ctx *ctx, enum oc_check check, const char *op, const char *shape, const float *ref,
                const float *dev, size_t n, const double *extra)
 {
-    return compare_core(ctx, check, op, shape, ref, dev, n, extra, 0);
+    return compare_core(ctx, &ctx->tab_tol[check], op, shape, ref, dev, n, extra, 0);
 }
 
 static int compare_fp32(struct oc_ctx *ctx, enum oc_check check, const char *op, const char *shape, const float *ref,
                         const float *dev, size_t n)
 {
-    return compare_core(ctx, check, op, shape, ref, dev, n, NULL, 1);
+    return compare_core(ctx, &ctx->tab_tol[check], op, shape, ref, dev, n, NULL, 1);
+}
+
+static int compare_buf(struct oc_ctx *ctx, const struct oc_tol *t, const char *op, const char *shape,
+                       const struct oc_buf *b, const double *extra)
+{
+    float *r = tu_hfloats(b->n + 1), *g = tu_hfloats(b->n + 1);
+    oc_get(ctx, b, r, g);
+    const int rc = compare_core(ctx, t, op, shape, r, g, b->n, extra, b->kind == OC_PARAM);
+    free(r);
+    free(g);
+    return rc;
 }
 
 int oc_compare_buf(struct oc_ctx *ctx, enum oc_check check, const char *op, const char *shape, const struct oc_buf *b,
                    const double *extra)
 {
-    float *r = tu_hfloats(b->n + 1), *g = tu_hfloats(b->n + 1);
-    oc_get(ctx, b, r, g);
-    const int rc = compare_core(ctx, check, op, shape, r, g, b->n, extra, b->kind == OC_PARAM);
-    free(r);
-    free(g);
-    return rc;
+    return compare_buf(ctx, &ctx->tab_tol[check], op, shape, b, extra);
+}
+
+int oc_compare_tol(struct oc_ctx *ctx, const struct oc_tol *t, const char *op, const char *shape,
+                   const struct oc_buf *b)
+{
+    return compare_buf(ctx, t, op, shape, b, NULL);
 }
 
 /* Per-element extra tolerance (terms + kterms (K + 1)) S[i] of check, or NULL where the table has none. */
@@ -319,6 +315,15 @@ static float *absolute(const float *x, size_t n)
 static void fill_nan(struct oc_ctx *ctx, struct oc_buf *b)
 {
     oc_fill(ctx, b, NAN);
+}
+
+/* An output's old contents before an op with this beta: old (beta 1) or NaN. */
+static void put_old(struct oc_ctx *ctx, struct oc_buf *b, int beta, const float *old)
+{
+    if (beta)
+        oc_put(ctx, b, old);
+    else
+        fill_nan(ctx, b);
 }
 
 #define BOTH for (int s = 0; s < 2; s++)
@@ -496,10 +501,7 @@ static void run_gemm(struct oc_ctx *ctx, const char *name, const struct gemm *g,
     float *old = oc_random(ctx, RT_MAX(nx, nw), -1, 1);
     for (int beta = 0; beta < 2; beta++) {
         const enum oc_check c = beta ? c_add : c_data;
-        if (beta)
-            oc_put(ctx, &dx, old);
-        else
-            fill_nan(ctx, &dx);
+        put_old(ctx, &dx, beta, old);
         BOTH gemm_bwd_data(ctx, g, s, F(dy, s), F(w, s), (float)beta, F(dx, s));
         S = NULL;
         if (wants_terms(ctx, c)) {
@@ -609,7 +611,7 @@ static void run_bn(struct oc_ctx *ctx, const struct oc_case *cs)
     } else {
         hx = oc_random(ctx, n, cs->lo, cs->hi);
     }
-    float *hdy = random_normal(ctx, n, 0.0f, 1.0f), *old = oc_random(ctx, n, -1, 1);
+    float *hdy = oc_random_normal(ctx, n, 0.0f, 1.0f), *old = oc_random(ctx, n, -1, 1);
     float *hg = oc_random(ctx, C, 0.5f, 1.5f), *hb = oc_random(ctx, C, -0.5f, 0.5f);
     float *hrm = oc_random(ctx, C, -1.0f, 1.0f), *hrv = oc_random(ctx, C, 0.5f, 2.0f);
     float *hdg0 = oc_random(ctx, C, -1, 1), *hdb0 = oc_random(ctx, C, -1, 1);
@@ -652,21 +654,24 @@ static void run_bn(struct oc_ctx *ctx, const struct oc_case *cs)
     BOTH OPS(s)->bn_infer_fwd(ST(s), &d, F(x, s), F(g, s), F(b, s), F(rm, s), F(rv, s), F(y, s));
     oc_compare_buf(ctx, OC_BN_INFER_Y, "bn_infer_fwd y", shape, &y, NULL);
 
-    /* backward from the reference's saved statistics on both, so only bn_bwd itself is compared; the parameter
-     * gradients added to twice (beta_dx 0, then 1); their bound counts each channel's sum of |terms| */
+    /* inference's backward (a frozen layer) from the running statistics; training's from the reference's saved
+     * statistics on both, so only bn_bwd itself is compared, the parameter gradients added to twice (beta_dx 0,
+     * then 1) and their bound counting each channel's sum of |terms| */
     oc_put(ctx, &sm, rsm);
     oc_put(ctx, &si, rsi);
     oc_put(ctx, &dg, hdg0);
     oc_put(ctx, &dbt, hdb0);
     float *sdyx = tu_hfloats(C), *sdy = tu_hfloats(C);
     for (int beta = 0; beta < 2; beta++) {
-        if (beta)
-            oc_put(ctx, &dx, old);
-        else
-            fill_nan(ctx, &dx);
+        char op[64];
+        put_old(ctx, &dx, beta, old);
+        BOTH OPS(s)->bn_infer_bwd(ST(s), &d, F(x, s), F(dy, s), F(g, s), F(b, s), F(rm, s), F(rv, s), (float)beta,
+                                  F(dx, s));
+        snprintf(op, sizeof(op), "bn_infer_bwd beta_dx=%d dx", beta);
+        oc_compare_buf(ctx, OC_BN_INFER_DX, op, shape, &dx, NULL);
+        put_old(ctx, &dx, beta, old);
         BOTH OPS(s)->bn_bwd(ST(s), &d, F(x, s), F(dy, s), F(g, s), F(b, s), F(sm, s), F(si, s), (float)beta, F(dx, s),
                             F(dg, s), F(dbt, s));
-        char op[64];
         snprintf(op, sizeof(op), "bn_bwd beta_dx=%d dx", beta);
         oc_compare_buf(ctx, OC_BN_DX, op, shape, &dx, NULL);
         for (size_t k = 0; k < C; k++) {
@@ -688,17 +693,6 @@ static void run_bn(struct oc_ctx *ctx, const struct oc_case *cs)
         snprintf(op, sizeof(op), "bn_bwd dbeta (+=%s)", beta ? " twice" : "");
         oc_compare_buf(ctx, OC_BN_DPARAM, op, shape, &dbt, e);
         free(e);
-    }
-    /* inference's backward (a frozen layer) from the running statistics */
-    for (int beta = 0; beta < 2; beta++) {
-        if (beta)
-            oc_put(ctx, &dx, old);
-        else
-            fill_nan(ctx, &dx);
-        BOTH OPS(s)->bn_infer_bwd(ST(s), &d, F(x, s), F(dy, s), F(g, s), F(b, s), F(rm, s), F(rv, s), (float)beta,
-                                  F(dx, s));
-        oc_compare_buf(ctx, OC_BN_INFER_DX, beta ? "bn_infer_bwd beta_dx=1 dx" : "bn_infer_bwd beta_dx=0 dx", shape,
-                       &dx, NULL);
     }
     /* The fused ReLU (rt_bn_desc.relu) where both tables offer it and the table checks it: both sides read the
      * reference's saved statistics, so the masks are the same elements and the rest differs by sum order. */
@@ -818,10 +812,7 @@ static void run_pool(struct oc_ctx *ctx, const struct oc_case *c)
         }
         /* maxpool_bwd gets each side's own y (equal: the forward is exact) */
         for (int beta = 0; beta < 2; beta++) {
-            if (beta)
-                oc_put(ctx, &dx, old);
-            else
-                fill_nan(ctx, &dx);
+            put_old(ctx, &dx, beta, old);
             if (avg)
                 BOTH OPS(s)->avgpool_bwd(ST(s), &d, F(dy, s), (float)beta, F(dx, s));
             else
@@ -879,10 +870,7 @@ static void run_feat(struct oc_ctx *ctx, const struct oc_case *c)
         oc_compare_buf(ctx, flat ? OC_FLATTEN_FWD : OC_GAP_FWD, op, shape, &y, e);
         free(e);
         for (int beta = 0; beta < 2; beta++) {
-            if (beta)
-                oc_put(ctx, &dx, old);
-            else
-                fill_nan(ctx, &dx);
+            put_old(ctx, &dx, beta, old);
             BOTH (flat ? OPS(s)->flatten_bwd : OPS(s)->gap_bwd)(ST(s), sh, F(dy, s), (float)beta, F(dx, s));
             snprintf(op, sizeof(op), "%s_bwd beta=%d", name, beta);
             oc_compare_buf(ctx, !flat ? OC_GAP_BWD : beta ? OC_FLATTEN_BWD_ADD : OC_FLATTEN_BWD, op, shape, &dx, NULL);
@@ -928,10 +916,7 @@ static void run_elem(struct oc_ctx *ctx, const struct oc_case *c)
     oc_compare_buf(ctx, OC_RELU, "relu_fwd in place", shape, &dx, NULL);
     /* backward from each side's own y (equal: checked above) */
     for (int beta = 0; beta < 2; beta++) {
-        if (beta)
-            oc_put(ctx, &dx, old);
-        else
-            fill_nan(ctx, &dx);
+        put_old(ctx, &dx, beta, old);
         BOTH OPS(s)->relu_bwd(ST(s), n, F(y, s), F(dy, s), (float)beta, F(dx, s));
         oc_compare_buf(ctx, beta ? OC_RELU_BWD_ADD : OC_RELU, beta ? "relu_bwd beta=1" : "relu_bwd beta=0", shape, &dx,
                        NULL);
@@ -945,10 +930,7 @@ static void run_elem(struct oc_ctx *ctx, const struct oc_case *c)
     BOTH OPS(s)->gelu_fwd(ST(s), n, F(a, s), F(y, s));
     oc_compare_buf(ctx, OC_GELU, "gelu_fwd", shape, &y, NULL);
     for (int beta = 0; beta < 2; beta++) {
-        if (beta)
-            oc_put(ctx, &dx, old);
-        else
-            fill_nan(ctx, &dx);
+        put_old(ctx, &dx, beta, old);
         BOTH OPS(s)->gelu_bwd(ST(s), n, F(a, s), F(dy, s), (float)beta, F(dx, s));
         oc_compare_buf(ctx, OC_GELU, beta ? "gelu_bwd beta=1" : "gelu_bwd beta=0", shape, &dx, NULL);
     }
@@ -982,14 +964,8 @@ static void run_elem(struct oc_ctx *ctx, const struct oc_case *c)
         static const int betas[][2] = {{0, 1}, {2, 1}, {1, 2}, {2, 0}};
         for (size_t i = 0; i < RT_ARRAY_LEN(betas); i++) {
             const int ba = betas[i][0], bb = betas[i][1];
-            if (ba == 1)
-                oc_put(ctx, &dx, old);
-            else
-                fill_nan(ctx, &dx);
-            if (bb == 1)
-                oc_put(ctx, &a, hb);
-            else
-                fill_nan(ctx, &a);
+            put_old(ctx, &dx, ba == 1, old);
+            put_old(ctx, &a, bb == 1, hb);
             BOTH OPS(s)->add_relu_bwd(ST(s), n, F(y, s), F(dy, s), (float)(ba & 1), ba == 2 ? NULL : F(dx, s),
                                       (float)(bb & 1), bb == 2 ? NULL : F(a, s));
             if (ba != 2) {
@@ -1016,9 +992,8 @@ static void run_elem(struct oc_ctx *ctx, const struct oc_case *c)
 
 /* ---- dropout -------------------------------------------------------------------------------------------------- */
 
-/* Zeros (dropped elements) at the same positions; dropped counted into *dropped. */
-static void compare_mask(struct oc_ctx *ctx, const char *op, const char *shape, const float *ref, const float *dev,
-                         size_t n, size_t *dropped)
+void oc_compare_mask(struct oc_ctx *ctx, const char *op, const char *shape, const float *ref, const float *dev,
+                     size_t n, size_t *dropped)
 {
     size_t bad = 0, drop = 0;
     for (size_t i = 0; i < n; i++) {
@@ -1046,7 +1021,7 @@ static void run_dropout(struct oc_ctx *ctx, const struct oc_case *c)
     char shape[128];
     snprintf(shape, sizeof(shape), "%s %s p=%.2f seed %#llx offset %llu", sp ? "spatial" : "features", shape_str(sh),
              (double)c->p, (unsigned long long)c->seed, (unsigned long long)c->offset);
-    float *hx = random_normal(ctx, n, 0.0f, 1.0f), *hdy = random_normal(ctx, n, 0.0f, 1.0f);
+    float *hx = oc_random_normal(ctx, n, 0.0f, 1.0f), *hdy = oc_random_normal(ctx, n, 0.0f, 1.0f);
     float *old = oc_random(ctx, n, -1, 1), *r = tu_hfloats(n), *g = tu_hfloats(n), *fwd = tu_hfloats(n);
     for (size_t i = 0; i < n; i++) {
         if (hx[i] == 0.0f)
@@ -1063,7 +1038,7 @@ static void run_dropout(struct oc_ctx *ctx, const struct oc_case *c)
     BOTH OPS(s)->dropout_fwd(ST(s), sh, sp, c->p, c->seed, c->offset, NULL, F(x, s), F(y, s));
     oc_get(ctx, &y, r, fwd);
     size_t dropped = 0;
-    compare_mask(ctx, "dropout_fwd", shape, r, fwd, n, &dropped);
+    oc_compare_mask(ctx, "dropout_fwd", shape, r, fwd, n, &dropped);
     oc_compare(ctx, OC_DROPOUT, "dropout_fwd values", shape, r, fwd, n, NULL);
     if (n >= 1000) { /* the rate: 3 standard deviations are below 0.05 from n = 1000 */
         char detail[64];
@@ -1072,15 +1047,12 @@ static void run_dropout(struct oc_ctx *ctx, const struct oc_case *c)
     }
     /* backward regenerates the same mask: against the device's forward mask too */
     for (int beta = 0; beta < 2; beta++) {
-        if (beta)
-            oc_put(ctx, &dx, old);
-        else
-            fill_nan(ctx, &dx);
+        put_old(ctx, &dx, beta, old);
         BOTH OPS(s)->dropout_bwd(ST(s), sh, sp, c->p, c->seed, c->offset, NULL, F(dy, s), (float)beta, F(dx, s));
         oc_get(ctx, &dx, r, g);
         if (!beta) {
-            compare_mask(ctx, "dropout_bwd beta=0", shape, r, g, n, NULL);
-            compare_mask(ctx, "dropout_bwd vs device fwd", shape, fwd, g, n, NULL);
+            oc_compare_mask(ctx, "dropout_bwd beta=0", shape, r, g, n, NULL);
+            oc_compare_mask(ctx, "dropout_bwd vs device fwd", shape, fwd, g, n, NULL);
         }
         oc_compare(ctx, beta ? OC_DROPOUT_BWD_ADD : OC_DROPOUT, beta ? "dropout_bwd beta=1" : "dropout_bwd beta=0",
                    shape, r, g, n, NULL);
@@ -1102,7 +1074,7 @@ static void run_xent(struct oc_ctx *ctx, const struct oc_case *c)
     char shape[96];
     snprintf(shape, sizeof(shape), "logits(%d,%d) eps=%.1f%s", n, k, (double)eps, with_grad ? "" : " no dlogits");
     const size_t nz = (size_t)n * k;
-    float *hz = random_normal(ctx, nz, 0.0f, 3.0f);
+    float *hz = oc_random_normal(ctx, nz, 0.0f, 3.0f);
     int32_t *lab = tu_xmalloc((size_t)n * sizeof(int32_t));
     int valid = 0;
     for (int i = 0; i < n; i++) {
@@ -1153,7 +1125,7 @@ static void run_reduce(struct oc_ctx *ctx, const struct oc_case *c)
 {
     const size_t n = (size_t)c->sh.n;
     const struct rt_shape4 none = {0};
-    float *hx = random_normal(ctx, n, 0.0f, 1.0f);
+    float *hx = oc_random_normal(ctx, n, 0.0f, 1.0f);
     if (n > 1)
         hx[0] = 4096.0f; /* 2^24 first: a float accumulator would then lose every 1 */
     struct oc_buf x = oc_new(ctx, OC_FEAT, n, none), out = oc_new(ctx, OC_PARAM, 1, none);
@@ -1171,10 +1143,10 @@ static void run_reduce(struct oc_ctx *ctx, const struct oc_case *c)
         if (pos[i] < n)
             hx[pos[i]] = i % 3 == 0 ? NAN : i % 3 == 1 ? INFINITY : -INFINITY;
     if (n > 10) {
-        hx[7] = is16(ctx) ? bitsf(0x7f7f0000u) : FLT_MAX;
+        hx[7] = is16(ctx) ? oc_bitsf(0x7f7f0000u) : FLT_MAX;
         hx[8] = -hx[7];
         hx[9] = 1e-45f;
-        hx[10] = bitsf(0xffc00001u); /* a negative NaN with a payload */
+        hx[10] = oc_bitsf(0xffc00001u); /* a negative NaN with a payload */
     }
     if (n > 2)
         hx[n - 1] = NAN;
@@ -1231,16 +1203,19 @@ int oc_run(struct oc_ctx *ctx, const struct oc_table *t, unsigned families)
     if (!ctx->quiet) {
         printf("  tolerances: |dev - ref| <= atol + rtol |ref| + rmax max|ref| + (terms + kterms (K+1)) sum|terms| "
                "+ spread sd; exact: ref rounded to the table's type, bit for bit\n");
+        char none[640] = "";
         for (int c = 0; c < OC_CHECK_COUNT; c++) {
             const struct oc_tol *x = &t->tol[c];
             if (!x->name)
-                printf("    %-20s not checked\n", check_names[c]);
+                snprintf(none + strlen(none), sizeof(none) - strlen(none), "%s%s", none[0] ? ", " : "", check_names[c]);
             else if (x->flags & OC_EXACT)
                 printf("    %-20s %-14s exact\n", check_names[c], x->name);
             else
                 printf("    %-20s %-14s atol %-8.3g rtol %-8.3g rmax %-8.3g terms %-8.3g kterms %-8.3g spread %.3g\n",
                        check_names[c], x->name, x->atol, x->rtol, x->rmax, x->terms, x->kterms, x->spread);
         }
+        if (none[0])
+            printf("    not checked: %s\n", none);
     }
     for (int f = 0; f < OC_F_COUNT; f++) {
         if (!(families & (1u << f)))
@@ -1350,4 +1325,21 @@ struct rt_ops oc_plant_table(const struct rt_ops *base, enum oc_plant p, float l
         break;
     }
     return t;
+}
+
+int oc_plant_run(const struct oc_ctx *ctx, const struct oc_table *t, enum oc_plant p, float loss_scale, uint64_t seed)
+{
+    const struct oc_plant_info *pi = &oc_plants[p];
+    const struct oc_side *d = &ctx->side[OC_DEV];
+    const struct rt_ops planted = oc_plant_table(d->ops, p, loss_scale);
+    char name[96];
+    snprintf(name, sizeof(name), "%s planted", d->name);
+    struct oc_ctx pc;
+    oc_init(&pc, &ctx->side[OC_REF], &(struct oc_side){.name = name, .be = d->be, .ops = &planted, .st = d->st}, seed);
+    pc.quiet = 1;
+    printf("planted fault in the %s table: %s %s\n", d->name, pi->op, pi->fault);
+    oc_run(&pc, t, 1u << pi->family);
+    const int caught = oc_op_failed(&pc, pi->op);
+    printf("  %s: %s\n", pi->op, caught ? "caught" : "MISSED");
+    return caught;
 }

@@ -28,6 +28,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "common/common.h"
 #include "compute/compute.h"
@@ -190,6 +191,30 @@ int oc_op_failed(const struct oc_ctx *ctx, const char *op);
 /* v rounded to the device table's activation type (bf16: round to nearest even; fp32: v). */
 float oc_round(const struct oc_ctx *ctx, float v);
 
+/* A float's bits and back. */
+static inline uint32_t oc_fbits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    return u;
+}
+
+static inline float oc_bitsf(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof(f));
+    return f;
+}
+
+/* f rounded to bf16 as the bf16 tables store it (nearest even; NaN stays a quiet NaN, denormals become signed
+ * zeros), and a bf16 widened. */
+uint16_t oc_bf16(float f);
+
+static inline float oc_bf16_f32(uint16_t h)
+{
+    return oc_bitsf((uint32_t)h << 16);
+}
+
 /* ---- buffers on both sides ---------------------------------------------------------------------------------- */
 
 enum oc_kind {
@@ -214,8 +239,9 @@ void oc_put(struct oc_ctx *ctx, struct oc_buf *b, const float *host);
 void oc_fill(struct oc_ctx *ctx, struct oc_buf *b, float v);
 /* Both sides' contents as host floats, widened (NCHW for spatial); synchronised. */
 void oc_get(struct oc_ctx *ctx, const struct oc_buf *b, float *ref, float *dev);
-/* Host floats in [lo, hi), rounded with oc_round (tu_hfloats). */
+/* Host floats in [lo, hi), or normal (mean, sd), rounded with oc_round (tu_hfloats). */
 float *oc_random(struct oc_ctx *ctx, size_t n, float lo, float hi);
+float *oc_random_normal(struct oc_ctx *ctx, size_t n, float mean, float sd);
 
 /*
  * Compares dev with ref under the table's tolerance for `check` (extra: per
@@ -228,6 +254,13 @@ int oc_compare(struct oc_ctx *ctx, enum oc_check check, const char *op, const ch
 /* oc_get then oc_compare. */
 int oc_compare_buf(struct oc_ctx *ctx, enum oc_check check, const char *op, const char *shape, const struct oc_buf *b,
                    const double *extra);
+/* oc_compare_buf under tolerance t instead of the table's: for what a test checks outside the op families. */
+int oc_compare_tol(struct oc_ctx *ctx, const struct oc_tol *t, const char *op, const char *shape,
+                   const struct oc_buf *b);
+/* Dropout masks: zeros (dropped elements) at the same positions, exactly; how many ref dropped into *dropped
+ * (NULL: not asked). */
+void oc_compare_mask(struct oc_ctx *ctx, const char *op, const char *shape, const float *ref, const float *dev,
+                     size_t n, size_t *dropped);
 /* A line and a failure unless ok (for checks outside the tolerance model: masks, counts against the host). */
 int oc_verdict(struct oc_ctx *ctx, int ok, const char *op, const char *shape, const char *detail);
 
@@ -254,5 +287,12 @@ extern const struct oc_plant_info oc_plants[OC_PLANT_COUNT];
  * one planted table at a time.
  */
 struct rt_ops oc_plant_table(const struct rt_ops *base, enum oc_plant p, float loss_scale);
+
+/*
+ * Plant p in a copy of ctx's device table, the engine run quietly (seeded
+ * seed) over t's cases of the planted op's family: 1 if it failed that op
+ * (caught), 0 if not; a line says which.
+ */
+int oc_plant_run(const struct oc_ctx *ctx, const struct oc_table *t, enum oc_plant p, float loss_scale, uint64_t seed);
 
 #endif

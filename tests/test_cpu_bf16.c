@@ -81,41 +81,9 @@ static const struct rt_ops *o32, *o16;
 static struct rt_stream *st;
 static struct rt_rng rng;
 
-/* ---- bf16 on the host ------------------------------------------------------------------ */
-
-static float bits_f32(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof(f));
-    return f;
-}
-
-static uint32_t f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof(u));
-    return u;
-}
-
-static float wid(uint16_t h)
-{
-    return bits_f32((uint32_t)h << 16);
-}
-
-/* Round to nearest even as the bf16 table stores: NaN stays a quiet NaN, denormals become signed zeros. */
-static uint16_t rne(float f)
-{
-    const uint32_t u = f32_bits(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u)
-        return (uint16_t)((u >> 16) | 0x40u);
-    if ((u & 0x7f800000u) == 0)
-        return (uint16_t)((u >> 16) & 0x8000u);
-    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-}
-
 static float rnd(float f)
 {
-    return wid(rne(f));
+    return oc_bf16_f32(oc_bf16(f));
 }
 
 /* ---- host and device helpers ----------------------------------------------------------- */
@@ -163,7 +131,7 @@ static float *put16(const float *host, size_t n, const struct rt_shape4 *sp)
     }
     uint16_t *b = tu_xmalloc(n * sizeof(uint16_t));
     for (size_t i = 0; i < n; i++)
-        b[i] = rne(host[i]);
+        b[i] = oc_bf16(host[i]);
     o16->upload(st, d, b, n * sizeof(uint16_t));
     free(b);
     return d;
@@ -272,7 +240,7 @@ static void test_layout(void)
                             blocked ? ((((size_t)in * (sh.c / 16) + c / 16) * sh.h + y) * sh.w + xx) * 16 + c % 16
                                     : (((size_t)c * sh.n + in) * sh.h + y) * sh.w + xx;
                         const size_t li = (((size_t)in * sh.c + c) * sh.h + y) * sh.w + xx;
-                        bad += bits[at] != rne(x[li]);
+                        bad += bits[at] != oc_bf16(x[li]);
                     }
         CHECKF(bad == 0, "from_nchw %s: %zu elements not rounded into their place", shape_str(sh), bad);
         free(bits);
@@ -326,8 +294,8 @@ static void same_bits(const char *what, const char *shape, const void *a, const 
         uint16_t ha, hb;
         memcpy(&ha, (const char *)a + first * size, 2);
         memcpy(&hb, (const char *)b + first * size, 2);
-        va = wid(ha);
-        vb = wid(hb);
+        va = oc_bf16_f32(ha);
+        vb = oc_bf16_f32(hb);
     } else {
         memcpy(&va, (const char *)a + first * size, 4);
         memcpy(&vb, (const char *)b + first * size, 4);
@@ -581,21 +549,12 @@ static void test_plants(struct oc_ctx *ctx, const struct oc_table *ops, const st
 {
     for (int p = 0; p < OC_PLANT_COUNT; p++) {
         const struct oc_plant_info *pi = &oc_plants[p];
-        if (pi->family == OC_F_CONV && !own_convs) {
+        if (pi->family == OC_F_CONV && !own_convs)
             printf("planted fault: %s %s: not run (the bf16 table's convolutions are the fp32 kernels)\n", pi->op,
                    pi->fault);
-            continue;
-        }
-        const struct rt_ops planted = oc_plant_table(o16, (enum oc_plant)p, 1024.0f);
-        struct oc_ctx pc;
-        oc_init(&pc, &ctx->side[OC_REF],
-                &(struct oc_side){.name = "cpu-bf16 planted", .be = be, .ops = &planted, .st = st}, SEED);
-        pc.quiet = 1;
-        printf("planted fault in the bf16 table: %s %s\n", pi->op, pi->fault);
-        oc_run(&pc, pi->family == OC_F_CONV ? conv_table : ops, 1u << pi->family);
-        const int caught = oc_op_failed(&pc, pi->op);
-        printf("  %s: %s\n", pi->op, caught ? "caught" : "MISSED");
-        CHECKF(caught, "planted fault (%s %s) not caught by the engine on the bf16 table", pi->op, pi->fault);
+        else
+            CHECKF(oc_plant_run(ctx, pi->family == OC_F_CONV ? conv_table : ops, (enum oc_plant)p, 1024.0f, SEED),
+                   "planted fault (%s %s) not caught by the engine on the bf16 table", pi->op, pi->fault);
     }
 }
 
