@@ -111,7 +111,7 @@ int cli_opt_apply(const char *cmd, const struct cli_opt *row, const char *arg, v
         if (r->parse(arg, field) < 0) {
             /* The library's message, with the option's name before it when it does not say it. */
             const char *why = rt_errmsg();
-            return strncmp(why, opt, strlen(opt)) ? cli_usage_error(cmd, "%s %s: %s", opt, arg, why)
+            return strncmp(why, opt, strlen(opt)) ? cli_usage_error(cmd, "%s: %s", opt, why)
                                                   : cli_usage_error(cmd, "%s", why);
         }
         return 0;
