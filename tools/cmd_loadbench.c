@@ -19,6 +19,7 @@
 #include "common/common.h"
 #include "loader/loadbench.h"
 #include "loader/loader.h"
+#include "loader/verdict.h"
 #include "staging/ring.h"
 #include "tools/cli.h"
 
@@ -188,55 +189,40 @@ struct stage_line {
 
 static double per_s(double amount, uint64_t ns) { return ns ? amount / ((double)ns * 1e-9) : 0; }
 
-static void stage_lines(const struct rt_loadbench_result *r, struct stage_line *lines, int *nlines)
+/* The rows in rt_stage order (loader/verdict.h): shares from rt_stage_shares, the busy time and rate here. */
+static void stage_lines(const struct rt_loadbench_result *r, struct stage_line lines[RT_STAGE_N])
 {
     const struct rt_loader_stats *s = &r->st;
-    const double pool = r->wall_s * r->workers, wall = r->wall_s;
-    int n = 0;
-
-#define SHARE(ns, of) ((of) > 0 ? (double)(ns) * 1e-9 / (of) : 0)
-    lines[n++] = (struct stage_line){"io", (double)s->io_busy_ns * 1e-9, SHARE(s->io_busy_ns, wall),
-                                     per_s((double)s->io_bytes / 1e6, s->io_busy_ns), "MB/s"};
-    lines[n++] = (struct stage_line){"checksum", (double)s->checksum_ns * 1e-9, SHARE(s->checksum_ns, pool),
-                                     per_s((double)s->io_bytes / 1e6, s->checksum_ns), "MB/s/core"};
-    lines[n++] = (struct stage_line){"decompress", (double)s->decompress_ns * 1e-9, SHARE(s->decompress_ns, pool),
-                                     per_s((double)s->raw_bytes / 1e6, s->decompress_ns), "MB/s/core"};
-    lines[n++] = (struct stage_line){"decode", (double)s->decode_ns * 1e-9, SHARE(s->decode_ns, pool),
-                                     per_s((double)s->decoded_images, s->decode_ns), "img/s/core"};
-    lines[n++] = (struct stage_line){"augment", (double)s->augment_ns * 1e-9, SHARE(s->augment_ns, pool),
-                                     per_s((double)s->images, s->augment_ns), "img/s/core"};
-    lines[n++] = (struct stage_line){"slot wait", (double)r->prod.total_ns * 1e-9, SHARE(r->prod.total_ns, wall), 0, ""};
-    lines[n++] = (struct stage_line){"ring wait", (double)r->cons.total_ns * 1e-9, SHARE(r->cons.total_ns, wall), 0, ""};
-    lines[n++] = (struct stage_line){"idle", (double)s->worker_idle_ns * 1e-9, SHARE(s->worker_idle_ns, pool), 0, ""};
-#undef SHARE
-    *nlines = n;
+    double share[RT_STAGE_N];
+    rt_stage_shares(s, &r->prod, &r->cons, r->wall_s, share);
+    const struct {
+        uint64_t ns;
+        double amount;      /* what the rate counts (0: no rate) */
+        const char *unit;
+    } m[RT_STAGE_N] = {
+        [RT_STAGE_IO] = {s->io_busy_ns, (double)s->io_bytes / 1e6, "MB/s"},
+        [RT_STAGE_CHECKSUM] = {s->checksum_ns, (double)s->io_bytes / 1e6, "MB/s/core"},
+        [RT_STAGE_DECOMPRESS] = {s->decompress_ns, (double)s->raw_bytes / 1e6, "MB/s/core"},
+        [RT_STAGE_DECODE] = {s->decode_ns, (double)s->decoded_images, "img/s/core"},
+        [RT_STAGE_AUGMENT] = {s->augment_ns, (double)s->images, "img/s/core"},
+        [RT_STAGE_SLOT_WAIT] = {r->prod.total_ns, 0, ""},
+        [RT_STAGE_RING_WAIT] = {r->cons.total_ns, 0, ""},
+        [RT_STAGE_IDLE] = {s->worker_idle_ns, 0, ""},
+    };
+    for (int i = 0; i < RT_STAGE_N; i++)
+        lines[i] = (struct stage_line){rt_stage_name((enum rt_stage)i, 0), (double)m[i].ns * 1e-9, share[i],
+                                       m[i].amount > 0 ? per_s(m[i].amount, m[i].ns) : 0, m[i].unit};
 }
 
-static void verdict(const struct lb_config *c, const struct rt_loadbench_result *r, const struct stage_line *lines, int n,
-                    char *buf, size_t len)
+/* The engine's stage verdict (rt_stage_limit), and with --target whether the loader can feed it. */
+static void verdict(const struct lb_config *c, const struct rt_loadbench_result *r,
+                    const struct stage_line lines[RT_STAGE_N], char *buf, size_t len)
 {
-    /* The limiting stage is where the workers spend most time, unless reads keep the wall clock busy longer. */
-    int top = -1;
-    double best = -1;
-    for (int i = 0; i < n; i++) {
-        if (!strcmp(lines[i].name, "idle") || strstr(lines[i].name, "wait"))
-            continue;
-        if (lines[i].share > best) {
-            best = lines[i].share;
-            top = i;
-        }
-    }
-    const double idle = lines[n - 1].share, consumer_wait = lines[n - 2].share;
+    double share[RT_STAGE_N];
+    for (int i = 0; i < RT_STAGE_N; i++)
+        share[i] = lines[i].share;
     char what[256];
-    if (consumer_wait < 0.1)
-        snprintf(what, sizeof(what), "limited by the consumer: it waited for batches only %.0f%% of the time",
-                 100 * consumer_wait);
-    else if (idle > 0.5 && top > 0)
-        snprintf(what, sizeof(what), "workers idle %.0f%% of the time; limited by reads or planning (io busy %.0f%%)",
-                 100 * idle, 100 * lines[0].share);
-    else
-        snprintf(what, sizeof(what), "limited by %s (%.0f%% of %s time)", top >= 0 ? lines[top].name : "?", 100 * best,
-                 top == 0 ? "wall" : "worker");
+    rt_stage_limit(share, what, sizeof(what));
     if (c->target > 0) {
         const double have = r->steady_images_per_s;
         snprintf(buf, len, "%s; %s --target %.0f img/s (steady %.0f img/s, %.2fx)", what,
@@ -249,7 +235,7 @@ static void verdict(const struct lb_config *c, const struct rt_loadbench_result 
 static double ms(uint64_t ns) { return (double)ns * 1e-6; }
 
 static void print_json(const struct lb_config *c, const struct rt_loadbench_result *res, int nruns,
-                       const struct stage_line *lines, int nl)
+                       const struct stage_line lines[RT_STAGE_N])
 {
     const struct rt_loadbench_result *r = &res[nruns - 1];
     printf("{\"images_per_s\":%.1f,\"end_to_end_images_per_s\":%.1f,\"workers\":%d,\"batch_size\":%" PRIu32
@@ -260,15 +246,9 @@ static void print_json(const struct lb_config *c, const struct rt_loadbench_resu
            r->wall_s, rt_shuffle_name(c->lo.shuffle), r->st.io_kind, r->st.queue_depth, rt_cpus_available(),
            (double)r->st.load_ns * 1e-9, ms(r->cons.p50_ns), ms(r->cons.p99_ns), ms(r->cons.max_ns),
            ms(r->boundary_wait_max_ns));
-    for (int i = 0; i < nl; i++) {
-        char key[32];
-        snprintf(key, sizeof(key), "%s", lines[i].name);
-        for (char *p = key; *p; p++)
-            if (*p == ' ')
-                *p = '_';
-        printf("%s\"%s\":{\"busy_s\":%.4f,\"share\":%.4f,\"rate\":%.1f,\"unit\":\"%s\"}", i ? "," : "", key,
-               lines[i].busy_s, lines[i].share, lines[i].rate, lines[i].unit);
-    }
+    for (int i = 0; i < RT_STAGE_N; i++)
+        printf("%s\"%s\":{\"busy_s\":%.4f,\"share\":%.4f,\"rate\":%.1f,\"unit\":\"%s\"}", i ? "," : "",
+               rt_stage_name((enum rt_stage)i, 1), lines[i].busy_s, lines[i].share, lines[i].rate, lines[i].unit);
     printf("},\"scaling\":[");
     for (int i = 0; i < nruns; i++)
         printf("%s{\"workers\":%d,\"images_per_s\":%.1f}", i ? "," : "", res[i].workers, res[i].steady_images_per_s);
@@ -350,13 +330,12 @@ static void print_runs(const struct lb_config *c, const struct rt_loadbench_resu
 static int print_stages(const struct lb_config *c, const struct rt_loadbench_result *res)
 {
     const struct rt_loadbench_result *r = &res[c->nruns - 1];
-    struct stage_line lines[8];
-    int nl;
-    stage_lines(r, lines, &nl);
+    struct stage_line lines[RT_STAGE_N];
+    stage_lines(r, lines);
     printf("\nstages (%d workers, %.2f s wall, %" PRIu64 " batches, %" PRIu64 " images):\n", r->workers, r->wall_s,
            r->batches, r->images);
     printf("  %-11s %10s %8s %16s\n", "stage", "busy s", "share", "rate");
-    for (int i = 0; i < nl; i++) {
+    for (int i = 0; i < RT_STAGE_N; i++) {
         char rate[48] = "";
         if (lines[i].rate > 0)
             snprintf(rate, sizeof(rate), "%.0f %s", lines[i].rate, lines[i].unit);
@@ -365,7 +344,7 @@ static int print_stages(const struct lb_config *c, const struct rt_loadbench_res
     printf("  (io, slot wait -- the loader waiting for a free ring slot -- and ring wait -- the consumer waiting\n"
            "   for a batch -- are shares of wall time; the others of worker time = wall x workers)\n");
     char vbuf[512];
-    verdict(c, r, lines, nl, vbuf, sizeof(vbuf));
+    verdict(c, r, lines, vbuf, sizeof(vbuf));
     printf("verdict: %s\n", vbuf);
     int rc = RT_EXIT_OK;
     if (c->digest) {
@@ -378,7 +357,7 @@ static int print_stages(const struct lb_config *c, const struct rt_loadbench_res
             rc = RT_EXIT_FAIL;
     }
     if (c->json)
-        print_json(c, res, c->nruns, lines, nl);
+        print_json(c, res, c->nruns, lines);
     return rc;
 }
 
