@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # builds_compared.sh - two builds of ringtrain against each other on the same
 # work, alternated, medians and their ratio: did a change make training
-# slower? (tools/compare_digests.sh says whether it trains the same thing.)
+# slower? (tools/dev/compare_digests.sh says whether it trains the same thing.)
 #   bench/builds_compared.sh --old PATH --new PATH [--models LIST] [--runs R]
 #                            [--steps N] [--batch-size B] [--threads T]
 #                            [--np N] [--ddp-model M] [--ddp-steps N]

@@ -10,12 +10,12 @@
 #     given last, without one, which must draw getopt's "requires an argument";
 #   - each appear in the man page BUILD_DOCS/man/ringtrain-CMD.1 (help2man, docs/CMakeLists.txt).
 # The documents: docs/COMMANDS.md, the command reference, is what the build generated from the --help
-# texts (BUILD_DOCS/COMMANDS.md, tools/gen_commands_md.sh), byte for byte; no guide (README.md,
+# texts (BUILD_DOCS/COMMANDS.md, tools/dev/gen_commands_md.sh), byte for byte; no guide (README.md,
 # docs/*.md but COMMANDS.md) names an option a command does not have: in a section whose heading names
 # "`ringtrain CMD`" every --option is CMD's, unless the words before it give it to another command
 # ("ringtrain train --json", "`train --json`") or to ringtrain itself; every command has such a section;
 # and every relative link of README.md and docs/*.md leads to a file and heading that exist
-# (tools/check_doc_links.py).
+# (tests/check_doc_links.py).
 # Also: every --help prints to stdout and exits 0, -h prints the same, and ringtrain.1 exists with the
 # top-level options and a SEE ALSO naming every command's page. help2man is a build dependency, so a
 # missing man page is a failure, not a skip.
@@ -241,7 +241,7 @@ fi
 # ---- the documents: the reference as generated, the guides' options, the links -------------------------
 check
 if [ ! -s "$BDOCS/COMMANDS.md" ]; then
-    fail "no $BDOCS/COMMANDS.md: the build makes it (tools/gen_commands_md.sh, docs/CMakeLists.txt)"
+    fail "no $BDOCS/COMMANDS.md: the build makes it (tools/dev/gen_commands_md.sh, docs/CMakeLists.txt)"
 elif ! cmp -s "$DOCS/COMMANDS.md" "$BDOCS/COMMANDS.md"; then
     diff -u "$DOCS/COMMANDS.md" "$BDOCS/COMMANDS.md" | head -n 30 >&2
     fail "docs/COMMANDS.md is not what the build generates from --help (diff above); update it with: cmake --build build --target command-reference"
@@ -250,7 +250,7 @@ doc_options "$cmds" "${guides[@]}" >"$T/docs" || { fail "could not read the guid
 check
 py=/usr/bin/python3
 [ -x "$py" ] || py=python3
-"$py" "$SRC/tools/check_doc_links.py" "$README" "$DOCS"/*.md >"$T/links" 2>&1 ||
+"$py" "$SRC/tests/check_doc_links.py" "$README" "$DOCS"/*.md >"$T/links" 2>&1 ||
     { cat "$T/links" >&2; fail "links in README.md and docs/*.md that lead nowhere (above)"; }
 
 # ---- each command ------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@
  * forward + backward on fixed weights and inputs, comparing logits, loss,
  * every parameter gradient (its L2 norm and 64 sampled elements) and the
  * batchnorm running statistics with tests/fixtures/compute/model_*.safetensors
- * (written by tools/gen_fixtures.py from tools/reference_models.py; resnet50's
+ * (written by tools/dev/gen_fixtures.py from tools/reference_models.py; resnet50's
  * keeps fewer sampled elements and samples its running statistics, to stay
  * small). Also the flat buffers' read, write and zero calls, and the input
  * sizes each model accepts and refuses.
@@ -66,7 +66,7 @@ static const struct rt_tensor_info *find_row(const struct rt_tensor_info *tab, i
     return NULL;
 }
 
-/* The fixture's weight formula (tools/gen_fixtures.py). */
+/* The fixture's weight formula (tools/dev/gen_fixtures.py). */
 static void weight_values(const struct rt_tensor_info *tab, int n, const struct rt_tensor_info *e, float *out)
 {
     char prefix[96];
@@ -132,7 +132,7 @@ struct worst {
 
 /*
  * A fixture with a float64 reference (resnet50: in training mode its float32
- * gradients are ill-conditioned, see tools/gen_fixtures.py) says in
+ * gradients are ill-conditioned, see tools/dev/gen_fixtures.py) says in
  * "f32_error" how far PyTorch's own float32 run lands from it, in the
  * measures below. Ours may land up to twice as far; the bounds the other
  * models are held to still apply where they are looser. Without it: zeros.

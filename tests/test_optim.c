@@ -3,7 +3,7 @@
  * torch.optim.SGD (momentum, Nesterov, dampening, weight decay), Adam and
  * AdamW on 1000 parameters, and 100 steps of CosineAnnealingLR, OneCycleLR
  * (linear) and StepLR, from tests/fixtures/compute/{optim,sched}.safetensors
- * (tools/gen_fixtures.py). Also gradient clipping against a direct norm, and
+ * (tools/dev/gen_fixtures.py). Also gradient clipping against a direct norm, and
  * unscaling of loss-scaled gradients. An optimizer works on a model's
  * trainable floats: the cases fill the first NP of a small mnist-net's and
  * zero its other gradients (every update is elementwise, so the rest do not

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # test_report_inputs.sh - `ringtrain report` over every kind of input it reads, from tests/fixtures/report/
-# (real runs' outputs, remade by tools/gen_report_fixtures.sh): a run's directory (metrics, captured --json
+# (real runs' outputs, remade by tools/dev/gen_report_fixtures.sh): a run's directory (metrics, captured --json
 # output, a checkpoint's state.json, a --trace), a comma list, loadbench, commbench and bench/scaling.sh
 # outputs. No training: it runs in every build, the sanitizers' included, in about a second.
 #   - the page has exactly the charts the inputs give (the loss scale's and a traced step's included), and

@@ -1,7 +1,7 @@
 /*
  * test_resize.c - loader/resize.c against Pillow and against exact rules:
  * PSNR against Pillow 9.4 BILINEAR on the fixtures of
- * tools/gen_resize_fixtures.py (a downscale to 64, a fractional 32 px box
+ * tools/dev/gen_resize_fixtures.py (a downscale to 64, a fractional 32 px box
  * upscaled, torchvision's Resize + CenterCrop of a non-square image, a
  * non-square stretch, a gray image); a constant image stays exactly that
  * constant; the flip is an exact mirror; PAD leaves pixels outside its
@@ -46,7 +46,7 @@ static int pnm_read(const char *name, struct img *im)
     char magic[3] = {0};
     unsigned maxv;
     if (!f) {
-        fprintf(stderr, "%s: cannot open (run tools/gen_resize_fixtures.py)\n", path);
+        fprintf(stderr, "%s: cannot open (run tools/dev/gen_resize_fixtures.py)\n", path);
         return -1;
     }
     if (fscanf(f, "%2s %u %u %u", magic, &im->w, &im->h, &maxv) != 4 || maxv != 255 || fgetc(f) == EOF ||
@@ -118,7 +118,7 @@ static void test_against_pillow(struct rt_resizer *r)
         CHECK(!"fixture missing");
         return;
     }
-    /* The boxes and sizes of tools/gen_resize_fixtures.py. */
+    /* The boxes and sizes of tools/dev/gen_resize_fixtures.py. */
     check_against(r, &src, (struct rt_box){16, 0, 120, 120}, "down64.ppm");
     check_against(r, &src, (struct rt_box){40.25, 30.5, 32, 32}, "up32.ppm");
     check_against(r, &src, (struct rt_box){0, 0, 160, 120}, "stretch72x40.ppm");

@@ -1,7 +1,7 @@
 /*
  * test_rrc.c - the crop boxes of loader/rrc.h.
  *  - RandomResizedCrop: per case of tests/fixtures/rrc/torchvision_rrc.json
- *    (tools/gen_rrc_fixture.py: torchvision 0.14's get_params drawn n times)
+ *    (tools/dev/gen_rrc_fixture.py: torchvision 0.14's get_params drawn n times)
  *    rt_rrc_box draws the same count over ids 0..n-1 and every stored
  *    quantile of area fraction, log aspect, top/H, left/W must sit where our
  *    sample puts it, and the fallback rates must agree (tolerances below);

@@ -2,7 +2,7 @@
 """
 compare_checkpoints.py - says whether two training runs of ringtrain produced
 the same thing, bit for bit, artefact by artefact. The reader of
-tools/compare_digests.sh, usable on its own:
+tools/dev/compare_digests.sh, usable on its own:
 
     /usr/bin/python3 tools/compare_checkpoints.py KIND A B
 

@@ -2,7 +2,7 @@
 reference_models.py - the PyTorch definitions ringtrain's C models are checked
 against, with exactly the state_dict names the C side reads and writes, plus
 the deterministic formulas (hash-initialised weights, fixture images) shared by
-tools/gen_fixtures.py and tools/check_checkpoint.py.
+tools/dev/gen_fixtures.py and tools/check_checkpoint.py.
 
     build(name, in_channels, height, width, num_classes) -> nn.Module
 

@@ -12,7 +12,7 @@ Writes tests/fixtures/resize/ (deterministic: numpy seed 2727, Pillow 9.4):
   gray64x48.pgm    src_gray -> 64x48, BILINEAR
 The C test holds the same boxes and sizes; change both together.
 
-Usage: /usr/bin/python3 tools/gen_resize_fixtures.py [OUTDIR]
+Usage: /usr/bin/python3 tools/dev/gen_resize_fixtures.py [OUTDIR]
 """
 import os
 import sys
@@ -67,7 +67,7 @@ def torchvision_resize_centercrop(im, s):
 
 def main():
     out = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "..", "tests", "fixtures", "resize")
+        os.path.dirname(os.path.abspath(__file__)), "..", "..", "tests", "fixtures", "resize")
     os.makedirs(out, exist_ok=True)
     src = source(np.random.default_rng(SEED))
     gray = src.convert("L")

@@ -10,7 +10,7 @@
 # Needs mpirun; as root it sets OMPI_ALLOW_RUN_AS_ROOT*. The numbers differ from run to run: the test reads
 # the fixtures' own values, never constants.
 set -eu
-top=$(cd "$(dirname "$0")/.." && pwd)
+top=$(cd "$(dirname "$0")/../.." && pwd)
 RT=$(realpath "${1:-$top/build/ringtrain}")
 out=$top/tests/fixtures/report
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMP_WAIT_POLICY=passive

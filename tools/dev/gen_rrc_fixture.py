@@ -11,7 +11,7 @@ and the fallback rate (none of the 10 tries fitted; counted by watching for
 get_params' torch.randint calls, which only an accepted try makes).
 
 Run with Debian's interpreter (torch 1.13, torchvision 0.14):
-  /usr/bin/python3 tools/gen_rrc_fixture.py [--n 20000] [--out tests/fixtures/rrc/torchvision_rrc.json]
+  /usr/bin/python3 tools/dev/gen_rrc_fixture.py [--n 20000] [--out tests/fixtures/rrc/torchvision_rrc.json]
 """
 import argparse
 import json
@@ -83,13 +83,13 @@ def main():
     ap.add_argument("--seed", type=int, default=27)
     ap.add_argument(
         "--out",
-        default=os.path.join(os.path.dirname(__file__), "..", "tests", "fixtures", "rrc", "torchvision_rrc.json"),
+        default=os.path.join(os.path.dirname(__file__), "..", "..", "tests", "fixtures", "rrc", "torchvision_rrc.json"),
     )
     args = ap.parse_args()
     torch.manual_seed(args.seed)
     cases = [sample(w, h, s, r, args.n) for (w, h, s, r) in CASES]
     doc = {
-        "generator": "tools/gen_rrc_fixture.py",
+        "generator": "tools/dev/gen_rrc_fixture.py",
         "torch": torch.__version__,
         "torchvision": torchvision.__version__,
         "seed": args.seed,

@@ -3,7 +3,7 @@
 # thing: builds both, runs the same small training recipes with each on one
 # dataset, and compares what the runs leave, bit for bit.
 #
-#   tools/compare_digests.sh [options] [OLD_REV] [NEW]
+#   tools/dev/compare_digests.sh [options] [OLD_REV] [NEW]
 #
 #   OLD_REV  a git revision (default 3919d55), built from `git archive OLD_REV`
 #   NEW      a git revision, built the same way, or nothing (the default): the
@@ -63,7 +63,7 @@
 set -eu
 export LC_ALL=C
 here=$(cd "$(dirname "$0")" && pwd)
-ROOT=$(cd "$here/.." && pwd)
+ROOT=$(cd "$here/../.." && pwd)
 ALL_RECIPES="1 2 3 4 5 6 6r 7"
 
 usage() {

@@ -10,7 +10,7 @@ compare against, under tests/fixtures/compute/ (safetensors files):
 
 Deterministic: running it again rewrites byte-identical files.
 
-    /usr/bin/python3 tools/gen_fixtures.py [--out DIR] [--only NAME ...]
+    /usr/bin/python3 tools/dev/gen_fixtures.py [--out DIR] [--only NAME ...]
 
 --only writes just the named fixtures (a model name such as resnet50, or
 optim, sched), leaving the others as they are.
@@ -32,10 +32,10 @@ import torch
 import torch.nn as nn
 
 sys.dont_write_bytecode = True  # no __pycache__ in tools/
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # tools/: reference_models
 import reference_models as R  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_OUT = os.path.join(ROOT, "tests", "fixtures", "compute")
 
 DTYPES = {  # safetensors name -> (numpy little-endian dtype, size)

@@ -2,14 +2,14 @@
 # report_screenshot.sh - docs/report.png: the top of a real run's report page, as headless Chromium draws
 # it 1280 px wide, cut between two rows of charts, reduced to a palette so that the PNG stays small
 # (under 300 KB) and its text sharp.
-# Usage: tools/report_screenshot.sh [REPORT.html [OUT.png]] [--height PX]
+# Usage: tools/dev/report_screenshot.sh [REPORT.html [OUT.png]] [--height PX]
 #   REPORT.html  default data/report.html (what tools/quickstart.sh writes)
 #   OUT.png      default docs/report.png
 #   --height PX  the most of the page to keep, from its top (default 1500); the cut goes in the last gap
 #                between charts above it
 # Needs chromium (tools/install-deps.sh --test) and Python with PIL and numpy.
 set -eu -o pipefail
-top=$(cd "$(dirname "$0")/.." && pwd)
+top=$(cd "$(dirname "$0")/../.." && pwd)
 args=() height=1500
 while [ $# -gt 0 ]; do
     case $1 in
