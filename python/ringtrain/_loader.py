@@ -1,5 +1,6 @@
 """ringtrain.Loader: the C loader's batches as torch tensors, straight from its ring of slots."""
 
+import operator
 import os
 import time
 
@@ -17,7 +18,10 @@ def _launcher_rank_world():
             return dist.get_rank(), dist.get_world_size()
     except ImportError:  # pragma: no cover - torch is required by Loader anyway
         pass
-    for r, w in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_NTASKS"),
+    # Slurm: the tasks of this srun step (SLURM_STEP_NUM_TASKS exists inside a step only). A python that the
+    # batch shell starts itself sees SLURM_PROCID 0 and the job's SLURM_NTASKS: it is a world of one, not
+    # rank 0 of the job.
+    for r, w in (("RANK", "WORLD_SIZE"), ("SLURM_PROCID", "SLURM_STEP_NUM_TASKS"),
                  ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), ("PMI_RANK", "PMI_SIZE")):
         if r in os.environ and w in os.environ:
             return int(os.environ[r]), int(os.environ[w])
@@ -58,7 +62,8 @@ class Loader:
                  split and data.
     workers      decode/augment threads (None: the CPUs this process may use).
     rank, world_size  None: torch.distributed's when initialised, else RANK/WORLD_SIZE (torchrun),
-                 SLURM_PROCID/SLURM_NTASKS (srun), OMPI_COMM_WORLD_RANK/_SIZE (mpirun), else 0 and 1.
+                 SLURM_PROCID/SLURM_STEP_NUM_TASKS (inside srun; a python the batch
+                 shell starts is a world of one), OMPI_COMM_WORLD_RANK/_SIZE (mpirun), else 0 and 1.
                  Every rank gets the same number of batches.
     device       "cpu": tensors that are views of the ring's slots (no copy). "cuda" (or a torch.device):
                  the slots are page-locked and each batch is copied to the GPU asynchronously on a side
@@ -91,13 +96,18 @@ class Loader:
         import torch
         from torch.utils.dlpack import from_dlpack
 
+        # What builds it again (pickle, copy.deepcopy): the arguments as given.
+        self._args = dict(data=data, batch_size=batch_size, split=split, shuffle=shuffle, drop_last=drop_last,
+                          seed=seed, augment=augment, workers=workers, rank=rank, world_size=world_size,
+                          device=device, slots=slots, digest=digest, image_size=image_size,
+                          crop_scale=crop_scale, crop_ratio=crop_ratio, center_ratio=center_ratio)
         self._torch = torch
         self._from_dlpack = from_dlpack
         self._digest = bool(digest)
         self.data = os.fspath(data)
-        if int(batch_size) < 1:
+        if isinstance(batch_size, bool) or operator.index(batch_size) < 1:  # 64.7: TypeError, not 64
             raise ValueError(f"batch_size must be at least 1, not {batch_size!r}")
-        self.batch_size = int(batch_size)
+        self.batch_size = operator.index(batch_size)
         if split not in ("train", "val", "test"):
             raise ValueError(f"split must be 'train', 'val' or 'test', not {split!r}")
         self.split = split
@@ -146,6 +156,7 @@ class Loader:
         self._events = []       # device="cuda": events whose batch is released, recorded again for another
         self._epoch = 0         # the next batch to hand to the user
         self._step = 0
+        self._resumed = None    # load_state_dict's (epoch, step) until the first batch after it
         self._wait_ns = 0       # time the consumer spent blocked in next()
         self._batches = 0
         self._open(0, 0)
@@ -192,6 +203,8 @@ class Loader:
 
     def _take(self):
         """The next CBatch from the C loader, its wait counted as the consumer's."""
+        if self._core is None:
+            raise ValueError("ringtrain.Loader: iterating a closed loader")
         t0 = time.perf_counter_ns()
         cb = self._core.next()
         self._wait_ns += time.perf_counter_ns() - t0
@@ -276,6 +289,7 @@ class Loader:
             else:
                 images, labels = self._cpu_batch(self._take())
             self._batches += 1
+            self._resumed = None
             self._step += 1
             last = self._step == self._steps
             if last:
@@ -290,11 +304,15 @@ class Loader:
         """Start the next iteration at the beginning of `epoch` (as DistributedSampler.set_epoch).
 
         Free when it is where the loader already is (after a whole epoch, the next one); otherwise the C
-        loader restarts at that epoch.
+        loader restarts at that epoch. After load_state_dict(), until its first batch, set_epoch() of the
+        resumed epoch keeps the resumed position: the usual ``set_epoch(epoch)`` at the top of a resumed
+        epoch does not train on that epoch's first batches again.
         """
         epoch = int(epoch)
         if epoch < 0:
             raise ValueError(f"epoch must be >= 0, not {epoch}")
+        if self._resumed is not None and epoch == self._resumed[0]:
+            return
         if (epoch, 0) != (self._epoch, self._step):
             self._open(epoch, 0)
 
@@ -316,6 +334,10 @@ class Loader:
         size, shuffle, last-batch rule, augmentation, split and image size must match this loader's (ValueError
         otherwise: another world or batch size makes another order); the seed is taken from `state`.
         """
+        missing = [k for k in ("epoch", "step") if k not in state]
+        if missing:
+            raise ValueError(f"ringtrain.Loader.load_state_dict: the state has no {' or '.join(missing)} "
+                             f"(a Loader.state_dict() is expected)")
         mine = self.state_dict()
         for k in ("world_size", "rank", "batch_size", "shuffle", "drop_last", "augment", "split", "image_size"):
             if k in state and state[k] != mine[k]:
@@ -326,6 +348,7 @@ class Loader:
             raise ValueError(f"ringtrain.Loader.load_state_dict: step {step} is not in 0..{self._steps - 1}")
         self.seed = int(state.get("seed", self.seed))
         self._open(epoch, step)
+        self._resumed = (epoch, step)
 
     # ---- figures --------------------------------------------------------------------------------
     def stats(self):
@@ -345,6 +368,14 @@ class Loader:
     def close(self):
         """Stop the loader's threads. Batches already yielded stay valid until freed."""
         self._drop_core()
+
+    # ---- pickle and copy: a new loader with the same arguments, at the same position ------------
+    def __getstate__(self):
+        return {"args": self._args, "state": self.state_dict()}
+
+    def __setstate__(self, st):
+        self.__init__(**st["args"])
+        self.load_state_dict(st["state"])
 
     def __enter__(self):
         return self

@@ -136,15 +136,17 @@ def test_augmentation_depends_on_the_sample_not_the_batch(data):
 @pytest.mark.parametrize("env,rank,world", [
     ({}, 0, 1),
     ({"RANK": "1", "WORLD_SIZE": "2"}, 1, 2),
-    ({"SLURM_PROCID": "1", "SLURM_NTASKS": "2"}, 1, 2),
+    ({"SLURM_PROCID": "1", "SLURM_STEP_NUM_TASKS": "2"}, 1, 2),  # inside an srun step
+    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2"}, 0, 1),  # the batch shell's python: a world of one
     ({"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}, 1, 2),
     # RANK/WORLD_SIZE (torchrun) come before Slurm's, Slurm's before Open MPI's
-    ({"RANK": "1", "WORLD_SIZE": "2", "SLURM_PROCID": "0", "SLURM_NTASKS": "1"}, 1, 2),
-    ({"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"}, 0, 2),
+    ({"RANK": "1", "WORLD_SIZE": "2", "SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "1"}, 1, 2),
+    ({"SLURM_PROCID": "0", "SLURM_STEP_NUM_TASKS": "2", "OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2"},
+     0, 2),
 ])
 def test_rank_and_world_from_the_launcher(data, monkeypatch, env, rank, world):
-    for k in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
-              "PMI_RANK", "PMI_SIZE", "LOCAL_RANK"):
+    for k in ("RANK", "WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_STEP_NUM_TASKS", "OMPI_COMM_WORLD_RANK",
+              "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE", "LOCAL_RANK"):
         monkeypatch.delenv(k, raising=False)
     for k, v in env.items():
         monkeypatch.setenv(k, v)

@@ -1,0 +1,90 @@
+"""What a PyTorch user does out of habit must not silently give other data or a confusing error:
+
+- resume, then the usual ``set_epoch(epoch)`` at the top of the resumed epoch: the rest of that epoch, not its
+  first batches again;
+- evaluation splits are not augmented unless asked;
+- a one-process job started by the batch shell of a multi-task Slurm allocation is a world of one;
+- pickle and copy.deepcopy give a loader at the same position, with the same batches;
+- a non-integral batch size, a state without a position, and iterating a closed loader are clear errors."""
+
+import copy
+import pickle
+
+import pytest
+import torch
+
+import ringtrain
+from rtcheck import assert_same_batches, clone_epoch
+
+OPTS = dict(batch_size=64, seed=5, shuffle=True, workers=2)
+
+
+def take(loader, n):
+    out = []
+    for x, y in loader:
+        out.append((x.clone(), y.clone()))
+        if len(out) == n:
+            break
+    return out
+
+
+def test_set_epoch_after_resume_keeps_the_position(data):
+    with ringtrain.Loader(data, **OPTS) as ref:
+        clone_epoch(ref)
+        epoch1 = clone_epoch(ref)
+    with ringtrain.Loader(data, **OPTS) as a:
+        clone_epoch(a)
+        take(a, 10)
+        state = a.state_dict()
+    assert (state["epoch"], state["step"]) == (1, 10)
+    with ringtrain.Loader(data, **OPTS) as b:
+        b.load_state_dict(state)
+        b.set_epoch(1)  # the loop's usual first line
+        rest = clone_epoch(b)
+        assert_same_batches(rest, epoch1[10:], "resumed at epoch 1 step 10, then set_epoch(1)")
+        # Past the resumed batches set_epoch is DistributedSampler's again: the epoch from its start.
+        b.set_epoch(1)
+        assert_same_batches(clone_epoch(b), epoch1, "set_epoch(1) once the resumed epoch ran")
+
+
+def test_evaluation_splits_are_not_augmented_by_default(data, raw_test_records):
+    images, _ = raw_test_records
+    with ringtrain.Loader(data, 100, split="test", shuffle=False, drop_last=False, workers=1) as t:
+        x, _ = next(iter(t))
+    assert torch.equal(x, torch.from_numpy(images[:100])), "the test split's first batch is not the records"
+
+
+def test_a_batch_shell_python_is_a_world_of_one(data, monkeypatch):
+    for k in ("RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "PMI_RANK", "PMI_SIZE",
+              "SLURM_STEP_NUM_TASKS"):
+        monkeypatch.delenv(k, raising=False)
+    monkeypatch.setenv("SLURM_PROCID", "0")
+    monkeypatch.setenv("SLURM_NTASKS", "2")  # the allocation's, seen by the batch shell
+    with ringtrain.Loader(data, **OPTS) as one:
+        assert (one.rank, one.world_size) == (0, 1)
+    monkeypatch.setenv("SLURM_STEP_NUM_TASKS", "2")  # inside `srun -n 2`
+    with ringtrain.Loader(data, **OPTS) as srun:
+        assert (srun.rank, srun.world_size) == (0, 2)
+
+
+@pytest.mark.parametrize("how", ["pickle", "deepcopy"])
+def test_pickle_and_deepcopy_give_a_loader_at_the_same_position(data, how):
+    with ringtrain.Loader(data, **OPTS) as a:
+        take(a, 7)
+        b = pickle.loads(pickle.dumps(a)) if how == "pickle" else copy.deepcopy(a)
+        with b:
+            assert b.state_dict() == a.state_dict()
+            assert_same_batches(take(b, 3), take(a, 3), f"the batches after {how}")
+
+
+def test_clear_errors(data):
+    with pytest.raises(TypeError):
+        ringtrain.Loader(data, 64.7)
+    with ringtrain.Loader(data, **OPTS) as a:
+        with pytest.raises(ValueError, match="no epoch or step"):
+            a.load_state_dict({})
+        it = iter(a)
+        next(it)
+        a.close()
+        with pytest.raises(ValueError, match="closed loader"):
+            next(it)
