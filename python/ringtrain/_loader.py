@@ -219,7 +219,8 @@ class Loader:
 
     def _cpu_batch(self, cb):
         images = self._from_dlpack(cb.images())
-        labels = self._from_dlpack(cb.labels())
+        # The labels are copied (B int64s): kept for evaluation (targets.append(y)), they hold no slot.
+        labels = self._from_dlpack(cb.labels()).clone()
         valid = cb.valid
         cb.release()  # the tensors hold the slot now
         if valid < images.shape[0]:

@@ -5,6 +5,7 @@
 - evaluation splits are not augmented unless asked;
 - a one-process job started by the batch shell of a multi-task Slurm allocation is a world of one;
 - pickle and copy.deepcopy give a loader at the same position, with the same batches;
+- labels kept for evaluation (``targets.append(y)``) hold no ring slot;
 - a non-integral batch size, a state without a position, and iterating a closed loader are clear errors."""
 
 import copy
@@ -75,6 +76,15 @@ def test_pickle_and_deepcopy_give_a_loader_at_the_same_position(data, how):
         with b:
             assert b.state_dict() == a.state_dict()
             assert_same_batches(take(b, 3), take(a, 3), f"the batches after {how}")
+
+
+def test_keeping_the_labels_holds_no_slot(data):
+    with ringtrain.Loader(data, 50, split="test", shuffle=False, drop_last=False, workers=1, slots=4) as t:
+        targets = [y for _, y in t]  # every batch's labels kept: far more batches than slots
+        assert len(targets) == len(t) > 4
+    with ringtrain.Loader(data, 50, split="test", shuffle=False, drop_last=False, workers=1) as t:
+        want = [y.clone() for _, y in t]
+    assert all(torch.equal(a, b) for a, b in zip(targets, want))
 
 
 def test_clear_errors(data):
