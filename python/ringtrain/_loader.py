@@ -65,9 +65,9 @@ class Loader:
                  SLURM_PROCID/SLURM_STEP_NUM_TASKS (inside srun; a python the batch
                  shell starts is a world of one), OMPI_COMM_WORLD_RANK/_SIZE (mpirun), else 0 and 1.
                  Every rank gets the same number of batches.
-    device       "cpu": tensors that are views of the ring's slots (no copy). "cuda" (or a torch.device):
-                 the slots are page-locked and each batch is copied to the GPU asynchronously on a side
-                 stream, one batch ahead; the tensors yielded are on the GPU.
+    device       "cpu": images that are views of the ring's slots (no copy), labels a copy. "cuda" (or
+                 a torch.device): the slots are page-locked and each batch is copied to the GPU
+                 asynchronously on a side stream, one batch ahead; the tensors yielded are on the GPU.
     slots        batches the ring holds (None: workers + 2, at least 4; 2 more on a GPU).
     digest       keep the XXH3 of every batch for digest() (it reads each whole batch once more).
     image_size   S: the batches are uint8 (B, C, S, S) (``loader.shape`` (C, S, S)). Required for datasets
