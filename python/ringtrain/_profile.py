@@ -97,7 +97,20 @@ class Profiler:
             try:
                 batch = next(it)
             except StopIteration:
-                return
+                # With a step count, an iterable that iterates again (a Loader: its next epoch; a DataLoader)
+                # goes on into it: a loader left near its epoch's end by an earlier loop still gives the steps
+                # asked for. An iterator, or one whose next pass is empty, ends the measurement.
+                if self.limit_steps is None:
+                    return
+                again = iter(self.iterable)
+                if again is it:
+                    return
+                it = again
+                t0 = time.perf_counter_ns()
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    return
             t1 = time.perf_counter_ns()
             if arrived is not None and n > self.warmup:
                 self.waits_ns.append(t1 - t0)

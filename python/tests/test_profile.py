@@ -85,6 +85,16 @@ def test_profile_of_a_ringtrain_loader_and_a_dataloader(data):
 MS = 1_000_000
 
 
+def test_a_second_profile_of_a_loader_goes_on_into_its_next_epoch(data):
+    """profile(L, steps=...) twice: the second starts where the first left the loader, near its epoch's end,
+    and still measures the steps asked for (it said "no step was measured")."""
+    with ringtrain.Loader(data, 64, workers=1) as loader:
+        n = len(loader)
+        first = ringtrain.profile(loader, steps=n - 8, warmup=2, quiet=True)
+        second = ringtrain.profile(loader, steps=20, warmup=2, quiet=True)
+    assert first.steps == n - 8 and second.steps == 20, (first.steps, second.steps)
+
+
 def test_wait_verdict_threshold_and_wording():
     """The C rule itself: input-bound from a wait of 15 % of the step on, and the figures in the text."""
     v = _ringtrain.wait_verdict([41 * MS] * 9, [60 * MS] * 9, 256, 4, False)
