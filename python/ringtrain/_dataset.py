@@ -45,8 +45,10 @@ class Dataset:
         if not 0 <= i < n:
             raise IndexError(f"record {i} out of range: the {self.split} split has {n}")
         chw, label, h, w = self._ds.get(i)
-        img = np.frombuffer(chw, dtype=np.uint8).reshape(self.shape[0], h, w).transpose(1, 2, 0)
-        return img, int(label)
+        # HWC made contiguous: one copy, which is also writable (a read-only array makes torch's default
+        # collate warn, and transforms that work in place fail).
+        chw = np.frombuffer(chw, dtype=np.uint8).reshape(self.shape[0], h, w)
+        return np.ascontiguousarray(chw.transpose(1, 2, 0)), int(label)
 
     def __repr__(self):
         c, h, w = self.shape

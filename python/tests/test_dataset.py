@@ -47,6 +47,19 @@ def test_records_are_the_synthetic_files(data, raw_test_records):
         assert label == labels[i], f"record {i}: label {label}, the file says {labels[i]}"
 
 
+def test_records_are_writable_and_collate_without_a_warning(data):
+    """A read-only array makes torch's default collate warn and in-place transforms fail."""
+    import warnings
+
+    ds = ringtrain.Dataset(data, "test")
+    img, _ = ds[0]
+    assert img.flags.writeable and img.flags.c_contiguous
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        x, y = next(iter(DataLoader(ds, batch_size=4, shuffle=False, num_workers=0)))
+    assert x.shape == (4, 32, 32, 3)
+
+
 def test_records_are_the_loaders_unaugmented_batches(data):
     ds = ringtrain.Dataset(data, "train")
     in_order = [ds[i] for i in range(len(ds))]
