@@ -116,6 +116,13 @@ static void test_header_fields(const uint8_t *good, size_t len)
     int rc = rt_shard_parse_header(buf, len, "mem", &h);
     CHECK(rc == -EPROTONOSUPPORT);
     CHECK(strstr(rt_errmsg(), "newer ringtrain") != NULL);
+    /* The same version field changed by a flipped byte, the header not resealed: corrupt, not newer. */
+    memcpy(buf, good, len);
+    buf[HDR_VERSION] ^= 0x40;
+    rc = rt_shard_parse_header(buf, len, "mem", &h);
+    CHECK(rc == -EBADMSG);
+    CHECKF(strstr(rt_errmsg(), "header is corrupt") && !strstr(rt_errmsg(), "was written by a newer"), "%s",
+           rt_errmsg());
     /* Version 2 is for variable-size JPEG records only. */
     memcpy(buf, good, len);
     rt_put32(buf + HDR_VERSION, RT_SHARD_VERSION_VARIABLE);
