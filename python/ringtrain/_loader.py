@@ -42,7 +42,8 @@ class Loader:
     """Batches of a packed dataset as torch tensors, from ringtrain's C loader.
 
     ``for images, labels in loader`` yields uint8 images (B, C, H, W) and int64 labels (B,) for one epoch;
-    the next ``for`` goes on with the next epoch. The batches are the C loader's, bit for bit: the order
+    the next ``for`` is the next epoch, also after one left early (as a DataLoader's; set_epoch() chooses
+    another; after load_state_dict() the first ``for`` finishes the resumed epoch). The batches are the C loader's, bit for bit: the order
     depends only on (seed, epoch, world_size, rank), the augmentation of a sample only on (seed, epoch,
     sample id), never on `workers` or timing -- the same as ``ringtrain train`` and ``ringtrain loadbench``
     with the same options (with digest=True, ``loader.digest()`` equals ``loadbench --digest``).
@@ -284,6 +285,11 @@ class Loader:
     def __iter__(self):
         if self._core is None:
             raise ValueError("ringtrain.Loader: iterating a closed loader")
+        # Each iteration is one epoch, as a DataLoader's: one left early (a break, next(iter(loader))) gives
+        # up the rest of its epoch, and this one is the next epoch's. A resumed position (load_state_dict)
+        # is the exception: its first iteration finishes the resumed epoch.
+        if self._step and self._resumed is None:
+            self._open(self._epoch + 1, 0)
         while True:
             if self._cuda:
                 images, labels = self._cuda_batch()
@@ -372,11 +378,12 @@ class Loader:
 
     # ---- pickle and copy: a new loader with the same arguments, at the same position ------------
     def __getstate__(self):
-        return {"args": self._args, "state": self.state_dict()}
+        return {"args": self._args, "state": self.state_dict(), "resumed": self._resumed}
 
     def __setstate__(self, st):
         self.__init__(**st["args"])
         self.load_state_dict(st["state"])
+        self._resumed = st["resumed"]  # the next iteration is the one the original would run
 
     def __enter__(self):
         return self

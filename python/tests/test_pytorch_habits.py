@@ -6,6 +6,8 @@
 - a one-process job started by the batch shell of a multi-task Slurm allocation is a world of one;
 - pickle and copy.deepcopy give a loader at the same position, with the same batches;
 - labels kept for evaluation (``targets.append(y)``) hold no ring slot;
+- each iteration is one epoch, as a DataLoader's: after a ``break`` (or ``next(iter(L))``) the next ``for`` is
+  the next epoch;
 - a non-integral batch size, a state without a position, and iterating a closed loader are clear errors."""
 
 import copy
@@ -75,7 +77,9 @@ def test_pickle_and_deepcopy_give_a_loader_at_the_same_position(data, how):
         b = pickle.loads(pickle.dumps(a)) if how == "pickle" else copy.deepcopy(a)
         with b:
             assert b.state_dict() == a.state_dict()
+            # the next iteration is the original's: the next epoch, after the one left early
             assert_same_batches(take(b, 3), take(a, 3), f"the batches after {how}")
+            assert a.epoch == b.epoch == 1
 
 
 def test_keeping_the_labels_holds_no_slot(data):
@@ -85,6 +89,17 @@ def test_keeping_the_labels_holds_no_slot(data):
     with ringtrain.Loader(data, 50, split="test", shuffle=False, drop_last=False, workers=1) as t:
         want = [y.clone() for _, y in t]
     assert all(torch.equal(a, b) for a, b in zip(targets, want))
+
+
+def test_each_iteration_is_an_epoch(data):
+    with ringtrain.Loader(data, **OPTS) as ref:
+        epochs = [clone_epoch(ref) for _ in range(3)]
+    with ringtrain.Loader(data, **OPTS) as a:
+        assert_same_batches(take(a, 3), epochs[0][:3], "epoch 0's first batches")
+        assert_same_batches(clone_epoch(a), epochs[1], "the for after a break: epoch 1 whole")
+        x, _ = next(iter(a))
+        assert torch.equal(x, epochs[2][0][0]), "next(iter(loader)): epoch 2's first batch"
+        assert a.epoch == 2 and a.state_dict()["step"] == 1
 
 
 def test_clear_errors(data):
