@@ -158,6 +158,7 @@ class Loader:
         self._epoch = 0         # the next batch to hand to the user
         self._step = 0
         self._resumed = None    # load_state_dict's (epoch, step) until the first batch after it
+        self._closed = False
         self._wait_ns = 0       # time the consumer spent blocked in next()
         self._batches = 0
         self._open(0, 0)
@@ -215,7 +216,7 @@ class Loader:
         if (cb.epoch, cb.step) != (e, s):
             raise _ringtrain.Error(5, f"ringtrain.Loader: expected batch (epoch {e}, step {s}), got "
                                       f"(epoch {cb.epoch}, step {cb.step})")
-        self._taken = (e, s + 1) if s + 1 < self._steps else (e + 1, 0)
+        self._taken = self._after((e, s))
         return cb
 
     def _cpu_batch(self, cb):
@@ -283,13 +284,17 @@ class Loader:
         return self._steps
 
     def __iter__(self):
-        if self._core is None:
+        if self._closed:
             raise ValueError("ringtrain.Loader: iterating a closed loader")
         # Each iteration is one epoch, as a DataLoader's: one left early (a break, next(iter(loader))) gives
         # up the rest of its epoch, and this one is the next epoch's. A resumed position (load_state_dict)
         # is the exception: its first iteration finishes the resumed epoch.
         if self._step and self._resumed is None:
             self._open(self._epoch + 1, 0)
+        elif self._core is None:  # an exception (Ctrl-C) inside _open left none
+            self._open(self._epoch, self._step)
+        else:
+            self._resync()
         while True:
             if self._cuda:
                 images, labels = self._cuda_batch()
@@ -305,6 +310,26 @@ class Loader:
             del images, labels  # the slot must not stay referenced by this frame
             if last:
                 return
+
+    def _after(self, pos):
+        e, s = pos
+        return (e, s + 1) if s + 1 < self._steps else (e + 1, 0)
+
+    def _resync(self):
+        """A batch taken from the C loader but never handed out -- an exception between the two, such as
+        the KeyboardInterrupt of a Ctrl-C, which Python raises as the C call returns -- is made again: the
+        C loader reopens where the user is (the batches depend on the position alone)."""
+        st = self._core.state()
+        taken = (st["epoch"], st["step"])  # the C loader's next batch (Python's own count may lag it)
+        want = (self._epoch, self._step)
+        if self._ahead is not None:  # device="cuda": the batch being copied is the next one handed out
+            ok = (self._ahead[0].epoch, self._ahead[0].step) == want and taken == self._after(want)
+        else:
+            ok = taken == want
+        if ok:
+            self._taken = taken
+        else:
+            self._open(*want)
 
     # ---- epochs and resume ----------------------------------------------------------------------
     def set_epoch(self, epoch):
@@ -374,6 +399,7 @@ class Loader:
 
     def close(self):
         """Stop the loader's threads. Batches already yielded stay valid until freed."""
+        self._closed = True
         self._drop_core()
 
     # ---- pickle and copy: a new loader with the same arguments, at the same position ------------

@@ -8,6 +8,8 @@
 - labels kept for evaluation (``targets.append(y)``) hold no ring slot;
 - each iteration is one epoch, as a DataLoader's: after a ``break`` (or ``next(iter(L))``) the next ``for`` is
   the next epoch;
+- Ctrl-C (a KeyboardInterrupt between the C loader's hand-over and the user's batch) loses nothing and breaks
+  nothing: the next ``for`` has the batch that was interrupted;
 - a non-integral batch size, a state without a position, and iterating a closed loader are clear errors."""
 
 import copy
@@ -100,6 +102,48 @@ def test_each_iteration_is_an_epoch(data):
         x, _ = next(iter(a))
         assert torch.equal(x, epochs[2][0][0]), "next(iter(loader)): epoch 2's first batch"
         assert a.epoch == 2 and a.state_dict()["step"] == 1
+
+
+def test_an_interrupted_hand_over_loses_no_batch(data, monkeypatch):
+    with ringtrain.Loader(data, **OPTS) as ref:
+        epoch0 = clone_epoch(ref)
+    with ringtrain.Loader(data, **OPTS) as a:
+        real = a._cpu_batch
+        calls = []
+
+        def interrupted_once(cb):
+            calls.append(cb.step)
+            if len(calls) == 1:
+                raise KeyboardInterrupt  # as Python raises it when the C call returns
+            return real(cb)
+
+        monkeypatch.setattr(a, "_cpu_batch", interrupted_once)
+        with pytest.raises(KeyboardInterrupt):
+            next(iter(a))
+        # the for after it: epoch 0 whole, its first batch made again (it said "expected batch ... got ...")
+        assert_same_batches(clone_epoch(a), epoch0, "the epoch after an interrupted first batch")
+
+
+def test_ctrl_c_in_a_tight_loop_leaves_a_working_loader(data):
+    import signal
+
+    with ringtrain.Loader(data, 16, workers=2) as a:
+        old = signal.signal(signal.SIGINT, signal.default_int_handler)
+        try:
+            for k in range(40):
+                signal.setitimer(signal.ITIMER_REAL, 0.0005 + 0.0001 * k)
+                signal.signal(signal.SIGALRM, lambda *_: signal.raise_signal(signal.SIGINT))
+                try:
+                    for _ in a:
+                        pass
+                except KeyboardInterrupt:
+                    pass
+                signal.setitimer(signal.ITIMER_REAL, 0)
+                x, y = next(iter(a))  # never "expected batch (epoch e, step s), got ..."
+                assert x.shape[0] == 16
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGINT, old)
 
 
 def test_clear_errors(data):
