@@ -638,6 +638,7 @@ static void run_bn(struct oc_ctx *ctx, const struct oc_case *cs)
     oc_get(ctx, &sm, rsm, tmp);
     oc_get(ctx, &si, rsi, tmp);
     double *spread = tu_xmalloc(C * sizeof(double));
+    memset(spread, 0, C * sizeof(double)); /* (C > 0; said for the compiler, which cannot see it) */
     for (size_t k = 0; k < C; k++)
         spread[k] = ctx->tab_tol[OC_BN_MEAN].spread / rsi[k];
     oc_compare_buf(ctx, OC_BN_MEAN, "bn_train_fwd save_mean", shape, &sm, spread);
