@@ -26,6 +26,10 @@ on the same synthetic records:
               bench/torch_loader.py's "tensor" way); torch threads = the best
               of --thread-sweep (measured first, printed)
 
+With --normalize, each way also makes float32 batches normalised with CIFAR-10's mean and std
+(torchvision's ToTensor + Normalize; ringtrain: normalize=(mean, std), channels_last=True, done in C at
+hand-over; the tensor way: one float conversion and normalisation per batch in torch).
+
 With --device cuda (default: added when torch sees a GPU), the same three
 deliver CUDA tensors: ringtrain.Loader(device="cuda"), the DataLoader's pinned
 batches through .to("cuda", non_blocking=True), the tensor way with the split
@@ -34,7 +38,7 @@ held on the GPU.
 Each measurement runs in its own process (this script with --one WAY), the
 ways alternated --runs times (the first way rotates every run: these machines
 swing +-25 % between runs); medians, min - max, ratio and the goals
-(ringtrain >= 20x DataLoader, >= 1x the tensor way) PASS/MISS are printed as
+(ringtrain >= 20x DataLoader, 100x with --normalize; >= 1x the tensor way) PASS/MISS are printed as
 markdown tables, and with --json one JSON line last.
 
 Timing of a measurement: the first --warmup batches are not timed (worker
@@ -75,6 +79,7 @@ WAYS = ("ringtrain", "dataloader", "tensor")
 LABEL = {"ringtrain": "ringtrain.Loader", "dataloader": "DataLoader(torchvision CIFAR10)",
          "tensor": "PyTorch uint8 tensor idiom"}
 GOALS = (("dataloader", 20.0), ("tensor", 1.0))
+GOALS_NORMALIZED = (("dataloader", 100.0), ("tensor", 1.0))  # --normalize: the float batches a step takes
 
 
 def fail(msg, status=2):
@@ -259,12 +264,26 @@ def measure(epoch_batches, a, sync):
             del x, y
 
 
+CIFAR_MEAN, CIFAR_STD = (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)
+
+
+def normalised(torch, batches):
+    """--normalize for the tensor way: ToTensor + Normalize of each uint8 batch, in torch."""
+    m = s = None
+    for x, y in batches:
+        if m is None:
+            m = torch.tensor(CIFAR_MEAN, device=x.device).view(1, 3, 1, 1)
+            s = torch.tensor(CIFAR_STD, device=x.device).view(1, 3, 1, 1)
+        yield (x.float() / 255.0 - m) / s, y
+
+
 def check_batch(torch, batch, a, device):
     x, y = batch
     want = (a.batch_size, 3, 32, 32)
-    if x.dtype != torch.uint8 or tuple(x.shape) != want or y.dtype != torch.int64 or tuple(y.shape) != (want[0],):
-        raise SystemExit("%s: a %s batch is %s %s + %s %s, not uint8 %s + int64 (%d,)" % (
-            NAME, a.one, x.dtype, tuple(x.shape), y.dtype, tuple(y.shape), want, want[0]))
+    dtype = torch.float32 if a.normalize else torch.uint8
+    if x.dtype != dtype or tuple(x.shape) != want or y.dtype != torch.int64 or tuple(y.shape) != (want[0],):
+        raise SystemExit("%s: a %s batch is %s %s + %s %s, not %s %s + int64 (%d,)" % (
+            NAME, a.one, x.dtype, tuple(x.shape), y.dtype, tuple(y.shape), dtype, want, want[0]))
     if x.device.type != device:
         raise SystemExit("%s: a %s batch is on %s, not %s" % (NAME, a.one, x.device, device))
 
@@ -272,7 +291,8 @@ def check_batch(torch, batch, a, device):
 def one_ringtrain(a, torch, sync):
     import ringtrain
 
-    loader = ringtrain.Loader(a.packed, a.batch_size, seed=0, workers=a.workers, device=a.device)
+    norm = dict(normalize=(CIFAR_MEAN, CIFAR_STD), channels_last=True) if a.normalize else {}
+    loader = ringtrain.Loader(a.packed, a.batch_size, seed=0, workers=a.workers, device=a.device, **norm)
     images, secs, last = measure(lambda: iter(loader), a, sync)
     check_batch(torch, last, a, a.device)
     del last
@@ -286,7 +306,8 @@ def one_dataloader(a, torch, sync):
     import torchvision.transforms as T
 
     torch.manual_seed(0)
-    transform = T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip(), T.PILToTensor()])
+    last = [T.ToTensor(), T.Normalize(CIFAR_MEAN, CIFAR_STD)] if a.normalize else [T.PILToTensor()]
+    transform = T.Compose([T.RandomCrop(32, padding=4), T.RandomHorizontalFlip()] + last)
     ds = torchvision_cifar10(a.tv)(a.tv, train=True, transform=transform, download=False)
     loader = torch.utils.data.DataLoader(ds, batch_size=a.batch_size, shuffle=True, drop_last=True,
                                          num_workers=a.dl_workers, pin_memory=True,
@@ -422,7 +443,8 @@ def one_tensor(a, torch, sync):
     setup_s = time.perf_counter() - t
     del x
     idiom.check()
-    images, secs, last = measure(idiom.batches, a, sync)
+    images, secs, last = measure((lambda: normalised(torch, idiom.batches())) if a.normalize else idiom.batches,
+                                 a, sync)
     check_batch(torch, last, a, a.device)
     return {"images": images, "seconds": secs, "method": a.tensor_method, "threads": torch.get_num_threads(),
             "setup_s": setup_s, "resident_mb": idiom.resident_bytes / 1e6,
@@ -454,6 +476,8 @@ def command(a, way, device, knob=None):
     torch threads."""
     cmd = [sys.executable, os.path.abspath(__file__), "--one", way, "--device", device,
            "--batch-size", str(a.batch_size), "--seconds", str(a.seconds), "--warmup", str(a.warmup)]
+    if a.normalize:
+        cmd.append("--normalize")
     if way == "ringtrain":
         cmd += ["--packed", a.packed, "--workers", str(a.workers)]
     elif way == "dataloader":
@@ -547,7 +571,7 @@ def bench_device(a, device):
     print("| goal | result |")
     print("|---|---|")
     goals = {}
-    for peer, need in GOALS:
+    for peer, need in GOALS_NORMALIZED if a.normalize else GOALS:
         text = "ringtrain.Loader >= %gx %s" % (need, LABEL[peer])
         if "ringtrain" in med and peer in med:
             x = med["ringtrain"] / med[peer]
@@ -599,6 +623,8 @@ def parse(argv):
     p.add_argument("--thread-sweep", default="1,%d" % len(os.sched_getaffinity(0)),
                    help="torch threads to try for the tensor way (default %(default)s)")
     p.add_argument("--json", action="store_true", help="print one JSON summary line last")
+    p.add_argument("--normalize", action="store_true",
+                   help="float32 batches normalised with CIFAR-10's mean and std (ToTensor + Normalize) in every way")
     # One measurement in this process (what the runs start).
     p.add_argument("--one", choices=WAYS, help=argparse.SUPPRESS)
     p.add_argument("--packed", help=argparse.SUPPRESS)

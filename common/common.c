@@ -705,3 +705,10 @@ double rt_decimal_double(float f)
     }
     return (double)f;
 }
+
+void rt_norm_lut(uint32_t channels, const float *mean, const float *std, float *lut)
+{
+    for (uint32_t ch = 0; ch < channels; ch++)
+        for (int v = 0; v < 256; v++)
+            lut[ch * 256 + (uint32_t)v] = ((float)v / 255.0f - mean[ch]) / std[ch];
+}

@@ -140,6 +140,17 @@ void rt_appendf(char *buf, size_t len, const char *fmt, ...) __attribute__((form
  */
 double rt_decimal_double(float f);
 
+/* ---- the input's normalisation ------------------------------------------------------ */
+
+/*
+ * The table of a uint8 image's normalisation: lut[ch * 256 + v] = (v / 255 -
+ * mean[ch]) / std[ch] in float, for `channels` channels (mean and std on the
+ * [0, 1] scale, as torchvision's ToTensor + Normalize). The trainer's input op
+ * (compute) and the Python Loader's float batches read it: one expression,
+ * the same bits.
+ */
+void rt_norm_lut(uint32_t channels, const float *mean, const float *std, float *lut);
+
 /* ---- CPUs ----------------------------------------------------------------- */
 
 /*

@@ -121,9 +121,7 @@ void rt_cpu_input_u8(struct rt_stream *s, struct rt_shape4 sh, const uint8_t *ho
      * byte value, so every pixel gets the bit-identical result without a
      * division per pixel. */
     float *lut = scratch(s, c * 256 * sizeof(float));
-    for (size_t ch = 0; ch < c; ch++)
-        for (int v = 0; v < 256; v++)
-            lut[ch * 256 + (size_t)v] = ((float)v / 255.0f - mean[ch]) / std[ch];
+    rt_norm_lut((uint32_t)c, mean, std, lut);
 
     if (rt_cpu_blocked(sh)) {
         /* block plane j = img*(C/16) + c0/16 reads the 16 image planes that start at j*16*hw */

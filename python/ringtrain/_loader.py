@@ -38,6 +38,20 @@ def _shuffle_mode(shuffle):
     raise ValueError(f"shuffle must be True, False, 'exact', 'window' or 'none', not {shuffle!r}")
 
 
+class _Sampler:
+    """A Loader's `sampler`, as DataLoader's: what frameworks call on it (set_epoch, len) goes to the
+    loader, whose C sampler orders the batches."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def set_epoch(self, epoch):
+        self._loader.set_epoch(epoch)
+
+    def __len__(self):
+        return len(self._loader) * self._loader.batch_size
+
+
 class Loader:
     """Batches of a packed dataset as torch tensors, from ringtrain's C loader.
 
@@ -83,6 +97,19 @@ class Loader:
     center_ratio the centre crop's share of the resized image (0.875: Resize(256) + CenterCrop(224)).
                  The three crop options matter only for variable-size datasets.
 
+    What the batches become at hand-over, once (the ring's slots stay uint8 CHW); on the CPU in C, with
+    the trainer's own expression (bit for bit its input in float32), on the GPU with torch after the copy:
+    normalize    False; True: (x / 255 - mean) / std with the normalisation ``ringtrain train`` applies (the
+                 manifest's mean and std, else its defaults: ``loader.input_mean``/``input_std``); or a pair
+                 (mean, std) of per-channel sequences on the [0, 1] scale, as torchvision's Normalize.
+    dtype        torch.uint8 (None without normalize), torch.float32 (None with it) or torch.bfloat16; a
+                 float without normalize is x / 255, as ToTensor.
+    channels_last  the images in torch.channels_last memory format (NHWC strides).
+    transform    a callable (images, labels) -> (images, labels) run on each batch after the above, on
+                 its device: where a script's own per-batch logic goes (vectorised, not per sample).
+    pin_memory   device="cpu": the batches in page-locked memory (a copy, as DataLoader's pin_memory).
+    A converted or pinned CPU batch is a tensor of its own: it holds no ring slot.
+
     Lifetime (device="cpu"): a batch's slot goes back to the loader when its last tensor is freed, so a
     batch you keep keeps its values. Batch n lives in slot n % slots: a batch may be kept while `slots - 1`
     later batches are taken; the next() that needs its slot again raises ringtrain.Error (errno EBUSY) --
@@ -93,7 +120,8 @@ class Loader:
     def __init__(self, data, batch_size, split="train", shuffle=True, drop_last=True, seed=0,
                  augment="default", workers=None, rank=None, world_size=None, device="cpu", slots=None,
                  digest=False, image_size=None, crop_scale=(0.08, 1.0), crop_ratio=(3 / 4, 4 / 3),
-                 center_ratio=0.875):
+                 center_ratio=0.875, normalize=False, dtype=None, channels_last=False, transform=None,
+                 pin_memory=False):
         import torch
         from torch.utils.dlpack import from_dlpack
 
@@ -101,7 +129,9 @@ class Loader:
         self._args = dict(data=data, batch_size=batch_size, split=split, shuffle=shuffle, drop_last=drop_last,
                           seed=seed, augment=augment, workers=workers, rank=rank, world_size=world_size,
                           device=device, slots=slots, digest=digest, image_size=image_size,
-                          crop_scale=crop_scale, crop_ratio=crop_ratio, center_ratio=center_ratio)
+                          crop_scale=crop_scale, crop_ratio=crop_ratio, center_ratio=center_ratio,
+                          normalize=normalize, dtype=dtype, channels_last=channels_last, transform=transform,
+                          pin_memory=pin_memory)
         self._torch = torch
         self._from_dlpack = from_dlpack
         self._digest = bool(digest)
@@ -150,6 +180,9 @@ class Loader:
         self.shape = tuple(_ringtrain.image_shape(self.data, self.image_size))
         self.classes = list(info["classes"])
         self.mean, self.std = info.get("mean"), info.get("std")
+        #: the normalisation the trainer applies (the manifest's, else its defaults): normalize=True's
+        self.input_mean, self.input_std = list(info["input_mean"]), list(info["input_std"])
+        self._handover(torch, normalize, dtype, channels_last, transform, pin_memory)
         self._core = None
         self._memory = None
         self._pending = []      # device="cuda": (CBatch, event) handed out, host slot not yet released
@@ -162,6 +195,65 @@ class Loader:
         self._wait_ns = 0       # time the consumer spent blocked in next()
         self._batches = 0
         self._open(0, 0)
+
+    def _handover(self, torch, normalize, dtype, channels_last, transform, pin_memory):
+        """Checks and keeps what the batches become at hand-over (normalize, dtype, ...)."""
+        if normalize is True:
+            norm = (self.input_mean, self.input_std)
+        elif normalize is False or normalize is None:
+            norm = None
+        else:
+            mean, std = normalize
+            norm = ([float(v) for v in mean], [float(v) for v in std])
+            c = self.shape[0]
+            if len(norm[0]) != c or len(norm[1]) != c or min(norm[1]) <= 0:
+                raise ValueError(f"normalize: (mean, std) with {c} values each, std positive, not {normalize!r}")
+        if dtype is None:
+            dtype = torch.float32 if norm else torch.uint8
+        if dtype not in (torch.uint8, torch.float32, torch.bfloat16):
+            raise ValueError(f"dtype must be torch.uint8, torch.float32 or torch.bfloat16, not {dtype!r}")
+        if norm and dtype == torch.uint8:
+            raise ValueError("normalize needs a float dtype (torch.float32 or torch.bfloat16)")
+        if transform is not None and not callable(transform):
+            raise TypeError(f"transform must be callable (images, labels) -> (images, labels), not {transform!r}")
+        self.dtype, self.channels_last, self.transform = dtype, bool(channels_last), transform
+        # As DataLoader: pinning needs CUDA; without it the option is ignored with a warning.
+        self.pin_memory = bool(pin_memory) and not self._cuda and torch.cuda.is_available()
+        if pin_memory and not self._cuda and not self.pin_memory:
+            import warnings
+
+            warnings.warn("ringtrain.Loader: pin_memory=True but torch has no CUDA device: not pinned", stacklevel=3)
+        self._norm = norm or ([0.0] * self.shape[0], [1.0] * self.shape[0])  # float without normalize: x / 255
+        self._convert = dtype != torch.uint8
+
+    def _cpu_images(self, cb):
+        """The batch's images as the hand-over options make them: a view of the slot (uint8, nothing asked),
+        else a tensor of its own filled in C (float) or copied (uint8 pinned or channels_last)."""
+        torch = self._torch
+        if not (self._convert or self.pin_memory or self.channels_last):
+            return self._from_dlpack(cb.images())
+        b, (c, h, w) = cb.batch, self.shape
+        if self._convert:
+            nhwc = torch.empty((b, h, w, c), dtype=self.dtype, pin_memory=self.pin_memory)
+            out = nhwc.permute(0, 3, 1, 2) if self.channels_last else nhwc.view(b, c, h, w)
+            cb.to_float(out.data_ptr(), self.dtype == torch.bfloat16, self.channels_last, *self._norm)
+            return out
+        fmt = torch.channels_last if self.channels_last else torch.contiguous_format
+        out = torch.empty((b, c, h, w), dtype=torch.uint8, pin_memory=self.pin_memory).contiguous(memory_format=fmt)
+        out.copy_(self._from_dlpack(cb.images()))
+        return out
+
+    def _gpu_handover(self, images):
+        """device="cuda": the uint8 batch on the GPU as the hand-over options make it (the same expression as
+        the C one, in float32, then rounded to the dtype)."""
+        torch = self._torch
+        if self._convert:
+            mean = torch.tensor(self._norm[0], device=images.device).view(1, -1, 1, 1)
+            std = torch.tensor(self._norm[1], device=images.device).view(1, -1, 1, 1)
+            images = ((images.float() / 255.0 - mean) / std).to(self.dtype)
+        if self.channels_last:
+            images = images.contiguous(memory_format=torch.channels_last)
+        return images
 
     # ---- the C loader -------------------------------------------------------------------------
     def _open(self, epoch, step):
@@ -220,11 +312,11 @@ class Loader:
         return cb
 
     def _cpu_batch(self, cb):
-        images = self._from_dlpack(cb.images())
+        images = self._cpu_images(cb)
         # The labels are copied (B int64s): kept for evaluation (targets.append(y)), they hold no slot.
         labels = self._from_dlpack(cb.labels()).clone()
         valid = cb.valid
-        cb.release()  # the tensors hold the slot now
+        cb.release()  # the tensors hold the slot now (none: a converted or pinned batch is a copy)
         if valid < images.shape[0]:
             images, labels = images[:valid], labels[:valid]
         return images, labels
@@ -298,8 +390,11 @@ class Loader:
         while True:
             if self._cuda:
                 images, labels = self._cuda_batch()
+                images = self._gpu_handover(images)
             else:
                 images, labels = self._cpu_batch(self._take())
+            if self.transform is not None:
+                images, labels = self.transform(images, labels)
             self._batches += 1
             self._resumed = None
             self._step += 1
@@ -351,6 +446,21 @@ class Loader:
     @property
     def epoch(self):
         return self._epoch
+
+    # ---- DataLoader's attributes, for scripts and frameworks that read them ------------------------
+    @property
+    def sampler(self):
+        """Has set_epoch(e) (this loader's) and len(): what a framework calls on a DataLoader's sampler."""
+        return _Sampler(self)
+
+    @property
+    def dataset(self):
+        """The split as a ringtrain.Dataset (len(), random access to its records), made on first use."""
+        if getattr(self, "_dataset", None) is None:
+            from ._dataset import Dataset
+
+            self._dataset = Dataset(self.data, self.split)
+        return self._dataset
 
     def state_dict(self):
         """The position of the next batch, with what fixes the order: resume with load_state_dict()."""

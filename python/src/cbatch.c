@@ -283,6 +283,72 @@ static PyGetSetDef getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
+/* float -> bfloat16, rounded to nearest even (the table's values are finite). */
+static uint16_t bf16_of(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof(u));
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+/*
+ * to_float(address, bf16, channels_last, mean, std): the batch's images as
+ * float32 (or bfloat16) at `address` (B x C x H x W elements, the caller's
+ * tensor), each (v / 255 - mean[c]) / std[c] through rt_norm_lut -- the
+ * trainer's input op's values, bit for bit in float32 -- laid out NCHW, or
+ * NHWC with channels_last. Once, at hand-over: the slot stays uint8.
+ */
+static PyObject *cbatch_to_float(PyObject *op, PyObject *args)
+{
+    struct cbatch *self = (struct cbatch *)op;
+    unsigned long long addr;
+    int bf16, nhwc;
+    PyObject *mean_o, *std_o;
+    if (!PyArg_ParseTuple(args, "KppOO:to_float", &addr, &bf16, &nhwc, &mean_o, &std_o) || check_live(self) < 0)
+        return NULL;
+    const uint32_t C = self->k->c;
+    if (C > 4)
+        return ext_raisef(EINVAL, "to_float: %u channels, at most 4", C);
+    float mean[4], sd[4];
+    for (uint32_t ch = 0; ch < C; ch++) {
+        PyObject *m = PySequence_GetItem(mean_o, ch), *d = PySequence_GetItem(std_o, ch);
+        mean[ch] = m ? (float)PyFloat_AsDouble(m) : 0;
+        sd[ch] = d ? (float)PyFloat_AsDouble(d) : 0;
+        Py_XDECREF(m);
+        Py_XDECREF(d);
+        if (PyErr_Occurred())
+            return NULL;
+        if (!(sd[ch] > 0))
+            return ext_raisef(EINVAL, "to_float: std[%u] must be positive", ch);
+    }
+    float lut[4 * 256];
+    uint16_t lut16[4 * 256];
+    rt_norm_lut(C, mean, sd, lut);
+    for (uint32_t i = 0; i < C * 256; i++)
+        lut16[i] = bf16_of(lut[i]);
+    const size_t B = self->batch, hw = (size_t)self->k->h * self->k->w;
+    const uint8_t *src = self->images;
+    Py_BEGIN_ALLOW_THREADS
+    for (size_t n = 0; n < B; n++)
+        for (uint32_t ch = 0; ch < C; ch++) {
+            const uint8_t *in = src + (n * C + ch) * hw;
+            /* element i of this plane goes to (n, ch, i) of NCHW, or (n, i, ch) of NHWC */
+            const size_t base = nhwc ? n * hw * C + ch : (n * C + ch) * hw, step = nhwc ? C : 1;
+            if (bf16) {
+                uint16_t *out = (uint16_t *)(uintptr_t)addr;
+                for (size_t i = 0; i < hw; i++)
+                    out[base + i * step] = lut16[ch * 256 + in[i]];
+            } else {
+                float *out = (float *)(uintptr_t)addr;
+                for (size_t i = 0; i < hw; i++)
+                    out[base + i * step] = lut[ch * 256 + in[i]];
+            }
+        }
+    Py_END_ALLOW_THREADS
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef methods[] = {
     {"images", cbatch_images, METH_NOARGS, "images() -> DLPack capsule: uint8 (B, C, H, W) on kDLCPU"},
     {"labels", cbatch_labels, METH_NOARGS, "labels() -> DLPack capsule: int64 (B,)"},
@@ -292,6 +358,9 @@ static PyMethodDef methods[] = {
     {"labels_view", cbatch_labels_view, METH_NOARGS, "labels_view() -> object with the buffer protocol, int64 (B,)"},
     {"images_address", cbatch_images_address, METH_NOARGS, "images_address() -> int: address of images[0]"},
     {"labels_address", cbatch_labels_address, METH_NOARGS, "labels_address() -> int: address of the int64 labels"},
+    {"to_float", cbatch_to_float, METH_VARARGS,
+     "to_float(address, bf16, channels_last, mean, std): the images normalised into the caller's float32/bfloat16 "
+     "tensor at address (NCHW, or NHWC)"},
     {"release", cbatch_release, METH_NOARGS,
      "release(): drops this object's own reference on the slot now (exports keep theirs). Idempotent"},
     {NULL, NULL, 0, NULL},

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "common/common.h"
+#include "loader/loader.h"
 #include "python/src/ext.h"
 #include "rt_buildinfo.h"
 
@@ -109,12 +110,10 @@ static PyObject *ext_version(PyObject *self, PyObject *noargs)
     return PyUnicode_FromFormat("ringtrain %s (%s build, %s)", RT_VERSION, RT_BUILD_TYPE, RT_C_COMPILER);
 }
 
-static PyObject *norm_list(const struct rt_dataset_info *info, const float *v)
+static PyObject *float_list(const float *v, uint32_t n)
 {
-    if (!info->have_norm)
-        Py_RETURN_NONE;
-    PyObject *l = PyList_New(info->channels);
-    for (uint32_t i = 0; l && i < info->channels; i++) {
+    PyObject *l = PyList_New(n);
+    for (uint32_t i = 0; l && i < n; i++) {
         PyObject *f = PyFloat_FromDouble(v[i]);
         if (!f || PyList_SetItem(l, i, f) < 0) {
             Py_DECREF(l);
@@ -122,6 +121,13 @@ static PyObject *norm_list(const struct rt_dataset_info *info, const float *v)
         }
     }
     return l;
+}
+
+static PyObject *norm_list(const struct rt_dataset_info *info, const float *v)
+{
+    if (!info->have_norm)
+        Py_RETURN_NONE;
+    return float_list(v, info->channels);
 }
 
 /* A variable-size dataset's record size (height, width) as a tuple; None for fixed-size ones. */
@@ -196,6 +202,9 @@ PyObject *ext_dataset_info(PyObject *self, PyObject *args, PyObject *kw)
     if (ext_dataset_open(path, &ds) < 0)
         return NULL;
     const struct rt_dataset_info *info = rt_dataset_info(ds);
+    /* The normalisation the trainer applies: the manifest's, else its defaults (rt_loader_norm). */
+    float nmean[4] = {0}, nstd[4] = {0};
+    rt_loader_norm(info, RT_MIN(info->channels, 4u), nmean, nstd);
     PyObject *d = PyDict_New();
     if (!d || ext_dict_put(d, "dir", PyUnicode_DecodeFSDefault(info->dir)) < 0 ||
         ext_dict_put(d, "codec", PyUnicode_FromString(rt_codec_name(info->codec))) < 0 ||
@@ -208,6 +217,8 @@ PyObject *ext_dataset_info(PyObject *self, PyObject *args, PyObject *kw)
         ext_dict_put(d, "stored_bytes", PyLong_FromUnsignedLongLong(info->stored_bytes)) < 0 ||
         ext_dict_put(d, "mean", norm_list(info, info->mean)) < 0 ||
         ext_dict_put(d, "std", norm_list(info, info->std)) < 0 ||
+        ext_dict_put(d, "input_mean", float_list(nmean, RT_MIN(info->channels, 4u))) < 0 ||
+        ext_dict_put(d, "input_std", float_list(nstd, RT_MIN(info->channels, 4u))) < 0 ||
         /* height = width = 0: records of their own sizes (pack --max-side), cropped by the loader */
         ext_dict_put(d, "variable", PyBool_FromLong(info->height == 0)) < 0 ||
         ext_dict_put(d, "max_side", PyLong_FromUnsignedLong(info->max_side)) < 0 ||
@@ -258,6 +269,7 @@ static PyMethodDef methods[] = {
     {"version", ext_version, METH_NOARGS, "version() -> str: ringtrain's version and build"},
     {"dataset_info", (PyCFunction)(void (*)(void))ext_dataset_info, METH_VARARGS | METH_KEYWORDS,
      "dataset_info(path) -> dict: the manifest of a packed dataset (codec, shape, classes, split sizes, mean/std; "
+     "input_mean/input_std: the normalisation the trainer applies, the manifest's or its defaults; "
      "variable-size records: height = width = 0, variable True, max_side and size_min/median/max as (h, w); pack's "
      "skipped_files and ignored_files)"},
     {"ring_bytes", (PyCFunction)(void (*)(void))ext_ring_bytes, METH_VARARGS | METH_KEYWORDS,

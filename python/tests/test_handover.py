@@ -1,0 +1,99 @@
+"""What the Loader's batches become at hand-over, done once in C on the CPU (the ring's slots stay uint8):
+normalize / dtype / channels_last give torchvision's ToTensor + Normalize of the same uint8 batch (float32 bit
+for bit, with the trainer's expression; bfloat16 its rounding), the memory format asked for, and a tensor that
+holds no slot; pin_memory pins; a per-batch transform runs on each batch; and the DataLoader attributes
+frameworks read (sampler.set_epoch, dataset, batch_size, drop_last) are there."""
+
+import pytest
+import torch
+
+import ringtrain
+
+OPTS = dict(batch_size=32, seed=3, shuffle=True, workers=1)
+
+
+def first_batches(data, n=3, **kw):
+    with ringtrain.Loader(data, **OPTS, **kw) as loader:
+        out = []
+        for x, y in loader:
+            out.append((x.clone(), y.clone()))
+            if len(out) == n:
+                break
+        return out
+
+
+def torchvision_normalize(x, mean, std):
+    """ToTensor + Normalize of a uint8 batch, in float32, in the trainer's order of operations."""
+    m = torch.tensor(mean, dtype=torch.float32).view(1, -1, 1, 1)
+    s = torch.tensor(std, dtype=torch.float32).view(1, -1, 1, 1)
+    return (x.float() / 255.0 - m) / s
+
+
+@pytest.mark.parametrize("channels_last", [False, True])
+def test_normalized_float_batches_are_the_uint8_ones_normalized(data, channels_last):
+    raw = first_batches(data)
+    with ringtrain.Loader(data, **OPTS) as probe:
+        mean, std = probe.input_mean, probe.input_std
+    got = first_batches(data, normalize=True, channels_last=channels_last)
+    for (x8, y8), (xf, yf) in zip(raw, got):
+        assert xf.dtype == torch.float32 and xf.shape == x8.shape
+        fmt = torch.channels_last if channels_last else torch.contiguous_format
+        assert xf.is_contiguous(memory_format=fmt)
+        want = torchvision_normalize(x8, mean, std)
+        assert torch.equal(xf, want), f"max difference {float((xf - want).abs().max())}"
+        assert torch.equal(yf, y8)
+
+
+def test_bfloat16_and_plain_float_and_user_constants(data):
+    raw = first_batches(data, n=1)[0][0]
+    mean, std = (0.4914, 0.4822, 0.4465), (0.247, 0.243, 0.261)
+    bf = first_batches(data, n=1, normalize=(mean, std), dtype=torch.bfloat16)[0][0]
+    assert bf.dtype == torch.bfloat16
+    assert torch.equal(bf, torchvision_normalize(raw, mean, std).to(torch.bfloat16))
+    plain = first_batches(data, n=1, dtype=torch.float32)[0][0]
+    assert torch.equal(plain, raw.float() / 255.0), "a float batch without normalize is ToTensor's x / 255"
+
+
+def test_converted_and_pinned_batches_hold_no_slot(data):
+    # (pinning needs CUDA: without it DataLoader's rule, a warning and no pinning)
+    for kw in [dict(normalize=True)] + ([dict(pin_memory=True)] if torch.cuda.is_available() else []):
+        with ringtrain.Loader(data, **OPTS, slots=4, **kw) as loader:
+            kept = [x for x, _ in loader]  # every batch of the epoch kept: far more than 4 slots
+            assert len(kept) == len(loader) > 4
+            if kw.get("pin_memory"):
+                assert all(x.is_pinned() for x in kept)
+    if not torch.cuda.is_available():
+        with pytest.warns(UserWarning, match="not pinned"):
+            ringtrain.Loader(data, **OPTS, pin_memory=True).close()
+
+
+def test_transform_runs_on_every_batch(data):
+    seen = []
+
+    def flip_and_count(images, labels):
+        seen.append(images.shape[0])
+        return images.flip(-1), labels
+
+    raw = first_batches(data, n=2)
+    got = first_batches(data, n=2, transform=flip_and_count)
+    assert seen == [32, 32]
+    assert all(torch.equal(g[0], r[0].flip(-1)) for g, r in zip(got, raw))
+
+
+def test_dataloader_attributes(data):
+    with ringtrain.Loader(data, **OPTS) as loader:
+        assert loader.batch_size == 32 and loader.drop_last is True
+        assert len(loader.dataset) == ringtrain.Dataset(data, "train").__len__()
+        assert len(loader.sampler) == len(loader) * 32
+        first = next(iter(loader))[0].clone()
+        loader.sampler.set_epoch(0)  # as a framework does before each epoch
+        assert torch.equal(next(iter(loader))[0], first)
+
+
+def test_bad_handover_options(data):
+    with pytest.raises(ValueError, match="float dtype"):
+        ringtrain.Loader(data, **OPTS, normalize=True, dtype=torch.uint8)
+    with pytest.raises(ValueError, match="3 values each"):
+        ringtrain.Loader(data, **OPTS, normalize=((0.5,), (0.5,)))
+    with pytest.raises(TypeError, match="callable"):
+        ringtrain.Loader(data, **OPTS, transform=3)
