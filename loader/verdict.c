@@ -121,6 +121,32 @@ int rt_input_verdict(const uint64_t *wait_ns, size_t nwait, const uint64_t *step
     return 0;
 }
 
+int rt_loader_alone_verdict(const uint64_t *wait_ns, size_t nwait, uint32_t images_per_step,
+                            struct rt_input_verdict *v)
+{
+    if (!nwait || !wait_ns || !v)
+        return rt_errf(-EINVAL, "input verdict: no step timings (%zu waits)", nwait);
+    memset(v, 0, sizeof(*v));
+    const int rc = median(wait_ns, nwait, &v->wait_p50_ns);
+    if (rc < 0)
+        return rc;
+    v->step_p50_ns = v->wait_p50_ns;
+    v->share = 1;
+    snprintf(v->limit, sizeof(v->limit), "none");
+    char rate[96] = "";
+    if (images_per_step && v->wait_p50_ns > 0)
+        snprintf(rate, sizeof(rate), ": the loader alone delivers about %.0f img/s",
+                 images_per_step / (v->wait_p50_ns * 1e-9));
+    snprintf(v->evidence, sizeof(v->evidence),
+             "the loop did no work of its own, so each step is its wait for data (median %.3f ms)%s",
+             v->wait_p50_ns * 1e-6, rate);
+    snprintf(v->advice, sizeof(v->advice),
+             "time the training step itself -- ringtrain.profile(loader, body=step) or ringtrain.Profiler(loader) "
+             "in the training loop -- to see whether the input limits it");
+    snprintf(v->text, sizeof(v->text), "verdict: no limit measured: %s\n  try: %s", v->evidence, v->advice);
+    return 0;
+}
+
 /* ---- the loader's stages ------------------------------------------------------------------------------- */
 
 static const char *const stage_names[RT_STAGE_N][2] = {

@@ -102,6 +102,15 @@ struct rt_input_verdict {
 int rt_input_verdict(const uint64_t *wait_ns, size_t nwait, const uint64_t *step_ns, size_t nstep,
                      uint32_t images_per_step, int workers, int staged, struct rt_input_verdict *v);
 
+/*
+ * The verdict of a loop that did no work of its own (ringtrain.profile without a body): every step is its
+ * wait, so the timings say how fast the loader delivers, not whether it limits a training step. limit
+ * "none", input_bound 0, the delivery rate in the evidence, and how to time a real step in the advice.
+ * wait_ns as rt_input_verdict's; images_per_step 0: unknown. Returns 0, -EINVAL (no timings) or -ENOMEM.
+ */
+int rt_loader_alone_verdict(const uint64_t *wait_ns, size_t nwait, uint32_t images_per_step,
+                            struct rt_input_verdict *v);
+
 /* ---- the loader's own stages (loadbench, and the Python loader's stats()) ------------------------- */
 
 enum rt_stage {

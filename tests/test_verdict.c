@@ -5,7 +5,7 @@
  * loader's stage rule (the consumer, idle workers, the busiest stage, with
  * the stage's own time base); the shares from a loader's counters; the
  * "model alone" sentence's three forms; rt_input_verdict's lower medians
- * and its words. Exit 0 pass, 1 fail.
+ * and its words; a loop with no work of its own names no limit. Exit 0 pass, 1 fail.
  */
 #include <errno.h>
 #include <stdint.h>
@@ -122,6 +122,11 @@ static void test_input_verdict(void)
     CHECK_OK(rt_input_verdict(w2, 1, s, 1, 64, 2, 1, &v));
     CHECKF(!v.input_bound && !strcmp(v.limit, "compute") && strstr(v.text, "the other 90.0 ms"), "%s", v.text);
     CHECK_ERR(rt_input_verdict(w, 0, s, 1, 0, 0, 0, &v), "no step timings");
+    /* a loop with no work of its own: no limit named, the delivery rate (64 images in the median 20 ms) */
+    CHECK_OK(rt_loader_alone_verdict(w, 4, 64, &v));
+    CHECKF(!v.input_bound && !strcmp(v.limit, "none") && v.wait_p50_ns == 20e6 &&
+               strstr(v.text, "verdict: no limit measured: ") && strstr(v.text, "delivers about 3200 img/s"),
+           "%s", v.text);
 }
 
 int main(void)

@@ -75,7 +75,8 @@ class Loader:
                  "crop+flip" (pad 4, random crop, random horizontal flip: the CIFAR recipe; for variable-size
                  images RandomResizedCrop + flip on the training split, see image_size) or "none" on any
                  split and data.
-    workers      decode/augment threads (None: the CPUs this process may use).
+    workers      decode/augment threads (None: the CPUs this process may use; 0, DataLoader's main-process
+                 loading, is one thread: the C loader always decodes in its own threads).
     rank, world_size  None: torch.distributed's when initialised, else RANK/WORLD_SIZE (torchrun),
                  SLURM_PROCID/SLURM_STEP_NUM_TASKS (inside srun; a python the batch
                  shell starts is a world of one), OMPI_COMM_WORLD_RANK/_SIZE (mpirun), else 0 and 1.
@@ -148,9 +149,10 @@ class Loader:
         if augment not in _AUGMENTS:
             raise ValueError(f"augment must be one of {_AUGMENTS}, not {augment!r}")
         self.augment = augment
-        if workers is not None and int(workers) < 1:
-            raise ValueError(f"workers must be at least 1 (or None for the CPUs), not {workers!r}")
-        self.workers = 0 if workers is None else int(workers)
+        if workers is not None and int(workers) < 0:
+            raise ValueError(f"workers must be at least 0 (or None for the CPUs), not {workers!r}")
+        # 0, DataLoader's "in the main process", is one worker thread: the C loader always decodes in threads.
+        self.workers = 0 if workers is None else max(int(workers), 1)
         if rank is None or world_size is None:
             r, w = _launcher_rank_world()
             rank = r if rank is None else rank

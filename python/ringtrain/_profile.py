@@ -35,15 +35,17 @@ class Profile:
     wait_ms   median time a step waited inside next() for its batch
     step_ms   median time from one batch's arrival to the next (the wait plus the consumer's work)
     share     wait_ms / step_ms
-    limit     "input" when the input pipeline is the limit, else "compute" (the consumer's own work)
+    limit     "input" when the input pipeline is the limit, else "compute" (the consumer's own work); "none"
+              for profile() without a body, whose loop did no work (the verdict then gives the delivery rate)
     verdict   the verdict in the C trainer's words: "verdict: input-bound: ...\\n  try: ..."
     images_per_s  images per second over the measured steps
     """
 
-    def __init__(self, waits_ns, steps_ns, images, workers, staged):
+    def __init__(self, waits_ns, steps_ns, images, workers, staged, no_work=False):
         if not steps_ns:
             raise ValueError("ringtrain.profile: no step was measured (the iterable ended during the warm-up)")
-        v = _ringtrain.wait_verdict(list(waits_ns), list(steps_ns), int(images), int(workers), bool(staged))
+        v = _ringtrain.wait_verdict(list(waits_ns), list(steps_ns), int(images), int(workers), bool(staged),
+                                    bool(no_work))
         self.steps = len(steps_ns)
         self.wait_ms = v["wait_p50_ms"]
         self.step_ms = v["step_p50_ms"]
@@ -122,8 +124,9 @@ class Profiler:
             yield batch
             del batch
 
-    def result(self):
-        return Profile(self.waits_ns, self.steps_ns, self.images or 1, _workers_of(self.iterable), self.staged)
+    def result(self, no_work=False):
+        return Profile(self.waits_ns, self.steps_ns, self.images or 1, _workers_of(self.iterable), self.staged,
+                       no_work)
 
 
 def profile(iterable, steps=None, batch_size=None, warmup=5, body=None, staged=False, quiet=False, file=None):
@@ -131,7 +134,7 @@ def profile(iterable, steps=None, batch_size=None, warmup=5, body=None, staged=F
     the input is what limits the step.
 
     body(batch) is the step's work (a training step; None: the wait alone, which measures how fast the
-    iterable delivers). Runs `warmup` batches, then `steps` measured ones (None: to the end of the
+    iterable delivers: the verdict then names no limit, limit "none", and gives the delivery rate). Runs `warmup` batches, then `steps` measured ones (None: to the end of the
     iterable). Prints the verdict in the C trainer's format unless quiet, and returns a Profile:
 
         verdict: input-bound: the step waits 41.0 ms for data in a 60.0 ms step (68%); ...
@@ -143,7 +146,7 @@ def profile(iterable, steps=None, batch_size=None, warmup=5, body=None, staged=F
             body(batch)
     if batch_size is not None:
         prof.images = int(batch_size)
-    res = prof.result()
+    res = prof.result(no_work=body is None)
     if not quiet:
         print(str(res), file=file or sys.stdout, flush=True)
     return res

@@ -296,7 +296,7 @@ static PyMethodDef methods[] = {
     {"verify", (PyCFunction)(void (*)(void))ext_verify, METH_VARARGS | METH_KEYWORDS,
      "verify(path) -> list[str]: every problem found in the dataset's shards (as `ringtrain verify`); [] = all well"},
     {"wait_verdict", (PyCFunction)(void (*)(void))ext_wait_verdict, METH_VARARGS | METH_KEYWORDS,
-     "wait_verdict(wait_ns, step_ns, images_per_step, workers, staged) -> dict: whether the input limits a "
+     "wait_verdict(wait_ns, step_ns, images_per_step, workers, staged, no_work) -> dict: whether the input limits a "
      "consumer, from its per-step waits and whole steps (ns), in the C trainer's words and threshold"},
     {NULL, NULL, 0, NULL},
 };

@@ -266,13 +266,13 @@ static uint64_t *u64_array(PyObject *seq, const char *what, size_t *n)
 
 PyObject *ext_wait_verdict(PyObject *self, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"wait_ns", "step_ns", "images_per_step", "workers", "staged", NULL};
+    static char *kwlist[] = {"wait_ns", "step_ns", "images_per_step", "workers", "staged", "no_work", NULL};
     PyObject *wait_o, *step_o;
     unsigned int images = 0;
-    int workers = 0, staged = 0;
+    int workers = 0, staged = 0, no_work = 0;
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|Iip:wait_verdict", kwlist, &wait_o, &step_o, &images, &workers,
-                                     &staged))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|Iipp:wait_verdict", kwlist, &wait_o, &step_o, &images, &workers,
+                                     &staged, &no_work))
         return NULL;
     size_t nw = 0, ns = 0;
     uint64_t *w = u64_array(wait_o, "wait_ns", &nw), *s = w ? u64_array(step_o, "step_ns", &ns) : NULL;
@@ -281,7 +281,8 @@ PyObject *ext_wait_verdict(PyObject *self, PyObject *args, PyObject *kw)
         return NULL;
     }
     struct rt_input_verdict v;
-    const int rc = rt_input_verdict(w, nw, s, ns, images, workers, staged, &v);
+    const int rc = no_work ? rt_loader_alone_verdict(w, nw, images, &v)
+                           : rt_input_verdict(w, nw, s, ns, images, workers, staged, &v);
     free(w);
     free(s);
     if (rc < 0)

@@ -67,6 +67,16 @@ def test_profile_prints_the_verdict_unless_quiet(capsys):
     assert capsys.readouterr().out == ""
 
 
+def test_profile_without_a_body_names_no_limit(data):
+    """A loop that does nothing but take batches is all wait: that says how fast the loader delivers, not that
+    the input limits training (it said "input-bound ... try: more loader workers")."""
+    with ringtrain.Loader(data, 64, workers=2) as loader:
+        p = ringtrain.profile(loader, steps=10, warmup=2, quiet=True)
+    assert p.limit == "none" and not p.input_bound, p.verdict
+    assert p.verdict.startswith("verdict: no limit measured: ") and "delivers about" in p.verdict, p.verdict
+    assert "body=" in p.verdict
+
+
 def test_profile_counts_the_steps_it_was_asked_for():
     seen = []
     ringtrain.profile(Batches(30, 0.0), steps=10, warmup=3, body=seen.append, quiet=True)

@@ -10,7 +10,8 @@
   the next epoch;
 - Ctrl-C (a KeyboardInterrupt between the C loader's hand-over and the user's batch) loses nothing and breaks
   nothing: the next ``for`` has the batch that was interrupted;
-- a non-integral batch size, a state without a position, and iterating a closed loader are clear errors."""
+- a non-integral batch size, a state without a position, and iterating a closed loader are clear errors;
+  workers=0 (DataLoader's main-process loading) is one worker thread."""
 
 import copy
 import pickle
@@ -149,6 +150,10 @@ def test_ctrl_c_in_a_tight_loop_leaves_a_working_loader(data):
 def test_clear_errors(data):
     with pytest.raises(TypeError):
         ringtrain.Loader(data, 64.7)
+    with ringtrain.Loader(data, 64, workers=0) as zero:  # DataLoader's num_workers=0: one thread here
+        assert zero.workers == 1 and next(iter(zero))[0].shape[0] == 64
+    with pytest.raises(ValueError, match="at least 0"):
+        ringtrain.Loader(data, 64, workers=-1)
     with ringtrain.Loader(data, **OPTS) as a:
         with pytest.raises(ValueError, match="no epoch or step"):
             a.load_state_dict({})
