@@ -42,6 +42,16 @@ def clone_epoch(it):
     return [(x.clone(), y.clone()) for x, y in it]
 
 
+def take(loader, n):
+    """The next n batches of one iteration of `loader`, cloned (they hold no slot), the iteration then left."""
+    out = []
+    for x, y in loader:
+        out.append((x.clone(), y.clone()))
+        if len(out) == n:
+            break
+    return out
+
+
 def assert_same_batches(got, want, what):
     import torch
 

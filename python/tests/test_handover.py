@@ -8,18 +8,14 @@ import pytest
 import torch
 
 import ringtrain
+from rtcheck import take
 
 OPTS = dict(batch_size=32, seed=3, shuffle=True, workers=1)
 
 
 def first_batches(data, n=3, **kw):
     with ringtrain.Loader(data, **OPTS, **kw) as loader:
-        out = []
-        for x, y in loader:
-            out.append((x.clone(), y.clone()))
-            if len(out) == n:
-                break
-        return out
+        return take(loader, n)
 
 
 def torchvision_normalize(x, mean, std):

@@ -20,18 +20,9 @@ import pytest
 import torch
 
 import ringtrain
-from rtcheck import assert_same_batches, clone_epoch
+from rtcheck import assert_same_batches, clone_epoch, take
 
 OPTS = dict(batch_size=64, seed=5, shuffle=True, workers=2)
-
-
-def take(loader, n):
-    out = []
-    for x, y in loader:
-        out.append((x.clone(), y.clone()))
-        if len(out) == n:
-            break
-    return out
 
 
 def test_set_epoch_after_resume_keeps_the_position(data):
