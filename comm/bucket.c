@@ -308,7 +308,9 @@ void rt_bucketer_ready(void *bucketer, size_t ready)
 }
 
 /* NCCL mode on the trace: each bucket from queued to the host seeing every all-reduce done (the device's
- * own times are not read back). Only buckets queued while the trace recorded carry a time. */
+ * own times are not read back). Only buckets queued while the trace recorded carry a time. The late mode
+ * (stream_call, which train always sets) does not come here: its host never sees the buckets done, so the
+ * track is commbench's and a non-late bucketer's. */
 static void trace_nccl(const struct rt_bucketer *b)
 {
     int track = -1;

@@ -782,8 +782,8 @@ struct rt_step_opts {
      * (xent_fwd_bwd's loss_scale); NULL: by grad_scale alone, which then holds any host-side scale. */
     const float *loss_scale;
     /* 1: run the step's forward, loss and backward as a graph (compute.h's graphs): captured the first time
-     * its settings are seen -- the input buffer, labels_dev, batch, mode, the scales, mean and std, which a
-     * replay bakes in -- and replayed after, for one launch instead of one per op. grads_ready is then called
+     * its settings are seen -- the input buffer, labels_dev, batch, mode, the scales, mean and std,
+     * label_smoothing, no_dropout and dropout_offset's low half, which a replay bakes in -- and replayed after, for one launch instead of one per op. grads_ready is then called
      * once, after the step, with every gradient final; dropout draws each replay's masks from its own
      * dropout_stream, written to the device before it. Steps that cannot be one (images or labels not an
      * input upload, no stats_dev, a timeline, a backend without graphs) run as they are, and so do all

@@ -109,11 +109,10 @@ struct rt_model {
     const char *graph_why;
     char graph_why_buf[256];
     uint64_t graph_replays;
-    int capturing;          /* step_ops records a graph: the input's event wait and release, and the counters, are
-                             * the launch's */
+    int capturing;          /* step_ops records a graph: the input's event wait and release are the launch's, and
+                             * dropout draws from stream_dev on the device */
     uint64_t *stream_dev;   /* device: the micro-batch's dropout stream, written before each replay */
     int dropout_layers;     /* dropout nodes with p > 0 */
-    int drop_dev;           /* step_ops: dropout draws from stream_dev on the device (a graph's) */
 };
 
 /* What a captured step bakes in: a replay is valid only with the same. */
@@ -879,7 +878,7 @@ static struct rt_shape4 shape_at(const struct tensor *t, int batch)
 static struct rt_dropout_draw dropout_draw(const struct rt_model *n, const struct rt_step_opts *o, int node)
 {
     /* A graph's: the key and start with the node, drawn on the device from the stream it holds (dropout_fwd). */
-    if (n->drop_dev)
+    if (n->capturing)
         return (struct rt_dropout_draw){n->seed, (uint64_t)(uint32_t)o->dropout_offset + ((uint64_t)node << 56)};
     return rt_dropout_node_draw(n->seed, o->dropout_stream + (o->dropout_offset >> 32), (uint32_t)o->dropout_offset,
                                 (unsigned)node);
@@ -955,7 +954,7 @@ static void node_fwd(struct rt_model *n, int i, int batch, const struct rt_step_
         if (train && !o->no_dropout && d->p > 0.0f) {
             const struct rt_dropout_draw dr = dropout_draw(n, o, i);
             OP(tl, op, dropout_fwd, (s, shape_at(x, batch), x->spatial, d->p, dr.seed, dr.offset,
-                                     n->drop_dev ? n->stream_dev : NULL, x->data, y->data));
+                                     n->capturing ? n->stream_dev : NULL, x->data, y->data));
         } else {
             OP(tl, op, copy, (s, y->data, x->data, count_at(x, batch) * n->esz));
         }
@@ -1086,7 +1085,7 @@ static void node_bwd(struct rt_model *n, int i, int batch, const struct rt_step_
         if (!o->no_dropout && d->p > 0.0f) {
             const struct rt_dropout_draw dr = dropout_draw(n, o, i);
             OP(tl, op, dropout_bwd, (s, shape_at(x, batch), x->spatial, d->p, dr.seed, dr.offset,
-                                     n->drop_dev ? n->stream_dev : NULL, dy, beta, dx));
+                                     n->capturing ? n->stream_dev : NULL, dy, beta, dx));
         } else {
             pass_grad(n, tl, count_at(x, batch), 1.0f, dy, beta, dx);
         }
@@ -1192,10 +1191,8 @@ static int graph_step(struct rt_model *n, const struct rt_step_opts *o, int batc
             return step_ops(n, o, batch, images, labels, stats);
         }
         n->capturing = 1;
-        n->drop_dev = drop;
         rc = step_ops(n, &c, batch, images, labels, NULL);
         n->capturing = 0;
-        n->drop_dev = 0;
         struct rt_graph *g = NULL;
         const int end = rt_graph_capture_end(n->be, &g);
         if (rc < 0) {
@@ -1216,7 +1213,6 @@ static int graph_step(struct rt_model *n, const struct rt_step_opts *o, int batc
     rt_backend_input_acquire(n->be, o->input_ticket);
     rt_graph_launch(hit->g);
     rt_backend_input_release(n->be, o->input_ticket);
-    step_account(n, o, batch);
     n->ops32->copy(n->s, o->stats_dev, n->stats, sizeof(struct rt_loss_stats));
     if (o->grads_ready && o->mode == RT_TRAIN && o->grad_scale > 0.0f)
         o->grads_ready(o->grads_ready_arg, n->trainable_count);
@@ -1239,11 +1235,15 @@ int rt_model_step(struct rt_model *n, const struct rt_step_opts *o, int batch, c
         return rt_errf(-EINVAL, "batch of %d samples: the model was built for at most %d", batch, n->t[0].sh.n);
     if (o->graph && !n->graph_why) {
         const char *why = graph_refusal(o);
-        if (!why)
-            return graph_step(n, o, batch, images, labels, stats);
-        graph_refuse(n, why);
+        if (why)
+            graph_refuse(n, why);
     }
-    return step_ops(n, o, batch, images, labels, stats);
+    /* A graph when asked and allowed (graph_step falls back to the ops itself), else the ops one by one. */
+    const int rc = o->graph && !n->graph_why ? graph_step(n, o, batch, images, labels, stats)
+                                             : step_ops(n, o, batch, images, labels, stats);
+    if (rc == 0)
+        step_account(n, o, batch); /* once, whichever ran: a capture's ops count nothing */
+    return rc;
 }
 
 static int step_ops(struct rt_model *n, const struct rt_step_opts *o, int batch, const uint8_t *images,
@@ -1300,8 +1300,6 @@ static int step_ops(struct rt_model *n, const struct rt_step_opts *o, int batch,
         if (tl)
             rt_timeline_mark(tl, "backward", RT_MARK_BACKWARD);
     }
-    if (!n->capturing)
-        step_account(n, o, batch);
     if (o->stats_dev)
         return 0; /* the caller reads them later: no host wait */
     struct rt_loss_stats st;

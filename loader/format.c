@@ -60,25 +60,20 @@ int rt_shard_parse_header(const void *buf, size_t len, const char *name, struct 
         return rt_errf(-EBADMSG, "%s: offset 0: not a ringtrain shard (bad magic, expected \"RTSHARD\\0\")",
                        name);
     h->version = rt_le32(p + HDR_VERSION);
-    /* A version above ours is a newer writer's only where the header's checksum holds: a corrupt version
-     * field (one flipped byte) is a corrupt header, not a reason to upgrade. */
-    const int sealed = rt_le64(p + HDR_XXH64) == XXH64(p, HDR_XXH64, 0);
-    if (h->version > RT_SHARD_VERSION && sealed)
+    /* The checksum first: a version above ours is a newer writer's only where the header is intact (a newer
+     * format keeps the checksum where it is, over the bytes before it); a flipped byte in the version field is
+     * a corrupt header, not a reason to upgrade. */
+    if (rt_le64(p + HDR_XXH64) != XXH64(p, HDR_XXH64, 0))
+        return rt_errf(-EBADMSG, "%s: offset %d: header checksum mismatch (header is corrupt)", name,
+                       HDR_XXH64);
+    if (h->version > RT_SHARD_VERSION)
         return rt_errf(-EPROTONOSUPPORT,
                        "%s: offset %d: shard format version %" PRIu32
                        " was written by a newer ringtrain; this build reads version %u",
                        name, HDR_VERSION, h->version, RT_SHARD_VERSION);
-    if (h->version > RT_SHARD_VERSION)
-        return rt_errf(-EBADMSG,
-                       "%s: offset %d: header checksum mismatch (header is corrupt; its version field says %" PRIu32
-                       ", and a newer ringtrain's header would still match its checksum)",
-                       name, HDR_XXH64, h->version);
     if (h->version != RT_SHARD_VERSION_FIXED && h->version != RT_SHARD_VERSION_VARIABLE)
         return rt_errf(-EBADMSG, "%s: offset %d: shard format version %" PRIu32 ", expected 1 or 2", name,
                        HDR_VERSION, h->version);
-    if (!sealed)
-        return rt_errf(-EBADMSG, "%s: offset %d: header checksum mismatch (header is corrupt)", name,
-                       HDR_XXH64);
     if (rt_le32(p + HDR_SIZE) != RT_SHARD_HEADER_SIZE)
         return rt_errf(-EBADMSG, "%s: offset %d: header size %" PRIu32 ", expected %u", name, HDR_SIZE,
                        rt_le32(p + HDR_SIZE), RT_SHARD_HEADER_SIZE);

@@ -270,7 +270,8 @@ int rt_loader_opts_for(const struct rt_dataset_info *info, enum rt_split split, 
  * The normalisation constants of `channels` (at most 4) channels: the
  * manifest's (info->have_norm), else 0.5 and 0.25 for every channel (info
  * NULL: synthetic data). The normalisation itself is the model's, on the
- * device. Returns 1 when they come from the manifest, else 0.
+ * device (rt_norm_lut's expression), or the Python Loader's at hand-over.
+ * Returns 1 when they come from the manifest, else 0.
  */
 int rt_loader_norm(const struct rt_dataset_info *info, uint32_t channels, float *mean, float *std);
 

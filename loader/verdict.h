@@ -77,11 +77,11 @@ void rt_verdict_text(const char *limit, const char *evidence, const char *advice
 /* ---- a consumer's own timings --------------------------------------------------------------------- */
 
 struct rt_input_verdict {
-    int input_bound;             /* share >= RT_INPUT_BOUND_SHARE */
+    int input_bound;             /* share >= RT_INPUT_BOUND_SHARE (0 from rt_loader_alone_verdict) */
     double wait_p50_ns;          /* median wait for a batch */
     double step_p50_ns;          /* median step, the wait included */
     double share;                /* wait_p50_ns / step_p50_ns (0 when the step is 0) */
-    char limit[16];              /* "input", or "compute" (the consumer's own work) */
+    char limit[16];              /* "input", or "compute" (the consumer's own work); "none": no work timed */
     char evidence[384];          /* "the step waits 41.0 ms of 60.0 ms for data (68%); ..." */
     char advice[512];            /* what to try */
     char text[960];              /* rt_verdict_text's */

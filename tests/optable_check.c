@@ -53,11 +53,6 @@ float oc_round(const struct oc_ctx *ctx, float v)
     return is16(ctx) ? oc_bf16_f32(oc_bf16(v)) : v;
 }
 
-static size_t count4(struct rt_shape4 s)
-{
-    return (size_t)s.n * s.c * s.h * s.w;
-}
-
 static const char *shape_str(struct rt_shape4 sh)
 {
     static char b[4][48];
@@ -77,7 +72,7 @@ static size_t elem_size(const struct oc_ctx *ctx, enum oc_kind kind, int s)
 
 struct oc_buf oc_new(struct oc_ctx *ctx, enum oc_kind kind, size_t n, struct rt_shape4 sh)
 {
-    struct oc_buf b = {.n = kind == OC_SPATIAL ? count4(sh) : n, .sh = sh, .kind = kind};
+    struct oc_buf b = {.n = kind == OC_SPATIAL ? oc_count4(sh) : n, .sh = sh, .kind = kind};
     for (int s = 0; s < 2; s++) {
         const struct oc_side *d = &ctx->side[s];
         b.p[s] = d->ops->alloc(d->be, b.n ? b.n * elem_size(ctx, kind, s) : 4);
@@ -186,7 +181,8 @@ static void note_failure(struct oc_ctx *ctx, const char *op)
         strcat(ctx->failed, word + (ctx->failed[0] ? 1 : 0)); /* " a b ": each name between spaces */
 }
 
-int oc_op_failed(const struct oc_ctx *ctx, const char *op)
+/* 1 if a check of op `op` (its name as printed, up to the first space) has failed in ctx. */
+static int op_failed(const struct oc_ctx *ctx, const char *op)
 {
     char word[64];
     snprintf(word, sizeof(word), " %s ", op);
@@ -335,7 +331,7 @@ static void put_old(struct oc_ctx *ctx, struct oc_buf *b, int beta, const float 
 
 static void run_layout(struct oc_ctx *ctx, const struct oc_case *c)
 {
-    const size_t n = count4(c->sh);
+    const size_t n = oc_count4(c->sh);
     float *x = tu_hfloats(n), *back = tu_hfloats(n);
     for (size_t i = 0; i < n; i++)
         x[i] = c->lo + (c->hi - c->lo) * rt_rng_uniform(&ctx->rng); /* not rounded: from_nchw rounds */
@@ -361,7 +357,7 @@ static void run_layout(struct oc_ctx *ctx, const struct oc_case *c)
 static void run_input(struct oc_ctx *ctx, const struct oc_case *c)
 {
     const struct rt_shape4 sh = c->sh;
-    const size_t n = count4(sh);
+    const size_t n = oc_count4(sh);
     uint8_t *img = tu_xmalloc(n);
     for (size_t i = 0; i < n; i++)
         img[i] = (uint8_t)rt_rng_below(&ctx->rng, 256);
@@ -574,7 +570,7 @@ static void run_conv(struct oc_ctx *ctx, const struct oc_case *c)
     snprintf(shape, sizeof(shape), "%s k%d s%d p%d%s -> %s", shape_str(c->sh), c->b, c->c, c->d, c->e ? " +b" : "",
              shape_str(ys));
     const struct gemm g = {.conv = &d};
-    run_gemm(ctx, "conv2d", &g, shape, c->e, OC_SPATIAL, c->sh, count4(c->sh), ys, count4(ys),
+    run_gemm(ctx, "conv2d", &g, shape, c->e, OC_SPATIAL, c->sh, oc_count4(c->sh), ys, oc_count4(ys),
              (size_t)c->a * c->sh.c * c->b * c->b, (size_t)c->a, (double)c->sh.c * c->b * c->b,
              (double)c->a * c->b * c->b, (double)c->sh.n * d.oh * d.ow);
 }
@@ -592,11 +588,20 @@ static void run_linear(struct oc_ctx *ctx, const struct oc_case *c)
 
 /* ---- batchnorm ------------------------------------------------------------------------------------------------ */
 
+/* A mean's allowed spread per channel: the check's spread in units of the channel's standard deviation
+ * (1 / its saved inverse, rsi). Fills and returns `spread`. */
+static double *bn_spread(const struct oc_ctx *ctx, enum oc_check check, const float *rsi, size_t C, double *spread)
+{
+    for (size_t k = 0; k < C; k++)
+        spread[k] = ctx->tab_tol[check].spread / rsi[k];
+    return spread;
+}
+
 static void run_bn(struct oc_ctx *ctx, const struct oc_case *cs)
 {
     const struct rt_shape4 sh = cs->sh;
     const struct rt_bn_desc d = {.in = sh, .eps = 1e-5f, .momentum = 0.1f};
-    const size_t n = count4(sh), C = (size_t)sh.c, hw = (size_t)sh.h * sh.w;
+    const size_t n = oc_count4(sh), C = (size_t)sh.c, hw = (size_t)sh.h * sh.w;
     char shape[96];
     snprintf(shape, sizeof(shape), "%s per channel %zu%s", shape_str(sh), (size_t)sh.n * hw,
              cs->vals == OC_V_CHANNELS ? " spread" : "");
@@ -639,13 +644,10 @@ static void run_bn(struct oc_ctx *ctx, const struct oc_case *cs)
     oc_get(ctx, &si, rsi, tmp);
     double *spread = tu_xmalloc(C * sizeof(double));
     memset(spread, 0, C * sizeof(double)); /* (C > 0; said for the compiler, which cannot see it) */
-    for (size_t k = 0; k < C; k++)
-        spread[k] = ctx->tab_tol[OC_BN_MEAN].spread / rsi[k];
-    oc_compare_buf(ctx, OC_BN_MEAN, "bn_train_fwd save_mean", shape, &sm, spread);
+    oc_compare_buf(ctx, OC_BN_MEAN, "bn_train_fwd save_mean", shape, &sm, bn_spread(ctx, OC_BN_MEAN, rsi, C, spread));
     oc_compare_buf(ctx, OC_BN_INVSTD, "bn_train_fwd save_invstd", shape, &si, NULL);
-    for (size_t k = 0; k < C; k++)
-        spread[k] = ctx->tab_tol[OC_BN_RUNNING_MEAN].spread / rsi[k];
-    oc_compare_buf(ctx, OC_BN_RUNNING_MEAN, "bn_train_fwd running_mean", shape, &rm, spread);
+    oc_compare_buf(ctx, OC_BN_RUNNING_MEAN, "bn_train_fwd running_mean", shape, &rm,
+                   bn_spread(ctx, OC_BN_RUNNING_MEAN, rsi, C, spread));
     oc_compare_buf(ctx, OC_BN_RUNNING_VAR, "bn_train_fwd running_var", shape, &rv, NULL);
 
     /* inference from the same running statistics on both */
@@ -784,7 +786,7 @@ static void run_pool(struct oc_ctx *ctx, const struct oc_case *c)
         return;
     }
     const struct rt_shape4 ys = {c->sh.n, c->sh.c, d.oh, d.ow};
-    const size_t nx = count4(c->sh), ny = count4(ys);
+    const size_t nx = oc_count4(c->sh), ny = oc_count4(ys);
     char shape[96], op[64];
     snprintf(shape, sizeof(shape), "%s %dx%d s%d p%d%s", shape_str(c->sh), c->a, c->a, c->b, c->c, vname[c->vals]);
     float *hx = oc_random(ctx, nx, c->vals == OC_V_RELU_NANS ? 0.0f : c->lo, c->hi);
@@ -840,7 +842,7 @@ static void run_pool(struct oc_ctx *ctx, const struct oc_case *c)
 static void run_feat(struct oc_ctx *ctx, const struct oc_case *c)
 {
     const struct rt_shape4 sh = c->sh;
-    const size_t nx = count4(sh), hw = (size_t)sh.h * sh.w;
+    const size_t nx = oc_count4(sh), hw = (size_t)sh.h * sh.w;
     float *hx = oc_random(ctx, nx, c->lo, c->hi), *old = oc_random(ctx, nx, -1, 1);
     struct oc_buf x = oc_new(ctx, OC_SPATIAL, 0, sh), dx = oc_new(ctx, OC_SPATIAL, 0, sh);
     oc_put(ctx, &x, hx);
@@ -1018,7 +1020,7 @@ static void run_dropout(struct oc_ctx *ctx, const struct oc_case *c)
 {
     const struct rt_shape4 sh = c->sh;
     const int sp = c->e;
-    const size_t n = count4(sh);
+    const size_t n = oc_count4(sh);
     char shape[128];
     snprintf(shape, sizeof(shape), "%s %s p=%.2f seed %#llx offset %llu", sp ? "spatial" : "features", shape_str(sh),
              (double)c->p, (unsigned long long)c->seed, (unsigned long long)c->offset);
@@ -1250,7 +1252,7 @@ static float plant_scale;
 /* A spatial tensor of the base table as host NCHW floats (malloc'd). */
 static float *plant_get(struct rt_stream *s, struct rt_shape4 sh, const float *x)
 {
-    float *h = tu_hfloats(count4(sh));
+    float *h = tu_hfloats(oc_count4(sh));
     plant_base->to_nchw(s, sh, x, h);
     plant_base->sync(s);
     return h;
@@ -1263,7 +1265,7 @@ static void plant_conv_bwd_data_layout(struct rt_stream *s, const struct rt_conv
                                        const float *w, float beta, float *dx)
 {
     const struct rt_shape4 sh = d->in;
-    const size_t n = count4(sh), hw = (size_t)sh.h * sh.w, chw = (size_t)sh.c * hw;
+    const size_t n = oc_count4(sh), hw = (size_t)sh.h * sh.w, chw = (size_t)sh.c * hw;
     float *before = beta != 0.0f ? plant_get(s, sh, dx) : NULL;
     plant_base->conv2d_bwd_data(s, d, dy, w, beta, dx);
     float *after = plant_get(s, sh, dx), *out = tu_hfloats(n);
@@ -1340,7 +1342,7 @@ int oc_plant_run(const struct oc_ctx *ctx, const struct oc_table *t, enum oc_pla
     pc.quiet = 1;
     printf("planted fault in the %s table: %s %s\n", d->name, pi->op, pi->fault);
     oc_run(&pc, t, 1u << pi->family);
-    const int caught = oc_op_failed(&pc, pi->op);
+    const int caught = op_failed(&pc, pi->op);
     printf("  %s: %s\n", pi->op, caught ? "caught" : "MISSED");
     return caught;
 }

@@ -185,8 +185,11 @@ static inline int oc_failures(const struct oc_ctx *ctx)
     return ctx->failures;
 }
 
-/* 1 if a check of op `op` (its name as printed, up to the first space) has failed in ctx. */
-int oc_op_failed(const struct oc_ctx *ctx, const char *op);
+/* Elements of an NCHW shape. */
+static inline size_t oc_count4(struct rt_shape4 s)
+{
+    return (size_t)s.n * s.c * s.h * s.w;
+}
 
 /* v rounded to the device table's activation type (bf16: round to nearest even; fp32: v). */
 float oc_round(const struct oc_ctx *ctx, float v);

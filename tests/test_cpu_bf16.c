@@ -98,11 +98,6 @@ static void *dev(size_t bytes)
     return p;
 }
 
-static size_t count4(struct rt_shape4 sh)
-{
-    return (size_t)sh.n * sh.c * sh.h * sh.w;
-}
-
 /* Values in [lo, hi), rounded to bf16 so both tables see them exactly. */
 static float *random_bf16(size_t n, float lo, float hi)
 {
@@ -221,7 +216,7 @@ static void test_layout(void)
     static const struct rt_shape4 shapes[] = {{2, 16, 3, 5}, {2, 32, 4, 4}, {3, 3, 5, 7}, {2, 5, 1, 1}, {4, 48, 9, 11}};
     for (size_t k = 0; k < RT_ARRAY_LEN(shapes); k++) {
         const struct rt_shape4 sh = shapes[k];
-        const size_t n = count4(sh);
+        const size_t n = oc_count4(sh);
         float *x = tu_hfloats(n);
         for (size_t i = 0; i < n; i++)
             x[i] = -3.0f + 6.0f * rt_rng_uniform(&rng); /* not bf16: from_nchw rounds */
@@ -306,7 +301,7 @@ static void same_bits(const char *what, const char *shape, const void *a, const 
 
 static void test_bn_relu_case(struct rt_shape4 sh, int denormals)
 {
-    const size_t n = count4(sh), C = (size_t)sh.c, hw = (size_t)sh.h * sh.w, m = (size_t)sh.n * hw;
+    const size_t n = oc_count4(sh), C = (size_t)sh.c, hw = (size_t)sh.h * sh.w, m = (size_t)sh.n * hw;
     char ss[64];
     snprintf(ss, sizeof(ss), "%s%s", shape_str(sh), denormals ? " denormals" : "");
     const struct rt_bn_desc plain = {.in = sh, .eps = 1e-5f, .momentum = 0.1f};

@@ -60,11 +60,6 @@ enum { CPU = 0, GPU = 1 };
 
 static struct oc_side S[2] = {{.name = "cpu"}, {.name = "cuda"}};
 
-static size_t count4(struct rt_shape4 s)
-{
-    return (size_t)s.n * s.c * s.h * s.w;
-}
-
 /* ---- the op table: CUDA's bounds and cases ----------------------------------------------------------- */
 
 /*
@@ -1187,14 +1182,14 @@ static void emu_input_u8(struct rt_stream *s, struct rt_shape4 sh, const uint8_t
                          const float *std, float *y)
 {
     S[CPU].ops->input_u8(s, sh, img, mean, std, y);
-    emu_round(s, y, count4(sh));
+    emu_round(s, y, oc_count4(sh));
 }
 
 static void emu_input_u8_dev(struct rt_stream *s, struct rt_shape4 sh, const uint8_t *img, const float *mean,
                              const float *std, float *y)
 {
     S[CPU].ops->input_u8_dev(s, sh, img, mean, std, y);
-    emu_round(s, y, count4(sh));
+    emu_round(s, y, oc_count4(sh));
 }
 
 static void emu_conv2d_fwd(struct rt_stream *s, const struct rt_conv_desc *d, const float *x, const float *w,
@@ -1208,21 +1203,21 @@ static void emu_conv2d_bwd_data(struct rt_stream *s, const struct rt_conv_desc *
                                 float beta, float *dx)
 {
     S[CPU].ops->conv2d_bwd_data(s, d, dy, emu_weights(s, w, conv_w_count(d)), beta, dx);
-    emu_round(s, dx, count4(d->in));
+    emu_round(s, dx, oc_count4(d->in));
 }
 
 static void emu_bn_train_fwd(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *gamma,
                              const float *beta, float *rm, float *rv, float *sm, float *si, float *y)
 {
     S[CPU].ops->bn_train_fwd(s, d, x, gamma, beta, rm, rv, sm, si, y);
-    emu_round(s, y, count4(d->in));
+    emu_round(s, y, oc_count4(d->in));
 }
 
 static void emu_bn_infer_fwd(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *gamma,
                              const float *beta, const float *rm, const float *rv, float *y)
 {
     S[CPU].ops->bn_infer_fwd(s, d, x, gamma, beta, rm, rv, y);
-    emu_round(s, y, count4(d->in));
+    emu_round(s, y, oc_count4(d->in));
 }
 
 static void emu_bn_bwd(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *dy,
@@ -1230,7 +1225,7 @@ static void emu_bn_bwd(struct rt_stream *s, const struct rt_bn_desc *d, const fl
                        float *dgamma, float *dbeta)
 {
     S[CPU].ops->bn_bwd(s, d, x, dy, gamma, beta, sm, si, beta_dx, dx, dgamma, dbeta);
-    emu_round(s, dx, count4(d->in));
+    emu_round(s, dx, oc_count4(d->in));
 }
 
 static void emu_bn_infer_bwd(struct rt_stream *s, const struct rt_bn_desc *d, const float *x, const float *dy,
@@ -1238,14 +1233,14 @@ static void emu_bn_infer_bwd(struct rt_stream *s, const struct rt_bn_desc *d, co
                              float *dx)
 {
     S[CPU].ops->bn_infer_bwd(s, d, x, dy, gamma, beta, rm, rv, beta_dx, dx);
-    emu_round(s, dx, count4(d->in));
+    emu_round(s, dx, oc_count4(d->in));
 }
 
 static void emu_maxpool_bwd(struct rt_stream *s, const struct rt_pool_desc *d, const float *x, const float *y,
                             const float *dy, float beta, float *dx)
 {
     S[CPU].ops->maxpool_bwd(s, d, x, y, dy, beta, dx);
-    emu_round(s, dx, count4(d->in));
+    emu_round(s, dx, oc_count4(d->in));
 }
 
 static void emu_avgpool_fwd(struct rt_stream *s, const struct rt_pool_desc *d, const float *x, float *y)
@@ -1257,7 +1252,7 @@ static void emu_avgpool_fwd(struct rt_stream *s, const struct rt_pool_desc *d, c
 static void emu_avgpool_bwd(struct rt_stream *s, const struct rt_pool_desc *d, const float *dy, float beta, float *dx)
 {
     S[CPU].ops->avgpool_bwd(s, d, dy, beta, dx);
-    emu_round(s, dx, count4(d->in));
+    emu_round(s, dx, oc_count4(d->in));
 }
 
 static void emu_gap_fwd(struct rt_stream *s, struct rt_shape4 sh, const float *x, float *y)
@@ -1269,13 +1264,13 @@ static void emu_gap_fwd(struct rt_stream *s, struct rt_shape4 sh, const float *x
 static void emu_gap_bwd(struct rt_stream *s, struct rt_shape4 sh, const float *dy, float beta, float *dx)
 {
     S[CPU].ops->gap_bwd(s, sh, dy, beta, dx);
-    emu_round(s, dx, count4(sh));
+    emu_round(s, dx, oc_count4(sh));
 }
 
 static void emu_flatten_bwd(struct rt_stream *s, struct rt_shape4 sh, const float *dy, float beta, float *dx)
 {
     S[CPU].ops->flatten_bwd(s, sh, dy, beta, dx);
-    emu_round(s, dx, count4(sh));
+    emu_round(s, dx, oc_count4(sh));
 }
 
 static void emu_linear_fwd(struct rt_stream *s, int n, int in, int out, const float *x, const float *w, const float *b,
@@ -1314,14 +1309,14 @@ static void emu_dropout_fwd(struct rt_stream *s, struct rt_shape4 sh, int spatia
                             uint64_t offset, const uint64_t *stream, const float *x, float *y)
 {
     S[CPU].ops->dropout_fwd(s, sh, spatial, p, seed, offset, stream, x, y);
-    emu_round(s, y, count4(sh));
+    emu_round(s, y, oc_count4(sh));
 }
 
 static void emu_dropout_bwd(struct rt_stream *s, struct rt_shape4 sh, int spatial, float p, uint64_t seed,
                             uint64_t offset, const uint64_t *stream, const float *dy, float beta, float *dx)
 {
     S[CPU].ops->dropout_bwd(s, sh, spatial, p, seed, offset, stream, dy, beta, dx);
-    emu_round(s, dx, count4(sh));
+    emu_round(s, dx, oc_count4(sh));
 }
 
 static void emu_add(struct rt_stream *s, size_t n, const float *a, const float *b, float *y)

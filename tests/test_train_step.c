@@ -360,6 +360,8 @@ static void test_data_ends_first(void)
     CHECK_ERR(train_loop(T), "the data ended at micro-batch 5 of epoch 1, which has");
     CHECK(train_stopped(T) == STOP_NONE && train_position(T).micro == 5);
     train_destroy(T);
+    /* The whole run (train_run: the loop, then train_finish only after a 0 from it) fails, unmarked. */
+    CHECK_ERR(train_run(&c), "the data ended at micro-batch 5 of epoch 1, which has");
     CHECKF(access(fin, F_OK) != 0, "a run whose data ended early was marked finished");
 }
 

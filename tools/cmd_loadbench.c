@@ -189,12 +189,11 @@ struct stage_line {
 
 static double per_s(double amount, uint64_t ns) { return ns ? amount / ((double)ns * 1e-9) : 0; }
 
-/* The rows in rt_stage order (loader/verdict.h): shares from rt_stage_shares, the busy time and rate here. */
-static void stage_lines(const struct rt_loadbench_result *r, struct stage_line lines[RT_STAGE_N])
+/* The rows in rt_stage order (loader/verdict.h): the shares rt_stage_shares gave, the busy time and rate here. */
+static void stage_lines(const struct rt_loadbench_result *r, const double share[RT_STAGE_N],
+                        struct stage_line lines[RT_STAGE_N])
 {
     const struct rt_loader_stats *s = &r->st;
-    double share[RT_STAGE_N];
-    rt_stage_shares(s, &r->prod, &r->cons, r->wall_s, share);
     const struct {
         uint64_t ns;
         double amount;      /* what the rate counts (0: no rate) */
@@ -215,12 +214,9 @@ static void stage_lines(const struct rt_loadbench_result *r, struct stage_line l
 }
 
 /* The engine's stage verdict (rt_stage_limit), and with --target whether the loader can feed it. */
-static void verdict(const struct lb_config *c, const struct rt_loadbench_result *r,
-                    const struct stage_line lines[RT_STAGE_N], char *buf, size_t len)
+static void verdict(const struct lb_config *c, const struct rt_loadbench_result *r, const double share[RT_STAGE_N],
+                    char *buf, size_t len)
 {
-    double share[RT_STAGE_N];
-    for (int i = 0; i < RT_STAGE_N; i++)
-        share[i] = lines[i].share;
     char what[256];
     rt_stage_limit(share, what, sizeof(what));
     if (c->target > 0) {
@@ -331,7 +327,9 @@ static int print_stages(const struct lb_config *c, const struct rt_loadbench_res
 {
     const struct rt_loadbench_result *r = &res[c->nruns - 1];
     struct stage_line lines[RT_STAGE_N];
-    stage_lines(r, lines);
+    double share[RT_STAGE_N];
+    rt_stage_shares(&r->st, &r->prod, &r->cons, r->wall_s, share);
+    stage_lines(r, share, lines);
     printf("\nstages (%d workers, %.2f s wall, %" PRIu64 " batches, %" PRIu64 " images):\n", r->workers, r->wall_s,
            r->batches, r->images);
     printf("  %-11s %10s %8s %16s\n", "stage", "busy s", "share", "rate");
@@ -344,7 +342,7 @@ static int print_stages(const struct lb_config *c, const struct rt_loadbench_res
     printf("  (io, slot wait -- the loader waiting for a free ring slot -- and ring wait -- the consumer waiting\n"
            "   for a batch -- are shares of wall time; the others of worker time = wall x workers)\n");
     char vbuf[512];
-    verdict(c, r, lines, vbuf, sizeof(vbuf));
+    verdict(c, r, share, vbuf, sizeof(vbuf));
     printf("verdict: %s\n", vbuf);
     int rc = RT_EXIT_OK;
     if (c->digest) {

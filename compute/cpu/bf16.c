@@ -418,9 +418,12 @@ static void bf16_input_u8(struct rt_stream *s, struct rt_shape4 sh, const uint8_
     /* The fp32 kernel's expression per byte value and channel, rounded once:
      * every pixel is its fp32 result rounded, with no division per pixel. */
     uint16_t *lut = scratch16(s, g.c * 256 * sizeof(uint16_t));
-    for (size_t ch = 0; ch < g.c; ch++)
+    for (size_t ch = 0; ch < g.c; ch++) {
+        float row[256];
+        rt_norm_lut(1, mean + ch, std + ch, row);
         for (int v = 0; v < 256; v++)
-            lut[ch * 256 + (size_t)v] = rt_cpu_f32_to_bf16(((float)v / 255.0f - mean[ch]) / std[ch]);
+            lut[ch * 256 + (size_t)v] = rt_cpu_f32_to_bf16(row[v]);
+    }
 #pragma omp parallel for schedule(static) num_threads(nthreads(s)) if (g.planes * g.plane >= PAR_MIN)
     for (size_t j = 0; j < g.planes; j++) {
         size_t n, c;

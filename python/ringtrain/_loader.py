@@ -123,16 +123,11 @@ class Loader:
                  digest=False, image_size=None, crop_scale=(0.08, 1.0), crop_ratio=(3 / 4, 4 / 3),
                  center_ratio=0.875, normalize=False, dtype=None, channels_last=False, transform=None,
                  pin_memory=False):
+        # What builds it again (pickle, copy.deepcopy): the arguments as given (first: locals() is them alone).
+        self._args = {k: v for k, v in locals().items() if k != "self"}
         import torch
         from torch.utils.dlpack import from_dlpack
 
-        # What builds it again (pickle, copy.deepcopy): the arguments as given.
-        self._args = dict(data=data, batch_size=batch_size, split=split, shuffle=shuffle, drop_last=drop_last,
-                          seed=seed, augment=augment, workers=workers, rank=rank, world_size=world_size,
-                          device=device, slots=slots, digest=digest, image_size=image_size,
-                          crop_scale=crop_scale, crop_ratio=crop_ratio, center_ratio=center_ratio,
-                          normalize=normalize, dtype=dtype, channels_last=channels_last, transform=transform,
-                          pin_memory=pin_memory)
         self._torch = torch
         self._from_dlpack = from_dlpack
         self._digest = bool(digest)
@@ -226,6 +221,7 @@ class Loader:
 
             warnings.warn("ringtrain.Loader: pin_memory=True but torch has no CUDA device: not pinned", stacklevel=3)
         self._norm = norm or ([0.0] * self.shape[0], [1.0] * self.shape[0])  # float without normalize: x / 255
+        self._norm_dev = None  # device="cuda": the two as (1, C, 1, 1) tensors on the GPU, made at the first batch
         self._convert = dtype != torch.uint8
 
     def _cpu_images(self, cb):
@@ -235,14 +231,14 @@ class Loader:
         if not (self._convert or self.pin_memory or self.channels_last):
             return self._from_dlpack(cb.images())
         b, (c, h, w) = cb.batch, self.shape
+        # One allocation, pinned when asked, laid out NHWC for channels_last (the view is NCHW either way).
+        mem = torch.empty((b, h, w, c) if self.channels_last else (b, c, h, w), dtype=self.dtype,
+                          pin_memory=self.pin_memory)
+        out = mem.permute(0, 3, 1, 2) if self.channels_last else mem
         if self._convert:
-            nhwc = torch.empty((b, h, w, c), dtype=self.dtype, pin_memory=self.pin_memory)
-            out = nhwc.permute(0, 3, 1, 2) if self.channels_last else nhwc.view(b, c, h, w)
             cb.to_float(out.data_ptr(), self.dtype == torch.bfloat16, self.channels_last, *self._norm)
-            return out
-        fmt = torch.channels_last if self.channels_last else torch.contiguous_format
-        out = torch.empty((b, c, h, w), dtype=torch.uint8, pin_memory=self.pin_memory).contiguous(memory_format=fmt)
-        out.copy_(self._from_dlpack(cb.images()))
+        else:
+            out.copy_(self._from_dlpack(cb.images()))
         return out
 
     def _gpu_handover(self, images):
@@ -250,8 +246,9 @@ class Loader:
         the C one, in float32, then rounded to the dtype)."""
         torch = self._torch
         if self._convert:
-            mean = torch.tensor(self._norm[0], device=images.device).view(1, -1, 1, 1)
-            std = torch.tensor(self._norm[1], device=images.device).view(1, -1, 1, 1)
+            if self._norm_dev is None:  # uploaded once, not a blocking copy per batch
+                self._norm_dev = tuple(torch.tensor(v, device=images.device).view(1, -1, 1, 1) for v in self._norm)
+            mean, std = self._norm_dev
             images = ((images.float() / 255.0 - mean) / std).to(self.dtype)
         if self.channels_last:
             images = images.contiguous(memory_format=torch.channels_last)

@@ -1,7 +1,8 @@
 """The input profiler for any iterable: how long the training step waits for its next batch.
 
 Only the timing happens here (it has to: it wraps the user's own iterator); the figures, the rule that
-names the limit and the verdict's wording are the C trainer's (rt_input_verdict in the loader library).
+names the limit and the verdict's wording are the C trainer's (the loader library's verdict engine:
+rt_input_verdict, and rt_loader_alone_verdict for a loop with no work of its own).
 """
 
 import sys
@@ -99,9 +100,8 @@ class Profiler:
             try:
                 batch = next(it)
             except StopIteration:
-                # With a step count, an iterable that iterates again (a Loader: its next epoch; a DataLoader)
-                # goes on into it: a loader left near its epoch's end by an earlier loop still gives the steps
-                # asked for. An iterator, or one whose next pass is empty, ends the measurement.
+                # With a step count beyond one pass, an iterable that iterates again (a Loader: its next epoch;
+                # a DataLoader) goes on into it. An iterator, or one whose next pass is empty, ends it.
                 if self.limit_steps is None:
                     return
                 again = iter(self.iterable)

@@ -325,7 +325,7 @@ static PyObject *cbatch_to_float(PyObject *op, PyObject *args)
     float lut[4 * 256];
     uint16_t lut16[4 * 256];
     rt_norm_lut(C, mean, sd, lut);
-    for (uint32_t i = 0; i < C * 256; i++)
+    for (uint32_t i = 0; bf16 && i < C * 256; i++)
         lut16[i] = bf16_of(lut[i]);
     const size_t B = self->batch, hw = (size_t)self->k->h * self->k->w;
     const uint8_t *src = self->images;

@@ -269,11 +269,12 @@ PyObject *ext_open_loader(PyObject *self, PyObject *args, PyObject *kw)
     uint32_t h, w;
     /* The augmentation and crop are the loader's rule, as for train and loadbench: "default" is its default. */
     const struct rt_aug crop_flip = RT_AUG_DEFAULT, none = {0};
+    int rc = 0;
     if (image_shape(info, image_size, &h, &w) < 0 ||
-        rt_loader_opts_for(info, lo.split, augment == 0 ? NULL : augment == 1 ? &crop_flip : &none, image_size,
-                           &lo) < 0) {
-        if (!PyErr_Occurred())
-            ext_raisef(EINVAL, "%s", rt_errmsg());
+        (rc = rt_loader_opts_for(info, lo.split, augment == 0 ? NULL : augment == 1 ? &crop_flip : &none,
+                                 image_size, &lo)) < 0) {
+        if (rc < 0)
+            ext_raise(rc);
         rt_dataset_close(ds);
         return NULL;
     }
@@ -310,7 +311,6 @@ PyObject *ext_open_loader(PyObject *self, PyObject *args, PyObject *kw)
         return NULL;
     }
     struct ext_core *k = NULL;
-    int rc;
     Py_BEGIN_ALLOW_THREADS
     rc = ext_core_create(ds, nslots, lo.batch, h, w, (uintptr_t)ext_addr, (size_t)ext_bytes, owner, &k);
     if (rc == 0)

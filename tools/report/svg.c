@@ -325,6 +325,18 @@ static int line_yticks(const struct chart_line *c, double *ymin, double *ymax, d
     return n;
 }
 
+/* Opens a chart's plot area: the group whose data- attributes map values (x0..x1, y0..y1; log10 on a log axis)
+ * to pixels (px0..px1, py0..py1), so that a reader of the page (tests/report_view.py) can read a mark back as a
+ * value. Every chart opens one. */
+static void area_open(struct sbuf *b, double x0, double x1, double y0, double y1, double px0, double px1, double py0,
+                      double py1, int xlog, int ylog)
+{
+    rt_report_buf_printf(b, "<g class=\"area\" data-x0=\"%.17g\" data-x1=\"%.17g\" data-y0=\"%.17g\" "
+                            "data-y1=\"%.17g\" data-px0=\"%g\" data-px1=\"%g\" data-py0=\"%g\" data-py1=\"%g\" "
+                            "data-xlog=\"%d\" data-ylog=\"%d\">",
+                         x0, x1, y0, y1, px0, px1, py0, py1, xlog, ylog);
+}
+
 enum { LINE_TICKS = 64 };
 
 /* A line chart's axes: the mappings, the ticks and how their values are written. */
@@ -458,10 +470,7 @@ void rt_report_chart_line(struct sbuf *b, const struct chart_line *c)
     frame_open(b, c->name, c->title, h);
     line_axes_draw(b, c, &a);
     /* The plot area and its mapping: X = log10(x) on a log axis. */
-    rt_report_buf_printf(b, "<g class=\"area\" data-x0=\"%.17g\" data-x1=\"%.17g\" data-y0=\"%.17g\" "
-                            "data-y1=\"%.17g\" data-px0=\"%g\" data-px1=\"%g\" data-py0=\"%g\" data-py1=\"%g\" "
-                            "data-xlog=\"%d\" data-ylog=\"%d\">",
-                         a.x.v0, a.x.v1, a.y.v0, a.y.v1, a.x.p0, a.x.p1, a.y.p0, a.y.p1, c->xlog, c->ylog);
+    area_open(b, a.x.v0, a.x.v1, a.y.v0, a.y.v1, a.x.p0, a.x.p1, a.y.p0, a.y.p1, c->xlog, c->ylog);
     line_mark_draw(b, c, &a.x);
     for (int s = 0; s < c->ns; s++)
         line_series_draw(b, c, &c->s[s], &a);
@@ -576,10 +585,7 @@ void rt_report_chart_bars(struct sbuf *b, const struct chart_bars *c)
     const double slot = (double)(CHART_W - MR - ML) / (c->ncat > 0 ? c->ncat : 1);
     const double bw = fmin(slot * 0.72, 48.0);
     const int every = c->ncat > 16 ? (c->ncat + 15) / 16 : 1;
-    rt_report_buf_printf(b, "<g class=\"area\" data-x0=\"0\" data-x1=\"%d\" data-y0=\"0\" data-y1=\"%.17g\" "
-                            "data-px0=\"%d\" data-px1=\"%d\" data-py0=\"%g\" data-py1=\"%g\" data-xlog=\"0\" "
-                            "data-ylog=\"0\">",
-                         c->ncat, ymax, ML, CHART_W - MR, ay.p0, ay.p1);
+    area_open(b, 0, c->ncat, 0, ymax, ML, CHART_W - MR, ay.p0, ay.p1, 0, 0);
     for (int k = 0; k < c->ncat; k++) {
         const double cx = ML + slot * (k + 0.5);
         bars_stack_draw(b, c, k, cx, bw, &ay, yf);
@@ -675,11 +681,7 @@ void rt_report_chart_hbars(struct sbuf *b, const struct chart_hbars *c)
                          MT + plot_h + 32);
     rt_report_buf_esc(b, c->xlabel);
     rt_report_buf_puts(b, "</text>");
-    rt_report_buf_printf(
-        b,
-        "<g class=\"area\" data-x0=\"0\" data-x1=\"%.17g\" data-y0=\"0\" data-y1=\"%d\" data-px0=\"%d\" "
-        "data-px1=\"%d\" data-py0=\"%d\" data-py1=\"%d\" data-xlog=\"0\" data-ylog=\"0\">",
-        xmax, RT_MAX(c->ncat, 1), px0, px1, MT + plot_h, MT);
+    area_open(b, 0, xmax, 0, RT_MAX(c->ncat, 1), px0, px1, MT + plot_h, MT, 0, 0);
     for (int k = 0; k < c->ncat; k++)
         for (int s = 0; s < c->nser; s++)
             hbar_draw(b, c, k, s, &ax);
@@ -727,11 +729,7 @@ void rt_report_chart_timeline(struct sbuf *b, const struct chart_timeline *c)
         b, "<text class=\"axis-label\" x=\"%d\" y=\"%d\" text-anchor=\"middle\">ms from the window's start</text>",
         (TL_LEFT + CHART_W - MR) / 2, MT + plot_h + 36);
     /* x: microseconds from the window's start; y: rows from the top (row r spans r to r + 1). */
-    rt_report_buf_printf(
-        b,
-        "<g class=\"area\" data-x0=\"0\" data-x1=\"%.17g\" data-y0=\"%d\" data-y1=\"0\" data-px0=\"%d\" "
-        "data-px1=\"%d\" data-py0=\"%d\" data-py1=\"%d\" data-xlog=\"0\" data-ylog=\"0\">",
-        c->t1, c->nrow, TL_LEFT, CHART_W - MR, MT + plot_h, MT);
+    area_open(b, 0, c->t1, c->nrow, 0, TL_LEFT, CHART_W - MR, MT + plot_h, MT, 0, 0);
     /* Nesting depth per row: the spans still open when each starts. */
     double open[TL_DEPTH];
     int depth = 0, row = -1;

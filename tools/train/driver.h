@@ -105,7 +105,7 @@ struct train_input {
  */
 enum prof_phase { PROF_DATA, PROF_COPY, PROF_FORWARD, PROF_BACKWARD, PROF_COMM, PROF_OPTIM, PROF_REST, PROF_STEP,
                   PROF_N };
-enum { PROF_BINS = 1100, PROF_WARMUP = 3 };
+enum { PROF_BINS = 1100, PROF_WARMUP = WARMUP_UPDATES }; /* the profile's warm-up is the run's */
 /* The driver's own timeline marks (compute.h's rt_mark_kind are the model's). */
 enum { MARK_MICRO = 100, MARK_OPTIM_START, MARK_OPTIM_END, MARK_GRAPH };
 
@@ -306,7 +306,6 @@ struct train {
      * run-level reason here, a model-level one from rt_model_graph_status, said once). */
     int graph_on;
     const char *graph_why;
-    int graph_said;
     struct train_late late;
     /* Host waits for the compute stream (rt_backend_host_waits) inside steady steps: the count when the
      * update began, the sum over the steady updates so far, and how many (train --json host_waits_per_step). */

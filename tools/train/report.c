@@ -569,10 +569,11 @@ static void summary_graph(const struct train *T, json_t *o)
 {
     int graphs = 0;
     uint64_t replays = 0;
-    const char *model_why = rt_model_graph_status(T->model, &graphs, &replays);
+    rt_model_graph_status(T->model, &graphs, &replays);
+    /* graph_why: the run's reason, or the model's once it refused (graph_check copies it) */
     json_object_set_new(o, "cuda_graph", json_pack("{s:b, s:i, s:I, s:s?}", "on", T->graph_on || graphs > 0,
                                                    "graphs", graphs, "replays", (json_int_t)replays, "why_not",
-                                                   T->graph_on ? NULL : model_why ? model_why : T->graph_why));
+                                                   T->graph_on ? NULL : T->graph_why));
 }
 
 /* The buckets, what trains and what the all-reduce moves per update (bytes of the gradients in the buckets), and

@@ -102,13 +102,13 @@ static int graph_wanted(const struct train *T)
     return T->graph_on && steady_update(T, T->pos.update);
 }
 
-/* The first time the model refuses (a failed capture): one line saying why, and eager from then on. */
+/* The first time the model refuses (a failed capture): one line saying why, and eager from then on (graph_on 0:
+ * this runs no more). */
 static void graph_check(struct train *T)
 {
     const char *why = rt_model_graph_status(T->model, NULL, NULL);
-    if (!why || T->graph_said)
+    if (!why)
         return;
-    T->graph_said = 1;
     T->graph_on = 0;
     T->graph_why = why;
     if (T->root)
