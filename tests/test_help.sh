@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # test_help.sh - every command's options, said the same way everywhere. `ringtrain --help` names the
 # commands; for each command CMD, the options of `ringtrain CMD --help` (its lines "  -x, --name ...")
-#   - are the options of its parser's table (tools/cmd_CMD.c: a getopt_long table, with CLI_RUN_OPTIONS
-#     from tools/cli.h, or an option table of struct cli_opt rows, with CLI_SHARED rows from
-#     tools/cli_run.c), taking an argument exactly where the help shows one;
+#   - are the options of its parser's table (tools/cmd_CMD.c: a getopt_long table, or an option table of
+#     struct cli_opt rows, with CLI_SHARED rows from tools/cli_run.c), taking an argument exactly where the
+#     help shows one;
 #   - are each accepted by the parser, asked so that nothing can start: the options without an argument
 #     all at once, followed by an option that exists nowhere, which the parser must be the one to refuse
 #     (one option at a time when that fails, to name the culprit); an option that takes an argument
@@ -67,15 +67,12 @@ table_options() {
     local c=$SRC/tools/cmd_$1.c
     [ -f "$c" ] || return 0
     {
-        {
-            cat "$c"
-            grep -q CLI_RUN_OPTIONS "$c" && sed -n '/#define CLI_RUN_OPTIONS/,/^$/p' "$SRC/tools/cli.h"
-        } | perl -ne 'print "--$1 $2\n" while /\{"([a-z0-9][a-z0-9-]*)", *(no|required|optional)_argument/g;
+        perl -ne 'print "--$1 $2\n" while /\{"([a-z0-9][a-z0-9-]*)", *(no|required|optional)_argument/g;
                       print "$1 no\n" while /strcmp\(argv\[[^]]*\], *"(--?[a-zA-Z0-9-]+)"\)/g;
                       if (/getopt_long\(argc, *argv, *"([^"]*)"/) {
                           my $s = $1;
                           print "-$1 ", ($2 ? "required" : "none"), "\n" while $s =~ /([A-Za-z0-9])(:?)/g;
-                      }' |
+                      }' "$c" |
             sed 's/ no$/ none/'
         perl -0777 -e '
             my ($cmd, $run) = @ARGV;

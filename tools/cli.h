@@ -136,28 +136,16 @@ struct cli_cmd {
 int cli_opts_parse(const struct cli_cmd *c, int argc, char **argv, void *cfg);
 /* Prints c's help to f. */
 void cli_opts_help(const struct cli_cmd *c, FILE *f);
-/* One row's value into the struct at base (its .shared row's rule, if any): 0, or RT_EXIT_USAGE after the
- * message. */
-int cli_opt_apply(const char *cmd, const struct cli_opt *row, const char *arg, void *base);
-
 /*
- * The options `train` and `eval` share: put CLI_RUN_OPTIONS in the
- * getopt_long table and hand every option the command does not handle
- * itself to cli_run_option(), which returns 1 (it was one of them, stored
- * in *o), 0 (not one of them), or RT_EXIT_USAGE (a bad value; the message
- * was printed).
+ * The options `train` and `eval` share, parsed in one place: a command's
+ * table names one as a row {CLI_SHARED(CLI_O_x), .help = ...} (name,
+ * argument and parsing are cli_run_rows' row x, the field is in the
+ * command's struct cli_run_opts at struct cli_cmd .run_off).
  */
 enum {
     CLI_O_DATA = 1000, CLI_O_MODEL, CLI_O_BATCH, CLI_O_WORKERS, CLI_O_THREADS, CLI_O_DEVICE, CLI_O_JSON, CLI_O_TF32,
     CLI_O_DETERM
 };
-#define CLI_RUN_OPTIONS                                                                                      \
-    {"data", required_argument, NULL, CLI_O_DATA}, {"model", required_argument, NULL, CLI_O_MODEL},           \
-        {"batch-size", required_argument, NULL, CLI_O_BATCH},                                                 \
-        {"workers", required_argument, NULL, CLI_O_WORKERS},                                                  \
-        {"threads", required_argument, NULL, CLI_O_THREADS},                                                  \
-        {"device", required_argument, NULL, CLI_O_DEVICE}, {"json", no_argument, NULL, CLI_O_JSON},          \
-        {"tf32", required_argument, NULL, CLI_O_TF32}, {"deterministic", required_argument, NULL, CLI_O_DETERM}
 struct cli_run_opts {
     const char *data, *model;
     uint32_t batch;
@@ -168,7 +156,6 @@ struct cli_run_opts {
      * default, as PyTorch's), nondeterministic --deterministic off. */
     int no_tf32, nondeterministic;
 };
-int cli_run_option(const char *cmd, int ch, const char *arg, struct cli_run_opts *o);
 /* The same options as table rows, indexed by CLI_O_x - CLI_O_DATA: a row of a command's table names one,
  * {CLI_SHARED(CLI_O_MODEL), .help = ...}, and writes its own help. */
 extern const struct cli_opt cli_run_rows[];

@@ -94,7 +94,9 @@ static int parse_choice(const char *cmd, const struct cli_opt *r, const char *op
     return cli_usage_error(cmd, "%s %s: expected %s", opt, arg, list);
 }
 
-int cli_opt_apply(const char *cmd, const struct cli_opt *row, const char *arg, void *base)
+/* One row's value into the struct at base (its .shared row's rule, if any): 0, or RT_EXIT_USAGE after the
+ * message. */
+static int opt_apply(const char *cmd, const struct cli_opt *row, const char *arg, void *base)
 {
     const struct cli_opt *r = rule(row);
     void *field = (char *)base + r->off;
@@ -221,7 +223,7 @@ int cli_opts_parse(const struct cli_cmd *c, int argc, char **argv, void *cfg)
             return RT_EXIT_OK;
         }
         void *base = row->shared ? (char *)cfg + c->run_off : cfg;
-        if (cli_opt_apply(c->name, row, optarg, base))
+        if (opt_apply(c->name, row, optarg, base))
             return RT_EXIT_USAGE;
     }
     return CLI_PARSED;

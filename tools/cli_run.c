@@ -1,8 +1,8 @@
 /*
  * cli_run.c - the options `ringtrain train` and `ringtrain eval` share
- * (CLI_RUN_OPTIONS in cli.h), parsed in one place so that the two commands
- * cannot come to read them differently: one row each in cli_run_rows, which
- * train's table points at (.shared) and cli_run_option applies for eval.
+ * (CLI_O_x in cli.h), parsed in one place so that the two commands cannot
+ * come to read them differently: one row each in cli_run_rows, which both
+ * commands' tables point at (.shared).
  */
 #include "common/common.h"
 #include "loader/loader.h"
@@ -34,9 +34,3 @@ const struct cli_opt cli_run_rows[] = {
 #undef F
 #undef RUN
 
-int cli_run_option(const char *cmd, int ch, const char *arg, struct cli_run_opts *o)
-{
-    if (ch < CLI_O_DATA || ch > CLI_O_DETERM)
-        return 0;
-    return cli_opt_apply(cmd, &cli_run_rows[ch - CLI_O_DATA], arg, o) ? RT_EXIT_USAGE : 1;
-}
