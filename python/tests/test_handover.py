@@ -2,7 +2,8 @@
 normalize / dtype / channels_last give torchvision's ToTensor + Normalize of the same uint8 batch (float32 bit
 for bit, with the trainer's expression; bfloat16 its rounding), the memory format asked for, and a tensor that
 holds no slot; pin_memory pins; a per-batch transform runs on each batch; and the DataLoader attributes
-frameworks read (sampler.set_epoch, dataset, batch_size, drop_last) are there."""
+frameworks read (sampler.set_epoch, dataset, batch_size, drop_last) are there. Where CUDA is, the GPU hand-over
+gives the CPU one's bits."""
 
 import pytest
 import torch
@@ -93,3 +94,15 @@ def test_bad_handover_options(data):
         ringtrain.Loader(data, **OPTS, normalize=((0.5,), (0.5,)))
     with pytest.raises(TypeError, match="callable"):
         ringtrain.Loader(data, **OPTS, transform=3)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device: the GPU hand-over is checked where one is")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_handover_is_the_cpu_one(data, dtype):
+    """device="cuda" converts after the copy, with torch; the CPU path converts in C: the same bits."""
+    cpu = first_batches(data, normalize=True, dtype=dtype, channels_last=True)
+    gpu = first_batches(data, normalize=True, dtype=dtype, channels_last=True, device="cuda")
+    for (xc, yc), (xg, yg) in zip(cpu, gpu):
+        assert xg.is_cuda and xg.is_contiguous(memory_format=torch.channels_last)
+        assert torch.equal(xg.cpu(), xc), f"max difference {float((xg.cpu().float() - xc.float()).abs().max())}"
+        assert torch.equal(yg.cpu(), yc)
