@@ -45,6 +45,7 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -290,7 +291,10 @@ static int crop_record(struct rt_loader *L, struct worker *wk, const struct batc
     *dec_ns += rt_now_ns() - t0;
     if (rc < 0)
         return rc;
-    return rt_resize_crop_chw(wk->rs, reg.px, reg.w, reg.h, L->c, reg.stride, &reg.box, dst, L->w, L->h, flip);
+    rc = rt_resize_crop_chw(wk->rs, reg.px, reg.w, reg.h, L->c, reg.stride, &reg.box, dst, L->w, L->h, flip);
+    if (rc == 0)
+        rt_augment_pixels(&L->o.aug, L->o.seed, j->epoch, j->ids[i], L->c, L->h, L->w, dst);
+    return rc;
 }
 
 /* Augments one batch into its slot and publishes it; t_start is when the job was taken. */
@@ -992,7 +996,14 @@ int rt_loader_opts_for(const struct rt_dataset_info *info, enum rt_split split, 
         o->aug.pad = 0;
         o->aug.pad_mode = RT_PAD_ZERO;
     }
-    return 0;
+    if (o->aug.erase_p > 0 || o->aug.cutout) {
+        /* Erased pixels take the data's mean colour: 0 once normalised, as RandomErasing(value=0) after Normalize. */
+        float mean[4], sd[4];
+        rt_loader_norm(info, RT_MIN(info->channels, 4u), mean, sd);
+        for (uint32_t c = 0; c < info->channels && c < 4; c++)
+            o->aug.fill[c] = (uint8_t)lrintf(RT_MIN(RT_MAX(mean[c], 0.0f), 1.0f) * 255.0f);
+    }
+    return rt_aug_check(&o->aug, info->channels, h, w);
 }
 
 int rt_loader_norm(const struct rt_dataset_info *info, uint32_t channels, float *mean, float *std)
@@ -1030,10 +1041,8 @@ int rt_loader_create(const struct rt_dataset *ds, const struct rt_loader_opts *o
         return rt_errf(-EINVAL, "loader: ring slots are %" PRIu32 "x%" PRIu32 "x%" PRIu32 "x%" PRIu32
                        ", the dataset needs %" PRIu32 "x%" PRIu32 "x%" PRIu32 "x%" PRIu32,
                        rb, rc_, rh, rw, opts->batch, info->channels, sh, sw);
-    if (opts->aug.pad > sh || opts->aug.pad > sw ||
-        (opts->aug.pad_mode == RT_PAD_REFLECT && (opts->aug.pad >= sh || opts->aug.pad >= sw)))
-        return rt_errf(-EINVAL, "crop padding %" PRIu32 " is too large for %" PRIu32 "x%" PRIu32 " images",
-                       opts->aug.pad, sh, sw);
+    if ((rc = rt_aug_check(&opts->aug, info->channels, sh, sw)) < 0)
+        return rc;
 
     L = rt_calloc(1, sizeof(*L), "loader");
     if (!L)

@@ -151,27 +151,86 @@ void rt_epoch_plan_free(struct rt_epoch_plan *p);
 
 enum rt_pad_mode { RT_PAD_ZERO = 0, RT_PAD_REFLECT };
 enum rt_flip { RT_FLIP_NONE = 0, RT_FLIP_RANDOM, RT_FLIP_ALTERNATE };
+/* ColorJitter's adjustments (hue is not one of ours). */
+enum rt_jitter { RT_JITTER_BRIGHTNESS = 0, RT_JITTER_CONTRAST, RT_JITTER_SATURATION, RT_JITTER_COUNT };
 
 /*
- * uint8 augmentation, as the CIFAR recipes do it: random crop of the
- * original size out of the image padded by `pad` pixels (zero or reflect),
- * and a horizontal flip: RANDOM (probability 1/2 each epoch) or ALTERNATE
- * (a random first-epoch choice per sample, inverted every other epoch).
- * pad = 0 and flip = NONE is a plain copy (evaluation).
+ * uint8 augmentation, torchvision's operations under their names, each
+ * drawn from (seed, epoch, sample id) alone, in this order:
+ *  - a random crop of the original size out of the image padded by `pad`
+ *    pixels, zero or reflect (RandomCrop(size, padding, padding_mode));
+ *  - a horizontal flip: RANDOM (probability 1/2 each epoch) or ALTERNATE (a
+ *    random first-epoch choice per sample, inverted every other epoch);
+ *  - ColorJitter(brightness, contrast, saturation): each `jitter` value v > 0
+ *    draws a factor uniform in [max(0, 1 - v), 1 + v], and the adjustments
+ *    run in a random order, as ColorJitter's; bit for bit the values of
+ *    torchvision's tensor functions on uint8 images (adjust_brightness, ...;
+ *    contrast's mean is exact up to 65,793 pixels an image). 1 or 3 channels;
+ *    saturation leaves 1-channel images as they are (as torchvision does);
+ *  - RandomErasing(p, scale, ratio): with probability erase_p a rectangle of
+ *    an area share in erase_scale and an aspect in erase_ratio (log-uniform),
+ *    up to 10 tries as torchvision's, is set to `fill`;
+ *  - Cutout: a cutout x cutout square centred on a random pixel, clipped
+ *    to the image, set to `fill`.
+ * `fill` is what erased pixels become: rt_loader_opts_for() sets it to the
+ * data's mean colour (0 after the normalisation, within half a step of 255),
+ * which is what RandomErasing(value=0) after Normalize gives.
+ * All zero is a plain copy (evaluation). Each part has its own random stream,
+ * so adding one never changes another's draws.
  */
 struct rt_aug {
     uint32_t pad;
     enum rt_pad_mode pad_mode;
     enum rt_flip flip;
+    float jitter[RT_JITTER_COUNT];
+    float erase_p;
+    float erase_scale[2];        /* {0, 0} = (0.02, 0.33) */
+    float erase_ratio[2];        /* {0, 0} = (0.3, 3.3) */
+    uint32_t cutout;
+    uint8_t fill[4];
+};
+
+/* What one sample drew: the crop offset, the flip, the jitter in the order applied, the erased rectangles. */
+struct rt_aug_draw {
+    long dy, dx;                 /* crop offset from the unpadded image */
+    int flip;
+    int njitter;                 /* adjustments applied, in order: */
+    enum rt_jitter order[RT_JITTER_COUNT];
+    float factor[RT_JITTER_COUNT]; /* factor[i] goes with order[i] */
+    uint32_t erase[4];           /* y, x, height, width; height 0: nothing erased */
+    uint32_t cut[4];             /* Cutout's, the same way */
 };
 
 /*
+ * Parses an augmentation: "none", or a comma (or '+') list of crop[=PAD],
+ * reflect, flip, alternate-flip, brightness=V, contrast=V, saturation=V,
+ * jitter=V (the three at once), erase[=P[:SMIN:SMAX[:RMIN:RMAX]]] and
+ * cutout=SIZE. Returns 0 or -EINVAL with rt_errmsg() naming the bad part.
+ */
+int rt_aug_parse(const char *spec, struct rt_aug *a);
+/* The augmentation in the words of rt_aug_parse ("crop=4,flip,jitter=0.4,erase=0.5"); "none" for none. */
+void rt_aug_describe(const struct rt_aug *a, char *buf, size_t len);
+/* Whether `a` suits images of c x h x w: 0, or -EINVAL with a message. */
+int rt_aug_check(const struct rt_aug *a, uint32_t c, uint32_t h, uint32_t w);
+
+/* What sample `id` draws in `epoch` for images of h x w (the tests' and users' window on rt_augment). */
+void rt_aug_draw(const struct rt_aug *a, uint64_t seed, uint64_t epoch, uint64_t id, uint32_t h, uint32_t w,
+                 struct rt_aug_draw *d);
+
+/*
  * Writes the augmented CHW image of sample `id` in `epoch` to `dst` (same
- * shape as `src`). The crop offsets and flip depend only on (seed, epoch,
- * id) through the counter-based RNG. pad must be <= min(h, w) - 1 for REFLECT.
+ * shape as `src`); the draws are rt_aug_draw's. pad must be <= min(h, w) - 1
+ * for REFLECT.
  */
 void rt_augment(const struct rt_aug *a, uint64_t seed, uint64_t epoch, uint64_t id, uint32_t c, uint32_t h,
                 uint32_t w, const uint8_t *src, uint8_t *dst);
+
+/*
+ * The pixel part alone (jitter, erasing, Cutout), in place on a CHW image:
+ * for images the loader has already cropped (variable-size records).
+ */
+void rt_augment_pixels(const struct rt_aug *a, uint64_t seed, uint64_t epoch, uint64_t id, uint32_t c, uint32_t h,
+                       uint32_t w, uint8_t *img);
 
 /* ---- the loader: shards -> decode -> augment -> ring ------------------------------ */
 

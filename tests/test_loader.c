@@ -411,6 +411,86 @@ static void test_faults(const struct rt_dataset *ds_good)
     CHECKF(strstr(rt_errmsg(), "too few") != NULL, "message: %s", rt_errmsg());
 }
 
+/* The spelling: each spec parses and reads back as its canonical form, which parses to the same rt_aug. */
+static void test_augment_spelling(void)
+{
+    static const char *const ok[][2] = {
+        {"none", "none"},
+        {"crop+flip", "crop=4,flip"},
+        {"crop=2,reflect,alternate-flip", "crop=2,reflect,alternate-flip"},
+        {"flip,jitter=0.4", "flip,jitter=0.4"},
+        {"brightness=0.2,saturation=0.5", "brightness=0.2,saturation=0.5"},
+        {"erase", "erase=0.5"},
+        {"erase=0.25:0.1:0.2,cutout=16", "erase=0.25:0.1:0.2,cutout=16"},
+        {"erase=1:0.02:0.33:0.5:2", "erase=1:0.02:0.33:0.5:2"},
+    };
+    for (size_t i = 0; i < RT_ARRAY_LEN(ok); i++) {
+        struct rt_aug a, b;
+        char text[256];
+        CHECKF(rt_aug_parse(ok[i][0], &a) == 0, "'%s': %s", ok[i][0], rt_errmsg());
+        rt_aug_describe(&a, text, sizeof(text));
+        CHECKF(!strcmp(text, ok[i][1]), "'%s' reads back as '%s', not '%s'", ok[i][0], text, ok[i][1]);
+        CHECKF(rt_aug_parse(text, &b) == 0 && !memcmp(&a, &b, sizeof(a)), "'%s' does not parse to the same", text);
+    }
+    static const char *const bad[][2] = {
+        {"crop,sharpen", "sharpen"}, {"crop=-1", "crop=PAD"}, {"erase=0", "probability"},
+        {"erase=0.5:0.3:0.1", "SMIN:SMAX"}, {"erase=0.5:0.1", "1, 3 or 5"}, {"jitter", "strength"},
+        {"cutout=0", "cutout=SIZE"}, {"reflect=1", "no value"}, {"", "empty"},
+    };
+    for (size_t i = 0; i < RT_ARRAY_LEN(bad); i++) {
+        struct rt_aug a;
+        CHECKF(rt_aug_parse(bad[i][0], &a) == -EINVAL && strstr(rt_errmsg(), bad[i][1]),
+               "'%s' gave '%s', wanted a message naming '%s'", bad[i][0], rt_errmsg(), bad[i][1]);
+    }
+    struct rt_aug j = {.jitter = {0.5f, 0, 0}};
+    CHECK(rt_aug_check(&j, 3, 8, 8) == 0 && rt_aug_check(&j, 1, 8, 8) == 0 && rt_aug_check(&j, 2, 8, 8) == -EINVAL);
+}
+
+/*
+ * Erasing and Cutout on both crop paths (the padded buffer and row by row):
+ * inside their rectangles every pixel is the fill, outside the image is the
+ * crop alone; rt_augment_pixels on the crop gives rt_augment's image.
+ */
+static void test_augment_erase(void)
+{
+    static const int shapes[][3] = {{3, 32, 32}, {3, 200, 120}};
+    for (size_t si = 0; si < RT_ARRAY_LEN(shapes); si++) {
+        const uint32_t c = (uint32_t)shapes[si][0], h = (uint32_t)shapes[si][1], w = (uint32_t)shapes[si][2];
+        const size_t n = (size_t)c * h * w;
+        uint8_t *src = malloc(n), *got = malloc(n), *crop = malloc(n);
+        struct rt_rng r;
+        rt_rng_init(&r, 7, si);
+        for (size_t i = 0; i < n; i++)
+            src[i] = (uint8_t)(rt_rng_u32(&r) | 1); /* never the fill, 0 */
+        struct rt_aug a, geo = {.pad = 4, .flip = RT_FLIP_RANDOM};
+        CHECK(rt_aug_parse("crop,flip,erase=0.9,cutout=9", &a) == 0);
+        int erased = 0;
+        for (uint64_t id = 0; id < 40; id++) {
+            struct rt_aug_draw d;
+            rt_aug_draw(&a, 3, 2, id, h, w, &d);
+            rt_augment(&a, 3, 2, id, c, h, w, src, got);
+            rt_augment(&geo, 3, 2, id, c, h, w, src, crop);
+            erased += d.erase[2] > 0;
+            size_t wrong = 0;
+            for (uint32_t ch = 0; ch < c; ch++)
+                for (uint32_t y = 0; y < h; y++)
+                    for (uint32_t x = 0; x < w; x++) {
+                        const size_t k = ((size_t)ch * h + y) * w + x;
+                        const int in = (y - d.erase[0] < d.erase[2] && x - d.erase[1] < d.erase[3]) ||
+                                       (y - d.cut[0] < d.cut[2] && x - d.cut[1] < d.cut[3]);
+                        wrong += got[k] != (in ? 0 : crop[k]);
+                    }
+            CHECKF(!wrong, "%ux%ux%u id %" PRIu64 ": %zu pixels wrong", c, h, w, id, wrong);
+            rt_augment_pixels(&a, 3, 2, id, c, h, w, crop);
+            CHECKF(!memcmp(crop, got, n), "%ux%ux%u id %" PRIu64 ": rt_augment_pixels differs", c, h, w, id);
+        }
+        CHECKF(erased > 28, "%d of 40 erased at p 0.9", erased);
+        free(src);
+        free(got);
+        free(crop);
+    }
+}
+
 int main(void)
 {
     const int small = getenv("RT_TEST_SMALL") && atoi(getenv("RT_TEST_SMALL"));
@@ -435,6 +515,8 @@ int main(void)
     test_contents(ds);
     if (!small) /* single-threaded arithmetic: nothing for the ThreadSanitizer run to see */
         test_augment_shapes();
+    test_augment_spelling();
+    test_augment_erase();
     test_eval_pad(ds);
     test_resume(ds);
     test_faults(ds);

@@ -44,10 +44,8 @@ int cli_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format
 int cli_parse_u64(const char *cmd, const char *opt, const char *s, uint64_t *out);
 
 struct rt_aug;
-/* Parses an augmentation list: crop[=PAD], reflect, flip, alternate-flip, none. */
+/* Parses --aug as rt_aug_parse() does; prints a usage error on failure. */
 int cli_parse_aug(const char *cmd, const char *s, struct rt_aug *a);
-/* "crop 4 zero-pad + flip" */
-void cli_aug_describe(const struct rt_aug *a, char *buf, size_t len);
 
 /*
  * Option tables. A command describes each option once, as a row of a static

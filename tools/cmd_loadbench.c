@@ -123,9 +123,11 @@ static const struct cli_opt loadbench_opts[] = {
     {.name = "split", .arg = "S", .kind = CLI_CHOICE, F(lo.split), .choices = splits,
      .help = "train (default), val or test"},
     {.name = "aug", .arg = "SPEC", .kind = CLI_STR, F(aug),
-     .help = "none, or a comma list of crop[=PAD], reflect, flip, alternate-flip\n"
-             "(default: train's -- crop,flip for the train split of 3-channel data,\n"
-             "none for val/test and other data)"},
+     .help = "none, or a comma list of crop[=PAD], reflect, flip, alternate-flip,\n"
+             "brightness=V, contrast=V, saturation=V, jitter=V, erase[=P[:SMIN:SMAX\n"
+             "[:RMIN:RMAX]]], cutout=SIZE, as train's --aug (default: train's --\n"
+             "crop,flip for the train split of 3-channel data, none for val/test\n"
+             "and other data)"},
     {.name = "image-size", .arg = "S", .kind = CLI_UINT, F(image_size), .lo = 1, .hi = 4096,
      .help = "datasets packed with --max-side: the S x S images the loader makes,\n"
              "RandomResizedCrop(S) + flip for train with crop, else Resize + CenterCrop"},
@@ -278,7 +280,7 @@ static int loadbench_check(int argc, char **argv, struct lb_config *c, struct rt
 static void print_setup(const struct lb_config *c, const struct rt_dataset_info *info)
 {
     char augs[128], shape[64];
-    cli_aug_describe(&c->lo.aug, augs, sizeof(augs));
+    rt_aug_describe(&c->lo.aug, augs, sizeof(augs));
     if (info->height)
         snprintf(shape, sizeof(shape), "%" PRIu32 "x%" PRIu32 "x%" PRIu32, info->channels, info->height, info->width);
     else

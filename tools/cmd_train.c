@@ -89,8 +89,11 @@ static const struct cli_opt train_opts[] = {
     {.name = "seed", .arg = "S", .kind = CLI_UINT, C(seed),
      .help = "weights, data order, augmentation, dropout (default 0)"},
     {.name = "aug", .arg = "SPEC", .kind = CLI_STR, F(aug),
-     .help = "crop[=PAD],reflect,flip,alternate-flip or none (default crop,flip for\n"
-             "3-channel data, none otherwise). Datasets packed with --max-side: crop\n"
+     .help = "none, or a comma list of crop[=PAD], reflect, flip, alternate-flip,\n"
+             "brightness=V, contrast=V, saturation=V, jitter=V, erase[=P[:SMIN:SMAX\n"
+             "[:RMIN:RMAX]]], cutout=SIZE (torchvision's RandomCrop, RandomHorizontalFlip,\n"
+             "ColorJitter, RandomErasing; docs/TRAINING.md). Default crop,flip for\n"
+             "3-channel data, none otherwise. Datasets packed with --max-side: crop\n"
              "is RandomResizedCrop(S); without it, Resize + CenterCrop"},
     {.name = "image-size", .arg = "S", .kind = CLI_UINT, C(image_size), .lo = 1, .hi = 4096,
      .help = "datasets packed with --max-side (images of any size): train on S x S\n"

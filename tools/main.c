@@ -86,43 +86,7 @@ int cli_fail(void)
 
 int cli_parse_aug(const char *cmd, const char *s, struct rt_aug *a)
 {
-    char buf[256], *save = NULL;
-    memset(a, 0, sizeof(*a));
-    if (!strcmp(s, "none"))
-        return 0;
-    snprintf(buf, sizeof(buf), "%s", s);
-    for (char *tok = strtok_r(buf, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        if (!strncmp(tok, "crop", 4) && (tok[4] == 0 || tok[4] == '=')) {
-            a->pad = 4;
-            if (tok[4] == '=') {
-                char *end;
-                long v = strtol(tok + 5, &end, 10);
-                if (*end || v < 0 || v > 4096)
-                    return cli_usage_error(cmd, "crop=PAD needs a padding in pixels, not '%s'", tok + 5);
-                a->pad = (uint32_t)v;
-            }
-        } else if (!strcmp(tok, "reflect")) {
-            a->pad_mode = RT_PAD_REFLECT;
-        } else if (!strcmp(tok, "flip")) {
-            a->flip = RT_FLIP_RANDOM;
-        } else if (!strcmp(tok, "alternate-flip")) {
-            a->flip = RT_FLIP_ALTERNATE;
-        } else {
-            return cli_usage_error(cmd, "--aug: unknown '%s' (crop[=PAD], reflect, flip, alternate-flip, none)",
-                                   tok);
-        }
-    }
-    return 0;
-}
-
-void cli_aug_describe(const struct rt_aug *a, char *buf, size_t len)
-{
-    const char *flip = a->flip == RT_FLIP_RANDOM ? "flip" : a->flip == RT_FLIP_ALTERNATE ? "alternating flip" : NULL;
-    if (a->pad)
-        snprintf(buf, len, "crop %" PRIu32 " %s-pad%s%s", a->pad, a->pad_mode == RT_PAD_REFLECT ? "reflect" : "zero",
-                 flip ? " + " : "", flip ? flip : "");
-    else
-        snprintf(buf, len, "%s", flip ? flip : "none");
+    return rt_aug_parse(s, a) < 0 ? cli_usage_error(cmd, "--aug: %s", rt_errmsg()) : 0;
 }
 
 /*

@@ -6,8 +6,6 @@ import time
 
 from . import _ringtrain
 
-_AUGMENTS = ("default", "crop+flip", "none")
-
 
 def _launcher_rank_world():
     """(rank, world) from torch.distributed when it is initialised, else the launcher's variables."""
@@ -72,9 +70,23 @@ class Loader:
     seed         sample order and augmentation.
     augment      "default": what ``ringtrain train`` does -- "crop+flip" on the training split of 3-channel
                  data, "none" on val/test and on other data (crops and flips suit photos, not digits).
-                 "crop+flip" (pad 4, random crop, random horizontal flip: the CIFAR recipe; for variable-size
-                 images RandomResizedCrop + flip on the training split, see image_size) or "none" on any
-                 split and data.
+                 Else "none" or named operations, comma- (or '+'-) separated, run in the C workers on the
+                 uint8 images in this order whatever the order written (``ringtrain train --aug`` spells them
+                 the same way):
+                   crop[=PAD]       RandomCrop(size, padding=PAD (4)); variable-size images: RandomResizedCrop
+                                    (see image_size); "reflect" pads by reflection
+                   flip             RandomHorizontalFlip(); "alternate-flip": flipped every other epoch
+                   brightness=V, contrast=V, saturation=V, jitter=V (all three)
+                                    ColorJitter(brightness=V, ...), in a random order per sample as
+                                    ColorJitter's; the values of torchvision's functions on uint8, bit for bit
+                   erase[=P[:SMIN:SMAX[:RMIN:RMAX]]]
+                                    RandomErasing(p=P (0.5), scale=(SMIN, SMAX), ratio=(RMIN, RMAX)), the
+                                    rectangle set to the data's mean colour (0 once normalised, as
+                                    RandomErasing(value=0) after Normalize)
+                   cutout=SIZE      Cutout: a SIZE x SIZE square on a random centre, clipped, the mean colour
+                 "crop+flip" is the CIFAR recipe. Each operation draws from (seed, epoch, sample) alone;
+                 ``ringtrain._ringtrain.aug_draw(augment, seed, epoch, sample, height, width)`` shows the
+                 draws. Anything else (a hue shift, your own code): ``transform`` on the batch.
     workers      decode/augment threads (None: the CPUs this process may use; 0, DataLoader's main-process
                  loading, is one thread: the C loader always decodes in its own threads).
     rank, world_size  None: torch.distributed's when initialised, else RANK/WORLD_SIZE (torchrun),
@@ -141,8 +153,8 @@ class Loader:
         self.shuffle = _shuffle_mode(shuffle)
         self.drop_last = bool(drop_last)
         self.seed = int(seed)
-        if augment not in _AUGMENTS:
-            raise ValueError(f"augment must be one of {_AUGMENTS}, not {augment!r}")
+        if not isinstance(augment, str):  # the spelling itself is the C loader's to check (ValueError)
+            raise TypeError(f"augment must be a str such as 'crop,flip,jitter=0.4', not {augment!r}")
         self.augment = augment
         if workers is not None and int(workers) < 0:
             raise ValueError(f"workers must be at least 0 (or None for the CPUs), not {workers!r}")

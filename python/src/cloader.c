@@ -52,7 +52,6 @@ struct cloader {
 
 static const char *const shuffle_names[] = {"exact", "window", "none"};
 static const char *const last_names[] = {"drop", "pad"};
-static const char *const augment_names[] = {"default", "crop+flip", "none"};
 
 /* An int (or an object with __index__) in [lo, hi] into *out, or -1 with TypeError/ValueError naming `what`. */
 static int u64_arg(PyObject *o, const char *what, uint64_t lo, uint64_t hi, uint64_t *out)
@@ -244,9 +243,15 @@ PyObject *ext_open_loader(PyObject *self, PyObject *args, PyObject *kw)
     if (ext_split(split_s, &lo.split) < 0)
         return NULL;
     int shuffle = ext_choice("shuffle", shuffle_s, shuffle_names, 3), last = ext_choice("last", last_s, last_names, 2);
-    int augment = shuffle < 0 || last < 0 ? -1 : ext_choice("augment", augment_s, augment_names, 3);
-    if (augment < 0)
+    if (shuffle < 0 || last < 0)
         return NULL;
+    /* "default" is the loader's default for the split and data; anything else is rt_aug_parse's spelling. */
+    struct rt_aug aug;
+    const int aug_default = !strcmp(augment_s, "default");
+    if (!aug_default && rt_aug_parse(augment_s, &aug) < 0) {
+        PyErr_Format(PyExc_ValueError, "augment: %s", rt_errmsg());
+        return NULL;
+    }
     unsigned long long ext_addr = 0;
     Py_ssize_t ext_bytes = 0;
     PyObject *owner = NULL;
@@ -268,11 +273,9 @@ PyObject *ext_open_loader(PyObject *self, PyObject *args, PyObject *kw)
     const struct rt_dataset_info *info = rt_dataset_info(ds);
     uint32_t h, w;
     /* The augmentation and crop are the loader's rule, as for train and loadbench: "default" is its default. */
-    const struct rt_aug crop_flip = RT_AUG_DEFAULT, none = {0};
     int rc = 0;
     if (image_shape(info, image_size, &h, &w) < 0 ||
-        (rc = rt_loader_opts_for(info, lo.split, augment == 0 ? NULL : augment == 1 ? &crop_flip : &none,
-                                 image_size, &lo)) < 0) {
+        (rc = rt_loader_opts_for(info, lo.split, aug_default ? NULL : &aug, image_size, &lo)) < 0) {
         if (rc < 0)
             ext_raise(rc);
         rt_dataset_close(ds);
@@ -618,4 +621,50 @@ int ext_cloader_init(PyObject *m)
 {
     ext_loader_type = ext_add_type(m, &spec, "CLoader");
     return ext_loader_type ? 0 : -1;
+}
+
+/*
+ * aug_draw(augment, seed, epoch, id, height, width): what sample `id` of
+ * `epoch` draws under the augmentation `augment` (rt_aug_parse's spelling)
+ * for images of height x width, as the loader's workers draw it: a dict of
+ * dy, dx (the crop's offset from the unpadded image), flip, jitter (a list
+ * of (name, factor) in the order applied), erase and cutout ((y, x, h, w) or
+ * None). For tests and for checking a pipeline against torchvision's.
+ */
+PyObject *ext_aug_draw(PyObject *self, PyObject *args, PyObject *kw)
+{
+    static char *kwlist[] = {"augment", "seed", "epoch", "id", "height", "width", NULL};
+    static const char *const jitter_names[RT_JITTER_COUNT] = {"brightness", "contrast", "saturation"};
+    const char *aug_s;
+    unsigned long long seed, epoch, id;
+    unsigned int h, w;
+    struct rt_aug a;
+    struct rt_aug_draw d;
+    (void)self;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "sKKKII:aug_draw", kwlist, &aug_s, &seed, &epoch, &id, &h, &w))
+        return NULL;
+    if (rt_aug_parse(aug_s, &a) < 0)
+        return PyErr_Format(PyExc_ValueError, "augment: %s", rt_errmsg());
+    if (!h || !w)
+        return PyErr_Format(PyExc_ValueError, "aug_draw: height and width must be positive");
+    rt_aug_draw(&a, seed, epoch, id, h, w, &d);
+    PyObject *jit = PyList_New(0);
+    for (int i = 0; jit && i < d.njitter; i++) {
+        PyObject *t = Py_BuildValue("(sd)", jitter_names[d.order[i]], (double)d.factor[i]);
+        if (!t || PyList_Append(jit, t) < 0)
+            Py_CLEAR(jit);
+        Py_XDECREF(t);
+    }
+    if (!jit)
+        return NULL;
+    PyObject *er = d.erase[2] ? Py_BuildValue("(IIII)", d.erase[0], d.erase[1], d.erase[2], d.erase[3])
+                              : Py_NewRef(Py_None);
+    PyObject *cut = d.cut[2] ? Py_BuildValue("(IIII)", d.cut[0], d.cut[1], d.cut[2], d.cut[3]) : Py_NewRef(Py_None);
+    PyObject *r = er && cut ? Py_BuildValue("{s:l,s:l,s:O,s:O,s:O,s:O}", "dy", d.dy, "dx", d.dx, "flip",
+                                            d.flip ? Py_True : Py_False, "jitter", jit, "erase", er, "cutout", cut)
+                            : NULL;
+    Py_DECREF(jit);
+    Py_XDECREF(er);
+    Py_XDECREF(cut);
+    return r;
 }

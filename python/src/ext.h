@@ -129,6 +129,7 @@ PyObject *ext_cbatch_new(struct ext_core *k, struct rt_batch *b);
 /* Module functions of each file. */
 PyObject *ext_open_loader(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *ext_ring_bytes(PyObject *self, PyObject *args, PyObject *kw);
+PyObject *ext_aug_draw(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *ext_image_shape(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *ext_stage(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *ext_pack(PyObject *self, PyObject *args, PyObject *kw);

@@ -278,6 +278,9 @@ static PyMethodDef methods[] = {
     {"image_shape", (PyCFunction)(void (*)(void))ext_image_shape, METH_VARARGS | METH_KEYWORDS,
      "image_shape(path, image_size=None) -> (c, h, w): the images' shape in the loader's batches -- the stored "
      "size, or image_size x image_size for variable-size records (required then); Error (EINVAL) otherwise"},
+    {"aug_draw", (PyCFunction)(void (*)(void))ext_aug_draw, METH_VARARGS | METH_KEYWORDS,
+     "aug_draw(augment, seed, epoch, id, height, width) -> dict: what a sample draws under the augmentation (dy, "
+     "dx, flip, jitter [(name, factor), ...] in the order applied, erase and cutout (y, x, h, w) or None)"},
     {"open_loader", (PyCFunction)(void (*)(void))ext_open_loader, METH_VARARGS | METH_KEYWORDS,
      "open_loader(path, split='train', batch, shuffle='exact', last='drop', seed=0, augment='crop+flip', "
      "workers=0, rank=0, world=1, slots=0, start_epoch=0, start_step=0, epochs=0, memory=None, digest=False, "

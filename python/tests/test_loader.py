@@ -169,7 +169,7 @@ def test_bad_arguments_raise_before_anything_runs(data):
     with pytest.raises(ValueError):
         ringtrain.Loader(data, 32, split="training")
     with pytest.raises(ValueError):
-        ringtrain.Loader(data, 32, augment="crop")
+        ringtrain.Loader(data, 32, augment="crop,rotate")  # no such operation
     with pytest.raises(ValueError):
         ringtrain.Loader(data, 32, rank=2, world_size=2)
 
