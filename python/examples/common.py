@@ -458,3 +458,69 @@ def make_loaders(args, device, kind):
         def to_input(images):  # uint8 (B,3,32,32), already cropped and flipped
             return (images.to(device, non_blocking=True).float().div_(255) - mean) / std
     return train_loader, test_loader, samplers, to_input
+
+
+# --- MNIST (the DataParallel example) ---------------------------------------------
+
+MNIST_MEAN_STD = ((0.1307,), (0.3081,))  # the PyTorch MNIST example's Normalize constants
+MNIST_RAW = ("train-images-idx3-ubyte", "train-labels-idx1-ubyte", "t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte")
+
+
+def prepare_mnist(root, train, test, seed):
+    """Writes a synthetic MNIST in both layouts from the same records: root/src (ringtrain.synth: the
+    four IDX .gz files of the original distribution), root/packed (ringtrain.pack of them) and
+    root/torchvision/MNIST/raw (the IDX files unpacked, where torchvision.datasets.MNIST reads them
+    without downloading). Returns (packed, torchvision root)."""
+    import gzip
+    import shutil
+
+    import ringtrain
+
+    src = os.path.join(root, "src")
+    packed = os.path.join(root, "packed")
+    tv = os.path.join(root, "torchvision")
+    ringtrain.synth(src, kind="mnist", train=train, test=test, seed=seed)
+    ringtrain.pack(src, packed, force=True)
+    raw = os.path.join(tv, "MNIST", "raw")
+    os.makedirs(raw, exist_ok=True)
+    for name in MNIST_RAW:
+        with gzip.open(os.path.join(src, name + ".gz"), "rb") as f, open(os.path.join(raw, name) + ".tmp", "wb") as g:
+            shutil.copyfileobj(f, g)
+        os.replace(os.path.join(raw, name) + ".tmp", os.path.join(raw, name))
+    return packed, tv
+
+
+def sample_hashes(images):
+    """One 64-bit hash per image of a batch (its bytes as float32, on the CPU): what the --coverage options keep
+    to count the distinct images an epoch trained on. Equal images hash equal, whichever loader made them (the
+    ringtrain Loader's normalised batches are bit for bit ToTensor + Normalize of the same uint8 images)."""
+    a = images.detach().to("cpu", torch.float32).contiguous().numpy()
+    return [int.from_bytes(hashlib.blake2b(a[i].tobytes(), digest_size=8).digest(), "little") for i in range(len(a))]
+
+
+def multiset_digest(hashes):
+    """16 hex digits over a collection of sample_hashes, independent of their order: equal for two epochs that
+    trained on the same images, in any order."""
+    return "%016x" % (sum(hashes) % (1 << 64))
+
+
+# --- a small model (the lesson and Lightning examples) ---------------------------------
+
+class SmallNet(torch.nn.Module):
+    """Three conv-BN-ReLU stages (32, 64, 128 channels; a 2x2 max-pool after each), global average pool,
+    linear: a model that trains in seconds on a CPU, for the examples whose subject is the loop around it."""
+
+    def __init__(self, num_classes=10, channels=3):
+        super().__init__()
+        nn = torch.nn
+        layers, cin = [], channels
+        for cout in (32, 64, 128):
+            layers += [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True),
+                       nn.MaxPool2d(2)]
+            cin = cout
+        self.features = nn.Sequential(*layers)
+        self.fc = nn.Linear(cin, num_classes)
+
+    def forward(self, x):
+        x = torch.nn.functional.adaptive_avg_pool2d(self.features(x), 1)
+        return self.fc(torch.flatten(x, 1))
