@@ -22,6 +22,11 @@
 #   --epochs E        epochs for ringtrain and the tensor ways (default 10);
 #                     each DataLoader runs 1 epoch
 #   --workers N       ringtrain's loader threads (default: nproc)
+#   --jitter          both pipelines also jitter and erase: ringtrain --aug
+#                     crop,flip,jitter=0.4,erase=0.25 (the C workers, uint8),
+#                     DataLoader + ColorJitter(0.4, 0.4, 0.4) and, after
+#                     Normalize, RandomErasing(0.25); the tensor ways, which
+#                     have no such step, are left out
 # Needs /usr/bin/python3 with torch + torchvision, and zstd (it says how to
 # install them). About 3 minutes on 2 cores with the defaults.
 set -eu
@@ -37,7 +42,15 @@ WORKERS=$(nproc)
 PY=/usr/bin/python3
 ZSTD_REPS=10
 
-bench_options --bin=RT --data=DATA --batch-size=B --runs=RUNS --epochs=EPOCHS --workers=WORKERS -- "$@"
+JITTER=0
+bench_options --bin=RT --data=DATA --batch-size=B --runs=RUNS --epochs=EPOCHS --workers=WORKERS --jitter=JITTER:1 \
+    -- "$@"
+RT_AUG=()
+DL_AUG=()
+if [ "$JITTER" = 1 ]; then
+    RT_AUG=(--aug crop,flip,jitter=0.4,erase=0.25)
+    DL_AUG=(--jitter)
+fi
 bench_posint "$B" "$RUNS" "$EPOCHS" "$WORKERS"
 RT=$(bench_bin "$RT")
 
@@ -238,18 +251,20 @@ have_lb=1
 # Each sets cmd=(...) to the command line of one way.
 cmd_rt() {
     cmd=("$RT" loadbench "$packed" --batch-size "$B" --workers "$WORKERS" --epochs "$EPOCHS"
-        --shuffle "$1" --json)
+        --shuffle "$1" --json "${RT_AUG[@]}")
 }
 cmd_dl() {
     cmd=("$PY" "$top/bench/torch_loader.py" dataloader --data "$src" --batch-size "$B"
-        --workers "$1" --epochs 1 --warmup 10)
+        --workers "$1" --epochs 1 --warmup 10 "${DL_AUG[@]}")
 }
 cmd_tensor() {
+    [ "$JITTER" = 0 ] || return 1
     cmd=("$PY" "$top/bench/torch_loader.py" "$1" --data "$src" --batch-size "$B"
         --epochs "$EPOCHS" --warmup 10)
 }
 
 echo "== ringtrain loader vs PyTorch input pipelines: augmented CIFAR-10 batches, no model =="
+[ "$JITTER" = 0 ] || echo "augmentation: crop + flip + ColorJitter(0.4, 0.4, 0.4) + RandomErasing(0.25) (--jitter)"
 bench_machine
 echo "software: $("$RT" --version 2>/dev/null | head -n 1); $torch_versions; $(zstd --version | sed 's/^\*\*\* //; s/ \*\*\*$//; s/, by .*//')"
 echo "dataset:  $packed (raw codec: zstd blocks; $zrecords train images, 3x32x32)"

@@ -105,11 +105,15 @@ def bench_dataloader(a):
     import torchvision.transforms as T
 
     torch.manual_seed(0)
+    jitter = [T.ColorJitter(0.4, 0.4, 0.4)] if a.jitter else []
+    erase = [T.RandomErasing(0.25)] if a.jitter else []
     transform = T.Compose([
         T.RandomCrop(32, padding=4),
         T.RandomHorizontalFlip(),
+        *jitter,
         T.ToTensor(),
         T.Normalize(CIFAR10_MEAN, CIFAR10_STD),
+        *erase,
     ])
     ds = CIFAR10InMemory(a.data, transform)
     loader = torch.utils.data.DataLoader(
@@ -276,6 +280,8 @@ def main():
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--warmup", type=int, default=10, help="untimed batches at the start")
     p.add_argument("--max-batches", type=int, default=0, help="stop after this many timed batches")
+    p.add_argument("--jitter", action="store_true",
+                   help="dataloader: ColorJitter(0.4, 0.4, 0.4) before ToTensor, RandomErasing(0.25) after Normalize")
     p.add_argument("--threads", type=int, default=cpu_count(), help="torch threads (tensor ways)")
     a = p.parse_args()
     if a.mode == "check":
