@@ -11,6 +11,16 @@
 #   PARTS    comma-separated, default check,loader,example: `check` bench/python_gpu_check.py (device="cuda"
 #            batches against device="cpu" ones), `loader` python_loader.py (its options from RT_PYLOADER_ARGS,
 #            default "--device cuda --runs 3 --seconds 1.5"), `example` the ResNet-18 script.
+#            Two more, not in the default list (each starts Lightning or compiles models: a minute or two):
+#            `lightning` python/examples/cifar10_lightning_ddp.py (ringtrain.Loader from a LightningDataModule) on
+#            a synthetic CIFAR-10 of 10000 records, 2 epochs as Trainer(accelerator="cpu", devices=2,
+#            strategy="ddp") and as Trainer(accelerator="gpu", devices=1), each with --coverage --json (every
+#            image once per epoch across the ranks, the figures, both ranks' parameter digests); it fails when
+#            the example fails, and says so and passes when this python has no Lightning.
+#            `compile` bench/python_compile_check.py: a torch.compile'd model fed by the Loader (uint8; normalize;
+#            mark_dynamic; normalize + channels_last + bfloat16) over 2 epochs with and without a short last batch;
+#            fails when it compiles more graphs than allowed (1, or 2 with a short last batch), i.e. per batch.
+#            Their shares of SECONDS assume they run by themselves: `python_gpu.sh KIT 300 lightning,compile`.
 # Figures go to stdout; the script exits non-zero when a part fails (not when a goal is missed).
 set -u
 kit=$(cd "${1:?usage: python_gpu.sh KIT_DIR [SECONDS]}" && pwd)
@@ -57,13 +67,34 @@ part() {  # part SECONDS CMD...: runs CMD with a time limit, prints its status
 [[ $parts == *,check,* ]] && part $((budget * 15 / 100)) "$py" "$root/bench/python_gpu_check.py" "$work/check"
 [[ $parts == *,loader,* ]] && part $((budget * 45 / 100)) "$py" "$root/bench/python_loader.py" --workers "$nproc_" \
     --data "$work/bench-data" ${RT_PYLOADER_ARGS:---device cuda --runs 3 --seconds 1.5}
-[[ $parts == *,example,* ]] || exit $rc
-data=$work/data
-part $((budget * 15 / 100)) "$py" "$root/python/examples/cifar10_resnet18_ddp.py" --prepare "$data"
-for loader in ringtrain torch ringtrain torch; do
-    sub=packed
-    [ "$loader" = torch ] && sub=torchvision
-    part $((budget * 9 / 100)) "$py" "$root/python/examples/cifar10_resnet18_ddp.py" --loader "$loader" \
-        --data "$data/$sub" --device cuda --epochs 1 --batch-size 512 --workers "$nproc_" --json --verdict
-done
+if [[ $parts == *,example,* ]]; then
+    data=$work/data
+    part $((budget * 15 / 100)) "$py" "$root/python/examples/cifar10_resnet18_ddp.py" --prepare "$data"
+    for loader in ringtrain torch ringtrain torch; do
+        sub=packed
+        [ "$loader" = torch ] && sub=torchvision
+        part $((budget * 9 / 100)) "$py" "$root/python/examples/cifar10_resnet18_ddp.py" --loader "$loader" \
+            --data "$data/$sub" --device cuda --epochs 1 --batch-size 512 --workers "$nproc_" --json --verdict
+    done
+fi
+if [[ $parts == *,lightning,* ]]; then
+    if lv=$("$py" -c 'try:
+    import lightning as L
+except ImportError:
+    import pytorch_lightning as L
+print(L.__name__, L.__version__)' 2>/dev/null); then
+        echo "== $lv"
+        ex=$root/python/examples/cifar10_lightning_ddp.py
+        ldata=$work/lightning-data
+        part $((budget * 5 / 100)) "$py" "$ex" --prepare "$ldata" --synth-train 10000 --synth-test 1000
+        # Two CPU ranks of a 2-core share each: torch threads and loader threads per rank from this machine's cores.
+        part $((budget * 20 / 100)) "$py" "$ex" --data "$ldata/packed" --accelerator cpu --devices 2 --strategy ddp \
+            --epochs 2 --batch-size 64 --workers 2 --threads $(( nproc_ > 8 ? (nproc_ - 4) / 2 : 2 )) --coverage --json
+        part $((budget * 15 / 100)) "$py" "$ex" --data "$ldata/packed" --accelerator gpu --devices 1 \
+            --epochs 2 --batch-size 256 --workers "$nproc_" --coverage --json
+    else
+        echo "== lightning: skipped: $py has neither lightning nor pytorch_lightning"
+    fi
+fi
+[[ $parts == *,compile,* ]] && part $((budget * 50 / 100)) "$py" "$root/bench/python_compile_check.py" "$work/compile"
 exit $rc
