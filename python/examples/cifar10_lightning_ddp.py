@@ -59,14 +59,6 @@ except ImportError:
         L = None
 
 
-def for_lightning(loader):
-    """Lightning >= 2.5 reads `batch_sampler` beside `sampler` on evaluation loaders (to warn about shuffled
-    ones); the Loader batches by itself and has no batch sampler: None, as a DataLoader without one."""
-    if not hasattr(loader, "batch_sampler"):
-        loader.batch_sampler = None
-    return loader
-
-
 class CIFARData(L.LightningDataModule if L else object):
     """The training and validation loaders: the tutorial's DataLoaders, or ringtrain.Loader in their place."""
 
@@ -101,7 +93,7 @@ class CIFARData(L.LightningDataModule if L else object):
         return self._torch_loader(True) if self.args.loader == "torch" else self._ringtrain_loader(True)
 
     def val_dataloader(self):
-        return self._torch_loader(False) if self.args.loader == "torch" else for_lightning(self._ringtrain_loader(False))
+        return self._torch_loader(False) if self.args.loader == "torch" else self._ringtrain_loader(False)
 
 
 class Classifier(L.LightningModule if L else object):

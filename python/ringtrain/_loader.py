@@ -461,8 +461,17 @@ class Loader:
     # ---- DataLoader's attributes, for scripts and frameworks that read them ------------------------
     @property
     def sampler(self):
-        """Has set_epoch(e) (this loader's) and len(): what a framework calls on a DataLoader's sampler."""
-        return _Sampler(self)
+        """Has set_epoch(e) (this loader's) and len(): what a framework calls on a DataLoader's sampler.
+        The same object every time, as a DataLoader's."""
+        if getattr(self, "_sampler", None) is None:
+            self._sampler = _Sampler(self)
+        return self._sampler
+
+    @property
+    def batch_sampler(self):
+        """None, as a DataLoader's without a batch sampler: the C loader makes the batches (Lightning 2.5 and
+        later read it to tell whether a loader shuffles)."""
+        return None
 
     @property
     def dataset(self):

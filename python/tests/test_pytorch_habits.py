@@ -153,3 +153,13 @@ def test_clear_errors(data):
         a.close()
         with pytest.raises(ValueError, match="closed loader"):
             next(it)
+
+
+def test_sampler_and_batch_sampler_as_a_dataloaders(data):
+    """Frameworks keep `loader.sampler` and call set_epoch on it later; Lightning 2.5+ reads `batch_sampler`."""
+    with ringtrain.Loader(data, **OPTS) as loader:
+        assert loader.sampler is loader.sampler, "a new sampler object on every access"
+        assert loader.batch_sampler is None
+        kept = loader.sampler
+        kept.set_epoch(3)
+        assert loader.epoch == 3
