@@ -94,6 +94,7 @@ struct train_input {
     const uint8_t *syn_dev;     /* ... and on the device, uploaded once */
     uint64_t syn_ticket;
     uint64_t batches_per_epoch; /* micro-batches per epoch */
+    char augment[192];          /* what the loader does to each image, for the banner */
     struct rt_batch_digest *digest; /* --batch-digest: every batch the step took, in order (loadbench --digest's) */
 };
 

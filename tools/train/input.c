@@ -6,7 +6,9 @@
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "common/common.h"
 #include "common/trace.h"
@@ -57,6 +59,14 @@ static int start_loader(struct train *T)
     int rc = rt_loader_opts_for(T->info, RT_SPLIT_TRAIN, c->aug_default ? NULL : &c->aug, c->image_size, &lo);
     if (rc < 0)
         return rc;
+    char ops[160];
+    rt_aug_describe(&lo.aug, ops, sizeof(ops));
+    if (T->info->height == 0) /* variable-size images: the crop is the loader's, the pad none */
+        snprintf(T->in.augment, sizeof(T->in.augment), "%s(%u)%s%s",
+                 lo.crop == RT_CROP_RANDOM ? "RandomResizedCrop" : "Resize + CenterCrop", T->h,
+                 strcmp(ops, "none") ? "," : "", strcmp(ops, "none") ? ops : "");
+    else
+        snprintf(T->in.augment, sizeof(T->in.augment), "%s", ops);
     struct rt_ring_opts ro = {.slots = (uint32_t)RT_MAX(lo.workers + 2, 4), .batch = c->batch, .channels = T->c,
                               .height = T->h, .width = T->w, .pin = c->pin};
     /* On a GPU the slots are cudaHostAlloc memory: each batch's copy to the device is a DMA on the copy

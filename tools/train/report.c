@@ -60,6 +60,8 @@ static void banner_data(struct train *T)
                     T->data_path[0] ? T->data_path : c->data, T->info->split[RT_SPLIT_TRAIN].records,
                     T->val_split >= 0 ? rt_split_name(T->val_split) : "no val",
                     T->val_split >= 0 ? T->info->split[T->val_split].records : 0, T->c, T->h, T->w, T->classes);
+    if (!c->synthetic)
+        banner_line(T, "augment", "%s", T->in.augment);
     checkpoint_json_floats(mean, sizeof(mean), T->mean, T->c);
     checkpoint_json_floats(std, sizeof(std), T->std, T->c);
     banner_line(T, "normalise", "mean %s std %s%s", mean, std,
