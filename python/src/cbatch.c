@@ -283,21 +283,14 @@ static PyGetSetDef getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-/* float -> bfloat16, rounded to nearest even (the table's values are finite). */
-static uint16_t bf16_of(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof(u));
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-
 /*
  * to_float(address, bf16, channels_last, mean, std): the batch's images as
  * float32 (or bfloat16) at `address` (B x C x H x W elements, the caller's
- * tensor), each (v / 255 - mean[c]) / std[c] through rt_norm_lut -- the
- * trainer's input op's values, bit for bit in float32 -- laid out NCHW, or
- * NHWC with channels_last. Once, at hand-over: the slot stays uint8.
+ * tensor), each (v / 255 - mean[c]) / std[c] -- rt_norm_lut's values, the
+ * trainer's input op's bit for bit in float32 -- laid out NCHW, or NHWC with
+ * channels_last, on the calling thread (a Converter splits a batch over
+ * threads and checks its constants once). Once, at hand-over: the slot stays
+ * uint8.
  */
 static PyObject *cbatch_to_float(PyObject *op, PyObject *args)
 {
@@ -322,31 +315,29 @@ static PyObject *cbatch_to_float(PyObject *op, PyObject *args)
         if (!(sd[ch] > 0))
             return ext_raisef(EINVAL, "to_float: std[%u] must be positive", ch);
     }
-    float lut[4 * 256];
-    uint16_t lut16[4 * 256];
-    rt_norm_lut(C, mean, sd, lut);
-    for (uint32_t i = 0; bf16 && i < C * 256; i++)
-        lut16[i] = bf16_of(lut[i]);
     const size_t B = self->batch, hw = (size_t)self->k->h * self->k->w;
     const uint8_t *src = self->images;
     Py_BEGIN_ALLOW_THREADS
-    for (size_t n = 0; n < B; n++)
-        for (uint32_t ch = 0; ch < C; ch++) {
-            const uint8_t *in = src + (n * C + ch) * hw;
-            /* element i of this plane goes to (n, ch, i) of NCHW, or (n, i, ch) of NHWC */
-            const size_t base = nhwc ? n * hw * C + ch : (n * C + ch) * hw, step = nhwc ? C : 1;
-            if (bf16) {
-                uint16_t *out = (uint16_t *)(uintptr_t)addr;
-                for (size_t i = 0; i < hw; i++)
-                    out[base + i * step] = lut16[ch * 256 + in[i]];
-            } else {
-                float *out = (float *)(uintptr_t)addr;
-                for (size_t i = 0; i < hw; i++)
-                    out[base + i * step] = lut[ch * 256 + in[i]];
-            }
-        }
+    ext_convert_batch(C, mean, sd, bf16, nhwc, src, (void *)(uintptr_t)addr, B, hw);
     Py_END_ALLOW_THREADS
     Py_RETURN_NONE;
+}
+
+int ext_cbatch_images(PyObject *op, const uint8_t **images, uint32_t shape[4])
+{
+    if (!PyObject_TypeCheck(op, ext_batch_type)) {
+        PyErr_SetString(PyExc_TypeError, "ringtrain: a CBatch (CLoader.next()) is expected");
+        return -1;
+    }
+    struct cbatch *self = (struct cbatch *)op;
+    if (check_live(self) < 0)
+        return -1;
+    *images = self->images;
+    shape[0] = self->batch;
+    shape[1] = self->k->c;
+    shape[2] = self->k->h;
+    shape[3] = self->k->w;
+    return 0;
 }
 
 static PyMethodDef methods[] = {
@@ -402,5 +393,6 @@ int ext_cbatch_init(PyObject *m)
 {
     ext_batch_type = ext_add_type(m, &batch_spec, "CBatch");
     ext_view_type = ext_batch_type ? ext_add_type(m, &view_spec, "BatchView") : NULL;
-    return ext_view_type ? 0 : -1;
+    /* The Converter that fills a batch's float tensor at hand-over goes with the batch type. */
+    return ext_view_type ? ext_convert_init(m) : -1;
 }

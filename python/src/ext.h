@@ -125,6 +125,22 @@ int ext_cdataset_init(PyObject *m);
 
 /* A new CBatch for the batch just handed out from `k` (takes over its slot reference), or NULL. */
 PyObject *ext_cbatch_new(struct ext_core *k, struct rt_batch *b);
+/* The images of CBatch `op` (borrowed: valid while the caller holds `op`) and their shape (B, C, H, W): 0, or -1
+ * with an exception (not a CBatch, or released). With the GIL. */
+int ext_cbatch_images(PyObject *op, const uint8_t **images, uint32_t shape[4]);
+
+/* ---- the hand-over conversion (convert.c) --------------------------------------------- */
+
+extern PyTypeObject *ext_converter_type;
+/* Converter, the Python type (added to `m`); called from ext_cbatch_init. 0, or -1 with an exception. */
+int ext_convert_init(PyObject *m);
+/*
+ * n images (n, c, hw) uint8 at `src` as ((float)v / 255 - mean[ch]) / sd[ch] into `dst`: float32, or bfloat16
+ * rounded to nearest even; NCHW, or NHWC with nhwc -- on the calling thread, any thread, no GIL needed. c is 1..4
+ * and every sd positive (else nothing is written).
+ */
+void ext_convert_batch(uint32_t c, const float *mean, const float *sd, int bf16, int nhwc, const uint8_t *src,
+                       void *dst, size_t n, size_t hw);
 
 /* Module functions of each file. */
 PyObject *ext_open_loader(PyObject *self, PyObject *args, PyObject *kw);
