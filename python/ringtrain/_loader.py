@@ -235,6 +235,19 @@ class Loader:
         self._norm = norm or ([0.0] * self.shape[0], [1.0] * self.shape[0])  # float without normalize: x / 255
         self._norm_dev = None  # device="cuda": the two as (1, C, 1, 1) tensors on the GPU, made at the first batch
         self._convert = dtype != torch.uint8
+        # device="cpu": the C converter, its constants checked once; a batch is split over the calling thread
+        # and threads of its own (started at the first batch, asleep between batches)
+        self._converter = None
+        if self._convert and not self._cuda:
+            self._converter = _ringtrain.Converter(*self._norm, bf16=dtype == torch.bfloat16,
+                                                   channels_last=self.channels_last,
+                                                   threads=self._convert_threads())
+
+    def _convert_threads(self):
+        """Threads a batch's conversion is split over: the CPUs the loader's workers use (they wait for a
+        free slot while the consumer converts), at most 8."""
+        cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        return max(1, min(self.workers or cpus, cpus, 8))
 
     def _cpu_images(self, cb):
         """The batch's images as the hand-over options make them: a view of the slot (uint8, nothing asked),
@@ -242,13 +255,17 @@ class Loader:
         torch = self._torch
         if not (self._convert or self.pin_memory or self.channels_last):
             return self._from_dlpack(cb.images())
+        if self._convert and not self.pin_memory:
+            # In the converter's own memory, laid out as asked: a buffer torch freed is filled again, not a fresh
+            # allocation whose pages fault in on every batch.
+            return self._from_dlpack(self._converter.tensor(cb))
         b, (c, h, w) = cb.batch, self.shape
         # One allocation, pinned when asked, laid out NHWC for channels_last (the view is NCHW either way).
         mem = torch.empty((b, h, w, c) if self.channels_last else (b, c, h, w), dtype=self.dtype,
                           pin_memory=self.pin_memory)
         out = mem.permute(0, 3, 1, 2) if self.channels_last else mem
         if self._convert:
-            cb.to_float(out.data_ptr(), self.dtype == torch.bfloat16, self.channels_last, *self._norm)
+            self._converter.run(cb, out.data_ptr())
         else:
             out.copy_(self._from_dlpack(cb.images()))
         return out
