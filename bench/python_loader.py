@@ -30,6 +30,16 @@ With --normalize, each way also makes float32 batches normalised with CIFAR-10's
 (torchvision's ToTensor + Normalize; ringtrain: normalize=(mean, std), channels_last=True, done in C at
 hand-over; the tensor way: one float conversion and normalisation per batch in torch).
 
+With --transform, a second table measures the per-batch callable (the goal: ringtrain.Loader(transform=f)
+within 5 % of the Loader alone plus f alone): on the batches above (float32 with --normalize, else uint8),
+alternated --runs times, each in its own process,
+  loader            ringtrain.Loader(...) alone (the first table's ringtrain way)
+  callable          f alone, timed over 16 batches taken from that Loader first and kept
+  loader+callable   ringtrain.Loader(..., transform=f)
+with f a fixed-weight mixup of the batch with itself reversed (0.8 x + 0.2 x.flip(0), one vectorised
+expression, a new tensor per batch); per-batch times t = B / (images/s), and the goal compares
+t(loader+callable) with t(loader) + t(callable).
+
 With --device cuda (default: added when torch sees a GPU), the same three
 deliver CUDA tensors: ringtrain.Loader(device="cuda"), the DataLoader's pinned
 batches through .to("cuda", non_blocking=True), the tensor way with the split
@@ -55,7 +65,7 @@ Usage:
   PYTHONPATH=build/python bench/python_loader.py [--data DIR] [--batch-size B]
       [--runs R] [--workers W] [--sweep LIST] [--thread-sweep LIST]
       [--seconds S] [--warmup K] [--device LIST] [--train N]
-      [--tensor-method rows|gather] [--json]
+      [--tensor-method rows|gather] [--normalize] [--transform] [--json]
 About 3 minutes on 2 cores with the defaults (once the dataset exists).
 Exit status: 0 when every measurement ran, 1 when one failed, 2 on a usage
 error or a missing prerequisite.
@@ -80,6 +90,9 @@ LABEL = {"ringtrain": "ringtrain.Loader", "dataloader": "DataLoader(torchvision 
          "tensor": "PyTorch uint8 tensor idiom"}
 GOALS = (("dataloader", 20.0), ("tensor", 1.0))
 GOALS_NORMALIZED = (("dataloader", 100.0), ("tensor", 1.0))  # --normalize: the float batches a step takes
+# --transform: the per-batch callable's measurement, and its goal (Loader + f within 5 % of the two alone)
+TRANSFORM_WAYS = ("loader", "callable", "loader+callable")
+TRANSFORM_SLACK = 0.05
 
 
 def fail(msg, status=2):
@@ -302,6 +315,39 @@ def one_ringtrain(a, torch, sync):
             "note": "workers %d" % a.workers}
 
 
+def mix(images, labels):
+    """--transform's per-batch callable: a fixed-weight mixup of the batch with itself reversed, one vectorised
+    expression (what a script's own per-batch logic looks like), a new tensor per batch."""
+    return images.mul(0.8).add_(images.flip(0), alpha=0.2), labels
+
+
+def one_transform(a, torch, sync):
+    """--one loader / callable / loader+callable (see --transform)."""
+    import ringtrain
+
+    norm = dict(normalize=(CIFAR_MEAN, CIFAR_STD), channels_last=True) if a.normalize else {}
+    f = mix if a.one == "loader+callable" else None
+    loader = ringtrain.Loader(a.packed, a.batch_size, seed=0, workers=a.workers, device=a.device, transform=f,
+                              **norm)
+    if a.one == "callable":
+        kept = []
+        for x, y in loader:
+            kept.append((x, y))
+            if len(kept) == 16:
+                break
+        loader.close()
+
+        def batches():
+            for x, y in kept:
+                yield mix(x, y)
+        images, secs, last = measure(batches, a, sync)
+    else:
+        images, secs, last = measure(lambda: iter(loader), a, sync)
+        loader.close()
+    check_batch(torch, last, a, a.device)
+    return {"images": images, "seconds": secs, "workers": a.workers, "note": "workers %d" % a.workers}
+
+
 def one_dataloader(a, torch, sync):
     import torchvision.transforms as T
 
@@ -462,7 +508,7 @@ def run_one(a):
     else:
         def sync():
             pass
-    fn = {"ringtrain": one_ringtrain, "dataloader": one_dataloader, "tensor": one_tensor}[a.one]
+    fn = {"ringtrain": one_ringtrain, "dataloader": one_dataloader, "tensor": one_tensor}.get(a.one, one_transform)
     r = fn(a, torch, sync)
     r.update(way=a.one, device=a.device, batch_size=a.batch_size, images_per_s=r["images"] / r["seconds"])
     print(json.dumps(r), flush=True)
@@ -478,7 +524,7 @@ def command(a, way, device, knob=None):
            "--batch-size", str(a.batch_size), "--seconds", str(a.seconds), "--warmup", str(a.warmup)]
     if a.normalize:
         cmd.append("--normalize")
-    if way == "ringtrain":
+    if way == "ringtrain" or way in TRANSFORM_WAYS:
         cmd += ["--packed", a.packed, "--workers", str(a.workers)]
     elif way == "dataloader":
         cmd += ["--tv", a.tv, "--dl-workers", str(knob)]
@@ -596,6 +642,48 @@ def bench_device(a, device):
     return summary, fails
 
 
+def bench_transform(a, device):
+    """--transform: the per-batch callable's goal, alternated runs; returns (summary dict, failures)."""
+    fails = 0
+    print()
+    print("== %s: a per-batch callable, ringtrain.Loader(transform=f) against the two alone ==" % device)
+    res = {w: [] for w in TRANSFORM_WAYS}
+    for i in range(a.runs):
+        k = i % len(TRANSFORM_WAYS)
+        print("run %d/%d" % (i + 1, a.runs), flush=True)
+        for w in TRANSFORM_WAYS[k:] + TRANSFORM_WAYS[:k]:
+            r = run_cmd(command(a, w, device), w)
+            if r is None:
+                fails += 1
+            else:
+                res[w].append(r["images_per_s"])
+    if not all(res.values()):
+        print("  a measurement failed: no verdict")
+        return {}, fails
+    med = {w: statistics.median(v) for w, v in res.items()}
+    us = {w: 1e6 * a.batch_size / med[w] for w in TRANSFORM_WAYS}
+    alone = us["loader"] + us["callable"]
+    over = us["loader+callable"] / alone - 1
+    print()
+    print("Medians of %d runs, batch %d, %s, device %s, %d CPUs (%s); f = 0.8 x + 0.2 x.flip(0)." % (
+        a.runs, a.batch_size, "float32 normalised, channels_last" if a.normalize else "uint8", device,
+        len(os.sched_getaffinity(0)), cpu_model()))
+    print()
+    print("| measured | images/s (median) | min - max | us per batch |")
+    print("|---|---:|---:|---:|")
+    for w in TRANSFORM_WAYS:
+        print("| %s | %.0f | %.0f - %.0f | %.1f |" % (w, med[w], min(res[w]), max(res[w]), us[w]))
+    print("| loader + callable alone (sum of the times) | %.0f | | %.1f |" % (1e6 * a.batch_size / alone, alone))
+    ok = over <= TRANSFORM_SLACK
+    print()
+    print("| goal | result |")
+    print("|---|---|")
+    print("| ringtrain.Loader(transform=f) within %.0f %% of the Loader alone + f alone | %+.1f %% %s |" % (
+        100 * TRANSFORM_SLACK, 100 * over, "PASS" if ok else "MISS"))
+    return {"median": med, "us_per_batch": us, "over": over, "pass": ok,
+            "runs": {w: v for w, v in res.items()}}, fails
+
+
 def default_sweep(ncpu):
     """0, then the largest three of 1, 2, 4, ... up to ncpu, and ncpu: "0,1,2" on 2 CPUs, "0,4,8,16" on 16."""
     vals = sorted({1 << k for k in range(ncpu.bit_length()) if 1 << k <= ncpu} | {ncpu})
@@ -625,8 +713,10 @@ def parse(argv):
     p.add_argument("--json", action="store_true", help="print one JSON summary line last")
     p.add_argument("--normalize", action="store_true",
                    help="float32 batches normalised with CIFAR-10's mean and std (ToTensor + Normalize) in every way")
+    p.add_argument("--transform", action="store_true",
+                   help="also measure a per-batch callable: Loader(transform=f) against the Loader and f alone")
     # One measurement in this process (what the runs start).
-    p.add_argument("--one", choices=WAYS, help=argparse.SUPPRESS)
+    p.add_argument("--one", choices=WAYS + TRANSFORM_WAYS, help=argparse.SUPPRESS)
     p.add_argument("--packed", help=argparse.SUPPRESS)
     p.add_argument("--tv", help=argparse.SUPPRESS)
     p.add_argument("--dl-workers", type=int, default=0, help=argparse.SUPPRESS)
@@ -709,6 +799,9 @@ def main(argv):
         s, f = bench_device(a, d)
         out["devices"][d] = s
         fails += f
+        if a.transform:
+            s["transform"], f = bench_transform(a, d)
+            fails += f
     print()
     out["load"] = meter.report()
     if a.json:
