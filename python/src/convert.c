@@ -426,6 +426,32 @@ static int cv_plan_init(struct cv_plan *p, uint32_t c, const float *mean, const 
     return 0;
 }
 
+/*
+ * Another kernel than the plan's own choice, for tests: "table", "avx512"
+ * (where the CPU has it, and only if exact for these constants: else the
+ * table) or "avx512vbmi". 0, or -ENOTSUP when the CPU lacks it.
+ */
+static int cv_plan_force(struct cv_plan *p, const char *name)
+{
+    if (!strcmp(name, "table")) {
+        p->kernel = CV_TABLE;
+        return 0;
+    }
+#if CV_X86
+    const int layout = !p->nhwc || p->c == 1 || p->c == 3;
+    if (!strcmp(name, "avx512") && layout && __builtin_cpu_supports("avx512f")) {
+        p->kernel = cv_simd_exact(p) ? CV_AVX512 : CV_TABLE;
+        return 0;
+    }
+    if (!strcmp(name, "avx512vbmi") && layout && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vbmi")) {
+        p->kernel = CV_VBMI;
+        return 0;
+    }
+#endif
+    return -ENOTSUP;
+}
+
 static void cv_plan_run(const struct cv_plan *p, const uint8_t *src, void *dst, size_t n0, size_t n1, size_t hw)
 {
 #if CV_X86
@@ -731,11 +757,13 @@ static int float_seq(PyObject *seq, const char *what, uint32_t *c, float *out)
 
 static PyObject *converter_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
 {
-    static char *kwlist[] = {"mean", "std", "bf16", "channels_last", "threads", NULL};
+    static char *kwlist[] = {"mean", "std", "bf16", "channels_last", "threads", "kernel", NULL};
     PyObject *mean_o, *std_o;
     int bf16 = 0, nhwc = 0;
     unsigned int threads = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|ppI:Converter", kwlist, &mean_o, &std_o, &bf16, &nhwc, &threads))
+    const char *kernel = "auto";
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "OO|ppIs:Converter", kwlist, &mean_o, &std_o, &bf16, &nhwc, &threads,
+                                     &kernel))
         return NULL;
     uint32_t c = 0;
     float mean[CV_MAX_C], sd[CV_MAX_C];
@@ -749,6 +777,13 @@ static PyObject *converter_new(PyTypeObject *tp, PyObject *args, PyObject *kw)
     if (cv_plan_init(&self->plan, c, mean, sd, bf16, nhwc) < 0) {
         Py_DECREF(self);
         return ext_raisef(EINVAL, "Converter: every std must be positive");
+    }
+    if (strcmp(kernel, "auto") && cv_plan_force(&self->plan, kernel) < 0) {
+        Py_DECREF(self);
+        return PyErr_Format(PyExc_ValueError,
+                            "Converter: kernel '%s' is not one this CPU and layout have (auto, table, avx512, "
+                            "avx512vbmi)",
+                            kernel);
     }
     self->threads = threads;
     self->pid = getpid();
@@ -897,9 +932,10 @@ static PyType_Slot slots[] = {
     {Py_tp_dealloc, converter_dealloc},
     {Py_tp_methods, methods},
     {Py_tp_getset, getset},
-    {Py_tp_doc, "Converter(mean, std, bf16=False, channels_last=False, threads=1): a batch's uint8 images as "
-                "(v / 255 - mean) / std in float32 or bfloat16, NCHW or NHWC, split over `threads` threads "
-                "(the caller and threads - 1 of its own)."},
+    {Py_tp_doc, "Converter(mean, std, bf16=False, channels_last=False, threads=1, kernel='auto'): a batch's uint8 "
+                "images as (v / 255 - mean) / std in float32 or bfloat16, NCHW or NHWC, split over `threads` "
+                "threads (the caller and threads - 1 of its own); kernel names one for tests ('table', 'avx512', "
+                "'avx512vbmi': ValueError where the CPU lacks it)."},
     {0, NULL},
 };
 

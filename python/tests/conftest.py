@@ -145,6 +145,15 @@ def data(dataset):
 
 
 @pytest.fixture(scope="session")
+def mnist(tmp_path_factory, cli):
+    """A packed synthetic MNIST (1x28x28; 480 train, 64 test records)."""
+    root = tmp_path_factory.mktemp("mnist")
+    cli("synth", "--out", root / "src", "--format", "mnist", "--train", 480, "--test", 64, "--seed", 2)
+    cli("pack", root / "src", "--out", root / "packed")
+    return str(root / "packed")
+
+
+@pytest.fixture(scope="session")
 def raw_test_records(dataset):
     """The test split read straight from the synthetic CIFAR file: (images uint8 (N,C,H,W), labels int64 (N,))."""
     import numpy as np

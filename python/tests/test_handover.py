@@ -106,3 +106,86 @@ def test_gpu_handover_is_the_cpu_one(data, dtype):
         assert xg.is_cuda and xg.is_contiguous(memory_format=torch.channels_last)
         assert torch.equal(xg.cpu(), xc), f"max difference {float((xg.cpu().float() - xc.float()).abs().max())}"
         assert torch.equal(yg.cpu(), yc)
+
+
+KERNELS = ("table", "avx512", "avx512vbmi")
+
+
+def converter_kernels(mean, std, **kw):
+    """A Converter per kernel this CPU has for the layout (the table always), and the names that ran."""
+    from ringtrain import _ringtrain
+
+    out = []
+    for k in KERNELS:
+        try:
+            out.append(_ringtrain.Converter(mean, std, kernel=k, **kw))
+        except ValueError:
+            pass
+    return out
+
+
+@pytest.mark.parametrize("channels", [3, 1])
+def test_every_conversion_kernel_gives_torchs_bits(data, mnist, channels):
+    """The hand-over's kernels (the table; AVX-512's expression with its exactness check; the table by VBMI byte
+    permutes) over random constants, both dtypes and layouts, one and three threads: torch's values bit for bit."""
+    import random
+
+    from torch.utils.dlpack import from_dlpack
+
+    from ringtrain import _ringtrain
+
+    rnd = random.Random(1)
+    core = _ringtrain.open_loader(data if channels == 3 else mnist, batch=9, workers=1, augment="none", slots=4)
+    cb = core.next()
+    x8 = from_dlpack(cb.images()).clone()
+    b, c, h, w = x8.shape
+    consts = [([0.0] * c, [1.0] * c), ([0.485, 0.456, 0.406][:c], [0.229, 0.224, 0.225][:c])]
+    consts += [([rnd.uniform(-1, 2) for _ in range(c)], [rnd.uniform(0.01, 3) for _ in range(c)]) for _ in range(12)]
+    ran = set()
+    for mean, std in consts:
+        for bf16 in (False, True):
+            dt = torch.bfloat16 if bf16 else torch.float32
+            want = torchvision_normalize(x8, mean, std).to(dt)
+            for nhwc in (False, True):
+                for threads in (1, 3):
+                    for conv in converter_kernels(mean, std, bf16=bf16, channels_last=nhwc, threads=threads):
+                        mem = torch.full((b, h, w, c) if nhwc else (b, c, h, w), float("nan"), dtype=dt)
+                        out = mem.permute(0, 3, 1, 2) if nhwc else mem
+                        conv.run(cb, out.data_ptr())
+                        ran.add(conv.kernel)
+                        assert torch.equal(out, want), (conv.kernel, mean, std, bf16, nhwc, threads)
+    del cb
+    core.close()
+    assert "table" in ran
+
+
+def test_converter_tensors_own_their_memory(data):
+    """tensor(): the converter's reused buffers -- each tensor right, kept ones untouched by later batches, and
+    alive after the converter is gone."""
+    from torch.utils.dlpack import from_dlpack
+
+    from ringtrain import _ringtrain
+
+    mean, std = [0.4914, 0.4822, 0.4465], [0.247, 0.243, 0.261]
+    core = _ringtrain.open_loader(data, batch=64, workers=1, augment="none", slots=4)
+    cb = core.next()
+    x8 = from_dlpack(cb.images()).clone()
+    for bf16 in (False, True):
+        for nhwc in (False, True):
+            conv = _ringtrain.Converter(mean, std, bf16=bf16, channels_last=nhwc, threads=2)
+            want = torchvision_normalize(x8, mean, std).to(torch.bfloat16 if bf16 else torch.float32)
+            kept = []
+            for i in range(9):
+                t = from_dlpack(conv.tensor(cb))
+                assert torch.equal(t, want)
+                assert t.is_contiguous(memory_format=torch.channels_last if nhwc else torch.contiguous_format)
+                if i % 3 == 0:
+                    kept.append(t)
+                    t.add_(1)  # the user's own tensor: a later batch must not write over it
+                del t
+            unconsumed = conv.tensor(cb)
+            del unconsumed  # a capsule never taken: freed by the capsule
+            del conv
+            assert all(torch.equal(k, want + 1) for k in kept)
+    del cb
+    core.close()

@@ -14,14 +14,6 @@ import ringtrain
 BATCH, SEED, S = 16, 4, 32
 
 
-@pytest.fixture(scope="session")
-def mnist(tmp_path_factory, cli):
-    root = tmp_path_factory.mktemp("mnist")
-    cli("synth", "--out", root / "src", "--format", "mnist", "--train", 480, "--test", 64, "--seed", 2)
-    cli("pack", root / "src", "--out", root / "packed")
-    return str(root / "packed")
-
-
 def train_digest(cli, data, *extra):
     """The batch digest `train --batch-digest --json` reports for one epoch of the training split."""
     r = cli("train", "--data", data, "--model", "mnist-net", "--batch-size", BATCH, "--seed", SEED, "--epochs", 1,
