@@ -393,6 +393,5 @@ int ext_cbatch_init(PyObject *m)
 {
     ext_batch_type = ext_add_type(m, &batch_spec, "CBatch");
     ext_view_type = ext_batch_type ? ext_add_type(m, &view_spec, "BatchView") : NULL;
-    /* The Converter that fills a batch's float tensor at hand-over goes with the batch type. */
-    return ext_view_type ? ext_convert_init(m) : -1;
+    return ext_view_type ? 0 : -1;
 }

@@ -132,7 +132,7 @@ int ext_cbatch_images(PyObject *op, const uint8_t **images, uint32_t shape[4]);
 /* ---- the hand-over conversion (convert.c) --------------------------------------------- */
 
 extern PyTypeObject *ext_converter_type;
-/* Converter, the Python type (added to `m`); called from ext_cbatch_init. 0, or -1 with an exception. */
+/* Converter, the Python type (added to `m`); called from the module's init. 0, or -1 with an exception. */
 int ext_convert_init(PyObject *m);
 /*
  * n images (n, c, hw) uint8 at `src` as ((float)v / 255 - mean[ch]) / sd[ch] into `dst`: float32, or bfloat16

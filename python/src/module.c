@@ -331,7 +331,7 @@ PyMODINIT_FUNC PyInit__ringtrain(void)
         Py_DECREF(ext_error);
         goto fail;
     }
-    if (ext_cbatch_init(m) < 0 || ext_cloader_init(m) < 0 || ext_cdataset_init(m) < 0)
+    if (ext_cbatch_init(m) < 0 || ext_convert_init(m) < 0 || ext_cloader_init(m) < 0 || ext_cdataset_init(m) < 0)
         goto fail;
     return m;
 fail:
