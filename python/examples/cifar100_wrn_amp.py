@@ -93,12 +93,8 @@ def main():
     parser.add_argument("--dropout", type=float, default=0.0)
     parser.set_defaults(amp="bf16")
     args = parser.parse_args()
-    if args.prepare:
-        packed, tv = common.prepare(args.prepare, "cifar100", args.synth_train, args.synth_test, args.seed)
-        print("prepared: --loader ringtrain --data %s | --loader torch --data %s" % (packed, tv))
+    if common.prepared(args, parser, "cifar100"):
         return
-    if not args.data:
-        parser.error("--data is required (or --prepare DIR)")
     if args.threads:
         torch.set_num_threads(args.threads)
     rank, world, device = common.init_distributed(args.device)

@@ -302,12 +302,8 @@ def main():
                         help="start N ranks on this machine with torch.multiprocessing.spawn")
     parser.set_defaults(lr=1e-3, weight_decay=0.0, epochs=10)
     args = parser.parse_args()
-    if args.prepare:
-        packed, tv = common.prepare(args.prepare, "cifar10", args.synth_train, args.synth_test, args.seed)
-        print("prepared: --loader ringtrain --data %s | --loader torch --data %s" % (packed, tv))
+    if common.prepared(args, parser, "cifar10"):
         return
-    if not args.data:
-        parser.error("--data is required (or --prepare DIR)")
     if args.accum < 1:
         parser.error("--accum must be at least 1")
     if (args.resume or args.stop_after) and not args.ckpt:

@@ -212,12 +212,8 @@ def main():
     p.add_argument("--coverage", action="store_true", help="count the distinct images each epoch trained on")
     p.add_argument("--json", action="store_true", help="rank 0 prints one JSON line at the end")
     args = p.parse_args()
-    if args.prepare:
-        packed, tv = common.prepare(args.prepare, "cifar10", args.synth_train, args.synth_test, args.seed)
-        print("prepared: --loader ringtrain --data %s | --loader torch --data %s" % (packed, tv))
+    if common.prepared(args, p, "cifar10"):
         return 0
-    if not args.data:
-        p.error("--data is required (or --prepare DIR)")
     if L is None:
         raise SystemExit("this example needs PyTorch Lightning 2.x: neither `lightning` nor `pytorch_lightning` imports")
     if args.threads:

@@ -58,12 +58,8 @@ def main():
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     common.add_common_args(parser, "cifar10")
     args = parser.parse_args()
-    if args.prepare:
-        packed, tv = common.prepare(args.prepare, "cifar10", args.synth_train, args.synth_test, args.seed)
-        print("prepared: --loader ringtrain --data %s | --loader torch --data %s" % (packed, tv))
+    if common.prepared(args, parser, "cifar10"):
         return
-    if not args.data:
-        parser.error("--data is required (or --prepare DIR)")
     if args.threads:
         torch.set_num_threads(args.threads)
     rank, world, device = common.init_distributed(args.device)

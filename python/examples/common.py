@@ -343,6 +343,22 @@ def report(args, name, rank, world, device, epochs, model, prof=None):
 
 # --- the test-data step (--prepare) ----------------------------------------------
 
+def prepared(args, parser, kind):
+    """The scripts' --prepare DIR and --data rules: with --prepare, writes the synthetic data in both layouts
+    (prepare or prepare_mnist), prints the two --data choices and returns True (the script then ends); else
+    stops with a usage error when --data is missing."""
+    if args.prepare:
+        if kind == "mnist":
+            packed, tv = prepare_mnist(args.prepare, args.synth_train, args.synth_test, args.seed)
+        else:
+            packed, tv = prepare(args.prepare, kind, args.synth_train, args.synth_test, args.seed)
+        print("prepared: --loader ringtrain --data %s | --loader torch --data %s" % (packed, tv))
+        return True
+    if not args.data:
+        parser.error("--data is required (or --prepare DIR)")
+    return False
+
+
 def prepare(root, kind, train, test, seed):
     """Writes a synthetic CIFAR-10 or CIFAR-100 in both layouts from the same records:
     root/src (ringtrain.synth: the CIFAR binary distribution's files), root/packed

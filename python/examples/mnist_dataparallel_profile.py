@@ -178,12 +178,8 @@ def main():
                         "trains on every image once)")
     p.add_argument("--json", action="store_true", help="print one JSON line of figures at the end")
     args = p.parse_args()
-    if args.prepare:
-        packed, tv = common.prepare_mnist(args.prepare, args.synth_train, args.synth_test, args.seed)
-        print("prepared: --loader ringtrain --data %s | --loader torch --data %s" % (packed, tv))
+    if common.prepared(args, p, "mnist"):
         return
-    if not args.data:
-        p.error("--data is required (or --prepare DIR)")
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)

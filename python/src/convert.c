@@ -167,6 +167,21 @@ static CV_TARGET_AVX512 int cv_simd_exact(const struct cv_plan *p)
     return 1;
 }
 
+/* Pixels [i0, hw) of a 3-plane image (planes a, b, c) through the table, as NHWC values from dst[o] on: what the
+ * vector kernels leave past their last full vector. */
+static inline void cv_tail_nhwc3(const struct cv_plan *p, const uint8_t *a, const uint8_t *b, const uint8_t *c,
+                                 size_t i0, size_t hw, void *dst, size_t o)
+{
+    for (size_t i = i0; i < hw; i++)
+        for (size_t ch = 0; ch < 3; ch++) {
+            const size_t at = o + 3 * i + ch, v = ch * 256 + (ch == 0 ? a : ch == 1 ? b : c)[i];
+            if (p->bf16)
+                ((uint16_t *)dst)[at] = p->lut16[v];
+            else
+                ((float *)dst)[at] = p->lut[v];
+        }
+}
+
 /*
  * Images [n0, n1) with cv_norm16: NCHW plane by plane; NHWC with 3 channels
  * 16 pixels of the three planes at a time, interleaved by two-source permutes
@@ -226,14 +241,7 @@ static inline __attribute__((always_inline)) CV_TARGET_AVX512 void cv_simd(const
                 cv_store16(dst, o + 3 * i + 16 * (size_t)k, bf16, _mm512_permutex2var_ps(t, x2[k], vc));
             }
         }
-        for (size_t i = body; i < hw; i++)
-            for (size_t ch = 0; ch < 3; ch++) {
-                const size_t at = o + 3 * i + ch, v = ch * 256 + (ch == 0 ? a : ch == 1 ? b : c)[i];
-                if (bf16)
-                    ((uint16_t *)dst)[at] = p->lut16[v];
-                else
-                    ((float *)dst)[at] = p->lut[v];
-            }
+        cv_tail_nhwc3(p, a, b, c, body, hw, dst, o);
     }
 }
 
@@ -365,14 +373,7 @@ static inline __attribute__((always_inline)) CV_TARGET_VBMI void cv_vbmi(const s
                     }
                 }
         }
-        for (size_t i = body; i < hw; i++)
-            for (size_t ch = 0; ch < 3; ch++) {
-                const size_t at = 3 * i + ch, v = ch * 256 + (ch == 0 ? a : ch == 1 ? b : c)[i];
-                if (bf16)
-                    ((uint16_t *)out)[at] = p->lut16[v];
-                else
-                    ((float *)out)[at] = p->lut[v];
-            }
+        cv_tail_nhwc3(p, a, b, c, body, hw, out, 0);
     }
 }
 
