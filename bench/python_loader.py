@@ -771,8 +771,10 @@ def main(argv):
     a.packed, a.tv = make_dataset(os.path.abspath(a.data), a.train)
     print("dataset:  %s (synthetic CIFAR-10, %d train images, 3x32x32; packed raw)" % (a.packed, a.train))
     print("          torchvision reads %s/cifar-10-batches-py (the same records)" % a.tv)
-    print("settings: batch %d, crop 32 with 4-pixel zero padding + horizontal flip; uint8 (B,3,32,32) + int64 (B,)"
-          % a.batch_size)
+    images = ("float32 (B,3,32,32) normalised with CIFAR-10's mean and std (ringtrain: channels_last)"
+              if a.normalize else "uint8 (B,3,32,32)")
+    print("settings: batch %d, crop 32 with 4-pixel zero padding + horizontal flip; %s + int64 (B,)"
+          % (a.batch_size, images))
     print("          every way; %d untimed batches, then %.1f s timed per measurement, each in its own process;"
           % (a.warmup, a.seconds))
     print("          %d runs alternated (the first way rotates every run); the consumer drops each batch"
