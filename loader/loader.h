@@ -158,7 +158,7 @@ enum rt_jitter { RT_JITTER_BRIGHTNESS = 0, RT_JITTER_CONTRAST, RT_JITTER_SATURAT
  * uint8 augmentation, torchvision's operations under their names, each
  * drawn from (seed, epoch, sample id) alone, in this order:
  *  - a random crop of the original size out of the image padded by `pad`
- *    pixels, zero or reflect (RandomCrop(size, padding, padding_mode));
+ *    pixels, zero or reflect (torchvision's RandomCrop with its padding);
  *  - a horizontal flip: RANDOM (probability 1/2 each epoch) or ALTERNATE (a
  *    random first-epoch choice per sample, inverted every other epoch);
  *  - ColorJitter(brightness, contrast, saturation): each `jitter` value v > 0
