@@ -249,6 +249,13 @@ void rt_aug_draw(const struct rt_aug *a, uint64_t seed, uint64_t epoch, uint64_t
     }
 }
 
+/* Cloned per ISA so the row copies and the pixel arithmetic use the widest shuffles the CPU has (not in sanitizer builds). */
+#ifdef RT_NO_IFUNC
+#define RT_CLONES
+#else
+#define RT_CLONES __attribute__((target_clones("avx2", "default")))
+#endif
+
 /* ---- the pixel operations: torchvision's tensor functions on uint8, value for value ------------------- */
 
 /*
@@ -270,14 +277,11 @@ static inline uint8_t gray_of(uint8_t r, uint8_t g, uint8_t b)
     return (uint8_t)(0.2989f * (float)r + 0.587f * (float)g + 0.114f * (float)b);
 }
 
-/* One value -> value table applied to every pixel (brightness, contrast). */
-static void apply_table(uint8_t *img, size_t n, float ratio, float other)
+/* The blend with one value for every pixel (brightness: 0; contrast: the mean), written so that it vectorises. */
+static inline void blend_all(uint8_t *restrict img, size_t n, float ratio, float other)
 {
-    uint8_t t[256];
-    for (int v = 0; v < 256; v++)
-        t[v] = blend(ratio, (float)v, other);
     for (size_t i = 0; i < n; i++)
-        img[i] = t[img[i]];
+        img[i] = blend(ratio, img[i], other);
 }
 
 /* n pixels of the gray image of a CHW RGB image (planes hw apart), as rgb_to_grayscale makes them. */
@@ -290,12 +294,12 @@ static void gray_plane(const uint8_t *restrict img, size_t hw, size_t n, uint8_t
 /* The gray image is made in pieces of this many pixels, on the stack. */
 #define GRAY_CHUNK 4096
 
-static void jitter_one(enum rt_jitter kind, float f, uint32_t c, size_t hw, uint8_t *img)
+RT_CLONES static void jitter_one(enum rt_jitter kind, float f, uint32_t c, size_t hw, uint8_t *img)
 {
     uint8_t gray[GRAY_CHUNK];
     switch (kind) {
     case RT_JITTER_BRIGHTNESS:
-        apply_table(img, c * hw, f, 0.0f);
+        blend_all(img, c * hw, f, 0.0f);
         break;
     case RT_JITTER_CONTRAST: {
         /* The mean of the gray image in float32: its sum is exact (below 2^24), then divided as torch's mean. */
@@ -312,7 +316,7 @@ static void jitter_one(enum rt_jitter kind, float f, uint32_t c, size_t hw, uint
                 part += p[i];
             sum += part;
         }
-        apply_table(img, c * hw, f, (float)sum / (float)hw);
+        blend_all(img, c * hw, f, (float)sum / (float)hw);
         break;
     }
     case RT_JITTER_SATURATION:
@@ -355,12 +359,6 @@ static void apply_pixels(const struct rt_aug *a, const struct rt_aug_draw *d, ui
 static _Thread_local uint8_t padded_buf[PADDED_MAX];
 static _Thread_local uint64_t padded_geom;
 
-/* Cloned per ISA so the row copies use the widest shuffles the CPU has (not in sanitizer builds). */
-#ifdef RT_NO_IFUNC
-#define RT_CLONES
-#else
-#define RT_CLONES __attribute__((target_clones("avx2", "default")))
-#endif
 RT_CLONES void rt_augment(const struct rt_aug *a, uint64_t seed, uint64_t epoch, uint64_t id, uint32_t c,
                           uint32_t h, uint32_t w, const uint8_t *src, uint8_t *dst)
 {
