@@ -249,7 +249,7 @@ void rt_aug_draw(const struct rt_aug *a, uint64_t seed, uint64_t epoch, uint64_t
     }
 }
 
-/* Cloned per ISA so the row copies and the pixel arithmetic use the widest shuffles the CPU has (not in sanitizer builds). */
+/* Cloned per ISA: the row copies and the pixel arithmetic in the widest vectors the CPU has (not under sanitizers). */
 #ifdef RT_NO_IFUNC
 #define RT_CLONES
 #else

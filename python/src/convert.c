@@ -275,7 +275,8 @@ static inline CV_TARGET_VBMI __m512i cv_look(const uint8_t *t, __m512i idx)
 }
 
 /* 64 pixels of channel ch (idx in cv_vbmi_order): v[0..3] 16 floats each, or v[0..1] 32 bfloat16 each, in order. */
-static inline CV_TARGET_VBMI void cv_vbmi64(const struct cv_plan *p, const int bf16, size_t ch, __m512i idx, __m512i v[4])
+static inline CV_TARGET_VBMI void cv_vbmi64(const struct cv_plan *p, const int bf16, size_t ch, __m512i idx,
+                                             __m512i v[4])
 {
     const __m512i b0 = cv_look(p->bytes[ch][0], idx), b1 = cv_look(p->bytes[ch][1], idx);
     if (bf16) {
