@@ -475,11 +475,27 @@ static int parse_count(const char *name, const char *val, uint32_t lo, uint32_t 
     return 0;
 }
 
+/* crop-scale=A:B or crop-ratio=A:B: RandomResizedCrop's ranges, 0 < A <= B (<= 1 for the area share). */
+static int parse_crop_range(const char *name, const char *val, double hi_max, double out[2])
+{
+    double v[2];
+    if (!val || parse_numbers(val, v, 2) != 2 || !(v[0] > 0 && v[0] <= v[1] && v[1] <= hi_max))
+        return rt_errf(-EINVAL, "%s=MIN:MAX needs 0 < MIN <= MAX%s, not '%s'", name,
+                       hi_max <= 1 ? " <= 1" : "", val ? val : "");
+    out[0] = v[0];
+    out[1] = v[1];
+    return 0;
+}
+
 static int parse_token(char *tok, struct rt_aug *a)
 {
     char *val = strchr(tok, '=');
     if (val)
         *val++ = 0;
+    if (!strcmp(tok, "crop-scale"))
+        return parse_crop_range(tok, val, 1.0, a->crop_scale);
+    if (!strcmp(tok, "crop-ratio"))
+        return parse_crop_range(tok, val, 1e6, a->crop_ratio);
     if (!strcmp(tok, "crop")) {
         a->pad = 4;
         return val ? parse_count("crop=PAD", val, 0, 4096, &a->pad) : 0;
@@ -500,8 +516,9 @@ static int parse_token(char *tok, struct rt_aug *a)
     else if (!strcmp(tok, "alternate-flip"))
         a->flip = RT_FLIP_ALTERNATE;
     else
-        return rt_errf(-EINVAL, "unknown '%s' (crop[=PAD], reflect, flip, alternate-flip, brightness=V, "
-                       "contrast=V, saturation=V, jitter=V, erase[=P[:SMIN:SMAX[:RMIN:RMAX]]], cutout=SIZE, none)",
+        return rt_errf(-EINVAL, "unknown '%s' (crop[=PAD], reflect, crop-scale=SMIN:SMAX, crop-ratio=RMIN:RMAX, "
+                       "flip, alternate-flip, brightness=V, contrast=V, saturation=V, jitter=V, "
+                       "erase[=P[:SMIN:SMAX[:RMIN:RMAX]]], cutout=SIZE, none)",
                        tok);
     return 0;
 }
@@ -534,6 +551,10 @@ void rt_aug_describe(const struct rt_aug *a, char *buf, size_t len)
 #define PUT(...) (n += (size_t)snprintf(buf + RT_MIN(n, len), n < len ? len - n : 0, __VA_ARGS__))
     if (a->pad)
         PUT("%scrop=%" PRIu32 "%s", n ? "," : "", a->pad, a->pad_mode == RT_PAD_REFLECT ? ",reflect" : "");
+    if (a->crop_scale[1] > 0)
+        PUT("%scrop-scale=%g:%g", n ? "," : "", a->crop_scale[0], a->crop_scale[1]);
+    if (a->crop_ratio[1] > 0)
+        PUT("%scrop-ratio=%g:%g", n ? "," : "", a->crop_ratio[0], a->crop_ratio[1]);
     if (a->flip)
         PUT("%s%s", n ? "," : "", a->flip == RT_FLIP_RANDOM ? "flip" : "alternate-flip");
     if (a->jitter[0] > 0 && a->jitter[0] == a->jitter[1] && a->jitter[1] == a->jitter[2])

@@ -995,6 +995,16 @@ int rt_loader_opts_for(const struct rt_dataset_info *info, enum rt_split split, 
         o->crop = split == RT_SPLIT_TRAIN && o->aug.pad ? RT_CROP_RANDOM : RT_CROP_CENTER;
         o->aug.pad = 0;
         o->aug.pad_mode = RT_PAD_ZERO;
+        for (int k = 0; k < 2; k++) { /* the spelling's crop-scale/crop-ratio, where given, over the options' */
+            if (o->aug.crop_scale[1] > 0)
+                o->crop_scale[k] = o->aug.crop_scale[k];
+            if (o->aug.crop_ratio[1] > 0)
+                o->crop_ratio[k] = o->aug.crop_ratio[k];
+        }
+    } else if (o->aug.crop_scale[1] > 0 || o->aug.crop_ratio[1] > 0) {
+        return rt_errf(-EINVAL, "%s: crop-scale and crop-ratio are RandomResizedCrop's, for images of their own "
+                       "sizes (pack --max-side); these are %ux%u: crop=PAD pads and crops them", info->dir,
+                       info->height, info->width);
     }
     if (o->aug.erase_p > 0 || o->aug.cutout) {
         /* Erased pixels take the data's mean colour: 0 once normalised, as RandomErasing(value=0) after Normalize. */

@@ -159,6 +159,9 @@ enum rt_jitter { RT_JITTER_BRIGHTNESS = 0, RT_JITTER_CONTRAST, RT_JITTER_SATURAT
  * drawn from (seed, epoch, sample id) alone, in this order:
  *  - a random crop of the original size out of the image padded by `pad`
  *    pixels, zero or reflect (torchvision's RandomCrop with its padding);
+ *    for images of their own sizes the loader's RandomResizedCrop instead,
+ *    whose area share and aspect ranges crop_scale and crop_ratio set when
+ *    non-zero (rt_loader_opts_for copies them into the loader's options);
  *  - a horizontal flip: RANDOM (probability 1/2 each epoch) or ALTERNATE (a
  *    random first-epoch choice per sample, inverted every other epoch);
  *  - ColorJitter(brightness, contrast, saturation): each `jitter` value v > 0
@@ -188,6 +191,8 @@ struct rt_aug {
     float erase_ratio[2];        /* {0, 0} = (0.3, 3.3) */
     uint32_t cutout;
     uint8_t fill[4];
+    double crop_scale[2];        /* {0, 0}: the loader options' (RandomResizedCrop's (0.08, 1)) */
+    double crop_ratio[2];        /* {0, 0}: the loader options' ((3/4, 4/3)); doubles, as the options' */
 };
 
 /* What one sample drew: the crop offset, the flip, the jitter in the order applied, the erased rectangles. */
@@ -203,9 +208,10 @@ struct rt_aug_draw {
 
 /*
  * Parses an augmentation: "none", or a comma (or '+') list of crop[=PAD],
- * reflect, flip, alternate-flip, brightness=V, contrast=V, saturation=V,
- * jitter=V (the three at once), erase[=P[:SMIN:SMAX[:RMIN:RMAX]]] and
- * cutout=SIZE. Returns 0 or -EINVAL with rt_errmsg() naming the bad part.
+ * reflect, crop-scale=SMIN:SMAX, crop-ratio=RMIN:RMAX, flip, alternate-flip,
+ * brightness=V, contrast=V, saturation=V, jitter=V (the three at once),
+ * erase[=P[:SMIN:SMAX[:RMIN:RMAX]]] and cutout=SIZE. Returns 0 or -EINVAL
+ * with rt_errmsg() naming the bad part.
  */
 int rt_aug_parse(const char *spec, struct rt_aug *a);
 /* The augmentation in the words of rt_aug_parse ("crop=4,flip,jitter=0.4,erase=0.5"); "none" for none. */
@@ -314,7 +320,8 @@ struct rt_loader;
  * `o` (batch, ranks, shuffle, workers...) left as it is:
  *  - o->aug: `aug`, or for NULL the default -- RT_AUG_DEFAULT on the
  *    training split of 3-channel data, none on any other split or data
- *    (crops and flips suit photos, not digits);
+ *    (crops and flips suit photos, not digits); the augmentation's
+ *    crop_scale/crop_ratio, where set, into o->crop_scale/crop_ratio;
  *  - variable-size records (info->height 0): o->crop is RandomResizedCrop on
  *    the training split when the augmentation crops (pad > 0), the centre
  *    crop otherwise; the padding, which is for fixed sizes, is dropped (the

@@ -423,6 +423,7 @@ static void test_augment_spelling(void)
         {"erase", "erase=0.5"},
         {"erase=0.25:0.1:0.2,cutout=16", "erase=0.25:0.1:0.2,cutout=16"},
         {"erase=1:0.02:0.33:0.5:2", "erase=1:0.02:0.33:0.5:2"},
+        {"flip,crop,crop-ratio=0.5:2,crop-scale=0.35:1", "crop=4,crop-scale=0.35:1,crop-ratio=0.5:2,flip"},
     };
     for (size_t i = 0; i < RT_ARRAY_LEN(ok); i++) {
         struct rt_aug a, b;
@@ -436,6 +437,7 @@ static void test_augment_spelling(void)
         {"crop,sharpen", "sharpen"}, {"crop=-1", "crop=PAD"}, {"erase=0", "probability"},
         {"erase=0.5:0.3:0.1", "SMIN:SMAX"}, {"erase=0.5:0.1", "1, 3 or 5"}, {"jitter", "strength"},
         {"cutout=0", "cutout=SIZE"}, {"reflect=1", "no value"}, {"", "empty"},
+        {"crop-scale=0:1", "crop-scale=MIN:MAX"}, {"crop-scale=0.5:1.5", "<= 1"}, {"crop-ratio=2:1", "crop-ratio"},
     };
     for (size_t i = 0; i < RT_ARRAY_LEN(bad); i++) {
         struct rt_aug a;

@@ -125,7 +125,8 @@ static const struct cli_opt loadbench_opts[] = {
     {.name = "aug", .arg = "SPEC", .kind = CLI_STR, F(aug),
      .help = "none, or a comma list of crop[=PAD], reflect, flip, alternate-flip,\n"
              "brightness=V, contrast=V, saturation=V, jitter=V, erase[=P[:SMIN:SMAX\n"
-             "[:RMIN:RMAX]]], cutout=SIZE, as train's --aug (default: train's --\n"
+             "[:RMIN:RMAX]]], cutout=SIZE, crop-scale=SMIN:SMAX, crop-ratio=RMIN:RMAX,\n"
+             "as train's --aug (default: train's --\n"
              "crop,flip for the train split of 3-channel data, none for val/test\n"
              "and other data)"},
     {.name = "image-size", .arg = "S", .kind = CLI_UINT, F(image_size), .lo = 1, .hi = 4096,

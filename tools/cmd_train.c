@@ -94,7 +94,8 @@ static const struct cli_opt train_opts[] = {
              "[:RMIN:RMAX]]], cutout=SIZE (torchvision's RandomCrop, RandomHorizontalFlip,\n"
              "ColorJitter, RandomErasing; docs/TRAINING.md). Default crop,flip for\n"
              "3-channel data, none otherwise. Datasets packed with --max-side: crop\n"
-             "is RandomResizedCrop(S); without it, Resize + CenterCrop"},
+             "is RandomResizedCrop(S) (crop-scale=SMIN:SMAX, crop-ratio=RMIN:RMAX set\n"
+             "its ranges); without it, Resize + CenterCrop"},
     {.name = "image-size", .arg = "S", .kind = CLI_UINT, C(image_size), .lo = 1, .hi = 4096,
      .help = "datasets packed with --max-side (images of any size): train on S x S\n"
              "crops; validation uses Resize(S/0.875) + CenterCrop(S)"},

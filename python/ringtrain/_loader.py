@@ -74,7 +74,9 @@ class Loader:
                  uint8 images in this order whatever the order written (``ringtrain train --aug`` spells them
                  the same way):
                    crop[=PAD]       RandomCrop(size, padding=PAD (4)); variable-size images: RandomResizedCrop
-                                    (see image_size); "reflect" pads by reflection
+                                    (see image_size; "crop-scale=A:B", "crop-ratio=A:B" set its ranges
+                                    as crop_scale/crop_ratio do, and win over them); "reflect" pads by
+                                    reflection
                    flip             RandomHorizontalFlip(); "alternate-flip": flipped every other epoch
                    brightness=V, contrast=V, saturation=V, jitter=V (all three)
                                     ColorJitter(brightness=V, ...), in a random order per sample as

@@ -110,6 +110,24 @@ def test_variable_size_images_take_the_pixel_operations(photos):
     assert not torch.equal(runs["crop,flip,jitter=0.5"], plain), "jitter left variable-size images as they were"
 
 
+def test_resized_crop_ranges_by_name(photos, data):
+    """crop-scale= / crop-ratio= in the spelling are RandomResizedCrop's ranges (what train --aug and loadbench
+    --aug can say): the same batches as the Loader's crop_scale / crop_ratio arguments; fixed-size images refuse
+    them, saying why."""
+    S = 24
+
+    def epoch(**kw):
+        with ringtrain.Loader(photos, 8, image_size=S, shuffle=False, drop_last=False, seed=3, workers=2,
+                              **kw) as loader:
+            return torch.cat([b[0] for b in clone_epoch(loader)])
+
+    named = epoch(augment="crop,flip,crop-scale=0.5:0.6,crop-ratio=0.9:1.1")
+    assert torch.equal(named, epoch(augment="crop,flip", crop_scale=(0.5, 0.6), crop_ratio=(0.9, 1.1)))
+    assert not torch.equal(named, epoch(augment="crop,flip"))
+    with pytest.raises(ringtrain.Error, match="RandomResizedCrop"):
+        ringtrain.Loader(data, 10, augment="crop,crop-scale=0.5:1")
+
+
 def test_spelling_errors_name_the_part(data):
     for spec, words in (("crop,sharpen", "unknown 'sharpen'"), ("erase=1.5", "probability"),
                         ("jitter=-1", "strength"), ("flip=1", "takes no value")):

@@ -48,13 +48,17 @@ def test_train_loadbench_and_python_take_the_same_batches(request, cli, loadbenc
         f"{kind}, --aug {other}: loadbench {lb_other}, Python {py_other}, train {tr_other} (default {lb})"
 
 
-@pytest.mark.parametrize("kind,spec", [("cifar", "crop,flip,jitter=0.4,erase=0.5,cutout=8"),
-                                       ("mnist", "crop=2,brightness=0.5,contrast=0.5,erase")])
-def test_named_operations_are_the_same_everywhere(request, cli, loadbench_digest, kind, spec):
+@pytest.mark.parametrize("kind,spec,plain", [
+    ("cifar", "crop,flip,jitter=0.4,erase=0.5,cutout=8", "crop,flip"),
+    ("mnist", "crop=2,brightness=0.5,contrast=0.5,erase", "crop=2"),
+    ("variable", "crop,flip,crop-scale=0.4:0.7,saturation=0.5", "crop,flip")])
+def test_named_operations_are_the_same_everywhere(request, cli, loadbench_digest, kind, spec, plain):
     """The named operations (--aug / augment=) are one spelling and one implementation for the three."""
-    data = request.getfixturevalue("data" if kind == "cifar" else "mnist")
-    lb = loadbench_digest(data, batch_size=BATCH, seed=SEED, epochs=1, workers=1, aug=spec)
-    py = python_digest(data, augment=spec)
-    tr = train_digest(cli, data, "--aug", spec)
-    plain = python_digest(data, augment=spec.rsplit(",", 2)[0] if kind == "cifar" else "crop=2")
-    assert lb == py == tr != plain, f"{kind}, {spec}: loadbench {lb}, Python {py}, train {tr} (without: {plain})"
+    data = request.getfixturevalue({"cifar": "data", "mnist": "mnist", "variable": "photos"}[kind])
+    size = dict(image_size=S) if kind == "variable" else {}
+    size_cli = ("--image-size", S) if kind == "variable" else ()
+    lb = loadbench_digest(data, batch_size=BATCH, seed=SEED, epochs=1, workers=1, aug=spec, **size)
+    py = python_digest(data, augment=spec, **size)
+    tr = train_digest(cli, data, "--aug", spec, *size_cli)
+    without = python_digest(data, augment=plain, **size)
+    assert lb == py == tr != without, f"{kind}, {spec}: loadbench {lb}, Python {py}, train {tr} (without: {without})"
