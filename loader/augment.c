@@ -423,6 +423,11 @@ static int parse_numbers(const char *s, double *v, int max)
 
 static const char *const JITTER_NAMES[RT_JITTER_COUNT] = {"brightness", "contrast", "saturation"};
 
+const char *rt_jitter_name(enum rt_jitter kind)
+{
+    return (unsigned)kind < RT_JITTER_COUNT ? JITTER_NAMES[kind] : "?";
+}
+
 static int parse_jitter(const char *tok, const char *val, struct rt_aug *a)
 {
     double v;

@@ -216,6 +216,8 @@ struct rt_aug_draw {
 int rt_aug_parse(const char *spec, struct rt_aug *a);
 /* The augmentation in the words of rt_aug_parse ("crop=4,flip,jitter=0.4,erase=0.5"); "none" for none. */
 void rt_aug_describe(const struct rt_aug *a, char *buf, size_t len);
+/* "brightness", "contrast" or "saturation": the adjustment's name in the spelling. */
+const char *rt_jitter_name(enum rt_jitter kind);
 /* Whether `a` suits images of c x h x w: 0, or -EINVAL with a message. */
 int rt_aug_check(const struct rt_aug *a, uint32_t c, uint32_t h, uint32_t w);
 

@@ -98,6 +98,14 @@ static void capsule_destructor(PyObject *cap)
         mt->deleter(mt);
 }
 
+PyObject *ext_dlpack_capsule(DLManagedTensor *mt)
+{
+    PyObject *cap = PyCapsule_New(mt, "dltensor", capsule_destructor);
+    if (!cap)
+        mt->deleter(mt);
+    return cap;
+}
+
 /* A capsule over `data` of `ndim` dims (C-contiguous) holding a slot reference, or NULL with an exception. */
 static PyObject *export_capsule(struct cbatch *self, void *data, DLDataType dtype, int ndim, const int64_t *shape)
 {
@@ -118,10 +126,7 @@ static PyObject *export_capsule(struct cbatch *self, void *data, DLDataType dtyp
     e->mt.dl_tensor = (DLTensor){.data = data, .device = {.device_type = kDLCPU, .device_id = 0}, .ndim = ndim,
                                  .dtype = dtype, .shape = e->shape, .strides = e->strides, .byte_offset = 0};
     ext_slot_ref(self->k, self->slot);
-    PyObject *cap = PyCapsule_New(&e->mt, "dltensor", capsule_destructor);
-    if (!cap)
-        export_deleter(&e->mt);
-    return cap;
+    return ext_dlpack_capsule(&e->mt);
 }
 
 static PyObject *cbatch_images(PyObject *op, PyObject *noargs)
@@ -283,46 +288,6 @@ static PyGetSetDef getset[] = {
     {NULL, NULL, NULL, NULL, NULL},
 };
 
-/*
- * to_float(address, bf16, channels_last, mean, std): the batch's images as
- * float32 (or bfloat16) at `address` (B x C x H x W elements, the caller's
- * tensor), each (v / 255 - mean[c]) / std[c] -- rt_norm_lut's values, the
- * trainer's input op's bit for bit in float32 -- laid out NCHW, or NHWC with
- * channels_last, on the calling thread (a Converter splits a batch over
- * threads and checks its constants once). Once, at hand-over: the slot stays
- * uint8.
- */
-static PyObject *cbatch_to_float(PyObject *op, PyObject *args)
-{
-    struct cbatch *self = (struct cbatch *)op;
-    unsigned long long addr;
-    int bf16, nhwc;
-    PyObject *mean_o, *std_o;
-    if (!PyArg_ParseTuple(args, "KppOO:to_float", &addr, &bf16, &nhwc, &mean_o, &std_o) || check_live(self) < 0)
-        return NULL;
-    const uint32_t C = self->k->c;
-    if (C > 4)
-        return ext_raisef(EINVAL, "to_float: %u channels, at most 4", C);
-    float mean[4], sd[4];
-    for (uint32_t ch = 0; ch < C; ch++) {
-        PyObject *m = PySequence_GetItem(mean_o, ch), *d = PySequence_GetItem(std_o, ch);
-        mean[ch] = m ? (float)PyFloat_AsDouble(m) : 0;
-        sd[ch] = d ? (float)PyFloat_AsDouble(d) : 0;
-        Py_XDECREF(m);
-        Py_XDECREF(d);
-        if (PyErr_Occurred())
-            return NULL;
-        if (!(sd[ch] > 0))
-            return ext_raisef(EINVAL, "to_float: std[%u] must be positive", ch);
-    }
-    const size_t B = self->batch, hw = (size_t)self->k->h * self->k->w;
-    const uint8_t *src = self->images;
-    Py_BEGIN_ALLOW_THREADS
-    ext_convert_batch(C, mean, sd, bf16, nhwc, src, (void *)(uintptr_t)addr, B, hw);
-    Py_END_ALLOW_THREADS
-    Py_RETURN_NONE;
-}
-
 int ext_cbatch_images(PyObject *op, const uint8_t **images, uint32_t shape[4])
 {
     if (!PyObject_TypeCheck(op, ext_batch_type)) {
@@ -349,9 +314,6 @@ static PyMethodDef methods[] = {
     {"labels_view", cbatch_labels_view, METH_NOARGS, "labels_view() -> object with the buffer protocol, int64 (B,)"},
     {"images_address", cbatch_images_address, METH_NOARGS, "images_address() -> int: address of images[0]"},
     {"labels_address", cbatch_labels_address, METH_NOARGS, "labels_address() -> int: address of the int64 labels"},
-    {"to_float", cbatch_to_float, METH_VARARGS,
-     "to_float(address, bf16, channels_last, mean, std): the images normalised into the caller's float32/bfloat16 "
-     "tensor at address (NCHW, or NHWC)"},
     {"release", cbatch_release, METH_NOARGS,
      "release(): drops this object's own reference on the slot now (exports keep theirs). Idempotent"},
     {NULL, NULL, 0, NULL},

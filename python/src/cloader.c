@@ -634,7 +634,6 @@ int ext_cloader_init(PyObject *m)
 PyObject *ext_aug_draw(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"augment", "seed", "epoch", "id", "height", "width", NULL};
-    static const char *const jitter_names[RT_JITTER_COUNT] = {"brightness", "contrast", "saturation"};
     const char *aug_s;
     unsigned long long seed, epoch, id;
     unsigned int h, w;
@@ -650,7 +649,7 @@ PyObject *ext_aug_draw(PyObject *self, PyObject *args, PyObject *kw)
     rt_aug_draw(&a, seed, epoch, id, h, w, &d);
     PyObject *jit = PyList_New(0);
     for (int i = 0; jit && i < d.njitter; i++) {
-        PyObject *t = Py_BuildValue("(sd)", jitter_names[d.order[i]], (double)d.factor[i]);
+        PyObject *t = Py_BuildValue("(sd)", rt_jitter_name(d.order[i]), (double)d.factor[i]);
         if (!t || PyList_Append(jit, t) < 0)
             Py_CLEAR(jit);
         Py_XDECREF(t);

@@ -469,14 +469,6 @@ static void cv_plan_run(const struct cv_plan *p, const uint8_t *src, void *dst, 
     cv_run_table(p, src, dst, n0, n1, hw);
 }
 
-void ext_convert_batch(uint32_t c, const float *mean, const float *sd, int bf16, int nhwc, const uint8_t *src,
-                       void *dst, size_t n, size_t hw)
-{
-    struct cv_plan p;
-    if (cv_plan_init(&p, c, mean, sd, bf16, nhwc) == 0)
-        cv_plan_run(&p, src, dst, 0, n, hw);
-}
-
 /* ---- the helper threads --------------------------------------------------------------- */
 
 /*
@@ -713,16 +705,6 @@ static void cv_export_deleter(DLManagedTensor *mt)
     free(e);
 }
 
-static void cv_capsule_destructor(PyObject *cap)
-{
-    /* Consumed capsules are renamed "used_dltensor": the consumer owns the tensor and calls the deleter. */
-    if (!PyCapsule_IsValid(cap, "dltensor"))
-        return;
-    DLManagedTensor *mt = PyCapsule_GetPointer(cap, "dltensor");
-    if (mt && mt->deleter)
-        mt->deleter(mt);
-}
-
 /* ---- Converter ------------------------------------------------------------------------ */
 
 struct converter {
@@ -891,10 +873,7 @@ static PyObject *converter_tensor(PyObject *op, PyObject *batch)
         cv_export_deleter(&e->mt);
         return NULL;
     }
-    PyObject *cap = PyCapsule_New(&e->mt, "dltensor", cv_capsule_destructor);
-    if (!cap)
-        cv_export_deleter(&e->mt);
-    return cap;
+    return ext_dlpack_capsule(&e->mt);
 }
 
 static PyObject *get_kernel(PyObject *op, void *c)

@@ -25,6 +25,8 @@
 #define RT_PYTHON_EXT_H
 
 #include <Python.h>
+/* after Python.h, which must come first */
+#include <dlpack/dlpack.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <sys/types.h>
@@ -128,20 +130,18 @@ PyObject *ext_cbatch_new(struct ext_core *k, struct rt_batch *b);
 /* The images of CBatch `op` (borrowed: valid while the caller holds `op`) and their shape (B, C, H, W): 0, or -1
  * with an exception (not a CBatch, or released). With the GIL. */
 int ext_cbatch_images(PyObject *op, const uint8_t **images, uint32_t shape[4]);
+/*
+ * A "dltensor" capsule over `mt` (a CPU export with its own deleter): torch's from_dlpack consumes it and calls
+ * the deleter when the tensor goes; an unconsumed capsule calls it when it is freed. NULL with an exception on
+ * failure, the deleter already called.
+ */
+PyObject *ext_dlpack_capsule(DLManagedTensor *mt);
 
 /* ---- the hand-over conversion (convert.c) --------------------------------------------- */
 
 extern PyTypeObject *ext_converter_type;
 /* Converter, the Python type (added to `m`); called from the module's init. 0, or -1 with an exception. */
 int ext_convert_init(PyObject *m);
-/*
- * n images (n, c, hw) uint8 at `src` as ((float)v / 255 - mean[ch]) / sd[ch] into `dst`: float32, or bfloat16
- * rounded to nearest even; NCHW, or NHWC with nhwc -- on the calling thread, any thread, no GIL needed. c is 1..4
- * and every sd positive (else nothing is written).
- */
-void ext_convert_batch(uint32_t c, const float *mean, const float *sd, int bf16, int nhwc, const uint8_t *src,
-                       void *dst, size_t n, size_t hw);
-
 /* Module functions of each file. */
 PyObject *ext_open_loader(PyObject *self, PyObject *args, PyObject *kw);
 PyObject *ext_ring_bytes(PyObject *self, PyObject *args, PyObject *kw);
