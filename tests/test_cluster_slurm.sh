@@ -117,11 +117,14 @@ done_ok() {
     [ "$(jline "$2")" = "JobState=COMPLETED ExitCode=0:0 Restarts=$3" ] ||
         { tail -n 30 "$(out "$1" "$2")"; fail "job $2 ($1): not COMPLETED 0:0 after $3 requeue(s)"; }
 }
-# the param digests of the last run in a job's output: one per rank, all equal
+# the param digests of the last run in a job's output: one per rank, all equal. Not anchored to a line's
+# start: Slurm keeps no order between a task's stdout and stderr, and a stderr line can land inside a long
+# stdout line (--json's) where that line reached srun in two pieces.
+DIGEST_RE='\[\d+/\d+\] param digest: \K[0-9a-f]+'
 digest() {
     local d
-    d=$(grep -oP '^\[\d+/\d+\] param digest: \K[0-9a-f]+' "$1" | tail -n "$2" | sort -u)
-    [ "$(grep -cP '^\[\d+/\d+\] param digest: ' "$1")" -ge "$2" ] && [ "$(echo "$d" | wc -l)" = 1 ] ||
+    d=$(grep -oP "$DIGEST_RE" "$1" | tail -n "$2" | sort -u)
+    [ "$(grep -oP "$DIGEST_RE" "$1" | wc -l)" -ge "$2" ] && [ "$(echo "$d" | wc -l)" = 1 ] ||
         { tail -n 30 "$1" >&2; fail "$1: not $2 equal param digests at the end"; }
     echo "$d"
 }
@@ -133,8 +136,8 @@ requeued_and_resumed() {
     o=$(out "$n" "$j")
     cl_waitfor 60 "jrequeued $j" || { tail -n 30 "$o"; fail "job $j ($n): not requeued after the signal"; }
     at=$(grep -oP 'stopped by signal 10 \(SIGUSR1\): checkpoint saved at \Kepoch \d+ step \d+' "$o")
-    first=$(grep -oP '^\[\d+/\d+\] param digest: \K[0-9a-f]+' "$o" | sort -u)
-    [ -n "$at" ] && [ "$(grep -cP '^\[\d+/\d+\] param digest: ' "$o")" = "$w" ] && [ "$(echo "$first" | wc -l)" = 1 ] ||
+    first=$(grep -oP "$DIGEST_RE" "$o" | sort -u)
+    [ -n "$at" ] && [ "$(grep -oP "$DIGEST_RE" "$o" | wc -l)" = "$w" ] && [ "$(echo "$first" | wc -l)" = 1 ] ||
         { cat "$o"; fail "job $j ($n): no checkpoint on SIGUSR1 with one param digest on all $w ranks"; }
     [ -e "$W/runs/$ck/finished" ] && fail "job $j ($n): stopped by the signal, yet $ck/finished exists"
     cl_el "job $j ($n): all $w ranks stopped at $at (param digest $first), exit 0; requeued by its script: $(jline "$j") Reason=$(jf "$j" Reason) StartTime=$(jf "$j" StartTime)"

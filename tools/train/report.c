@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <jansson.h>
 
@@ -681,6 +682,28 @@ void report_startup(const struct train *T)
     printf("\n");
 }
 
+/*
+ * One line to stdout in one write(2) where it can: --json's line runs to several KB, and stdio would hand it over
+ * in buffer-sized pieces, between which a Slurm step's log (which keeps no order between stdout and stderr) puts
+ * stderr lines, cutting the JSON.
+ */
+static void print_line_whole(char *s)
+{
+    const size_t n = strlen(s);
+    fflush(stdout);
+    s[n] = '\n'; /* json_dumps's string: its terminator becomes the newline for the write */
+    size_t off = 0;
+    while (off <= n) {
+        const ssize_t w = write(STDOUT_FILENO, s + off, n + 1 - off);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            break;
+        off += (size_t)w;
+    }
+    s[n] = '\0';
+}
+
 void report_summary(struct train *T, double wall_s)
 {
     /* Global: every rank trains the same number of full batches, so the
@@ -711,7 +734,7 @@ void report_summary(struct train *T, double wall_s)
     json_t *o = T->cfg.json || T->cfg.report ? summary_json(T, wall_s, train_s, images, ips) : NULL;
     char *s = o && T->cfg.json ? json_dumps(o, JSON_COMPACT) : NULL;
     if (s)
-        printf("%s\n", s);
+        print_line_whole(s);
     free(s);
     if (T->cfg.report) {
         json_decref(T->summary);
