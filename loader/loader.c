@@ -130,6 +130,7 @@ struct rt_loader {
     struct rt_sampler *sampler;
     struct rt_io *io;
     uint64_t steps;
+    uint64_t first_base, first_end;   /* start_epoch's step numbers: from first_base (start_step), below first_end */
     size_t rec;                       /* bytes per record in a slot */
     uint32_t c, h, w;                 /* slot image shape */
     int variable;                     /* variable-size JPEG records, cropped per sample */
@@ -805,11 +806,11 @@ static int run_window_epoch(struct rt_loader *L, const struct rt_epoch_plan *p, 
     return 0;
 }
 
-/* The sampler's plan of epoch e, traced as "plan epoch". */
-static int plan_epoch(struct rt_loader *L, uint64_t e, struct rt_epoch_plan **out)
+/* The sampler's plan of epoch e from global position `first`, traced as "plan epoch". */
+static int plan_epoch(struct rt_loader *L, uint64_t e, uint64_t first, struct rt_epoch_plan **out)
 {
     const uint64_t t0 = rt_trace_begin();
-    int rc = rt_sampler_plan(L->sampler, e, out);
+    int rc = rt_sampler_plan(L->sampler, e, first, out);
     if (t0) {
         char label[64];
         snprintf(label, sizeof(label), "%" PRIu64, e);
@@ -835,12 +836,12 @@ static void *planner_main(void *arg)
     /* Plans are made one epoch ahead so window mode can start the next epoch's reads early. */
     struct rt_epoch_plan *p = NULL, *pn = NULL;
     struct preload pre = {0};
-    rc = plan_epoch(L, L->o.start_epoch, &p);
+    rc = plan_epoch(L, L->o.start_epoch, L->o.start_sample, &p);
     for (uint64_t e = L->o.start_epoch; rc == 0 && (!L->o.epochs || e < L->o.epochs); e++) {
-        uint64_t step0 = e == L->o.start_epoch ? L->o.start_step : 0;
+        uint64_t step0 = e == L->o.start_epoch ? L->first_base : 0;
         pn = NULL;
         if (!L->o.epochs || e + 1 < L->o.epochs)
-            rc = plan_epoch(L, e + 1, &pn);
+            rc = plan_epoch(L, e + 1, 0, &pn);
         if (rc == 0)
             rc = L->streaming ? run_window_epoch(L, p, step0, &seq, &pre, pn) : run_resident_epoch(L, p, step0, &seq);
         rt_epoch_plan_free(p);
@@ -1060,6 +1061,8 @@ int rt_loader_create(const struct rt_dataset *ds, const struct rt_loader_opts *o
     L->o = *opts;
     if (!L->o.world)
         L->o.world = 1;
+    if (!L->o.accum)
+        L->o.accum = 1;
     if (!L->o.queue_depth)
         L->o.queue_depth = 32;
     L->nworkers = L->o.workers > 0 ? L->o.workers : rt_cpus_available();
@@ -1081,7 +1084,6 @@ int rt_loader_create(const struct rt_dataset *ds, const struct rt_loader_opts *o
     L->center_ratio = L->o.center_ratio > 0 ? L->o.center_ratio : RT_CENTER_RATIO;
     L->streaming = L->o.shuffle == RT_SHUFFLE_WINDOW;
     L->next_epoch = L->o.start_epoch;
-    L->next_step = L->o.start_step;
     pthread_mutex_init(&L->mu, NULL);
     pthread_cond_init(&L->work, NULL);
     pthread_cond_init(&L->planner_cv, NULL);
@@ -1103,14 +1105,23 @@ int rt_loader_create(const struct rt_dataset *ds, const struct rt_loader_opts *o
     }
     struct rt_sampler_opts so = {.records = L->records, .nblocks = L->nblocks, .block_records = brec,
                                  .world = L->o.world, .rank = L->o.rank, .batch = L->o.batch,
-                                 .shuffle = L->o.shuffle, .window_blocks = L->o.window_blocks,
-                                 .last = L->o.last, .seed = L->o.seed};
+                                 .accum = L->o.accum, .shuffle = L->o.shuffle,
+                                 .window_blocks = L->o.window_blocks, .last = L->o.last, .seed = L->o.seed};
     rc = rt_sampler_create(&so, &L->sampler);
     free(brec);
     if (rc < 0)
         goto err;
     L->steps = rt_sampler_steps(L->sampler);
-    if (L->o.start_step >= L->steps) {
+    if (L->o.start_sample && L->o.start_step) {
+        rc = rt_errf(-EINVAL, "loader: a resume point is a step or a global position, not both");
+        goto err;
+    }
+    if ((rc = rt_sampler_steps_from(L->sampler, L->o.start_sample, &L->first_base, &L->first_end)) < 0)
+        goto err;
+    if (!L->o.start_sample)
+        L->first_base = L->o.start_step;
+    L->next_step = L->first_base;
+    if (L->first_base >= L->first_end) {
         rc = rt_errf(-EINVAL, "loader: resume step %" PRIu64 " is past the %" PRIu64 " steps of an epoch",
                      L->o.start_step, L->steps);
         goto err;
@@ -1276,7 +1287,7 @@ int rt_loader_next(struct rt_loader *L, struct rt_batch **out)
     L->images += b->valid;
     L->next_epoch = b->epoch;
     L->next_step = b->step + 1;
-    if (L->next_step == L->steps) {
+    if (L->next_step == rt_loader_epoch_steps(L, b->epoch)) {
         L->next_epoch++;
         L->next_step = 0;
     }
@@ -1286,6 +1297,11 @@ int rt_loader_next(struct rt_loader *L, struct rt_batch **out)
 void rt_loader_release(struct rt_loader *L, struct rt_batch *b) { rt_ring_release(L->ring, b); }
 
 uint64_t rt_loader_steps_per_epoch(const struct rt_loader *L) { return L->steps; }
+
+uint64_t rt_loader_epoch_steps(const struct rt_loader *L, uint64_t epoch)
+{
+    return epoch == L->o.start_epoch ? L->first_end : L->steps;
+}
 
 void rt_loader_stats(struct rt_loader *L, struct rt_loader_stats *s)
 {
@@ -1328,22 +1344,30 @@ void rt_loader_stats(struct rt_loader *L, struct rt_loader_stats *s)
 
 void rt_loader_state(const struct rt_loader *L, struct rt_loader_state *st)
 {
+    /* The epoch a start_sample began counts its steps from the base its position gives (rt_sampler_steps_from). */
+    const int shifted = L->next_epoch == L->o.start_epoch && L->o.start_sample;
+    const uint64_t base = shifted ? L->first_base : 0, first = shifted ? L->o.start_sample : 0;
+    const uint64_t j = L->next_step - base, G = rt_sampler_global_batch(L->sampler);
     st->epoch = L->next_epoch;
     st->step = L->next_step;
+    st->micro = (uint32_t)(j % L->o.accum);
+    st->sample = G ? first + j / L->o.accum * G : 0;
     st->seed = L->o.seed;
     st->world = L->o.world;
     st->rank = L->o.rank;
     st->batch = L->o.batch;
+    st->accum = L->o.accum;
     st->shuffle = L->o.shuffle;
 }
 
 int rt_loader_state_format(const struct rt_loader_state *st, char *buf, size_t len)
 {
     int n = snprintf(buf, len,
-                     "{\"format\":\"ringtrain-loader-state\",\"version\":1,\"epoch\":%" PRIu64 ",\"step\":%" PRIu64
-                     ",\"seed\":\"0x%016" PRIx64 "\",\"world\":%" PRIu32 ",\"rank\":%" PRIu32 ",\"batch\":%" PRIu32
-                     ",\"shuffle\":\"%s\"}",
-                     st->epoch, st->step, st->seed, st->world, st->rank, st->batch, rt_shuffle_name(st->shuffle));
+                     "{\"format\":\"ringtrain-loader-state\",\"version\":2,\"epoch\":%" PRIu64 ",\"step\":%" PRIu64
+                     ",\"sample\":%" PRIu64 ",\"micro\":%" PRIu32 ",\"seed\":\"0x%016" PRIx64 "\",\"world\":%" PRIu32
+                     ",\"rank\":%" PRIu32 ",\"batch\":%" PRIu32 ",\"accum\":%" PRIu32 ",\"shuffle\":\"%s\"}",
+                     st->epoch, st->step, st->sample, st->micro, st->seed, st->world, st->rank, st->batch, st->accum,
+                     rt_shuffle_name(st->shuffle));
     if (n < 0 || (size_t)n >= len)
         return rt_errf(-ENOSPC, "loader state needs %d bytes", n + 1);
     return 0;
@@ -1353,7 +1377,7 @@ int rt_loader_state_parse(const char *text, struct rt_loader_state *st)
 {
     json_error_t jerr;
     json_t *root = json_loads(text, 0, &jerr);
-    json_int_t epoch, step, world, rank, batch, version;
+    json_int_t epoch, step, world, rank, batch, version, sample = 0, micro = 0, accum = 1;
     const char *format = NULL, *seed = NULL, *shuffle = NULL;
     int rc = 0;
 
@@ -1365,15 +1389,21 @@ int rt_loader_state_parse(const char *text, struct rt_loader_state *st)
         rc = rt_errf(-EINVAL, "loader state: %s", jerr.text);
         goto out;
     }
-    if (strcmp(format, "ringtrain-loader-state") || version != 1) {
-        rc = rt_errf(-EINVAL, "not a version 1 ringtrain loader state");
+    if (strcmp(format, "ringtrain-loader-state") || version < 1 || version > 2) {
+        rc = rt_errf(-EINVAL, "not a version 1 or 2 ringtrain loader state");
+        goto out;
+    }
+    if (version == 2 && json_unpack_ex(root, &jerr, 0, "{s:I, s:I, s:I}", "sample", &sample, "micro", &micro,
+                                       "accum", &accum) < 0) {
+        rc = rt_errf(-EINVAL, "loader state: %s", jerr.text);
         goto out;
     }
     char *end;
     errno = 0;
     unsigned long long sv = strtoull(seed, &end, 16);
     if (epoch < 0 || step < 0 || world < 1 || rank < 0 || rank >= world || batch < 1 || *end || errno ||
-        world > UINT32_MAX || batch > UINT32_MAX) {
+        world > UINT32_MAX || batch > UINT32_MAX || sample < 0 || accum < 1 || accum > UINT32_MAX || micro < 0 ||
+        micro >= accum) {
         rc = rt_errf(-EINVAL, "loader state has out-of-range values");
         goto out;
     }
@@ -1383,8 +1413,23 @@ int rt_loader_state_parse(const char *text, struct rt_loader_state *st)
     st->world = (uint32_t)world;
     st->rank = (uint32_t)rank;
     st->batch = (uint32_t)batch;
-    if (rt_shuffle_parse(shuffle, &st->shuffle) < 0)
+    st->accum = (uint32_t)accum;
+    st->micro = (uint32_t)micro;
+    st->sample = (uint64_t)sample;
+    if (rt_shuffle_parse(shuffle, &st->shuffle) < 0) {
         rc = rt_errf(-EINVAL, "loader state: unknown shuffle '%s'", shuffle);
+        goto out;
+    }
+    /* Version 1: each rank read its own contiguous chunk of the epoch. One rank's chunk is the whole sequence,
+     * today's order; WINDOW's order is unchanged. */
+    if (version == 1 && st->shuffle != RT_SHUFFLE_WINDOW) {
+        if (world > 1)
+            rc = rt_errf(-EINVAL, "the loader state is of the order before version 2, in which each of its %" PRIu32
+                                  " ranks read its own part of the epoch; today one global order serves every "
+                                  "world size, and the old position has no place in it: start the epoch again",
+                         st->world);
+        st->sample = st->step * st->batch;
+    }
 out:
     json_decref(root);
     return rc;

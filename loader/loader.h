@@ -75,22 +75,32 @@ int rt_jpeg_record_decode(struct rt_decoder *d, const struct rt_shard_header *h,
 
 /*
  * Which records a rank sees, in which order, epoch after epoch. The order is
- * a pure function of (seed, epoch, world, rank) and the dataset's block
- * layout: thread counts and timing never change it.
+ * a pure function of (seed, epoch, world, rank, batch, accum) and the
+ * dataset's block layout: thread counts and timing never change it.
  *
- *  EXACT   a uniform permutation of the whole split per epoch; each rank
- *          takes a contiguous chunk of it. The loader keeps the decoded split
- *          in RAM after the first read (right for CIFAR-sized data).
+ *  EXACT   a uniform permutation of the whole split per epoch: the epoch's
+ *          global sequence. Update u takes its positions [u*G, (u+1)*G),
+ *          G = batch x world x accum, cut into micro-batches of `batch` by
+ *          position; micro-batch m goes to rank m % world as that rank's
+ *          (m / world)-th of the update. The samples of an update depend on
+ *          G alone: a run continues on another world size with the same
+ *          updates (tools/train/checkpoint.c). The loader keeps the decoded
+ *          split in RAM after the first read (right for CIFAR-sized data).
  *  WINDOW  for data larger than RAM: the split's blocks are permuted per
  *          epoch and dealt round-robin to ranks; each rank reads its blocks
  *          in windows of `window_blocks` and shuffles the records within a
- *          window. Memory: a few windows, not the split.
- *  NONE    record order, contiguous chunk per rank (evaluation).
+ *          window (its micro-batches one after another; accum plays no part).
+ *          Memory: a few windows, not the split. The order depends on the
+ *          world size: each rank reads only its own blocks.
+ *  NONE    record order as the global sequence, dealt as EXACT's (evaluation).
  *
  * Every rank gets the same number of steps by construction. Last-batch
- * policy DROP (training default) drops the tail so every batch is full; PAD
+ * policy DROP (training default) drops the tail so every batch is full
+ * (EXACT/NONE: every update: the last N mod G records of the sequence); PAD
  * (evaluation) covers every record exactly once across ranks and fills the
- * remaining positions with RT_PAD_ID, always at the end of the rank's order.
+ * remaining positions with RT_PAD_ID, always at the end of the rank's order
+ * (EXACT/NONE with accum 1: the last update's records are shared out evenly,
+ * so the ranks' last batches differ by one record at most).
  */
 enum rt_shuffle { RT_SHUFFLE_EXACT = 0, RT_SHUFFLE_WINDOW, RT_SHUFFLE_NONE };
 enum rt_last_batch { RT_LAST_DROP = 0, RT_LAST_PAD };
@@ -105,7 +115,8 @@ struct rt_sampler_opts {
     uint32_t nblocks;               /* WINDOW: blocks of the split, in split order */
     const uint32_t *block_records;  /* WINDOW: records per block (borrowed during create) */
     uint32_t world, rank;           /* rank < world */
-    uint32_t batch;                 /* per rank */
+    uint32_t batch;                 /* per rank: one micro-batch */
+    uint32_t accum;                 /* EXACT/NONE: micro-batches per rank per update; 0 = 1 */
     enum rt_shuffle shuffle;
     uint32_t window_blocks;         /* WINDOW: 0 = 64 */
     enum rt_last_batch last;
@@ -140,10 +151,22 @@ struct rt_sampler;
 int rt_sampler_create(const struct rt_sampler_opts *o, struct rt_sampler **out);
 /* Frees the sampler; NULL is fine. */
 void rt_sampler_destroy(struct rt_sampler *s);
-/* Steps per epoch; the same on every rank. */
+/* Steps (micro-batches) per epoch; the same on every rank. */
 uint64_t rt_sampler_steps(const struct rt_sampler *s);
-/* Builds `epoch`'s plan for this rank. Caller frees it with rt_epoch_plan_free(). */
-int rt_sampler_plan(const struct rt_sampler *s, uint64_t epoch, struct rt_epoch_plan **out);
+/* EXACT/NONE: G, the samples one update takes from the global sequence; WINDOW: 0 (there is none). */
+uint64_t rt_sampler_global_batch(const struct rt_sampler *s);
+/*
+ * An epoch whose global sequence is taken from position `first` on (a run
+ * resumed from another world or batch size; EXACT/NONE only unless first
+ * is 0): its steps are numbered from *base = (first / G) x accum up to
+ * *end, the updates that fit in the records from `first` as the last-batch
+ * policy says. first 0 gives 0 and rt_sampler_steps(). Returns 0 or -EINVAL
+ * with a message.
+ */
+int rt_sampler_steps_from(const struct rt_sampler *s, uint64_t first, uint64_t *base, uint64_t *end);
+/* Builds `epoch`'s plan for this rank from global position `first` (0: the whole epoch; steps below the base
+ * are padding, never handed out). Caller frees it with rt_epoch_plan_free(). */
+int rt_sampler_plan(const struct rt_sampler *s, uint64_t epoch, uint64_t first, struct rt_epoch_plan **out);
 /* Frees a plan and its arrays; NULL is fine. */
 void rt_epoch_plan_free(struct rt_epoch_plan *p);
 
@@ -256,17 +279,26 @@ enum rt_crop { RT_CROP_RANDOM = 0, RT_CROP_CENTER };
 /* The evaluation crop's default share of the resized image: Resize(256) + CenterCrop(224). */
 #define RT_CENTER_RATIO 0.875
 
-/* Where a loader starts, or how far a consumer got; restores to the exact next batch. */
+/*
+ * Where a loader starts, or how far a consumer got; restores to the exact
+ * next batch. `sample` and `micro` carry the position to another world or
+ * batch size (EXACT/NONE): the next batch belongs to the update that starts
+ * at global position `sample` and is its micro-th micro-batch on this rank
+ * (a move needs micro 0). WINDOW has no global position (sample 0).
+ */
 struct rt_loader_state {
     uint64_t epoch, step;    /* the next batch to hand out */
+    uint64_t sample;         /* EXACT/NONE: global position of the next batch's update in epoch `epoch` */
+    uint32_t micro;          /* the next batch's place in its update (0 at an update's start) */
     uint64_t seed;
-    uint32_t world, rank, batch;
+    uint32_t world, rank, batch, accum;
     enum rt_shuffle shuffle;
 };
 
 struct rt_loader_opts {
     enum rt_split split;
-    uint32_t batch;              /* per rank */
+    uint32_t batch;              /* per rank: one micro-batch */
+    uint32_t accum;              /* micro-batches per rank per update (the sampler's); 0 = 1 */
     uint32_t world, rank;        /* 0/0 = 1/0 */
     uint64_t seed;
     enum rt_shuffle shuffle;
@@ -286,6 +318,10 @@ struct rt_loader_opts {
     int direct;                  /* O_DIRECT reads (falls back with a notice where unsupported) */
     uint64_t epochs;             /* stop after this epoch count (0 = run until destroyed) */
     uint64_t start_epoch, start_step; /* resume point (see rt_loader_state) */
+    /* EXACT/NONE, instead of start_step (then 0): start epoch start_epoch at this position of its global
+     * sequence, one that another world or batch size reached; the epoch's steps are then numbered from
+     * rt_sampler_steps_from()'s base. 0: not used. */
+    uint64_t start_sample;
     /* Called by the worker that filled batch `b`, just before it is handed to
      * the consumer (progress; the tests' slow storage). NULL: none. It must not
      * touch the ring or the loader. */
@@ -379,11 +415,15 @@ void rt_loader_release(struct rt_loader *L, struct rt_batch *b);
 void rt_loader_destroy(struct rt_loader *L);
 
 uint64_t rt_loader_steps_per_epoch(const struct rt_loader *L);
+/* The end of `epoch`'s step numbers: rt_loader_steps_per_epoch(), or less for an epoch started at
+ * o->start_sample. */
+uint64_t rt_loader_epoch_steps(const struct rt_loader *L, uint64_t epoch);
 void rt_loader_stats(struct rt_loader *L, struct rt_loader_stats *s);
 
 /* The position after the last batch rt_loader_next() returned. */
 void rt_loader_state(const struct rt_loader *L, struct rt_loader_state *st);
-/* As one line of JSON (`len` >= 256), and back; parse returns 0 or -EINVAL. */
+/* As one line of JSON (`len` >= 320), and back; parse returns 0 or -EINVAL. A version 1 state (before the
+ * global order) parses where its order is today's too: one rank, or WINDOW; another is refused, saying why. */
 int rt_loader_state_format(const struct rt_loader_state *st, char *buf, size_t len);
 int rt_loader_state_parse(const char *text, struct rt_loader_state *st);
 

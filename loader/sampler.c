@@ -7,9 +7,19 @@
  * is Philox keyed by the seed with the stream naming (purpose, epoch, ...),
  * so any rank can compute any other rank's plan -- which is how WINDOW mode
  * finds the step count that every rank shares without talking to them.
+ *
+ * EXACT and NONE deal one global sequence per epoch (a permutation, or
+ * record order): update u takes positions [u*G, (u+1)*G), G = batch x world
+ * x accum, cut into world x accum micro-batches of `batch` by position;
+ * micro-batch m goes to rank m % world as its (m / world)-th micro-batch of
+ * the update. Which samples an update sees depends on G alone, so a run
+ * stopped on one world size continues on another with the same updates.
+ * PAD's last update, short of G, shares its records out evenly over its
+ * micro-batches instead (plan_global).
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,7 +32,7 @@
 #define STREAM_WINDOW (UINT64_C(3) << 56)
 
 struct rt_sampler {
-    struct rt_sampler_opts o;
+    struct rt_sampler_opts o;       /* accum 0 made 1 */
     uint32_t *block_records;    /* WINDOW */
     uint64_t *block_first;      /* WINDOW: first split-local record of each block */
     uint64_t steps;
@@ -134,6 +144,19 @@ static uint64_t window_steps(const struct rt_sampler *s)
     return steps;
 }
 
+/* EXACT/NONE: the global batch, what one update takes from the epoch's sequence. */
+static uint64_t global_batch(const struct rt_sampler *s)
+{
+    return (uint64_t)s->o.batch * s->o.world * s->o.accum;
+}
+
+/* EXACT/NONE: the updates of an epoch whose sequence is taken from position `first` on. */
+static uint64_t updates_from(const struct rt_sampler *s, uint64_t first)
+{
+    const uint64_t G = global_batch(s), n = s->o.records - first;
+    return s->o.last == RT_LAST_DROP ? n / G : (n + G - 1) / G;
+}
+
 int rt_sampler_create(const struct rt_sampler_opts *o, struct rt_sampler **out)
 {
     struct rt_sampler *s;
@@ -150,6 +173,8 @@ int rt_sampler_create(const struct rt_sampler_opts *o, struct rt_sampler **out)
     if (!s)
         return -ENOMEM;
     s->o = *o;
+    if (!s->o.accum)
+        s->o.accum = 1;
     if (!s->o.window_blocks)
         s->o.window_blocks = 64;
     if (o->shuffle == RT_SHUFFLE_WINDOW) {
@@ -171,18 +196,18 @@ int rt_sampler_create(const struct rt_sampler_opts *o, struct rt_sampler **out)
                            o->records);
         }
         s->steps = window_steps(s);
-    } else if (o->last == RT_LAST_DROP) {
-        s->steps = o->records / o->world / o->batch;
     } else {
-        uint64_t per = (o->records + o->world - 1) / o->world;
-        s->steps = (per + o->batch - 1) / o->batch;
+        s->steps = updates_from(s, 0) * s->o.accum;
     }
     if (s->steps == 0) {
+        char acc[48] = "";
+        if (s->o.accum > 1 && o->shuffle != RT_SHUFFLE_WINDOW)
+            snprintf(acc, sizeof(acc), " x accumulation %" PRIu32, s->o.accum);
         int rc = rt_errf(-EINVAL,
                          "%" PRIu64 " records%s are too few for %" PRIu32 " rank(s) x batch %" PRIu32
-                         " with the drop policy: an epoch would have no full batch. Use a smaller batch%s",
+                         "%s with the drop policy: an epoch would have no full %s. Use a smaller batch%s",
                          o->records, o->shuffle == RT_SHUFFLE_WINDOW ? " in window-shuffled blocks" : "",
-                         o->world, o->batch,
+                         o->world, o->batch, acc, acc[0] ? "update" : "batch",
                          o->shuffle == RT_SHUFFLE_WINDOW ? ", smaller blocks or --shuffle exact" : "");
         rt_sampler_destroy(s);
         return rc;
@@ -202,6 +227,29 @@ void rt_sampler_destroy(struct rt_sampler *s)
 
 uint64_t rt_sampler_steps(const struct rt_sampler *s) { return s->steps; }
 
+uint64_t rt_sampler_global_batch(const struct rt_sampler *s)
+{
+    return s->o.shuffle == RT_SHUFFLE_WINDOW ? 0 : global_batch(s);
+}
+
+int rt_sampler_steps_from(const struct rt_sampler *s, uint64_t first, uint64_t *base, uint64_t *end)
+{
+    if (first == 0) {
+        *base = 0;
+        *end = s->steps;
+        return 0;
+    }
+    if (s->o.shuffle == RT_SHUFFLE_WINDOW)
+        return rt_errf(-EINVAL, "sampler: the window shuffle deals whole blocks to each rank: it has no global "
+                                "position to start from");
+    if (first >= s->o.records)
+        return rt_errf(-EINVAL, "sampler: position %" PRIu64 " is past the split's %" PRIu64 " records", first,
+                       s->o.records);
+    *base = first / global_batch(s) * s->o.accum;
+    *end = *base + updates_from(s, first) * s->o.accum;
+    return 0;
+}
+
 void rt_epoch_plan_free(struct rt_epoch_plan *p)
 {
     if (!p)
@@ -213,12 +261,11 @@ void rt_epoch_plan_free(struct rt_epoch_plan *p)
     free(p);
 }
 
-static int plan_chunk(const struct rt_sampler *s, struct rt_epoch_plan *p)
+/* EXACT/NONE: this rank's micro-batches of the global sequence from position `first` (the header comment). */
+static int plan_global(const struct rt_sampler *s, struct rt_epoch_plan *p, uint64_t first, uint64_t base)
 {
     const struct rt_sampler_opts *o = &s->o;
-    const uint64_t n = o->records, len = p->steps * o->batch;
-    const uint64_t per = o->last == RT_LAST_DROP ? n / o->world : (n + o->world - 1) / o->world;
-    const uint64_t start = per * o->rank;
+    const uint64_t n = o->records, G = global_batch(s), b = o->batch;
     uint64_t *perm = rt_malloc(sizeof(*perm) * n, "sample permutation");
 
     if (!perm)
@@ -227,9 +274,18 @@ static int plan_chunk(const struct rt_sampler *s, struct rt_epoch_plan *p)
         perm[i] = i;
     if (o->shuffle == RT_SHUFFLE_EXACT)
         shuffle_u64(perm, n, o->seed, STREAM_PERM | p->epoch);
-    for (uint64_t k = 0; k < len; k++) {
-        uint64_t pos = start + k;
-        p->order[k] = k < per && pos < n ? perm[pos] : RT_PAD_ID;
+    for (uint64_t k = 0; k < base * b; k++) /* steps before the start: never handed out */
+        p->order[k] = RT_PAD_ID;
+    const uint64_t M = (uint64_t)o->world * o->accum;
+    for (uint64_t k = base; k < p->steps; k++) {
+        const uint64_t j = k - base, u = j / o->accum, m = (j % o->accum) * o->world + o->rank;
+        const uint64_t start = first + u * G, left = n - start;
+        /* PAD's last update, short of G: its `left` records shared out evenly, so that no rank's last batch is
+         * empty while another's is full (the ranks' counts differ by one at most). */
+        const uint64_t lo = left >= G ? start + m * b : start + m * left / M;
+        const uint64_t hi = left >= G ? lo + b : start + (m + 1) * left / M;
+        for (uint64_t i = 0; i < b; i++)
+            p->order[k * b + i] = lo + i < hi ? perm[lo + i] : RT_PAD_ID;
     }
     free(perm);
     return 0;
@@ -292,11 +348,13 @@ out:
     return rc;
 }
 
-int rt_sampler_plan(const struct rt_sampler *s, uint64_t epoch, struct rt_epoch_plan **out)
+int rt_sampler_plan(const struct rt_sampler *s, uint64_t epoch, uint64_t first, struct rt_epoch_plan **out)
 {
+    uint64_t base, end;
+    int rc = rt_sampler_steps_from(s, first, &base, &end);
+    if (rc < 0)
+        return rc;
     struct rt_epoch_plan *p = rt_calloc(1, sizeof(*p), "epoch plan");
-    int rc;
-
     if (!p)
         return -ENOMEM;
     if (epoch >= (UINT64_C(1) << 24)) {
@@ -304,14 +362,14 @@ int rt_sampler_plan(const struct rt_sampler *s, uint64_t epoch, struct rt_epoch_
         return rt_errf(-EINVAL, "sampler: epoch %" PRIu64 " out of range", epoch);
     }
     p->epoch = epoch;
-    p->steps = s->steps;
+    p->steps = end;
     p->batch = s->o.batch;
     p->order = rt_malloc(sizeof(*p->order) * p->steps * p->batch, "epoch order");
     if (!p->order) {
         free(p);
         return -ENOMEM;
     }
-    rc = s->o.shuffle == RT_SHUFFLE_WINDOW ? plan_window(s, p) : plan_chunk(s, p);
+    rc = s->o.shuffle == RT_SHUFFLE_WINDOW ? plan_window(s, p) : plan_global(s, p, first, base);
     if (rc < 0) {
         rt_epoch_plan_free(p);
         return rc;

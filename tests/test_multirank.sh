@@ -12,10 +12,15 @@
 #   6. a stalled rank (test hook) and a stopped rank (SIGSTOP) end the job in
 #      bounded time (--comm-timeout, --peer-timeout), naming the lagging rank;
 #   7. SIGTERM / SIGUSR1 to one rank stops all ranks at one step with a checkpoint;
-#      --resume continues bit for bit; another world size is refused; and in a
-#      run whose epochs --grad-accum does not divide (each ends with a short
-#      update), every way of stopping -- --steps at an epoch's end and inside
-#      one, SIGTERM, a kill right after an epoch's checkpoint -- resumes exactly;
+#      --resume continues bit for bit; a 2-rank checkpoint resumes on 1 rank
+#      (accumulation 2) and on 4 (micro-batches split), and a world size that
+#      cannot share out its global batch is refused, naming those that can; in a
+#      run with --grad-accum whose epochs leave records out (the global order's
+#      whole updates), every way of stopping -- --steps at an epoch's end and
+#      inside one, SIGTERM, a kill right after an epoch's checkpoint -- resumes
+#      exactly; and the same run uninterrupted on 4 ranks, resumed on 2 and on 1
+#      trains every update on the same micro-batches (sample ids), to
+#      parameters equal up to summation order;
 #   8. rank discovery from the environment (mpirun, Slurm, torchrun-style variables);
 #   9. --stage-to copies the dataset once per node and the ranks read the copy.
 # Usage: test_multirank.sh path/to/ringtrain. Exit 0 pass, 1 fail, 77 skip.
@@ -393,37 +398,62 @@ EOF
 }
 sig_resume sigterm TERM 1 table
 sig_resume sigusr1 USR1 0 epoch1
+# Another world size: 2 ranks x 16 = a global batch of 32. 3 ranks cannot share it out (refused, the
+# checkpoint untouched); 1 rank runs it as 16 x accumulation 2, 4 ranks as micro-batches of 8.
 if [ -f "$W/sigterm.saved/state.json" ]; then
     before=$(cat "$W/sigterm.saved"/* | md5sum)
     mpi 3 "$RT" train "${R4[@]}" --checkpoint-dir "$W/sigterm.saved" --resume >"$W/ws3.out" 2>"$W/ws3.err"
     rc3=$?
-    "$RT" train "${R4[@]}" --checkpoint-dir "$W/sigterm.saved" --resume >"$W/ws1.out" 2>"$W/ws1.err"
-    rc1=$?
-    if [ $rc3 -ne 0 ] && [ $rc3 -ne 124 ] && grep -q "written by a run of 2 ranks" "$W/ws3.err" \
-        && [ $rc1 -ne 0 ] && grep -q "written by a run of 2 ranks" "$W/ws1.err" \
+    if [ $rc3 -ne 0 ] && [ $rc3 -ne 124 ] && grep -q "which 3 ranks cannot share out in whole micro-batches; it resumes on 1, 2, 4, 8, 16, 32 ranks" "$W/ws3.err" \
         && [ "$(cat "$W/sigterm.saved"/* | md5sum)" = "$before" ]; then
-        pass "resume of a 2-rank checkpoint at 3 ranks and at 1 refused, checkpoint untouched: $(grep -m1 -o 'the checkpoint was written.*' "$W/ws1.err")"
+        pass "resume of a 2-rank checkpoint at 3 ranks refused, checkpoint untouched: $(grep -m1 -o 'which 3 ranks.*' "$W/ws3.err")"
     else
-        fail "world-size mismatch on resume: rc=$rc3 (3 ranks), rc=$rc1 (1 rank)"
-        show "$W/ws3.err" "$W/ws1.err"
+        fail "resume at 3 ranks: rc=$rc3"
+        show "$W/ws3.err"
+    fi
+    cp -r "$W/sigterm.saved" "$W/ws1"
+    cp -r "$W/sigterm.saved" "$W/ws4"
+    at=$(grep -oP 'checkpoint saved at \Kepoch \d+ step \d+' "$W/sigterm.1.err")
+    "$RT" train "${R4[@]}" --checkpoint-dir "$W/ws1" --resume >"$W/ws1.out" 2>"$W/ws1.err"
+    rc1=$?
+    mpi 4 "$RT" train "${R4[@]}" --checkpoint-dir "$W/ws4" --resume >"$W/ws4.out" 2>"$W/ws4.err"
+    rc4=$?
+    e1=$(grep -oP 'resuming from \S+ at epoch \d+ step \K\d+' "$W/ws1.err")
+    e4=$(grep -oP 'resuming from \S+ at epoch \d+ step \K\d+' "$W/ws4.err")
+    s2=${at##* }
+    if [ $rc1 -eq 0 ] && grep -q "^  resumed   a 2-rank run on 1 rank: accumulation 1 -> 2; micro-batch 16 and global batch 32 kept" "$W/ws1.out" \
+        && grep -q "^  batch     16 per rank x 1 ranks x 2 accumulation = 32 effective" "$W/ws1.out" && [ "$e1" = $((s2 * 2)) ] \
+        && grep -q '^done (completed)' "$W/ws1.out" && digest_of "$W/ws1.err" 1 >/dev/null && [ -e "$W/ws1/finished" ]; then
+        pass "2-rank checkpoint ($at) resumed on 1 rank: accumulation 2, micro-batch 16 kept, from micro-batch $e1, finished"
+    else
+        fail "2-rank checkpoint on 1 rank: rc=$rc1 resumed at step '$e1' (stopped at '$at')"
+        show "$W/ws1.out" "$W/ws1.err"
+    fi
+    if [ $rc4 -eq 0 ] && grep -q "^  resumed   a 2-rank run on 4 ranks: micro-batch 16 -> 8, accumulation 1 -> 1; global batch 32 kept" "$W/ws4.out" \
+        && [ "$e4" = "$s2" ] && grep -q '^done (completed)' "$W/ws4.out" && digest_of "$W/ws4.err" 4 >/dev/null \
+        && "$PY" -c 'import json,sys; s=json.load(open(sys.argv[1])); assert (s["batch_size"], s["run_batch"], s["world_size"]) == (16, 8, 4), s' "$W/ws4/state.json"; then
+        pass "2-rank checkpoint ($at) resumed on 4 ranks: micro-batches of 8, finished; state.json keeps --batch-size 16 (run as 8)"
+    else
+        fail "2-rank checkpoint on 4 ranks: rc=$rc4 resumed at step '$e4' (stopped at '$at')"
+        show "$W/ws4.out" "$W/ws4.err"
     fi
 else
-    fail "world-size mismatch: no checkpoint from the SIGTERM run to resume"
+    fail "world-size change: no checkpoint from the SIGTERM run to resume"
 fi
 
-# ---- 7b. an epoch --grad-accum does not divide, at 2 ranks ------------------------------
-# 1024 records in batches of 24 per rank: 21 micro-batches an epoch, so --grad-accum 2 makes 10 updates of 2
-# and a short one of 1 (11 an epoch, 22 in all). Each way of stopping -- --steps at the first epoch's end and
-# inside an epoch, SIGTERM to one rank, and both ranks killed right after the first epoch's checkpoint --
+# ---- 7b. --grad-accum at 2 ranks, an epoch that leaves records out ----------------------
+# 1024 records, updates of 24 per rank x 2 ranks x --grad-accum 2 = 96: 10 whole updates an epoch (20 in all),
+# the last 64 records of each epoch's order left out. Each way of stopping -- --steps at the first epoch's end
+# and inside an epoch, SIGTERM to one rank, and both ranks killed right after the first epoch's checkpoint --
 # resumes to the uninterrupted run's parameters, bit for bit.
 RA=(--data "$W/mnist" --model mnist-net --epochs 2 --batch-size 24 --grad-accum 2 --lr 0.05 --threads 1 --no-progress)
 mpi 2 "$RT" train "${RA[@]}" --checkpoint-dir "$W/ra" >"$W/ra.out" 2>"$W/ra.err"
 DA=$(digest_of "$W/ra.err" 2 2>&1)
-if grep -q "11 steps/epoch (its last of 1 micro-batch)" "$W/ra.out" && grep -q "^done (completed): 22 steps" "$W/ra.out" &&
+if grep -q "= 96 effective, 10 steps/epoch, 2 epochs" "$W/ra.out" && grep -q "^done (completed): 20 steps" "$W/ra.out" &&
     [ ${#DA} -eq 16 ]; then
-    pass "2 ranks, 21 micro-batches an epoch at --grad-accum 2: 11 updates an epoch, the last short; digest $DA"
+    pass "2 ranks, 1024 records in updates of 96 (--grad-accum 2): 10 whole updates an epoch; digest $DA"
 else
-    fail "2 ranks, short updates: $(grep -E 'steps/epoch|^done' "$W/ra.out") digest '$DA'"; show "$W/ra.err"
+    fail "2 ranks, --grad-accum 2: $(grep -E 'steps/epoch|^done' "$W/ra.out") digest '$DA'"; show "$W/ra.err"
 fi
 accum_resumed() { # accum_resumed NAME WHAT: resume $W/NAME at 2 ranks, compare with the uninterrupted run
     mpi 2 "$RT" train "${RA[@]}" --checkpoint-dir "$W/$1" --resume >"$W/$1.2.out" 2>"$W/$1.2.err"
@@ -437,9 +467,9 @@ accum_resumed() { # accum_resumed NAME WHAT: resume $W/NAME at 2 ranks, compare 
         fail "2 ranks, $2, resumed: rc=$rc digest '$d' vs '$DA'"; show "$W/$1.2.err"
     fi
 }
-for k in 11 5; do
+for k in 10 5; do
     mpi 2 "$RT" train "${RA[@]}" --checkpoint-dir "$W/ra$k" --steps $k >"$W/ra$k.1.out" 2>"$W/ra$k.1.err"
-    accum_resumed "ra$k" "--steps $k$([ $k = 11 ] && echo ' (the first epoch'"'"'s end)')"
+    accum_resumed "ra$k" "--steps $k$([ $k = 10 ] && echo ' (the first epoch'"'"'s end)')"
 done
 # SIGTERM to rank 1 in the second epoch (the loader slowed so that the signal lands mid-run).
 RINGTRAIN_TEST_SLOW_LOADER=40 mpi 2 -x RINGTRAIN_TEST_SLOW_LOADER "$RT" train "${RA[@]}" --checkpoint-dir "$W/raterm" \
@@ -455,7 +485,7 @@ grep -q '^done (signal)' "$W/raterm.1.out" && accum_resumed raterm "SIGTERM to r
     { fail "2 ranks, SIGTERM: the run did not stop on the signal"; show "$W/raterm.1.out" "$W/raterm.1.err"; }
 # Both ranks killed outright right after the first epoch's checkpoint (a test fault hangs rank 0 in the update
 # after it; rank 1 waits for it in the all-reduce).
-RINGTRAIN_TEST_STALL=0:11 mpi 2 -x RINGTRAIN_TEST_STALL "$RT" train "${RA[@]}" --checkpoint-dir "$W/rakill" \
+RINGTRAIN_TEST_STALL=0:10 mpi 2 -x RINGTRAIN_TEST_STALL "$RT" train "${RA[@]}" --checkpoint-dir "$W/rakill" \
     >"$W/rakill.1.out" 2>"$W/rakill.1.err" &
 mp=$!
 if wait_table "$W/rakill.1.out" 2; then
@@ -465,6 +495,58 @@ if wait_table "$W/rakill.1.out" 2; then
 fi
 wait $mp 2>/dev/null
 accum_resumed rakill "killed right after the first epoch's checkpoint"
+
+# ---- 7c. the same run on 4 ranks, resumed on 2 and on 1 ----------------------------------
+# Micro-batches of 8, global batch 32: uninterrupted on 4 ranks for 8 updates; stopped at update 4 and resumed
+# on 2 ranks (accumulation 2) and on 1 (accumulation 4). Every rank logs each micro-batch's sample ids with its
+# place in the update (a test hook): the three logs are the same. The parameters agree up to summation order:
+# each update adds the same 4 micro-batch gradients in another order (all-reduce, or accumulation on a rank),
+# about 1e-7 of a tensor's largest weight an update; a ReLU or max-pool comparison that lands on the other side
+# of such a difference changes one unit's gradient, so the bound is 1e-3 (seen: 1e-7 over these 8 updates, up to
+# 6e-4 over 32). A micro-batch with other samples or other dropout masks moves them by about 0.4.
+RE=(--data "$W/mnist" --model mnist-net --epochs 1 --batch-size 8 --lr 0.05 --threads 1 --no-progress --amp off)
+RINGTRAIN_TEST_SAMPLE_LOG="$W/ids.u" mpi 4 -x RINGTRAIN_TEST_SAMPLE_LOG "$RT" train "${RE[@]}" --checkpoint-dir "$W/eu" \
+    --steps 8 >"$W/eu.out" 2>"$W/eu.err"
+RINGTRAIN_TEST_SAMPLE_LOG="$W/ids.s" mpi 4 -x RINGTRAIN_TEST_SAMPLE_LOG "$RT" train "${RE[@]}" --checkpoint-dir "$W/e2" \
+    --steps 4 >"$W/es.out" 2>"$W/es.err"
+cp -r "$W/e2" "$W/e1"
+RINGTRAIN_TEST_SAMPLE_LOG="$W/ids.2" mpi 2 -x RINGTRAIN_TEST_SAMPLE_LOG "$RT" train "${RE[@]}" --checkpoint-dir "$W/e2" \
+    --resume --steps 8 >"$W/e2.out" 2>"$W/e2.err"
+RINGTRAIN_TEST_SAMPLE_LOG="$W/ids.1" "$RT" train "${RE[@]}" --checkpoint-dir "$W/e1" --resume --steps 8 >"$W/e1.out" 2>"$W/e1.err"
+cat "$W"/ids.u.* | sort >"$W/ids.u"
+cat "$W"/ids.s.* "$W"/ids.2.* | sort >"$W/ids.2"
+cat "$W"/ids.s.* "$W"/ids.1.* | sort >"$W/ids.1"
+close_weights() { # close_weights A B BOUND: every tensor within BOUND of its largest magnitude in A; prints the worst
+    "$PY" - "$@" <<'EOF'
+import array, json, struct, sys
+def load(p):
+    b = open(p, "rb").read()
+    n = struct.unpack("<Q", b[:8])[0]
+    h = json.loads(b[8:8 + n])
+    out = {}
+    for k, v in h.items():
+        if k != "__metadata__":
+            assert v["dtype"] == "F32", v
+            s, e = v["data_offsets"]
+            out[k] = array.array("f", b[8 + n + s:8 + n + e])
+    return out
+a, b = load(sys.argv[1]), load(sys.argv[2])
+assert sorted(a) == sorted(b)
+worst = max(max(abs(x - y) for x, y in zip(a[k], b[k])) / max(max(map(abs, a[k])), 1e-30) for k in a)
+print("%.2g" % worst)
+sys.exit(worst > float(sys.argv[3]))
+EOF
+}
+if [ "$(wc -l <"$W/ids.u")" = 32 ] && cmp -s "$W/ids.u" "$W/ids.2" && cmp -s "$W/ids.u" "$W/ids.1" \
+    && grep -q "^  resumed   a 4-rank run on 2 ranks: accumulation 1 -> 2" "$W/e2.out" \
+    && grep -q "^  resumed   a 4-rank run on 1 rank: accumulation 1 -> 4" "$W/e1.out" \
+    && d2=$(close_weights "$W/eu/model.safetensors" "$W/e2/model.safetensors" 1e-3) \
+    && d1=$(close_weights "$W/eu/model.safetensors" "$W/e1/model.safetensors" 1e-3); then
+    pass "8 updates on 4 ranks = 4 on 4 then 4 on 2 = 4 on 4 then 4 on 1: the same 32 micro-batches (sample ids) in the same updates; parameters within $d2 and $d1 of the largest weight (bound 1e-3)"
+else
+    fail "the same run on 4, 2 and 1 ranks: $(wc -l <"$W/ids.u") micro-batches; $(diff "$W/ids.u" "$W/ids.2" | head -c 300) $(diff "$W/ids.u" "$W/ids.1" | head -c 300) weights: ${d2:-?} ${d1:-?}"
+    show "$W/e2.out" "$W/e1.out" "$W/e2.err" "$W/e1.err"
+fi
 
 # ---- 8. rank discovery -------------------------------------------------------------
 ranks_case() { # ranks_case NAME EXPECT(ok|fail) PATTERN COMMAND...: exit status and output matching PATTERN

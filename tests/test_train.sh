@@ -8,9 +8,8 @@
 #   - an interrupted run resumed with --resume ends with the same weights, bit
 #     for bit, as an uninterrupted one: stopped by --steps mid-epoch, by
 #     SIGTERM mid-epoch, by a signal during start-up, and killed (SIGKILL)
-#     right after an epoch's checkpoint -- in a run whose
-#     epochs (19 micro-batches) --grad-accum 2 does not divide, so that each
-#     ends with a short update;
+#     right after an epoch's checkpoint -- in a run with --grad-accum 2 whose
+#     epochs leave records out (whole updates of the global order);
 #   - the checkpoint is read back by an independent reader (Python, and
 #     PyTorch's load_state_dict(strict=True) when torch is installed);
 #   - eval reproduces the last epoch's accuracy;
@@ -139,17 +138,17 @@ EOF
 then pass "safetensors header, names, shapes, offsets and metadata read by a plain parser"; else fail "plain safetensors parse"; fi
 
 # ---- 4. resume equals uninterrupted -------------------------------------------------
-# 768 training records in batches of 40: 19 micro-batches an epoch, so --grad-accum 2 makes 9 updates of 2
-# and a short one of 1 each epoch (10 updates an epoch, 20 in all).
+# 768 training records in updates of 40 x --grad-accum 2 = 80: 9 whole updates an epoch (18 in all), the
+# last 48 records of each epoch's order left out (short updates are --shuffle window's: test_train_step).
 T4=(--data "$W/cifar" --model wrn-10-1 --epochs 2 --batch-size 40 --lr 0.05 --threads 2 --no-progress
     --label-smoothing 0.1 --grad-accum 2 --schedule onecycle --optimizer sgd --nesterov)
 if "$RT" train "${T4[@]}" --checkpoint-dir "$W/full" >"$W/full.out" 2>&1; then
-    grep -q "10 steps/epoch (its last of 1 micro-batch)" "$W/full.out" && grep -q "^done (completed): 20 steps" "$W/full.out" \
-        && pass "19 micro-batches an epoch at --grad-accum 2: 10 updates an epoch, the last short, 20 in all" \
-        || fail "short last update: $(grep -E 'steps/epoch|^done' "$W/full.out")"
+    grep -q "= 80 effective, 9 steps/epoch, 2 epochs" "$W/full.out" && grep -q "^done (completed): 18 steps" "$W/full.out" \
+        && pass "768 records in updates of 80 (--grad-accum 2): 9 whole updates an epoch, 18 in all" \
+        || fail "updates of 80: $(grep -E 'steps/epoch|^done' "$W/full.out")"
     # Killed outright right after the first epoch's checkpoint (a test fault hangs the first update after it):
     # the epoch's checkpoint alone resumes the run exactly.
-    RINGTRAIN_TEST_STALL=0:10 "$RT" train "${T4[@]}" --checkpoint-dir "$W/kill" >"$W/k1.out" 2>&1 &
+    RINGTRAIN_TEST_STALL=0:9 "$RT" train "${T4[@]}" --checkpoint-dir "$W/kill" >"$W/k1.out" 2>&1 &
     pid=$!
     for _ in $(seq 1 600); do
         grep -q '"epoch": 1' "$W/kill/state.json" 2>/dev/null && break
@@ -169,7 +168,7 @@ if "$RT" train "${T4[@]}" --checkpoint-dir "$W/full" >"$W/full.out" 2>&1; then
     fi
     "$RT" train "${T4[@]}" --checkpoint-dir "$W/part" --steps 7 --json --metrics "$W/part.jsonl" >"$W/p1.out" 2>&1
     rc1=$?
-    # 7 updates are 14 of the first epoch's 19 micro-batches: no epoch completed.
+    # 7 updates are 14 of the first epoch's 18 micro-batches: no epoch completed.
     [ "$(jfield "$W/p1.out" epochs 2>/dev/null)" = 0 ] && [ "$(jfield "$W/p1.out" steps 2>/dev/null)" = 7 ] \
         && pass "--steps 7 inside the first epoch: the summary counts 0 epochs done, 7 steps" \
         || fail "--steps 7 summary: epochs $(jfield "$W/p1.out" epochs 2>&1), steps $(jfield "$W/p1.out" steps 2>&1)"
@@ -273,6 +272,30 @@ before2=$(cat "$W/ck2"/* | md5sum)
 "$RT" train "${T1[@]}" --checkpoint-dir "$W/ck2" --resume >"$W/b.out" 2>&1
 [ $? -ne 0 ] && [ "$(cat "$W/ck2"/* | md5sum)" = "$before2" ] && pass "resume from a corrupt checkpoint fails and changes nothing" \
     || fail "corrupt resume: $(tail -n 2 "$W/b.out")"
+# Another precision: refused without --amp-change (naming both), which then goes on from the same checkpoint
+# (one more epoch). ck1's precision is --amp auto's on this CPU: the other one is asked for (bf16 only where
+# this CPU trains it).
+amp1=$("$PY" -c 'import json,sys; print(json.load(open(sys.argv[1]))["amp"])' "$W/ck1/state.json" 2>/dev/null)
+amp2=off
+[ "$amp1" = off ] && amp2=bf16
+if [ -n "$amp1" ] && "$RT" train --synthetic-data --model mnist-net --batch-size 8 --steps 1 --amp "$amp2" --threads 1 \
+    --no-progress >/dev/null 2>&1; then
+    mkdir -p "$W/ckamp" && cp "$W/ck1"/* "$W/ckamp/"
+    beforeamp=$(cat "$W/ckamp"/* | md5sum)
+    "$RT" train "${T1[@]}" --amp "$amp2" --checkpoint-dir "$W/ckamp" --resume --epochs 4 >"$W/b.out" 2>&1
+    rc=$?
+    [ "$(cat "$W/ckamp"/* | md5sum)" = "$beforeamp" ] && same=1 || same=0
+    "$RT" train "${T1[@]}" --amp "$amp2" --amp-change --checkpoint-dir "$W/ckamp" --resume --epochs 4 >"$W/b2.out" 2>&1
+    rc2=$?
+    if [ $rc -ne 0 ] && [ $same = 1 ] && grep -q "the checkpoint was trained with --amp $amp1, this run would train with --amp $amp2" "$W/b.out" \
+        && [ $rc2 -eq 0 ] && grep -q '^done (completed)' "$W/b2.out" && grep -q "\"amp\": \"$amp2\"" "$W/ckamp/state.json"; then
+        pass "resume at another --amp: refused ($(grep -o 'resume with --amp.*' "$W/b.out")), then goes on with --amp-change"
+    else
+        fail "resume at another --amp ($amp1 -> $amp2): rc $rc then $rc2: $(tail -n 2 "$W/b.out" "$W/b2.out")"
+    fi
+else
+    pass "resume at another --amp: not tried (this CPU does not train --amp $amp2, or ck1 has no precision)"
+fi
 "$RT" train --data "$W/mnist" --model mnist-net --lr 1e5 --epochs 1 --batch-size 64 --threads 2 --no-progress \
     --checkpoint-dir "$W/ck3" >"$W/b.out" 2>&1
 rc=$?

@@ -15,7 +15,8 @@
  *    ends with the parameters of an uninterrupted one;
  *  - data that ends before the epoch does is an error naming where, not a
  *    finished run;
- *  - an epoch that --grad-accum does not divide ends with a short update:
+ *  - an epoch that --grad-accum does not divide ends with a short update
+ *    (--shuffle window; the global order's epochs take whole updates):
  *    a run stopped after every one of its updates (each epoch's end among
  *    them) and resumed from there holds, bit for bit, the uninterrupted
  *    run's parameters, and so does one stopped by SIGTERM (train_run), after
@@ -299,10 +300,12 @@ static void test_resume(void)
  */
 enum { SHORT_ACCUM = 3, SHORT_UPDATES = 12 };
 
+/* Short updates are --shuffle window's (its ranks deal blocks); the global order's updates are all whole. */
 static struct train_cfg short_cfg(const char *ckpt, uint64_t updates, int resume)
 {
     struct train_cfg c = data_cfg(ckpt, updates, resume);
     c.grad_accum = SHORT_ACCUM;
+    c.shuffle = RT_SHUFFLE_WINDOW;
     return c;
 }
 

@@ -129,7 +129,10 @@ static const struct cli_opt train_opts[] = {
      .help = "save model.safetensors, optimizer.safetensors, state.json each epoch\n"
              "and on SIGTERM/SIGUSR1 (finish the step, save, exit 0)"},
     {.name = "resume", .kind = CLI_FLAG, C(resume),
-     .help = "continue from --checkpoint-dir (starts fresh if it holds none)"},
+     .help = "continue from --checkpoint-dir (starts fresh if it holds none);\n"
+             "on any world size that shares out its global batch"},
+    {.name = "amp-change", .kind = CLI_FLAG, C(amp_change),
+     .help = "--resume a checkpoint trained at another --amp precision"},
     {.name = "metrics", .arg = "FILE", .kind = CLI_STR, C(metrics), .help = "JSON Lines, one object per epoch"},
     {.name = "report", .arg = "FILE", .kind = CLI_STR, C(report),
      .help = "at the end, one HTML page of the run's charts (as `ringtrain report`)"},

@@ -71,9 +71,17 @@ def test_set_epoch_gives_that_epochs_batches(data):
 
 
 def test_load_state_dict_refuses_another_order(data):
+    # Another batch size goes on in the same global order (test_resume_world.py); another shuffle is another
+    # order, and the window shuffle's depends on the batch and world.
     with ringtrain.Loader(data, 64, seed=5, workers=2) as a:
         next(iter(a))
         state = a.state_dict()
-    with ringtrain.Loader(data, 32, seed=5, workers=2) as b:
-        with pytest.raises(ValueError):
+    with ringtrain.Loader(data, 64, seed=5, workers=2, shuffle="none") as b:
+        with pytest.raises(ValueError, match="shuffle"):
+            b.load_state_dict(state)
+    with ringtrain.Loader(data, 64, seed=5, workers=2, shuffle="window") as a:
+        next(iter(a))
+        state = a.state_dict()
+    with ringtrain.Loader(data, 32, seed=5, workers=2, shuffle="window") as b:
+        with pytest.raises(ValueError, match="window"):
             b.load_state_dict(state)

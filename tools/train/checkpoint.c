@@ -44,6 +44,12 @@ static int path_of(const struct train *T, const char *name, char *out, size_t le
     return rt_path_join(out, len, T->cfg.checkpoint_dir, name);
 }
 
+/* --amp's name for an activation type ("off" for fp32). */
+static const char *amp_name(enum rt_dtype act)
+{
+    return act == RT_F32 ? "off" : rt_dtype_name(act);
+}
+
 /* model.safetensors, with what `ringtrain eval` and PyTorch users need to know in its metadata. */
 static int save_model(struct train *T)
 {
@@ -69,20 +75,29 @@ static int save_model(struct train *T)
 static int save_state(struct train *T, const double ep[3])
 {
     const struct train_cfg *c = &T->cfg;
+    /* Saved between updates: the position in the epoch's global sequence is whole updates of G (window: none). */
+    const uint64_t G = (uint64_t)c->batch * (uint64_t)T->world * c->grad_accum;
     struct rt_loader_state ls = {.epoch = T->pos.epoch, .step = T->pos.batch, .seed = c->seed,
-                                 .world = (uint32_t)T->world, .rank = 0, .batch = c->batch, .shuffle = c->shuffle};
+                                 .sample = c->shuffle == RT_SHUFFLE_WINDOW ? 0 : T->pos.batch / c->grad_accum * G,
+                                 .micro = (uint32_t)(T->pos.batch % c->grad_accum), .world = (uint32_t)T->world,
+                                 .rank = 0, .batch = c->batch, .accum = c->grad_accum, .shuffle = c->shuffle};
     char lsbuf[512], p[4096];
     rt_loader_state_format(&ls, lsbuf, sizeof(lsbuf));
     json_t *st = json_pack("{s:i, s:s, s:s, s:I, s:I, s:I, s:I, s:s, s:I, s:i, s:i, s:s, s:f, s:i, s:f, s:f, s:f, "
                            "s:I, s:I, s:i}",
-                           "format", 1, "checkpoint_id", T->ckpt_id, "model", rt_model_name(T->model), "epoch",
+                           "format", 2, "checkpoint_id", T->ckpt_id, "model", rt_model_name(T->model), "epoch",
                            (json_int_t)T->pos.epoch, "step", (json_int_t)T->pos.batch, "micro",
                            (json_int_t)T->pos.micro, "optimizer_steps", (json_int_t)T->pos.update, "loader", lsbuf,
-                           "seed", (json_int_t)c->seed, "batch_size", (int)c->batch, "grad_accum",
-                           (int)c->grad_accum, "optimizer", rt_optim_kind_name(c->optim.kind), "best_val_acc",
+                           "seed", (json_int_t)c->seed, "batch_size", (int)T->asked_batch, "grad_accum",
+                           (int)T->asked_accum, "optimizer", rt_optim_kind_name(c->optim.kind), "best_val_acc",
                            T->res.best_acc, "target_streak", (int)T->res.streak, "epoch_loss_sum", ep[0],
                            "epoch_correct", ep[1], "epoch_count", ep[2], "images", (json_int_t)T->meter.run.images,
                            "train_ns", (json_int_t)T->meter.run.train_ns, "world_size", T->world);
+    /* How this world size ran --batch-size and --grad-accum (the same but after a move to another world size). */
+    if (st) {
+        json_object_set_new(st, "run_batch", json_integer(c->batch));
+        json_object_set_new(st, "run_accum", json_integer(c->grad_accum));
+    }
     /* Fine-tuning: the frozen layers shape the optimizer's state, so a resume must freeze the same. */
     if (st && c->freeze)
         json_object_set_new(st, "freeze", json_string(c->freeze));
@@ -97,6 +112,10 @@ static int save_state(struct train *T, const double ep[3])
     if (st) {
         json_object_set_new(st, "tf32", json_boolean(c->tf32));
         json_object_set_new(st, "deterministic", json_boolean(!c->nondeterministic));
+        /* Where and at which precision it trained: a resume elsewhere is said, at another precision refused
+         * without --amp-change (checkpoint_plan). */
+        json_object_set_new(st, "device", json_string(rt_backend_kind_of(T->be) == RT_BACKEND_CUDA ? "cuda" : "cpu"));
+        json_object_set_new(st, "amp", json_string(amp_name(T->act)));
     }
     if (st && T->scaling) {
         json_object_set_new(st, "loss_scale", json_real(T->scaler.scale));
@@ -198,8 +217,10 @@ static int load_weights(struct train *T)
 struct saved_state {
     const char *id, *model, *loader, *optname;
     json_int_t epoch, batch, micro, update, seed, images, train_ns;
-    int batch_size, accum, streak, world;
+    int batch_size, accum, streak, world, format;
+    int run_batch, run_accum;   /* how its world size ran them (batch_size, accum where not recorded) */
     double best, ep_loss, ep_correct, ep_count;
+    struct rt_loader_state ls;
 };
 
 static int read_state(json_t *st, const char *p, struct saved_state *s)
@@ -214,42 +235,144 @@ static int read_state(json_t *st, const char *p, struct saved_state *s)
                        "epoch_correct", &s->ep_correct, "epoch_count", &s->ep_count, "images", &s->images,
                        "train_ns", &s->train_ns) != 0)
         return rt_errf(-EINVAL, "%s: %s", p, je.text);
-    json_t *jw = json_object_get(st, "world_size");
+    json_t *jw = json_object_get(st, "world_size"), *jf = json_object_get(st, "format");
     s->world = jw && json_is_integer(jw) ? (int)json_integer_value(jw) : 1;
+    s->format = jf && json_is_integer(jf) ? (int)json_integer_value(jf) : 1;
+    json_t *jb = json_object_get(st, "run_batch"), *ja = json_object_get(st, "run_accum");
+    s->run_batch = json_is_integer(jb) ? (int)json_integer_value(jb) : s->batch_size;
+    s->run_accum = json_is_integer(ja) ? (int)json_integer_value(ja) : s->accum;
+    if (s->world < 1 || s->batch_size < 1 || s->accum < 1 || s->batch < 0 || s->micro < 0 || s->update < 0 ||
+        s->run_batch < 1 || s->run_accum < 1)
+        return rt_errf(-EINVAL, "%s: out-of-range values", p);
+    /* Format 1 wrote the loader state of the order before the global one: its one-rank runs read as today's. */
+    if (s->format == 1 && s->world == 1) {
+        memset(&s->ls, 0, sizeof(s->ls));
+        return 0;
+    }
+    return rt_loader_state_parse(s->loader, &s->ls) < 0 ? rt_errf(-EINVAL, "%s: bad loader state: %s", p,
+                                                                   rt_errmsg())
+                                                        : 0;
+}
+
+/* The world sizes an update of G samples in micro-batches of `batch` can be shared out on (move_world), into buf. */
+static void world_choices(uint64_t G, uint32_t batch, char *buf, size_t len)
+{
+    const uint64_t micro = G / batch;
+    size_t o = 0;
+    int listed = 0;
+    buf[0] = '\0';
+    for (uint64_t w = 1; w <= G && o < len; w++) {
+        if (micro % w != 0 && !(w > micro && G % w == 0))
+            continue;
+        if (listed == 24) {
+            snprintf(buf + o, len - o, ", ...");
+            break;
+        }
+        o += (size_t)snprintf(buf + o, len - o, "%s%" PRIu64, listed++ ? ", " : "", w);
+    }
+}
+
+/*
+ * The run's layout on this world size: updates of the checkpoint's G samples (G = batch x ranks x accumulation as
+ * it ran), in micro-batches of --batch-size where this world size divides G / --batch-size (the accumulation
+ * re-derived), else in one smaller micro-batch per rank where it divides G. On the checkpoint's own world size
+ * this gives the checkpoint's layout back; a move sets T->moved for the banner. Refuses, naming the sizes that
+ * can, where neither holds.
+ */
+static int move_world(struct train *T, const struct saved_state *s)
+{
+    struct train_cfg *c = &T->cfg;
+    const uint64_t G = (uint64_t)s->run_batch * (uint64_t)s->world * (uint64_t)s->run_accum;
+    const uint64_t W = (uint64_t)T->world, micro = G / c->batch;
+    if (s->world == T->world && (uint32_t)s->run_batch == c->batch && (uint32_t)s->run_accum == c->grad_accum)
+        return 0;
+    if (c->shuffle == RT_SHUFFLE_WINDOW)
+        return rt_errf(-EINVAL, "%s: the checkpoint was written by a run of %d ranks with --shuffle window, whose "
+                                "order depends on the world size (each rank reads its own blocks of the data); "
+                                "resume it on %d ranks, or train with --shuffle exact, whose order is the same on "
+                                "any number of ranks",
+                       c->checkpoint_dir, s->world, s->world);
+    if (G % c->batch == 0 && micro % W == 0) {
+        c->grad_accum = (uint32_t)(micro / W);
+    } else if (W > micro && G % W == 0) {
+        c->batch = (uint32_t)(G / W);
+        c->grad_accum = 1;
+    } else {
+        char can[256];
+        world_choices(G, c->batch, can, sizeof(can));
+        return rt_errf(-EINVAL, "%s: the checkpoint's updates take %" PRIu64 " samples (%d ranks x --grad-accum %d "
+                                "x --batch-size %d), which %" PRIu64 " ranks cannot share out in whole "
+                                "micro-batches; it resumes on %s ranks",
+                       c->checkpoint_dir, G, s->world, s->run_accum, s->run_batch, W, can);
+    }
+    if (s->world != T->world)
+        T->moved = (struct train_moved){.world = s->world, .batch = (uint32_t)s->run_batch,
+                                        .accum = (uint32_t)s->run_accum};
     return 0;
 }
 
-/* A checkpoint resumes only the run that wrote it: the same world, model, batch, accumulation, seed, optimizer. */
-static int check_same_run(const struct train *T, const struct saved_state *s, json_t *st, const char *p)
+/* --amp against the checkpoint's precision: another one only with --amp-change; another device is said. */
+static int check_precision(const struct train *T, json_t *st)
+{
+    const json_t *ja = json_object_get(st, "amp"), *jd = json_object_get(st, "device");
+    const char *now = amp_name(T->act);
+    const int gpu = rt_backend_kind_of(T->be) == RT_BACKEND_CUDA;
+    if (json_is_string(ja) && strcmp(json_string_value(ja), now) != 0 && !T->cfg.amp_change)
+        return rt_errf(-EINVAL, "%s: the checkpoint was trained with --amp %s, this run would train with --amp %s "
+                                "(the precision changes what every step computes%s); resume with --amp %s, or pass "
+                                "--amp-change to go on at %s",
+                       T->cfg.checkpoint_dir, json_string_value(ja), now,
+                       !strcmp(json_string_value(ja), "fp16") || !strcmp(now, "fp16")
+                           ? ", and fp16's loss scale starts afresh or is dropped"
+                           : "",
+                       json_string_value(ja), now);
+    if (T->root && json_is_string(jd) && strcmp(json_string_value(jd), gpu ? "cuda" : "cpu") != 0)
+        rt_info("note: the checkpoint was written on the %s, this run is on the %s: it goes on from the same weights "
+                "and optimizer state, not bit-identical to a run that stayed (other kernels round differently)",
+                !strcmp(json_string_value(jd), "cuda") ? "GPU" : "CPU", gpu ? "GPU" : "CPU");
+    return 0;
+}
+
+/*
+ * A checkpoint resumes the run that wrote it: the same model, batch, accumulation, seed, optimizer, shuffle --
+ * on the same world size bit for bit, on another one with the same updates (move_world).
+ */
+static int check_same_run(struct train *T, const struct saved_state *s, json_t *st)
 {
     const struct train_cfg *c = &T->cfg;
-    struct rt_loader_state ls;
-    if (s->world != T->world)
-        return rt_errf(-EINVAL, "%s: the checkpoint was written by a run of %d ranks; resume it with %d (the data "
-                                "order depends on the world size)",
-                       c->checkpoint_dir, s->world, s->world);
-    if (strcmp(s->model, rt_model_name(T->model)) != 0)
-        return rt_errf(-EINVAL, "%s: the checkpoint is of %s, not %s", c->checkpoint_dir, s->model,
-                       rt_model_name(T->model));
+    if (s->format == 1 && s->world > 1 && c->shuffle != RT_SHUFFLE_WINDOW)
+        return rt_errf(-EINVAL, "%s: the checkpoint was written with the data order of before (each of its %d ranks "
+                                "read its own part of every epoch); today one global order serves any world size, "
+                                "and the checkpoint's position has no place in it. Start a new run from its weights: "
+                                "--init %s/model.safetensors",
+                       c->checkpoint_dir, s->world, c->checkpoint_dir);
+    /* The model is made after this: its name is the one --model gives (rt_model_name). */
+    if (strcmp(s->model, c->model ? c->model : "") != 0)
+        return rt_errf(-EINVAL, "%s: the checkpoint is of %s, not %s", c->checkpoint_dir, s->model, c->model);
     if ((uint32_t)s->batch_size != c->batch || (uint32_t)s->accum != c->grad_accum || (uint64_t)s->seed != c->seed ||
         strcmp(s->optname, rt_optim_kind_name(c->optim.kind)) != 0)
         return rt_errf(-EINVAL, "%s: the checkpoint was trained with --batch-size %d --grad-accum %d --seed %" PRId64
-                                " --optimizer %s; resume with the same",
-                       c->checkpoint_dir, s->batch_size, s->accum, (int64_t)s->seed, s->optname);
+                                " --optimizer %s on %d rank%s; resume with the same (on another number of ranks "
+                                "the accumulation, or the batch, follows from them)",
+                       c->checkpoint_dir, s->batch_size, s->accum, (int64_t)s->seed, s->optname, s->world,
+                       s->world == 1 ? "" : "s");
     json_t *jf = json_object_get(st, "freeze");
     const char *was = jf && json_is_string(jf) ? json_string_value(jf) : "";
     if (strcmp(was, c->freeze ? c->freeze : "") != 0)
         return rt_errf(-EINVAL, "%s: the checkpoint was trained with %s%s%s; resume with the same (the frozen layers "
                                 "have no optimizer state)",
                        c->checkpoint_dir, *was ? "--freeze '" : "no --freeze", was, *was ? "'" : "");
-    if (s->accum > 0 && s->batch % s->accum != 0)
+    if (s->batch % s->run_accum != 0)
         return rt_errf(-EINVAL, "%s: the checkpoint was written after micro-batch %" PRId64 " of epoch %" PRId64
                                 ", inside an update of --grad-accum %d (versions before updates ended with their "
                                 "epoch carried them across); it cannot be resumed exactly: start the run again",
-                       c->checkpoint_dir, (int64_t)s->batch, (int64_t)s->epoch + 1, s->accum);
-    if (rt_loader_state_parse(s->loader, &ls) < 0)
-        return rt_errf(-EINVAL, "%s: bad loader state", p);
-    return 0;
+                       c->checkpoint_dir, (int64_t)s->batch, (int64_t)s->epoch + 1, s->run_accum);
+    if (s->format > 1 && s->ls.shuffle != c->shuffle)
+        return rt_errf(-EINVAL, "%s: the checkpoint was trained with --shuffle %s; resume with the same (another "
+                                "shuffle is another order)",
+                       c->checkpoint_dir, rt_shuffle_name(s->ls.shuffle));
+    int rc = check_precision(T, st);
+    return rc < 0 ? rc : move_world(T, s);
 }
 
 /*
@@ -280,8 +403,12 @@ static void settings_note(const struct train *T, json_t *st)
 /* Puts the driver where the checkpoint left off. */
 static void restore(struct train *T, const struct saved_state *s, json_t *st)
 {
-    T->pos = (struct train_pos){.epoch = (uint64_t)s->epoch, .batch = (uint64_t)s->batch,
-                                .micro = (uint64_t)s->micro, .update = (uint64_t)s->update};
+    /* Between two updates: the same update of the epoch, in this run's micro-batches (another world's
+     * accumulation). */
+    const uint64_t A = T->cfg.grad_accum, As = (uint64_t)s->run_accum;
+    T->pos = (struct train_pos){.epoch = (uint64_t)s->epoch, .batch = (uint64_t)s->batch / As * A,
+                                .micro = A == As ? (uint64_t)s->micro : (uint64_t)s->update * A,
+                                .update = (uint64_t)s->update};
     T->res.best_acc = s->best;
     json_t *scale = json_object_get(st, "loss_scale");
     if (T->scaling && scale && json_is_number(scale)) {
@@ -300,25 +427,41 @@ static void restore(struct train *T, const struct saved_state *s, json_t *st)
     T->ckpt_micro = T->pos.micro; /* this position's checkpoint is the one just read */
 }
 
-int checkpoint_load(struct train *T)
+/* state.json, read and checked before the model is made: another world size sets the run's batch and
+ * accumulation (move_world), which the model and the loader are then made with. */
+int checkpoint_plan(struct train *T)
 {
     char p[4096];
     int rc = path_of(T, "state.json", p, sizeof(p));
-    if (rc < 0)
-        return rc;
-    if (access(p, F_OK) != 0)
-        return 0;
+    if (rc < 0 || access(p, F_OK) != 0)
+        return rc < 0 ? rc : 0;
     json_error_t je;
     json_t *st = json_load_file(p, 0, &je);
     if (!st)
         return rt_errf(-EINVAL, "%s: %s (line %d)", p, je.text, je.line);
     struct saved_state s;
+    if ((rc = read_state(st, p, &s)) == 0)
+        rc = check_same_run(T, &s, st);
+    if (rc < 0) {
+        json_decref(st);
+        return rc;
+    }
+    T->ckpt_state = st;
+    return 0;
+}
+
+int checkpoint_load(struct train *T)
+{
+    char p[4096];
+    json_t *st = T->ckpt_state;
+    int rc = path_of(T, "state.json", p, sizeof(p));
+    if (rc < 0 || !st)
+        return rc < 0 ? rc : 0;
+    T->ckpt_state = NULL;
+    struct saved_state s;
     rc = read_state(st, p, &s);
     if (rc == 0) {
-        rc = check_same_run(T, &s, st, p);
         snprintf(T->ckpt_id, sizeof(T->ckpt_id), "%s", s.id);
-    }
-    if (rc == 0) {
         restore(T, &s, st);
         settings_note(T, st);
     }

@@ -421,6 +421,8 @@ int train_create(const struct train_cfg *cfg, struct train **out)
     T->t_created = rt_now_ns();
     T->cfg = *cfg;
     T->cfg.grad_accum = RT_MAX(cfg->grad_accum, 1);
+    T->asked_batch = T->cfg.batch;
+    T->asked_accum = T->cfg.grad_accum;
     if (T->cfg.progress < 0)
         T->cfg.progress = isatty(STDERR_FILENO);
     if (cfg->faults)
@@ -435,7 +437,8 @@ int train_create(const struct train_cfg *cfg, struct train **out)
         (T->cfg.stage_to && (rc = copy_data_local(T)) < 0) || (rc = open_data(T)) < 0)
         return rc;
     startup_mark(T, BOOT_DATA);
-    if ((rc = open_compute(T)) < 0)
+    if ((rc = open_compute(T)) < 0 ||
+        (T->cfg.resume && T->cfg.checkpoint_dir && (rc = checkpoint_plan(T)) < 0))
         return rc;
     startup_mark(T, BOOT_COMPUTE);
     if ((rc = make_model(T)) < 0 || (rc = replicas_create(T)) < 0 || (rc = make_bucketer(T)) < 0 ||
@@ -466,6 +469,7 @@ void train_destroy(struct train *T)
     json_decref(T->records);
     json_decref(T->summary);
     json_decref(T->state);
+    json_decref(T->ckpt_state);
     input_destroy(T);
     late_destroy(T);
     profile_destroy(T);

@@ -326,6 +326,15 @@ struct train {
     json_t *summary;            /* --report: the --json summary object */
     json_t *state;              /* --report: the last state.json written */
     char ckpt_id[64];
+    json_t *ckpt_state;         /* --resume: the state.json read before the model is made (checkpoint_plan) */
+    /* --resume of a checkpoint from another world size (checkpoint_plan): what it was; world 0 where the same */
+    struct train_moved {
+        int world;
+        uint32_t batch, accum;
+    } moved;
+    /* The run's --batch-size and --grad-accum, which state.json keeps: cfg.batch and cfg.grad_accum are what this
+     * world size runs them as (another after a move: checkpoint.c, move_world). */
+    uint32_t asked_batch, asked_accum;
     uint64_t ckpt_micro;        /* the position (pos.micro) whose checkpoint is on disk; UINT64_MAX: none yet */
     uint64_t ckpt_saves;        /* checkpoints this process wrote */
     uint64_t t_created;
@@ -390,6 +399,7 @@ int evaluate_split(struct rt_model *m, struct rt_dataset *ds, enum rt_split spli
 
 /* checkpoint.c (0 or -errno unless said) */
 int checkpoint_save(struct train *T);       /* once per position: again at the same one is a no-op */
+int checkpoint_plan(struct train *T);       /* --resume, before the model: read and check; another world's batch */
 int checkpoint_load(struct train *T);       /* 1 loaded, 0 none there, -errno */
 int checkpoint_resume(struct train *T);     /* --resume: load, agree across ranks, say where */
 /* DIR/finished, which a job script tests to tell a run that ended as planned (its epochs, or the
@@ -478,6 +488,7 @@ void tracefile_gpu_destroy(struct train *T); /* none made is fine */
 
 /* faults.c: the named points */
 void faults_before_compute(struct train *T);
+void faults_sample_log(const struct train *T, const struct train_batch *b, uint32_t i); /* micro-batch i's ids */
 void faults_step_opts(const struct train *T, struct rt_step_opts *so);
 void faults_before_unscale(struct train *T);
 int faults_data_ended(const struct train *T);         /* 1: the input's data ends before this micro-batch */

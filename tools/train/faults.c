@@ -78,6 +78,8 @@ int train_faults_from_env(struct train_faults *f)
             return rt_errf(-EINVAL, "RINGTRAIN_TEST_HOST_WAIT=%s: expected 1", s);
         f->host_wait = 1;
     }
+    if ((s = getenv("RINGTRAIN_TEST_SAMPLE_LOG")) && *s)
+        f->sample_log = s;
     if ((s = getenv("RINGTRAIN_TEST_FULL_MESH")) && *s) {
         char *end;
         long v = strtol(s, &end, 10);
@@ -119,6 +121,24 @@ void faults_before_compute(struct train *T)
     if (T->pos.update == T->faults.stall_update && T->rank == T->faults.stall_rank)
         for (;;)
             pause();
+}
+
+/* Named point: micro-batch i of the update in hand, before its step: its sample ids to the sample log. */
+void faults_sample_log(const struct train *T, const struct train_batch *b, uint32_t i)
+{
+    if (!T->faults.sample_log || !b->slot)
+        return;
+    char path[4096];
+    snprintf(path, sizeof(path), "%s.%d", T->faults.sample_log, T->rank);
+    FILE *f = fopen(path, "a");
+    if (!f)
+        return;
+    fprintf(f, "update %" PRIu64 " micro %" PRIu64 ":", T->pos.update,
+            (uint64_t)i * (uint64_t)T->world + (uint64_t)T->rank);
+    for (uint32_t k = 0; k < b->valid; k++)
+        fprintf(f, "%s%" PRIu64, k ? "," : " ", b->slot->ids[k]);
+    fputc('\n', f);
+    fclose(f);
 }
 
 /* The straggler: the first gradients' hook of each update sleeps, inside backward (the profile counts it as

@@ -43,6 +43,7 @@ static int start_loader(struct train *T)
     const struct train_cfg *c = &T->cfg;
     struct rt_loader_opts lo = {
         .batch = c->batch,
+        .accum = c->grad_accum,
         .world = (uint32_t)T->world,
         .rank = (uint32_t)T->rank,
         .seed = c->seed,

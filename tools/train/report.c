@@ -77,6 +77,22 @@ static void banner_data(struct train *T)
                 " epochs",
                 c->batch, T->world, c->grad_accum, c->batch * (uint32_t)T->world * c->grad_accum,
                 input_updates_per_epoch(T), tail, c->epochs);
+    /* A checkpoint of another world size (checkpoint.c, move_world): what changed, what was kept. */
+    const struct train_moved *m = &T->moved;
+    const uint64_t G = (uint64_t)c->batch * (uint64_t)T->world * c->grad_accum;
+    if (m->world && m->batch == c->batch)
+        banner_line(T, "resumed", "a %d-rank run on %d rank%s: accumulation %u -> %u; micro-batch %u and global "
+                    "batch %" PRIu64 " kept (the same micro-batches in every update, summed in another order)",
+                    m->world, T->world, T->world == 1 ? "" : "s", m->accum, c->grad_accum, c->batch, G);
+    else if (m->world)
+        banner_line(T, "resumed", "a %d-rank run on %d ranks: micro-batch %u -> %u, accumulation %u -> %u; global "
+                    "batch %" PRIu64 " kept (the same samples in every update, cut into other micro-batches: "
+                    "batchnorm and dropout see other batches)",
+                    m->world, T->world, m->batch, c->batch, m->accum, c->grad_accum, G);
+    else if (c->batch != T->asked_batch || c->grad_accum != T->asked_accum)
+        banner_line(T, "resumed", "on %d rank%s as the checkpoint ran: --batch-size %u --grad-accum %u as micro-batch "
+                    "%u x accumulation %u (global batch %" PRIu64 ")",
+                    T->world, T->world == 1 ? "" : "s", T->asked_batch, T->asked_accum, c->batch, c->grad_accum, G);
 }
 
 static void banner_comm(struct train *T)

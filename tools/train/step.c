@@ -62,6 +62,7 @@ int train_step_micro(struct train *T, uint32_t i, uint32_t n)
         return rt_errf(-EIO, "the data ended at micro-batch %" PRIu64 " of epoch %" PRIu64 ", which has %" PRIu64
                              ": the loader gave fewer batches than the run's position expects",
                        T->pos.batch, T->pos.epoch + 1, T->in.batches_per_epoch);
+    faults_sample_log(T, &b, i);
     r = train_step_forward_backward(T, &b, i, n);
     train_input_release(T, &b);
     if (r < 0)
@@ -71,10 +72,13 @@ int train_step_micro(struct train *T, uint32_t i, uint32_t n)
 }
 
 /*
- * An update never spans two epochs: the last of an epoch that --grad-accum
- * does not divide is short (as a PyTorch loop that steps on the epoch's last
- * batch). So every epoch's end, validation and checkpoint come after a whole
- * update, with no gradients half-accumulated to carry or save.
+ * An update never spans two epochs. With the global order (--shuffle exact or
+ * none) every update is whole: the sampler leaves out the epoch's last
+ * N mod G records. With --shuffle window, whose ranks deal blocks, the last
+ * update of an epoch that --grad-accum does not divide is short (as a
+ * PyTorch loop that steps on the epoch's last batch). So every epoch's end,
+ * validation and checkpoint come after a whole update, with no gradients
+ * half-accumulated to carry or save.
  */
 uint32_t train_step_size(const struct train *T)
 {
@@ -82,8 +86,13 @@ uint32_t train_step_size(const struct train *T)
     return (uint32_t)RT_MIN((uint64_t)T->cfg.grad_accum, RT_MAX(left, 1));
 }
 
-/* The micro-batch's options: the update's mean loss's gradient, scaled for loss scaling; its dropout stream. */
-static struct rt_step_opts step_opts(const struct train *T, const struct train_batch *b, uint32_t n)
+/*
+ * The micro-batch's options: the update's mean loss's gradient, scaled for loss scaling; its dropout stream,
+ * keyed by the micro-batch's global place (update, then micro-batch m = i x world + rank of the sampler's
+ * dealing), not by the rank: a run resumed on another world size that keeps the micro-batches draws the same
+ * masks for them.
+ */
+static struct rt_step_opts step_opts(const struct train *T, const struct train_batch *b, uint32_t i, uint32_t n)
 {
     /* Every rank's batch is full (the sampler drops the last partial one), so
      * the sum of the ranks' gradients scaled this way is the mean over the
@@ -92,7 +101,7 @@ static struct rt_step_opts step_opts(const struct train *T, const struct train_b
     return (struct rt_step_opts){
         .mode = RT_TRAIN, .label_smoothing = T->cfg.label_smoothing,
         .grad_scale = 1.0f / ((float)b->valid * (float)T->world * (float)n), .loss_scale = late_scale_dev(T),
-        .dropout_stream = T->pos.micro * (uint64_t)T->world + (uint64_t)T->rank,
+        .dropout_stream = (T->pos.update * T->cfg.grad_accum + i) * (uint64_t)T->world + (uint64_t)T->rank,
         .mean = T->mean, .std = T->std, .input_ticket = b->ticket, .labels_dev = b->labels_dev};
 }
 
@@ -121,7 +130,7 @@ int train_step_forward_backward(struct train *T, const struct train_batch *b, ui
         rt_model_zero_grads(T->model);
         late_begin(T);
     }
-    struct rt_step_opts so = step_opts(T, b, n);
+    struct rt_step_opts so = step_opts(T, b, i, n);
     if (i + 1 == n) {
         /* Only the update's last micro-batch reduces: the others just accumulate. */
         rt_bucketer_begin(T->bucketer, T->pos.update);

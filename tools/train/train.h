@@ -33,19 +33,22 @@
  * then, after an epoch's last update, the epoch's end (epoch.c: validation,
  * the epoch line, metrics, the checkpoint) and the stop checks.
  *
- * An update never spans two epochs. Where --grad-accum does not divide the
- * epoch's micro-batches, each epoch ends with a short update of the
- * remainder (its gradient the mean over its own samples), as a PyTorch loop
- * that steps on the epoch's last batch does. So an epoch has
- * ceil(micro-batches / accumulation) updates, the schedule counts those, and
- * every checkpoint -- an epoch's end, --steps, a stop signal -- falls between
- * two updates, where nothing half-accumulated needs saving.
+ * An update never spans two epochs. With --shuffle exact or none (the global
+ * order, loader.h) each update takes the next G = batch x ranks x
+ * accumulation samples of the epoch's sequence, and the last N mod G are
+ * left out: an epoch has floor(N / G) whole updates on any world size. With
+ * --shuffle window, where --grad-accum does not divide the epoch's
+ * micro-batches, each epoch ends with a short update of the remainder (its
+ * gradient the mean over its own samples), as a PyTorch loop that steps on
+ * the epoch's last batch does. The schedule counts updates, and every
+ * checkpoint -- an epoch's end, --steps, a stop signal -- falls between two
+ * updates, where nothing half-accumulated needs saving.
  *
  * Positions. Three counters, three words, used the same way everywhere
  * (messages, state.json, the code):
  *   micro-batch  one batch of --batch-size samples per rank through forward
  *                and backward; `batch` counts them within the epoch;
- *   update       --grad-accum micro-batches (fewer at an epoch's end), then
+ *   update       --grad-accum micro-batches (fewer at a window-shuffled epoch's end), then
  *                one gradient reduction and one optimizer step, attempted:
  *                an update skipped by loss scaling still counts. --steps N
  *                stops after N updates;
@@ -136,6 +139,8 @@ struct train_faults {
                                    own check: host_waits_per_step must then say so) */
     uint64_t data_end_micro;    /* the input says the data ended at this micro-batch (train_pos.micro;
                                    UINT64_MAX: never): a loader that disagrees with the position */
+    const char *sample_log;     /* each rank appends "update U micro M: id,id,..." per micro-batch to this path
+                                   ".RANK" (M = the micro-batch's place in the update, as the sampler deals it) */
 };
 
 /* No fault anywhere. */
@@ -145,7 +150,8 @@ void train_faults_none(struct train_faults *f);
  * Fills `f` from the environment, none where a variable is unset:
  *   RINGTRAIN_TEST_STALL=RANK:UPDATE, RINGTRAIN_TEST_OVERFLOW=UPDATE:COUNT,
  *   RINGTRAIN_TEST_SLOW_COPY=MS, RINGTRAIN_TEST_SLOW_ALLREDUCE=MS, RINGTRAIN_TEST_SLOW_LOADER=MS,
- *   RINGTRAIN_TEST_SLOW_RANK=RANK:MS, RINGTRAIN_TEST_FULL_MESH=RANKS, RINGTRAIN_TEST_HOST_WAIT=1.
+ *   RINGTRAIN_TEST_SLOW_RANK=RANK:MS, RINGTRAIN_TEST_FULL_MESH=RANKS, RINGTRAIN_TEST_HOST_WAIT=1,
+ *   RINGTRAIN_TEST_SAMPLE_LOG=PATH.
  * Returns 0, or -EINVAL naming the variable that does not parse.
  */
 int train_faults_from_env(struct train_faults *f);
@@ -183,6 +189,7 @@ struct train_cfg {
     uint32_t patience;          /* epochs in a row at the target before stopping */
     const char *checkpoint_dir; /* NULL: no checkpoints */
     int resume;
+    int amp_change;             /* --amp-change: resume a checkpoint trained at another precision */
     const char *metrics;        /* JSON Lines file, NULL: none */
     const char *report;         /* HTML page of the run, written by rank 0 at its end (tools/report/), NULL: none */
     int synthetic;              /* one random batch made once on the device, used for every micro-batch */
