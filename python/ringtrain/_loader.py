@@ -185,6 +185,7 @@ class Loader:
         self._crop = dict(crop_scale=tuple(crop_scale), crop_ratio=tuple(crop_ratio),
                           center_ratio=float(center_ratio))
         info = _ringtrain.dataset_info(self.data)
+        self._records = int(info["splits"][self.split])  # of the split: the length of an epoch's global sequence
         self.variable = bool(info["variable"])
         # The slots' shape, as the C loader makes it (the stored size, or S x S): Error when image_size is
         # missing for variable-size images, or is not a fixed-size dataset's own size.
@@ -202,6 +203,9 @@ class Loader:
         self._epoch = 0         # the next batch to hand to the user
         self._step = 0
         self._resumed = None    # load_state_dict's (epoch, step) until the first batch after it
+        # (epoch, first, base, end): the epoch load_state_dict started at global position `first` (a state of
+        # another world or batch size), whose steps are numbered from base = first // G up to end; None: none
+        self._origin = None
         self._closed = False
         self._wait_ns = 0       # time the consumer spent blocked in next()
         self._batches = 0
@@ -286,13 +290,31 @@ class Loader:
         return images
 
     # ---- the C loader -------------------------------------------------------------------------
+    @property
+    def _global_batch(self):
+        """G: the samples one step takes from the epoch's global sequence, over all ranks."""
+        return self.batch_size * self.world_size
+
     def _open(self, epoch, step):
+        """(Re)start the C loader at batch (epoch, step). In the epoch load_state_dict() started at a global
+        position (self._origin), `step` is of that start's numbering and the C loader starts at the position
+        of that step; at the end of such an epoch (a global batch of this loader finds nothing left of it)
+        the C loader starts at the next epoch, and the loader stays at the empty epoch until its ``for``."""
+        epoch, step = int(epoch), int(step)
         self._drop_core()
+        o = self._origin if self._origin is not None and self._origin[0] == epoch else None
+        self._origin = o
+        empty = o is not None and step >= o[3]
+        start_epoch, start_step, start_sample = epoch, step, 0
+        if empty:
+            start_epoch, start_step = epoch + 1, 0
+        elif o is not None:
+            start_step, start_sample = 0, o[1] + (step - o[2]) * self._global_batch
         kwargs = dict(split=self.split, batch=self.batch_size, shuffle=self.shuffle,
                       last="drop" if self.drop_last else "pad", seed=self.seed, augment=self.augment,
-                      workers=self.workers, rank=self.rank, world=self.world_size, start_epoch=int(epoch),
-                      start_step=int(step), epochs=0, digest=self._digest, image_size=self.image_size,
-                      **self._crop)
+                      workers=self.workers, rank=self.rank, world=self.world_size, start_epoch=start_epoch,
+                      start_step=start_step, start_sample=start_sample, epochs=0, digest=self._digest,
+                      image_size=self.image_size, **self._crop)
         slots = self._slots
         if self._cuda:
             torch = self._torch
@@ -308,9 +330,10 @@ class Loader:
         kwargs["slots"] = slots
         self._core = _ringtrain.open_loader(self.data, **kwargs)
         self._max_pending = max(self._core.slots - 3, 0)
-        self._steps = self._core.steps_per_epoch
-        self._epoch, self._step = int(epoch), int(step)
-        self._taken = (self._epoch, self._step)  # the next batch the C loader hands out
+        self._full_steps = self._core.steps_per_epoch
+        self._steps = o[3] if empty else self._core.epoch_steps(epoch)  # the current epoch's end
+        self._epoch, self._step = epoch, step
+        self._taken = (epoch + 1, 0) if empty else (epoch, step)  # the next batch the C loader hands out
 
     def _drop_core(self):
         if self._ahead is not None:
@@ -403,11 +426,23 @@ class Loader:
 
     # ---- iteration ------------------------------------------------------------------------------
     def __len__(self):
+        """The batches of the current epoch: the end of its step numbers, the same on every rank. After
+        load_state_dict() the resumed ``for`` yields len() - state_dict()["step"] of them; an epoch continued
+        from another world or batch size (its steps numbered from where its position falls among this
+        loader's batches) may end one step before the others."""
         return self._steps
 
     def __iter__(self):
         if self._closed:
             raise ValueError("ringtrain.Loader: iterating a closed loader")
+        if self._step >= self._steps:
+            # Resumed (from another world or batch size) where no global batch of this loader is left in the
+            # epoch: its ``for`` yields nothing, and the C loader waits at the next epoch's start.
+            self._epoch, self._step, self._resumed, self._origin = self._epoch + 1, 0, None, None
+            if self._core is None:
+                self._open(self._epoch, 0)
+            self._steps = self._core.epoch_steps(self._epoch)
+            return
         # Each iteration is one epoch, as a DataLoader's: one left early (a break, next(iter(loader))) gives
         # up the rest of its epoch, and this one is the next epoch's. A resumed position (load_state_dict)
         # is the exception: its first iteration finishes the resumed epoch.
@@ -430,7 +465,8 @@ class Loader:
             self._step += 1
             last = self._step == self._steps
             if last:
-                self._epoch, self._step = self._epoch + 1, 0
+                self._epoch, self._step, self._origin = self._epoch + 1, 0, None
+                self._steps = self._core.epoch_steps(self._epoch)
             yield images, labels
             del images, labels  # the slot must not stay referenced by this frame
             if last:
@@ -438,7 +474,7 @@ class Loader:
 
     def _after(self, pos):
         e, s = pos
-        return (e, s + 1) if s + 1 < self._steps else (e + 1, 0)
+        return (e, s + 1) if s + 1 < self._core.epoch_steps(e) else (e + 1, 0)
 
     def _resync(self):
         """A batch taken from the C loader but never handed out -- an exception between the two, such as
@@ -470,7 +506,8 @@ class Loader:
             raise ValueError(f"epoch must be >= 0, not {epoch}")
         if self._resumed is not None and epoch == self._resumed[0]:
             return
-        if (epoch, 0) != (self._epoch, self._step):
+        if (epoch, 0) != (self._epoch, self._step) or self._origin is not None:
+            self._origin = None  # the whole epoch, not the rest of a resumed one
             self._open(epoch, 0)
 
     @property
@@ -502,32 +539,93 @@ class Loader:
         return self._dataset
 
     def state_dict(self):
-        """The position of the next batch, with what fixes the order: resume with load_state_dict()."""
-        return {"epoch": self._epoch, "step": self._step, "seed": self.seed, "world_size": self.world_size,
-                "rank": self.rank, "batch_size": self.batch_size, "shuffle": self.shuffle,
-                "drop_last": self.drop_last, "augment": self.augment, "split": self.split,
+        """The position of the next batch, with what fixes the order: resume with load_state_dict().
+
+        epoch, step   the next batch (step in this loader's numbering: the same on every rank);
+        sample        shuffle "exact"/"none": where the next batch starts in the epoch's global sequence (the
+                      same on every rank; the first of step's batch_size x world_size positions), which
+                      carries the position to another world or batch size; None for "window" (no global
+                      order: each rank reads its own blocks);
+        version       2: states without "sample" are from before the global order;
+        and the seed, world_size, rank, batch_size, shuffle, drop_last, augment, split and image_size.
+        """
+        o = self._origin
+        if self.shuffle == "window":
+            sample = None  # no global order: each rank reads its own blocks
+        elif o is not None and o[0] == self._epoch:
+            sample = o[1] + (self._step - o[2]) * self._global_batch
+        else:
+            sample = self._step * self._global_batch
+        return {"version": 2, "epoch": self._epoch, "step": self._step, "sample": sample, "seed": self.seed,
+                "world_size": self.world_size, "rank": self.rank, "batch_size": self.batch_size,
+                "shuffle": self.shuffle, "drop_last": self.drop_last, "augment": self.augment, "split": self.split,
                 "image_size": self.image_size}
 
     def load_state_dict(self, state):
-        """Continue from `state` (a state_dict()): the next iteration yields the rest of that epoch.
+        """Continue from `state` (a state_dict(), of any rank): the next iteration yields the rest of that epoch.
 
-        The batches are exactly those an uninterrupted loader would have yielded. The world size, batch
-        size, shuffle, last-batch rule, augmentation, split and image size must match this loader's (ValueError
-        otherwise: another world or batch size makes another order); the seed is taken from `state`.
+        Same world size and batch size: the batches are exactly those an uninterrupted loader would have
+        yielded, bit for bit (the rank must be the state's too). Another world size or batch size (shuffle
+        "exact" or "none"): the epoch's global sequence goes on from the state's "sample" with this loader's
+        batches -- every sample the old run had not reached, once across the ranks, as this loader's
+        uninterrupted run from that position yields them; drop_last=True leaves out the last records that do
+        not fill a batch_size x world_size global batch (none at all if fewer than that are left: the
+        resumed ``for`` is empty), drop_last=False yields every remaining record once. The shuffle, last-batch
+        rule, augmentation, split and image size must match this loader's; the seed is taken from `state`.
+        ValueError for a mismatch, for shuffle="window" with another world or batch size mid-epoch (its order
+        depends on the world size; at an epoch's start any will do), and for a state without "sample" (from
+        before the global order) saved at a world size above 1 with shuffle "exact"/"none" (its position has
+        no place in today's order).
         """
         missing = [k for k in ("epoch", "step") if k not in state]
         if missing:
             raise ValueError(f"ringtrain.Loader.load_state_dict: the state has no {' or '.join(missing)} "
                              f"(a Loader.state_dict() is expected)")
         mine = self.state_dict()
-        for k in ("world_size", "rank", "batch_size", "shuffle", "drop_last", "augment", "split", "image_size"):
+        for k in ("shuffle", "drop_last", "augment", "split", "image_size"):
             if k in state and state[k] != mine[k]:
                 raise ValueError(f"ringtrain.Loader.load_state_dict: {k} is {state[k]!r} in the state but "
                                  f"{mine[k]!r} in this loader")
         epoch, step = int(state["epoch"]), int(state["step"])
-        if not 0 <= step < self._steps:
-            raise ValueError(f"ringtrain.Loader.load_state_dict: step {step} is not in 0..{self._steps - 1}")
+        world, batch = int(state.get("world_size", self.world_size)), int(state.get("batch_size", self.batch_size))
+        same = (world, batch) == (self.world_size, self.batch_size)
+        window = self.shuffle == "window"
+        if "sample" in state:
+            sample = None if state["sample"] is None else int(state["sample"])
+        elif window:
+            sample = None
+        elif world > 1:
+            raise ValueError(f"ringtrain.Loader.load_state_dict: the state has no global position (\"sample\"): "
+                             f"it is from an older ringtrain, whose {world} ranks each read their own part of the "
+                             f"epoch; that position has no place in today's global order, which serves every world "
+                             f"size: start epoch {epoch} again (set_epoch({epoch}))")
+        else:
+            sample = step * batch  # one rank's order then was the whole sequence, today's too
+        if (same and (window or sample == step * self._global_batch)) or (window and step == 0):
+            if same and "rank" in state and state["rank"] != self.rank:
+                raise ValueError(f"ringtrain.Loader.load_state_dict: rank is {state['rank']!r} in the state but "
+                                 f"{self.rank!r} in this loader")
+            if not 0 <= step < self._full_steps:
+                raise ValueError(f"ringtrain.Loader.load_state_dict: step {step} is not in "
+                                 f"0..{self._full_steps - 1}")
+            origin = None
+        elif window:
+            raise ValueError(f"ringtrain.Loader.load_state_dict: shuffle='window' orders an epoch by the world size "
+                             f"(each rank reads its own blocks): a state of world_size {world}, batch_size {batch} "
+                             f"does not carry over to world_size {self.world_size}, batch_size {self.batch_size}; "
+                             f"use shuffle='exact' or 'none' to change them mid-epoch, or start the epoch again")
+        elif sample is None or not 0 <= sample < self._records:
+            raise ValueError(f"ringtrain.Loader.load_state_dict: sample {sample!r} is not a position in the "
+                             f"{self._records} records of split {self.split!r}")
+        elif sample == 0:
+            step, origin = 0, None
+        else:
+            G = self._global_batch
+            left = self._records - sample
+            step = sample // G
+            origin = (epoch, sample, step, step + (left // G if self.drop_last else -(-left // G)))
         self.seed = int(state.get("seed", self.seed))
+        self._origin = origin
         self._open(epoch, step)
         self._resumed = (epoch, step)
 

@@ -35,6 +35,7 @@ struct cloader {
     struct ext_core *k;
     struct rt_batch_digest *dg;
     uint64_t steps;              /* per epoch */
+    uint64_t first_epoch, first_end; /* the epoch opened at and where its steps end (start_sample: maybe short) */
     uint64_t total;              /* batches this loader hands out; 0 = no end (epochs = 0) */
     uint64_t taken;              /* batches handed out so far */
     uint64_t t_open;             /* rt_now_ns() at open */
@@ -194,17 +195,17 @@ PyObject *ext_open_loader(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"path",  "split", "batch",       "shuffle",    "last",   "seed",   "augment", "workers",
                              "rank",  "world", "slots",       "start_epoch", "start_step", "epochs", "memory", "digest",
-                             "image_size", "crop_scale", "crop_ratio", "center_ratio", NULL};
+                             "image_size", "crop_scale", "crop_ratio", "center_ratio", "start_sample", NULL};
     const char *path, *split_s = "train", *shuffle_s = "exact", *last_s = "drop", *augment_s = "default";
     PyObject *batch_o = NULL, *seed_o = NULL, *workers_o = NULL, *rank_o = NULL, *world_o = NULL, *slots_o = NULL;
-    PyObject *se_o = NULL, *ss_o = NULL, *epochs_o = NULL, *memory = Py_None;
+    PyObject *se_o = NULL, *ss_o = NULL, *sp_o = NULL, *epochs_o = NULL, *memory = Py_None;
     PyObject *size_o = Py_None, *scale_o = Py_None, *ratio_o = Py_None, *center_o = Py_None;
     int want_digest = 0;
     (void)self;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|sOssOsOOOOOOOOpOOOO:open_loader", kwlist, &path, &split_s,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|sOssOsOOOOOOOOpOOOOO:open_loader", kwlist, &path, &split_s,
                                      &batch_o, &shuffle_s, &last_s, &seed_o, &augment_s, &workers_o, &rank_o,
                                      &world_o, &slots_o, &se_o, &ss_o, &epochs_o, &memory, &want_digest, &size_o,
-                                     &scale_o, &ratio_o, &center_o))
+                                     &scale_o, &ratio_o, &center_o, &sp_o))
         return NULL;
     struct rt_loader_opts lo = {0};
     uint32_t image_size;
@@ -216,7 +217,7 @@ PyObject *ext_open_loader(PyObject *self, PyObject *args, PyObject *kw)
         PyErr_Format(PyExc_ValueError, "center_ratio must be in (0, 1], not %g", lo.center_ratio);
         return NULL;
     }
-    uint64_t batch = 0, seed = 0, workers = 0, rank = 0, world = 1, slots = 0, se = 0, ss = 0, epochs = 0;
+    uint64_t batch = 0, seed = 0, workers = 0, rank = 0, world = 1, slots = 0, se = 0, ss = 0, sp = 0, epochs = 0;
     if (!batch_o) {
         PyErr_SetString(PyExc_TypeError, "open_loader() needs batch=");
         return NULL;
@@ -229,10 +230,15 @@ PyObject *ext_open_loader(PyObject *self, PyObject *args, PyObject *kw)
         (slots_o && u64_arg(slots_o, "slots", 0, 1024, &slots) < 0) ||
         (se_o && u64_arg(se_o, "start_epoch", 0, UINT64_MAX / 2, &se) < 0) ||
         (ss_o && u64_arg(ss_o, "start_step", 0, UINT64_MAX / 2, &ss) < 0) ||
+        (sp_o && u64_arg(sp_o, "start_sample", 0, UINT64_MAX / 2, &sp) < 0) ||
         (epochs_o && u64_arg(epochs_o, "epochs", 0, UINT64_MAX / 2, &epochs) < 0))
         return NULL;
     if (slots == 1) {
         PyErr_SetString(PyExc_ValueError, "slots must be 0 (workers + 2, at least 4) or 2..1024");
+        return NULL;
+    }
+    if (ss && sp) {
+        PyErr_SetString(PyExc_ValueError, "start_step and start_sample: a resume point is one or the other");
         return NULL;
     }
     if (epochs && se >= epochs) {
@@ -291,6 +297,7 @@ PyObject *ext_open_loader(PyObject *self, PyObject *args, PyObject *kw)
     lo.epochs = epochs;
     lo.start_epoch = se;
     lo.start_step = ss;
+    lo.start_sample = sp;
     const uint32_t nslots = slots ? (uint32_t)slots : (uint32_t)RT_MAX(lo.workers + 2, 4);
     if (owner) {
         const size_t need = ext_core_memory_bytes(nslots, lo.batch, info->channels, h, w);
@@ -330,7 +337,12 @@ PyObject *ext_open_loader(PyObject *self, PyObject *args, PyObject *kw)
     cl->k = k;
     cl->dg = dg;
     cl->steps = rt_loader_steps_per_epoch(k->L);
-    cl->total = epochs ? (epochs - se) * cl->steps - RT_MIN(ss, cl->steps) : 0;
+    /* The first epoch runs from its first step (start_step, or start_sample's base) to its own end. */
+    struct rt_loader_state st0;
+    rt_loader_state(k->L, &st0);
+    cl->first_epoch = se;
+    cl->first_end = rt_loader_epoch_steps(k->L, se);
+    cl->total = epochs ? (epochs - se - 1) * cl->steps + cl->first_end - st0.step : 0;
     cl->t_open = rt_now_ns();
     cl->pid = getpid();
     return (PyObject *)cl;
@@ -456,6 +468,9 @@ static PyObject *cloader_state(PyObject *op, PyObject *noargs)
     PyObject *d = PyDict_New();
     if (!d || ext_dict_put(d, "epoch", PyLong_FromUnsignedLongLong(st.epoch)) < 0 ||
         ext_dict_put(d, "step", PyLong_FromUnsignedLongLong(st.step)) < 0 ||
+        ext_dict_put(d, "sample", PyLong_FromUnsignedLongLong(st.sample)) < 0 ||
+        ext_dict_put(d, "micro", PyLong_FromUnsignedLong(st.micro)) < 0 ||
+        ext_dict_put(d, "accum", PyLong_FromUnsignedLong(st.accum)) < 0 ||
         ext_dict_put(d, "seed", PyLong_FromUnsignedLongLong(st.seed)) < 0 ||
         ext_dict_put(d, "world", PyLong_FromUnsignedLong(st.world)) < 0 ||
         ext_dict_put(d, "rank", PyLong_FromUnsignedLong(st.rank)) < 0 ||
@@ -465,6 +480,16 @@ static PyObject *cloader_state(PyObject *op, PyObject *noargs)
         return NULL;
     }
     return d;
+}
+
+/* epoch_steps(epoch): where `epoch`'s step numbers end (rt_loader_epoch_steps, kept at open: also after close). */
+static PyObject *cloader_epoch_steps(PyObject *op, PyObject *arg)
+{
+    const struct cloader *self = (const struct cloader *)op;
+    uint64_t epoch;
+    if (u64_arg(arg, "epoch", 0, UINT64_MAX / 2, &epoch) < 0)
+        return NULL;
+    return PyLong_FromUnsignedLongLong(epoch == self->first_epoch ? self->first_end : self->steps);
 }
 
 static PyObject *wait_dict(const struct rt_wait_stats *w)
@@ -589,7 +614,13 @@ static PyMethodDef methods[] = {
     {"next", cloader_next, METH_NOARGS,
      "next() -> CBatch | None: the next batch in order (None after the last epoch when epochs > 0); raises Error "
      "(EBUSY) when the batch it needs sits in a slot still referenced"},
-    {"state", cloader_state, METH_NOARGS, "state() -> dict: the position after the last next() (epoch, step, ...)"},
+    {"state", cloader_state, METH_NOARGS,
+     "state() -> dict: the position after the last next(): epoch, step, sample (shuffle exact/none: the global "
+     "position of the next batch's update in the epoch's sequence; window: 0), micro, accum, seed, world, rank, "
+     "batch, shuffle"},
+    {"epoch_steps", cloader_epoch_steps, METH_O,
+     "epoch_steps(epoch) -> int: where the epoch's step numbers end: steps_per_epoch, or less for the epoch "
+     "opened at start_sample (its steps are numbered from start_sample // (batch * world) on)"},
     {"stats", cloader_stats, METH_NOARGS,
      "stats() -> dict: the loader's stage times, the ring's waits, stage shares and images/s since open"},
     {"digest", cloader_digest, METH_NOARGS,

@@ -284,9 +284,11 @@ static PyMethodDef methods[] = {
     {"open_loader", (PyCFunction)(void (*)(void))ext_open_loader, METH_VARARGS | METH_KEYWORDS,
      "open_loader(path, split='train', batch, shuffle='exact', last='drop', seed=0, augment='crop+flip', "
      "workers=0, rank=0, world=1, slots=0, start_epoch=0, start_step=0, epochs=0, memory=None, digest=False, "
-     "image_size=None, crop_scale=None, crop_ratio=None, center_ratio=None) -> CLoader; variable-size records "
-     "need image_size and are cropped to it (RandomResizedCrop(image_size, crop_scale, crop_ratio) + flip for "
-     "the training split with augment 'crop+flip', else Resize(image_size / center_ratio) + CenterCrop)"},
+     "image_size=None, crop_scale=None, crop_ratio=None, center_ratio=None, start_sample=0) -> CLoader; "
+     "variable-size records need image_size and are cropped to it (RandomResizedCrop(image_size, crop_scale, "
+     "crop_ratio) + flip for the training split with augment 'crop+flip', else Resize(image_size / center_ratio) "
+     "+ CenterCrop); start_sample (shuffle exact/none, start_step 0): start epoch start_epoch at that position of "
+     "its global sequence, as another world or batch size left it (epoch_steps() says where that epoch ends)"},
     {"stage", (PyCFunction)(void (*)(void))ext_stage, METH_VARARGS | METH_KEYWORDS,
      "stage(src, parent=None, verify='full') -> dict: copies a packed dataset to node-local disk once per node "
      "(as `ringtrain stage`); 'path' is the staged copy"},
