@@ -423,14 +423,16 @@ if [ -f "$W/sigterm.saved/state.json" ]; then
     s2=${at##* }
     if [ $rc1 -eq 0 ] && grep -q "^  resumed   a 2-rank run on 1 rank: accumulation 1 -> 2; micro-batch 16 and global batch 32 kept" "$W/ws1.out" \
         && grep -q "^  batch     16 per rank x 1 ranks x 2 accumulation = 32 effective" "$W/ws1.out" && [ "$e1" = $((s2 * 2)) ] \
-        && grep -q '^done (completed)' "$W/ws1.out" && digest_of "$W/ws1.err" 1 >/dev/null && [ -e "$W/ws1/finished" ]; then
-        pass "2-rank checkpoint ($at) resumed on 1 rank: accumulation 2, micro-batch 16 kept, from micro-batch $e1, finished"
+        && grep -q '^done (completed)' "$W/ws1.out" && digest_of "$W/ws1.err" 1 >/dev/null && [ -e "$W/ws1/finished" ] \
+        && [ "$(jfield "$W/ws1.out" images)" = "$(jfield "$W/r4.out" images)" ]; then
+        pass "2-rank checkpoint ($at) resumed on 1 rank: accumulation 2, micro-batch 16 kept, from micro-batch $e1, finished; $(jfield "$W/ws1.out" images) images in all, as uninterrupted"
     else
         fail "2-rank checkpoint on 1 rank: rc=$rc1 resumed at step '$e1' (stopped at '$at')"
         show "$W/ws1.out" "$W/ws1.err"
     fi
     if [ $rc4 -eq 0 ] && grep -q "^  resumed   a 2-rank run on 4 ranks: micro-batch 16 -> 8, accumulation 1 -> 1; global batch 32 kept" "$W/ws4.out" \
         && [ "$e4" = "$s2" ] && grep -q '^done (completed)' "$W/ws4.out" && digest_of "$W/ws4.err" 4 >/dev/null \
+        && [ "$(jfield "$W/ws4.out" images)" = "$(jfield "$W/r4.out" images)" ] \
         && "$PY" -c 'import json,sys; s=json.load(open(sys.argv[1])); assert (s["batch_size"], s["run_batch"], s["world_size"]) == (16, 8, 4), s' "$W/ws4/state.json"; then
         pass "2-rank checkpoint ($at) resumed on 4 ranks: micro-batches of 8, finished; state.json keeps --batch-size 16 (run as 8)"
     else

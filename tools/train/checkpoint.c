@@ -420,7 +420,8 @@ static void restore(struct train *T, const struct saved_state *s, json_t *st)
     /* Global sums: held by rank 0 alone, so that the epoch's all-reduce counts them once. */
     if (T->root)
         T->meter.ep_loss = (struct rt_loss_stats){(float)s->ep_loss, (float)s->ep_correct, (float)s->ep_count};
-    T->meter.run.images = (uint64_t)s->images;
+    /* This rank's share of the samples so far: the same whole updates over this world size (which divides G). */
+    T->meter.run.images = (uint64_t)s->images * (uint64_t)s->world / (uint64_t)T->world;
     T->meter.run.train_ns = (uint64_t)s->train_ns;
     T->meter.before = T->meter.run;
     T->meter.update_before = T->pos.update;
