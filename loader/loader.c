@@ -1122,8 +1122,13 @@ int rt_loader_create(const struct rt_dataset *ds, const struct rt_loader_opts *o
         L->first_base = L->o.start_step;
     L->next_step = L->first_base;
     if (L->first_base >= L->first_end) {
-        rc = rt_errf(-EINVAL, "loader: resume step %" PRIu64 " is past the %" PRIu64 " steps of an epoch",
-                     L->o.start_step, L->steps);
+        if (L->o.start_sample)
+            rc = rt_errf(-EINVAL, "loader: from position %" PRIu64 " the epoch's %" PRIu64 " records leave no "
+                         "whole update of %" PRIu64 ": start at the next epoch",
+                         L->o.start_sample, L->records, rt_sampler_global_batch(L->sampler));
+        else
+            rc = rt_errf(-EINVAL, "loader: resume step %" PRIu64 " is past the %" PRIu64 " steps of an epoch",
+                         L->o.start_step, L->steps);
         goto err;
     }
 

@@ -350,6 +350,83 @@ static void test_resume(const struct rt_dataset *ds)
     }
     struct rt_loader_state st;
     CHECK_ERR(rt_loader_state_parse("{\"format\":\"x\"}", &st), "loader state");
+    /* Version 1 (each rank read its own chunk): one rank's is today's order, more ranks' are refused. */
+    CHECK_OK(rt_loader_state_parse("{\"format\":\"ringtrain-loader-state\",\"version\":1,\"epoch\":1,\"step\":3,"
+                                   "\"seed\":\"0x2a\",\"world\":1,\"rank\":0,\"batch\":32,\"shuffle\":\"exact\"}",
+                                   &st));
+    CHECK(st.sample == 96 && st.accum == 1 && st.micro == 0);
+    CHECK_ERR(rt_loader_state_parse("{\"format\":\"ringtrain-loader-state\",\"version\":1,\"epoch\":1,\"step\":3,"
+                                    "\"seed\":\"0x2a\",\"world\":2,\"rank\":0,\"batch\":32,\"shuffle\":\"exact\"}",
+                                    &st),
+              "order before version 2");
+}
+
+/* The ids of the first `n` batches of a loader with options `o` into ids[n * batch]; the count it gave. */
+static uint64_t ids_of(const struct rt_dataset *ds, struct rt_loader_opts o, uint64_t n, uint64_t *ids,
+                       struct rt_loader_state *after)
+{
+    struct rt_ring *ring;
+    struct rt_loader *L;
+    struct rt_batch *b;
+    uint64_t k = 0;
+    if (start_loader(ds, &o, 4, &ring, &L) < 0) {
+        CHECKF(0, "%s", rt_errmsg());
+        return 0;
+    }
+    for (; k < n && rt_loader_next(L, &b) > 0; k++) {
+        memcpy(ids + k * o.batch, b->ids, sizeof(uint64_t) * o.batch);
+        rt_loader_release(L, b);
+    }
+    if (after)
+        rt_loader_state(L, after);
+    stop_loader(ring, L);
+    return k;
+}
+
+/*
+ * The global order across world sizes: two ranks' state after 3 steps says global position 192; a one-rank
+ * loader started there (start_sample) gives the one-rank order's batches from there on, and from a position
+ * between two of its batches (200) the records from 200 on, its epoch ending where whole batches do.
+ */
+static void test_global_position(const struct rt_dataset *ds)
+{
+    const uint64_t N = (uint64_t)g_train, per = N / 32;
+    uint64_t *ref = calloc(per * 32, sizeof(uint64_t)), *got = calloc(per * 32, sizeof(uint64_t));
+    struct rt_loader_opts o = base_opts(RT_SHUFFLE_EXACT);
+    struct rt_loader_state st;
+    o.start_epoch = 1;
+    o.epochs = 2;
+    CHECK(ids_of(ds, o, per, ref, NULL) == per);
+    struct rt_loader_opts o2 = o;
+    o2.world = 2;
+    o2.rank = 1;
+    CHECK(ids_of(ds, o2, 3, got, &st) == 3);
+    CHECK(st.sample == 192 && st.step == 3 && st.micro == 0);
+    CHECK(memcmp(got, ref + 32, sizeof(uint64_t) * 32) == 0); /* rank 1's first batch: positions 32..63 */
+    for (uint64_t first = 192; first <= 200; first += 8) {
+        struct rt_loader_opts o1 = o;
+        o1.start_sample = first;
+        const uint64_t want = first / 32 + (N - first) / 32; /* the end of the epoch's step numbers */
+        struct rt_ring *ring;
+        struct rt_loader *L;
+        if (start_loader(ds, &o1, 4, &ring, &L) < 0) {
+            CHECKF(0, "%s", rt_errmsg());
+            continue;
+        }
+        CHECKF(rt_loader_epoch_steps(L, 1) == want, "from %" PRIu64 ": epoch ends at %" PRIu64 ", not %" PRIu64,
+               first, rt_loader_epoch_steps(L, 1), want);
+        stop_loader(ring, L);
+        const uint64_t n = want - first / 32;
+        CHECK(ids_of(ds, o1, n, got, &st) == n);
+        uint64_t bad = 0;
+        for (uint64_t i = 0; i < n * 32; i++)
+            bad += first + i < per * 32 ? got[i] != ref[first + i] : 0;
+        CHECKF(bad == 0, "from position %" PRIu64 ": %" PRIu64 " ids not the one-rank order's", first, bad);
+        CHECKF(st.epoch == 2 && st.step == 0, "from %" PRIu64 ": after the epoch at (%" PRIu64 ", %" PRIu64 ")",
+               first, st.epoch, st.step);
+    }
+    free(ref);
+    free(got);
 }
 
 static void corrupt_byte(const char *path, long off)
@@ -521,6 +598,7 @@ int main(void)
     test_augment_erase();
     test_eval_pad(ds);
     test_resume(ds);
+    test_global_position(ds);
     test_faults(ds);
 
     rt_dataset_close(ds);
