@@ -143,6 +143,9 @@ static const struct cli_opt loadbench_opts[] = {
      .help = "act as one rank of W (the sampler's share of the data; default 1)"},
     {.name = "rank", .arg = "R", .kind = CLI_UINT, F(lo.rank), .flags = CLI_CLAMP,
      .help = "which rank, 0 to W-1 (default 0)"},
+    {.name = "grad-accum", .arg = "K", .kind = CLI_UINT, F(lo.accum), .lo = 1, .hi = 1u << 20,
+     .help = "micro-batches per rank per update, as train's: which batches a rank\n"
+             "gets of the epoch's global order (default 1)"},
     {.name = "seed", .arg = "S", .kind = CLI_UINT, F(lo.seed), .help = "shuffle and augmentation seed (default 0)"},
     {.name = "io", .arg = "auto|uring|pread", .kind = CLI_CHOICE, F(lo.io), .choices = ios,
      .help = "I/O engine (default auto: io_uring, else a pread pool)"},

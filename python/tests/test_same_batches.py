@@ -62,3 +62,13 @@ def test_named_operations_are_the_same_everywhere(request, cli, loadbench_digest
     tr = train_digest(cli, data, "--aug", spec, *size_cli)
     without = python_digest(data, augment=plain, **size)
     assert lb == py == tr != without, f"{kind}, {spec}: loadbench {lb}, Python {py}, train {tr} (without: {without})"
+
+
+def test_accumulation_takes_the_same_batches(cli, loadbench_digest, mnist):
+    """--grad-accum is part of the global order (updates of batch x ranks x accumulation samples, the epoch's last
+    N mod that left out): train and loadbench --grad-accum take the same batches. 480 records in updates of 16 x 4:
+    7 whole updates, 28 batches where 30 make the epoch without accumulation."""
+    lb = loadbench_digest(mnist, batch_size=BATCH, seed=SEED, epochs=1, workers=1, grad_accum=4)
+    tr = train_digest(cli, mnist, "--grad-accum", 4)
+    plain = loadbench_digest(mnist, batch_size=BATCH, seed=SEED, epochs=1, workers=1)
+    assert lb == tr != plain, f"--grad-accum 4: loadbench {lb}, train {tr} (without: {plain})"
