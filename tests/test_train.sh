@@ -310,6 +310,22 @@ steps=$(jfield "$W/syn.out" steps 2>/dev/null || echo 0)
 ips=$(jfield "$W/syn.out" images_per_s 2>/dev/null || echo 0)
 [ "$steps" = 5 ] && "$PY" -c "import sys; sys.exit(0 if float('$ips') > 0 else 1)" && pass "--synthetic-data --steps 5: $ips img/s" \
     || fail "synthetic: $(cat "$W/syn.out")"
+[ "$(jfield "$W/syn.out" input_shape 2>/dev/null)" = "[3, 32, 32]" ] && [ "$(jfield "$W/syn.out" num_classes 2>/dev/null)" = 10 ] \
+    && pass "--synthetic-data without --data or --image-size: 3x32x32, 10 classes (--json input_shape, num_classes)" \
+    || fail "synthetic default shape: $(jfield "$W/syn.out" input_shape 2>&1) $(jfield "$W/syn.out" num_classes 2>&1)"
+# Any shape: ResNet-50 at ImageNet's 224 pixels and 1000 classes, one step of 2 images (about 1 s on 2 cores).
+"$RT" train --synthetic-data --model resnet50 --image-size 224 --num-classes 1000 --batch-size 2 --steps 1 --threads 2 \
+    --json --no-progress >"$W/syn224.out" 2>&1
+if grep -q "^  data      synthetic batches (3x224x224, 1000 classes), compute only" "$W/syn224.out" \
+    && [ "$(jfield "$W/syn224.out" input_shape 2>/dev/null)" = "[3, 224, 224]" ] \
+    && [ "$(jfield "$W/syn224.out" num_classes 2>/dev/null)" = 1000 ] && [ "$(jfield "$W/syn224.out" steps 2>/dev/null)" = 1 ]; then
+    pass "--synthetic-data --image-size 224 --num-classes 1000: resnet50 trains on 3x224x224 batches of 1000 classes"
+else
+    fail "synthetic 224: $(tail -n 5 "$W/syn224.out")"
+fi
+"$RT" train --data "$W/mnist" --synthetic-data --num-classes 7 --steps 1 --no-progress >"$W/b.out" 2>&1
+[ $? -eq 2 ] && grep -q "num-classes is for --synthetic-data without --data" "$W/b.out" \
+    && pass "--num-classes with --data refused (a dataset has its own classes)" || fail "--num-classes with --data: $(cat "$W/b.out")"
 
 # ---- 7. --device: without a usable GPU, cuda fails at once with the reason; auto takes the CPU ----
 gpus=$("$RT" --version | sed -n 's/^  cuda .*; \([0-9]\+\) x .*/\1/p')

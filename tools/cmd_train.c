@@ -46,7 +46,8 @@ static const struct cli_choice graphs[] = {{"on", 1, 0}, {"off", 0, 0}, {"auto",
 #define F(member) CLI_FIELD(struct train_args, member)
 #define C(member) CLI_FIELD(struct train_args, c.member)
 static const struct cli_opt train_opts[] = {
-    {CLI_SHARED(CLI_O_DATA), .help = "packed dataset (omit with --synthetic-data for 3x32x32, 10 classes)"},
+    {CLI_SHARED(CLI_O_DATA), .help = "packed dataset (omit with --synthetic-data for 3xSxS images, S of\n"
+                                     "--image-size (default 32), --num-classes (default 10))"},
     {CLI_SHARED(CLI_O_MODEL), .help_fn = rt_model_names,
      .help = "\n(default mnist-net: the fastest on CPUs; the ResNets for real CIFAR)"},
     {.name = "epochs", .arg = "N", .kind = CLI_UINT, C(epochs), .lo = 1,
@@ -98,7 +99,10 @@ static const struct cli_opt train_opts[] = {
              "its ranges); without it, Resize + CenterCrop"},
     {.name = "image-size", .arg = "S", .kind = CLI_UINT, C(image_size), .lo = 1, .hi = 4096,
      .help = "datasets packed with --max-side (images of any size): train on S x S\n"
-             "crops; validation uses Resize(S/0.875) + CenterCrop(S)"},
+             "crops; validation uses Resize(S/0.875) + CenterCrop(S). --synthetic-data\n"
+             "without --data: the images are 3 x S x S (default 32)"},
+    {.name = "num-classes", .arg = "K", .kind = CLI_UINT, C(syn_classes), .lo = 2, .hi = 1u << 20,
+     .help = "--synthetic-data without --data: the class count (default 10)"},
     {.name = "shuffle", .arg = "MODE", .kind = CLI_CHOICE, C(shuffle), .choices = cli_shuffle_choices,
      .help = "exact (default), window, none"},
     {CLI_SHARED(CLI_O_WORKERS), .help = "loader threads (default 1)"},
@@ -233,6 +237,16 @@ static int train_check(struct train_args *a)
         return cli_usage_error("train", "--data DIR is required (or --synthetic-data to measure compute alone)");
     if (c->synthetic && c->batch_digest)
         return cli_usage_error("train", "--batch-digest digests the loader's batches: --synthetic-data has none");
+    if (c->data && c->syn_classes)
+        return cli_usage_error("train", "--num-classes is for --synthetic-data without --data (a dataset has its "
+                                        "own classes)");
+    if (!c->syn_classes)
+        c->syn_classes = 10;
+    /* Synthetic batches of the size asked for: the compute of a 224-pixel model without a dataset. */
+    if (!c->data && c->image_size) {
+        c->syn_h = c->syn_w = c->image_size;
+        c->image_size = 0;
+    }
     if (c->resume && !c->checkpoint_dir)
         return cli_usage_error("train", "--resume needs --checkpoint-dir");
     if (c->reset_head && !c->init)
@@ -259,7 +273,7 @@ int cmd_train(int argc, char **argv)
         .c = {
             .epochs = 10, .lr = 0.1f, .sched = RT_SCHED_COSINE,
             .warmup_epochs = -1, .step_epochs = 30, .gamma = 0.1f, .grad_accum = 1, .patience = 1,
-            .syn_c = 3, .syn_h = 32, .syn_w = 32, .syn_classes = 10, .progress = -1, .pin = RT_PIN_AUTO,
+            .syn_c = 3, .syn_h = 32, .syn_w = 32, .progress = -1, .pin = RT_PIN_AUTO,
             .shuffle = RT_SHUFFLE_EXACT, .bucket_cap_mb = 25, .loss_scale = -1, .trace_first = 3, .trace_last = 13,
             .cuda_graph = -1,
             .optim = {.kind = RT_OPT_SGD, .momentum = 0.9f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f},

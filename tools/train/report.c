@@ -636,6 +636,10 @@ static json_t *summary_json(const struct train *T, double wall_s, double train_s
         json_object_set_new(o, "steady_images_per_s", json_real((double)T->meter.steady_images * T->world /
                                                                 ((double)T->meter.steady_ns * 1e-9)));
     json_object_set_new(o, "world_size", json_integer(T->world));
+    /* What the model saw: the slot's shape (synthetic batches' too, whose size --image-size sets). */
+    json_object_set_new(o, "input_shape", json_pack("[i, i, i]", (int)T->c, (int)T->h, (int)T->w));
+    json_object_set_new(o, "num_classes", json_integer(T->classes));
+    json_object_set_new(o, "synthetic", json_boolean(T->cfg.synthetic));
     summary_startup(T, o);
     json_object_set_new(o, "device", json_string(rt_backend_kind_of(T->be) == RT_BACKEND_CUDA ? "cuda" : "cpu"));
     json_object_set_new(o, "amp", json_string(T->act == RT_F32 ? "off" : rt_dtype_name(T->act)));
