@@ -172,7 +172,10 @@
 #                     sees the GPU); without one, ringtrain's figures alone,
 #                     saying that PyTorch with CUDA is absent
 #   --models LIST     comma-separated models (default
-#                     resnet18,resnet9,mnist-net,wrn-16-4)
+#                     resnet18,resnet9,mnist-net,wrn-16-4); NAME@S is NAME on
+#                     3xSxS synthetic images of 1000 classes in the compute and
+#                     profile parts, both sides (`--models resnet50@224
+#                     --batch-size 256 --only compute`: ImageNet's shape)
 #   --amps LIST       precisions of the compute and profile parts (default
 #                     off,bf16,fp16)
 #   --runs R          rounds of every way, each part but profile (default 3)
@@ -260,6 +263,7 @@ steps_for() {
     resnet9) echo 100 ;;
     wrn-16-4) echo 100 ;;
     wrn-*) echo 50 ;;
+    *@*) echo 20 ;;
     *) echo 100 ;;
     esac
 }
@@ -912,6 +916,14 @@ sys.exit(0 if m.get("num_classes") == 10 and m["splits"]["train"]["records"] == 
 fi
 
 # --- what runs ---------------------------------------------------------------
+# rt_model M: ringtrain's model options for a benchmark model name into rt_model_args: NAME@S is NAME on 3xSxS
+# synthetic images of 1000 classes (resnet50@224: ImageNet's shape), as bench/torch_train.py reads the name.
+rt_model() {
+    case $1 in
+    *@*) rt_model_args=(--model "${1%@*}" --image-size "${1##*@}" --num-classes 1000) ;;
+    *) rt_model_args=(--model "$1") ;;
+    esac
+}
 # Each sets cmd=(...) to the command line of one measurement; 1 (and why=...) when it cannot run.
 cmd_compute() { # way model amp steps
     local way=$1 m=$2 a=$3 n=$4
@@ -919,7 +931,8 @@ cmd_compute() { # way model amp steps
     case $way in
     rt | rt-nd | rt-strict | rt-eager)
         rt_amp "$a" || { why="this binary has no --amp"; return 1; }
-        cmd=("$RT" train --device cuda --synthetic-data --model "$m" --batch-size "$B" "${amp_args[@]}"
+        rt_model "$m"
+        cmd=("$RT" train --device cuda --synthetic-data "${rt_model_args[@]}" --batch-size "$B" "${amp_args[@]}"
             --steps $((n + 3)) --json --no-progress)
         if [ "$way" = rt-nd ]; then
             [ $HAVE_DET = 1 ] || { why="this binary has no --deterministic"; return 1; }
@@ -965,7 +978,8 @@ cmd_tta() { # way seed
 cmd_profile() { # way model amp
     if [ "$1" = rt ]; then
         rt_amp "$3" || return 1
-        cmd=("$RT" train --device "$DEVICE" --synthetic-data --profile-ops --model "$2" --batch-size "$B"
+        rt_model "$2"
+        cmd=("$RT" train --device "$DEVICE" --synthetic-data --profile-ops "${rt_model_args[@]}" --batch-size "$B"
             "${amp_args[@]}" --steps $((PROFILE_WARMUP + PROFILE_STEPS)) --json --no-progress)
     else
         cmd=("$PT_PY" "$top/bench/torch_train.py" profile --device "$DEVICE" --amp "$3" --model "$2"

@@ -157,6 +157,24 @@ def reference_models():
     return reference_models
 
 
+def model_spec(name):
+    """A model as the benchmarks name it: "resnet50@224" is resnet50 on 3x224x224 images of 1000 classes
+    (ImageNet's shape, `ringtrain train --synthetic-data --image-size 224 --num-classes 1000`); a plain name
+    is the CIFAR shape, 3x32x32 and 10 classes. Returns (architecture, image size, classes)."""
+    arch, _, size = name.partition("@")
+    if not size:
+        return arch, 32, 10
+    if not size.isdigit() or int(size) < 8:
+        sys.exit("torch_train.py: %s: the image size after @ must be a number of pixels (8 or more)" % name)
+    return arch, int(size), 1000
+
+
+def build_model(name):
+    """The reference model for a benchmark model name (model_spec) and its (size, classes)."""
+    arch, size, classes = model_spec(name)
+    return reference_models().build(arch, 3, size, size, classes), size, classes
+
+
 def train_flops_per_image(model, c, h, w):
     """Training FLOPs per image: 2 x 3 x forward multiply-adds of Conv2d and Linear."""
     import torch
@@ -352,9 +370,9 @@ def make_optimizer(torch, model, lr, nesterov=False, weight_decay=5e-4):
     return torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9, nesterov=nesterov, weight_decay=weight_decay)
 
 
-def synthetic_step(torch, model, opt, batch_size, seed, prec=None, spans=False):
+def synthetic_step(torch, model, opt, batch_size, seed, prec=None, spans=False, size=32, classes=10):
     """The step `ringtrain train --synthetic-data` times: one fixed random uint8
-    batch (3x32x32, 10 classes), normalised every step with ringtrain's defaults
+    batch (3 x size x size, `classes` classes), normalised every step with ringtrain's defaults
     for data without statistics, cross-entropy, backward, optimizer step.
     model and opt must already be on prec's device (default: the CPU, fp32).
     spans: the normalisation and the optimizer step inside the profiler spans
@@ -366,8 +384,8 @@ def synthetic_step(torch, model, opt, batch_size, seed, prec=None, spans=False):
         from torch.profiler import record_function as span
     crit = torch.nn.CrossEntropyLoss()
     g = torch.Generator().manual_seed(seed)
-    xb = torch.randint(0, 256, (batch_size, 3, 32, 32), dtype=torch.uint8, generator=g).to(prec.device)
-    yb = torch.randint(0, 10, (batch_size,), dtype=torch.int64, generator=g).to(prec.device)
+    xb = torch.randint(0, 256, (batch_size, 3, size, size), dtype=torch.uint8, generator=g).to(prec.device)
+    yb = torch.randint(0, classes, (batch_size,), dtype=torch.int64, generator=g).to(prec.device)
     mean = torch.tensor([0.5, 0.5, 0.5], device=prec.device).view(1, 3, 1, 1)
     std = torch.tensor([0.25, 0.25, 0.25], device=prec.device).view(1, 3, 1, 1)
 
@@ -426,9 +444,8 @@ def bench_compute(a):
 
     prec = setup_precision(torch, a)
     torch.manual_seed(a.seed)
-    rm = reference_models()
-    model = rm.build(a.model, 3, 32, 32, 10)
-    flops, macs = train_flops_per_image(model, 3, 32, 32)
+    model, size, classes = build_model(a.model)
+    flops, macs = train_flops_per_image(model, 3, size, size)
     model = prec.model(model)
     model.train()
     opt = make_optimizer(torch, model, 0.01)
@@ -441,7 +458,8 @@ def bench_compute(a):
             return dict(base, skipped="torch.compile is not in torch %s (it came with PyTorch 2.0)" % torch.__version__)
         # The model's forward and, through AOTAutograd, its backward compiled; the
         # normalisation, the loss and the optimizer step stay eager.
-        step = synthetic_step(torch, torch.compile(model), opt, a.batch_size, a.seed, prec)
+        step = synthetic_step(torch, torch.compile(model), opt, a.batch_size, a.seed, prec, size=size,
+                              classes=classes)
         t0 = time.perf_counter()
         try:
             step()
@@ -451,7 +469,7 @@ def bench_compute(a):
             return dict(base, skipped="torch.compile failed: %s: %s" % (e.__class__.__name__, first))
         compile_s = time.perf_counter() - t0
     else:
-        step = synthetic_step(torch, model, opt, a.batch_size, a.seed, prec)
+        step = synthetic_step(torch, model, opt, a.batch_size, a.seed, prec, size=size, classes=classes)
         conv = watch_conv_dtype(torch, model)
 
     for _ in range(a.warmup):
@@ -497,10 +515,11 @@ def bench_profile(a):
 
     prec = setup_precision(torch, a)
     torch.manual_seed(a.seed)
-    model = prec.model(reference_models().build(a.model, 3, 32, 32, 10))
+    built, size, classes = build_model(a.model)
+    model = prec.model(built)
     model.train()
     opt = make_optimizer(torch, model, 0.01)
-    step = synthetic_step(torch, model, opt, a.batch_size, a.seed, prec, spans=True)
+    step = synthetic_step(torch, model, opt, a.batch_size, a.seed, prec, spans=True, size=size, classes=classes)
     for _ in range(max(a.warmup - 1, 0)):
         step()
     prec.sync()
@@ -915,7 +934,10 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                 epilog="Modes: compute, tta, flops, layers, check (see the module docstring).")
     p.add_argument("mode", choices=["check", "compute", "tta", "flops", "layers", "profile"])
-    p.add_argument("--model", default="mnist-net", help="mnist-net, resnet18, resnet9, wrn-D-K (default mnist-net)")
+    p.add_argument("--model", default="mnist-net",
+                   help="mnist-net, resnet18, resnet9, resnet50, wrn-D-K, each on 3x32x32 images of 10 classes, or "
+                        "NAME@S on 3xSxS images of 1000 classes (resnet50@224: ImageNet's; compute, profile and "
+                        "flops) (default mnist-net)")
     p.add_argument("--data", help="tta: directory holding the CIFAR-10 binary or python files")
     p.add_argument("--batch-size", type=int, default=128)
     p.add_argument("--threads", type=int, default=cpu_count(), help="torch threads (default: the CPUs usable)")
@@ -955,13 +977,12 @@ def main():
     if a.target_accuracy is not None and a.target_accuracy > 1:
         a.target_accuracy /= 100
     if a.mode == "flops":
-        rm = reference_models()
         for name in a.model.split(","):
             try:
-                model = rm.build(name, 3, 32, 32, 10)
+                model, size, _ = build_model(name)
             except ValueError as e:
                 sys.exit("torch_train.py: %s" % e)
-            flops, macs = train_flops_per_image(model, 3, 32, 32)
+            flops, macs = train_flops_per_image(model, 3, size, size)
             print(json.dumps({"mode": "flops", "model": name, "train_flops_per_image": flops,
                               "forward_macs_per_image": macs}))
         return 0
