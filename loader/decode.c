@@ -16,6 +16,9 @@
 #include <xxhash.h>
 #include <zstd.h>
 
+#include <jpeglib.h>
+#include <jerror.h>
+
 #include "common/common.h"
 #include "common/trace.h"
 #include "loader/codec.h"
@@ -70,13 +73,31 @@ static int scratch_reserve(struct rt_decoder *d, size_t n)
     return 0;
 }
 
+/*
+ * 1 when the TurboJPEG call that just returned -1 only warned, about damage
+ * other than the data ending early: libjpeg decoded through it, as Pillow
+ * does, and pack stored such a file and listed it in the manifest. The end
+ * of the data is told by libjpeg's own wording of JWRN_JPEG_EOF, the only
+ * way TurboJPEG names its warnings.
+ */
+static int tj_warned_only(tjhandle tj)
+{
+    struct jpeg_error_mgr e;
+
+    if (tjGetErrorCode(tj) != TJERR_WARNING)
+        return 0;
+    jpeg_std_error(&e);
+    return strcmp(tjGetErrorStr2(tj), e.jpeg_message_table[JWRN_JPEG_EOF]) != 0;
+}
+
 int rt_jpeg_probe(tjhandle tj, const uint8_t *jpeg, size_t len, const char *name, uint32_t *width,
                   uint32_t *height, int *gray)
 {
-    int w, h, subsamp, colorspace;
+    int w = 0, h = 0, subsamp, colorspace = 0;
 
     if (len > (size_t)0x7fffffff ||
-        tjDecompressHeader3(tj, jpeg, (unsigned long)len, &w, &h, &subsamp, &colorspace) < 0)
+        (tjDecompressHeader3(tj, jpeg, (unsigned long)len, &w, &h, &subsamp, &colorspace) < 0 &&
+         !tj_warned_only(tj)))
         return rt_errf(-EBADMSG, "%s: not a readable JPEG: %s", name, tjGetErrorStr2(tj));
     if (w <= 0 || h <= 0 || w > (int)RT_MAX_DIM || h > (int)RT_MAX_DIM)
         return rt_errf(-EBADMSG, "%s: JPEG size %dx%d out of range", name, w, h);
@@ -101,13 +122,13 @@ int rt_jpeg_decode_chw(tjhandle tj, const uint8_t *jpeg, size_t len, uint32_t c,
                        name, jw, jh, w, h);
     if (c == 1) {
         /* Gray output from any JPEG: TurboJPEG converts colour to luma. */
-        if (tjDecompress2(tj, jpeg, (unsigned long)len, out, (int)w, 0, (int)h, TJPF_GRAY,
-                          TJFLAG_STOPONWARNING) < 0)
+        if (tjDecompress2(tj, jpeg, (unsigned long)len, out, (int)w, 0, (int)h, TJPF_GRAY, 0) < 0 &&
+            !tj_warned_only(tj))
             return rt_errf(-EBADMSG, "%s: JPEG decode failed: %s", name, tjGetErrorStr2(tj));
         return 0;
     }
-    if (tjDecompress2(tj, jpeg, (unsigned long)len, hwc, (int)w, 0, (int)h, TJPF_RGB,
-                      TJFLAG_STOPONWARNING) < 0)
+    if (tjDecompress2(tj, jpeg, (unsigned long)len, hwc, (int)w, 0, (int)h, TJPF_RGB, 0) < 0 &&
+        !tj_warned_only(tj))
         return rt_errf(-EBADMSG, "%s: JPEG decode failed: %s", name, tjGetErrorStr2(tj));
     for (size_t i = 0; i < plane; i++) {
         out[i] = hwc[3 * i];

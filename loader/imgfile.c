@@ -300,6 +300,7 @@ struct jpeg_fail {
     jmp_buf jmp;
     int code; /* libjpeg's message code of the error or warning that stopped it */
     char msg[JMSG_LENGTH_MAX];
+    char warning[JMSG_LENGTH_MAX]; /* the first warning decoded through; "" when none */
 };
 
 static void jpeg_fail_exit(j_common_ptr c)
@@ -310,11 +311,22 @@ static void jpeg_fail_exit(j_common_ptr c)
     longjmp(f->jmp, 1);
 }
 
-/* Warnings (level -1) stop the decode as errors do: they mean damaged data. Trace messages are dropped. */
+/*
+ * Warnings (level -1) mean damaged data that libjpeg decodes through, as
+ * Pillow does (it ignores them): the first one's text is kept for the
+ * caller to report. The end of the data (JWRN_JPEG_EOF) stops the decode:
+ * Pillow refuses a truncated file too. Trace messages are dropped.
+ */
 static void jpeg_fail_emit(j_common_ptr c, int level)
 {
-    if (level < 0)
+    struct jpeg_fail *f = (struct jpeg_fail *)c->err;
+    if (level >= 0)
+        return;
+    if (c->err->msg_code == JWRN_JPEG_EOF)
         jpeg_fail_exit(c);
+    if (!f->warning[0])
+        c->err->format_message(c, f->warning);
+    c->err->num_warnings++;
 }
 
 static void jpeg_scan_guard(j_common_ptr c)
@@ -883,6 +895,7 @@ int rt_img_decode(struct rt_imgdec *d, const uint8_t *buf, size_t len, const cha
     int orientation = 1, rc;
 
     *why = RT_IMG_OK;
+    d->jf->warning[0] = '\0';
     if (channels != 1 && channels != 3)
         return rt_errf(-EINVAL, "%s: cannot decode to %" PRIu32 " channels (1 or 3)", name, channels);
     if (len == 0)
@@ -919,3 +932,5 @@ int rt_img_decode(struct rt_imgdec *d, const uint8_t *buf, size_t len, const cha
     }
     return 0;
 }
+
+const char *rt_imgdec_warning(const struct rt_imgdec *d) { return d->jf->warning; }

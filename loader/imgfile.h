@@ -84,8 +84,11 @@ void rt_imgdec_destroy(struct rt_imgdec *d);
  * channels. With exif_rotate the EXIF orientation is applied (the result's
  * width and height are then the displayed ones). *px points into the
  * decoder's buffer, valid until its next call; rows are *w * channels bytes
- * apart. Any decoder warning (corrupt or truncated data) is an error; a
- * PNG cut after its last pixel row (missing IEND) decodes, as in Pillow.
+ * apart. A JPEG that ends early is an error (truncated), as in Pillow; one
+ * whose other damage libjpeg decodes through with a warning (say "Corrupt
+ * JPEG data: 3 extraneous bytes before marker 0xda") decodes, as in Pillow,
+ * and rt_imgdec_warning() names it. A PNG cut after its last pixel row
+ * (missing IEND) decodes, as in Pillow.
  * 16-bit samples keep their high byte (Pillow's truncation); CMYK/YCCK
  * JPEGs are read as Adobe-inverted and converted with Pillow's formula.
  * Returns 0, or -EBADMSG with *why set and a message naming `name` and
@@ -95,5 +98,12 @@ void rt_imgdec_destroy(struct rt_imgdec *d);
  */
 int rt_img_decode(struct rt_imgdec *d, const uint8_t *buf, size_t len, const char *name, uint32_t channels,
                   int exif_rotate, const uint8_t **px, uint32_t *w, uint32_t *h, enum rt_img_bad *why);
+
+/*
+ * The first libjpeg warning the last rt_img_decode() call decoded through,
+ * as libjpeg words it ("Corrupt JPEG data: ..."); "" when there was none or
+ * the file is no JPEG. Points into the decoder, valid until its next call.
+ */
+const char *rt_imgdec_warning(const struct rt_imgdec *d);
 
 #endif

@@ -29,8 +29,9 @@
  * Rows need no widening: jpeg_skip_scanlines keeps the upsampler's context
  * rows, and the first row after a skip equals the full decode's.
  *
- * Truncation: any libjpeg warning is an error, but rows after the box's last
- * one are never read, so a baseline file truncated below the box decodes
+ * Truncation: libjpeg's end-of-data warning is an error (other warnings,
+ * damage that pack let through as Pillow does, are not), but rows after
+ * the box's last one are never read, so a baseline file truncated below the box decodes
  * without complaint (progressive files are read whole by
  * jpeg_start_decompress). Pack's full test decode catches those.
  */
@@ -80,11 +81,16 @@ static void jpegcrop_error_exit(j_common_ptr c)
     longjmp(e->jb, 1);
 }
 
-/* Warnings (level < 0) are errors: they mean truncated or corrupt data. Trace messages are ignored. */
+/*
+ * The end of the data (JWRN_JPEG_EOF) is an error: the file is truncated.
+ * Other warnings (level < 0) are damage libjpeg decodes through, which pack
+ * accepted as Pillow does, listing the file in the manifest; trace messages
+ * are ignored.
+ */
 static void jpegcrop_emit_message(j_common_ptr c, int level)
 {
     struct jpegcrop_err *e = (struct jpegcrop_err *)c->err;
-    if (level < 0) {
+    if (level < 0 && c->err->msg_code == JWRN_JPEG_EOF) {
         c->err->format_message(c, e->msg);
         longjmp(e->jb, 1);
     }

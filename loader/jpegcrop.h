@@ -33,8 +33,9 @@ struct rt_jpeg_region {
  * Decodes the part of `jpeg` (len bytes; a baseline or progressive RGB/YCbCr
  * or grayscale JPEG) covering `box` (in full-size pixel coordinates, inside
  * the image) for an output of out_w x out_h, as `channels` (3: RGB, gray
- * expanded; 1: luma) interleaved channels. Any decoder warning (truncated or
- * corrupt data) is an error. Returns 0 or -EBADMSG with a message naming
+ * expanded; 1: luma) interleaved channels. Data that ends early is an error;
+ * other damage libjpeg decodes through with a warning is not (pack accepts
+ * such files, as Pillow does, and lists them in the manifest). Returns 0 or -EBADMSG with a message naming
  * `name`; CMYK/YCCK JPEGs are refused (-EBADMSG, "unsupported colour space").
  * A box reaching past the image is clamped to it (reg->box is the clamped
  * box); one wholly outside, a box without area, channels other than 1 or 3

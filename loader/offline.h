@@ -99,6 +99,8 @@ struct rt_pack_stats {
     uint64_t files, ignored, skipped;
     char skipped_summary[256];  /* e.g. "2 truncated, 1 not an image"; "" when none */
     uint64_t passthrough;       /* --max-side: JPEGs stored as they were */
+    uint64_t warned;            /* JPEGs kept though libjpeg warned (listed in the manifest) */
+    char first_warning[768];    /* the first of them, "PATH: warning"; "" when none */
 };
 
 /*
@@ -109,7 +111,9 @@ struct rt_pack_stats {
  * resized (opts->fit); with max_side (jpeg codec) records keep their own
  * sizes; with neither, every image must have the first one's size. A file
  * that cannot be read as an image stops the pack with its path and reason,
- * or with skip_bad is left out and listed in the manifest.
+ * or with skip_bad is left out and listed in the manifest. A JPEG decoded
+ * through a libjpeg warning (as Pillow decodes it) is kept and listed in
+ * the manifest with the warning.
  * Output is built in a temporary sibling directory and renamed into place only
  * when complete, so a failed pack leaves nothing that looks like a dataset.
  * Same input and options give byte-identical output whatever the thread count.

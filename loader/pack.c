@@ -22,7 +22,10 @@
  * RGB or gray JPEG) for the loader to crop at load time. A file that is no
  * usable image stops the pack naming it, or with --skip-bad is left out of
  * its block and listed in the manifest; blocks simply hold fewer records,
- * so what is written still depends only on the input and the options.
+ * so what is written still depends only on the input and the options. A
+ * JPEG that libjpeg decodes through a warning (damage other than an early
+ * end, which Pillow reads too) is kept, stored as Pillow reads it, and
+ * listed in the manifest with the warning.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -69,11 +72,11 @@ struct split_plan {
     uint64_t count;
 };
 
-/* A file of a block left out (--skip-bad). */
+/* A file of a block left out (--skip-bad), or kept though its decoder warned (why = RT_IMG_OK). */
 struct job_skip {
     uint32_t r;             /* record within the block's plan range */
     enum rt_img_bad why;
-    char detail[512];
+    char detail[512];       /* the error, or the warning */
 };
 
 struct block_job {
@@ -88,6 +91,8 @@ struct block_job {
     uint32_t *sizes;        /* variable-size records: height << 16 | width, kept */
     struct job_skip *skips; /* nskips, grown as needed */
     uint32_t nskips, skips_cap;
+    struct job_skip *warns; /* files decoded through a libjpeg warning: nwarns, grown as needed */
+    uint32_t nwarns, warns_cap;
     uint64_t bytes_in;      /* decoded pixel bytes */
     uint64_t passthrough;   /* JPEG files stored as they were */
     /* Training split only: per-channel sums of v and v^2 over the decoded pixels, and their count. */
@@ -167,6 +172,8 @@ struct packer {
     /* Files left out (--skip-bad), in record order. */
     json_t *skipped;
     uint64_t skipped_by[RT_IMG_BAD_COUNT];
+    /* Files decoded through a libjpeg warning, in record order. */
+    json_t *warned;
     uint64_t t0;
 };
 
@@ -210,6 +217,25 @@ static void norm_add(const struct packer *p, struct block_job *j, const uint8_t 
     j->px_n += plane;
 }
 
+/* Appends {r, why, detail} to a job's list. Returns 0 or -ENOMEM. */
+static int job_note(struct job_skip **v, uint32_t *n, uint32_t *cap, uint32_t r, enum rt_img_bad why,
+                    const char *detail)
+{
+    if (*n == *cap) {
+        uint32_t ncap = *cap ? 2 * *cap : 4;
+        struct job_skip *nv = rt_realloc(*v, ncap * sizeof(*nv), "listed files");
+        if (!nv)
+            return -ENOMEM;
+        *v = nv;
+        *cap = ncap;
+    }
+    struct job_skip *k = &(*v)[(*n)++];
+    k->r = r;
+    k->why = why;
+    snprintf(k->detail, sizeof(k->detail), "%s", detail);
+    return 0;
+}
+
 /*
  * A file that is no usable image (why != RT_IMG_OK; rc < 0 with the message
  * set): without --skip-bad the pack's error, with the way out named; with
@@ -226,19 +252,8 @@ static int bad_file(const struct packer *p, struct block_job *j, uint32_t r, enu
         return rt_errf(rc, "%s (pass --skip-bad to leave out files that are no usable image and list them in "
                        "the manifest)", msg);
     }
-    if (j->nskips == j->skips_cap) {
-        uint32_t cap = j->skips_cap ? 2 * j->skips_cap : 4;
-        struct job_skip *ns = rt_realloc(j->skips, cap * sizeof(*ns), "skipped files");
-        if (!ns)
-            return -ENOMEM;
-        j->skips = ns;
-        j->skips_cap = cap;
-    }
-    struct job_skip *k = &j->skips[j->nskips++];
-    k->r = r;
-    k->why = why;
-    snprintf(k->detail, sizeof(k->detail), "%s", rt_errmsg());
-    return 1;
+    rc = job_note(&j->skips, &j->nskips, &j->skips_cap, r, why, rt_errmsg());
+    return rc < 0 ? rc : 1;
 }
 
 /* An image file read and decoded: the file's bytes (caller frees) and the decoder's HWC pixels. */
@@ -250,7 +265,11 @@ struct image {
     uint32_t w, h;          /* as decoded (after any EXIF rotation) */
 };
 
-/* Reads and decodes `path`. Returns 0, 1 (a bad file left out) or -errno. */
+/*
+ * Reads and decodes `path`; a JPEG decoded through a libjpeg warning (as
+ * Pillow reads it) is kept and noted in the job. Returns 0, 1 (a bad file
+ * left out) or -errno.
+ */
 static int image_read(struct packer *p, struct worker *w, struct block_job *j, uint32_t r, const char *path,
                       struct image *im)
 {
@@ -268,6 +287,12 @@ static int image_read(struct packer *p, struct worker *w, struct block_job *j, u
         free(im->file);
         im->file = NULL;
         return bad_file(p, j, r, why, rc);
+    }
+    const char *warning = rt_imgdec_warning(w->img);
+    if (warning[0] && (rc = job_note(&j->warns, &j->nwarns, &j->warns_cap, r, RT_IMG_OK, warning)) < 0) {
+        free(im->file);
+        im->file = NULL;
+        return rc;
     }
     j->bytes_in += (uint64_t)im->w * im->h * p->c;
     return 0;
@@ -837,6 +862,18 @@ static int note_job(struct packer *p, const struct block_job *j)
             return rt_errf(-ENOMEM, "out of memory");
         p->skipped_by[j->skips[k].why]++;
     }
+    for (uint32_t k = 0; k < j->nwarns; k++) {
+        struct rt_item it;
+        json_t *o = json_object();
+        job_item(p, j, j->warns[k].r, &it);
+        json_object_set_new(o, "file", json_string(input_relative(p, it.path)));
+        json_object_set_new(o, "warning", json_string(j->warns[k].detail));
+        if (json_array_append_new(p->warned, o) < 0)
+            return rt_errf(-ENOMEM, "out of memory");
+        if (!p->stats.warned++)
+            snprintf(p->stats.first_warning, sizeof(p->stats.first_warning), "%s: %s", it.path,
+                     j->warns[k].detail);
+    }
     p->stats.records += j->kept;
     p->stats.skipped += j->nskips;
     p->stats.bytes_in += j->bytes_in;
@@ -857,7 +894,8 @@ static int pack_split(struct packer *p, struct shard_writer *sw)
             struct block_job *j = &p->jobs[p->njobs++];
             uint32_t n = (uint32_t)RT_MIN((uint64_t)p->block_records, pl->count - pos);
             *j = (struct block_job){.split = sw->split, .first = pos, .count = n, .labels = j->labels,
-                                    .sizes = j->sizes, .skips = j->skips, .skips_cap = j->skips_cap};
+                                    .sizes = j->sizes, .skips = j->skips, .skips_cap = j->skips_cap,
+                                    .warns = j->warns, .warns_cap = j->warns_cap};
             pos += n;
         }
         run_group(p);
@@ -1060,6 +1098,7 @@ static void folder_summary(struct packer *p, json_t *extra)
         json_object_set_new(f, "listed", json_integer((json_int_t)p->total_records));
         json_object_set_new(f, "ignored", json_integer((json_int_t)folder_ignored(p)));
         json_object_set(f, "skipped", p->skipped);
+        json_object_set(f, "warnings", p->warned);
         json_object_set_new(extra, "files", f);
     }
 }
@@ -1276,7 +1315,8 @@ int rt_pack(const char *input, const char *outdir, const struct rt_pack_opts *op
     p.shard_bytes = opts->shard_bytes ? opts->shard_bytes : DEFAULT_SHARD_BYTES;
     p.nworkers = opts->threads > 0 ? opts->threads : rt_cpus_available();
     p.skipped = json_array();
-    if (!p.skipped) {
+    p.warned = json_array();
+    if (!p.skipped || !p.warned) {
         rc = rt_errf(-ENOMEM, "out of memory");
         goto out;
     }
@@ -1349,6 +1389,7 @@ out:
             free(p.jobs[i].labels);
             free(p.jobs[i].sizes);
             free(p.jobs[i].skips);
+            free(p.jobs[i].warns);
         }
     free(p.jobs);
     for (int sp = 0; sp < RT_SPLIT_COUNT; sp++) {
@@ -1357,6 +1398,7 @@ out:
     }
     free(p.all_sizes);
     json_decref(p.skipped);
+    json_decref(p.warned);
     rt_source_close(src);
     pthread_mutex_destroy(&p.lock);
     pthread_cond_destroy(&p.start);

@@ -23,7 +23,7 @@
 #include "mkfolder.h"
 
 enum kind {
-    K_JPEG_420, K_JPEG_444, K_JPEG_PROG, K_JPEG_GRAY, K_JPEG_CMYK, K_JPEG_YCCK, K_JPEG_EXIF6,
+    K_JPEG_420, K_JPEG_444, K_JPEG_PROG, K_JPEG_GRAY, K_JPEG_CMYK, K_JPEG_YCCK, K_JPEG_EXIF6, K_JPEG_EXTRA,
     K_PNG_RGB, K_PNG_PAL8, K_PNG_PAL4, K_PNG_RGB16, K_PNG_GRAYA, K_PNG_RGBA, K_PNG_ADAM7, K_PNG_GRAY1,
     K_WEBP_LOSSY, K_WEBP_LOSSLESS, K_PPM, K_PGM,
     K_BAD_TRUNC, K_BAD_TEXT, K_BAD_EMPTY, K_BAD_BMP, K_IGNORED,
@@ -31,6 +31,7 @@ enum kind {
 
 static const char *const kind_names[] = {
     "jpeg-420", "jpeg-444", "jpeg-progressive", "jpeg-gray", "jpeg-cmyk", "jpeg-ycck", "jpeg-exif6",
+    "jpeg-extraneous-bytes",
     "png-rgb", "png-palette8", "png-palette4", "png-16", "png-gray-alpha", "png-rgba", "png-adam7", "png-gray1",
     "webp-lossy", "webp-lossless", "ppm", "pgm",
     "truncated-jpeg", "text-as-jpg", "zero-bytes", "bmp", "ignored",
@@ -65,6 +66,8 @@ static const struct spec folder[] = {
     {K_PNG_PAL4, "dogs", "palette4.png", 41, 63},
     {K_PNG_GRAY1, "dogs", "bilevel.png", 40, 48},
     {K_PGM, "dogs", "scan.pgm", 45, 70},
+    /* Sorts last of the fixed files, so the records before it keep their numbers. */
+    {K_JPEG_EXTRA, "dogs", "warned.jpg", 96, 64},
     {K_BAD_TRUNC, "dogs", "download.jpg", 200, 150},
     {K_BAD_TEXT, "dogs", "notes.jpg", 0, 0},
     {K_BAD_EMPTY, "dogs", "empty.png", 0, 0},
@@ -303,6 +306,34 @@ static int bmp_bytes(uint32_t w, uint32_t h, const uint8_t *rgb, uint8_t **out, 
     return 0;
 }
 
+/*
+ * Inserts 3 bytes that are no marker before the first SOS (0xFFDA), walking
+ * the header's segments so that no 0xFF 0xDA inside one is taken for it:
+ * libjpeg (and Pillow, which uses it) decodes such a file with the warning
+ * "Corrupt JPEG data: 3 extraneous bytes before marker 0xda". *data is
+ * reallocated. Returns 0 or -1.
+ */
+static int jpeg_junk_before_sos(uint8_t **data, size_t *len)
+{
+    static const uint8_t junk[3] = {0x00, 0x5a, 0xa5};
+    size_t at = 2;
+
+    while (at + 4 <= *len && (*data)[at] == 0xff && (*data)[at + 1] != 0xda)
+        at += 2 + ((size_t)(*data)[at + 2] << 8 | (*data)[at + 3]);
+    if (at + 2 > *len || (*data)[at] != 0xff || (*data)[at + 1] != 0xda) {
+        fprintf(stderr, "mkfolder: no SOS marker in the JPEG written\n");
+        return -1;
+    }
+    uint8_t *p = realloc(*data, *len + sizeof(junk));
+    if (!p)
+        return -1;
+    memmove(p + at + sizeof(junk), p + at, *len - at);
+    memcpy(p + at, junk, sizeof(junk));
+    *data = p;
+    *len += sizeof(junk);
+    return 0;
+}
+
 /* ---- the folder ------------------------------------------------------------ */
 
 static struct mkf_file *add(struct mkf_folder *f)
@@ -348,6 +379,7 @@ static int make_one(const struct spec *s, uint32_t seed, const char *path, struc
     case K_JPEG_444:
     case K_JPEG_PROG:
     case K_JPEG_EXIF6:
+    case K_JPEG_EXTRA:
     case K_BAD_TRUNC:
         e->format = "JPEG";
         e->orientation = s->kind == K_JPEG_EXIF6 ? 6 : 1;
@@ -355,6 +387,11 @@ static int make_one(const struct spec *s, uint32_t seed, const char *path, struc
                         &data, &jlen) < 0)
             goto out;
         len = jlen;
+        if (s->kind == K_JPEG_EXTRA) {
+            if (jpeg_junk_before_sos(&data, &len) < 0)
+                goto out;
+            e->warning = "Corrupt JPEG data: 3 extraneous bytes before marker 0xda";
+        }
         if (s->kind == K_BAD_TRUNC) {
             len = len * 11 / 20; /* in the middle of the scan */
             e->status = "truncated";
@@ -581,9 +618,10 @@ static int write_json(const char *dir, const struct mkf_folder *f)
         const struct mkf_file *e = &f->files[i];
         fprintf(out,
                 "    {\"path\": \"%s\", \"class\": \"%s\", \"status\": \"%s\", \"format\": \"%s\", \"kind\": \"%s\", "
-                "\"width\": %u, \"height\": %u, \"gray\": %s, \"lossless\": %s, \"orientation\": %d}%s\n",
+                "\"width\": %u, \"height\": %u, \"gray\": %s, \"lossless\": %s, \"orientation\": %d, "
+                "\"warning\": \"%s\"}%s\n",
                 e->path, e->klass, e->status, e->format, e->kind, e->w, e->h, e->gray ? "true" : "false",
-                e->lossless ? "true" : "false", e->orientation, i + 1 < f->n ? "," : "");
+                e->lossless ? "true" : "false", e->orientation, e->warning ? e->warning : "", i + 1 < f->n ? "," : "");
     }
     fprintf(out, "  ]\n}\n");
     int rc = fclose(out) == 0 ? 0 : -1;

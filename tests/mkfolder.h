@@ -21,6 +21,7 @@ struct mkf_file {
     int gray;           /* stored with one colour channel */
     int lossless;       /* decodes to exactly px */
     int orientation;    /* EXIF orientation written; 1 when none */
+    const char *warning; /* libjpeg's warning for a damaged JPEG that still decodes; NULL when none */
     uint32_t c;         /* channels of px (1 or 3) */
     uint8_t *px;        /* the pixels encoded, HWC (CMYK files: the RGB they encode); NULL when none */
 };

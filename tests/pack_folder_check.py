@@ -9,6 +9,7 @@ against Pillow + torchvision, pad borders, variable-size summaries.
     pack_folder_check.py pad EXPECTED PNG
     pack_folder_check.py variable EXPECTED DATASET MAX_SIDE
     pack_folder_check.py sizes DATASET INSPECT_OUTPUT...
+    pack_folder_check.py exact IMAGE PNG      (a record from inspect equals Pillow's convert("RGB") of IMAGE)
 
 Exit 0 when every check holds, 1 (with the reasons) otherwise.
 """
@@ -61,6 +62,10 @@ def counts(expected, ds):
     need(total == len(good), f"{total} records, expected {len(good)} good files")
     got = {(s["file"], s["reason"]) for s in m["files"]["skipped"]}
     need(got == bad, f"skipped {sorted(got)}, expected {sorted(bad)}")
+    # JPEGs libjpeg decodes through a warning are kept (among the good ones) and listed with the warning.
+    warned = {(f["path"], f["warning"]) for f in expected["files"] if f.get("warning")}
+    got_w = {(w["file"], w["warning"]) for w in m["files"].get("warnings", [])}
+    need(warned and got_w == warned, f"warnings {sorted(got_w)}, expected {sorted(warned)}")
     need(m["files"]["ignored"] == len(ignored), f"ignored {m['files']['ignored']}, expected {len(ignored)}")
     need(m["files"]["listed"] == len(good) + len(bad), f"listed {m['files']['listed']}")
     per_class = [sum(1 for f in good if f["class"] == c) for c in m["classes"]]
@@ -133,10 +138,24 @@ def sizes(ds, outputs):
             need(1 <= w <= side and 1 <= h <= side and max(w, h) <= side, f"{o}: record {w}x{h}, max side {side}")
 
 
+def exact(image, png):
+    from PIL import Image
+
+    want = np.asarray(Image.open(image).convert("RGB"))
+    got = np.asarray(Image.open(png).convert("RGB"))
+    same = got.shape == want.shape and np.array_equal(got, want)
+    diff = int(np.max(np.abs(got.astype(int) - want.astype(int)))) if got.shape == want.shape else None
+    print(f"{png}: {got.shape} against Pillow's {want.shape} of {image}: max |d| {diff}")
+    need(same, f"{png} differs from Pillow's convert('RGB') of {image} (shape {got.shape} vs {want.shape}, "
+               f"max |d| {diff})")
+
+
 def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "sizes":
         sizes(args[0], args[1:])
+    elif cmd == "exact":
+        exact(args[0], args[1])
     else:
         with open(args[0]) as f:
             expected = json.load(f)

@@ -7,6 +7,8 @@
  *  - at 1/2, 1/4, 1/8 they match the full decode area-averaged over k x k
  *    blocks within a PSNR bound per k (stated at PSNR_MIN below);
  *  - rows below the box are not decoded (region shorter than the image);
+ *  - a JPEG with junk bytes before its SOS (a libjpeg warning, no error)
+ *    decodes exactly, and cut short it is still refused;
  *  - truncated and non-JPEG data give -EBADMSG naming the file; CMYK and
  *    YCCK give "unsupported colour space"; the decoder works after errors.
  * Images are synthetic (fixed seed 27, printed) and encoded here.
@@ -110,6 +112,28 @@ static int make_img(tjhandle dec, struct img *im, const char *kind, int w, int h
         fprintf(stderr, "tjDecompress2 (%s %dx%d): %s\n", kind, w, h, tjGetErrorStr2(dec));
         return -1;
     }
+    return 0;
+}
+
+/*
+ * `im` with 3 bytes that are no marker inserted before its first SOS: libjpeg
+ * decodes it to the same pixels with the warning "Corrupt JPEG data: 3
+ * extraneous bytes before marker 0xda", as Pillow does. *out borrows im's
+ * pixels; free out->jpg. Returns 0 or -1.
+ */
+static int junk_before_sos(const struct img *im, struct img *out)
+{
+    size_t at = 2;
+    while (at + 4 <= im->len && im->jpg[at] == 0xff && im->jpg[at + 1] != 0xda)
+        at += 2 + ((size_t)im->jpg[at + 2] << 8 | im->jpg[at + 3]);
+    if (at + 2 > im->len || im->jpg[at] != 0xff || im->jpg[at + 1] != 0xda)
+        return -1;
+    *out = *im;
+    out->len = im->len + 3;
+    out->jpg = malloc(out->len);
+    memcpy(out->jpg, im->jpg, at);
+    memcpy(out->jpg + at, "\x00\x5a\xa5", 3);
+    memcpy(out->jpg + at + 3, im->jpg + at, im->len - at);
     return 0;
 }
 
@@ -301,6 +325,14 @@ int main(void)
     CHECK_ERR(rt_jpegcrop_decode(d, prog->jpg, prog->len * 6 / 10, "cutprog.jpg", 3, &small, 16, 16, &reg),
               "cutprog.jpg: truncated or corrupt JPEG");
     CHECK_ERR(rt_jpegcrop_decode(d, base->jpg, 300, "head.jpg", 3, &whole, 64, 64, &reg), "head.jpg: truncated");
+    /* Damage libjpeg decodes through (pack keeps such files, as Pillow reads them) is no error; a cut still is. */
+    struct img warned;
+    CHECK(junk_before_sos(base, &warned) == 0);
+    check_exact(d, &warned, 3, whole);
+    check_exact(d, &warned, 1, (struct rt_box){8, 8, 40, 24});
+    CHECK_ERR(rt_jpegcrop_decode(d, warned.jpg, warned.len * 6 / 10, "cutwarned.jpg", 3, &whole, 64, 64, &reg),
+              "cutwarned.jpg: truncated or corrupt JPEG: Premature end of JPEG file");
+    free(warned.jpg);
     static const uint8_t text[] = "this is a text file named .jpg\n";
     CHECK(rt_jpegcrop_decode(d, text, sizeof text, "text.jpg", 3, &whole, 64, 64, &reg) == -EBADMSG);
     CHECK_ERR(rt_jpegcrop_decode(d, text, 0, "empty.jpg", 3, &whole, 64, 64, &reg), "empty.jpg");

@@ -2,13 +2,17 @@
 # test_pack_folder.sh - a folder of pictures as people have them, end to end:
 # tests/mkfolder.c writes every case (baseline/progressive/gray/CMYK/YCCK
 # JPEGs, PNGs of every colour type, WebP, PPM/PGM, upper-case and .jpeg
-# names, a PNG named .jpg, an empty class) with four bad files (truncated,
+# names, a PNG named .jpg, an empty class, a JPEG with junk bytes before its
+# SOS that libjpeg decodes with a warning) with four bad files (truncated,
 # text named .jpg, zero bytes, BMP) and four to ignore, and its expected.json.
 #   - pack without --skip-bad stops at the first bad file in record order, naming it;
 #   - --size 48 --skip-bad packs exactly the good files, lists the bad ones with
 #     their reasons (manifest "files") and prints the summary line; every record
 #     matches Pillow + torchvision's Resize(48) + CenterCrop(48) of its file
 #     within the PSNR pack_folder_check.py states; --fit pad leaves black borders;
+#   - the JPEG with the warning is kept without --skip-bad, listed with its warning
+#     (manifest "files" "warnings") and in the summary line, and its record, raw or
+#     as the JPEG stored, equals Pillow's convert("RGB") of it;
 #   - --codec jpeg --max-side 128 keeps each record's own size (<= 128), verify
 #     passes, and the load-time crops are the same batches for 1 and 2 workers
 #     and differ for another seed; train runs on them at --image-size S and eval takes S from the checkpoint.
@@ -48,10 +52,17 @@ check "$RT" pack "$T/photos" --out "$T/s48" --size 48 --skip-bad --threads 2 >"$
 check has "$T/out" "skipped 4 of "
 check has "$T/out" "1 zero-sized, 1 not an image, 1 truncated, 1 unsupported"
 check has "$T/out" "ignored 4 files"
+check has "$T/out" "pack: 1 file decoded through a libjpeg warning (listed under \"files\" in $T/s48/manifest.json): first: $T/photos/dogs/warned.jpg: Corrupt JPEG data: 3 extraneous bytes before marker 0xda"
 check "$RT" verify "$T/s48" >/dev/null
 check $PY "$HERE/pack_folder_check.py" counts "$exp" "$T/s48"
-for r in 0 3 5 8 12 13 20; do "$RT" inspect "$T/s48" --record $r --out "$T/s48_$r.png" >/dev/null || fail "inspect record $r"; done
-check $PY "$HERE/pack_folder_check.py" pixels "$exp" "$T/s48" "$T" 0 3 5 8 12 13 20
+# The record of the JPEG with the warning: its place among the good files in record order.
+wr=$($PY -c '
+import json, sys
+e = json.load(open(sys.argv[1]))
+ok = sorted((f for f in e["files"] if f["status"] == "ok"), key=lambda f: (f["class"].encode(), f["path"].encode()))
+print(next(i for i, f in enumerate(ok) if f["warning"]))' "$exp")
+for r in 0 3 5 8 12 13 20 $wr; do "$RT" inspect "$T/s48" --record $r --out "$T/s48_$r.png" >/dev/null || fail "inspect record $r"; done
+check $PY "$HERE/pack_folder_check.py" pixels "$exp" "$T/s48" "$T" 0 3 5 8 12 13 20 $wr
 check "$RT" pack "$T/photos" --out "$T/pad" --size 40x56 --fit pad --skip-bad --threads 1 >/dev/null
 check "$RT" inspect "$T/pad" --record 0 --out "$T/pad_0.png" >/dev/null
 check $PY "$HERE/pack_folder_check.py" pad "$exp" "$T/pad_0.png"
@@ -60,7 +71,19 @@ check "$RT" pack "$T/photos" --out "$T/s48b" --size 48 --skip-bad --threads 1 >/
 check cmp "$T/s48/manifest.json" "$T/s48b/manifest.json"
 check cmp "$T/s48/train-00000.rts" "$T/s48b/train-00000.rts"
 
-# 3. Variable sizes: --codec jpeg --max-side 128, crops at load time.
+# 2b. The warned JPEG alone: kept without --skip-bad, pixels equal to Pillow's, stored raw and as the file
+# itself (the jpeg codec passes it through; inspect decodes it with the loader's TurboJPEG path).
+mkdir -p "$T/warned/a" && cp "$T/photos/dogs/warned.jpg" "$T/warned/a/0.jpg"
+for codec in raw jpeg; do
+    check "$RT" pack "$T/warned" --out "$T/w_$codec" --codec $codec >"$T/out" 2>"$T/err"
+    check has "$T/out" "1 file decoded through a libjpeg warning"
+    check has "$T/w_$codec/manifest.json" "3 extraneous bytes before marker 0xda"
+    check "$RT" inspect "$T/w_$codec" --record 0 --out "$T/w_$codec.png" >/dev/null
+    check $PY "$HERE/pack_folder_check.py" exact "$T/warned/a/0.jpg" "$T/w_$codec.png"
+done
+check has "$T/w_jpeg/manifest.json" "passthrough"
+
+# 3. Variable sizes (the warned JPEG is stored as it is, and the load-time crops decode it): --codec jpeg --max-side 128, crops at load time.
 check "$RT" pack "$T/photos" --out "$T/var" --codec jpeg --max-side 128 --skip-bad --val-split 0.25 >"$T/out" 2>"$T/err"
 check "$RT" verify "$T/var" >/dev/null
 check $PY "$HERE/pack_folder_check.py" variable "$exp" "$T/var" 128

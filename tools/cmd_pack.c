@@ -161,7 +161,8 @@ static const char *thousands(uint64_t v, char *buf, size_t len)
     return buf;
 }
 
-/* Image folders: images/s, pass-through JPEGs, and what was ignored and skipped (listed in the manifest). */
+/* Image folders: images/s, pass-through JPEGs, what was ignored and skipped, and the JPEGs kept though libjpeg
+ * warned (both listed in the manifest). */
 static void print_folder_summary(const struct rt_pack_stats *st, const char *out)
 {
     char a[32], b[32];
@@ -175,6 +176,10 @@ static void print_folder_summary(const struct rt_pack_stats *st, const char *out
     if (st->skipped)
         printf("pack: skipped %s of %s: %s (listed with their reasons under \"files\" in %s/manifest.json)\n",
                thousands(st->skipped, a, sizeof(a)), thousands(st->files, b, sizeof(b)), st->skipped_summary, out);
+    if (st->warned)
+        printf("pack: %s %s decoded through a libjpeg warning (listed under \"files\" in %s/manifest.json): "
+               "first: %s\n",
+               thousands(st->warned, a, sizeof(a)), st->warned == 1 ? "file" : "files", out, st->first_warning);
 }
 
 /* The rules between pack's options and its operand, once all are read: 0, or RT_EXIT_USAGE after the message. */
