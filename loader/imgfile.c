@@ -231,6 +231,16 @@ static void rgb_to_gray(const uint8_t *rgb, uint8_t *gray, size_t n)
         gray[i] = luma(rgb + 3 * i);
 }
 
+/* Big-endian 16-bit gray to 8 bits as Pillow's "I" -> "L"/"RGB" convert does: clipped to 0..255. */
+static void gray16_clip(const uint8_t *be16, uint8_t *out, size_t n, uint32_t channels)
+{
+    for (size_t i = 0; i < n; i++) {
+        const uint8_t v = be16[2 * i] ? 255 : be16[2 * i + 1];
+        for (uint32_t k = 0; k < channels; k++)
+            out[channels * i + k] = v;
+    }
+}
+
 /*
  * Adobe CMYK as libjpeg returns it (inverted: 255 = no ink) to RGB the way
  * Pillow does: it reads the samples as "CMYK;I" (re-inverting them) and
@@ -569,12 +579,16 @@ static int png_run(struct rt_imgdec *d, const uint8_t *buf, size_t len, const ch
     }
 
     /*
-     * 16 bits to 8 by dropping the low byte, as Pillow's "RGB;16B" unpacker
-     * does (a truncation, not rounding); palette and low-depth gray expanded;
-     * alpha and tRNS dropped, not composited.
+     * 16 bits to 8 by dropping the low byte, as Pillow's "RGB;16B" and
+     * "LA;16B" unpackers do (a truncation, not rounding), except plain 16-bit
+     * gray: Pillow opens it as mode "I" and its convert("L"/"RGB") clips each
+     * value to 0..255 (1000 -> 255, 200 -> 200), so those samples are read
+     * whole and clipped below. Palette and low-depth gray expanded; alpha and
+     * tRNS dropped, not composited.
      */
+    const int clip16 = color == PNG_COLOR_TYPE_GRAY && depth == 16;
     const int rgb_out = !gray_in && channels == 1 ? 1 : channels == 3;
-    if (depth == 16)
+    if (depth == 16 && !clip16)
         png_set_strip_16(png);
     if (color == PNG_COLOR_TYPE_PALETTE)
         png_set_palette_to_rgb(png);
@@ -582,20 +596,21 @@ static int png_run(struct rt_imgdec *d, const uint8_t *buf, size_t len, const ch
         png_set_expand_gray_1_2_4_to_8(png);
     if ((color & PNG_COLOR_MASK_ALPHA) || png_get_valid(png, pinfo, PNG_INFO_tRNS))
         png_set_strip_alpha(png);
-    if (gray_in && channels == 3)
+    if (gray_in && channels == 3 && !clip16)
         png_set_gray_to_rgb(png);
     png_set_interlace_handling(png);
     png_read_update_info(png, pinfo);
 
-    const uint32_t nc = rgb_out ? 3 : 1;
-    const int target = nc == channels ? 0 : 1;
-    if (png_get_channels(png, pinfo) != nc || png_get_rowbytes(png, pinfo) != (size_t)iw * nc) {
+    /* nc samples of sb bytes per pixel as libpng delivers them; into d->buf[1] when converted after. */
+    const uint32_t nc = clip16 ? 1 : rgb_out ? 3 : 1, sb = clip16 ? 2 : 1;
+    const int target = clip16 || nc != channels ? 1 : 0;
+    if (png_get_channels(png, pinfo) != nc || png_get_rowbytes(png, pinfo) != (size_t)iw * nc * sb) {
         rc = bad(why, RT_IMG_UNSUPPORTED, "%s: PNG colour type %d, depth %d: unexpected layout after conversion",
                  name, color, depth);
         goto out;
     }
     if ((rc = reserve(d, 0, (size_t)iw * ih * channels)) < 0 ||
-        (target && (rc = reserve(d, 1, (size_t)iw * ih * nc)) < 0))
+        (target && (rc = reserve(d, 1, (size_t)iw * ih * nc * sb)) < 0))
         goto out;
     if (d->rows_cap < ih) {
         png_bytep *r = rt_realloc(d->rows, (size_t)ih * sizeof(*r), "PNG row pointers");
@@ -607,10 +622,12 @@ static int png_run(struct rt_imgdec *d, const uint8_t *buf, size_t len, const ch
         d->rows_cap = ih;
     }
     for (uint32_t y = 0; y < ih; y++)
-        d->rows[y] = d->buf[target] + (size_t)y * iw * nc;
+        d->rows[y] = d->buf[target] + (size_t)y * iw * nc * sb;
     /* No png_read_end: a file cut after its last pixel row (IEND, trailing text chunks) decodes, as in Pillow. */
     png_read_image(png, d->rows);
-    if (target)
+    if (clip16)
+        gray16_clip(d->buf[1], d->buf[0], (size_t)iw * ih, channels);
+    else if (target)
         rgb_to_gray(d->buf[1], d->buf[0], (size_t)iw * ih);
     if (orientation)
         *orientation = png_exif_orientation(png, pinfo);

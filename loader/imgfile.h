@@ -89,7 +89,8 @@ void rt_imgdec_destroy(struct rt_imgdec *d);
  * JPEG data: 3 extraneous bytes before marker 0xda") decodes, as in Pillow,
  * and rt_imgdec_warning() names it. A PNG cut after its last pixel row
  * (missing IEND) decodes, as in Pillow.
- * 16-bit samples keep their high byte (Pillow's truncation); CMYK/YCCK
+ * 16-bit samples keep their high byte (Pillow's truncation), but 16-bit
+ * gray is clipped to 0..255 (Pillow's mode "I" converted); CMYK/YCCK
  * JPEGs are read as Adobe-inverted and converted with Pillow's formula.
  * Returns 0, or -EBADMSG with *why set and a message naming `name` and
  * what is wrong; -ENOMEM, or -EINVAL for channels other than 1 or 3, with

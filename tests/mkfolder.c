@@ -25,6 +25,7 @@
 enum kind {
     K_JPEG_420, K_JPEG_444, K_JPEG_PROG, K_JPEG_GRAY, K_JPEG_CMYK, K_JPEG_YCCK, K_JPEG_EXIF6, K_JPEG_EXTRA,
     K_PNG_RGB, K_PNG_PAL8, K_PNG_PAL4, K_PNG_RGB16, K_PNG_GRAYA, K_PNG_RGBA, K_PNG_ADAM7, K_PNG_GRAY1,
+    K_PNG_GRAY16,
     K_WEBP_LOSSY, K_WEBP_LOSSLESS, K_PPM, K_PGM,
     K_BAD_TRUNC, K_BAD_TEXT, K_BAD_EMPTY, K_BAD_BMP, K_IGNORED,
 };
@@ -33,6 +34,7 @@ static const char *const kind_names[] = {
     "jpeg-420", "jpeg-444", "jpeg-progressive", "jpeg-gray", "jpeg-cmyk", "jpeg-ycck", "jpeg-exif6",
     "jpeg-extraneous-bytes",
     "png-rgb", "png-palette8", "png-palette4", "png-16", "png-gray-alpha", "png-rgba", "png-adam7", "png-gray1",
+    "png-gray16",
     "webp-lossy", "webp-lossless", "ppm", "pgm",
     "truncated-jpeg", "text-as-jpg", "zero-bytes", "bmp", "ignored",
 };
@@ -68,6 +70,8 @@ static const struct spec folder[] = {
     {K_PGM, "dogs", "scan.pgm", 45, 70},
     /* Sorts last of the fixed files, so the records before it keep their numbers. */
     {K_JPEG_EXTRA, "dogs", "warned.jpg", 96, 64},
+    /* Later additions sort after it, for the same reason. */
+    {K_PNG_GRAY16, "dogs", "x_gray16.png", 56, 72},
     {K_BAD_TRUNC, "dogs", "download.jpg", 200, 150},
     {K_BAD_TEXT, "dogs", "notes.jpg", 0, 0},
     {K_BAD_EMPTY, "dogs", "empty.png", 0, 0},
@@ -516,6 +520,26 @@ static int make_one(const struct spec *s, uint32_t seed, const char *path, struc
             goto out;
         break;
     }
+    case K_PNG_GRAY16:
+        /* Pillow opens it as mode "I" and clips to 0..255 when converting: half the samples above 255 (read
+         * as 255), half below (read as they are), never the high byte. */
+        mkf_pattern(rgb, w, h, 1, seed);
+        for (size_t i = 0; i < n; i++) {
+            const uint32_t v = (i / w + i % w) % 2 ? 256u + rgb[i] * 200u : rgb[i];
+            buf[2 * i] = (uint8_t)(v >> 8);
+            buf[2 * i + 1] = (uint8_t)v;
+            rgb[i] = v > 255 ? 255 : (uint8_t)v;
+        }
+        {
+            struct mkf_png p = {.w = w, .h = h, .color_type = PNG_COLOR_TYPE_GRAY, .depth = 16, .rows = buf};
+            e->format = "PNG";
+            e->gray = 1;
+            e->c = 1;
+            e->lossless = 1;
+            if (mkf_png_encode(&p, &data, &len) < 0)
+                goto out;
+        }
+        break;
     case K_PNG_RGBA: {
         for (size_t i = 0; i < n; i++) {
             memcpy(buf + 4 * i, rgb + 3 * i, 3);

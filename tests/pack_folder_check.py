@@ -10,6 +10,7 @@ against Pillow + torchvision, pad borders, variable-size summaries.
     pack_folder_check.py variable EXPECTED DATASET MAX_SIDE
     pack_folder_check.py sizes DATASET INSPECT_OUTPUT...
     pack_folder_check.py exact IMAGE PNG      (a record from inspect equals Pillow's convert("RGB") of IMAGE)
+    pack_folder_check.py exact-rotated IMAGE PNG   (... of ImageOps.exif_transpose(IMAGE): pack --exif-rotate)
 
 Exit 0 when every check holds, 1 (with the reasons) otherwise.
 """
@@ -138,10 +139,11 @@ def sizes(ds, outputs):
             need(1 <= w <= side and 1 <= h <= side and max(w, h) <= side, f"{o}: record {w}x{h}, max side {side}")
 
 
-def exact(image, png):
-    from PIL import Image
+def exact(image, png, rotated=False):
+    from PIL import Image, ImageOps
 
-    want = np.asarray(Image.open(image).convert("RGB"))
+    with Image.open(image) as im:
+        want = np.asarray((ImageOps.exif_transpose(im) if rotated else im).convert("RGB"))
     got = np.asarray(Image.open(png).convert("RGB"))
     same = got.shape == want.shape and np.array_equal(got, want)
     diff = int(np.max(np.abs(got.astype(int) - want.astype(int)))) if got.shape == want.shape else None
@@ -154,8 +156,8 @@ def main():
     cmd, args = sys.argv[1], sys.argv[2:]
     if cmd == "sizes":
         sizes(args[0], args[1:])
-    elif cmd == "exact":
-        exact(args[0], args[1])
+    elif cmd in ("exact", "exact-rotated"):
+        exact(args[0], args[1], cmd == "exact-rotated")
     else:
         with open(args[0]) as f:
             expected = json.load(f)

@@ -401,7 +401,7 @@ int main(void)
         }
         json_decref(root);
     }
-    CHECK(f.ok == 20 && f.bad == 4 && f.ignored == 4);
+    CHECK(f.ok == 21 && f.bad == 4 && f.ignored == 4);
     for (size_t i = 0; i < f.n; i++)
         check_file(d, dir, &f.files[i]);
     check_orientations(d);

@@ -83,6 +83,16 @@ for codec in raw jpeg; do
 done
 check has "$T/w_jpeg/manifest.json" "passthrough"
 
+# 2c. Lossless files where Pillow's reading is easy to miss, each alone, packed as they are with --exif-rotate:
+# the record equals Pillow's ImageOps.exif_transpose(...).convert("RGB") exactly (16-bit gray clipped as
+# Pillow's mode "I" converts it).
+for f in x_gray16.png; do
+    mkdir -p "$T/one_$f/a" && cp "$T/photos/dogs/$f" "$T/one_$f/a/0.${f#*.}"
+    check "$RT" pack "$T/one_$f" --out "$T/p_$f" --codec raw --exif-rotate >/dev/null
+    check "$RT" inspect "$T/p_$f" --record 0 --out "$T/p_$f.png" >/dev/null
+    check $PY "$HERE/pack_folder_check.py" exact-rotated "$T/photos/dogs/$f" "$T/p_$f.png"
+done
+
 # 3. Variable sizes (the warned JPEG is stored as it is, and the load-time crops decode it): --codec jpeg --max-side 128, crops at load time.
 check "$RT" pack "$T/photos" --out "$T/var" --codec jpeg --max-side 128 --skip-bad --val-split 0.25 >"$T/out" 2>"$T/err"
 check "$RT" verify "$T/var" >/dev/null
