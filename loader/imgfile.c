@@ -197,24 +197,64 @@ static int jpeg_orientation(j_decompress_ptr jd)
     return 1;
 }
 
-/* A PNG eXIf chunk is the bare TIFF structure; libexif wants the JPEG APP1 header in front. */
-static int png_exif_orientation(png_structp png, png_infop info)
+/*
+ * A PNG eXIf chunk or a WebP EXIF chunk: the TIFF structure, in WebP
+ * sometimes after "Exif\0\0" as in JPEG (Pillow takes both); libexif wants
+ * the JPEG APP1 header in front.
+ */
+static int tiff_orientation(const uint8_t *p, size_t n)
 {
-    png_uint_32 n = 0;
-    png_bytep p = NULL;
     uint8_t *tmp;
     int o;
 
-    if (!png_get_eXIf_1(png, info, &n, &p) || !p || n < 8 || n > 0xffff)
+    if (n >= 6 && memcmp(p, "Exif\0\0", 6) == 0)
+        return exif_orientation(p, n);
+    if (n < 8 || n > 0xffff)
         return 1;
-    tmp = malloc((size_t)n + 6);
+    tmp = malloc(n + 6);
     if (!tmp)
         return 1;
     memcpy(tmp, "Exif\0\0", 6);
     memcpy(tmp + 6, p, n);
-    o = exif_orientation(tmp, (size_t)n + 6);
+    o = exif_orientation(tmp, n + 6);
     free(tmp);
     return o;
+}
+
+static int png_exif_orientation(png_structp png, png_infop info)
+{
+    png_uint_32 n = 0;
+    png_bytep p = NULL;
+
+    if (!png_get_eXIf_1(png, info, &n, &p) || !p)
+        return 1;
+    return tiff_orientation(p, n);
+}
+
+static uint32_t le32(const uint8_t *p) { return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+
+/*
+ * The first EXIF chunk of an extended (VP8X) WebP whose VP8X flags announce
+ * EXIF, as libwebp's demuxer (Pillow's reader) finds it: a simple-format
+ * file, or one without the flag, has no orientation there. Walks the RIFF
+ * chunks within the file and the RIFF size; 1 when none.
+ */
+static int webp_orientation(const uint8_t *buf, size_t len)
+{
+    size_t end, at = 12;
+
+    if (len < 30 || memcmp(buf + 12, "VP8X", 4) != 0 || le32(buf + 16) < 10 || !(buf[20] & 0x08))
+        return 1;
+    end = RT_MIN(len, (size_t)le32(buf + 4) + 8);
+    while (at + 8 <= end) {
+        const size_t n = le32(buf + at + 4);
+        if (n > end - at - 8)
+            return 1;
+        if (memcmp(buf + at, "EXIF", 4) == 0)
+            return tiff_orientation(buf + at + 8, n);
+        at += 8 + n + (n & 1);
+    }
+    return 1;
 }
 
 /* ---- pixel conversions ----------------------------------------------------- */
@@ -673,11 +713,12 @@ static int webp_probe(const uint8_t *buf, size_t len, const char *name, struct r
         return rc;
     info->width = (uint32_t)ft.width;
     info->height = (uint32_t)ft.height;
+    info->orientation = webp_orientation(buf, len);
     return 0;
 }
 
 static int webp_decode(struct rt_imgdec *d, const uint8_t *buf, size_t len, const char *name, uint32_t channels,
-                       uint32_t *w, uint32_t *h, enum rt_img_bad *why)
+                       int *orientation, uint32_t *w, uint32_t *h, enum rt_img_bad *why)
 {
     struct rt_img_info info = {0};
     WebPDecoderConfig cfg;
@@ -705,6 +746,7 @@ static int webp_decode(struct rt_imgdec *d, const uint8_t *buf, size_t len, cons
         return webp_status(st, name, why);
     if (target)
         rgb_to_gray(d->buf[1], d->buf[0], n);
+    *orientation = info.orientation;
     *w = info.width;
     *h = info.height;
     return 0;
@@ -926,7 +968,7 @@ int rt_img_decode(struct rt_imgdec *d, const uint8_t *buf, size_t len, const cha
         rc = png_run(d, buf, len, name, channels, NULL, exif_rotate ? &orientation : NULL, w, h, why);
         break;
     case RT_IMG_WEBP:
-        rc = webp_decode(d, buf, len, name, channels, w, h, why);
+        rc = webp_decode(d, buf, len, name, channels, &orientation, w, h, why);
         break;
     case RT_IMG_PNM:
         rc = pnm_decode(d, buf, len, name, channels, w, h, why);

@@ -59,7 +59,7 @@ struct rt_img_info {
     int gray;                /* one colour channel (with or without alpha) */
     int cmyk;                /* JPEG stored as CMYK or YCCK */
     int progressive;         /* progressive JPEG or interlaced PNG */
-    int orientation;         /* EXIF orientation 1..8; 1 when absent */
+    int orientation;         /* EXIF orientation 1..8 (JPEG APP1, PNG eXIf, WebP EXIF); 1 when absent */
 };
 
 /*

@@ -25,7 +25,7 @@
 enum kind {
     K_JPEG_420, K_JPEG_444, K_JPEG_PROG, K_JPEG_GRAY, K_JPEG_CMYK, K_JPEG_YCCK, K_JPEG_EXIF6, K_JPEG_EXTRA,
     K_PNG_RGB, K_PNG_PAL8, K_PNG_PAL4, K_PNG_RGB16, K_PNG_GRAYA, K_PNG_RGBA, K_PNG_ADAM7, K_PNG_GRAY1,
-    K_PNG_GRAY16,
+    K_PNG_GRAY16, K_WEBP_EXIF6,
     K_WEBP_LOSSY, K_WEBP_LOSSLESS, K_PPM, K_PGM,
     K_BAD_TRUNC, K_BAD_TEXT, K_BAD_EMPTY, K_BAD_BMP, K_IGNORED,
 };
@@ -34,7 +34,7 @@ static const char *const kind_names[] = {
     "jpeg-420", "jpeg-444", "jpeg-progressive", "jpeg-gray", "jpeg-cmyk", "jpeg-ycck", "jpeg-exif6",
     "jpeg-extraneous-bytes",
     "png-rgb", "png-palette8", "png-palette4", "png-16", "png-gray-alpha", "png-rgba", "png-adam7", "png-gray1",
-    "png-gray16",
+    "png-gray16", "webp-exif6",
     "webp-lossy", "webp-lossless", "ppm", "pgm",
     "truncated-jpeg", "text-as-jpg", "zero-bytes", "bmp", "ignored",
 };
@@ -72,6 +72,7 @@ static const struct spec folder[] = {
     {K_JPEG_EXTRA, "dogs", "warned.jpg", 96, 64},
     /* Later additions sort after it, for the same reason. */
     {K_PNG_GRAY16, "dogs", "x_gray16.png", 56, 72},
+    {K_WEBP_EXIF6, "dogs", "y_rotated.webp", 70, 45},
     {K_BAD_TRUNC, "dogs", "download.jpg", 200, 150},
     {K_BAD_TEXT, "dogs", "notes.jpg", 0, 0},
     {K_BAD_EMPTY, "dogs", "empty.png", 0, 0},
@@ -276,6 +277,41 @@ int mkf_png_encode(const struct mkf_png *s, uint8_t **out, size_t *len)
     return 0;
 }
 
+static void put_le32(uint8_t *p, uint32_t v)
+{
+    for (int k = 0; k < 4; k++)
+        p[k] = (uint8_t)(v >> (8 * k));
+}
+
+int mkf_webp_exif(const uint8_t *webp, size_t len, uint32_t w, uint32_t h, const uint8_t *exif, size_t n, int flag,
+                  uint8_t **out, size_t *out_len)
+{
+    if (len < 20 || memcmp(webp, "RIFF", 4) != 0 || memcmp(webp + 8, "WEBP", 4) != 0) {
+        fprintf(stderr, "mkfolder: not a simple-format WebP\n");
+        return -1;
+    }
+    const size_t total = 12 + 18 + (len - 12) + 8 + n + (n & 1);
+    uint8_t *b = calloc(1, total);
+    if (!b)
+        return -1;
+    memcpy(b, "RIFFxxxxWEBPVP8X", 16);
+    put_le32(b + 4, (uint32_t)(total - 8));
+    put_le32(b + 16, 10);
+    b[20] = flag ? 0x08 : 0; /* EXIF; no alpha, ICC, XMP or animation */
+    for (int k = 0; k < 3; k++) { /* 24-bit canvas width - 1, then height - 1 */
+        b[24 + k] = (uint8_t)((w - 1) >> (8 * k));
+        b[27 + k] = (uint8_t)((h - 1) >> (8 * k));
+    }
+    memcpy(b + 30, webp + 12, len - 12);
+    uint8_t *c = b + 30 + (len - 12);
+    memcpy(c, "EXIF", 4);
+    put_le32(c + 4, (uint32_t)n);
+    memcpy(c + 8, exif, n);
+    *out = b;
+    *out_len = total;
+    return 0;
+}
+
 static int write_file(const char *path, const void *data, size_t len)
 {
     FILE *f = fopen(path, "wb");
@@ -359,7 +395,7 @@ static int make_one(const struct spec *s, uint32_t seed, const char *path, struc
 {
     const uint32_t w = s->w, h = s->h;
     const size_t n = (size_t)w * h;
-    uint8_t *rgb = NULL, *buf = NULL, *data = NULL;
+    uint8_t *rgb = NULL, *buf = NULL, *data = NULL, *buf_webp = NULL;
     size_t len = 0;
     unsigned long jlen = 0;
     int rc = -1;
@@ -570,6 +606,21 @@ static int make_one(const struct spec *s, uint32_t seed, const char *path, struc
         if (!len)
             goto out;
         break;
+    case K_WEBP_EXIF6: {
+        /* Lossless, the TIFF structure bare as the WebP container spec has it, orientation 6. */
+        uint8_t exif[64], *simple = NULL;
+        const size_t n_exif = exif_app1(exif, 6);
+        const size_t n_simple = WebPEncodeLosslessRGB(rgb, (int)w, (int)h, (int)w * 3, &simple);
+        e->format = "WebP";
+        e->lossless = 1;
+        e->orientation = 6;
+        rc = n_simple ? mkf_webp_exif(simple, n_simple, w, h, exif + 6, n_exif - 6, 1, &buf_webp, &len) : -1;
+        WebPFree(simple);
+        if (rc < 0)
+            goto out;
+        rc = write_file(path, buf_webp, len);
+        goto out;
+    }
     case K_PPM:
     case K_PGM: {
         const int c = s->kind == K_PPM ? 3 : 1;
@@ -611,6 +662,7 @@ out:
     else
         free(data);
     free(buf);
+    free(buf_webp);
     if (rc == 0 && strcmp(e->status, "ok") == 0 && rgb) {
         e->px = rgb;
         rgb = NULL;

@@ -59,6 +59,14 @@ struct mkf_png {
 };
 int mkf_png_encode(const struct mkf_png *spec, uint8_t **out, size_t *len);
 
+/*
+ * The simple-format WebP `webp` (len bytes, w x h) rewritten as an extended
+ * one: a VP8X chunk (its EXIF flag set when `flag`), the image chunk, then
+ * an EXIF chunk holding `exif` (n bytes). *out is malloc'd. Returns 0 or -1.
+ */
+int mkf_webp_exif(const uint8_t *webp, size_t len, uint32_t w, uint32_t h, const uint8_t *exif, size_t n, int flag,
+                  uint8_t **out, size_t *out_len);
+
 /* Deterministic structured test content: gradients, a disc, a bar and mild noise; c = 1 or 3. */
 void mkf_pattern(uint8_t *px, uint32_t w, uint32_t h, uint32_t c, uint32_t seed);
 
