@@ -221,14 +221,51 @@ static int tiff_orientation(const uint8_t *p, size_t n)
     return o;
 }
 
-static int png_exif_orientation(png_structp png, png_infop info)
+static uint32_t be32(const uint8_t *p) { return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | p[2] << 8 | p[3]; }
+
+static int png_chunk_type(const uint8_t *t)
+{
+    for (int k = 0; k < 4; k++)
+        if (!((t[k] >= 'A' && t[k] <= 'Z') || (t[k] >= 'a' && t[k] <= 'z')))
+            return 0;
+    return 1;
+}
+
+/*
+ * The orientation of a PNG's eXIf chunk wherever it stands, as Pillow reads
+ * it: one before IDAT (libpng has it in `info`) wins; without one, Pillow's
+ * load reads the chunks after the pixel data up to IEND, and the last eXIf
+ * there counts. Those are found by walking the chunk headers in `buf` (no
+ * decoding, no CRC check, as Pillow), so the header-only probe sees them too;
+ * the walk stops at IEND, a chunk type that is no chunk's or a chunk that
+ * runs past the end. 1 when none.
+ */
+static int png_exif_orientation(png_structp png, png_infop info, const uint8_t *buf, size_t len)
 {
     png_uint_32 n = 0;
     png_bytep p = NULL;
+    const uint8_t *late = NULL;
+    size_t late_n = 0, at = 8;
+    int idat = 0;
 
-    if (!png_get_eXIf_1(png, info, &n, &p) || !p)
-        return 1;
-    return tiff_orientation(p, n);
+    if (png_get_eXIf_1(png, info, &n, &p) && p)
+        return tiff_orientation(p, n);
+    while (at + 8 <= len && png_chunk_type(buf + at + 4)) {
+        const size_t cn = be32(buf + at);
+        const uint8_t *t = buf + at + 4;
+        if (memcmp(t, "IEND", 4) == 0 || cn > len - at - 8)
+            break;
+        if (memcmp(t, "IDAT", 4) == 0) {
+            idat = 1;
+        } else if (idat && memcmp(t, "eXIf", 4) == 0) {
+            late = buf + at + 8;
+            late_n = cn;
+        }
+        if (cn > len - at - 12)
+            break;
+        at += 12 + cn;
+    }
+    return late ? tiff_orientation(late, late_n) : 1;
 }
 
 static uint32_t le32(const uint8_t *p) { return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
@@ -614,7 +651,7 @@ static int png_run(struct rt_imgdec *d, const uint8_t *buf, size_t len, const ch
         info->height = ih;
         info->gray = gray_in;
         info->progressive = interlace != PNG_INTERLACE_NONE;
-        info->orientation = png_exif_orientation(png, pinfo);
+        info->orientation = png_exif_orientation(png, pinfo, buf, len);
         goto out;
     }
 
@@ -670,7 +707,7 @@ static int png_run(struct rt_imgdec *d, const uint8_t *buf, size_t len, const ch
     else if (target)
         rgb_to_gray(d->buf[1], d->buf[0], (size_t)iw * ih);
     if (orientation)
-        *orientation = png_exif_orientation(png, pinfo);
+        *orientation = png_exif_orientation(png, pinfo, buf, len);
     *w = iw;
     *h = ih;
 out:

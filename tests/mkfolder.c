@@ -25,7 +25,7 @@
 enum kind {
     K_JPEG_420, K_JPEG_444, K_JPEG_PROG, K_JPEG_GRAY, K_JPEG_CMYK, K_JPEG_YCCK, K_JPEG_EXIF6, K_JPEG_EXTRA,
     K_PNG_RGB, K_PNG_PAL8, K_PNG_PAL4, K_PNG_RGB16, K_PNG_GRAYA, K_PNG_RGBA, K_PNG_ADAM7, K_PNG_GRAY1,
-    K_PNG_GRAY16, K_WEBP_EXIF6,
+    K_PNG_GRAY16, K_WEBP_EXIF6, K_PNG_EXIF6_LATE,
     K_WEBP_LOSSY, K_WEBP_LOSSLESS, K_PPM, K_PGM,
     K_BAD_TRUNC, K_BAD_TEXT, K_BAD_EMPTY, K_BAD_BMP, K_IGNORED,
 };
@@ -34,7 +34,7 @@ static const char *const kind_names[] = {
     "jpeg-420", "jpeg-444", "jpeg-progressive", "jpeg-gray", "jpeg-cmyk", "jpeg-ycck", "jpeg-exif6",
     "jpeg-extraneous-bytes",
     "png-rgb", "png-palette8", "png-palette4", "png-16", "png-gray-alpha", "png-rgba", "png-adam7", "png-gray1",
-    "png-gray16", "webp-exif6",
+    "png-gray16", "webp-exif6", "png-exif6-late",
     "webp-lossy", "webp-lossless", "ppm", "pgm",
     "truncated-jpeg", "text-as-jpg", "zero-bytes", "bmp", "ignored",
 };
@@ -73,6 +73,7 @@ static const struct spec folder[] = {
     /* Later additions sort after it, for the same reason. */
     {K_PNG_GRAY16, "dogs", "x_gray16.png", 56, 72},
     {K_WEBP_EXIF6, "dogs", "y_rotated.webp", 70, 45},
+    {K_PNG_EXIF6_LATE, "dogs", "z_rotated_late.png", 66, 50},
     {K_BAD_TRUNC, "dogs", "download.jpg", 200, 150},
     {K_BAD_TEXT, "dogs", "notes.jpg", 0, 0},
     {K_BAD_EMPTY, "dogs", "empty.png", 0, 0},
@@ -261,9 +262,12 @@ int mkf_png_encode(const struct mkf_png *s, uint8_t **out, size_t *len)
     }
     if (s->trns)
         png_set_tRNS(png, info, s->trns, s->n_trns, NULL);
-    if (s->exif)
+    if (s->exif && !s->exif_late)
         png_set_eXIf_1(png, info, s->n_exif, (png_bytep)s->exif);
     png_write_info(png, info);
+    /* Set after png_write_info, png_write_end writes it after IDAT. */
+    if (s->exif && s->exif_late)
+        png_set_eXIf_1(png, info, s->n_exif, (png_bytep)s->exif);
     const size_t rowbytes = png_get_rowbytes(png, info);
     const int passes = png_set_interlace_handling(png);
     for (int p = 0; p < passes; p++)
@@ -463,9 +467,19 @@ static int make_one(const struct spec *s, uint32_t seed, const char *path, struc
         len = jlen;
         break;
     case K_PNG_RGB:
-    case K_PNG_ADAM7: {
+    case K_PNG_ADAM7:
+    case K_PNG_EXIF6_LATE: {
+        /* The late eXIf: after IDAT, where Pillow reads it when the pixels are loaded. */
+        uint8_t exif[64];
+        const size_t n_exif = exif_app1(exif, 6);
         struct mkf_png p = {.w = w, .h = h, .color_type = PNG_COLOR_TYPE_RGB, .depth = 8, .rows = rgb,
                             .interlace = s->kind == K_PNG_ADAM7 ? PNG_INTERLACE_ADAM7 : PNG_INTERLACE_NONE};
+        if (s->kind == K_PNG_EXIF6_LATE) {
+            p.exif = exif + 6;
+            p.n_exif = (uint32_t)(n_exif - 6);
+            p.exif_late = 1;
+            e->orientation = 6;
+        }
         e->format = "PNG";
         e->lossless = 1;
         if (mkf_png_encode(&p, &data, &len) < 0)

@@ -44,7 +44,8 @@ int mkf_write(const char *dir, int count, int tiny, struct mkf_folder *out);
 void mkf_free(struct mkf_folder *f);
 
 /* One PNG in memory, as libpng writes it. rows: h rows of libpng's packed
- * row bytes; palette: n_palette RGB triples; trns/exif optional (NULL).
+ * row bytes; palette: n_palette RGB triples; trns/exif optional (NULL);
+ * exif (the bare TIFF structure) before IDAT, or after it with exif_late.
  * *out is malloc'd. Returns 0 or -1. */
 struct mkf_png {
     uint32_t w, h;
@@ -56,6 +57,7 @@ struct mkf_png {
     int n_trns;
     const uint8_t *exif;
     uint32_t n_exif;
+    int exif_late; /* the eXIf chunk after the pixel data (IDAT), not before */
 };
 int mkf_png_encode(const struct mkf_png *spec, uint8_t **out, size_t *len);
 

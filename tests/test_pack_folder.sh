@@ -85,8 +85,9 @@ check has "$T/w_jpeg/manifest.json" "passthrough"
 
 # 2c. Lossless files where Pillow's reading is easy to miss, each alone, packed as they are with --exif-rotate:
 # the record equals Pillow's ImageOps.exif_transpose(...).convert("RGB") exactly (16-bit gray clipped as
-# Pillow's mode "I" converts it; a lossless WebP turned as its EXIF chunk says).
-for f in x_gray16.png y_rotated.webp; do
+# Pillow's mode "I" converts it; a lossless WebP turned as its EXIF chunk says; a PNG whose eXIf comes after
+# IDAT, turned, which also makes the probe's displayed size -- pack's record shape -- the turned one).
+for f in x_gray16.png y_rotated.webp z_rotated_late.png; do
     mkdir -p "$T/one_$f/a" && cp "$T/photos/dogs/$f" "$T/one_$f/a/0.${f#*.}"
     check "$RT" pack "$T/one_$f" --out "$T/p_$f" --codec raw --exif-rotate >/dev/null
     check "$RT" inspect "$T/p_$f" --record 0 --out "$T/p_$f.png" >/dev/null
