@@ -298,8 +298,9 @@ int mkf_webp_exif(const uint8_t *webp, size_t len, uint32_t w, uint32_t h, const
     uint8_t *b = calloc(1, total);
     if (!b)
         return -1;
-    memcpy(b, "RIFFxxxxWEBPVP8X", 16);
+    memcpy(b, "RIFF", 4);
     put_le32(b + 4, (uint32_t)(total - 8));
+    memcpy(b + 8, "WEBPVP8X", 8);
     put_le32(b + 16, 10);
     b[20] = flag ? 0x08 : 0; /* EXIF; no alpha, ICC, XMP or animation */
     for (int k = 0; k < 3; k++) { /* 24-bit canvas width - 1, then height - 1 */

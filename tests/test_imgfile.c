@@ -176,6 +176,20 @@ static void ref_orient(int o, uint32_t w, uint32_t h, uint32_t r, uint32_t c, ui
     }
 }
 
+/* Pixels of px (w x h RGB, src turned by orientation o) not where ref_orient puts src's (W x H RGB). */
+static size_t misplaced(const uint8_t *px, uint32_t w, uint32_t h, const uint8_t *src, uint32_t W, uint32_t H, int o)
+{
+    size_t bad = 0;
+    for (uint32_t r = 0; r < h; r++) {
+        for (uint32_t c = 0; c < w; c++) {
+            uint32_t sr, sc;
+            ref_orient(o, W, H, r, c, &sr, &sc);
+            bad += memcmp(px + ((size_t)r * w + c) * 3, src + ((size_t)sr * W + sc) * 3, 3) != 0;
+        }
+    }
+    return bad;
+}
+
 static void check_orientations(struct rt_imgdec *d)
 {
     enum { W = 7, H = 4 };
@@ -207,14 +221,7 @@ static void check_orientations(struct rt_imgdec *d)
         CHECK_OK(rt_img_decode(d, png, len, "orient.png", 3, 1, &px, &w, &h, &why));
         const int turned_ok = o >= 5 ? (w == H && h == W) : (w == W && h == H);
         CHECKF(turned_ok, "orientation %d: %ux%u", o, w, h);
-        size_t bad = 0;
-        for (uint32_t r = 0; r < h && turned_ok; r++) {
-            for (uint32_t c = 0; c < w; c++) {
-                uint32_t sr, sc;
-                ref_orient(o, W, H, r, c, &sr, &sc);
-                bad += memcmp(px + ((size_t)r * w + c) * 3, rgb + ((size_t)sr * W + sc) * 3, 3) != 0;
-            }
-        }
+        const size_t bad = turned_ok ? misplaced(px, w, h, rgb, W, H, o) : 0;
         CHECKF(bad == 0, "orientation %d: %zu pixels misplaced", o, bad);
         /* One channel goes through the same rotation. */
         CHECK_OK(rt_img_decode(d, png, len, "orient.png", 1, 1, &px, &w, &h, &why));
@@ -257,14 +264,7 @@ static void check_webp_exif(struct rt_imgdec *d)
         CHECK_OK(rt_img_decode(d, webp, len, "exif.webp", 3, 1, &px, &w, &h, &why));
         const int turned_ok = want == 8 ? (w == H && h == W) : (w == W && h == H);
         CHECKF(turned_ok, "WebP EXIF orientation %d: %ux%u", want, w, h);
-        size_t bad = 0;
-        for (uint32_t r = 0; r < h && turned_ok; r++) {
-            for (uint32_t c = 0; c < w; c++) {
-                uint32_t sr, sc;
-                ref_orient(want, W, H, r, c, &sr, &sc);
-                bad += memcmp(px + ((size_t)r * w + c) * 3, rgb + ((size_t)sr * W + sc) * 3, 3) != 0;
-            }
-        }
+        const size_t bad = turned_ok ? misplaced(px, w, h, rgb, W, H, want) : 0;
         CHECKF(bad == 0, "WebP EXIF orientation %d: %zu pixels misplaced", want, bad);
         free(webp);
     }

@@ -519,19 +519,14 @@ cat "$W"/ids.u.* | sort >"$W/ids.u"
 cat "$W"/ids.s.* "$W"/ids.2.* | sort >"$W/ids.2"
 cat "$W"/ids.s.* "$W"/ids.1.* | sort >"$W/ids.1"
 close_weights() { # close_weights A B BOUND: every tensor within BOUND of its largest magnitude in A; prints the worst
-    "$PY" - "$@" <<'EOF'
-import array, json, struct, sys
+    "$PY" - "$(cd "$(dirname "$0")" && pwd)/../tools" "$@" <<'EOF'
+import array, sys
+sys.path.insert(0, sys.argv.pop(1))
+from compare_checkpoints import load_safetensors
 def load(p):
-    b = open(p, "rb").read()
-    n = struct.unpack("<Q", b[:8])[0]
-    h = json.loads(b[8:8 + n])
-    out = {}
-    for k, v in h.items():
-        if k != "__metadata__":
-            assert v["dtype"] == "F32", v
-            s, e = v["data_offsets"]
-            out[k] = array.array("f", b[8 + n + s:8 + n + e])
-    return out
+    _, tensors, data = load_safetensors(p)
+    assert all(dt == "F32" for _, dt, _, _ in tensors), tensors
+    return {k: array.array("f", data[s:e]) for k, _, _, (s, e) in tensors}
 a, b = load(sys.argv[1]), load(sys.argv[2])
 assert sorted(a) == sorted(b)
 worst = max(max(abs(x - y) for x, y in zip(a[k], b[k])) / max(max(map(abs, a[k])), 1e-30) for k in a)

@@ -44,12 +44,6 @@ static int path_of(const struct train *T, const char *name, char *out, size_t le
     return rt_path_join(out, len, T->cfg.checkpoint_dir, name);
 }
 
-/* --amp's name for an activation type ("off" for fp32). */
-static const char *amp_name(enum rt_dtype act)
-{
-    return act == RT_F32 ? "off" : rt_dtype_name(act);
-}
-
 /* model.safetensors, with what `ringtrain eval` and PyTorch users need to know in its metadata. */
 static int save_model(struct train *T)
 {
@@ -114,8 +108,8 @@ static int save_state(struct train *T, const double ep[3])
         json_object_set_new(st, "deterministic", json_boolean(!c->nondeterministic));
         /* Where and at which precision it trained: a resume elsewhere is said, at another precision refused
          * without --amp-change (checkpoint_plan). */
-        json_object_set_new(st, "device", json_string(rt_backend_kind_of(T->be) == RT_BACKEND_CUDA ? "cuda" : "cpu"));
-        json_object_set_new(st, "amp", json_string(amp_name(T->act)));
+        json_object_set_new(st, "device", json_string(train_device_name(T)));
+        json_object_set_new(st, "amp", json_string(train_amp_name(T->act)));
     }
     if (st && T->scaling) {
         json_object_set_new(st, "loss_scale", json_real(T->scaler.scale));
@@ -254,15 +248,35 @@ static int read_state(json_t *st, const char *p, struct saved_state *s)
                                                         : 0;
 }
 
-/* The world sizes an update of G samples in micro-batches of `batch` can be shared out on (move_world), into buf. */
-static void world_choices(uint64_t G, uint32_t batch, char *buf, size_t len)
+/*
+ * How W ranks share out updates of G samples given micro-batches of `batch`: where W divides G / batch, in those
+ * micro-batches, the accumulation re-derived; else, with more ranks than that and W dividing G, in one smaller
+ * micro-batch per rank. 0 with *b and *A set, or -1 where neither holds.
+ */
+static int layout_for(uint64_t G, uint32_t batch, uint64_t W, uint32_t *b, uint32_t *A)
 {
     const uint64_t micro = G / batch;
+    if (G % batch == 0 && micro % W == 0) {
+        *b = batch;
+        *A = (uint32_t)(micro / W);
+    } else if (W > micro && G % W == 0) {
+        *b = (uint32_t)(G / W);
+        *A = 1;
+    } else {
+        return -1;
+    }
+    return 0;
+}
+
+/* The world sizes layout_for() accepts for G and `batch`, into buf (the first 24). */
+static void world_choices(uint64_t G, uint32_t batch, char *buf, size_t len)
+{
     size_t o = 0;
     int listed = 0;
+    uint32_t b, A;
     buf[0] = '\0';
     for (uint64_t w = 1; w <= G && o < len; w++) {
-        if (micro % w != 0 && !(w > micro && G % w == 0))
+        if (layout_for(G, batch, w, &b, &A) < 0)
             continue;
         if (listed == 24) {
             snprintf(buf + o, len - o, ", ...");
@@ -274,16 +288,14 @@ static void world_choices(uint64_t G, uint32_t batch, char *buf, size_t len)
 
 /*
  * The run's layout on this world size: updates of the checkpoint's G samples (G = batch x ranks x accumulation as
- * it ran), in micro-batches of --batch-size where this world size divides G / --batch-size (the accumulation
- * re-derived), else in one smaller micro-batch per rank where it divides G. On the checkpoint's own world size
- * this gives the checkpoint's layout back; a move sets T->moved for the banner. Refuses, naming the sizes that
- * can, where neither holds.
+ * it ran) shared out as layout_for() says, from --batch-size. On the checkpoint's own world size this gives the
+ * checkpoint's layout back; a move sets T->moved for the banner. Refuses, naming the sizes that can, where the
+ * world size cannot share G out.
  */
 static int move_world(struct train *T, const struct saved_state *s)
 {
     struct train_cfg *c = &T->cfg;
     const uint64_t G = (uint64_t)s->run_batch * (uint64_t)s->world * (uint64_t)s->run_accum;
-    const uint64_t W = (uint64_t)T->world, micro = G / c->batch;
     if (s->world == T->world && (uint32_t)s->run_batch == c->batch && (uint32_t)s->run_accum == c->grad_accum)
         return 0;
     if (c->shuffle == RT_SHUFFLE_WINDOW)
@@ -292,18 +304,13 @@ static int move_world(struct train *T, const struct saved_state *s)
                                 "resume it on %d ranks, or train with --shuffle exact, whose order is the same on "
                                 "any number of ranks",
                        c->checkpoint_dir, s->world, s->world);
-    if (G % c->batch == 0 && micro % W == 0) {
-        c->grad_accum = (uint32_t)(micro / W);
-    } else if (W > micro && G % W == 0) {
-        c->batch = (uint32_t)(G / W);
-        c->grad_accum = 1;
-    } else {
+    if (layout_for(G, c->batch, (uint64_t)T->world, &c->batch, &c->grad_accum) < 0) {
         char can[256];
         world_choices(G, c->batch, can, sizeof(can));
         return rt_errf(-EINVAL, "%s: the checkpoint's updates take %" PRIu64 " samples (%d ranks x --grad-accum %d "
-                                "x --batch-size %d), which %" PRIu64 " ranks cannot share out in whole "
-                                "micro-batches; it resumes on %s ranks",
-                       c->checkpoint_dir, G, s->world, s->run_accum, s->run_batch, W, can);
+                                "x --batch-size %d), which %d ranks cannot share out in whole micro-batches; it "
+                                "resumes on %s ranks",
+                       c->checkpoint_dir, G, s->world, s->run_accum, s->run_batch, T->world, can);
     }
     if (s->world != T->world)
         T->moved = (struct train_moved){.world = s->world, .batch = (uint32_t)s->run_batch,
@@ -315,8 +322,7 @@ static int move_world(struct train *T, const struct saved_state *s)
 static int check_precision(const struct train *T, json_t *st)
 {
     const json_t *ja = json_object_get(st, "amp"), *jd = json_object_get(st, "device");
-    const char *now = amp_name(T->act);
-    const int gpu = rt_backend_kind_of(T->be) == RT_BACKEND_CUDA;
+    const char *now = train_amp_name(T->act), *dev = train_device_name(T);
     if (json_is_string(ja) && strcmp(json_string_value(ja), now) != 0 && !T->cfg.amp_change)
         return rt_errf(-EINVAL, "%s: the checkpoint was trained with --amp %s, this run would train with --amp %s "
                                 "(the precision changes what every step computes%s); resume with --amp %s, or pass "
@@ -326,10 +332,10 @@ static int check_precision(const struct train *T, json_t *st)
                            ? ", and fp16's loss scale starts afresh or is dropped"
                            : "",
                        json_string_value(ja), now);
-    if (T->root && json_is_string(jd) && strcmp(json_string_value(jd), gpu ? "cuda" : "cpu") != 0)
+    if (T->root && json_is_string(jd) && strcmp(json_string_value(jd), dev) != 0)
         rt_info("note: the checkpoint was written on the %s, this run is on the %s: it goes on from the same weights "
                 "and optimizer state, not bit-identical to a run that stayed (other kernels round differently)",
-                !strcmp(json_string_value(jd), "cuda") ? "GPU" : "CPU", gpu ? "GPU" : "CPU");
+                !strcmp(json_string_value(jd), "cuda") ? "GPU" : "CPU", !strcmp(dev, "cuda") ? "GPU" : "CPU");
     return 0;
 }
 

@@ -262,6 +262,16 @@ static int make_model(struct train *T)
     return 0;
 }
 
+const char *train_device_name(const struct train *T)
+{
+    return rt_backend_kind_of(T->be) == RT_BACKEND_CUDA ? "cuda" : "cpu";
+}
+
+const char *train_amp_name(enum rt_dtype act)
+{
+    return act == RT_F32 ? "off" : rt_dtype_name(act);
+}
+
 /* Plans the gradient buckets over the model's parameter table. */
 static int make_bucketer(struct train *T)
 {

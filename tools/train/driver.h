@@ -487,6 +487,11 @@ void tracefile_gpu_create(struct train *T); /* NVML where the backend is a GPU; 
 void tracefile_gpu_destroy(struct train *T); /* none made is fine */
 
 /* faults.c: the named points */
+/* How the summary, state.json and the banner name the run's device ("cuda" or "cpu") and --amp precision ("off"
+ * for fp32, else the activation type's name). */
+const char *train_device_name(const struct train *T);
+const char *train_amp_name(enum rt_dtype act);
+
 void faults_before_compute(struct train *T);
 void faults_sample_log(const struct train *T, const struct train_batch *b, uint32_t i); /* micro-batch i's ids */
 void faults_step_opts(const struct train *T, struct rt_step_opts *so);

@@ -262,8 +262,7 @@ void report_banner(struct train *T)
         fflush(stdout);
     }
     /* Above 16 ranks a summary by node: the table of every rank is `ringtrain ranks`. */
-    rt_comm_print_rank_summary(T->comm, stdout, T->cfg.threads,
-                               rt_backend_kind_of(T->be) == RT_BACKEND_CUDA ? "cuda" : "cpu", 16);
+    rt_comm_print_rank_summary(T->comm, stdout, T->cfg.threads, train_device_name(T), 16);
     if (T->root)
         fflush(stdout);
 }
@@ -641,8 +640,8 @@ static json_t *summary_json(const struct train *T, double wall_s, double train_s
     json_object_set_new(o, "num_classes", json_integer(T->classes));
     json_object_set_new(o, "synthetic", json_boolean(T->cfg.synthetic));
     summary_startup(T, o);
-    json_object_set_new(o, "device", json_string(rt_backend_kind_of(T->be) == RT_BACKEND_CUDA ? "cuda" : "cpu"));
-    json_object_set_new(o, "amp", json_string(T->act == RT_F32 ? "off" : rt_dtype_name(T->act)));
+    json_object_set_new(o, "device", json_string(train_device_name(T)));
+    json_object_set_new(o, "amp", json_string(train_amp_name(T->act)));
     json_object_set_new(o, "settings", settings_json(T));
     json_object_set_new(o, "optimizer_updates", json_integer((json_int_t)rt_optim_steps(T->opt)));
     if (T->scaling) {
