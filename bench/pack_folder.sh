@@ -11,7 +11,13 @@
 #   bench/pack_folder.sh [--bin PATH] [options]
 # The modes are alternated RUNS times (the order rotates every run), the page
 # cache warm; images/s = the folder's images / the pack's wall-clock seconds.
-# Medians and min - max printed, with the output size.
+# Medians and min - max printed, with the output size. Each run also measures
+# the decode ceiling (bench/jpeg_ceiling.c, built with cc: libjpeg-turbo
+# decoding every file of the folder from memory, full size, on as many
+# threads as pack uses, nothing else) and each mode is given as a share of
+# it; goal: size224 at >= 70 % of the ceiling (PASS/MISS). The ceiling leaves
+# out what pack must also do (read the files, resize, compress, write), so
+# 100 % is out of reach by construction.
 # Options:
 #   --bin PATH       ringtrain binary (default $RT_BIN, else build/ringtrain)
 #   --dir DIR        where the folder is kept between runs (default $RT_BENCH_DIR,
@@ -70,6 +76,21 @@ nimages=$(find "$folder" -type f -iname '*.jpeg' | wc -l)
 [ "$nimages" -gt 0 ] || bench_fail "$folder holds no JPEGs (an interrupted run?); remove it and run again"
 bench_scratch rt-packf
 
+# --- the decode ceiling -------------------------------------------------------------
+have_ceiling=0
+# shellcheck disable=SC2046 # pkg-config's flags are words
+if ! command -v cc >/dev/null 2>&1; then
+    echo "ceiling:  n/a (no C compiler 'cc' to build bench/jpeg_ceiling.c)"
+elif ! pkg-config --exists libturbojpeg 2>/dev/null; then
+    echo "ceiling:  n/a (no libturbojpeg for pkg-config; apt-get install -y libturbojpeg0-dev)"
+elif ! cc -O2 -o "$t/jpeg_ceiling" "$top/bench/jpeg_ceiling.c" $(pkg-config --cflags --libs libturbojpeg) -lpthread \
+    2>"$t/ceiling.err"; then
+    echo "ceiling:  n/a (bench/jpeg_ceiling.c does not build: $(head -n 1 "$t/ceiling.err"))"
+else
+    have_ceiling=1
+    modes+=(ceiling)
+fi
+
 echo "== ringtrain pack throughput on a folder of variable-size JPEGs =="
 bench_machine
 echo "software: $("$RT" --version 2>/dev/null | head -n 1)"
@@ -83,6 +104,7 @@ find "$folder" -type f -exec cat {} + >/dev/null
 cmd_pack() {
     cmd=("$RT" pack "$folder" --out "$t/$1" --force ${THREADS:+--threads "$THREADS"})
     case $1 in
+    ceiling) cmd=("$t/jpeg_ceiling" "$folder" --threads "${THREADS:-$(nproc)}" --min-seconds 2) ;;
     size64) cmd+=(--size 64) ;;
     size224) cmd+=(--size 224) ;;
     maxside) cmd+=(--codec jpeg --max-side 512) ;;
@@ -107,6 +129,14 @@ for i in $(seq "$RUNS"); do
             bench_show_failure "$rc" "$t/$m.err" "$t/$m.out"
             continue
         fi
+        if [ "$m" = ceiling ]; then
+            # Its own rate (decode passes over the files held in memory), as images and seconds.
+            ips=$(sed -n 's/.*"images_per_s":\([0-9.]*\).*/\1/p' "$t/$m.out" | tail -n 1)
+            [ -n "$ips" ] || { fails=$((fails + 1)); bench_show_failure 1 "$t/$m.err" "$t/$m.out"; continue; }
+            echo "1 $ips 0" >>"$t/$m.txt"
+            printf "  %-8s %7.0f images/s  (full-size decode only, from memory)\n" "$m" "$ips"
+            continue
+        fi
         # The records pack says it wrote, else the folder's count (a pack that skipped files says so).
         recs=$(sed -n 's/^pack: \([0-9][0-9]*\) records.*/\1/p' "$t/$m.out" | head -n 1)
         recs=${recs:-$nimages}
@@ -121,11 +151,17 @@ done
 echo
 echo "Medians of $RUNS runs, $nimages images, $(nproc) CPUs (${cpu:-unknown CPU}), pack threads: ${THREADS:-the default}"
 echo
-echo "| mode | images/s (median) | min - max | seconds (median) | MiB out | records |"
-echo "|---|---:|---:|---:|---:|---:|"
+ceil=""
+if [ $have_ceiling = 1 ] && [ -s "$t/ceiling.txt" ]; then
+    ceil=$(awk '{print $2}' "$t/ceiling.txt" | bench_median)
+fi
+echo "| mode | images/s (median) | min - max | seconds (median) | MiB out | records | of the decode ceiling |"
+echo "|---|---:|---:|---:|---:|---:|---:|"
+verdict=""
 for m in "${modes[@]}"; do
+    [ "$m" != ceiling ] || continue
     if [ ! -s "$t/$m.txt" ]; then
-        echo "| $m | n/a | | | | |"
+        echo "| $m | n/a | | | | | |"
         continue
     fi
     awk '{print $2 / $1}' "$t/$m.txt" | sort -n >"$t/$m.ips"
@@ -135,6 +171,21 @@ for m in "${modes[@]}"; do
     secs=$(cut -d ' ' -f 1 "$t/$m.txt" | bench_median)
     mib=$(cut -d ' ' -f 3 "$t/$m.txt" | bench_median)
     recs=$(tail -n 1 "$t/$m.txt" | cut -d ' ' -f 2)
-    printf "| %s | %.0f | %.0f - %.0f | %.2f | %s | %s |\n" "$m" "$med" "$lo" "$hi" "$secs" "$mib" "$recs"
+    share=n/a
+    if [ -n "$ceil" ]; then
+        share=$(awk -v a="$med" -v c="$ceil" 'BEGIN { printf "%.0f %%", 100 * a / c }')
+        if [ "$m" = size224 ]; then
+            verdict=$(awk -v a="$med" -v c="$ceil" 'BEGIN { printf "%s (%.0f %% of the ceiling; goal >= 70 %%)",
+                a >= 0.7 * c ? "PASS" : "MISS", 100 * a / c }')
+        fi
+    fi
+    printf "| %s | %.0f | %.0f - %.0f | %.2f | %s | %s | %s |\n" "$m" "$med" "$lo" "$hi" "$secs" "$mib" "$recs" \
+        "$share"
 done
+if [ -n "$ceil" ]; then
+    awk '{print $2}' "$t/ceiling.txt" | sort -n >"$t/ceiling.ips"
+    printf "| decode ceiling (bench/jpeg_ceiling.c, %s threads) | %.0f | %.0f - %.0f | | | | 100 %% |\n" \
+        "${THREADS:-$(nproc)}" "$ceil" "$(head -n 1 "$t/ceiling.ips")" "$(tail -n 1 "$t/ceiling.ips")"
+fi
+[ -z "$verdict" ] || echo "size224: $verdict"
 bench_finish $fails
