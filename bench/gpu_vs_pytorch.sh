@@ -3,8 +3,9 @@
 # on the same GPU, side by side: compute speed per model and precision
 # (against PyTorch eager and torch.compile, with TFLOP/s and the share of the
 # GPU's peak), the input pipeline's cost and headroom, time to 94 % on
-# CIFAR-10, and a per-op profile of both sides that shows where each step's
-# time goes.
+# CIFAR-10, a per-op profile of both sides that shows where each step's
+# time goes, and (--only folder) ResNet-50 at 224 px trained from a folder of
+# JPEGs through each side's loader.
 #   bench/gpu_vs_pytorch.sh [--bin PATH] [--python PATH] [--models LIST]
 #                           [--amps LIST] [--runs R] [--batch-size B]
 #                           [--window-s W] [--steps-scale F] [--extras LIST]
@@ -13,21 +14,31 @@
 #                           [--profile-steps S] [--profile-warmup K]
 #                           [--profile-json FILE] [--results-json FILE]
 #                           [--trace-dir DIR] [--device cuda|cpu]
-#                           [--only compute|loader|tta|profile[,...]]
+#                           [--folder-model NAME@S[:B]] [--folder-classes K]
+#                           [--folder-per-class N] [--folder-seconds T]
+#                           [--folder-workers W] [--torch-workers LIST]
+#                           [--only compute|loader|tta|profile|folder[,...]]
 #   bench/gpu_vs_pytorch.sh --tables-from RESULTS.json [--profile-json FILE]
 # Needs a machine with an NVIDIA GPU: without nvidia-smi, with nvidia-smi
 # listing no GPU, or when `ringtrain train --device cuda` cannot train (a
 # build without CUDA, no driver), it stops at once with exit status 2 and
-# says why (--device cpu runs the profile part on the CPU instead). Every way
-# alternated RUNS times with the others (the order of the ways reverses every
-# run), medians printed with min - max, ratios and PASS/MISS against the
-# goals. Five parts, run in this order:
+# says why (--device cpu runs the profile part or the folder part on the CPU
+# instead). Every way alternated RUNS times with the others (the order of the
+# ways reverses every run), medians printed with min - max, ratios and
+# PASS/MISS against the goals. Four parts by default, run in this order, and a
+# fifth (folder) only when --only names it:
 #   compute   forward + backward + SGD step on synthetic data, images/s, for
-#             each model (resnet18, resnet9, mnist-net, wrn-16-4) and each
-#             precision (--amp off, bf16, fp16), batch B (default 512),
-#             3x32x32 inputs, 10 classes, CrossEntropyLoss, SGD momentum 0.9,
-#             weight decay 5e-4, each step normalising a fixed uint8 batch
-#             that lives on the GPU. The ways of each model x precision:
+#             each model and each precision (--amp off, bf16, fp16): resnet18,
+#             resnet9, mnist-net, wrn-16-4 on 3x32x32 inputs of 10 classes at
+#             batch 512, and resnet50@224 (torchvision's ResNet-50 on 3x224x224
+#             inputs of 1000 classes, ImageNet's shape) at batch 256. Each
+#             model's batch: NAME@S:B in --models gives its own, else
+#             --batch-size B where given, else 256 for a model at 224 px or
+#             more and 512 for the rest; the tables, the results JSON, the
+#             speed cache and the step counts all go by each model's batch.
+#             CrossEntropyLoss, SGD momentum 0.9, weight decay 5e-4, each step
+#             normalising a fixed uint8 batch that lives on the GPU. The ways
+#             of each model x precision:
 #               ringtrain          `train --device cuda --amp A --synthetic-data
 #                                  --model M --batch-size B --steps N+3 --json`,
 #                                  its steady_images_per_s (the steps after the
@@ -70,9 +81,12 @@
 #             Windows: each measurement is sized to run about W seconds
 #             (--window-s, default 3, times --steps-scale): N = W x images/s / B
 #             at the speed that way measured in the run before; the first run
-#             takes that way's median from the last invocation on this GPU and
-#             batch (CACHE/speeds.json) or, without one, a guess from one H100's
-#             figures (docs/PERFORMANCE.md); at least 5 steps.
+#             takes that way's median from the last invocation on this GPU at
+#             that model's batch (CACHE/speeds.json) or, without one, a guess
+#             from one H100's figures (docs/PERFORMANCE.md; for resnet50@224 a
+#             guess from its FLOPs, not a measurement: 24.5 GFLOP per trained
+#             image, ~3000 images/s in bf16/fp16, ~1350 in fp32 with TF32);
+#             at least 5 steps.
 #             TFLOP/s: training FLOPs per image = 3 x 2 x the forward
 #             multiply-adds of the Conv2d and Linear layers; share of the GPU's
 #             peak for that precision (dense, NVIDIA's datasheets: H100 SXM and
@@ -82,14 +96,17 @@
 #             (strict).
 #             Goals: ringtrain >= 1.2x PyTorch eager at every model x precision,
 #             fp32 at both settings; resnet9 and wrn-16-4 at bf16/fp16 >= 200
-#             TFLOP/s. A pair whose ringtrain profile (the profile part of the
-#             same invocation, or --profile-json with --tables-from) shows the
-#             GPU idle more than 20 % of the step is named host-bound.
-#   loader    the same training step fed by the real loader, per model at the
-#             default precision (no --amp: bf16 on a GPU that has it, fp32
-#             otherwise): `train --device cuda --data DIR --workers W --steps
-#             N+3` (the packed dataset read through io_uring, decompressed,
-#             cropped + flipped and copied to the GPU every step) alternated
+#             TFLOP/s; resnet50@224 in bf16 >= 1.2x PyTorch eager and >= 1.0x
+#             torch.compile (so compile in --extras). A pair whose ringtrain
+#             profile (the profile part of the same invocation, or
+#             --profile-json with --tables-from) shows the GPU idle more than
+#             20 % of the step is named host-bound.
+#   loader    the same training step fed by the real loader, per model (the
+#             32-px ones: NAME@S models are left out) at the default
+#             precision (no --amp: bf16 on a GPU that has it, fp32 otherwise):
+#             `train --device cuda --data DIR --workers W --steps N+3` (the
+#             packed dataset read through io_uring, decompressed, cropped +
+#             flipped and copied to the GPU every step) alternated
 #             with the same run on --synthetic-data. The input-pipeline cost
 #             = (synthetic - loader) / synthetic images/s, in %.
 #             Then `ringtrain loadbench DIR --workers W --batch-size B --epochs
@@ -164,7 +181,57 @@
 #             time per op), for the table's format without a GPU. Pairs run
 #             in this order: those that trailed PyTorch eager in the last table
 #             (resnet9 and wrn-16-4 at bf16 and fp16, resnet18 and mnist-net in
-#             fp32), then the rest; a run cut short keeps the most telling.
+#             fp32), then the rest (resnet50@224 last); a run cut short keeps
+#             the most telling.
+#   folder    (only with --only folder: not in the default parts) ResNet-50 at
+#             224 px, bf16, batch 256 (--folder-model, default
+#             resnet50@224:256), trained end to end from a folder of JPEGs on
+#             both sides. The folder: CACHE/imagefolder-KxN, K classes x N
+#             JPEGs (default 1000 x 25 = 25000, ~3 GB) with ImageNet's spread
+#             of sizes and coding, written by bench/make_image_folder.py --jobs
+#             (the CPUs), and CACHE/imagefolder-KxN-packed, `ringtrain pack DIR
+#             --out PACKED --codec jpeg --max-side 512`; both kept, a rerun
+#             reuses them; both read once before the runs (page cache warm).
+#             The ways, alternated each run (order reversed every run):
+#               ringtrain    `train --device cuda --data PACKED --model resnet50
+#                            --image-size 224 --amp bf16 --batch-size 256
+#                            --workers W --epochs E --metrics FILE --json`: W
+#                            loader threads (--folder-workers, default the
+#                            CPUs), RandomResizedCrop(224) + flip at load time
+#                            (the records keep their own sizes); E = 1 untimed
+#                            epoch + enough for >= T s (--folder-seconds,
+#                            default 20) at the speed of the run before (the
+#                            first: CACHE/speeds.json, else ~3000 images/s, a
+#                            guess), at least 2 timed. Timed part: its --metrics
+#                            epochs after the first: images/s = their images /
+#                            their seconds, data wait = their data_wait_frac
+#                            weighted by time
+#               PyTorch      bench/torch_imagefolder.py train: torchvision
+#                            ImageFolder + DataLoader (RandomResizedCrop(224),
+#                            RandomHorizontalFlip, ToTensor, Normalize;
+#                            shuffle, pin_memory, persistent workers, drop_last)
+#                            at each num_workers of --torch-workers (default
+#                            8,16), the same model (torchvision's resnet50, as
+#                            many classes as the folder: the same on both
+#                            sides), bf16 autocast, channels_last, SGD; 1
+#                            untimed epoch, then whole epochs until >= T s and 2
+#                            epochs (the clock stopped mid-epoch at 3T); data
+#                            wait = the time in the DataLoader's next() / wall
+#             Goals: ringtrain's data wait <= 5 % of the step; ringtrain end to
+#             end >= 1.5x PyTorch + DataLoader at its best num_workers. Results
+#             JSON: CACHE/folder.json. On the CPU (--device cpu --only folder,
+#             a small --folder-model such as mnist-net@32:16 and a tiny folder)
+#             it runs the same pipeline as a dry run of the script.
+#             Time, estimated (no GPU run yet): on the GPU machine's 16 cores
+#             generation ~20-30 s (measured here: ~100 JPEGs/s per core of a
+#             2-core AMD EPYC (Zen 4); 25000 / 1600) and pack ~5-10 s (~310
+#             images/s per thread here); then per run ringtrain ~35 s (start-up
+#             with cuDNN's search ~5-10, 1 untimed epoch of ~8 s at ~3000
+#             images/s, >= 20 timed) and PyTorch ~40 s per num_workers (import,
+#             1 untimed epoch ~10 s, >= 20 timed): ~115 s per run, ~350 s for
+#             3 runs; the whole part ~400 s the first time, ~360 s with the
+#             folder cached: one 600-s device run (the machine's start-up
+#             apart). --runs 2 saves ~115 s.
 # Options:
 #   --bin PATH        ringtrain binary (default build/ringtrain)
 #   --python PATH     the python3 with torch built with CUDA (default: the
@@ -172,15 +239,17 @@
 #                     sees the GPU); without one, ringtrain's figures alone,
 #                     saying that PyTorch with CUDA is absent
 #   --models LIST     comma-separated models (default
-#                     resnet18,resnet9,mnist-net,wrn-16-4); NAME@S is NAME on
-#                     3xSxS synthetic images of 1000 classes in the compute and
-#                     profile parts, both sides (`--models resnet50@224
-#                     --batch-size 256 --only compute`: ImageNet's shape)
+#                     resnet18,resnet9,mnist-net,wrn-16-4,resnet50@224); NAME@S
+#                     is NAME on 3xSxS synthetic images of 1000 classes in the
+#                     compute and profile parts, both sides (resnet50@224:
+#                     ImageNet's shape); NAME[@S]:B trains it at batch B
+#                     (`--models resnet50@224:128`)
 #   --amps LIST       precisions of the compute and profile parts (default
 #                     off,bf16,fp16)
 #   --runs R          rounds of every way, each part but profile (default 3)
-#   --batch-size B    images per step, compute, loader and profile parts
-#                     (default 512)
+#   --batch-size B    images per step of every model without :B, compute,
+#                     loader and profile parts (default: 256 for models at 224
+#                     px or more, 512 for the rest; the loader part's 512)
 #   --window-s W      seconds each compute measurement aims at (default 3)
 #   --steps-scale F   multiply every window and step count by F (default 1;
 #                     0.1 for a quick check: at least 5 steps; below 1 the
@@ -207,27 +276,39 @@
 #                     traces, one per model x precision; `bench/op_profile.py
 #                     trace FILE` re-reads one)
 #   --device D        cuda (default) or cpu: the profile part on the CPU (with
-#                     --only profile alone)
-#   --only LIST       run these parts only: compute, loader, tta, profile
+#                     --only profile alone) or the folder part (--only folder
+#                     alone: a dry run of its pipeline)
+#   --folder-model NAME@S[:B]  the folder part's model, crop size and batch
+#                     (default resnet50@224:256)
+#   --folder-classes K, --folder-per-class N  its folder (default 1000 x 25)
+#   --folder-seconds T  timed seconds per side and run at least (default 20)
+#   --folder-workers W  ringtrain's loader threads there (default: the CPUs)
+#   --torch-workers LIST  the DataLoader's num_workers tried there, the best
+#                     one compared (default 8,16)
+#   --only LIST       run these parts only: compute, loader, tta, profile,
+#                     folder
 #   --tables-from FILE  print the compute tables of a results JSON written by an
 #                     earlier run (--results-json) and stop: no GPU, no torch
-# Estimated, not yet measured: about 40 minutes on one H100 or H200 with the
-# defaults and --cifar (compute ~25, loader ~3, tta ~8, profile ~2), the first
+# Estimated, not yet measured: about 55 minutes on one H100 or H200 with the
+# defaults and --cifar (compute ~38, loader ~3, tta ~8, profile ~3), the first
 # run a minute more (synth + pack); per model and run of the compute part about
-# 75 s, plus torch.compile's compiles (20-60 s the first time per model x
-# precision, 5-10 s cached). --only compute --runs 3 --models resnet9: about 6
-# minutes (3 without compile in --extras); --only profile --models resnet9:
-# about 30 s; the GPU kit's --only compute --steps-scale 0.5 --runs 1: about 2.
+# 75 s, resnet50@224 about 180 s (14 processes of ~13 s: start-up and cuDNN's
+# search dominate its 3-s windows), plus torch.compile's compiles (20-60 s the
+# first time per model x precision, 60-90 s for resnet50@224; 5-10 s cached).
+# --only compute --runs 3 --models resnet9: about 6 minutes (3 without compile
+# in --extras); --only compute --models resnet50@224 --runs 3: about 12;
+# --only profile --models resnet9: about 30 s; the GPU kit's --only compute
+# --steps-scale 0.5 --runs 1: about 3.5; --only folder: about 7 (above).
 set -eu
 export LC_ALL=C  # a decimal point in $EPOCHREALTIME and in awk, whatever the locale
 top=$(cd "$(dirname "$0")/.." && pwd)
 . "$top/bench/lib.sh"
 RT=$top/build/ringtrain
 PT_PY=
-MODELS=resnet18,resnet9,mnist-net,wrn-16-4
+MODELS=resnet18,resnet9,mnist-net,wrn-16-4,resnet50@224
 AMPS=off,bf16,fp16
 RUNS=3
-B=512
+B=  # --batch-size: every model's batch where given; else model_batch's rule
 SCALE=1
 WINDOW=3
 EXTRAS=default
@@ -245,6 +326,12 @@ PROFILE_JSON=
 RESULTS_JSON=
 TRACE_DIR=
 TABLES_FROM=
+FOLDER_MODEL=resnet50@224
+FOLDER_CLASSES=1000
+FOLDER_PER_CLASS=25
+FOLDER_SECONDS=20
+FOLDER_WORKERS=
+TORCH_WORKERS=8,16
 # The time-to-accuracy recipe (see the header).
 TTA_MODEL=resnet9
 TTA_B=512
@@ -272,8 +359,15 @@ bench_options --bin=RT --python=PT_PY --models=MODELS --amps=AMPS --runs=RUNS --
     --window-s=WINDOW --extras=EXTRAS --workers=WORKERS --data=DATA --cache=CACHE --cifar=CIFAR \
     --tta-epochs=TTA_EPOCHS --target=TARGET --only=ONLY --device=DEVICE --profile-steps=PROFILE_STEPS \
     --profile-warmup=PROFILE_WARMUP --profile-json=PROFILE_JSON --results-json=RESULTS_JSON --trace-dir=TRACE_DIR \
-    --tables-from=TABLES_FROM -- "$@"
-bench_posint "$B" "$RUNS" "$WORKERS" "$TTA_EPOCHS" "$PROFILE_STEPS"
+    --tables-from=TABLES_FROM --folder-model=FOLDER_MODEL --folder-classes=FOLDER_CLASSES \
+    --folder-per-class=FOLDER_PER_CLASS --folder-seconds=FOLDER_SECONDS --folder-workers=FOLDER_WORKERS \
+    --torch-workers=TORCH_WORKERS -- "$@"
+BATCH_SET=$B
+B=${B:-512}
+[ -n "$FOLDER_WORKERS" ] || FOLDER_WORKERS=$(nproc)
+bench_posint "$B" "$RUNS" "$WORKERS" "$TTA_EPOCHS" "$PROFILE_STEPS" "$FOLDER_CLASSES" "$FOLDER_PER_CLASS" \
+    "$FOLDER_WORKERS"
+bench_posnum "$FOLDER_SECONDS" || bench_fail "--folder-seconds '$FOLDER_SECONDS' is not a positive number"
 case $PROFILE_WARMUP in '' | *[!0-9]*) bench_fail "--profile-warmup '$PROFILE_WARMUP' is not a whole number" ;; esac
 bench_posnum "$SCALE" || bench_fail "--steps-scale '$SCALE' is not a positive number"
 bench_posnum "$WINDOW" || bench_fail "--window-s '$WINDOW' is not a positive number"
@@ -281,16 +375,58 @@ bench_accuracy "$TARGET" || bench_fail "--target '$TARGET' is not an accuracy in
 parts=()
 [ -z "$ONLY" ] || bench_list parts "$ONLY" --only
 for p in "${parts[@]}"; do
-    case $p in compute | loader | tta | profile) ;; *) bench_fail "--only takes compute, loader, tta or profile (or several, comma-separated)" ;; esac
+    case $p in compute | loader | tta | profile | folder) ;; *) bench_fail "--only takes compute, loader, tta, profile or folder (or several, comma-separated)" ;; esac
 done
 part_on() { [ -z "$ONLY" ] || [[ ",$ONLY," == *",$1,"* ]]; }
 case $DEVICE in
 cuda) ;;
-cpu) [ "$ONLY" = profile ] || bench_fail "--device cpu runs the profile part alone: add --only profile" ;;
+cpu) [ "$ONLY" = profile ] || [ "$ONLY" = folder ] ||
+    bench_fail "--device cpu runs the profile part or the folder part alone: add --only profile or --only folder" ;;
 *) bench_fail "--device takes cuda or cpu" ;;
 esac
+# model_batch NAME: a model's batch without :B in its spec: --batch-size where given, else 256 for NAME@S at
+# 224 px or more (ImageNet's shape: ResNet-50's usual batch per GPU) and 512 for the rest.
+model_batch() {
+    if [ -n "$BATCH_SET" ]; then
+        echo "$BATCH_SET"
+    else
+        case $1 in
+        *@*) local px=${1##*@}
+            case $px in '' | *[!0-9]*) echo 512 ;; *) if [ "$px" -ge 224 ]; then echo 256; else echo 512; fi ;; esac ;;
+        *) echo 512 ;;
+        esac
+    fi
+}
+# Model specs NAME[@S][:B] -> the names (models), each one's batch (mbatch[NAME]).
+specs=()
+bench_list specs "$MODELS" --models
 models=()
-bench_list models "$MODELS" --models
+declare -A mbatch
+for spec in "${specs[@]}"; do
+    name=${spec%%:*}
+    if [[ $spec == *:* ]]; then
+        mb=${spec#*:}
+        case $mb in '' | *[!0-9]* | 0) bench_fail "--models: $spec: the batch after : is not a positive integer" ;; esac
+    else
+        mb=$(model_batch "$name")
+    fi
+    [ -z "${mbatch[$name]:-}" ] || bench_fail "--models: $name is listed twice"
+    mbatch[$name]=$mb
+    models+=("$name")
+done
+MODEL_NAMES=$(IFS=,; echo "${models[*]}")
+MODEL_BATCHES=$(for m in "${models[@]}"; do echo -n "$m:${mbatch[$m]},"; done)
+FOLDER_NAME=${FOLDER_MODEL%%:*}
+case $FOLDER_NAME in
+*@*) ;;
+*) bench_fail "--folder-model $FOLDER_MODEL: needs NAME@S (the crop size), e.g. resnet50@224:256" ;;
+esac
+FOLDER_S=${FOLDER_NAME##*@}
+bench_posint "$FOLDER_S"
+if [[ $FOLDER_MODEL == *:* ]]; then FOLDER_B=${FOLDER_MODEL#*:}; bench_posint "$FOLDER_B"; else FOLDER_B=$(model_batch "$FOLDER_NAME"); fi
+torch_workers=()
+bench_list torch_workers "$TORCH_WORKERS" --torch-workers
+bench_posint "${torch_workers[@]}"
 amps=()
 bench_list amps "$AMPS" --amps
 for a in "${amps[@]}"; do
@@ -319,7 +455,7 @@ bench_report_helper "$t/report.py" <<'EOF'
 WAY = {"rt": "ringtrain", "rt-nd": "ringtrain nondeterministic", "rt-strict": "ringtrain fp32 strict",
        "rt-eager": "ringtrain op by op (--cuda-graph off)",
        "pt": "PyTorch eager", "pt-strict": "PyTorch eager fp32 strict", "ptc": "PyTorch torch.compile",
-       "syn": "synthetic", "data": "loader", "lb": "loadbench"}
+       "syn": "synthetic", "data": "loader", "lb": "loadbench", "frt": "ringtrain"}
 PT_WAYS = ("pt", "pt-strict", "ptc")
 
 # Dense TFLOP/s by GPU: fp32, TF32, bf16/fp16 (NVIDIA's H100/H200, A100 and L40S datasheets; the
@@ -333,20 +469,32 @@ PEAKS = (
 )
 # Images/s at batch 512 on one H100 (docs/PERFORMANCE.md's first figures, the faster side of each
 # pair): fp32, bf16, fp16. Sizes the compute part's first run where no earlier speed is known.
+# resnet50@224 (at its batch of 256) is a guess, not a measurement: ResNet-50 trains at ~24.5 GFLOP per
+# 224-px image, so ~3000 images/s in bf16/fp16 is ~74 TFLOP/s, what PyTorch is commonly quoted at on one
+# H100; fp32 (TF32) at about 0.45 of that.
 GUESS = {"resnet18": (68949, 85835, 115176), "resnet9": (25031, 75847, 70536),
-         "mnist-net": (196144, 273324, 267585), "wrn-16-4": (14425, 66666, 71144)}
+         "mnist-net": (196144, 273324, 267585), "wrn-16-4": (14425, 66666, 71144),
+         "resnet50@224": (1350, 3000, 3000)}
+# The folder part's first run (no speed of an earlier one): the same guess for ringtrain fed from JPEGs.
+FOLDER_GUESS = {"resnet50@224": 3000}
+FOLDER_WAIT_GOAL = 0.05
+FOLDER_RATIO_GOAL = 1.5
+R50 = "resnet50@224"
+R50_COMPILE_GOAL = 1.0
 RATIO_GOAL = 1.2
 TFLOPS_GOAL = 200.0
 WIDE = ("resnet9", "wrn-16-4")
 HOST_BOUND_IDLE = 0.20
 
-def add(results, part, way, model, amp, run, path, wall, target):
+def add(results, part, way, model, amp, run, path, wall, target, batch="0"):
     """Appends one measurement to results; 0 when it holds what the part needs, 3
     when the way was skipped (torch.compile absent or failing), 1 when it failed.
     amp: the precision asked for ("default" when none was)."""
     r = last_json(path)
     label = "%-26s %-10s %-7s" % (WAY[way], model, amp)
     rec = {"part": part, "way": way, "model": model, "amp": amp, "run": int(run), "process_s": float(wall)}
+    if int(batch):
+        rec["batch"] = int(batch)
     if part in ("compute", "loader"):
         pt = way in PT_WAYS
         if pt and r is not None and r.get("skipped"):
@@ -440,15 +588,16 @@ def steps(results, speeds, gpu, way, model, amp, batch, window, scale, fallback)
     return 0
 
 def speeds(results, path, gpu, batch):
-    """Keeps each compute way's median images/s in path, by GPU and batch, for the next invocation."""
+    """Keeps each compute way's median images/s in path, by GPU and each model's batch (batch: where a
+    record has none), for the next invocation; the folder part's ways as "folder WAY MODEL AMP"."""
     s = load_json(path) or {}
-    mine = s.setdefault(gpu, {}).setdefault(str(batch), {})
     groups = {}
     for r in load(results):
-        if r.get("part") == "compute" and "ips" in r:
-            groups.setdefault("%s %s %s" % (r["way"], r["model"], r["amp"]), []).append(r["ips"])
-    for k, xs in groups.items():
-        mine[k] = statistics.median(xs)
+        if r.get("part") in ("compute", "folder") and "ips" in r:
+            key = "%s%s %s %s" % ("folder " if r["part"] == "folder" else "", r["way"], r["model"], r["amp"])
+            groups.setdefault((str(r.get("batch", batch)), key), []).append(r["ips"])
+    for (b, k), xs in groups.items():
+        s.setdefault(gpu, {}).setdefault(b, {})[k] = statistics.median(xs)
     with open(path, "w") as f:
         json.dump(s, f, indent=1, sort_keys=True)
     return 0
@@ -503,6 +652,7 @@ def summarise(doc, profile=""):
         for a in doc["amps"]:
             for setting in ((("tf32", "strict") if strict else ("tf32",)) if a == "off" else (None,)):
                 row = {"model": m, "amp": a, "setting": setting, "label": row_label(a, setting),
+                       "batch": doc.get("batches", {}).get(m, doc.get("batch")),
                        "train_flops_per_image": f, "ways": {}, "skipped": {}}
                 peak = pk[{"tf32": "tf32", "strict": "fp32"}.get(setting, "16")] if pk else None
                 row["peak_tflops"] = peak
@@ -566,10 +716,25 @@ def summarise(doc, profile=""):
     if not flops and any("rt" in r["ways"] for r in tf_rows):
         g["note"] = "no FLOP count: no python3 with torch to count them"
     goals["tflops"] = g
+    r50 = [r for r in rows if r["model"] == R50 and r["amp"] == "bf16"]
+    done = [r for r in r50 if "ratio_eager" in r and "ratio_compile" in r]
+    g = {"goal": "%s bf16: ringtrain >= %.1fx PyTorch eager and >= %.1fx torch.compile"
+                 % (R50, RATIO_GOAL, R50_COMPILE_GOAL), "pairs": len(r50), "measured": len(done),
+         "passed": sum(r["ratio_eager"] >= RATIO_GOAL and r["ratio_compile"] >= R50_COMPILE_GOAL for r in done),
+         "misses": ["%.2fx eager, %.2fx compile" % (r["ratio_eager"], r["ratio_compile"]) for r in done
+                    if not (r["ratio_eager"] >= RATIO_GOAL and r["ratio_compile"] >= R50_COMPILE_GOAL)]}
+    g["result"] = verdict(g)
+    if r50 and not done:
+        got = r50[0]
+        g["note"] = "needs ringtrain, PyTorch eager and torch.compile (%s)" % (
+            "; ".join("torch.compile: %s" % v for v in got["skipped"].values()) or "a way without a figure")
+    elif done:
+        g["detail"] = "%.2fx eager, %.2fx torch.compile" % (done[0]["ratio_eager"], done[0]["ratio_compile"])
+    goals["resnet50"] = g
     return rows, goals
 
 def results_json(results, flops_path, out, gpu, host, batch, runs, window, scale, models, amps, extras,
-                 pytorch, profile=""):
+                 pytorch, profile="", batches=""):
     """Writes the compute part's results document to out: every record (with the settings it ran with),
     the FLOPs, the GPU's peaks, the rows with medians, ratios and TFLOP/s, and the goals."""
     flops = {}
@@ -583,6 +748,7 @@ def results_json(results, flops_path, out, gpu, host, batch, runs, window, scale
     name, pk = peaks_of(gpu)
     doc = {"gpu_compute": 1, "gpu": gpu, "host": host, "batch": int(batch), "runs": int(runs),
            "window_s": float(window), "steps_scale": float(scale), "models": models.split(","),
+           "batches": {m: int(b) for m, _, b in (x.rpartition(":") for x in batches.split(",") if x)},
            "amps": amps.split(","), "extras": [] if extras == "none" else extras.split(","), "pytorch": pytorch,
            "flops": flops, "peaks_tflops": pk, "peaks_of": name,
            "peaks_source": "NVIDIA datasheets, dense (H100/H200, A100, L40S)",
@@ -617,10 +783,10 @@ def compute(path, profile=""):
         return 1
     rows, goals = summarise(doc, profile)
     name, pk = peaks_of(doc.get("gpu"))
-    print("| model | precision | ringtrain images/s | min - max | PyTorch eager images/s | min - max "
+    print("| model | precision | batch | ringtrain images/s | min - max | PyTorch eager images/s | min - max "
           "| ringtrain : eager | goal >= %.1fx | torch.compile images/s | compile s | ringtrain : compile | note |"
           % RATIO_GOAL)
-    print("|---|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---|")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---|")
     for r in rows:
         ws = r["ways"]
         rt, pt, pc = (fmt((ws[k]["median"], ws[k]["min"], ws[k]["max"]) if k in ws else None)
@@ -634,8 +800,8 @@ def compute(path, profile=""):
             notes.append("GPU idle %.0f %% of ringtrain's step (profile)" % (100 * r["idle_share"]))
         if "ptc" in r["skipped"] and "ptc" not in ws:
             notes.append("torch.compile: %s" % r["skipped"]["ptc"])
-        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-            r["model"], r["label"], rt[0], rt[1], pt[0], pt[1],
+        print("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            r["model"], r["label"], r.get("batch") or "n/a", rt[0], rt[1], pt[0], pt[1],
             "%.2f" % r["ratio_eager"] if "ratio_eager" in r else "n/a", r.get("goal_ratio") or "n/a",
             pc[0], comp, "%.2f" % r["ratio_compile"] if "ratio_compile" in r else "n/a", "; ".join(notes)))
     print()
@@ -673,7 +839,7 @@ def compute(path, profile=""):
     print()
     print("| goal | result |")
     print("|---|---|")
-    for g in (goals["ratio"], goals["tflops"]):
+    for g in (goals["ratio"], goals["tflops"], goals["resnet50"]):
         res = g["result"]
         if g["measured"]:
             res += " (%d of %d pairs" % (g["passed"], g["measured"])
@@ -681,6 +847,8 @@ def compute(path, profile=""):
                 if g["measured"] < g["pairs"] else ")"
             if g["misses"]:
                 res += "; misses: " + ", ".join(g["misses"])
+            elif g.get("detail"):
+                res += "; " + g["detail"]
             if g.get("host_bound"):
                 res += "; host-bound (GPU idle > %.0f %% of ringtrain's step in the profile), left to the next " \
                        "issue: %s" % (100 * HOST_BOUND_IDLE, ", ".join(g["host_bound"]))
@@ -746,9 +914,126 @@ def tta_table(results, model, target, epochs, pt_present):
               % (med["rt"][0] / 3.83))
     return 0
 
+def folder_label(way):
+    return "ringtrain" if way == "frt" else "PyTorch DataLoader num_workers %s" % way.split("-w")[-1]
+
+def folder_add(results, way, model, amp, run, path, wall, batch, metrics):
+    """Appends one run of the folder part: ringtrain (way frt: its --json line, and its --metrics epochs
+    after the first as the timed part) or PyTorch (fpt-wN: torch_imagefolder.py train's JSON line).
+    0 when it holds images/s and the data wait, 1 otherwise."""
+    r = last_json(path)
+    label = "%-36s %-13s" % (folder_label(way), model)
+    rec = {"part": "folder", "way": way, "model": model, "amp": amp, "run": int(run), "batch": int(batch),
+           "process_s": float(wall)}
+    if way == "frt":
+        eps = []
+        try:
+            eps = [json.loads(l) for l in open(metrics) if l.startswith("{")]
+        except (OSError, ValueError):
+            pass
+        timed = [e for e in eps if isnum(e.get("epoch")) and e["epoch"] >= 2 and isnum(e.get("time_s"))
+                 and isnum(e.get("images_per_s")) and isnum(e.get("data_wait_frac")) and e["time_s"] > 0]
+        if r is None or not timed:
+            print("  %s FAILED: no --json line or no epoch after the first in its --metrics file" % label)
+            return 1
+        secs = sum(e["time_s"] for e in timed)
+        rec.update(ips=sum(e["images_per_s"] * e["time_s"] for e in timed) / secs,
+                   wait_frac=sum(e["data_wait_frac"] * e["time_s"] for e in timed) / secs,
+                   timed_epochs=len(timed), timed_s=secs, steady_images_per_s=r.get("steady_images_per_s"),
+                   workers=None, backend=setup_line(path), amp_reported=r.get("amp"))
+        ph = (r.get("profile") or {}).get("phases") or {}
+        if isnum((ph.get("data") or {}).get("p50_ms")) and isnum((ph.get("step") or {}).get("p50_ms")):
+            rec.update(data_p50_ms=ph["data"]["p50_ms"], step_p50_ms=ph["step"]["p50_ms"])
+        if isinstance(r.get("settings"), dict):
+            rec["settings"] = r["settings"]
+        note = "%d timed epochs, %.1f s; all steps after the first 3: %.1f images/s; amp %s" % (
+            len(timed), secs, r.get("steady_images_per_s") or 0, r.get("amp", "?"))
+    else:
+        if r is None or not isnum(r.get("images_per_s")) or not isnum(r.get("data_wait_frac")):
+            print("  %s FAILED: no JSON line with images_per_s and data_wait_frac" % label)
+            return 1
+        rec.update(ips=r["images_per_s"], wait_frac=r["data_wait_frac"], timed_epochs=r.get("timed_epochs"),
+                   timed_s=r.get("seconds"), workers=r.get("workers"), settings=r.get("settings"),
+                   cut=r.get("cut_at_max_seconds"), warmup_epoch_s=r.get("warmup_epoch_s"))
+        note = "%.2f timed epochs, %.1f s%s" % (r.get("timed_epochs") or 0, r.get("seconds") or 0,
+                                                ", clock stopped at --max-seconds" if rec["cut"] else "")
+    print("  %s %9.1f images/s end to end, data wait %5.1f %% of the step  (%s)" % (
+        label, rec["ips"], 100 * rec["wait_frac"], note))
+    with open(results, "a") as f:
+        f.write(json.dumps(rec) + "\n")
+    return 0
+
+def folder_epochs(results, speeds, gpu, model, amp, batch, images, seconds):
+    """Prints ringtrain's --epochs for the folder part: one untimed epoch, then enough to run `seconds` at the
+    speed of the runs before (this invocation's median, else the last invocation's on this GPU and batch,
+    else FOLDER_GUESS's); at least 2 timed epochs, at most 100."""
+    xs = [r["ips"] for r in load(results) if r.get("part") == "folder" and r["way"] == "frt" and "ips" in r]
+    ips = statistics.median(xs) if xs else \
+        (load_json(speeds) or {}).get(gpu, {}).get(str(batch), {}).get("folder frt %s %s" % (model, amp))
+    if ips is None:
+        ips = FOLDER_GUESS.get(model)
+    n = 2 if ips is None else max(2, -(-int(float(seconds) * float(ips)) // max(1, int(images))))
+    print(1 + min(n, 100))
+    return 0
+
+def folder_table(results, out, model, amp, batch, gpu, host, folder, packed, workers, pytorch):
+    """Prints the folder part's table and goals; writes its document to out."""
+    rs = [r for r in load(results) if r.get("part") == "folder" and "ips" in r]
+    ways = ["frt"] + sorted({r["way"] for r in rs if r["way"] != "frt"}, key=lambda w: int(w.split("-w")[-1]))
+    print("| way | end-to-end images/s | min - max | data wait, share of the step | min - max | timed epochs "
+          "| timed s | runs |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    med = {}
+    for w in ways:
+        mine = [r for r in rs if r["way"] == w]
+        if not mine:
+            print("| %s | n/a | | | | | | |" % folder_label(w))
+            continue
+        ips, wait = med_lo_hi([r["ips"] for r in mine]), med_lo_hi([r["wait_frac"] for r in mine])
+        med[w] = {"way": w, "median": ips[0], "min": ips[1], "max": ips[2], "wait_median": wait[0],
+                  "wait_min": wait[1], "wait_max": wait[2], "runs": len(mine)}
+        ep = statistics.median([r.get("timed_epochs") or 0 for r in mine])
+        ts = statistics.median([r.get("timed_s") or 0 for r in mine])
+        print("| %s | %.1f | %.1f - %.1f | %.1f %% | %.1f - %.1f %% | %g | %.1f | %d |" % (
+            folder_label(w) + (" (%s loader threads)" % workers if w == "frt" else ""), ips[0], ips[1], ips[2],
+            100 * wait[0], 100 * wait[1], 100 * wait[2], round(ep, 2), ts, len(mine)))
+    pts = [m for w, m in med.items() if w != "frt"]
+    best = max(pts, key=lambda m: m["median"]) if pts else None
+    goals = {}
+    if "frt" in med:
+        x = med["frt"]["wait_median"]
+        goals["wait"] = {"goal": "ringtrain's data wait <= %.0f %% of the step" % (100 * FOLDER_WAIT_GOAL),
+                         "value": x, "result": "PASS" if x <= FOLDER_WAIT_GOAL else "MISS"}
+    else:
+        goals["wait"] = {"goal": "ringtrain's data wait <= %.0f %% of the step" % (100 * FOLDER_WAIT_GOAL),
+                         "result": "n/a"}
+    g = {"goal": "ringtrain end to end >= %.1fx PyTorch + DataLoader (its best num_workers)" % FOLDER_RATIO_GOAL}
+    if "frt" in med and best:
+        g.update(value=med["frt"]["median"] / best["median"], against=best["way"])
+        g["result"] = "PASS" if g["value"] >= FOLDER_RATIO_GOAL else "MISS"
+    else:
+        g["result"] = "n/a (PyTorch with torchvision absent)" if "frt" in med and pytorch.startswith("absent") \
+            else "n/a"
+    goals["ratio"] = g
+    print()
+    print("| goal | result |")
+    print("|---|---|")
+    w = goals["wait"]
+    print("| %s | %s |" % (w["goal"], "%.1f %% %s" % (100 * w["value"], w["result"]) if "value" in w else w["result"]))
+    print("| %s | %s |" % (g["goal"], "%.2fx %s (against num_workers %s)" % (
+        g["value"], g["result"], best["way"].split("-w")[-1]) if "value" in g else g["result"]))
+    doc = {"gpu_folder": 1, "gpu": gpu, "host": host, "model": model, "amp": amp, "batch": int(batch),
+           "folder": folder, "packed": packed, "ringtrain_workers": int(workers), "pytorch": pytorch,
+           "records": rs, "ways": med, "goals": goals}
+    with open(out, "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    return 0
+
 if __name__ == "__main__":
     main({"add": add, "steps": steps, "speeds": speeds, "results-json": results_json, "compute": compute,
-          "loader": loader_table, "headroom": headroom_table, "tta": tta_table, "backends": backends})
+          "loader": loader_table, "headroom": headroom_table, "tta": tta_table, "backends": backends,
+          "folder-add": folder_add, "folder-epochs": folder_epochs, "folder": folder_table})
 EOF
 report() { "$RPY" "$t/report.py" "$@"; }
 
@@ -865,7 +1150,7 @@ else
 fi
 : >"$t/flops.jsonl"
 if [ -n "$flops_py" ] && part_on compute; then
-    "$flops_py" "$top/bench/torch_train.py" flops --model "$MODELS" >"$t/flops.jsonl" 2>"$t/flops.err" || {
+    "$flops_py" "$top/bench/torch_train.py" flops --model "$MODEL_NAMES" >"$t/flops.jsonl" 2>"$t/flops.err" || {
         echo "gpu_vs_pytorch: could not build every model in PyTorch:" >&2
         cat "$t/flops.err" >&2
         exit 2
@@ -932,7 +1217,7 @@ cmd_compute() { # way model amp steps
     rt | rt-nd | rt-strict | rt-eager)
         rt_amp "$a" || { why="this binary has no --amp"; return 1; }
         rt_model "$m"
-        cmd=("$RT" train --device cuda --synthetic-data "${rt_model_args[@]}" --batch-size "$B" "${amp_args[@]}"
+        cmd=("$RT" train --device cuda --synthetic-data "${rt_model_args[@]}" --batch-size "${mbatch[$m]}" "${amp_args[@]}"
             --steps $((n + 3)) --json --no-progress)
         if [ "$way" = rt-nd ]; then
             [ $HAVE_DET = 1 ] || { why="this binary has no --deterministic"; return 1; }
@@ -946,7 +1231,7 @@ cmd_compute() { # way model amp steps
         fi ;;
     *)
         cmd=("$PT_PY" "$top/bench/torch_train.py" compute --device cuda --amp "$a" --model "$m"
-            --batch-size "$B" --steps "$n" --warmup 3)
+            --batch-size "${mbatch[$m]}" --steps "$n" --warmup 3)
         [ "$way" != pt-strict ] || cmd+=(--tf32 off)
         [ "$way" != ptc ] || cmd+=(--compile) ;;
     esac
@@ -979,11 +1264,11 @@ cmd_profile() { # way model amp
     if [ "$1" = rt ]; then
         rt_amp "$3" || return 1
         rt_model "$2"
-        cmd=("$RT" train --device "$DEVICE" --synthetic-data --profile-ops "${rt_model_args[@]}" --batch-size "$B"
+        cmd=("$RT" train --device "$DEVICE" --synthetic-data --profile-ops "${rt_model_args[@]}" --batch-size "${mbatch[$2]}"
             "${amp_args[@]}" --steps $((PROFILE_WARMUP + PROFILE_STEPS)) --json --no-progress)
     else
         cmd=("$PT_PY" "$top/bench/torch_train.py" profile --device "$DEVICE" --amp "$3" --model "$2"
-            --batch-size "$B" --steps "$PROFILE_STEPS" --warmup "$PROFILE_WARMUP")
+            --batch-size "${mbatch[$2]}" --steps "$PROFILE_STEPS" --warmup "$PROFILE_WARMUP")
         [ -z "$TRACE_DIR" ] || cmd+=(--trace-out "$TRACE_DIR/torch-$2-$3.json.gz")
     fi
 }
@@ -991,7 +1276,7 @@ cmd_profile() { # way model amp
 if [ "$DEVICE" = cuda ]; then
     echo "== ringtrain training on one GPU vs PyTorch on the same GPU =="
 else
-    echo "== ringtrain vs PyTorch, per-op profile on the CPU (--device cpu: host times, the tables' format) =="
+    echo "== ringtrain vs PyTorch on the CPU (--device cpu: host times, the tables' format; --only $ONLY) =="
 fi
 bench_machine
 HOST="$(nproc) CPUs, ${cpu:-unknown CPU}, Linux $(uname -r)"
@@ -1015,10 +1300,20 @@ else
     echo "          NOTE: $torch_versions: ringtrain's figures alone"
 fi
 if part_on compute || part_on loader || part_on tta; then
-    echo "settings: $RUNS runs alternated (the order of the ways reverses each run); batch $B; default precision"
+    echo "settings: $RUNS runs alternated (the order of the ways reverses each run); batch per model:$(for m in "${models[@]}"; do echo -n " $m ${mbatch[$m]}"; done);"
+    echo "          the loader part's batch $B; default precision"
     echo "          $DEFAULT_AMP ($amp_source)"
 fi
 [ $HAVE_AMP = 1 ] || echo "          NOTE: this ringtrain has no --amp option: its bf16/fp16 runs are skipped"
+# The loader part trains on DIR's own images (32 px): the NAME@S models are left out of it.
+loader_models=()
+for m in "${models[@]}"; do [[ $m == *@* ]] || loader_models+=("$m"); done
+LOADER_MODELS=$(IFS=,; echo "${loader_models[*]}")
+if part_on loader; then
+    [ ${#loader_models[@]} -gt 0 ] || bench_fail "--only loader: --models holds only NAME@S models; the loader part trains 32-px ones"
+    [ "$LOADER_MODELS" = "$MODEL_NAMES" ] ||
+        echo "loader:   NOTE: NAME@S models left out of the loader part (DIR holds 32-px images; --only folder feeds JPEGs)"
+fi
 declare -A steps  # model -> timed steps of the loader part (and the compute part's fallback)
 for m in "${models[@]}"; do
     steps[$m]=$(bench_scaled_steps "$(steps_for "$m")" "$SCALE")
@@ -1032,7 +1327,7 @@ if part_on compute; then
 fi
 if part_on loader; then
     echo -n "loader:   $DATA, $WORKERS loader worker(s); 3 untimed steps, then timed:"
-    for m in "${models[@]}"; do echo -n " $m ${steps[$m]}"; done
+    for m in "${loader_models[@]}"; do echo -n " $m ${steps[$m]}"; done
     echo
 fi
 if part_on tta && [ $TTA = 1 ]; then
@@ -1047,10 +1342,10 @@ fi
 
 fails=0
 declare -A skipped  # "way model amp" -> 1 once a way said it cannot run (torch.compile absent or failing)
-measure() { # part way model amp run
+measure() { # part way model amp run [batch]
     local rc wall out=$t/$1-$2.out err=$t/$1-$2.err arc=0
     bench_run "$out" "$err"
-    report add "$t/results.jsonl" "$1" "$2" "$3" "$4" "$5" "$out" "$wall" "$TARGET" || arc=$?
+    report add "$t/results.jsonl" "$1" "$2" "$3" "$4" "$5" "$out" "$wall" "$TARGET" "${6:-$B}" || arc=$?
     if [ "$arc" = 3 ] && [ "$rc" -eq 0 ]; then
         skipped["$2 $3 $4"]=1
     elif [ "$arc" -ne 0 ] || [ "$rc" -ne 0 ]; then
@@ -1082,10 +1377,10 @@ if part_on compute; then
             for a in "${amps[@]}"; do
                 for w in $(compute_ways "$i" "$a"); do
                     [ -z "${skipped["$w $m $a"]:-}" ] || continue
-                    n=$(report steps "$t/results.jsonl" "$CACHE/speeds.json" "$GPU_NAME" "$w" "$m" "$a" "$B" \
+                    n=$(report steps "$t/results.jsonl" "$CACHE/speeds.json" "$GPU_NAME" "$w" "$m" "$a" "${mbatch[$m]}" \
                         "$WINDOW" "$SCALE" "${steps[$m]}")
                     if cmd_compute "$w" "$m" "$a" "$n"; then
-                        measure compute "$w" "$m" "$a" "$i"
+                        measure compute "$w" "$m" "$a" "$i" "${mbatch[$m]}"
                     elif [ -z "${said["$w $why"]:-}" ]; then
                         said["$w $why"]=1
                         echo "  ${w}: skipped ($why)"
@@ -1099,7 +1394,7 @@ fi
 if part_on loader; then
     for i in $(seq "$RUNS"); do
         echo "loader run $i/$RUNS"
-        for m in "${models[@]}"; do
+        for m in "${loader_models[@]}"; do
             for w in $(bench_order "$i" syn data); do
                 cmd_loader "$w" "$m" "${steps[$m]}" && measure loader "$w" "$m" default "$i"
             done
@@ -1120,6 +1415,87 @@ if [ $TTA = 1 ]; then
         done
     done
 fi
+# --- the folder part: a JPEG folder, packed, fed to ResNet-50 at 224 px on both sides ------------------
+if part_on folder; then
+    FOLDER_AMP=bf16
+    fdir=$CACHE/imagefolder-${FOLDER_CLASSES}x${FOLDER_PER_CLASS}
+    fpacked=$fdir-packed
+    FOLDER_JSON=$CACHE/folder.json
+    gen_py=${PT_PY:-$RPY}
+    echo
+    echo "Loader-fed training from a JPEG folder: $FOLDER_NAME (batch $FOLDER_B, $FOLDER_AMP), ringtrain with"
+    echo "$FOLDER_WORKERS loader threads against PyTorch ImageFolder + DataLoader (num_workers $TORCH_WORKERS)"
+    if [ ! -d "$fdir" ]; then
+        "$gen_py" -c 'import numpy, PIL' 2>/dev/null ||
+            bench_fail "--only folder: $gen_py lacks numpy or Pillow (bench/make_image_folder.py needs them)"
+        echo "making $fdir ($FOLDER_CLASSES classes x $FOLDER_PER_CLASS JPEGs, bench/make_image_folder.py --jobs $(nproc))"
+        t0=$EPOCHREALTIME
+        "$gen_py" "$top/bench/make_image_folder.py" "$fdir" --classes "$FOLDER_CLASSES" --per-class "$FOLDER_PER_CLASS" \
+            --jobs "$(nproc)" --force >"$t/mkfolder.out" 2>&1 || { cat "$t/mkfolder.out" >&2; bench_fail "making $fdir failed"; }
+        sed -n 's/^\(folder\|files\): */  /p' "$t/mkfolder.out"
+        echo "  generation: $(awk -v s="$(bench_seconds "$t0" "$EPOCHREALTIME")" 'BEGIN { printf "%.1f", s }') s"
+        rm -rf "$fpacked"
+    fi
+    if [ ! -f "$fpacked/manifest.json" ]; then
+        echo "packing $fpacked (ringtrain pack --codec jpeg --max-side 512)"
+        t0=$EPOCHREALTIME
+        "$RT" pack "$fdir" --out "$fpacked" --codec jpeg --max-side 512 --force >"$t/pack.out" 2>&1 ||
+            { cat "$t/pack.out" >&2; bench_fail "packing $fdir failed"; }
+        sed 's/^/  /' "$t/pack.out" | tail -n 2
+        echo "  pack: $(awk -v s="$(bench_seconds "$t0" "$EPOCHREALTIME")" 'BEGIN { printf "%.1f", s }') s"
+    fi
+    FOLDER_IMAGES=$("$RPY" -c 'import json, sys; print(json.load(open(sys.argv[1]))["splits"]["train"]["records"])' \
+        "$fpacked/manifest.json")
+    echo "folder:   $fdir ($FOLDER_IMAGES JPEGs) and $fpacked, both read once now (page cache warm for both sides)"
+    cat "$fpacked"/* >/dev/null 2>&1 || true
+    find "$fdir" -type f -exec cat {} + >/dev/null 2>&1 || true
+    PT_FOLDER=0
+    folder_pt_why="absent: no python3 whose torch runs on the $DEVICE"
+    if [ $PT = 1 ]; then
+        if out=$("$PT_PY" "$top/bench/torch_imagefolder.py" check 2>&1); then
+            PT_FOLDER=1 folder_pt_why="$out"
+        else
+            folder_pt_why="absent: torchvision or Pillow missing for $PT_PY ($(echo "$out" | tail -n 1))"
+            echo "          NOTE: PyTorch side skipped: $folder_pt_why"
+        fi
+    fi
+    echo "          each run: ringtrain --epochs E (1 untimed, then >= 2 timed, E sized to >= ${FOLDER_SECONDS} s at"
+    echo "          the last speed), PyTorch: 1 untimed epoch, then whole epochs until >= ${FOLDER_SECONDS} s and 2 epochs"
+    echo "          (clock stopped at 3x that); results JSON: $FOLDER_JSON"
+    folder_ways() { # run -> the ways, reversed in even runs
+        local w=(frt) n
+        if [ $PT_FOLDER = 1 ]; then for n in "${torch_workers[@]}"; do w+=("fpt-w$n"); done; fi
+        bench_alternate "$1" "${w[@]}"
+    }
+    max_s=$(awk -v s="$FOLDER_SECONDS" 'BEGIN { print 3 * s }')
+    for i in $(seq "$RUNS"); do
+        echo "folder run $i/$RUNS"
+        for w in $(folder_ways "$i"); do
+            if [ "$w" = frt ]; then
+                e=$(report folder-epochs "$t/results.jsonl" "$CACHE/speeds.json" "$GPU_NAME" "$FOLDER_NAME" \
+                    "$FOLDER_AMP" "$FOLDER_B" "$FOLDER_IMAGES" "$FOLDER_SECONDS")
+                rm -f "$t/folder-metrics.jsonl"
+                cmd=("$RT" train --device "$DEVICE" --data "$fpacked" --model "${FOLDER_NAME%@*}" --image-size "$FOLDER_S"
+                    --amp "$FOLDER_AMP" --batch-size "$FOLDER_B" --workers "$FOLDER_WORKERS" --epochs "$e"
+                    --metrics "$t/folder-metrics.jsonl" --json --no-progress)
+            else
+                cmd=("$PT_PY" "$top/bench/torch_imagefolder.py" train --data "$fdir" --model "${FOLDER_NAME%@*}"
+                    --image-size "$FOLDER_S" --batch-size "$FOLDER_B" --workers "${w#fpt-w}" --device "$DEVICE"
+                    --amp "$FOLDER_AMP" --seconds "$FOLDER_SECONDS" --min-epochs 2 --max-seconds "$max_s")
+            fi
+            bench_run "$t/folder-$w.out" "$t/folder-$w.err"
+            arc=0
+            report folder-add "$t/results.jsonl" "$w" "$FOLDER_NAME" "$FOLDER_AMP" "$i" "$t/folder-$w.out" "$wall" \
+                "$FOLDER_B" "$t/folder-metrics.jsonl" || arc=$?
+            if [ "$arc" -ne 0 ] || [ "$rc" -ne 0 ]; then
+                fails=$((fails + 1))
+                bench_show_failure "$rc" "$t/folder-$w.err" "$t/folder-$w.out"
+            fi
+        done
+    done
+    report speeds "$t/results.jsonl" "$CACHE/speeds.json" "$GPU_NAME" "$FOLDER_B"
+fi
+
 PROFILED_JSON=  # the profile part's JSON once it ran: its idle names host-bound pairs in the compute table
 # The profile part's pairs, --models x --amps: first those that trailed PyTorch eager in the last table
 # (docs/PERFORMANCE.md: the wide models at 16 bits, the small ones in fp32), so that a run cut short by a
@@ -1146,7 +1522,7 @@ if part_on profile && [ $HAVE_PROFILE = 1 ]; then
     rm -f "$PROFILE_JSON"
     PROFILED_JSON=$PROFILE_JSON
     echo
-    echo "Per-op profile, ringtrain beside PyTorch eager ($PROFILE_WARMUP + $PROFILE_STEPS steps each, batch $B, on the $DEVICE; ms per step):"
+    echo "Per-op profile, ringtrain beside PyTorch eager ($PROFILE_WARMUP + $PROFILE_STEPS steps each, on the $DEVICE; ms per step):"
     for pair in $(profile_pairs); do
         m=${pair%%:*} a=${pair#*:}
         rt_out='' pt_out='' failed=0
@@ -1163,20 +1539,20 @@ if part_on profile && [ $HAVE_PROFILE = 1 ]; then
         fi
         # the pair's tables whatever failed (a side without a profile says why); a failure counts once
         "$RPY" "$top/bench/op_profile.py" add --json "$PROFILE_JSON" --gpu "$GPU_NAME" --host "$HOST" \
-            --model "$m" --amp "$a" --batch "$B" ${rt_out:+--rt "$rt_out"} ${pt_out:+--pt "$pt_out"} || failed=1
+            --model "$m" --amp "$a" --batch "${mbatch[$m]}" ${rt_out:+--rt "$rt_out"} ${pt_out:+--pt "$pt_out"} || failed=1
         fails=$((fails + failed))
     done
 fi
 
 if part_on compute || part_on loader || part_on tta; then
     echo
-    echo "Medians of $RUNS runs, batch $B; $GPU_NAME;"
+    echo "Medians of $RUNS runs, batch per model:$(for m in "${models[@]}"; do echo -n " $m ${mbatch[$m]}"; done); $GPU_NAME;"
     echo "PyTorch: ${PT_PY:-absent}."
     report backends "$t/results.jsonl"
 fi
 if part_on compute; then
     report results-json "$t/results.jsonl" "$t/flops.jsonl" "$RESULTS_JSON" "$GPU_NAME" "$HOST" "$B" "$RUNS" \
-        "$WINDOW" "$SCALE" "$MODELS" "$AMPS" "$EXTRAS" "$torch_versions" "$PROFILED_JSON"
+        "$WINDOW" "$SCALE" "$MODEL_NAMES" "$AMPS" "$EXTRAS" "$torch_versions" "$PROFILED_JSON" "$MODEL_BATCHES"
     echo
     echo "Compute only (synthetic data on the GPU): training images/s; TFLOP/s = images/s x train GFLOP/image"
     echo "(3 x 2 x forward multiply-adds of conv + linear layers, from the PyTorch model). Results JSON: $RESULTS_JSON"
@@ -1188,12 +1564,12 @@ if part_on loader; then
     echo "Real loader against synthetic data, ringtrain, default precision ($DEFAULT_AMP): the same step fed from"
     echo "$DATA ($WORKERS loader worker(s)); input-pipeline cost = (synthetic - loader) / synthetic."
     echo
-    report loader "$t/results.jsonl" "$MODELS" "$DEFAULT_AMP"
+    report loader "$t/results.jsonl" "$LOADER_MODELS" "$DEFAULT_AMP"
     echo
     echo "Loader headroom: \`ringtrain loadbench\` (no compute) against what the GPU consumes (synthetic"
     echo "images/s above); >= 1.0x: the loader can feed the GPU."
     echo
-    report headroom "$t/results.jsonl" "$MODELS" "$WORKERS"
+    report headroom "$t/results.jsonl" "$LOADER_MODELS" "$WORKERS"
 fi
 if part_on tta; then
     echo
@@ -1210,6 +1586,16 @@ if part_on tta; then
     echo
     echo "Published reference: airbench94 (K. Jordan, 2024) reaches 94 % on CIFAR-10 in 3.83 s on one A100"
     echo "(3.29 s with torch.compile); the DAWNBench ResNet-9 (D. Page, 2018) in 79 s on one V100."
+fi
+if part_on folder; then
+    echo
+    echo "Loader-fed training, $FOLDER_NAME batch $FOLDER_B $FOLDER_AMP on the $DEVICE ($GPU_NAME), from $fdir:"
+    echo "end-to-end images/s over the timed epochs (ringtrain: its --metrics epochs after the first; PyTorch: whole"
+    echo "epochs after an untimed one, each step ending with loss.item()); data wait = time waiting for the next"
+    echo "batch / step time (ringtrain: its epochs' data_wait_frac; PyTorch: time in the DataLoader's next())."
+    echo
+    report folder "$t/results.jsonl" "$FOLDER_JSON" "$FOLDER_NAME" "$FOLDER_AMP" "$FOLDER_B" "$GPU_NAME" "$HOST" \
+        "$fdir" "$fpacked" "$FOLDER_WORKERS" "$folder_pt_why"
 fi
 if [ -n "$PROFILED_JSON" ]; then
     echo

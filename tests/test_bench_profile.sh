@@ -15,8 +15,12 @@
 #   3. `--only profile --device cpu --models mnist-net --amps off --batch-size 16` with the ringtrain given
 #      and /usr/bin/python3's torch: the table (every category row with both sides' numbers, the
 #      largest-differences line) and the JSON (its keys, the categories summing to step_ms on each side,
-#      PyTorch's conv_fwd > 0).
-# Parts 1 and 2 need a python3 only. Part 3 skips (exit 77, after 1 and 2 passed) without /usr/bin/python3
+#      PyTorch's conv_fwd > 0);
+#   4. `--only folder --device cpu` on a tiny folder (2 x 24 JPEGs, mnist-net at 32 px, batch 16), twice: the
+#      folder made and packed by the first run and reused by the second, both sides trained end to end (at
+#      least 2 timed epochs each), the table, both goals and CACHE/folder.json (~12 s on 2 cores).
+# Also: each model at its own batch (NAME@S:B, resnet50@224 at 256 by default) on the stand-ins of part 1.
+# Parts 1 and 2 need a python3 only. Parts 3 and 4 skip (exit 77, after 1 and 2 passed) without /usr/bin/python3
 # with torch, or when the binary's train --help has no --profile-ops.
 #   tests/test_bench_profile.sh RINGTRAIN
 set -u
@@ -73,6 +77,9 @@ pt mnist-net bf16 200000
 ptc mnist-net bf16 300000
 pt mnist-net fp16 200000
 ptc mnist-net fp16 210000
+rt resnet50@224 bf16 3600
+pt resnet50@224 bf16 3000
+ptc resnet50@224 bf16 3700
 EOF
 cat >"$T/bin/ringtrain" <<EOF
 #!/usr/bin/env bash
@@ -86,10 +93,12 @@ case "$1 ${2:-}" in
 "train --help") echo "  --amp P  --tf32 on|off  --deterministic on|off  --profile-ops  --cuda-graph on|off|auto"; exit 0 ;;
 esac
 shift
-m=mnist-net a=bf16 n=0 way=rt
+m=mnist-net a=bf16 n=0 way=rt size= b=0
 while [ $# -gt 0 ]; do
     case $1 in
     --model) m=$2; shift ;;
+    --image-size) size=$2; shift ;;
+    --batch-size) b=$2; shift ;;
     --amp) a=$2; shift ;;
     --steps) n=$2; shift ;;
     --tf32) [ "$2" = off ] && way=rt-strict; shift ;;
@@ -99,8 +108,9 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
+[ -z "$size" ] || m=$m@$size
 ips=$(awk -v k="$way $m $a" '$1 " " $2 " " $3 == k {print $4}' "$SPEEDS")
-echo "$way $m $a $n" >>"$LOG"
+echo "$way $m $a $n $b" >>"$LOG"
 echo "ringtrain train: world 1 (1 node, 1 rank per node), cuda: GPU 0 NVIDIA H200 (stand-in)"
 prof=
 if [ $way = rt-profile ]; then
@@ -120,10 +130,11 @@ cat >>"$T/bin/torch-standin" <<'EOF'
 shift  # torch_train.py
 mode=$1
 shift
-m=mnist-net a=off n=0 way=pt
+m=mnist-net a=off n=0 way=pt b=0
 while [ $# -gt 0 ]; do
     case $1 in
     --model) m=$2; shift ;;
+    --batch-size) b=$2; shift ;;
     --amp) a=$2; shift ;;
     --steps) n=$2; shift ;;
     --tf32) [ "$2" = off ] && way=pt-strict; shift ;;
@@ -138,7 +149,7 @@ flops) for x in ${m//,/ }; do
            echo "{\"mode\": \"flops\", \"model\": \"$x\", \"train_flops_per_image\": $f}"
        done ;;
 compute)
-    echo "$way $m $a $n" >>"$LOG"
+    echo "$way $m $a $n $b" >>"$LOG"
     tf=true; [ $way = pt-strict ] && tf=false
     s="{\"torch\": \"2.11.0\", \"cudnn_allow_tf32\": $tf, \"matmul_allow_tf32\": false, \"cudnn_benchmark\": true, \"cudnn_deterministic\": false, \"compile\": $([ $way = ptc ] && echo '"default"' || echo null)}"
     if [ $way = ptc ] && [ "$m $a" = "resnet9 bf16" ]; then
@@ -194,13 +205,13 @@ for model, label, ratio, goal in (("resnet9", "fp32 (TF32)", "1.20", "PASS"), ("
                                   ("resnet9", "bf16", "1.11", "MISS"), ("mnist-net", "fp32 (TF32)", "1.11", "MISS"),
                                   ("mnist-net", "fp16", "1.20", "PASS")):
     c = row(model, label, "ringtrain : eager")
-    want(c is not None and c[6] == ratio and c[7] == goal, "%s %s: ratio/goal %s, expected %s %s"
-         % (model, label, c and c[6:8], ratio, goal))
+    want(c is not None and c[2] == "512" and c[7] == ratio and c[8] == goal, "%s %s: batch/ratio/goal %s, expected "
+         "512 %s %s" % (model, label, c and [c[2]] + c[7:9], ratio, goal))
 c = row("resnet9", "fp32 (TF32)", "ringtrain : eager")
-want(c is not None and c[8] == "40000.0" and c[9] == "12.5" and c[10] == "0.75",
-     "resnet9 fp32 torch.compile cells: %s" % (c and c[8:11]))
+want(c is not None and c[9] == "40000.0" and c[10] == "12.5" and c[11] == "0.75",
+     "resnet9 fp32 torch.compile cells: %s" % (c and c[9:12]))
 c = row("resnet9", "bf16", "ringtrain : eager")
-want(c is not None and c[9] == "skipped" and "torch.compile failed: stand-in" in c[11],
+want(c is not None and c[10] == "skipped" and "torch.compile failed: stand-in" in c[12],
      "resnet9 bf16: torch.compile not said skipped: %s" % c)
 # TFLOP/s at 2 GFLOP/image: 100000 img/s = 200.0 TFLOP/s, 20.2 % of the H200's 989; 200 passes, 180 misses
 c = row("resnet9", "bf16", "peak TFLOP/s")
@@ -286,6 +297,47 @@ if grep -q "^CUDA graphs (ringtrain's default) : op by op (--cuda-graph off), im
 else
     fail "--extras eager: no gain line or no --cuda-graph off call: $(grep -i 'graph' "$T/eager.out" | head -3)"
 fi
+
+# Each model's own batch: without --batch-size resnet50@224 trains at 256 and mnist-net at 512 (resnet9:64 at 64),
+# the speed cache keys each on its batch, the table shows it, and the resnet50@224 bf16 goal (>= 1.2x eager and
+# >= 1.0x torch.compile) is judged: 3600 / 3000 = 1.20x, 3600 / 3700 = 0.97x: MISS.
+: >"$T/calls.log"
+PATH="$T/bin:$PATH" bash "$BENCH" --only compute --runs 1 --models mnist-net,resnet50@224,resnet9:64 --amps bf16 \
+    --extras compile --window-s 1 --bin "$T/bin/ringtrain" --python "$T/bin/torch-standin" --cache "$T/cache4" \
+    >"$T/batch.out" 2>&1 || fail "per-model batches on stand-ins exited $?: $(tail -n 5 "$T/batch.out")"
+"$PY" - "$T/batch.out" "$T/cache4/speeds.json" "$T/cache4/compute.json" "$T/calls.log" <<'EOF' || fails=$((fails + 1))
+import json, sys
+out, sp, res = open(sys.argv[1]).read(), json.load(open(sys.argv[2])), json.load(open(sys.argv[3]))
+calls = [l.split() for l in open(sys.argv[4]) if l.strip()]
+bad = []
+def want(cond, what):
+    if not cond:
+        bad.append(what)
+by = {(c[0], c[1]): c for c in calls}
+none = [""] * 5
+want(by.get(("rt", "resnet50@224"), none)[4] == "256" and by.get(("pt", "resnet50@224"), none)[4] == "256"
+     and by.get(("ptc", "resnet50@224"), none)[4] == "256", "resnet50@224 not at batch 256: %s" % calls)
+want(by.get(("rt", "mnist-net"), none)[4] == "512" and by.get(("pt", "resnet9"), none)[4] == "64",
+     "mnist-net not at 512 or resnet9:64 not at 64: %s" % calls)
+# 1 s at the guess of 3000 images/s, batch 256: round(11.7) = 12 timed steps, + 3 untimed for ringtrain
+want(by.get(("rt", "resnet50@224"), none)[3] == "15", "resnet50@224's steps from the guess: %s"
+     % by.get(("rt", "resnet50@224")))
+g = sp.get("NVIDIA H200", {})
+want(g.get("256", {}).get("rt resnet50@224 bf16") == 3600 and "rt mnist-net bf16" in g.get("512", {})
+     and "pt resnet9 bf16" in g.get("64", {}), "speeds.json not keyed by each model's batch: %s" % g)
+want(res.get("batches") == {"mnist-net": 512, "resnet50@224": 256, "resnet9": 64}, "results batches: %s"
+     % res.get("batches"))
+want(any(l.startswith("| resnet50@224 | bf16 | 256 | 3600.0 |") for l in out.splitlines()),
+     "no resnet50@224 row at batch 256")
+goal = next((l for l in out.splitlines() if l.startswith("| resnet50@224 bf16: ringtrain >= 1.2x PyTorch eager")), "")
+want("MISS (0 of 1 pairs); misses: 1.20x eager, 0.97x compile" in goal, "the resnet50@224 goal line: %s" % goal)
+want(res.get("goals", {}).get("resnet50", {}).get("result") == "MISS", "results JSON resnet50 goal")
+if bad:
+    print("FAIL: " + "\nFAIL: ".join(bad))
+    sys.exit(1)
+print("ok: each model at its own batch (resnet50@224 256, mnist-net 512, resnet9:64), keyed so in the speed cache,"
+      " the results JSON and the table; the resnet50@224 goal")
+EOF
 
 # ==== 2. op_profile.py on a canned Kineto trace ========================================================
 "$PY" - "$top/bench" >"$T/canned.out" 2>&1 <<'EOF'
@@ -495,6 +547,47 @@ if bad:
     sys.exit(1)
 print("ok: the CPU profile's table and JSON (ringtrain step %.3f ms, PyTorch %.3f ms)"
       % (p["ringtrain"]["step_ms"], pt["step_ms"]))
+EOF
+
+# ==== 4. the folder part on the CPU: a tiny JPEG folder made, packed and trained from on both sides ===
+folder_run() { # OUT: the folder part, 1 run, mnist-net at 32 px, 2 x 24 JPEGs, batch 16
+    bash "$BENCH" --only folder --device cpu --folder-model mnist-net@32:16 --folder-classes 2 --folder-per-class 24 \
+        --folder-seconds 0.3 --torch-workers 2 --folder-workers 2 --runs 1 --bin "$RT" --python /usr/bin/python3 \
+        --cache "$T/folder" >"$1" 2>&1
+}
+folder_run "$T/folder1.out" || { fail "--only folder --device cpu exited $?:"; tail -n 30 "$T/folder1.out"; exit 1; }
+folder_run "$T/folder2.out" || { fail "--only folder --device cpu (again) exited $?:"; tail -n 30 "$T/folder2.out"; exit 1; }
+"$PY" - "$T/folder1.out" "$T/folder2.out" "$T/folder/folder.json" <<'EOF' || exit 1
+import json, sys
+out1, out2, doc = open(sys.argv[1]).read(), open(sys.argv[2]).read(), json.load(open(sys.argv[3]))
+bad = []
+def want(cond, what):
+    if not cond:
+        bad.append(what)
+want("making " in out1 and "packing " in out1, "the first run did not make and pack the folder")
+want("making " not in out2 and "packing " not in out2, "the second run did not reuse the folder and its pack")
+for out in (out1, out2):
+    rows = [l for l in out.splitlines() if l.startswith("| ")]
+    want(any(l.startswith("| ringtrain (2 loader threads) |") for l in rows), "no ringtrain row")
+    want(any(l.startswith("| PyTorch DataLoader num_workers 2 |") for l in rows), "no PyTorch row")
+    want(any(l.startswith("| ringtrain's data wait <= 5 % of the step | ") and ("PASS" in l or "MISS" in l)
+             for l in rows), "no data-wait goal")
+    want(any(l.startswith("| ringtrain end to end >= 1.5x PyTorch + DataLoader") and ("PASS" in l or "MISS" in l)
+             for l in rows), "no end-to-end goal")
+recs = {r["way"]: r for r in doc.get("records", [])}
+want(set(recs) == {"frt", "fpt-w2"}, "records: %s" % sorted(recs))
+for w, r in recs.items():
+    want(r.get("ips", 0) > 0 and 0 <= r.get("wait_frac", -1) <= 1 and r.get("batch") == 16, "%s: %s" % (w, r))
+want(recs.get("frt", {}).get("timed_epochs", 0) >= 2 and recs.get("frt", {}).get("amp_reported") == "bf16",
+     "ringtrain: fewer than 2 timed epochs, or not bf16: %s" % recs.get("frt"))
+want(recs.get("fpt-w2", {}).get("timed_epochs", 0) >= 2, "PyTorch: fewer than 2 timed epochs")
+want(doc.get("goals", {}).get("ratio", {}).get("result") in ("PASS", "MISS")
+     and doc["goals"].get("wait", {}).get("result") in ("PASS", "MISS"), "goals: %s" % doc.get("goals"))
+if bad:
+    print("FAIL: " + "\nFAIL: ".join(bad))
+    sys.exit(1)
+print("ok: the folder part on the CPU (made, packed, reused; ringtrain %.0f images/s, PyTorch %.0f)"
+      % (recs["frt"]["ips"], recs["fpt-w2"]["ips"]))
 EOF
 echo "all checks passed"
 exit 0
