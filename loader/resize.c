@@ -1,84 +1,71 @@
 /*
- * resize.c - antialiased resizing for pack --size/--max-side and for the
- * load-time crop: one box of an HWC uint8 image into CHW planes (with an
- * optional mirror) or into another HWC image, and the fit geometry of
+ * resize.c - resizing for pack --size/--max-side and for the load-time crop:
+ * one box of an HWC uint8 image into CHW planes (with an optional mirror and
+ * destination rectangle) or into another HWC image, and the fit geometry of
  * pack --size. It does no decoding, no colour conversion and no random
  * choices (the box comes from rrc.c or rt_fit_geometry).
  *
- * The filtering is stb_image_resize v1 (Debian libstb-dev), triangle filter,
- * linear (not sRGB) colour space, clamped edges. For downscaling its
- * triangle's support grows with the factor, which is what Pillow's BILINEAR
- * (torchvision's default for PIL images) does, and it takes a fractional
- * source box (stbir_resize_subpixel), so a box scaled by the JPEG decoder's
- * 1/2..1/8 needs no rounding.
+ * rt_resize_box_chw and rt_resize_hwc are our own implementation of Pillow
+ * 9.4's BILINEAR resampling for 8-bit images (libImaging/Resample.c, written
+ * here from its description) and reproduce Pillow's output value for value:
+ *  - per axis, a triangle filter whose support grows with the downscale
+ *    factor, centred at in0 + (i + 0.5) * scale, its window clamped to the
+ *    WHOLE image (not the box: pixels around the box take part, as in
+ *    resize(box=...)), weights normalised in double and rounded to 22-bit
+ *    fixed point;
+ *  - two passes, horizontal first over just the source rows the vertical
+ *    pass reads, each value 2^21 + sum(in * weight) shifted right by 22 and
+ *    clamped to 0..255, into a uint8 temporary image.
+ * Pillow takes a box as four float32 edges, and so do we, with one
+ * exception: a box that is a whole-pixel window of a whole-image resize
+ * (rt_fit_geometry's CROP) is computed as that resize, so pack --size equals
+ * torchvision's Resize(S) + CenterCrop(S) exactly; through float32 edges
+ * 42 of 60 random images differed from it in 0.07 % of the values (by 1).
  *
- * Why this library and filter (bench/resize_quality.py with bench/resize_bench.c;
- * CPU "AMD EPYC" (Zen 4, 2 cores, shared), one thread, thread CPU time). Rule: keep the
- * candidates whose PSNR against Pillow BILINEAR is within ~1 dB of the best,
- * then take the fastest. PSNR (dB) vs Pillow 9.4 BILINEAR, same box:
+ * Why our own code: neither stb_image_resize (used here before: float, edge
+ * pixels repeated where Pillow renormalises; 6-17 % of the values differ,
+ * 53-60 dB) nor swscale (no fractional box; 5-27 dB worse on crops) gives
+ * Pillow's values, and stb v1 (no SIMD) took as long as decoding the JPEG.
+ * The arithmetic is all integer after the tables, so vector kernels can be
+ * exact: the horizontal pass transposes 16 source rows at a time (SSE2
+ * unpacks) so that one vector holds one column of them, then per output and
+ * tap multiplies by the broadcast weight (AVX-512BW: 16 int32 lanes; AVX2:
+ * two vectors of 8); the vertical pass runs along the row (one weight per
+ * source row). The kernel is chosen once per resizer from the CPU
+ * (__builtin_cpu_supports), or by RT_RESIZE_KERNEL=scalar|avx2|avx512 at
+ * create (tests compare the plain C kernel, which any CPU runs, with both).
+ * Tables are rebuilt per call into the resizer's scratch (O(dw + dh) beside
+ * the O(dw * dh) resampling); nothing is allocated once the scratch has grown.
  *
- *   case (source -> 224x224 unless named)   stb tri  stb mitch  sws bilin*  sws area  sws lanczos
- *   270 box -> 224 (1.2x)                     57.5      45.8       56.5       44.8      34.3
- *   500x375 whole                             56.5      46.8       56.4       37.6      33.7
- *   500x375 CROP fit (fractional box)         57.7      46.4       51.7       38.9      33.9
- *   500x375 -> 128                            54.3      47.1       54.3       36.9      33.1
- *   375 box at x=62.5 -> 64                   54.9      47.1       41.6       32.0      30.7
- *   2000x1500 fractional 844x701 box          60.3      51.7       44.7       40.2      37.2
- *   2000x1500 whole (8.9x)                    57.7      48.7       57.6       37.3      34.0
- *   120.5x131.2 box -> 224 (upscale)          56.1      43.6       29.5       29.5      27.4
- *   64 box -> 224 (upscale 3.5x)              56.1      46.0       50.2       50.2      34.9
- *   photo 900x277 whole                       55.8      50.6       55.8       42.2      39.4
- *   photo CROP fit -> 64                      53.4      48.2       47.4       37.9      35.4
- *   photo 100.4x110.9 box -> 224 (upscale)    56.3      47.5       37.6       37.6      34.7
- *   mean                                      56.4      47.4       48.6       38.8      34.1
+ * Speed, median thread CPU time per 224x224 output, one thread, AMD EPYC
+ * (Zen 4, 2 cores, shared), bench/resize_quality.py (values that differ from
+ * Pillow BILINEAR: 0 in all 12 of its cases for all three kernels):
+ *
+ *   source box                   avx512   avx2    scalar   Pillow 9.4   stb tri (before)
+ *   500x375 CROP fit (375.8x375)  0.089   0.107   0.93     0.92 ms      1.16 ms
+ *   500x375 whole                 0.106   0.123   1.06     1.05 ms      1.40 ms
+ *   270x270 box (1.2x)            0.055   0.068   0.62     0.82 ms      0.71 ms
+ *   2000x1500 whole (8.9x)        1.07    1.21   11.5      8.77 ms     17.8 ms
+ *   120.5x131.2 box (upscale)     0.034   0.040   0.38     0.38 ms      0.33 ms
+ *
+ * The load-time crop (rt_resize_crop_chw) is swscale's instead (bilinear,
+ * RGB24 into planar GBRP -- the slot's planes -- with full chroma and
+ * accurate rounding), kept as it was so that training data does not change:
+ * a crop taken at random needs no placement finer than a whole pixel, and
+ * the box is rounded to whole pixels (of the image as decoded, so at most
+ * half a pixel of a 1/k-scale decode). It does a random crop to 224x224 in
+ * about 0.23 ms, context remade each time, and is 53..56 dB from Pillow on
+ * whole-pixel boxes (tests/test_resize.c); setups compared with it, PSNR vs
+ * Pillow BILINEAR (dB), 224x224 outputs unless named:
+ *
+ *   case                                     sws bilin*  sws area  sws lanczos
+ *   270 box -> 224 (1.2x)                       56.5       44.8      34.3
+ *   500x375 CROP fit (fractional box)           51.7       38.9      33.9
+ *   2000x1500 whole (8.9x)                      57.6       37.3      34.0
+ *   64 box -> 224 (upscale 3.5x)                50.2       50.2      34.9
  *   (* RGB24 in, GBRP out, SWS_FULL_CHR_H_INT|SWS_FULL_CHR_H_INP|SWS_ACCURATE_RND,
  *    the best swscale setup; GBRP in and out without those flags loses up to
  *    15 dB because swscale filters the B and R planes as subsampled chroma.)
- *
- * Only stb's triangle is within 1 dB of the best (it is Pillow's filter;
- * stb's Catmull-Rom likewise matches Pillow BICUBIC at 56.5 dB). swscale
- * cannot take a fractional box, and the rounding costs 5..27 dB on crops.
- * swscale is 2..5x faster, so speed did not get to decide. Median CPU time
- * per 224x224 output (one thread, noisy: a shared, loaded machine):
- *
- *   source box             stb tri   stb mitch   sws bilin*   Pillow BILINEAR
- *   270 -> 224 (1.2x)       1.03 ms    1.33 ms     0.29 ms       0.85 ms
- *   500x375 whole           1.46 ms    2.19 ms     0.34 ms       1.41 ms
- *   120.5x131.2 (up)        0.62 ms    0.77 ms     0.13 ms       0.36 ms
- *   2000x1500 whole        19.6 ms    33.1 ms      3.9 ms        8.3 ms
- *
- * stb v1 converts to float and has no SIMD: a large downscale costs about
- * 6.5 ns per source pixel, so callers should let the JPEG decoder shrink
- * first (scaled IDCT) down to no less than the output size. This file adds
- * a CHW/flip copy, small beside the filtering. Full tables: run the bench.
- *
- * The load-time crop (rt_resize_crop_chw) is swscale's instead, its best
- * setup above (bilinear, RGB24 into planar GBRP -- the slot's planes -- with
- * full chroma and accurate rounding): there speed decides and sub-pixel
- * placement does not. With stb there, the loader reached 2.93x torchvision's
- * ImageFolder pipeline at S=224 and resizing took 46 % of its workers' time
- * (bench/folder_vs_torchvision.sh, AMD EPYC Zen 4, 2 cores); swscale does a
- * random crop to 224x224 in 0.23 ms, context remade each time (stb: about
- * 0.9 ms), and a crop taken at random needs no placement finer than a whole
- * pixel: the box is rounded to whole pixels (of the image as decoded, so at
- * most half a pixel of a 1/k-scale decode). On whole-pixel boxes it is
- * 53..56 dB from Pillow (tests/test_resize.c). Pack keeps stb: there the
- * record should be what torchvision's Resize + CenterCrop makes, whose box is
- * fractional.
- *
- * stb is compiled here from its header (STB_IMAGE_RESIZE_IMPLEMENTATION, static)
- * rather than called in libstb.so, for two reasons: libstb.so was built with
- * assertions on, and v1 asserts (aborts) on ordinary geometries
- * (upstream issue nothings/stb#1449: a coefficient sum check whose result is
- * normalised right after anyway), and the header lets STBIR_MALLOC use this
- * resizer's scratch, so a call allocates nothing once the scratch has grown.
- * stb v1 recomputes its filter coefficients on every call (it has no API
- * to keep them); that is O(dw + dh) work beside the O(dw * dh) resampling.
- *
- * Edges: pixels around the box inside the image take part in the filter, as
- * in Pillow's resize(box=...); at the image's own border stb repeats the
- * edge pixel where Pillow renormalises the truncated filter (a difference in
- * the outermost output pixels only, included in the PSNR figures above).
  */
 #include "loader/resize.h"
 
@@ -91,14 +78,45 @@
 #include <libavutil/pixfmt.h>
 #include <libswscale/swscale.h>
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define RT_RESIZE_X86 1
+#endif
+
 #include "common/common.h"
+
+/* Pillow's fixed point for 8-bit images: weights carry 32 - 8 - 2 = 22 fraction bits. */
+#define RT_PREC_BITS 22
+
+/* Sides are bounded like JPEG's (65535 px); the sizes below then fit their types. */
+#define RT_RESIZE_MAX_SIDE 65535u
+
+/* Rows the vector kernels filter at once (transposed so that one vector holds one column of them). */
+#define RT_BLOCK 16
+
+/*
+ * One axis's filter: output i (of n) is the sum over count[i] taps of the
+ * source samples from first + start[i] on, weighted by k[i * ksize + t]
+ * (fixed point, RT_PREC_BITS fraction bits). Sources used: [first, last).
+ */
+struct rt_axis {
+    uint32_t n, ksize, first, last;
+    uint32_t *start, *count;
+    int32_t *k;
+};
+
+enum rt_kernel { RT_KERNEL_SCALAR = 0, RT_KERNEL_AVX2, RT_KERNEL_AVX512 };
+static const char *const rt_kernel_names[] = {"scalar", "avx2", "avx512"};
 
 struct rt_resizer {
     struct SwsContext *sws; /* rt_resize_crop_chw's, remade when the geometry changes */
-    uint8_t *work; /* stb's working memory (STBIR_MALLOC) */
-    size_t work_cap;
-    uint8_t *hwc; /* stb's HWC output before the CHW/flip copy */
-    size_t hwc_cap;
+    enum rt_kernel kernel;  /* chosen once, at create */
+    uint8_t *tab;           /* both axes' tables and the normalisation's doubles */
+    size_t tab_cap;
+    uint8_t *tmp;           /* the horizontal pass's output: the source rows the vertical pass reads */
+    size_t tmp_cap;
+    uint8_t *blk;           /* vector kernels: a transposed block of source rows, then of output rows */
+    size_t blk_cap;
 };
 
 /* Grows *buf to at least n bytes, keeping nothing; NULL when out of memory. */
@@ -115,37 +133,45 @@ static void *rt_resize_grow(uint8_t **buf, size_t *cap, size_t n)
     return *buf;
 }
 
-static void *rt_resize_stb_malloc(size_t n, void *ctx)
+static int rt_kernel_supported(enum rt_kernel k)
 {
-    struct rt_resizer *r = ctx;
-    return rt_resize_grow(&r->work, &r->work_cap, n);
+#ifdef RT_RESIZE_X86
+    __builtin_cpu_init();
+    switch (k) {
+    case RT_KERNEL_SCALAR: return 1;
+    case RT_KERNEL_AVX2: return __builtin_cpu_supports("avx2");
+    case RT_KERNEL_AVX512:
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl");
+    }
+    return 0;
+#else
+    return k == RT_KERNEL_SCALAR;
+#endif
 }
-
-/* stb's memory is the resizer's scratch, kept between calls. */
-#define STBIR_MALLOC(size, ctx) rt_resize_stb_malloc((size), (ctx))
-#define STBIR_FREE(ptr, ctx) ((void)(ptr), (void)(ctx))
-/* See the opening comment: the checks abort on inputs the code handles. */
-#define STBIR_ASSERT(x) ((void)0)
-#define STB_IMAGE_RESIZE_STATIC
-#define STB_IMAGE_RESIZE_IMPLEMENTATION
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wunused-function"
-#pragma GCC diagnostic ignored "-Wunused-parameter"
-#pragma GCC diagnostic ignored "-Wunused-but-set-variable"
-#pragma GCC diagnostic ignored "-Wsign-compare"
-#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
-#pragma GCC diagnostic ignored "-Wimplicit-fallthrough"
-#include <stb_image_resize.h>
-#pragma GCC diagnostic pop
-
-/* stb takes int sizes and strides; JPEG's own limit is 65535 px a side. */
-#define RT_RESIZE_MAX_SIDE 65535u
 
 int rt_resizer_create(struct rt_resizer **out)
 {
+    enum rt_kernel kernel = RT_KERNEL_SCALAR;
+    const char *want = getenv("RT_RESIZE_KERNEL");
+    if (want && *want) {
+        int found = 0;
+        for (int k = RT_KERNEL_SCALAR; k <= RT_KERNEL_AVX512; k++)
+            if (strcmp(want, rt_kernel_names[k]) == 0)
+                kernel = (enum rt_kernel)k, found = 1;
+        if (!found)
+            return rt_errf(-EINVAL, "resize: RT_RESIZE_KERNEL=%s (scalar, avx2 or avx512)", want);
+        if (!rt_kernel_supported(kernel))
+            return rt_errf(-ENOTSUP, "resize: RT_RESIZE_KERNEL=%s: this CPU lacks it", want);
+    } else {
+        for (int k = RT_KERNEL_AVX512; k > RT_KERNEL_SCALAR && kernel == RT_KERNEL_SCALAR; k--)
+            if (rt_kernel_supported((enum rt_kernel)k))
+                kernel = (enum rt_kernel)k;
+    }
     struct rt_resizer *r = calloc(1, sizeof *r);
     if (!r)
         return rt_errf(-ENOMEM, "resize: out of memory");
+    r->kernel = kernel;
     *out = r;
     return 0;
 }
@@ -155,8 +181,9 @@ void rt_resizer_destroy(struct rt_resizer *r)
     if (!r)
         return;
     sws_freeContext(r->sws);
-    free(r->work);
-    free(r->hwc);
+    free(r->tab);
+    free(r->tmp);
+    free(r->blk);
     free(r);
 }
 
@@ -177,30 +204,436 @@ static int rt_resize_check_src(const uint8_t *src, uint32_t sw, uint32_t sh, uin
 }
 
 /*
- * The resampling both entry points share: box of src to an HWC image of
- * ow x oh at out (rows ostride bytes apart). The box has been validated.
- * stb sees only a window of the source around the box, wide enough for the
- * filter, so a small crop of a large image does not convert whole rows.
+ * Where one axis's outputs sit, as Pillow's resize sees them: Pillow takes
+ * the box as four float32 edges, and output xx of `span` outputs is centred
+ * at in0 + (xx + 0.5) * (in1 - in0) / span. A box that is a whole-pixel
+ * window of a whole-image resize (rt_fit_geometry's CROP: Resize(S) then
+ * CenterCrop) is computed as that resize instead -- edges 0 and the side,
+ * `span` the resized side, outputs from `off` -- so the result is bit for
+ * bit what torchvision's two steps make; through the float32 box 0.07 % of
+ * the values would differ by one (the edges rounded to float32 move the
+ * filter by ~1e-5 px, and a few weights round the other way). Such a box
+ * of Pillow's own resize(box=...) is then a window of the same lattice, and
+ * both ways agreed on every case tried.
+ */
+struct rt_axis_geom {
+    float in0, in1;
+    uint32_t span, off;
+};
+
+static struct rt_axis_geom rt_axis_place(uint32_t insize, double b0, double bw, uint32_t n)
+{
+    double whole = (double)n * insize / bw, rw = nearbyint(whole);
+    if (rw >= n && rw <= (1 << 24) && fabs(whole - rw) <= 1e-9 * rw) {
+        double left = b0 * rw / insize, l = nearbyint(left);
+        if (fabs(left - l) <= 1e-7 && l >= 0 && l + n <= rw)
+            return (struct rt_axis_geom){0.0f, (float)insize, (uint32_t)rw, (uint32_t)l};
+    }
+    return (struct rt_axis_geom){(float)b0, (float)(b0 + bw), n, 0};
+}
+
+/* Pillow's ksize for BILINEAR (support 1) over this geometry. */
+static uint32_t rt_axis_ksize(struct rt_axis_geom g)
+{
+    float span = g.in1 - g.in0;
+    double scale = (double)span / g.span;
+    double filterscale = scale < 1.0 ? 1.0 : scale;
+    return (uint32_t)ceil(filterscale) * 2 + 1;
+}
+
+/*
+ * Pillow 9.4's precompute_coeffs + normalize_coeffs_8bpc for BILINEAR, the
+ * same double arithmetic in the same order (the file is built without FMA
+ * contraction of these lines: no -march, and this function has no target
+ * attribute), for outputs off .. off + n - 1, reversed when flip. `dw`
+ * holds ksize doubles.
+ */
+static void rt_axis_build(struct rt_axis *ax, uint32_t insize, struct rt_axis_geom g, uint32_t n, int flip,
+                          double *dw)
+{
+    float span = g.in1 - g.in0;
+    double scale = (double)span / g.span;
+    double filterscale = scale < 1.0 ? 1.0 : scale;
+    double support = 1.0 * filterscale;
+    double ss = 1.0 / filterscale;
+    uint32_t first = UINT32_MAX, last = 0;
+    ax->n = n;
+    for (uint32_t i = 0; i < n; i++) {
+        uint32_t o = flip ? n - 1 - i : i;
+        int xx = (int)(g.off + i);
+        double center = g.in0 + (xx + 0.5) * scale;
+        double ww = 0.0;
+        int xmin = (int)(center - support + 0.5);
+        if (xmin < 0)
+            xmin = 0;
+        int xmax = (int)(center + support + 0.5);
+        if (xmax > (int)insize)
+            xmax = (int)insize;
+        xmax -= xmin;
+        for (int x = 0; x < xmax; x++) {
+            double t = (x + xmin - center + 0.5) * ss;
+            t = t < 0.0 ? -t : t;
+            double w = t < 1.0 ? 1.0 - t : 0.0;
+            dw[x] = w;
+            ww += w;
+        }
+        int32_t *k = ax->k + (size_t)o * ax->ksize;
+        for (int x = 0; x < xmax; x++) {
+            double w = ww != 0.0 ? dw[x] / ww : dw[x];
+            k[x] = (int32_t)(w < 0 ? -0.5 + w * (1 << RT_PREC_BITS) : 0.5 + w * (1 << RT_PREC_BITS));
+        }
+        for (int x = xmax < 0 ? 0 : xmax; x < (int)ax->ksize; x++)
+            k[x] = 0;
+        ax->start[o] = (uint32_t)xmin;
+        ax->count[o] = xmax < 0 ? 0 : (uint32_t)xmax;
+        if (ax->count[o]) {
+            first = (uint32_t)xmin < first ? (uint32_t)xmin : first;
+            last = (uint32_t)(xmin + xmax) > last ? (uint32_t)(xmin + xmax) : last;
+        }
+    }
+    if (first > last)
+        first = last = 0;
+    for (uint32_t i = 0; i < n; i++)
+        ax->start[i] -= ax->count[i] ? first : ax->start[i];
+    ax->first = first;
+    ax->last = last;
+}
+
+static inline uint8_t rt_clip8(int32_t acc)
+{
+    if (acc >= (1 << RT_PREC_BITS << 8))
+        return 255;
+    if (acc <= 0)
+        return 0;
+    return (uint8_t)(acc >> RT_PREC_BITS);
+}
+
+/*
+ * Horizontal pass, plain C, one source row: `in` points at source pixel
+ * h->first of the row; value (x, ch) goes to out[ch * cs + x * xs].
+ */
+static void rt_hrow_scalar(const uint8_t *in, const struct rt_axis *h, uint32_t c, uint8_t *out, size_t cs,
+                           size_t xs)
+{
+    for (uint32_t x = 0; x < h->n; x++) {
+        const int32_t *k = h->k + (size_t)x * h->ksize;
+        const uint8_t *p = in + (size_t)h->start[x] * c;
+        for (uint32_t ch = 0; ch < c; ch++) {
+            int32_t acc = 1 << (RT_PREC_BITS - 1);
+            for (uint32_t t = 0; t < h->count[x]; t++)
+                acc += p[t * c + ch] * k[t];
+            out[ch * cs + x * xs] = rt_clip8(acc);
+        }
+    }
+}
+
+/* Vertical pass, plain C, one output row of len bytes from rows `in` (stride `st`) weighted by k. */
+static void rt_vrow_scalar(const uint8_t *in, size_t st, const int32_t *k, uint32_t count, uint8_t *out, size_t len)
+{
+    for (size_t i = 0; i < len; i++) {
+        int32_t acc = 1 << (RT_PREC_BITS - 1);
+        for (uint32_t t = 0; t < count; t++)
+            acc += in[t * st + i] * k[t];
+        out[i] = rt_clip8(acc);
+    }
+}
+
+#ifdef RT_RESIZE_X86
+/* 16x16 bytes transposed in place: four rounds of interleaving rows i and i + 8 (each rotates the index bits). */
+static inline void rt_tr16(__m128i v[16])
+{
+    for (int round = 0; round < 4; round++) {
+        __m128i n[16];
+        for (int i = 0; i < 8; i++) {
+            n[2 * i] = _mm_unpacklo_epi8(v[i], v[i + 8]);
+            n[2 * i + 1] = _mm_unpackhi_epi8(v[i], v[i + 8]);
+        }
+        memcpy(v, n, sizeof n);
+    }
+}
+
+/* out[j * 16 + i] = rows[i][j] for j < len: a block of 16 rows, one column of them per 16 bytes. */
+static void rt_block_in(const uint8_t *const rows[16], size_t len, uint8_t *out)
+{
+    size_t j = 0;
+    for (; j + 16 <= len; j += 16) {
+        __m128i v[16];
+        for (int i = 0; i < 16; i++)
+            v[i] = _mm_loadu_si128((const __m128i *)(rows[i] + j));
+        rt_tr16(v);
+        for (int i = 0; i < 16; i++)
+            _mm_storeu_si128((__m128i *)(out + (j + i) * 16), v[i]);
+    }
+    for (; j < len; j++)
+        for (int i = 0; i < 16; i++)
+            out[j * 16 + i] = rows[i][j];
+}
+
+/* The inverse: rows[i][j] = in[j * 16 + i] for j < len. */
+static void rt_block_out(const uint8_t *in, size_t len, uint8_t *const rows[16])
+{
+    size_t j = 0;
+    for (; j + 16 <= len; j += 16) {
+        __m128i v[16];
+        for (int i = 0; i < 16; i++)
+            v[i] = _mm_loadu_si128((const __m128i *)(in + (j + i) * 16));
+        rt_tr16(v);
+        for (int i = 0; i < 16; i++)
+            _mm_storeu_si128((__m128i *)(rows[i] + j), v[i]);
+    }
+    for (; j < len; j++)
+        for (int i = 0; i < 16; i++)
+            rows[i][j] = in[j * 16 + i];
+}
+
+/*
+ * Horizontal pass over a transposed block of 16 rows (`blk`: 16 bytes per
+ * source byte from pixel h->first on), 16 rows per vector lane group:
+ * value (x, ch) of the 16 rows goes to the 16 bytes at out + (ch * cs + x * xs) * 16.
+ */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+rt_hblock_avx512(const uint8_t *blk, const struct rt_axis *h, uint32_t c, uint8_t *out, size_t cs, size_t xs)
+{
+    const __m512i half = _mm512_set1_epi32(1 << (RT_PREC_BITS - 1)), zero = _mm512_setzero_si512();
+#define RT_LOAD16(p) _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p)))
+#define RT_STORE16(p, a) \
+    _mm_storeu_si128((__m128i *)(p), _mm512_cvtusepi32_epi8(_mm512_max_epi32(_mm512_srai_epi32(a, RT_PREC_BITS), zero)))
+    for (uint32_t x = 0; x < h->n; x++) {
+        const int32_t *k = h->k + (size_t)x * h->ksize;
+        const uint8_t *p = blk + (size_t)h->start[x] * c * 16;
+        uint32_t n = h->count[x];
+        if (c == 3) {
+            __m512i a0 = half, a1 = half, a2 = half;
+            for (uint32_t t = 0; t < n; t++, p += 48) {
+                __m512i w = _mm512_set1_epi32(k[t]);
+                a0 = _mm512_add_epi32(a0, _mm512_mullo_epi32(RT_LOAD16(p), w));
+                a1 = _mm512_add_epi32(a1, _mm512_mullo_epi32(RT_LOAD16(p + 16), w));
+                a2 = _mm512_add_epi32(a2, _mm512_mullo_epi32(RT_LOAD16(p + 32), w));
+            }
+            RT_STORE16(out + (x * xs) * 16, a0);
+            RT_STORE16(out + (cs + x * xs) * 16, a1);
+            RT_STORE16(out + (2 * cs + x * xs) * 16, a2);
+        } else {
+            __m512i a0 = half, a1 = _mm512_setzero_si512();
+            uint32_t t = 0;
+            for (; t + 2 <= n; t += 2, p += 32) {
+                a0 = _mm512_add_epi32(a0, _mm512_mullo_epi32(RT_LOAD16(p), _mm512_set1_epi32(k[t])));
+                a1 = _mm512_add_epi32(a1, _mm512_mullo_epi32(RT_LOAD16(p + 16), _mm512_set1_epi32(k[t + 1])));
+            }
+            if (t < n)
+                a0 = _mm512_add_epi32(a0, _mm512_mullo_epi32(RT_LOAD16(p), _mm512_set1_epi32(k[t])));
+            RT_STORE16(out + (x * xs) * 16, _mm512_add_epi32(a0, a1));
+        }
+    }
+#undef RT_LOAD16
+#undef RT_STORE16
+}
+
+__attribute__((target("avx2"))) static inline void rt_store16_avx2(uint8_t *p, __m256i lo, __m256i hi)
+{
+    /* Values are 0..256 after the shift, so the signed 16-bit step keeps them. */
+    __m256i w = _mm256_packus_epi32(_mm256_srai_epi32(lo, RT_PREC_BITS), _mm256_srai_epi32(hi, RT_PREC_BITS));
+    w = _mm256_permute4x64_epi64(w, 0xD8);
+    _mm_storeu_si128((__m128i *)p, _mm_packus_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1)));
+}
+
+__attribute__((target("avx2"))) static void rt_hblock_avx2(const uint8_t *blk, const struct rt_axis *h, uint32_t c,
+                                                           uint8_t *out, size_t cs, size_t xs)
+{
+    const __m256i half = _mm256_set1_epi32(1 << (RT_PREC_BITS - 1));
+#define RT_LOAD8(p) _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p)))
+    for (uint32_t x = 0; x < h->n; x++) {
+        const int32_t *k = h->k + (size_t)x * h->ksize;
+        const uint8_t *p = blk + (size_t)h->start[x] * c * 16;
+        uint32_t n = h->count[x];
+        for (uint32_t ch = 0; ch < c; ch++) {
+            __m256i lo = half, hi = half;
+            const uint8_t *q = p + ch * 16;
+            for (uint32_t t = 0; t < n; t++, q += c * 16) {
+                __m256i w = _mm256_set1_epi32(k[t]);
+                lo = _mm256_add_epi32(lo, _mm256_mullo_epi32(RT_LOAD8(q), w));
+                hi = _mm256_add_epi32(hi, _mm256_mullo_epi32(RT_LOAD8(q + 8), w));
+            }
+            rt_store16_avx2(out + (ch * cs + x * xs) * 16, lo, hi);
+        }
+    }
+#undef RT_LOAD8
+}
+
+/* Vertical pass, one output row: as rt_vrow_scalar, 64 then 16 bytes at a time. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static void
+rt_vrow_avx512(const uint8_t *in, size_t st, const int32_t *k, uint32_t count, uint8_t *out, size_t len)
+{
+    const __m512i half = _mm512_set1_epi32(1 << (RT_PREC_BITS - 1)), zero = _mm512_setzero_si512();
+#define RT_LOAD16(p) _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p)))
+#define RT_STORE16(p, a) \
+    _mm_storeu_si128((__m128i *)(p), _mm512_cvtusepi32_epi8(_mm512_max_epi32(_mm512_srai_epi32(a, RT_PREC_BITS), zero)))
+    size_t i = 0;
+    for (; i + 64 <= len; i += 64) {
+        __m512i a0 = half, a1 = half, a2 = half, a3 = half;
+        const uint8_t *p = in + i;
+        for (uint32_t t = 0; t < count; t++, p += st) {
+            __m512i w = _mm512_set1_epi32(k[t]);
+            a0 = _mm512_add_epi32(a0, _mm512_mullo_epi32(RT_LOAD16(p), w));
+            a1 = _mm512_add_epi32(a1, _mm512_mullo_epi32(RT_LOAD16(p + 16), w));
+            a2 = _mm512_add_epi32(a2, _mm512_mullo_epi32(RT_LOAD16(p + 32), w));
+            a3 = _mm512_add_epi32(a3, _mm512_mullo_epi32(RT_LOAD16(p + 48), w));
+        }
+        RT_STORE16(out + i, a0);
+        RT_STORE16(out + i + 16, a1);
+        RT_STORE16(out + i + 32, a2);
+        RT_STORE16(out + i + 48, a3);
+    }
+    for (; i + 16 <= len; i += 16) {
+        __m512i a0 = half;
+        const uint8_t *p = in + i;
+        for (uint32_t t = 0; t < count; t++, p += st)
+            a0 = _mm512_add_epi32(a0, _mm512_mullo_epi32(RT_LOAD16(p), _mm512_set1_epi32(k[t])));
+        RT_STORE16(out + i, a0);
+    }
+#undef RT_LOAD16
+#undef RT_STORE16
+    rt_vrow_scalar(in + i, st, k, count, out + i, len - i);
+}
+
+__attribute__((target("avx2"))) static void rt_vrow_avx2(const uint8_t *in, size_t st, const int32_t *k,
+                                                         uint32_t count, uint8_t *out, size_t len)
+{
+    const __m256i half = _mm256_set1_epi32(1 << (RT_PREC_BITS - 1));
+#define RT_LOAD8(p) _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p)))
+    size_t i = 0;
+    for (; i + 32 <= len; i += 32) {
+        __m256i a0 = half, a1 = half, a2 = half, a3 = half;
+        const uint8_t *p = in + i;
+        for (uint32_t t = 0; t < count; t++, p += st) {
+            __m256i w = _mm256_set1_epi32(k[t]);
+            a0 = _mm256_add_epi32(a0, _mm256_mullo_epi32(RT_LOAD8(p), w));
+            a1 = _mm256_add_epi32(a1, _mm256_mullo_epi32(RT_LOAD8(p + 8), w));
+            a2 = _mm256_add_epi32(a2, _mm256_mullo_epi32(RT_LOAD8(p + 16), w));
+            a3 = _mm256_add_epi32(a3, _mm256_mullo_epi32(RT_LOAD8(p + 24), w));
+        }
+        rt_store16_avx2(out + i, a0, a1);
+        rt_store16_avx2(out + i + 16, a2, a3);
+    }
+#undef RT_LOAD8
+    rt_vrow_scalar(in + i, st, k, count, out + i, len - i);
+}
+#endif
+
+/*
+ * Where the passes write. The temporary image holds `nseg` segments (the
+ * c planes for CHW output, one interleaved image for HWC), each `rows` rows
+ * of `seg` bytes; value (x, ch) of a row sits at ch * cs + x * xs within it,
+ * counting segments as consecutive. The output has the same segments at
+ * out + s * oplane, rows ostride bytes apart.
+ */
+struct rt_layout {
+    uint32_t nseg;
+    size_t seg, cs, xs;
+    uint8_t *out;
+    size_t oplane, ostride;
+};
+
+/* Horizontal pass: source rows v->first .. v->last - 1 into r->tmp. */
+static int rt_hpass(struct rt_resizer *r, const uint8_t *src, size_t sstride, uint32_t c, const struct rt_axis *h,
+                    const struct rt_axis *v, const struct rt_layout *L)
+{
+    uint32_t rows = v->last - v->first;
+    size_t segsz = (size_t)rows * L->seg;
+    const uint8_t *base = src + (size_t)v->first * sstride + (size_t)h->first * c;
+    /* Per-segment strides in the temporary image: planes are whole images of `rows` rows. */
+    size_t tcs = L->nseg > 1 ? segsz : L->cs;
+    if (r->kernel == RT_KERNEL_SCALAR) {
+        for (uint32_t y = 0; y < rows; y++)
+            rt_hrow_scalar(base + (size_t)y * sstride, h, c, r->tmp + (size_t)y * L->seg, tcs, L->xs);
+        return 0;
+    }
+#ifdef RT_RESIZE_X86
+    size_t win = (size_t)(h->last - h->first) * c, outlen = (size_t)L->nseg * L->seg;
+    /* The transposed source block, the transposed output block, one row for the block's unused lanes. */
+    size_t need = win * 16 + outlen * 16 + L->seg;
+    if (!rt_resize_grow(&r->blk, &r->blk_cap, need))
+        return rt_errf(-ENOMEM, "resize: out of memory (%zu bytes of row blocks)", need);
+    uint8_t *tin = r->blk, *tout = tin + win * 16, *spare = tout + outlen * 16;
+    for (uint32_t y0 = 0; y0 < rows; y0 += RT_BLOCK) {
+        uint32_t m = rows - y0 < RT_BLOCK ? rows - y0 : RT_BLOCK;
+        const uint8_t *in[16];
+        for (uint32_t i = 0; i < 16; i++)
+            in[i] = base + (size_t)(y0 + (i < m ? i : m - 1)) * sstride;
+        rt_block_in(in, win, tin);
+        if (r->kernel == RT_KERNEL_AVX512)
+            rt_hblock_avx512(tin, h, c, tout, L->cs, L->xs);
+        else
+            rt_hblock_avx2(tin, h, c, tout, L->cs, L->xs);
+        for (uint32_t s = 0; s < L->nseg; s++) {
+            uint8_t *o[16];
+            for (uint32_t i = 0; i < 16; i++)
+                o[i] = i < m ? r->tmp + s * segsz + (size_t)(y0 + i) * L->seg : spare;
+            rt_block_out(tout + s * L->seg * 16, L->seg, o);
+        }
+    }
+    return 0;
+#else
+    return rt_errf(-ENOTSUP, "resize: no vector kernel on this CPU");
+#endif
+}
+
+static void rt_vpass(const struct rt_resizer *r, const struct rt_axis *v, const struct rt_layout *L)
+{
+    size_t segsz = (size_t)(v->last - v->first) * L->seg;
+    for (uint32_t s = 0; s < L->nseg; s++) {
+        const uint8_t *in = r->tmp + s * segsz;
+        uint8_t *out = L->out + s * L->oplane;
+        for (uint32_t y = 0; y < v->n; y++, out += L->ostride) {
+            const uint8_t *rows = in + (size_t)v->start[y] * L->seg;
+            const int32_t *k = v->k + (size_t)y * v->ksize;
+            switch (r->kernel) {
+#ifdef RT_RESIZE_X86
+            case RT_KERNEL_AVX512: rt_vrow_avx512(rows, L->seg, k, v->count[y], out, L->seg); break;
+            case RT_KERNEL_AVX2: rt_vrow_avx2(rows, L->seg, k, v->count[y], out, L->seg); break;
+#endif
+            default: rt_vrow_scalar(rows, L->seg, k, v->count[y], out, L->seg); break;
+            }
+        }
+    }
+}
+
+/*
+ * The resampling both entry points share: `box` (validated, inside the
+ * image) of src to ow x oh outputs laid out as L says, mirrored when flip.
+ * Tables and the temporary image live in the resizer's scratch.
  */
 static int rt_resize_run(struct rt_resizer *r, const uint8_t *src, uint32_t sw, uint32_t sh, uint32_t c,
-                         size_t sstride, const struct rt_box *box, uint8_t *out, uint32_t ow, uint32_t oh,
-                         size_t ostride)
+                         size_t sstride, const struct rt_box *box, uint32_t ow, uint32_t oh, int flip,
+                         struct rt_layout *L)
 {
-    double sx = ow / box->w, sy = oh / box->h;
-    /* The triangle reaches 1 output pixel either side: 1/scale input pixels when downscaling. */
-    double mx = (sx < 1 ? 1 / sx : 1) + 2, my = (sy < 1 ? 1 / sy : 1) + 2;
-    double fx0 = floor(box->x - mx), fy0 = floor(box->y - my);
-    double fx1 = ceil(box->x + box->w + mx), fy1 = ceil(box->y + box->h + my);
-    uint32_t x0 = fx0 < 0 ? 0 : (uint32_t)fx0, y0 = fy0 < 0 ? 0 : (uint32_t)fy0;
-    uint32_t x1 = fx1 > sw ? sw : (uint32_t)fx1, y1 = fy1 > sh ? sh : (uint32_t)fy1;
-    const uint8_t *in = src + (size_t)y0 * sstride + (size_t)x0 * c;
-    int ok = stbir_resize_subpixel(in, (int)(x1 - x0), (int)(y1 - y0), (int)sstride, out, (int)ow, (int)oh,
-                                   (int)ostride, STBIR_TYPE_UINT8, (int)c, STBIR_ALPHA_CHANNEL_NONE, 0,
-                                   STBIR_EDGE_CLAMP, STBIR_EDGE_CLAMP, STBIR_FILTER_TRIANGLE, STBIR_FILTER_TRIANGLE,
-                                   STBIR_COLORSPACE_LINEAR, r, (float)sx, (float)sy, (float)((box->x - x0) * sx),
-                                   (float)((box->y - y0) * sy));
-    /* stb fails only when its memory cannot be had. */
-    return ok ? 0 : rt_errf(-ENOMEM, "resize: out of memory (%ux%u box to %ux%u)", x1 - x0, y1 - y0, ow, oh);
+    struct rt_axis_geom gx = rt_axis_place(sw, box->x, box->w, ow), gy = rt_axis_place(sh, box->y, box->h, oh);
+    struct rt_axis h = {.n = ow, .ksize = rt_axis_ksize(gx)}, v = {.n = oh, .ksize = rt_axis_ksize(gy)};
+    size_t kmax = h.ksize > v.ksize ? h.ksize : v.ksize;
+    size_t hk = (size_t)ow * h.ksize, vk = (size_t)oh * v.ksize;
+    size_t need = (kmax + hk + vk) * 8 + ((size_t)ow + oh) * 2 * sizeof(uint32_t);
+    if (!rt_resize_grow(&r->tab, &r->tab_cap, need))
+        return rt_errf(-ENOMEM, "resize: out of memory (%zu bytes of filter tables)", need);
+    double *dw = (double *)r->tab;
+    h.k = (int32_t *)(dw + kmax);
+    v.k = h.k + hk;
+    h.start = (uint32_t *)(v.k + vk);
+    h.count = h.start + ow;
+    v.start = h.count + ow;
+    v.count = v.start + oh;
+    rt_axis_build(&h, sw, gx, ow, flip, dw);
+    rt_axis_build(&v, sh, gy, oh, 0, dw);
+    if (h.last <= h.first || v.last <= v.first)
+        return rt_errf(-EINVAL, "resize: box (%g, %g, %g x %g) covers no pixel", box->x, box->y, box->w, box->h);
+
+    size_t tmpsz = (size_t)(v.last - v.first) * L->seg * L->nseg;
+    if (!rt_resize_grow(&r->tmp, &r->tmp_cap, tmpsz))
+        return rt_errf(-ENOMEM, "resize: out of memory (%zu bytes of resized rows)", tmpsz);
+    int rc = rt_hpass(r, src, sstride, c, &h, &v, L);
+    if (rc)
+        return rc;
+    rt_vpass(r, &v, L);
+    return 0;
 }
 
 int rt_resize_box_chw(struct rt_resizer *r, const uint8_t *src, uint32_t sw, uint32_t sh, uint32_t c,
@@ -226,7 +659,7 @@ int rt_resize_box_chw(struct rt_resizer *r, const uint8_t *src, uint32_t sw, uin
             return rt_errf(-EINVAL, "resize: rectangle (%u, %u, %u x %u) is empty or outside %ux%u", rx, ry, rw,
                            rh, dw, dh);
     }
-    /* Clamp the slack away so stb never reads past the image. */
+    /* Clamp the slack away: the filter never reads past the image. */
     struct rt_box b = *box;
     b.x = b.x < 0 ? 0 : b.x;
     b.y = b.y < 0 ? 0 : b.y;
@@ -235,31 +668,10 @@ int rt_resize_box_chw(struct rt_resizer *r, const uint8_t *src, uint32_t sw, uin
     if (!(b.w > 0) || !(b.h > 0))
         return rt_errf(-EINVAL, "resize: box (%g, %g, %g x %g) is empty inside the %ux%u image", box->x, box->y,
                        box->w, box->h, sw, sh);
-
-    size_t row = (size_t)rw * c;
-    uint8_t *hwc = rt_resize_grow(&r->hwc, &r->hwc_cap, row * rh);
-    if (!hwc)
-        return rt_errf(-ENOMEM, "resize: out of memory (%ux%u output)", rw, rh);
-    rc = rt_resize_run(r, src, sw, sh, c, sstride, &b, hwc, rw, rh, row);
-    if (rc)
-        return rc;
-
-    /* De-interleave into the planes; a mirror reads each row backwards. */
-    size_t plane = (size_t)dw * dh;
-    for (uint32_t y = 0; y < rh; y++) {
-        const uint8_t *s = hwc + (size_t)y * row;
-        for (uint32_t ch = 0; ch < c; ch++) {
-            uint8_t *d = dst + ch * plane + (size_t)(ry + y) * dw + rx;
-            if (flip) {
-                for (uint32_t x = 0; x < rw; x++)
-                    d[rw - 1 - x] = s[(size_t)x * c + ch];
-            } else {
-                for (uint32_t x = 0; x < rw; x++)
-                    d[x] = s[(size_t)x * c + ch];
-            }
-        }
-    }
-    return 0;
+    /* CHW: the temporary image is c planes, so the vertical pass writes the planes directly. */
+    struct rt_layout L = {.nseg = c, .seg = rw, .cs = rw, .xs = 1, .out = dst + (size_t)ry * dw + rx,
+                          .oplane = (size_t)dw * dh, .ostride = dw};
+    return rt_resize_run(r, src, sw, sh, c, sstride, &b, rw, rh, flip, &L);
 }
 
 int rt_resize_hwc(struct rt_resizer *r, const uint8_t *src, uint32_t sw, uint32_t sh, uint32_t c,
@@ -273,7 +685,9 @@ int rt_resize_hwc(struct rt_resizer *r, const uint8_t *src, uint32_t sw, uint32_
     if (dw == 0 || dh == 0 || dw > RT_RESIZE_MAX_SIDE || dh > RT_RESIZE_MAX_SIDE)
         return rt_errf(-EINVAL, "resize: destination is %ux%u (1..%u a side)", dw, dh, RT_RESIZE_MAX_SIDE);
     const struct rt_box whole = {0, 0, sw, sh};
-    return rt_resize_run(r, src, sw, sh, c, sstride, &whole, dst, dw, dh, (size_t)dw * c);
+    struct rt_layout L = {.nseg = 1, .seg = (size_t)dw * c, .cs = 1, .xs = c, .out = dst, .oplane = 0,
+                          .ostride = (size_t)dw * c};
+    return rt_resize_run(r, src, sw, sh, c, sstride, &whole, dw, dh, 0, &L);
 }
 
 static const char *const rt_fit_names[] = {[RT_FIT_CROP] = "crop", [RT_FIT_STRETCH] = "stretch", [RT_FIT_PAD] = "pad"};

@@ -2,8 +2,9 @@
  * resize.h (private to loader/) - antialiased image resizing for pack
  * (--size, --max-side) and for load-time crops: a box of an interleaved
  * (HWC) uint8 image resized into CHW planes (a batch slot's layout) or into
- * another HWC image. The library doing the filtering and why it was chosen
- * are in resize.c.
+ * another HWC image. Pack's two entry points reproduce Pillow 9.4's BILINEAR
+ * exactly (our own code); the load-time crop uses swscale. How and why:
+ * resize.c.
  */
 #ifndef RT_LOADER_RESIZE_H
 #define RT_LOADER_RESIZE_H
@@ -16,6 +17,12 @@
 /* Per-thread resizing state (filter tables, scratch). */
 struct rt_resizer;
 
+/*
+ * Picks the fastest exact kernel this CPU has (avx512, avx2, else plain C);
+ * the environment variable RT_RESIZE_KERNEL=scalar|avx2|avx512 forces one
+ * (for tests and benchmarks; -ENOTSUP when the CPU lacks it, -EINVAL for an
+ * unknown name). All kernels give the same values. Returns 0 or -errno.
+ */
 int rt_resizer_create(struct rt_resizer **out);
 /* Frees the resizer; NULL is fine. */
 void rt_resizer_destroy(struct rt_resizer *r);
@@ -26,9 +33,12 @@ void rt_resizer_destroy(struct rt_resizer *r);
  * to the rectangle `rect` = {x, y, w, h} (integers) of a CHW image of
  * dw x dh (`dst`, c planes of dh*dw bytes), mirrored left-right when `flip`.
  * rect NULL means the whole of dst. Pixels of dst outside rect are left
- * alone. Source pixels just outside the box take part in the filter, as in
- * Pillow's resize(box=...); a box may end up to 1e-6 px past the image
- * (rounding of a scaled box). Returns 0 or -errno (-EINVAL for an empty or
+ * alone. The values are Pillow 9.4's Image.resize((w, h), BILINEAR,
+ * box=(x, y, x + w, y + h)) of the box, exactly: source pixels just outside
+ * the box take part in the filter; a box that is a whole-pixel window of a
+ * whole-image resize (rt_fit_geometry's CROP) gives exactly that resize's
+ * pixels (torchvision's Resize + CenterCrop). A box may end up to 1e-6 px
+ * past the image (rounding of a scaled box). Returns 0 or -errno (-EINVAL for an empty or
  * out-of-range box, a bad rect, c not 1 or 3, a side over 65535; -ENOMEM).
  * Allocates only while its scratch grows to the largest size seen.
  * Not thread-safe: one resizer per thread.
@@ -39,15 +49,17 @@ int rt_resize_box_chw(struct rt_resizer *r, const uint8_t *src, uint32_t sw, uin
 
 /*
  * The load-time crop's resize: as rt_resize_box_chw into the whole of dst,
- * with the box rounded to whole pixels and swscale's bilinear filter --
- * 4x faster than the path above on random crops, which a crop taken at
- * random does not need to place to a fraction of a pixel (the choice and
- * its figures: resize.c). Not thread-safe: one resizer per thread.
+ * with the box rounded to whole pixels and swscale's bilinear filter (close
+ * to Pillow, not equal; kept so that training data does not change -- the
+ * choice and its figures: resize.c). Not thread-safe: one resizer per thread.
  */
 int rt_resize_crop_chw(struct rt_resizer *r, const uint8_t *src, uint32_t sw, uint32_t sh, uint32_t c,
                        size_t sstride, const struct rt_box *box, uint8_t *dst, uint32_t dw, uint32_t dh, int flip);
 
-/* The whole HWC image `src` (sw x sh) to the HWC image `dst` (dw x dh, rows dw*c bytes). */
+/*
+ * The whole HWC image `src` (sw x sh) to the HWC image `dst` (dw x dh, rows
+ * dw*c bytes): Pillow's BILINEAR resize, exactly. Returns 0 or -errno.
+ */
 int rt_resize_hwc(struct rt_resizer *r, const uint8_t *src, uint32_t sw, uint32_t sh, uint32_t c,
                   size_t sstride, uint8_t *dst, uint32_t dw, uint32_t dh);
 

@@ -10,7 +10,13 @@ Writes tests/fixtures/resize/ (deterministic: numpy seed 2727, Pillow 9.4):
                    (resize the whole image to 74x56, then crop), not as one box
   stretch72x40.ppm src -> 72x40, BILINEAR                                   (non-square STRETCH)
   gray64x48.pgm    src_gray -> 64x48, BILINEAR
-The C test holds the same boxes and sizes; change both together.
+  down7x5.ppm      src -> 7x5, BILINEAR                                      (large downscale, 23x: 49 taps)
+  graybox41x23.pgm box (10.7, 20.3, 100.1, 63.9) of src_gray -> 41x23        (fractional box, gray)
+  line75x1.ppm     box (3.5, 60.25, 150, 1) of src -> 75x1                    (one-pixel box height and output)
+  col1x90.ppm      box (159.5, 0, 0.5, 120) of src -> 1x90                    (half-pixel box at the right edge)
+  up200x9.ppm      box (0, 110.5, 12.25, 9.5) of src -> 200x9                (16x upscale at the image corner)
+Each is Pillow's Image.resize(size, BILINEAR, box=(x0, y0, x1, y1)) except crop56 (see above); loader/resize.c
+must reproduce every value exactly. The C test holds the same boxes and sizes; change both together.
 
 Usage: /usr/bin/python3 tools/dev/gen_resize_fixtures.py [OUTDIR]
 """
@@ -79,6 +85,11 @@ def main():
         "crop56.ppm": torchvision_resize_centercrop(src, 56),
         "stretch72x40.ppm": src.resize((72, 40), Image.BILINEAR),
         "gray64x48.pgm": gray.resize((64, 48), Image.BILINEAR),
+        "down7x5.ppm": src.resize((7, 5), Image.BILINEAR),
+        "graybox41x23.pgm": gray.resize((41, 23), Image.BILINEAR, box=(10.7, 20.3, 10.7 + 100.1, 20.3 + 63.9)),
+        "line75x1.ppm": src.resize((75, 1), Image.BILINEAR, box=(3.5, 60.25, 153.5, 61.25)),
+        "col1x90.ppm": src.resize((1, 90), Image.BILINEAR, box=(159.5, 0, 160, 120)),
+        "up200x9.ppm": src.resize((200, 9), Image.BILINEAR, box=(0, 110.5, 12.25, 120)),
     }
     total = 0
     for name, im in files.items():
