@@ -1,12 +1,16 @@
 /*
  * resize_bench.c - the C side of bench/resize_quality.py: resizes one box of
- * a PPM image with each candidate library/filter (stb_image_resize v1 from
- * libstb-dev, libswscale from FFmpeg), writes each result as a PPM for the
- * driver to compare with Pillow, and times it (single thread, median of
- * repeated runs, thread CPU time). Not part of the CMake build; the driver compiles it with
- *   cc -O3 -DSTB_FROM_HEADER bench/resize_bench.c $(pkg-config --cflags --libs stb libswscale libavutil) -lm
- * Either library may be left out with -DNO_STB / -DNO_SWS where it is not
- * installed.
+ * a PPM image with loader/resize.c (rt_resize_box_chw: Pillow's BILINEAR,
+ * with each of its kernels: avx512, avx2, scalar) and with the libraries it
+ * was compared with (stb_image_resize v1 from libstb-dev, which it replaced
+ * for pack; libswscale from FFmpeg, which rt_resize_crop_chw uses), writes
+ * each result as a PPM for the driver to compare with Pillow, and times it
+ * (single thread, median of repeated runs, thread CPU time). Not part of the
+ * CMake build; the driver compiles it, from the repository root, with
+ *   cc -O3 -D_GNU_SOURCE -DSTB_FROM_HEADER -I. bench/resize_bench.c loader/resize.c common/common.c \
+ *      $(pkg-config --cflags --libs stb libswscale libavutil) -lm
+ * stb may be left out with -DNO_STB where it is not installed (loader/resize.c
+ * needs swscale).
  *
  * Usage: resize_bench IN.ppm OUTDIR NAME X Y W H DW DH [REPS]
  * Prints one line per method: "method usec_per_image mpix_out_per_s".
@@ -37,6 +41,9 @@
 #include <libavutil/pixfmt.h>
 #include <libswscale/swscale.h>
 #endif
+
+#include "common/common.h"
+#include "loader/resize.h"
 
 struct img {
     int w, h;
@@ -100,6 +107,28 @@ struct job {
 };
 
 typedef int (*method_fn)(const struct job *j, int param);
+
+/* One resizer per kernel of loader/resize.c, made with RT_RESIZE_KERNEL set; NULL where the CPU lacks it. */
+static const char *const ours_kernels[] = {"avx512", "avx2", "scalar"};
+static struct rt_resizer *ours[3];
+
+/* rt_resize_box_chw into CHW planes (j->planes), as pack --size calls it; the HWC copy is made after timing. */
+static int run_ours(const struct job *j, int kernel)
+{
+    if (!ours[kernel])
+        return -1;
+    const struct rt_box box = {j->bx, j->by, j->bw, j->bh};
+    return rt_resize_box_chw(ours[kernel], j->src->px, (uint32_t)j->src->w, (uint32_t)j->src->h, 3,
+                             (size_t)j->src->w * 3, &box, j->planes, (uint32_t)j->dw, (uint32_t)j->dh, NULL, 0);
+}
+
+static void chw_to_hwc(const struct job *j)
+{
+    size_t n = (size_t)j->dw * j->dh;
+    for (size_t i = 0; i < n; i++)
+        for (int ch = 0; ch < 3; ch++)
+            j->out[3 * i + ch] = j->planes[ch * n + i];
+}
 
 #ifndef NO_STB
 /*
@@ -213,6 +242,9 @@ struct method {
 };
 
 static const struct method methods[] = {
+    {"ours_avx512", run_ours, 0, 0, 0},
+    {"ours_avx2", run_ours, 1, 0, 0},
+    {"ours_scalar", run_ours, 2, 0, 0},
 #ifndef NO_STB
     {"stb_box", run_stb, STBIR_FILTER_BOX, 0, 0},
     {"stb_triangle", run_stb, STBIR_FILTER_TRIANGLE, 0, 0},
@@ -250,13 +282,20 @@ int main(int argc, char **argv)
     j.out = malloc((size_t)j.dw * j.dh * 3);
     j.planes = malloc((size_t)3 * ((size_t)(j.bw + 2) * (size_t)(j.bh + 2) + (size_t)j.dw * j.dh));
     double *t = malloc(sizeof(double) * (size_t)reps);
+    for (int k = 0; k < 3; k++) {
+        setenv("RT_RESIZE_KERNEL", ours_kernels[k], 1);
+        if (rt_resizer_create(&ours[k]))
+            ours[k] = NULL;
+    }
+    unsetenv("RT_RESIZE_KERNEL");
     for (size_t m = 0; m < sizeof methods / sizeof methods[0]; m++) {
 #ifndef NO_SWS
         sws_mode_sel = methods[m].sws_mode;
         sws_fresh_ctx = methods[m].fresh;
 #endif
         if (methods[m].fn(&j, methods[m].param)) { /* warm-up, also builds cached contexts */
-            fprintf(stderr, "%s failed\n", methods[m].name);
+            if (methods[m].fn != run_ours || ours[methods[m].param])
+                fprintf(stderr, "%s failed\n", methods[m].name);
             continue;
         }
         for (int r = 0; r < reps; r++) {
@@ -266,10 +305,14 @@ int main(int argc, char **argv)
         }
         qsort(t, (size_t)reps, sizeof(double), cmp_double);
         double med = t[reps / 2];
+        if (methods[m].fn == run_ours)
+            chw_to_hwc(&j);
         char path[4096];
         snprintf(path, sizeof path, "%s/%s__%s.ppm", argv[2], argv[3], methods[m].name);
         ppm_write(path, j.out, j.dw, j.dh);
         printf("%s %.1f %.2f\n", methods[m].name, med, (double)j.dw * j.dh / med);
     }
+    for (int k = 0; k < 3; k++)
+        rt_resizer_destroy(ours[k]);
     return 0;
 }

@@ -1,12 +1,15 @@
 #!/usr/bin/python3
-"""resize_quality.py - which resampling library loader/resize.c uses, and why.
+"""resize_quality.py - how loader/resize.c's resampling compares with Pillow and with the libraries it replaced.
 
-Builds bench/resize_bench.c (stb_image_resize v1 from libstb-dev, libswscale from
-FFmpeg; a library whose pkg-config entry is missing is left out and named), runs it
-on the cases below, and compares every result with Pillow's Image.resize of the same
-box (BILINEAR is torchvision's default for PIL images; BICUBIC, LANCZOS and BOX are
-shown beside it). Prints PSNR (dB) per method and case, then the speed (median
-microseconds per output image, one thread) and the CPU model.
+Builds bench/resize_bench.c with loader/resize.c (our Pillow BILINEAR, each of its
+kernels), stb_image_resize v1 from libstb-dev (what pack used before; left out, and
+named, where pkg-config finds no stb) and libswscale from FFmpeg (the load-time
+crop's), runs it on the cases below, and compares every result with Pillow's
+Image.resize of the same box (BILINEAR is torchvision's default for PIL images;
+BICUBIC, LANCZOS and BOX are shown beside it). Prints PSNR (dB) per method and
+case (99 = identical), the number of values that differ from Pillow BILINEAR,
+then the speed (median microseconds per output image, one thread, Pillow's
+beside) and the CPU model.
 
 Images: the one real photograph found on this machine (a 900x277 seaside picture
 shipped with the Google Cloud SDK's Jetty demo) when present, and synthetic
@@ -28,7 +31,8 @@ import numpy as np
 from PIL import Image
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "tools"))
+ROOT = os.path.normpath(os.path.join(HERE, ".."))
+sys.path.insert(0, os.path.join(ROOT, "tools", "dev"))
 sys.dont_write_bytecode = True  # no __pycache__ in tools/
 from gen_resize_fixtures import one_over_f  # noqa: E402
 PHOTO = ("/usr/lib/google-cloud-sdk/platform/google_appengine/google/appengine/tools/java/"
@@ -59,16 +63,29 @@ def synthetic(w, h, rng):
     return Image.fromarray(np.clip(img, 0, 255).astype(np.uint8), "RGB")
 
 
-def crop_fit_box(sw, sh, s):
-    """torchvision Resize(s) + CenterCrop(s) as one box of the original (see rt_fit_geometry)."""
+def crop_fit(sw, sh, s):
+    """torchvision Resize(s) + CenterCrop(s): the resized size and the crop's offset."""
     if sw <= sh:
         rw, rh = s, int(s * sh / sw)
     else:
         rw, rh = int(s * sw / sh), s
-    top = int(round((rh - s) / 2.0))
-    left = int(round((rw - s) / 2.0))
+    return rw, rh, int(round((rw - s) / 2.0)), int(round((rh - s) / 2.0))
+
+
+def crop_fit_box(sw, sh, s):
+    """The same as one box of the original (see rt_fit_geometry)."""
+    rw, rh, left, top = crop_fit(sw, sh, s)
     kx, ky = sw / rw, sh / rh
     return (left * kx, top * ky, s * kx, s * ky)
+
+
+def reference(im, cname, box, dw, dh, f):
+    """Pillow's resize of the box; for the CROP cases torchvision's two steps (resize, then crop), which pack
+    reproduces (Pillow's own box= path rounds the box to float32 and differs in ~0.07 % of values)."""
+    if "crop" in cname:
+        rw, rh, left, top = crop_fit(im.size[0], im.size[1], dw)
+        return im.resize((rw, rh), f).crop((left, top, left + dw, top + dh))
+    return im.resize((dw, dh), f, box=(box[0], box[1], box[0] + box[2], box[1] + box[3]))
 
 
 def cases(images):
@@ -103,7 +120,7 @@ def psnr(a, b):
 
 def build(tmp):
     libs, defs, missing = [], [], []
-    for pc, flag in (("stb", "-DNO_STB"), ("libswscale libavutil", "-DNO_SWS")):
+    for pc, flag in (("stb", "-DNO_STB"),):
         if subprocess.run(["pkg-config", "--exists"] + pc.split()).returncode == 0:
             libs.append(pc)
         else:
@@ -111,12 +128,15 @@ def build(tmp):
             missing.append(pc)
     for m in missing:
         print(f"note: pkg-config finds no {m}; its methods are left out")
+    libs.append("libswscale libavutil")  # loader/resize.c needs them
     flags = subprocess.run(["pkg-config", "--cflags", "--libs"] + " ".join(libs).split(),
-                           capture_output=True, text=True, check=True).stdout.split() if libs else []
+                           capture_output=True, text=True, check=True).stdout.split()
     exe = os.path.join(tmp, "resize_bench")
     if "-DNO_STB" not in defs:
         defs.append("-DSTB_FROM_HEADER")  # see resize_bench.c: libstb.so can abort
-    cmd = ["cc", "-O3", "-std=gnu17", "-o", exe, os.path.join(HERE, "resize_bench.c")] + defs + flags + ["-lm"]
+    cmd = (["cc", "-O3", "-std=gnu17", "-D_GNU_SOURCE", "-I", ROOT, "-o", exe, os.path.join(HERE, "resize_bench.c"),
+            os.path.join(ROOT, "loader", "resize.c"), os.path.join(ROOT, "common", "common.c")] + defs + flags +
+           ["-lm"])
     print("build:", " ".join(cmd))
     subprocess.run(cmd, check=True)
     return exe
@@ -155,12 +175,13 @@ def main():
         table = {}   # (method, case) -> {pil filter: psnr}
         speed = {}   # (method, case) -> usec
         pil_us = {}  # case -> usec for Pillow BILINEAR
+        ndiff = {}   # (method, case) -> values that differ from Pillow BILINEAR
         order = []
         case_list = cases(images)
         for cname, iname, box, (dw, dh) in case_list:
             im = images[iname]
             pbox = (box[0], box[1], box[0] + box[2], box[1] + box[3])
-            refs = {fn: im.resize((dw, dh), f, box=pbox) for fn, f in filters}
+            refs = {fn: reference(im, cname, box, dw, dh, f) for fn, f in filters}
             ts = []
             for _ in range(args.reps):
                 t0 = time.thread_time()
@@ -178,6 +199,7 @@ def main():
                     order.append(meth)
                 res = Image.open(os.path.join(tmp, f"{cname}__{meth}.ppm"))
                 table[(meth, cname)] = {fn: psnr(res, r) for fn, r in refs.items()}
+                ndiff[(meth, cname)] = int(np.count_nonzero(np.asarray(res) != np.asarray(refs["BILINEAR"])))
                 speed[(meth, cname)] = float(us)
         cnames = [c[0] for c in case_list]
         print(f"\nCPU: {cpu_model()}; one thread; Pillow {Image.__version__}")
@@ -192,6 +214,10 @@ def main():
             for m in order:
                 v = [table[(m, c)][fn] for c in cnames]
                 print(f"{m:28s}" + "".join(f"{x:14.2f}" for x in v) + f"{np.mean(v):8.2f}")
+        print("\nvalues that differ from Pillow BILINEAR:")
+        print(f"{'method':28s}" + "".join(f"{c[:13]:>14s}" for c in cnames))
+        for m in order:
+            print(f"{m:28s}" + "".join(f"{ndiff[(m, c)]:14d}" for c in cnames))
         print("\nspeed: median microseconds (thread CPU time) per output image, one thread")
         print(f"{'method':28s}" + "".join(f"{c[:13]:>14s}" for c in cnames))
         for m in order:
