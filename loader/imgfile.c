@@ -1,8 +1,8 @@
 /*
  * imgfile.c - decodes the image files people keep in folders (JPEG, PNG,
- * WebP, binary PPM/PGM) from memory to HWC uint8 RGB or gray, matching what
- * Pillow's Image.open(f).convert("RGB") / convert("L") gives, and names what
- * is wrong with a file that cannot be used.
+ * WebP, binary PPM/PGM, BMP, TIFF) from memory to HWC uint8 RGB or gray,
+ * matching what Pillow's Image.open(f).convert("RGB") / convert("L") gives,
+ * and names what is wrong with a file that cannot be used.
  *
  * The format comes from the file's first bytes, never its name. Sizes are
  * checked from the header before any pixel buffer is allocated, so a small
@@ -13,9 +13,13 @@
  * sits in the frame that owns the library's state, so nothing of ours is
  * skipped over.
  *
+ * BMP (imgfile_bmp.c, our own parser) and TIFF (imgfile_tiff.c, libtiff)
+ * live in their own files and share this file's helpers (imgfile_priv.h).
+ *
  * It does not resize, crop, composite alpha, apply colour profiles or gamma
- * (Pillow does not either), or read animations; BMP, TIFF and GIF are
- * recognised and refused with a hint to convert them.
+ * (Pillow does not either), or read animations; GIF is recognised and
+ * refused with a hint to convert it (torchvision's ImageFolder does not list
+ * it).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -33,6 +37,7 @@
 
 #include "common/common.h"
 #include "loader/imgfile.h"
+#include "loader/imgfile_priv.h"
 
 /* A progressive JPEG may hold any number of scans, each re-reading the whole
  * coefficient buffer: a few KB of file can cost minutes of CPU. libjpeg-turbo's
@@ -92,10 +97,7 @@ int rt_img_name_listed(const char *name)
     return 0;
 }
 
-/* Records *why and the message; returns -EBADMSG. */
-static int bad(enum rt_img_bad *why, enum rt_img_bad reason, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static int bad(enum rt_img_bad *why, enum rt_img_bad reason, const char *fmt, ...)
+int rt_img_bad(enum rt_img_bad *why, enum rt_img_bad reason, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -129,8 +131,13 @@ static enum rt_img_format sniff(const uint8_t *buf, size_t len)
         return RT_IMG_PNM;
     if (has_prefix(buf, len, "GIF87a", 6) || has_prefix(buf, len, "GIF89a", 6))
         return RT_IMG_GIF;
-    if (has_prefix(buf, len, "II*\0", 4) || has_prefix(buf, len, "MM\0*", 4))
+    /* Classic TIFF and BigTIFF, both byte orders. */
+    if (has_prefix(buf, len, "II*\0", 4) || has_prefix(buf, len, "MM\0*", 4) || has_prefix(buf, len, "II+\0", 4) ||
+        has_prefix(buf, len, "MM\0+", 4))
         return RT_IMG_TIFF;
+    /* Shorter than the DIB header's size field, "BM" is called a (truncated) BMP, as Pillow tries it as one. */
+    if (len >= 2 && len < 18 && buf[0] == 'B' && buf[1] == 'M')
+        return RT_IMG_BMP;
     if (len >= 18 && buf[0] == 'B' && buf[1] == 'M') {
         /* "BM" alone starts plenty of text; the DIB header's size field names the BMP versions. */
         uint32_t dib = buf[14] | (uint32_t)buf[15] << 8 | (uint32_t)buf[16] << 16 | (uint32_t)buf[17] << 24;
@@ -141,24 +148,24 @@ static enum rt_img_format sniff(const uint8_t *buf, size_t len)
 }
 
 /* The checks every format's header goes through before anything is allocated. */
-static int check_size(const char *name, const char *fmt, uint64_t w, uint64_t h, enum rt_img_bad *why)
+int rt_img_check_size(const char *name, const char *fmt, uint64_t w, uint64_t h, enum rt_img_bad *why)
 {
     if (w == 0 || h == 0)
-        return bad(why, RT_IMG_CORRUPT, "%s: %s header says %" PRIu64 "x%" PRIu64 " pixels", name, fmt, w, h);
+        return rt_img_bad(why, RT_IMG_CORRUPT, "%s: %s header says %" PRIu64 "x%" PRIu64 " pixels", name, fmt, w, h);
     if (w > MAX_SIDE || h > MAX_SIDE || w * h > RT_IMG_MAX_PIXELS)
-        return bad(why, RT_IMG_TOO_LARGE,
-                   "%s: %s of %" PRIu64 "x%" PRIu64 " pixels is too large (at most %u per side and %" PRIu64
-                   " pixels)",
-                   name, fmt, w, h, MAX_SIDE, RT_IMG_MAX_PIXELS);
+        return rt_img_bad(why, RT_IMG_TOO_LARGE,
+                          "%s: %s of %" PRIu64 "x%" PRIu64 " pixels is too large (at most %u per side and %" PRIu64
+                          " pixels)",
+                          name, fmt, w, h, MAX_SIDE, RT_IMG_MAX_PIXELS);
     return 0;
 }
 
 static int unsupported_format(const char *name, enum rt_img_format f, enum rt_img_bad *why)
 {
-    return bad(why, RT_IMG_UNSUPPORTED,
-               "%s: %s files are not decoded here; convert it to PNG or JPEG (e.g. `convert IN OUT.png` with "
-               "ImageMagick)",
-               name, rt_img_format_name(f));
+    return rt_img_bad(why, RT_IMG_UNSUPPORTED,
+                      "%s: %s files are not decoded here; convert it to PNG or JPEG (e.g. `convert IN OUT.png` with "
+                      "ImageMagick)",
+                      name, rt_img_format_name(f));
 }
 
 /* ---- EXIF orientation ------------------------------------------------------ */
@@ -268,7 +275,10 @@ static int png_exif_orientation(png_structp png, png_infop info, const uint8_t *
     return late ? tiff_orientation(late, late_n) : 1;
 }
 
-static uint32_t le32(const uint8_t *p) { return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+static uint32_t le32(const uint8_t *p)
+{
+    return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
 
 /*
  * The first EXIF chunk of an extended (VP8X) WebP whose VP8X flags announce
@@ -302,7 +312,7 @@ static inline uint8_t luma(const uint8_t *rgb)
     return (uint8_t)((rgb[0] * 19595u + rgb[1] * 38470u + rgb[2] * 7471u + 0x8000u) >> 16);
 }
 
-static void rgb_to_gray(const uint8_t *rgb, uint8_t *gray, size_t n)
+void rt_img_rgb_to_gray(const uint8_t *rgb, uint8_t *gray, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         gray[i] = luma(rgb + 3 * i);
@@ -337,7 +347,14 @@ static void cmyk_to_rgb(const uint8_t *cmyk, uint8_t *rgb, size_t n)
     }
 }
 
-static int reserve(struct rt_imgdec *d, int which, size_t n)
+void rt_img_cmyk_ink_to_rgb(const uint8_t *cmyk, uint8_t *rgb)
+{
+    const uint8_t inv[4] = {(uint8_t)(255 - cmyk[0]), (uint8_t)(255 - cmyk[1]), (uint8_t)(255 - cmyk[2]),
+                            (uint8_t)(255 - cmyk[3])};
+    cmyk_to_rgb(inv, rgb, 1);
+}
+
+int rt_imgdec_reserve(struct rt_imgdec *d, int which, size_t n)
 {
     if (d->cap[which] >= n)
         return 0;
@@ -348,6 +365,8 @@ static int reserve(struct rt_imgdec *d, int which, size_t n)
     d->cap[which] = n;
     return 0;
 }
+
+uint8_t *rt_imgdec_buf(struct rt_imgdec *d, int which) { return d->buf[which]; }
 
 /*
  * Applies EXIF orientation `o` to src (w x h x c) into dst; *ow, *oh get the
@@ -441,18 +460,18 @@ static int jpeg_failed(const struct jpeg_fail *f, const char *name, enum rt_img_
     case JWRN_JPEG_EOF:
     case JERR_INPUT_EOF:
     case JERR_INPUT_EMPTY:
-        return bad(why, RT_IMG_TRUNCATED, "%s: truncated JPEG: %s", name, f->msg);
+        return rt_img_bad(why, RT_IMG_TRUNCATED, "%s: truncated JPEG: %s", name, f->msg);
     case JERR_IMAGE_TOO_BIG:
     case JERR_WIDTH_OVERFLOW:
-        return bad(why, RT_IMG_TOO_LARGE, "%s: JPEG too large: %s", name, f->msg);
+        return rt_img_bad(why, RT_IMG_TOO_LARGE, "%s: JPEG too large: %s", name, f->msg);
     case JERR_ARITH_NOTIMPL:
     case JERR_BAD_PRECISION:
     case JERR_CONVERSION_NOTIMPL:
     case JERR_SOF_UNSUPPORTED:
     case JERR_NOTIMPL:
-        return bad(why, RT_IMG_UNSUPPORTED, "%s: unsupported JPEG: %s", name, f->msg);
+        return rt_img_bad(why, RT_IMG_UNSUPPORTED, "%s: unsupported JPEG: %s", name, f->msg);
     default:
-        return bad(why, RT_IMG_CORRUPT, "%s: corrupt JPEG: %s", name, f->msg);
+        return rt_img_bad(why, RT_IMG_CORRUPT, "%s: corrupt JPEG: %s", name, f->msg);
     }
 }
 
@@ -468,13 +487,13 @@ static int jpeg_header(j_decompress_ptr jd, const uint8_t *buf, size_t len, cons
         jpeg_save_markers(jd, JPEG_APP0 + 1, 0xffff);
     jpeg_read_header(jd, TRUE);
     if (jd->num_components != 1 && jd->num_components != 3 && jd->num_components != 4)
-        return bad(why, RT_IMG_UNSUPPORTED, "%s: unsupported JPEG colour space (%d components)", name,
-                   jd->num_components);
+        return rt_img_bad(why, RT_IMG_UNSUPPORTED, "%s: unsupported JPEG colour space (%d components)", name,
+                          jd->num_components);
     if ((jd->num_components == 3 && jd->jpeg_color_space != JCS_YCbCr && jd->jpeg_color_space != JCS_RGB) ||
         (jd->num_components == 4 && jd->jpeg_color_space != JCS_CMYK && jd->jpeg_color_space != JCS_YCCK))
-        return bad(why, RT_IMG_UNSUPPORTED, "%s: unsupported JPEG colour space (%d components, transform %d)",
-                   name, jd->num_components, (int)jd->jpeg_color_space);
-    return check_size(name, "JPEG", jd->image_width, jd->image_height, why);
+        return rt_img_bad(why, RT_IMG_UNSUPPORTED, "%s: unsupported JPEG colour space (%d components, transform %d)",
+                          name, jd->num_components, (int)jd->jpeg_color_space);
+    return rt_img_check_size(name, "JPEG", jd->image_width, jd->image_height, why);
 }
 
 static int jpeg_probe(const uint8_t *buf, size_t len, const char *name, struct rt_img_info *info,
@@ -532,8 +551,8 @@ static int jpeg_decode(struct rt_imgdec *d, const uint8_t *buf, size_t len, cons
     const uint32_t iw = jd->image_width, ih = jd->image_height;
     jd->out_color_space = cmyk ? JCS_CMYK : direct && channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
     jd->dct_method = JDCT_ISLOW;
-    if ((rc = reserve(d, 0, (size_t)iw * ih * channels)) < 0 ||
-        (!direct && (rc = reserve(d, 1, (size_t)iw * 7)) < 0))
+    if ((rc = rt_imgdec_reserve(d, 0, (size_t)iw * ih * channels)) < 0 ||
+        (!direct && (rc = rt_imgdec_reserve(d, 1, (size_t)iw * 7)) < 0))
         goto out;
     jpeg_start_decompress(jd);
     while (jd->output_scanline < ih) {
@@ -549,10 +568,10 @@ static int jpeg_decode(struct rt_imgdec *d, const uint8_t *buf, size_t len, cons
             } else {
                 /* Pillow has no CMYK->L: it goes through RGB (after the row's 4 bytes a pixel). */
                 cmyk_to_rgb(d->buf[1], d->buf[1] + (size_t)iw * 4, iw);
-                rgb_to_gray(d->buf[1] + (size_t)iw * 4, dst, iw);
+                rt_img_rgb_to_gray(d->buf[1] + (size_t)iw * 4, dst, iw);
             }
         } else {
-            rgb_to_gray(d->buf[1], dst, iw);
+            rt_img_rgb_to_gray(d->buf[1], dst, iw);
         }
     }
     jpeg_finish_decompress(jd);
@@ -601,8 +620,8 @@ static void png_warn(png_structp png, png_const_charp msg)
 static int png_failed(const struct png_src *s, const char *name, enum rt_img_bad *why)
 {
     if (s->truncated)
-        return bad(why, RT_IMG_TRUNCATED, "%s: truncated PNG: file ends after %zu bytes", name, s->len);
-    return bad(why, RT_IMG_CORRUPT, "%s: corrupt PNG: %s", name, s->msg);
+        return rt_img_bad(why, RT_IMG_TRUNCATED, "%s: truncated PNG: file ends after %zu bytes", name, s->len);
+    return rt_img_bad(why, RT_IMG_CORRUPT, "%s: corrupt PNG: %s", name, s->msg);
 }
 
 /*
@@ -629,8 +648,8 @@ static int png_run(struct rt_imgdec *d, const uint8_t *buf, size_t len, const ch
     /* IHDR comes first; its size is checked here because png_read_info reads on to the first IDAT, and a
      * header-only bomb would be called truncated. */
     if (len >= 24 && memcmp(buf + 12, "IHDR", 4) == 0 &&
-        (rc = check_size(name, "PNG", (uint32_t)buf[16] << 24 | (uint32_t)buf[17] << 16 | buf[18] << 8 | buf[19],
-                         (uint32_t)buf[20] << 24 | (uint32_t)buf[21] << 16 | buf[22] << 8 | buf[23], why)) < 0) {
+        (rc = rt_img_check_size(name, "PNG", (uint32_t)buf[16] << 24 | (uint32_t)buf[17] << 16 | buf[18] << 8 | buf[19],
+                                (uint32_t)buf[20] << 24 | (uint32_t)buf[21] << 16 | buf[22] << 8 | buf[23], why)) < 0) {
         png_destroy_read_struct(&png, &pinfo, NULL);
         return rc;
     }
@@ -643,7 +662,7 @@ static int png_run(struct rt_imgdec *d, const uint8_t *buf, size_t len, const ch
     png_set_user_limits(png, 0x7fffffff, 0x7fffffff);
     png_read_info(png, pinfo);
     png_get_IHDR(png, pinfo, &iw, &ih, &depth, &color, &interlace, NULL, NULL);
-    if ((rc = check_size(name, "PNG", iw, ih, why)) < 0)
+    if ((rc = rt_img_check_size(name, "PNG", iw, ih, why)) < 0)
         goto out;
     const int gray_in = (color & PNG_COLOR_MASK_COLOR) == 0;
     if (info) {
@@ -682,12 +701,12 @@ static int png_run(struct rt_imgdec *d, const uint8_t *buf, size_t len, const ch
     const uint32_t nc = clip16 ? 1 : rgb_out ? 3 : 1, sb = clip16 ? 2 : 1;
     const int target = clip16 || nc != channels ? 1 : 0;
     if (png_get_channels(png, pinfo) != nc || png_get_rowbytes(png, pinfo) != (size_t)iw * nc * sb) {
-        rc = bad(why, RT_IMG_UNSUPPORTED, "%s: PNG colour type %d, depth %d: unexpected layout after conversion",
-                 name, color, depth);
+        rc = rt_img_bad(why, RT_IMG_UNSUPPORTED, "%s: PNG colour type %d, depth %d: unexpected layout after conversion",
+                        name, color, depth);
         goto out;
     }
-    if ((rc = reserve(d, 0, (size_t)iw * ih * channels)) < 0 ||
-        (target && (rc = reserve(d, 1, (size_t)iw * ih * nc * sb)) < 0))
+    if ((rc = rt_imgdec_reserve(d, 0, (size_t)iw * ih * channels)) < 0 ||
+        (target && (rc = rt_imgdec_reserve(d, 1, (size_t)iw * ih * nc * sb)) < 0))
         goto out;
     if (d->rows_cap < ih) {
         png_bytep *r = rt_realloc(d->rows, (size_t)ih * sizeof(*r), "PNG row pointers");
@@ -705,7 +724,7 @@ static int png_run(struct rt_imgdec *d, const uint8_t *buf, size_t len, const ch
     if (clip16)
         gray16_clip(d->buf[1], d->buf[0], (size_t)iw * ih, channels);
     else if (target)
-        rgb_to_gray(d->buf[1], d->buf[0], (size_t)iw * ih);
+        rt_img_rgb_to_gray(d->buf[1], d->buf[0], (size_t)iw * ih);
     if (orientation)
         *orientation = png_exif_orientation(png, pinfo, buf, len);
     *w = iw;
@@ -725,14 +744,14 @@ static int webp_status(VP8StatusCode st, const char *name, enum rt_img_bad *why)
                                        "unsupported feature", "suspended", "user abort", "not enough data"};
     const char *m = (unsigned)st < RT_ARRAY_LEN(what) ? what[st] : "error";
     if (st == VP8_STATUS_NOT_ENOUGH_DATA)
-        return bad(why, RT_IMG_TRUNCATED, "%s: truncated WebP: %s", name, m);
+        return rt_img_bad(why, RT_IMG_TRUNCATED, "%s: truncated WebP: %s", name, m);
     if (st == VP8_STATUS_UNSUPPORTED_FEATURE)
-        return bad(why, RT_IMG_UNSUPPORTED, "%s: unsupported WebP: %s", name, m);
+        return rt_img_bad(why, RT_IMG_UNSUPPORTED, "%s: unsupported WebP: %s", name, m);
     if (st == VP8_STATUS_OUT_OF_MEMORY) {
         *why = RT_IMG_OK;
         return rt_errf(-ENOMEM, "%s: WebP decoder out of memory", name);
     }
-    return bad(why, RT_IMG_CORRUPT, "%s: corrupt WebP: %s", name, m);
+    return rt_img_bad(why, RT_IMG_CORRUPT, "%s: corrupt WebP: %s", name, m);
 }
 
 static int webp_probe(const uint8_t *buf, size_t len, const char *name, struct rt_img_info *info,
@@ -745,8 +764,8 @@ static int webp_probe(const uint8_t *buf, size_t len, const char *name, struct r
     if (st != VP8_STATUS_OK)
         return webp_status(st, name, why);
     if (ft.has_animation)
-        return bad(why, RT_IMG_UNSUPPORTED, "%s: animated WebP; save one frame as PNG or JPEG", name);
-    if ((rc = check_size(name, "WebP", (uint64_t)ft.width, (uint64_t)ft.height, why)) < 0)
+        return rt_img_bad(why, RT_IMG_UNSUPPORTED, "%s: animated WebP; save one frame as PNG or JPEG", name);
+    if ((rc = rt_img_check_size(name, "WebP", (uint64_t)ft.width, (uint64_t)ft.height, why)) < 0)
         return rc;
     info->width = (uint32_t)ft.width;
     info->height = (uint32_t)ft.height;
@@ -765,12 +784,12 @@ static int webp_decode(struct rt_imgdec *d, const uint8_t *buf, size_t len, cons
         return rc;
     const int target = channels == 1;
     const size_t n = (size_t)info.width * info.height;
-    if ((rc = reserve(d, 0, n * channels)) < 0 || (target && (rc = reserve(d, 1, n * 3)) < 0)) {
+    if ((rc = rt_imgdec_reserve(d, 0, n * channels)) < 0 || (target && (rc = rt_imgdec_reserve(d, 1, n * 3)) < 0)) {
         *why = RT_IMG_OK;
         return rc;
     }
     if (!WebPInitDecoderConfig(&cfg))
-        return bad(why, RT_IMG_UNSUPPORTED, "%s: libwebp version mismatch", name);
+        return rt_img_bad(why, RT_IMG_UNSUPPORTED, "%s: libwebp version mismatch", name);
     /* MODE_RGB leaves alpha out, as convert("RGB") does; libwebp's default fancy upsampling, as Pillow's. */
     cfg.output.colorspace = MODE_RGB;
     cfg.output.is_external_memory = 1;
@@ -782,7 +801,7 @@ static int webp_decode(struct rt_imgdec *d, const uint8_t *buf, size_t len, cons
     if (st != VP8_STATUS_OK)
         return webp_status(st, name, why);
     if (target)
-        rgb_to_gray(d->buf[1], d->buf[0], n);
+        rt_img_rgb_to_gray(d->buf[1], d->buf[0], n);
     *orientation = info.orientation;
     *w = info.width;
     *h = info.height;
@@ -839,28 +858,30 @@ static int pnm_header(const uint8_t *buf, size_t len, const char *name, struct p
     int rc;
 
     if (buf[1] != '5' && buf[1] != '6')
-        return bad(why, RT_IMG_UNSUPPORTED,
-                   "%s: P%c netpbm files are not decoded here (binary P5/P6 only); convert it to PNG", name, buf[1]);
+        return rt_img_bad(why, RT_IMG_UNSUPPORTED,
+                          "%s: P%c netpbm files are not decoded here (binary P5/P6 only); convert it to PNG", name,
+                          buf[1]);
     pn->c = buf[1] == '5' ? 1 : 3;
     for (int k = 0; k < 3; k++) {
         rc = pnm_field(buf, len, &off, fields[k]);
         if (rc > 0)
-            return bad(why, RT_IMG_TRUNCATED, "%s: truncated PPM/PGM: header ends early", name);
+            return rt_img_bad(why, RT_IMG_TRUNCATED, "%s: truncated PPM/PGM: header ends early", name);
         if (rc < 0)
-            return bad(why, RT_IMG_CORRUPT, "%s: corrupt PPM/PGM header", name);
+            return rt_img_bad(why, RT_IMG_CORRUPT, "%s: corrupt PPM/PGM header", name);
     }
     /* Exactly one whitespace byte separates the header from the samples. */
     if (buf[off] != ' ' && buf[off] != '\t' && buf[off] != '\n' && buf[off] != '\r')
-        return bad(why, RT_IMG_CORRUPT, "%s: corrupt PPM/PGM header", name);
+        return rt_img_bad(why, RT_IMG_CORRUPT, "%s: corrupt PPM/PGM header", name);
     pn->off = off + 1;
     if (pn->maxval == 0 || pn->maxval > 65535)
-        return bad(why, RT_IMG_CORRUPT, "%s: PPM/PGM maxval %" PRIu32 " out of range (1..65535)", name, pn->maxval);
-    if ((rc = check_size(name, "PPM/PGM", pn->w, pn->h, why)) < 0)
+        return rt_img_bad(why, RT_IMG_CORRUPT, "%s: PPM/PGM maxval %" PRIu32 " out of range (1..65535)", name,
+                          pn->maxval);
+    if ((rc = rt_img_check_size(name, "PPM/PGM", pn->w, pn->h, why)) < 0)
         return rc;
     const size_t need = (size_t)pn->w * pn->h * pn->c * (pn->maxval > 255 ? 2 : 1);
     if (len - pn->off < need)
-        return bad(why, RT_IMG_TRUNCATED, "%s: truncated PPM/PGM: %zu of %zu sample bytes", name, len - pn->off,
-                   need);
+        return rt_img_bad(why, RT_IMG_TRUNCATED, "%s: truncated PPM/PGM: %zu of %zu sample bytes", name, len - pn->off,
+                          need);
     return 0;
 }
 
@@ -874,7 +895,7 @@ static int pnm_decode(struct rt_imgdec *d, const uint8_t *buf, size_t len, const
         return rc;
     const size_t n = (size_t)pn.w * pn.h;
     const int target = pn.c == 3 && channels == 1;
-    if ((rc = reserve(d, 0, n * channels)) < 0 || (target && (rc = reserve(d, 1, n * 3)) < 0)) {
+    if ((rc = rt_imgdec_reserve(d, 0, n * channels)) < 0 || (target && (rc = rt_imgdec_reserve(d, 1, n * 3)) < 0)) {
         *why = RT_IMG_OK;
         return rc;
     }
@@ -902,7 +923,7 @@ static int pnm_decode(struct rt_imgdec *d, const uint8_t *buf, size_t len, const
         }
     }
     if (target)
-        rgb_to_gray(d->buf[1], d->buf[0], n);
+        rt_img_rgb_to_gray(d->buf[1], d->buf[0], n);
     *w = pn.w;
     *h = pn.h;
     return 0;
@@ -920,7 +941,7 @@ int rt_img_probe(const uint8_t *buf, size_t len, const char *name, struct rt_img
     info->orientation = 1;
     *why = RT_IMG_OK;
     if (len == 0)
-        return bad(why, RT_IMG_EMPTY, "%s: zero-sized file", name);
+        return rt_img_bad(why, RT_IMG_EMPTY, "%s: zero-sized file", name);
     f = sniff(buf, len);
     info->format = f;
     switch (f) {
@@ -938,11 +959,14 @@ int rt_img_probe(const uint8_t *buf, size_t len, const char *name, struct rt_img
         info->gray = pn.c == 1;
         return 0;
     case RT_IMG_BMP:
+        return rt_img_bmp(NULL, buf, len, name, 0, info, NULL, NULL, why);
     case RT_IMG_TIFF:
+        return rt_img_tiff(NULL, buf, len, name, 0, info, NULL, NULL, NULL, why);
     case RT_IMG_GIF:
         return unsupported_format(name, f, why);
     default:
-        return bad(why, RT_IMG_NOT_IMAGE, "%s: not an image (no JPEG, PNG, WebP or PPM/PGM signature)", name);
+        return rt_img_bad(why, RT_IMG_NOT_IMAGE,
+                          "%s: not an image (no JPEG, PNG, WebP, PPM/PGM, BMP or TIFF signature)", name);
     }
 }
 
@@ -995,7 +1019,7 @@ int rt_img_decode(struct rt_imgdec *d, const uint8_t *buf, size_t len, const cha
     if (channels != 1 && channels != 3)
         return rt_errf(-EINVAL, "%s: cannot decode to %" PRIu32 " channels (1 or 3)", name, channels);
     if (len == 0)
-        return bad(why, RT_IMG_EMPTY, "%s: zero-sized file", name);
+        return rt_img_bad(why, RT_IMG_EMPTY, "%s: zero-sized file", name);
     f = sniff(buf, len);
     switch (f) {
     case RT_IMG_JPEG:
@@ -1011,17 +1035,23 @@ int rt_img_decode(struct rt_imgdec *d, const uint8_t *buf, size_t len, const cha
         rc = pnm_decode(d, buf, len, name, channels, w, h, why);
         break;
     case RT_IMG_BMP:
+        rc = rt_img_bmp(d, buf, len, name, channels, NULL, w, h, why);
+        break;
     case RT_IMG_TIFF:
+        rc = rt_img_tiff(d, buf, len, name, channels, NULL, &orientation, w, h, why);
+        break;
     case RT_IMG_GIF:
         return unsupported_format(name, f, why);
     default:
-        return bad(why, RT_IMG_NOT_IMAGE, "%s: not an image (no JPEG, PNG, WebP or PPM/PGM signature)", name);
+        return rt_img_bad(why, RT_IMG_NOT_IMAGE,
+                          "%s: not an image (no JPEG, PNG, WebP, PPM/PGM, BMP or TIFF signature)", name);
     }
     if (rc < 0)
         return rc;
     *px = d->buf[0];
-    if (exif_rotate && orientation != 1) {
-        if ((rc = reserve(d, 1, (size_t)*w * *h * channels)) < 0)
+    /* Pillow turns a TIFF by its Orientation tag whenever it loads one (TiffImageFile.load_end), asked or not. */
+    if ((exif_rotate || f == RT_IMG_TIFF) && orientation != 1) {
+        if ((rc = rt_imgdec_reserve(d, 1, (size_t)*w * *h * channels)) < 0)
             return rc;
         orient(d->buf[0], *w, *h, channels, orientation, d->buf[1], w, h);
         *px = d->buf[1];

@@ -1,11 +1,16 @@
 /*
  * imgfile.h (private to loader/) - reads the image files people keep in
  * folders: JPEG (baseline, progressive, grayscale, CMYK/YCCK), PNG (8/16-bit,
- * palette, gray, alpha), WebP and binary PPM/PGM, decoded to interleaved
- * uint8 pixels (HWC) the way torchvision's default loader sees them
- * (Pillow's Image.open(f).convert("RGB")): alpha dropped, not composited;
- * no EXIF rotation unless asked. A file that cannot be used gets a reason
- * (enum rt_img_bad) and a message naming it, never a crash.
+ * palette, gray, alpha), WebP, binary PPM/PGM, BMP (1/4/8-bit palette, RLE8,
+ * RLE4, 16/24/32-bit, OS/2 and Windows headers) and TIFF (first page: gray,
+ * bilevel, 16-bit gray, RGB(A) 8/16-bit, palette, CMYK, JPEG-in-TIFF; strips
+ * or tiles; any compression libtiff decodes), decoded to interleaved uint8
+ * pixels (HWC) the way torchvision's default loader sees them (Pillow 9.4's
+ * Image.open(f).convert("RGB")): alpha dropped, not composited; no EXIF
+ * rotation unless asked, except a TIFF's Orientation tag, which Pillow
+ * applies whenever it loads one. A file is usable exactly when Pillow opens
+ * and converts it; one that cannot be used gets a reason (enum rt_img_bad)
+ * and a message naming it, never a crash.
  *
  * It does not resize (resize.h) or crop at load time (jpegcrop.h), and it
  * reads from memory only: callers read the file.
@@ -22,9 +27,9 @@ enum rt_img_format {
     RT_IMG_PNG,
     RT_IMG_WEBP,
     RT_IMG_PNM,
-    RT_IMG_BMP,    /* recognised, not decoded (RT_IMG_UNSUPPORTED) */
-    RT_IMG_TIFF,   /* recognised, not decoded */
-    RT_IMG_GIF,    /* recognised, not decoded */
+    RT_IMG_BMP,    /* Pillow's variants; 52/56-byte headers and bit fields it refuses are RT_IMG_UNSUPPORTED */
+    RT_IMG_TIFF,   /* classic and BigTIFF, first page; layouts Pillow refuses are RT_IMG_UNSUPPORTED */
+    RT_IMG_GIF,    /* recognised, not decoded (RT_IMG_UNSUPPORTED): ImageFolder does not list .gif */
 };
 
 /* Why a file is unusable; RT_IMG_OK when it is fine. Stable order: pack counts by it. */
@@ -55,11 +60,11 @@ int rt_img_name_listed(const char *name);
 
 struct rt_img_info {
     enum rt_img_format format;
-    uint32_t width, height;  /* as stored, before any EXIF rotation */
-    int gray;                /* one colour channel (with or without alpha) */
-    int cmyk;                /* JPEG stored as CMYK or YCCK */
+    uint32_t width, height;  /* as stored, before any EXIF rotation (TIFF: after its Orientation tag) */
+    int gray;                /* one colour channel (with or without alpha; a BMP whose palette is the gray ramp) */
+    int cmyk;                /* JPEG stored as CMYK or YCCK, TIFF as CMYK */
     int progressive;         /* progressive JPEG or interlaced PNG */
-    int orientation;         /* EXIF orientation 1..8 (JPEG APP1, PNG eXIf, WebP EXIF); 1 when absent */
+    int orientation;         /* EXIF orientation 1..8 (JPEG APP1, PNG eXIf, WebP EXIF); 1 when absent, BMP, TIFF */
 };
 
 /*
@@ -88,10 +93,15 @@ void rt_imgdec_destroy(struct rt_imgdec *d);
  * whose other damage libjpeg decodes through with a warning (say "Corrupt
  * JPEG data: 3 extraneous bytes before marker 0xda") decodes, as in Pillow,
  * and rt_imgdec_warning() names it. A PNG cut after its last pixel row
- * (missing IEND) decodes, as in Pillow.
+ * (missing IEND) decodes, as in Pillow, and so does an RLE BMP cut after
+ * its last row; any other BMP or TIFF that ends early is truncated. A TIFF
+ * is turned by its Orientation tag with or without exif_rotate (Pillow's
+ * load does it; the probe reports the turned size).
  * 16-bit samples keep their high byte (Pillow's truncation), but 16-bit
- * gray is clipped to 0..255 (Pillow's mode "I" converted); CMYK/YCCK
- * JPEGs are read as Adobe-inverted and converted with Pillow's formula.
+ * gray (PNG, TIFF) is clipped to 0..255 (Pillow's mode "I"/"I;16"
+ * converted); CMYK/YCCK JPEGs are read as Adobe-inverted, TIFF CMYK as
+ * stored, and both converted with Pillow's formula; 5-bit BMP fields
+ * become v * 255 / 31 (6-bit: / 63), truncated, as Pillow's unpackers.
  * Returns 0, or -EBADMSG with *why set and a message naming `name` and
  * what is wrong; -ENOMEM, or -EINVAL for channels other than 1 or 3, with
  * *why = RT_IMG_OK (the file is not to blame). Not thread-safe: one decoder

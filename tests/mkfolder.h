@@ -1,6 +1,6 @@
 /*
  * mkfolder.h - writes a deterministic image folder "as people have them"
- * (tests/mkfolder.c): every JPEG/PNG/WebP/PPM variant loader/imgfile.c must
+ * (tests/mkfolder.c): every JPEG/PNG/WebP/PPM/BMP/TIFF variant loader/imgfile.c must
  * read, bad files it must name, and files a folder reader must ignore, with
  * the table of what each file is. Used by the rt_mkfolder program and linked
  * into test_imgfile. Test code: errors print and return -1.
@@ -16,8 +16,8 @@ struct mkf_file {
     char klass[16];
     const char *status; /* "ok", "ignored", or rt_img_bad_name()'s word */
     const char *format; /* rt_img_format_name()'s word; "unknown" for non-images */
-    const char *kind;   /* what the file exercises: "jpeg-cmyk", "png-16", ... */
-    uint32_t w, h;      /* stored size (before EXIF rotation); 0 when not an image */
+    const char *kind;   /* what the file exercises: "jpeg-cmyk", "png-16", "bmp-rle8", "tiff-jpeg", ... */
+    uint32_t w, h;      /* stored size (before EXIF rotation; a TIFF's after its Orientation tag); 0: no image */
     int gray;           /* stored with one colour channel */
     int lossless;       /* decodes to exactly px */
     int orientation;    /* EXIF orientation written; 1 when none */

@@ -1,6 +1,6 @@
 /*
  * test_imgfile.c - loader/imgfile.c on the folder tests/mkfolder.c writes
- * (every JPEG/PNG/WebP/PPM variant, bad and ignored files) and on damaged
+ * (every JPEG/PNG/WebP/PPM/BMP/TIFF variant, bad and ignored files) and on damaged
  * bytes made here: status and reason, format, size, channels; lossless files
  * decode to exactly the pixels written, JPEG and lossy WebP within a stated
  * PSNR of them; EXIF orientation 6 from a JPEG and a WebP, all eight from
@@ -11,7 +11,8 @@
  *
  * Seeds: the folder's content is fixed by mkfolder.c (seed = file index).
  * PSNR bounds (of the decode against the pixels encoded): JPEG q90 4:2:0
- * >= 30 dB, q90 4:4:4 and q95 CMYK/YCCK >= 32 dB, lossy WebP q85 >= 30 dB.
+ * >= 30 dB (JPEG-in-TIFF q90 too), q90 4:4:4 and q95 CMYK/YCCK >= 32 dB,
+ * lossy WebP q85 >= 30 dB; BMP and TIFF otherwise exactly.
  */
 #include <errno.h>
 #include <jansson.h>
@@ -45,7 +46,7 @@ static uint8_t l24(const uint8_t *p)
 static double min_psnr(const char *kind)
 {
     if (!strcmp(kind, "jpeg-420") || !strcmp(kind, "jpeg-progressive") || !strcmp(kind, "jpeg-exif6") ||
-        !strcmp(kind, "jpeg-gray") || !strcmp(kind, "jpeg-extraneous-bytes"))
+        !strcmp(kind, "jpeg-gray") || !strcmp(kind, "jpeg-extraneous-bytes") || !strcmp(kind, "tiff-jpeg"))
         return 30;
     if (!strcmp(kind, "webp-lossy"))
         return 30;
@@ -88,7 +89,7 @@ static void check_file(struct rt_imgdec *d, const char *dir, const struct mkf_fi
                rt_img_bad_name(why), e->status, rt_errmsg());
         CHECKF(strstr(rt_errmsg(), path) != NULL, "message names the file: %s", rt_errmsg());
         if (!strcmp(e->status, "truncated"))
-            CHECKF(strstr(rt_errmsg(), "truncated JPEG: ") != NULL, "%s", rt_errmsg());
+            CHECKF(strstr(rt_errmsg(), "truncated ") != NULL && strstr(rt_errmsg(), e->format), "%s", rt_errmsg());
         if (!strcmp(e->status, "unsupported"))
             CHECKF(strstr(rt_errmsg(), "convert") != NULL, "%s", rt_errmsg());
         printf("  %-22s %-16s %s\n", e->path, e->kind, rt_errmsg());
@@ -368,7 +369,10 @@ static void check_damage(struct rt_imgdec *d, const char *dir)
     expect_bad(d, text, 0, "zero.jpg", RT_IMG_EMPTY, "zero-sized", 1);
     expect_bad(d, text, sizeof(text) - 1, "text.jpg", RT_IMG_NOT_IMAGE, "not an image", 1);
     expect_bad(d, (const uint8_t *)"GIF89a\1\0\1\0\0\0\0;", 14, "a.gif", RT_IMG_UNSUPPORTED, "convert", 1);
-    expect_bad(d, (const uint8_t *)"II*\0\10\0\0\0\0\0", 10, "a.tif", RT_IMG_UNSUPPORTED, "convert", 1);
+    /* A TIFF whose first directory has no entries; one cut inside its header; "BM" and nothing more. */
+    expect_bad(d, (const uint8_t *)"II*\0\10\0\0\0\0\0", 10, "a.tif", RT_IMG_CORRUPT, "corrupt TIFF", 1);
+    expect_bad(d, (const uint8_t *)"MM\0*\0\0\0\10\0", 9, "cut.tif", RT_IMG_TRUNCATED, "truncated TIFF", 1);
+    expect_bad(d, (const uint8_t *)"BM\0\0", 4, "a.bmp", RT_IMG_TRUNCATED, "truncated BMP", 1);
     expect_bad(d, (const uint8_t *)"P3\n2 1\n255\n0 0 0 255 255 255\n", 29, "ascii.ppm", RT_IMG_UNSUPPORTED, "P3", 1);
     expect_bad(d, (const uint8_t *)"P6\n70000 2\n255\n", 15, "wide.ppm", RT_IMG_TOO_LARGE, "too large", 1);
     expect_bad(d, (const uint8_t *)"P6\n20 20\n0\n", 11, "maxval.ppm", RT_IMG_CORRUPT, "maxval", 1);
@@ -414,6 +418,14 @@ static void check_damage(struct rt_imgdec *d, const char *dir)
     check_cuts(d, dir, "cats/photo.webp", "truncated WebP", 0);
     check_cuts(d, dir, "cats/lossless.webp", "truncated WebP", 0);
     check_cuts(d, dir, "cats/scan.ppm", "truncated PPM/PGM", 0);
+    check_cuts(d, dir, "dogs/zb_24.bmp", "truncated BMP", 0);
+    check_cuts(d, dir, "dogs/zb_565.bmp", "truncated BMP", 0);
+    /* Cut after its last row's end-of-line, an RLE file has every pixel: it decodes, as in Pillow. */
+    check_cuts(d, dir, "dogs/zb_rle8.bmp", "truncated BMP", 1);
+    check_cuts(d, dir, "dogs/zb_rle4.bmp", "truncated BMP", 1);
+    check_cuts(d, dir, "dogs/zt_lzw.tiff", "truncated TIFF", 0);
+    check_cuts(d, dir, "dogs/zt_tiled.tif", "truncated TIFF", 0);
+    check_cuts(d, dir, "dogs/zt_jpeg.tif", "truncated TIFF", 0);
 
     CHECK(rt_img_name_listed("a.JPG") && rt_img_name_listed("b.jpeg") && rt_img_name_listed("c.WebP") &&
           rt_img_name_listed("d.pgm") && rt_img_name_listed("e.tiff"));
@@ -457,7 +469,7 @@ int main(void)
         }
         json_decref(root);
     }
-    CHECK(f.ok == 23 && f.bad == 4 && f.ignored == 4);
+    CHECKF(f.ok == 44 && f.bad == 6 && f.ignored == 4, "%zu ok, %zu bad, %zu ignored", f.ok, f.bad, f.ignored);
     for (size_t i = 0; i < f.n; i++)
         check_file(d, dir, &f.files[i]);
     check_orientations(d);

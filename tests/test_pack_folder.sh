@@ -3,8 +3,10 @@
 # tests/mkfolder.c writes every case (baseline/progressive/gray/CMYK/YCCK
 # JPEGs, PNGs of every colour type, WebP, PPM/PGM, upper-case and .jpeg
 # names, a PNG named .jpg, an empty class, a JPEG with junk bytes before its
-# SOS that libjpeg decodes with a warning) with four bad files (truncated,
-# text named .jpg, zero bytes, BMP) and four to ignore, and its expected.json.
+# SOS that libjpeg decodes with a warning, BMPs of every depth and RLE, TIFFs
+# of every common layout and compression) with six bad files (a truncated
+# JPEG, BMP and TIFF, text named .jpg, zero bytes, a BMP header Pillow refuses)
+# and four to ignore, and its expected.json.
 #   - pack without --skip-bad stops at the first bad file in record order, naming it;
 #   - --size 48 --skip-bad packs exactly the good files, lists the bad ones with
 #     their reasons (manifest "files") and prints the summary line; every record
@@ -49,8 +51,8 @@ fi
 
 # 2. --size 48 --skip-bad: counts, the manifest's list, the summary line, pixels against Pillow.
 check "$RT" pack "$T/photos" --out "$T/s48" --size 48 --skip-bad --threads 2 >"$T/out" 2>"$T/err"
-check has "$T/out" "skipped 4 of "
-check has "$T/out" "1 zero-sized, 1 not an image, 1 truncated, 1 unsupported"
+check has "$T/out" "skipped 6 of "
+check has "$T/out" "1 zero-sized, 1 not an image, 3 truncated, 1 unsupported"
 check has "$T/out" "ignored 4 files"
 check has "$T/out" "pack: 1 file decoded through a libjpeg warning (listed under \"files\" in $T/s48/manifest.json): first: $T/photos/dogs/warned.jpg: Corrupt JPEG data: 3 extraneous bytes before marker 0xda"
 check "$RT" verify "$T/s48" >/dev/null
@@ -94,6 +96,16 @@ for f in x_gray16.png y_rotated.webp z_rotated_late.png; do
     check $PY "$HERE/pack_folder_check.py" exact-rotated "$T/photos/dogs/$f" "$T/p_$f.png"
 done
 
+# 2d. BMP and TIFF files where Pillow's reading is easy to miss, each alone, packed as they are: the record equals
+# Pillow's convert("RGB") exactly (RLE8 with a delta as Pillow 9.4 reads it, 16-bit 5-6-5, JPEG-in-TIFF, and a TIFF
+# with an Orientation tag, which Pillow turns on load, asked or not: the probe's size, pack's record shape, is turned).
+for f in zb_rle8.bmp zb_565.bmp zt_jpeg.tif zt_rotated.tif; do
+    mkdir -p "$T/one_$f/a" && cp "$T/photos/dogs/$f" "$T/one_$f/a/0.${f#*.}"
+    check "$RT" pack "$T/one_$f" --out "$T/p_$f" --codec raw >/dev/null
+    check "$RT" inspect "$T/p_$f" --record 0 --out "$T/p_$f.png" >/dev/null
+    check $PY "$HERE/pack_folder_check.py" exact "$T/photos/dogs/$f" "$T/p_$f.png"
+done
+
 # 3. Variable sizes (the warned JPEG is stored as it is, and the load-time crops decode it): --codec jpeg --max-side 128, crops at load time.
 check "$RT" pack "$T/photos" --out "$T/var" --codec jpeg --max-side 128 --skip-bad --val-split 0.25 >"$T/out" 2>"$T/err"
 check "$RT" verify "$T/var" >/dev/null
@@ -114,8 +126,8 @@ checks=$((checks + 1))
 checks=$((checks + 1))
 if "$RT" loadbench "$T/var" --epochs 1 >"$T/out" 2>"$T/err"; then fail "loadbench without --image-size ran"; else
     has "$T/err" "--image-size" || fail "no hint at --image-size"; fi
-# A small model: the crops' path into training, not the model, is under test here.
-check "$RT" train --data "$T/var" --image-size 16 --model mnist-net --steps 3 --batch-size 8 \
+# A small model, one epoch (after which the val split is evaluated): the crops' path into training is under test.
+check "$RT" train --data "$T/var" --image-size 16 --model mnist-net --epochs 1 --batch-size 8 \
     --checkpoint-dir "$T/ck" >"$T/out" 2>&1
 check has "$T/out" "val acc"
 # eval takes the crop size from the checkpoint: a folder with train/ and test/ (the same pictures).
