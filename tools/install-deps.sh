@@ -15,7 +15,7 @@ set -eu
 build_pkgs=(gcc libc6-dev make cmake ninja-build pkg-config liburing-dev libzstd-dev libturbojpeg0-dev
     libarchive-dev libxxhash-dev libjansson-dev zlib1g-dev libpng-dev libopenblas-openmp-dev libdnnl-dev
     libopenmpi-dev openmpi-bin help2man dpkg-dev file python3-dev libdlpack-dev
-    libjpeg62-turbo-dev libwebp-dev libexif-dev libstb-dev libswscale-dev libavutil-dev libtiff-dev)
+    libjpeg62-turbo-dev libwebp-dev libexif-dev libswscale-dev libavutil-dev libtiff-dev)
 test_pkgs=(clang libclang-rt-14-dev python3 python3-numpy python3-torch python3-torchvision python3-pytest python3-pil
     python3-venv python3-pip
     slurmctld slurmd slurm-client munge iproute2 mmdebstrap chromium)
