@@ -10,7 +10,8 @@
 #                                           else resized and re-encoded
 #   bench/pack_folder.sh [--bin PATH] [options]
 # The modes are alternated RUNS times (the order rotates every run), the page
-# cache warm; images/s = the folder's images / the pack's wall-clock seconds.
+# cache warm, each output removed and synced before the next run; images/s =
+# the folder's images / the pack's wall-clock seconds.
 # Medians and min - max printed, with the output size. Each run also measures
 # the decode ceiling (bench/jpeg_ceiling.c, built with cc: libjpeg-turbo
 # decoding every file of the folder from memory, full size, on as many
@@ -144,7 +145,9 @@ for i in $(seq "$RUNS"); do
         echo "$wall $recs $mb" >>"$t/$m.txt"
         printf "  %-8s %7.0f images/s  (%s records in %.2f s, %s MiB out)\n" "$m" \
             "$(awk -v n="$recs" -v w="$wall" 'BEGIN { print n / w }')" "$recs" "$wall" "$mb"
+        # Gone and written back before the next run, so that no run pays for the one before it.
         rm -rf "${t:?}/$m"
+        sync
     done
 done
 
@@ -176,7 +179,7 @@ for m in "${modes[@]}"; do
         share=$(awk -v a="$med" -v c="$ceil" 'BEGIN { printf "%.0f %%", 100 * a / c }')
         if [ "$m" = size224 ]; then
             verdict=$(awk -v a="$med" -v c="$ceil" 'BEGIN { printf "%s (%.0f %% of the ceiling; goal >= 70 %%)",
-                a >= 0.7 * c ? "PASS" : "MISS", 100 * a / c }')
+                (a >= 0.7 * c ? "PASS" : "MISS"), 100 * a / c }')
         fi
     fi
     printf "| %s | %.0f | %.0f - %.0f | %.2f | %s | %s | %s |\n" "$m" "$med" "$lo" "$hi" "$secs" "$mib" "$recs" \
