@@ -523,11 +523,15 @@ static int jpeg_probe(const uint8_t *buf, size_t len, const char *name, struct r
 }
 
 /*
- * Decodes into d->buf[0] (w x h x channels). d->buf[1] holds one row when
- * the decoder's output needs converting (CMYK, or colour to luma): 4 bytes
- * a pixel as read, then 3 of RGB.
+ * Decodes into d->buf[0] (w x h x channels) at 1/denom of the full size
+ * (libjpeg's scaled IDCT; denom 1, 2, 4 or 8), or with `want` only that
+ * window of it, widened by libjpeg to whole iMCU columns (*got: which
+ * window d->buf[0] holds; rows outside it are read and skipped, never
+ * converted). d->buf[1] holds one row when the decoder's output needs
+ * converting (CMYK, or colour to luma): 4 bytes a pixel as read, then 3 of RGB.
  */
 static int jpeg_decode(struct rt_imgdec *d, const uint8_t *buf, size_t len, const char *name, uint32_t channels,
+                       uint32_t denom, const struct rt_img_window *want, struct rt_img_window *got,
                        int want_exif, int *orientation, uint32_t *w, uint32_t *h, enum rt_img_bad *why)
 {
     j_decompress_ptr jd = &d->jd;
@@ -545,18 +549,41 @@ static int jpeg_decode(struct rt_imgdec *d, const uint8_t *buf, size_t len, cons
     if (rc < 0)
         goto out;
     *orientation = want_exif ? jpeg_orientation(jd) : 1;
+    /* A window is in the pixels as stored; a turned image is decoded whole. */
+    const struct rt_img_window *const part = *orientation == 1 ? want : NULL;
 
     const int cmyk = jd->num_components == 4, gray_in = jd->num_components == 1;
     const int direct = !cmyk && (channels == 3 || gray_in);
-    const uint32_t iw = jd->image_width, ih = jd->image_height;
     jd->out_color_space = cmyk ? JCS_CMYK : direct && channels == 1 ? JCS_GRAYSCALE : JCS_RGB;
     jd->dct_method = JDCT_ISLOW;
-    if ((rc = rt_imgdec_reserve(d, 0, (size_t)iw * ih * channels)) < 0 ||
-        (!direct && (rc = rt_imgdec_reserve(d, 1, (size_t)iw * 7)) < 0))
-        goto out;
+    jd->scale_num = 1;
+    jd->scale_denom = denom;
+    jpeg_calc_output_dimensions(jd);
+    const uint32_t fw = jd->output_width, fh = jd->output_height;
+    /* The window, clamped to the image; the whole image without one. */
+    uint32_t x0 = 0, cw = fw, y0 = 0, y1 = fh;
+    if (part) {
+        x0 = RT_MIN(part->x, fw - 1);
+        cw = RT_MAX(1, RT_MIN(part->w, fw - x0));
+        y0 = RT_MIN(part->y, fh - 1);
+        y1 = y0 + RT_MAX(1, RT_MIN(part->h, fh - y0));
+    }
     jpeg_start_decompress(jd);
-    while (jd->output_scanline < ih) {
-        uint8_t *dst = d->buf[0] + (size_t)jd->output_scanline * iw * channels;
+    if (cw < fw) {
+        JDIMENSION xo = x0, cwo = cw;
+        jpeg_crop_scanline(jd, &xo, &cwo); /* widens to iMCU columns; output_width becomes cwo */
+        x0 = xo;
+    }
+    const uint32_t iw = jd->output_width, ih = y1 - y0;
+    if ((rc = rt_imgdec_reserve(d, 0, (size_t)iw * ih * channels)) < 0 ||
+        ((!direct || y1 < fh) && (rc = rt_imgdec_reserve(d, 1, (size_t)iw * 7)) < 0))
+        goto out;
+    if (y0 > 0 && jpeg_skip_scanlines(jd, y0) != y0) {
+        rc = jpeg_failed(f, name, why);
+        goto out;
+    }
+    while (jd->output_scanline < y1) {
+        uint8_t *dst = d->buf[0] + (size_t)(jd->output_scanline - y0) * iw * channels;
         JSAMPROW row = direct ? dst : d->buf[1];
         if (jpeg_read_scanlines(jd, &row, 1) != 1)
             continue;
@@ -574,9 +601,23 @@ static int jpeg_decode(struct rt_imgdec *d, const uint8_t *buf, size_t len, cons
             rt_img_rgb_to_gray(d->buf[1], dst, iw);
         }
     }
+    /*
+     * The rows below the window are still read, so damage there is found as in a whole decode: skipped but
+     * entropy-decoded, except the last, which is read -- a skip to the very end would stop reading the file.
+     */
+    if (y1 < fh) {
+        JSAMPROW last = d->buf[1];
+        if ((fh - y1 > 1 && jpeg_skip_scanlines(jd, fh - y1 - 1) != fh - y1 - 1) ||
+            jpeg_read_scanlines(jd, &last, 1) != 1) {
+            rc = jpeg_failed(f, name, why);
+            goto out;
+        }
+    }
     jpeg_finish_decompress(jd);
     *w = iw;
     *h = ih;
+    if (got)
+        *got = (struct rt_img_window){x0, y0, iw, ih};
     return 0;
 out:
     jpeg_abort_decompress(jd);
@@ -1011,6 +1052,13 @@ void rt_imgdec_destroy(struct rt_imgdec *d)
 int rt_img_decode(struct rt_imgdec *d, const uint8_t *buf, size_t len, const char *name, uint32_t channels,
                   int exif_rotate, const uint8_t **px, uint32_t *w, uint32_t *h, enum rt_img_bad *why)
 {
+    return rt_img_decode_part(d, buf, len, name, channels, exif_rotate, 1, NULL, NULL, px, w, h, why);
+}
+
+int rt_img_decode_part(struct rt_imgdec *d, const uint8_t *buf, size_t len, const char *name, uint32_t channels,
+                       int exif_rotate, uint32_t denom, const struct rt_img_window *want, struct rt_img_window *got,
+                       const uint8_t **px, uint32_t *w, uint32_t *h, enum rt_img_bad *why)
+{
     enum rt_img_format f;
     int orientation = 1, rc;
 
@@ -1018,12 +1066,14 @@ int rt_img_decode(struct rt_imgdec *d, const uint8_t *buf, size_t len, const cha
     d->jf->warning[0] = '\0';
     if (channels != 1 && channels != 3)
         return rt_errf(-EINVAL, "%s: cannot decode to %" PRIu32 " channels (1 or 3)", name, channels);
+    if (denom != 1 && denom != 2 && denom != 4 && denom != 8)
+        return rt_errf(-EINVAL, "%s: cannot decode at 1/%" PRIu32 " (1, 2, 4 or 8)", name, denom);
     if (len == 0)
         return rt_img_bad(why, RT_IMG_EMPTY, "%s: zero-sized file", name);
     f = sniff(buf, len);
     switch (f) {
     case RT_IMG_JPEG:
-        rc = jpeg_decode(d, buf, len, name, channels, exif_rotate, &orientation, w, h, why);
+        rc = jpeg_decode(d, buf, len, name, channels, denom, want, got, exif_rotate, &orientation, w, h, why);
         break;
     case RT_IMG_PNG:
         rc = png_run(d, buf, len, name, channels, NULL, exif_rotate ? &orientation : NULL, w, h, why);
@@ -1048,6 +1098,8 @@ int rt_img_decode(struct rt_imgdec *d, const uint8_t *buf, size_t len, const cha
     }
     if (rc < 0)
         return rc;
+    if (got && f != RT_IMG_JPEG)
+        *got = (struct rt_img_window){0, 0, *w, *h};
     *px = d->buf[0];
     /* Pillow turns a TIFF by its Orientation tag whenever it loads one (TiffImageFile.load_end), asked or not. */
     if ((exif_rotate || f == RT_IMG_TIFF) && orientation != 1) {
@@ -1055,6 +1107,8 @@ int rt_img_decode(struct rt_imgdec *d, const uint8_t *buf, size_t len, const cha
             return rc;
         orient(d->buf[0], *w, *h, channels, orientation, d->buf[1], w, h);
         *px = d->buf[1];
+        if (got)
+            *got = (struct rt_img_window){0, 0, *w, *h};
     }
     return 0;
 }

@@ -110,6 +110,35 @@ void rt_imgdec_destroy(struct rt_imgdec *d);
 int rt_img_decode(struct rt_imgdec *d, const uint8_t *buf, size_t len, const char *name, uint32_t channels,
                   int exif_rotate, const uint8_t **px, uint32_t *w, uint32_t *h, enum rt_img_bad *why);
 
+/* A window of an image's pixels: columns x .. x+w-1, rows y .. y+h-1. */
+struct rt_img_window {
+    uint32_t x, y, w, h;
+};
+
+/*
+ * As rt_img_decode, with two savings for a JPEG:
+ * - decoded at 1/denom of its size (denom 1, 2, 4 or 8) by libjpeg's scaled
+ *   IDCT, as Pillow's Image.draft does: the image is then ceil(width /
+ *   denom) x ceil(height / denom) (turned by the EXIF orientation when
+ *   asked), each pixel standing for a denom x denom block of the full size;
+ * - with `want` (coordinates of that image; NULL for all of it), only the
+ *   pixels of that window are made: its columns widened to whole iMCU
+ *   columns by libjpeg, its rows exactly. *got (may be NULL) says which
+ *   window *px holds (*w x *h pixels); the pixels are those of the whole
+ *   decode except near the window's own edges inside the image, where
+ *   libjpeg's upsampling of subsampled colour may differ by a few units
+ *   (keep 16 pixels of margin around what you use). A JPEG the EXIF
+ *   orientation turns (when asked) is decoded whole.
+ * Every coefficient of the file is still read (rows outside the window are
+ * entropy-decoded and dropped), so a file is found truncated, damaged or
+ * decoded through a warning exactly as by rt_img_decode. Other formats
+ * ignore denom and want and decode whole (*got the whole image). -EINVAL
+ * for another denom.
+ */
+int rt_img_decode_part(struct rt_imgdec *d, const uint8_t *buf, size_t len, const char *name, uint32_t channels,
+                       int exif_rotate, uint32_t denom, const struct rt_img_window *want, struct rt_img_window *got,
+                       const uint8_t **px, uint32_t *w, uint32_t *h, enum rt_img_bad *why);
+
 /*
  * The first libjpeg warning the last rt_img_decode() call decoded through,
  * as libjpeg words it ("Corrupt JPEG data: ..."); "" when there was none or

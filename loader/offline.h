@@ -99,6 +99,7 @@ struct rt_pack_stats {
     uint64_t files, ignored, skipped;
     char skipped_summary[256];  /* e.g. "2 truncated, 1 not an image"; "" when none */
     uint64_t passthrough;       /* --max-side: JPEGs stored as they were */
+    uint64_t scaled[4];         /* --size: JPEGs decoded at 1/2, 1/4, 1/8 (index k for 1/2^k; [0] unused) */
     uint64_t warned;            /* JPEGs kept though libjpeg warned (listed in the manifest) */
     char first_warning[768];    /* the first of them, "PATH: warning"; "" when none */
 };
@@ -106,7 +107,7 @@ struct rt_pack_stats {
 /*
  * Packs `input` -- a CIFAR-10/100 binary directory or its .tar.gz, the CIFAR
  * python tarball, an MNIST IDX directory (plain or .gz), or an image folder
- * ROOT/<class>/<file> (JPEG, PNG, WebP, PPM/PGM) -- into shards and a
+ * ROOT/<class>/<file> (JPEG, PNG, WebP, PPM/PGM, BMP, TIFF) -- into shards and a
  * manifest under `outdir`. Image folders: with size_h/size_w every image is
  * resized (opts->fit); with max_side (jpeg codec) records keep their own
  * sizes; with neither, every image must have the first one's size. A file

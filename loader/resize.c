@@ -534,13 +534,13 @@ struct rt_layout {
     size_t oplane, ostride;
 };
 
-/* Horizontal pass: source rows v->first .. v->last - 1 into r->tmp. */
-static int rt_hpass(struct rt_resizer *r, const uint8_t *src, size_t sstride, uint32_t c, const struct rt_axis *h,
-                    const struct rt_axis *v, const struct rt_layout *L)
+/* Horizontal pass: source rows v->first .. v->last - 1 into r->tmp; src holds the image from (wx, wy) on. */
+static int rt_hpass(struct rt_resizer *r, const uint8_t *src, uint32_t wx, uint32_t wy, size_t sstride, uint32_t c,
+                    const struct rt_axis *h, const struct rt_axis *v, const struct rt_layout *L)
 {
     uint32_t rows = v->last - v->first;
     size_t segsz = (size_t)rows * L->seg;
-    const uint8_t *base = src + (size_t)v->first * sstride + (size_t)h->first * c;
+    const uint8_t *base = src + (size_t)(v->first - wy) * sstride + (size_t)(h->first - wx) * c;
     /* Per-segment strides in the temporary image: planes are whole images of `rows` rows. */
     size_t tcs = L->nseg > 1 ? segsz : L->cs;
     if (r->kernel == RT_KERNEL_SCALAR) {
@@ -600,11 +600,13 @@ static void rt_vpass(const struct rt_resizer *r, const struct rt_axis *v, const 
 
 /*
  * The resampling both entry points share: `box` (validated, inside the
- * image) of src to ow x oh outputs laid out as L says, mirrored when flip.
+ * sw x sh image) of src to ow x oh outputs laid out as L says, mirrored
+ * when flip. src holds the window win = {x, y, w, h} of the image (its
+ * top-left pixel first); the pixels the filter reads must lie in it.
  * Tables and the temporary image live in the resizer's scratch.
  */
-static int rt_resize_run(struct rt_resizer *r, const uint8_t *src, uint32_t sw, uint32_t sh, uint32_t c,
-                         size_t sstride, const struct rt_box *box, uint32_t ow, uint32_t oh, int flip,
+static int rt_resize_run(struct rt_resizer *r, const uint8_t *src, uint32_t sw, uint32_t sh, const uint32_t win[4],
+                         uint32_t c, size_t sstride, const struct rt_box *box, uint32_t ow, uint32_t oh, int flip,
                          struct rt_layout *L)
 {
     struct rt_axis_geom gx = rt_axis_place(sw, box->x, box->w, ow), gy = rt_axis_place(sh, box->y, box->h, oh);
@@ -625,11 +627,15 @@ static int rt_resize_run(struct rt_resizer *r, const uint8_t *src, uint32_t sw, 
     rt_axis_build(&v, sh, gy, oh, 0, dw);
     if (h.last <= h.first || v.last <= v.first)
         return rt_errf(-EINVAL, "resize: box (%g, %g, %g x %g) covers no pixel", box->x, box->y, box->w, box->h);
+    if (h.first < win[0] || h.last > win[0] + win[2] || v.first < win[1] || v.last > win[1] + win[3])
+        return rt_errf(-ERANGE, "resize: the filter reads columns %u..%u and rows %u..%u, outside the %ux%u window "
+                       "at (%u, %u) the source holds", h.first, h.last - 1, v.first, v.last - 1, win[2], win[3],
+                       win[0], win[1]);
 
     size_t tmpsz = (size_t)(v.last - v.first) * L->seg * L->nseg;
     if (!rt_resize_grow(&r->tmp, &r->tmp_cap, tmpsz))
         return rt_errf(-ENOMEM, "resize: out of memory (%zu bytes of resized rows)", tmpsz);
-    int rc = rt_hpass(r, src, sstride, c, &h, &v, L);
+    int rc = rt_hpass(r, src, win[0], win[1], sstride, c, &h, &v, L);
     if (rc)
         return rc;
     rt_vpass(r, &v, L);
@@ -640,9 +646,22 @@ int rt_resize_box_chw(struct rt_resizer *r, const uint8_t *src, uint32_t sw, uin
                       size_t sstride, const struct rt_box *box, uint8_t *dst, uint32_t dw, uint32_t dh,
                       const uint32_t rect[4], int flip)
 {
-    int rc = rt_resize_check_src(src, sw, sh, c, sstride);
+    const uint32_t whole[4] = {0, 0, sw, sh};
+    return rt_resize_box_chw_window(r, src, sw, sh, whole, c, sstride, box, dst, dw, dh, rect, flip);
+}
+
+int rt_resize_box_chw_window(struct rt_resizer *r, const uint8_t *src, uint32_t sw, uint32_t sh,
+                             const uint32_t win[4], uint32_t c, size_t sstride, const struct rt_box *box,
+                             uint8_t *dst, uint32_t dw, uint32_t dh, const uint32_t rect[4], int flip)
+{
+    if (!win || win[2] == 0 || win[3] == 0 || win[0] > sw || win[1] > sh || win[2] > sw - win[0] ||
+        win[3] > sh - win[1])
+        return rt_errf(-EINVAL, "resize: the source's window is empty or outside the %ux%u image", sw, sh);
+    int rc = rt_resize_check_src(src, win[2], win[3], c, sstride);
     if (rc)
         return rc;
+    if (sw > RT_RESIZE_MAX_SIDE || sh > RT_RESIZE_MAX_SIDE)
+        return rt_errf(-EINVAL, "resize: source is %ux%u (1..%u a side)", sw, sh, RT_RESIZE_MAX_SIDE);
     if (!r || !box || !dst)
         return rt_errf(-EINVAL, "resize: missing resizer, box or destination");
     if (!(isfinite(box->x) && isfinite(box->y) && isfinite(box->w) && isfinite(box->h)) || !(box->w > 0) ||
@@ -671,7 +690,7 @@ int rt_resize_box_chw(struct rt_resizer *r, const uint8_t *src, uint32_t sw, uin
     /* CHW: the temporary image is c planes, so the vertical pass writes the planes directly. */
     struct rt_layout L = {.nseg = c, .seg = rw, .cs = rw, .xs = 1, .out = dst + (size_t)ry * dw + rx,
                           .oplane = (size_t)dw * dh, .ostride = dw};
-    return rt_resize_run(r, src, sw, sh, c, sstride, &b, rw, rh, flip, &L);
+    return rt_resize_run(r, src, sw, sh, win, c, sstride, &b, rw, rh, flip, &L);
 }
 
 int rt_resize_hwc(struct rt_resizer *r, const uint8_t *src, uint32_t sw, uint32_t sh, uint32_t c,
@@ -685,9 +704,10 @@ int rt_resize_hwc(struct rt_resizer *r, const uint8_t *src, uint32_t sw, uint32_
     if (dw == 0 || dh == 0 || dw > RT_RESIZE_MAX_SIDE || dh > RT_RESIZE_MAX_SIDE)
         return rt_errf(-EINVAL, "resize: destination is %ux%u (1..%u a side)", dw, dh, RT_RESIZE_MAX_SIDE);
     const struct rt_box whole = {0, 0, sw, sh};
+    const uint32_t win[4] = {0, 0, sw, sh};
     struct rt_layout L = {.nseg = 1, .seg = (size_t)dw * c, .cs = 1, .xs = c, .out = dst, .oplane = 0,
                           .ostride = (size_t)dw * c};
-    return rt_resize_run(r, src, sw, sh, c, sstride, &whole, dw, dh, 0, &L);
+    return rt_resize_run(r, src, sw, sh, win, c, sstride, &whole, dw, dh, 0, &L);
 }
 
 static const char *const rt_fit_names[] = {[RT_FIT_CROP] = "crop", [RT_FIT_STRETCH] = "stretch", [RT_FIT_PAD] = "pad"};

@@ -48,6 +48,18 @@ int rt_resize_box_chw(struct rt_resizer *r, const uint8_t *src, uint32_t sw, uin
                       const uint32_t rect[4], int flip);
 
 /*
+ * As rt_resize_box_chw, with `src` holding only the window win = {x, y, w,
+ * h} of the sw x sh image (src points at its top-left pixel, rows sstride
+ * bytes apart): the result is the whole image's, provided the window holds
+ * every pixel the filter reads -- the box and about 1/scale + 1 pixels
+ * around it when shrinking, cut at the image's edges. -ERANGE when it does
+ * not (nothing is written); -EINVAL for a window outside the image.
+ */
+int rt_resize_box_chw_window(struct rt_resizer *r, const uint8_t *src, uint32_t sw, uint32_t sh,
+                             const uint32_t win[4], uint32_t c, size_t sstride, const struct rt_box *box,
+                             uint8_t *dst, uint32_t dw, uint32_t dh, const uint32_t rect[4], int flip);
+
+/*
  * The load-time crop's resize: as rt_resize_box_chw into the whole of dst,
  * with the box rounded to whole pixels and swscale's bilinear filter (close
  * to Pillow, not equal; kept so that training data does not change -- the

@@ -27,6 +27,7 @@
 #include "common/common.h"
 #include "loader/imgfile.h"
 #include "mkfolder.h"
+#include "test_util.h"
 
 static double psnr(const uint8_t *a, const uint8_t *b, size_t n)
 {
@@ -436,6 +437,101 @@ static void check_damage(struct rt_imgdec *d, const char *dir)
     CHECK(!strcmp(rt_img_format_name(RT_IMG_PNM), "PPM/PGM") && !strcmp(rt_img_format_name(RT_IMG_UNKNOWN), "unknown"));
 }
 
+/*
+ * rt_img_decode_part on every good JPEG of the folder, at 1/1 and 1/2 (a
+ * turned one decoded as stored): windows at the corners, the middle and
+ * across the whole image, 1 and 3 channels. The window handed back holds the
+ * rows asked for exactly and at least the columns (libjpeg widens to iMCU
+ * columns); its pixels equal the whole decode's away from its own edges
+ * inside the image (16 px, the margin pack keeps; how many differ nearer is
+ * printed), the warning is the whole decode's, and a file cut short is still
+ * found truncated when the window lies above the cut.
+ */
+static void check_windows(struct rt_imgdec *d, const char *dir, const struct mkf_folder *f)
+{
+    static const double at[][4] = {{0, 0, 0.5, 0.5}, {0.5, 0.5, 0.5, 0.5}, {0.25, 0.2, 0.5, 0.6}, {0, 0, 1, 1},
+                                   {0.6, 0, 0.4, 1}, {0, 0.7, 1, 0.3}};
+    size_t checked = 0, near_edge = 0, cuts = 0;
+    for (size_t i = 0; i < f->n; i++) {
+        const struct mkf_file *e = &f->files[i];
+        if (strcmp(e->status, "ok") || strcmp(e->format, "JPEG"))
+            continue;
+        char path[4096];
+        uint8_t *buf;
+        size_t len;
+        snprintf(path, sizeof(path), "%s/%s", dir, e->path);
+        if (rt_file_read(path, &buf, &len) < 0) {
+            CHECKF(0, "%s", rt_errmsg());
+            continue;
+        }
+        for (uint32_t denom = 1; denom <= 2; denom *= 2)
+            for (uint32_t c = 1; c <= 3; c += 2) {
+                enum rt_img_bad why;
+                const uint8_t *px;
+                uint32_t W, H, w, h;
+                if (rt_img_decode_part(d, buf, len, path, c, 0, denom, NULL, NULL, &px, &W, &H, &why) < 0) {
+                    CHECKF(0, "%s: %s", e->path, rt_errmsg());
+                    continue;
+                }
+                uint8_t *whole = tu_xmalloc((size_t)W * H * c);
+                memcpy(whole, px, (size_t)W * H * c);
+                char warned[256];
+                snprintf(warned, sizeof(warned), "%s", rt_imgdec_warning(d));
+                for (size_t k = 0; k < RT_ARRAY_LEN(at); k++) {
+                    struct rt_img_window want = {(uint32_t)(at[k][0] * W), (uint32_t)(at[k][1] * H),
+                                                 RT_MAX(1, (uint32_t)(at[k][2] * W)),
+                                                 RT_MAX(1, (uint32_t)(at[k][3] * H))},
+                                         got;
+                    int rc = rt_img_decode_part(d, buf, len, path, c, 0, denom, &want, &got, &px, &w, &h, &why);
+                    CHECKF(rc == 0, "%s: window %zu: %s", e->path, k, rt_errmsg());
+                    if (rc)
+                        continue;
+                    CHECKF(!strcmp(rt_imgdec_warning(d), warned), "%s: warning '%s', whole decode '%s'", e->path,
+                           rt_imgdec_warning(d), warned);
+                    CHECKF(got.w == w && got.h == h && got.y == want.y && got.h == want.h && got.x <= want.x &&
+                               got.x + got.w >= want.x + want.w && got.x + got.w <= W,
+                           "%s 1/%u: window (%u,%u %ux%u) asked, (%u,%u %ux%u) given", e->path, denom, want.x,
+                           want.y, want.w, want.h, got.x, got.y, got.w, got.h);
+                    if (got.x + got.w > W || got.y + got.h > H)
+                        continue;
+                    size_t bad = 0;
+                    for (uint32_t y = 0; y < h; y++)
+                        for (uint32_t x = 0; x < w; x++) {
+                            uint32_t gx = got.x + x;
+                            int inner = (got.x == 0 || x >= 16) && (got.x + got.w == W || x + 16 < w);
+                            for (uint32_t ch = 0; ch < c; ch++) {
+                                int same = px[((size_t)y * w + x) * c + ch] ==
+                                           whole[((size_t)(got.y + y) * W + gx) * c + ch];
+                                bad += inner && !same;
+                                near_edge += !inner && !same;
+                            }
+                        }
+                    CHECKF(bad == 0, "%s 1/%u c%u window %zu: %zu values differ from the whole decode", e->path,
+                           denom, c, k, bad);
+                    checked++;
+                }
+                free(whole);
+            }
+        /* Cut short: a window of the top rows fails (or not) exactly as the whole decode does. */
+        const uint8_t *px;
+        uint32_t w, h;
+        enum rt_img_bad why_whole = RT_IMG_OK, why_part = RT_IMG_OK;
+        const size_t cut = len * 6 / 10;
+        const struct rt_img_window top = {0, 0, e->w, RT_MAX(1, e->h / 5)};
+        int rc_whole = rt_img_decode(d, buf, cut, path, 3, 0, &px, &w, &h, &why_whole);
+        int rc_part = rt_img_decode_part(d, buf, cut, path, 3, 0, 1, &top, NULL, &px, &w, &h, &why_part);
+        CHECKF(rc_whole == rc_part && why_whole == why_part, "%s cut at %zu: whole decode %d (%s), window %d (%s)",
+               e->path, cut, rc_whole, rt_img_bad_name(why_whole), rc_part, rt_img_bad_name(why_part));
+        cuts += rc_part < 0;
+        free(buf);
+    }
+    printf("  rt_img_decode_part: %zu files cut short found bad as by the whole decode\n", cuts);
+    CHECK(cuts > 0);
+    printf("  rt_img_decode_part: %zu windows equal to the whole decode (%zu values differ within 16 px of a "
+           "window's inner edge)\n", checked, near_edge);
+    CHECK(checked > 0);
+}
+
 int main(void)
 {
     char tmpl[] = "/tmp/test_imgfile.XXXXXX", dir[256], json[256];
@@ -475,6 +571,7 @@ int main(void)
     check_orientations(d);
     check_webp_exif(d);
     check_damage(d, dir);
+    check_windows(d, dir, &f);
 
     rt_imgdec_destroy(d);
     rt_imgdec_destroy(NULL);

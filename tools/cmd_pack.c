@@ -78,7 +78,9 @@ static const struct cli_opt pack_opts[] = {
     {.name = "force", .letter = 'f', .kind = CLI_FLAG, F(o.force), .help = "replace an existing dataset at DIR"},
     {.kind = CLI_TEXT, .help = "Image folders:"},
     {.name = "size", .arg = "S|HxW", .kind = CLI_CUSTOM, .custom = parse_size,
-     .help = "store every image at S x S (or H x W) pixels, resized (antialiased)"},
+     .help = "store every image at S x S (or H x W) pixels, resized as Pillow's BILINEAR\n"
+             "resize does (the same values); a JPEG at least 6x the record's size is\n"
+             "decoded at 1/2, 1/4 or 1/8 scale first, keeping 3x the record's size"},
     {.name = "fit", .arg = "crop|stretch|pad", .kind = CLI_CHOICE, F(fit), .choices = fits,
      .help = "how --size gets there: crop = torchvision's Resize(S) + CenterCrop(S)\n"
              "(default), stretch = the whole image, aspect not kept, pad = the whole\n"
@@ -112,7 +114,8 @@ static const struct cli_cmd pack_cli = {
             "  MNIST         a directory holding the four MNIST IDX files (plain or .gz)\n"
             "  image folder  ROOT/<class>/<image> (class index = sorted folder order), optionally with\n"
             "                ROOT/train/, ROOT/val/ and ROOT/test/ above the class folders. Images: JPEG (baseline,\n"
-            "                progressive, gray, CMYK), PNG (8/16-bit, palette; alpha dropped), WebP, PPM/PGM, of any\n"
+            "                progressive, gray, CMYK), PNG (8/16-bit, palette; alpha dropped), WebP, PPM/PGM, BMP\n"
+            "                (palette, RLE, 16/24/32-bit), TIFF (first page; LZW, deflate, PackBits, JPEG), of any\n"
             "                size, with the extensions torchvision's ImageFolder lists in any case; hidden files\n"
             "                and other names are ignored and counted\n"
             "A directory that holds one of these one level down (as `ringtrain synth` writes) works too.\n\n"
@@ -176,6 +179,14 @@ static void print_folder_summary(const struct rt_pack_stats *st, const char *out
     if (st->skipped)
         printf("pack: skipped %s of %s: %s (listed with their reasons under \"files\" in %s/manifest.json)\n",
                thousands(st->skipped, a, sizeof(a)), thousands(st->files, b, sizeof(b)), st->skipped_summary, out);
+    if (st->scaled[1] + st->scaled[2] + st->scaled[3]) {
+        printf("pack: %s JPEGs decoded at a reduced scale, as large as --size needs (",
+               thousands(st->scaled[1] + st->scaled[2] + st->scaled[3], a, sizeof(a)));
+        for (int k = 1, n = 0; k < 4; k++)
+            if (st->scaled[k])
+                printf("%s1/%d: %llu", n++ ? ", " : "", 1 << k, (unsigned long long)st->scaled[k]);
+        printf(")\n");
+    }
     if (st->warned)
         printf("pack: %s %s decoded through a libjpeg warning (listed under \"files\" in %s/manifest.json): "
                "first: %s\n",
