@@ -257,6 +257,28 @@ bench_finish() {
 
 # --- the machine's ceiling -----------------------------------------------------------------
 
+# bench_jpeg_ceiling_build: builds bench/jpeg_ceiling.c (libjpeg-turbo's own
+# full-size decode rate on a folder, the ceiling of a JPEG-decoding loader or
+# packer) into $t/jpeg_ceiling with cc -O2. Returns 1, having printed
+# "ceiling:  n/a (why)", where it cannot (no C compiler, no libturbojpeg).
+# shellcheck disable=SC2154 # top and t are the caller's
+bench_jpeg_ceiling_build() {
+    if ! command -v cc >/dev/null 2>&1; then
+        echo "ceiling:  n/a (no C compiler 'cc' to build bench/jpeg_ceiling.c)"
+        return 1
+    fi
+    if ! pkg-config --exists libturbojpeg 2>/dev/null; then
+        echo "ceiling:  n/a (no libturbojpeg for pkg-config; ${sudo:-}apt-get install -y libturbojpeg0-dev)"
+        return 1
+    fi
+    # shellcheck disable=SC2046 # pkg-config's flags are words
+    if ! cc -O2 -o "$t/jpeg_ceiling" "$top/bench/jpeg_ceiling.c" $(pkg-config --cflags --libs libturbojpeg) \
+        -lpthread 2>"$t/ceiling.err"; then
+        echo "ceiling:  n/a (bench/jpeg_ceiling.c does not build: $(head -n 1 "$t/ceiling.err"))"
+        return 1
+    fi
+}
+
 # bench_ceiling THREADS OUT [brief]: the GFLOP/s of one large fp32 and one
 # bf16 matrix product through oneDNN on THREADS threads (bench/gemm_ceiling.c,
 # built once into $t with `cc -O2 ... -ldnnl`, run with

@@ -90,15 +90,7 @@ fi
 
 # --- the decode ceiling -------------------------------------------------------------
 have_ceiling=0
-# shellcheck disable=SC2046 # pkg-config's flags are words
-if ! command -v cc >/dev/null 2>&1; then
-    echo "ceiling:  n/a (no C compiler 'cc' to build bench/jpeg_ceiling.c)"
-elif ! pkg-config --exists libturbojpeg 2>/dev/null; then
-    echo "ceiling:  n/a (no libturbojpeg for pkg-config; apt-get install -y libturbojpeg0-dev)"
-elif ! cc -O2 -o "$t/jpeg_ceiling" "$top/bench/jpeg_ceiling.c" $(pkg-config --cflags --libs libturbojpeg) -lpthread \
-    2>"$t/ceiling.err"; then
-    echo "ceiling:  n/a (bench/jpeg_ceiling.c does not build: $(head -n 1 "$t/ceiling.err"))"
-else
+if bench_jpeg_ceiling_build; then
     have_ceiling=1
     modes+=(ceiling)
 fi
