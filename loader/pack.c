@@ -689,7 +689,7 @@ static void *worker_main(void *arg)
 
     pthread_mutex_lock(&p->lock);
     for (;;) {
-        struct block_job *job;
+        struct block_job *job = NULL;
         while (!p->quit && !(job = claim_block(p)))
             pthread_cond_wait(&p->start, &p->lock);
         if (p->quit)
