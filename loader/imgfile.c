@@ -135,12 +135,12 @@ static enum rt_img_format sniff(const uint8_t *buf, size_t len)
     if (has_prefix(buf, len, "II*\0", 4) || has_prefix(buf, len, "MM\0*", 4) || has_prefix(buf, len, "II+\0", 4) ||
         has_prefix(buf, len, "MM\0+", 4))
         return RT_IMG_TIFF;
-    /* Shorter than the DIB header's size field, "BM" is called a (truncated) BMP, as Pillow tries it as one. */
-    if (len >= 2 && len < 18 && buf[0] == 'B' && buf[1] == 'M')
-        return RT_IMG_BMP;
-    if (len >= 18 && buf[0] == 'B' && buf[1] == 'M') {
+    if (len >= 2 && buf[0] == 'B' && buf[1] == 'M') {
+        /* Shorter than the DIB header's size field, "BM" is called a (truncated) BMP, as Pillow tries it as one. */
+        if (len < 18)
+            return RT_IMG_BMP;
         /* "BM" alone starts plenty of text; the DIB header's size field names the BMP versions. */
-        uint32_t dib = buf[14] | (uint32_t)buf[15] << 8 | (uint32_t)buf[16] << 16 | (uint32_t)buf[17] << 24;
+        uint32_t dib = rt_img_le32(buf + 14);
         if (dib == 12 || dib == 40 || dib == 52 || dib == 56 || dib == 64 || dib == 108 || dib == 124)
             return RT_IMG_BMP;
     }
@@ -275,11 +275,6 @@ static int png_exif_orientation(png_structp png, png_infop info, const uint8_t *
     return late ? tiff_orientation(late, late_n) : 1;
 }
 
-static uint32_t le32(const uint8_t *p)
-{
-    return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /*
  * The first EXIF chunk of an extended (VP8X) WebP whose VP8X flags announce
  * EXIF, as libwebp's demuxer (Pillow's reader) finds it: a simple-format
@@ -290,11 +285,11 @@ static int webp_orientation(const uint8_t *buf, size_t len)
 {
     size_t end, at = 12;
 
-    if (len < 30 || memcmp(buf + 12, "VP8X", 4) != 0 || le32(buf + 16) < 10 || !(buf[20] & 0x08))
+    if (len < 30 || memcmp(buf + 12, "VP8X", 4) != 0 || rt_img_le32(buf + 16) < 10 || !(buf[20] & 0x08))
         return 1;
-    end = RT_MIN(len, (size_t)le32(buf + 4) + 8);
+    end = RT_MIN(len, (size_t)rt_img_le32(buf + 4) + 8);
     while (at + 8 <= end) {
-        const size_t n = le32(buf + at + 4);
+        const size_t n = rt_img_le32(buf + at + 4);
         if (n > end - at - 8)
             return 1;
         if (memcmp(buf + at, "EXIF", 4) == 0)
@@ -329,29 +324,22 @@ static void gray16_clip(const uint8_t *be16, uint8_t *out, size_t n, uint32_t ch
 }
 
 /*
- * Adobe CMYK as libjpeg returns it (inverted: 255 = no ink) to RGB the way
- * Pillow does: it reads the samples as "CMYK;I" (re-inverting them) and
- * converts with R = (255 - K) - (255 - K) * C / 255, the division rounded
- * as its MULDIV255.
+ * CMYK to RGB the way Pillow does: R = (255 - K) - (255 - K) * C / 255, the
+ * division rounded as its MULDIV255. Adobe CMYK as libjpeg returns it is
+ * inverted (255 = no ink); Pillow reads it as "CMYK;I", re-inverting it.
  */
-static void cmyk_to_rgb(const uint8_t *cmyk, uint8_t *rgb, size_t n)
+void rt_img_cmyk_to_rgb(const uint8_t *cmyk, uint8_t *rgb, size_t n, int ink)
 {
+    const unsigned flip = ink ? 0u : 255u;
     for (size_t i = 0; i < n; i++) {
         const uint8_t *s = cmyk + 4 * i;
-        unsigned nk = s[3];
+        unsigned nk = 255u - (s[3] ^ flip);
         for (int k = 0; k < 3; k++) {
-            unsigned t = (255u - s[k]) * nk + 128u;
+            unsigned t = (s[k] ^ flip) * nk + 128u;
             int v = (int)nk - (int)(((t >> 8) + t) >> 8);
             rgb[3 * i + k] = (uint8_t)(v < 0 ? 0 : v);
         }
     }
-}
-
-void rt_img_cmyk_ink_to_rgb(const uint8_t *cmyk, uint8_t *rgb)
-{
-    const uint8_t inv[4] = {(uint8_t)(255 - cmyk[0]), (uint8_t)(255 - cmyk[1]), (uint8_t)(255 - cmyk[2]),
-                            (uint8_t)(255 - cmyk[3])};
-    cmyk_to_rgb(inv, rgb, 1);
 }
 
 int rt_imgdec_reserve(struct rt_imgdec *d, int which, size_t n)
@@ -591,10 +579,10 @@ static int jpeg_decode(struct rt_imgdec *d, const uint8_t *buf, size_t len, cons
             continue;
         if (cmyk) {
             if (channels == 3) {
-                cmyk_to_rgb(d->buf[1], dst, iw);
+                rt_img_cmyk_to_rgb(d->buf[1], dst, iw, 0);
             } else {
                 /* Pillow has no CMYK->L: it goes through RGB (after the row's 4 bytes a pixel). */
-                cmyk_to_rgb(d->buf[1], d->buf[1] + (size_t)iw * 4, iw);
+                rt_img_cmyk_to_rgb(d->buf[1], d->buf[1] + (size_t)iw * 4, iw, 0);
                 rt_img_rgb_to_gray(d->buf[1] + (size_t)iw * 4, dst, iw);
             }
         } else {
@@ -843,7 +831,8 @@ static int webp_decode(struct rt_imgdec *d, const uint8_t *buf, size_t len, cons
         return webp_status(st, name, why);
     if (target)
         rt_img_rgb_to_gray(d->buf[1], d->buf[0], n);
-    *orientation = info.orientation;
+    if (orientation)
+        *orientation = info.orientation;
     *w = info.width;
     *h = info.height;
     return 0;
@@ -1079,7 +1068,7 @@ int rt_img_decode_part(struct rt_imgdec *d, const uint8_t *buf, size_t len, cons
         rc = png_run(d, buf, len, name, channels, NULL, exif_rotate ? &orientation : NULL, w, h, why);
         break;
     case RT_IMG_WEBP:
-        rc = webp_decode(d, buf, len, name, channels, &orientation, w, h, why);
+        rc = webp_decode(d, buf, len, name, channels, exif_rotate ? &orientation : NULL, w, h, why);
         break;
     case RT_IMG_PNM:
         rc = pnm_decode(d, buf, len, name, channels, w, h, why);
@@ -1101,8 +1090,11 @@ int rt_img_decode_part(struct rt_imgdec *d, const uint8_t *buf, size_t len, cons
     if (got && f != RT_IMG_JPEG)
         *got = (struct rt_img_window){0, 0, *w, *h};
     *px = d->buf[0];
-    /* Pillow turns a TIFF by its Orientation tag whenever it loads one (TiffImageFile.load_end), asked or not. */
-    if ((exif_rotate || f == RT_IMG_TIFF) && orientation != 1) {
+    /*
+     * Each decoder reports an orientation only where it is to be applied: the EXIF one when asked, a TIFF's
+     * always (Pillow turns a TIFF by its Orientation tag whenever it loads one, TiffImageFile.load_end).
+     */
+    if (orientation != 1) {
         if ((rc = rt_imgdec_reserve(d, 1, (size_t)*w * *h * channels)) < 0)
             return rc;
         orient(d->buf[0], *w, *h, channels, orientation, d->buf[1], w, h);

@@ -54,12 +54,6 @@ struct bmp {
     uint8_t pal[256][3];
 };
 
-static uint32_t rd16(const uint8_t *p) { return p[0] | (uint32_t)p[1] << 8; }
-static uint32_t rd32(const uint8_t *p)
-{
-    return p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-}
-
 /* Byte positions of R, G, B for a 32-bit BI_BITFIELDS mask set Pillow knows; -1 for the others. */
 static int bmp_masks32(const uint32_t m[4], int pos[3])
 {
@@ -93,7 +87,7 @@ static int bmp_header(const uint8_t *buf, size_t len, const char *name, struct b
     if (len < 18)
         return rt_img_bad(why, RT_IMG_TRUNCATED, "%s: truncated BMP: %zu bytes, shorter than its file header", name,
                           len);
-    b->hsize = rd32(buf + 14);
+    b->hsize = rt_img_le32(buf + 14);
     if (b->hsize != 12 && b->hsize != 40 && b->hsize != 64 && b->hsize != 108 && b->hsize != 124)
         return rt_img_bad(why, RT_IMG_UNSUPPORTED,
                           "%s: BMP with a %" PRIu32 "-byte header is not decoded here (Pillow refuses it too); "
@@ -104,22 +98,22 @@ static int bmp_header(const uint8_t *buf, size_t len, const char *name, struct b
     const uint8_t *hd = buf + 18; /* the header after its size field */
     pos = 14 + b->hsize;
     if (b->hsize == 12) {
-        b->w = rd16(hd);
-        b->h = rd16(hd + 2);
-        b->bits = rd16(hd + 6);
+        b->w = rt_img_le16(hd);
+        b->h = rt_img_le16(hd + 2);
+        b->bits = rt_img_le16(hd + 6);
         pad = 3;
     } else {
         b->topdown = hd[7] == 0xFF;
-        b->w = rd32(hd);
-        b->h = b->topdown ? (uint32_t)(0 - rd32(hd + 4)) : rd32(hd + 4);
-        b->bits = rd16(hd + 10);
-        b->comp = rd32(hd + 12);
-        colors = rd32(hd + 28);
+        b->w = rt_img_le32(hd);
+        b->h = b->topdown ? (uint32_t)(0 - rt_img_le32(hd + 4)) : rt_img_le32(hd + 4);
+        b->bits = rt_img_le16(hd + 10);
+        b->comp = rt_img_le32(hd + 12);
+        colors = rt_img_le32(hd + 28);
         pad = 4;
     }
     if (b->bits <= 8 && !colors)
         colors = (uint64_t)1 << b->bits;
-    b->off = rd32(buf + 10);
+    b->off = rt_img_le32(buf + 10);
     if (b->off == 14 + (size_t)b->hsize && b->bits <= 8)
         b->off += 4 * colors;
 
@@ -135,12 +129,12 @@ static int bmp_header(const uint8_t *buf, size_t len, const char *name, struct b
         uint32_t m[4] = {0, 0, 0, 0};
         if (b->hsize >= 56) {
             for (int k = 0; k < 4; k++)
-                m[k] = rd32(hd + 36 + 4 * k);
+                m[k] = rt_img_le32(hd + 36 + 4 * k);
         } else {
             if (len < pos + 12)
                 return rt_img_bad(why, RT_IMG_TRUNCATED, "%s: truncated BMP: bit field masks missing", name);
             for (int k = 0; k < 3; k++)
-                m[k] = rd32(buf + pos + 4 * k);
+                m[k] = rt_img_le32(buf + pos + 4 * k);
             pos += 12;
         }
         int ok = 0;
@@ -203,7 +197,7 @@ static void bmp_pixel(const struct bmp *b, const uint8_t *row, uint32_t x, uint8
     case 4: v = row[x >> 1] >> (x & 1 ? 0 : 4) & 15; break;
     case 8: v = row[x]; break;
     case 16: {
-        const uint32_t p = rd16(row + 2 * (size_t)x);
+        const uint32_t p = rt_img_le16(row + 2 * (size_t)x);
         if (b->sixteen) {
             rgb[0] = (uint8_t)((p >> 11 & 31) * 255 / 31);
             rgb[1] = (uint8_t)((p >> 5 & 63) * 255 / 63);
@@ -315,13 +309,9 @@ static int bmp_rle(const struct bmp *b, const uint8_t *buf, size_t len, const ch
 int rt_img_bmp(struct rt_imgdec *d, const uint8_t *buf, size_t len, const char *name, uint32_t channels,
                struct rt_img_info *info, uint32_t *w, uint32_t *h, enum rt_img_bad *why)
 {
-    struct bmp *b = malloc(sizeof(*b));
+    struct bmp hdr, *b = &hdr;
     int rc;
 
-    if (!b) {
-        *why = RT_IMG_OK;
-        return rt_errf(-ENOMEM, "%s: out of memory for a BMP header", name);
-    }
     if ((rc = bmp_header(buf, len, name, b, why)) < 0)
         goto out;
     if (!d) {
@@ -352,7 +342,7 @@ int rt_img_bmp(struct rt_imgdec *d, const uint8_t *buf, size_t len, const char *
         goto out;
     uint8_t *rgb = rt_imgdec_buf(d, target);
     if (rle) {
-        /* Indexes into the end of the result buffer (n of its 3n bytes, or buffer 1 when it holds the RGB). */
+        /* The palette indexes, one a pixel: in buffer 1, or in buffer 0 when buffer 1 holds the RGB (gray out). */
         uint8_t *idx = target ? rt_imgdec_buf(d, 0) : rt_imgdec_buf(d, 1);
         if ((rc = bmp_rle(b, buf, len, name, idx, why)) < 0)
             goto out;
@@ -382,6 +372,5 @@ int rt_img_bmp(struct rt_imgdec *d, const uint8_t *buf, size_t len, const char *
 out:
     if (rc == -ENOMEM)
         *why = RT_IMG_OK;
-    free(b);
     return rc;
 }

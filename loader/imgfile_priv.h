@@ -23,8 +23,15 @@ int rt_imgdec_reserve(struct rt_imgdec *d, int which, size_t n);
 uint8_t *rt_imgdec_buf(struct rt_imgdec *d, int which);
 /* n RGB pixels to Pillow's convert("L") luma. */
 void rt_img_rgb_to_gray(const uint8_t *rgb, uint8_t *gray, size_t n);
-/* One CMYK pixel (ink: 0 = none, as TIFF stores it) to RGB with Pillow's formula. */
-void rt_img_cmyk_ink_to_rgb(const uint8_t *cmyk, uint8_t *rgb);
+/*
+ * n CMYK pixels to RGB with Pillow's formula: `ink` 1 when 0 means no ink
+ * (TIFF), 0 when the samples are Adobe-inverted (libjpeg's CMYK JPEGs).
+ */
+void rt_img_cmyk_to_rgb(const uint8_t *cmyk, uint8_t *rgb, size_t n, int ink);
+
+/* Little-endian fields (BMP, RIFF/WebP). */
+static inline uint32_t rt_img_le16(const uint8_t *p) { return p[0] | (uint32_t)p[1] << 8; }
+static inline uint32_t rt_img_le32(const uint8_t *p) { return rt_img_le16(p) | rt_img_le16(p + 2) << 16; }
 
 /*
  * The BMP and TIFF readers. With d == NULL only the header is read and

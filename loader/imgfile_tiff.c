@@ -130,6 +130,8 @@ struct tiff_layout {
     int premultiplied; /* RGB with associated alpha (ExtraSamples 1) */
     int orientation;
     enum tiff_kind kind;
+    int need;          /* samples a pixel's colour reads (the alpha of premultiplied RGB included) */
+    int sep;           /* samples in planes of their own (PlanarConfig separate) */
 };
 
 static int extra_is(const struct tiff_layout *t, int n, int first)
@@ -206,6 +208,9 @@ static int tiff_classify(TIFF *tif, const char *name, struct tiff_layout *t, enu
     if (!TIFFIsCODECConfigured(t->compression))
         return rt_img_bad(why, RT_IMG_UNSUPPORTED, "%s: TIFF compression %d is not decoded by this libtiff; convert "
                           "it to PNG", name, t->compression);
+    t->need = t->kind == TK_CMYK ? 4 : t->kind == TK_GRAY || t->kind == TK_GRAY16 || t->kind == TK_PAL ? 1
+              : 3 + t->premultiplied;
+    t->sep = t->planar == PLANARCONFIG_SEPARATE;
     return rt_img_check_size(name, "TIFF", t->w, t->h, why);
 }
 
@@ -287,12 +292,9 @@ static int tiff_read_planes(TIFF *tif, const struct tiff_layout *t, uint8_t *pla
 static void tiff_pixel(const struct tiff_layout *t, const uint8_t *const *rows, uint32_t x, const uint8_t pal[256][3],
                        uint8_t *rgb)
 {
-    const int sep = t->planar == PLANARCONFIG_SEPARATE;
     uint32_t v[6];
-    const int need = t->kind == TK_CMYK ? 4 : t->kind == TK_GRAY || t->kind == TK_GRAY16 || t->kind == TK_PAL ? 1
-                     : 3 + t->premultiplied;
-    for (int k = 0; k < need; k++)
-        v[k] = sep ? sample(rows[k], x, t->bps) : sample(rows[0], (size_t)x * t->spp + k, t->bps);
+    for (int k = 0; k < t->need; k++)
+        v[k] = t->sep ? sample(rows[k], x, t->bps) : sample(rows[0], (size_t)x * t->spp + k, t->bps);
     switch (t->kind) {
     case TK_GRAY: {
         uint32_t g = t->bps == 1 ? v[0] * 255 : t->bps == 2 ? v[0] * 85 : t->bps == 4 ? v[0] * 17 : v[0];
@@ -313,7 +315,7 @@ static void tiff_pixel(const struct tiff_layout *t, const uint8_t *const *rows, 
         break;
     case TK_CMYK: {
         const uint8_t c[4] = {(uint8_t)v[0], (uint8_t)v[1], (uint8_t)v[2], (uint8_t)v[3]};
-        rt_img_cmyk_ink_to_rgb(c, rgb);
+        rt_img_cmyk_to_rgb(c, rgb, 1, 1);
         break;
     }
     default: /* TK_RGB, TK_YCBCR_JPEG (libjpeg's RGB) */

@@ -303,41 +303,42 @@ static double scale_gap(void)
 #define WINDOW_MARGIN 16
 
 /*
- * How much of a JPEG stored with --size to decode. The IDCT scale (return
- * value): the largest 1/k (k = 8, 4, 2) that leaves the part of the image
- * the record shows (fit's box) at least gap times the record's rectangle on
- * both sides, else 1. With --fit crop, *want: that box at that scale, with
- * the resize filter's reach and WINDOW_MARGIN around it (1 when a window is
- * worth asking for, 0 for the whole image: other files, modes and fits,
+ * How much of a JPEG stored with --size to decode, into im->denom (and, for
+ * such a JPEG, its displayed size into im->fw, im->fh; 0 otherwise). The IDCT
+ * scale: the largest 1/k (k = 8, 4, 2) that leaves the part of the image the
+ * record shows (fit's box) at least gap times the record's rectangle on both
+ * sides, else 1. With --fit crop, *want: that box at that scale, with the
+ * resize filter's reach and WINDOW_MARGIN around it. Returns 1 when a window
+ * is worth asking for, 0 for the whole image (other files, modes and fits,
  * images the EXIF orientation turns, and boxes that are most of the image).
  */
-static uint32_t jpeg_plan(const struct packer *p, const struct rt_img_info *info, struct rt_img_window *want,
-                          int *windowed)
+static int jpeg_plan(const struct packer *p, struct image *im, struct rt_img_window *want)
 {
-    *windowed = 0;
+    const struct rt_img_info *info = &im->info;
+    im->denom = 1;
     if (p->mode != MODE_SIZE || info->format != RT_IMG_JPEG)
-        return 1;
+        return 0;
     const int turned = p->o->exif_rotate && info->orientation != 1;
-    const uint32_t fw = p->o->exif_rotate && info->orientation >= 5 ? info->height : info->width;
-    const uint32_t fh = p->o->exif_rotate && info->orientation >= 5 ? info->width : info->height;
+    im->fw = p->o->exif_rotate && info->orientation >= 5 ? info->height : info->width;
+    im->fh = p->o->exif_rotate && info->orientation >= 5 ? info->width : info->height;
     uint32_t rect[4], k = 8;
     struct rt_box box;
-    rt_fit_geometry((enum rt_fit)p->o->fit, fw, fh, p->w, p->h, &box, rect);
+    rt_fit_geometry((enum rt_fit)p->o->fit, im->fw, im->fh, p->w, p->h, &box, rect);
     const double gap = scale_gap();
     while (k > 1 && !(box.w / k >= gap * rect[2] && box.h / k >= gap * rect[3]))
         k /= 2;
+    im->denom = k;
     if (p->o->fit != RT_FIT_CROP || turned)
-        return k;
+        return 0;
     /* The box at 1/k; the triangle reaches about 1/scale + 1 pixels past it when shrinking. */
     const double bx = box.x / k, by = box.y / k, bw = box.w / k, bh = box.h / k;
     const double mx = ceil(bw / rect[2]) + 2 + WINDOW_MARGIN, my = ceil(bh / rect[3]) + 2 + WINDOW_MARGIN;
-    const uint32_t sw = (fw + k - 1) / k, sh = (fh + k - 1) / k;
+    const uint32_t sw = (im->fw + k - 1) / k, sh = (im->fh + k - 1) / k;
     const double x0 = RT_MAX(0.0, floor(bx - mx)), y0 = RT_MAX(0.0, floor(by - my));
     const double x1 = RT_MIN((double)sw, ceil(bx + bw + mx)), y1 = RT_MIN((double)sh, ceil(by + bh + my));
     *want = (struct rt_img_window){(uint32_t)x0, (uint32_t)y0, (uint32_t)(x1 - x0), (uint32_t)(y1 - y0)};
     /* Skipping less than a tenth of the pixels is not worth the narrower decode. */
-    *windowed = (uint64_t)want->w * want->h * 10 < (uint64_t)sw * sh * 9;
-    return k;
+    return (uint64_t)want->w * want->h * 10 < (uint64_t)sw * sh * 9;
 }
 
 /*
@@ -357,8 +358,7 @@ static int image_read(struct packer *p, struct worker *w, struct block_job *j, u
     rc = rt_img_probe(im->file, im->len, path, &im->info, &why);
     if (rc == 0) {
         struct rt_img_window want;
-        int windowed;
-        im->denom = jpeg_plan(p, &im->info, &want, &windowed);
+        const int windowed = jpeg_plan(p, im, &want);
         rc = rt_img_decode_part(w->img, im->file, im->len, path, p->c, p->o->exif_rotate, im->denom,
                                 windowed ? &want : NULL, &im->win, &im->px, &im->w, &im->h, &why);
     }
@@ -373,13 +373,11 @@ static int image_read(struct packer *p, struct worker *w, struct block_job *j, u
         im->file = NULL;
         return rc;
     }
-    /*
-     * The image's size in full and at the scale decoded (of which px may hold a window only): a JPEG's probed
-     * size is the stored one, turned when asked; other files are decoded whole, at full size.
-     */
-    const int jpeg = im->info.format == RT_IMG_JPEG, swap = p->o->exif_rotate && im->info.orientation >= 5;
-    im->fw = !jpeg ? im->w : swap ? im->info.height : im->info.width;
-    im->fh = !jpeg ? im->h : swap ? im->info.width : im->info.height;
+    /* The image's size at the scale decoded (of which px may hold a window only); decoded whole, its own. */
+    if (!im->fw) {
+        im->fw = im->w;
+        im->fh = im->h;
+    }
     im->sw = (im->fw + im->denom - 1) / im->denom;
     im->sh = (im->fh + im->denom - 1) / im->denom;
     if (im->denom > 1)
@@ -978,7 +976,7 @@ static int note_job(struct packer *p, const struct block_job *j)
     return 0;
 }
 
-/* Encodes and writes one output split, group of blocks by group of blocks. */
+/* Encodes and writes one output split, its blocks streamed through the workers and written in order. */
 static int pack_split(struct packer *p, struct shard_writer *sw)
 {
     const uint64_t count = p->plan[sw->split].count;

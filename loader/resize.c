@@ -34,8 +34,10 @@
  * source row). The kernel is chosen once per resizer from the CPU
  * (__builtin_cpu_supports), or by RT_RESIZE_KERNEL=scalar|avx2|avx512 at
  * create (tests compare the plain C kernel, which any CPU runs, with both).
- * Tables are rebuilt per call into the resizer's scratch (O(dw + dh) beside
- * the O(dw * dh) resampling); nothing is allocated once the scratch has grown.
+ * Tables are built into the resizer's scratch and kept for the next call
+ * with the same geometry (building them took ~8 % of a 500x375 -> 224 call;
+ * pack meets the same sizes again and again); nothing is allocated once the
+ * scratch has grown.
  *
  * Speed, median thread CPU time per 224x224 output, one thread, AMD EPYC
  * (Zen 4, 2 cores, shared), bench/resize_quality.py (values that differ from
@@ -117,6 +119,15 @@ struct rt_resizer {
     size_t tmp_cap;
     uint8_t *blk;           /* vector kernels: a transposed block of source rows, then of output rows */
     size_t blk_cap;
+    /* The last call's geometry and the tables built for it (in tab), reused while a call's geometry is the same:
+     * pack meets the same image sizes, and so the same boxes, again and again. */
+    struct rt_resize_key {
+        uint32_t sw, sh, ow, oh;
+        int flip;
+        struct rt_box box;
+    } key;
+    int have_key;
+    struct rt_axis h, v;
 };
 
 /* Grows *buf to at least n bytes, keeping nothing; NULL when out of memory. */
@@ -339,6 +350,12 @@ static void rt_vrow_scalar(const uint8_t *in, size_t st, const int32_t *k, uint3
 }
 
 #ifdef RT_RESIZE_X86
+/* The vector kernels' loads (16 or 8 bytes widened to int32 lanes) and AVX-512's store (>> 22, clamped, narrowed). */
+#define RT_LOAD16(p) _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p)))
+#define RT_STORE16(p, a) \
+    _mm_storeu_si128((__m128i *)(p), _mm512_cvtusepi32_epi8(_mm512_max_epi32(_mm512_srai_epi32(a, RT_PREC_BITS), zero)))
+#define RT_LOAD8(p) _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p)))
+
 /* 16x16 bytes transposed in place: four rounds of interleaving rows i and i + 8 (each rotates the index bits). */
 static inline void rt_tr16(__m128i v[16])
 {
@@ -395,9 +412,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void
 rt_hblock_avx512(const uint8_t *blk, const struct rt_axis *h, uint32_t c, uint8_t *out, size_t cs, size_t xs)
 {
     const __m512i half = _mm512_set1_epi32(1 << (RT_PREC_BITS - 1)), zero = _mm512_setzero_si512();
-#define RT_LOAD16(p) _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p)))
-#define RT_STORE16(p, a) \
-    _mm_storeu_si128((__m128i *)(p), _mm512_cvtusepi32_epi8(_mm512_max_epi32(_mm512_srai_epi32(a, RT_PREC_BITS), zero)))
     for (uint32_t x = 0; x < h->n; x++) {
         const int32_t *k = h->k + (size_t)x * h->ksize;
         const uint8_t *p = blk + (size_t)h->start[x] * c * 16;
@@ -425,8 +439,6 @@ rt_hblock_avx512(const uint8_t *blk, const struct rt_axis *h, uint32_t c, uint8_
             RT_STORE16(out + (x * xs) * 16, _mm512_add_epi32(a0, a1));
         }
     }
-#undef RT_LOAD16
-#undef RT_STORE16
 }
 
 __attribute__((target("avx2"))) static inline void rt_store16_avx2(uint8_t *p, __m256i lo, __m256i hi)
@@ -441,7 +453,6 @@ __attribute__((target("avx2"))) static void rt_hblock_avx2(const uint8_t *blk, c
                                                            uint8_t *out, size_t cs, size_t xs)
 {
     const __m256i half = _mm256_set1_epi32(1 << (RT_PREC_BITS - 1));
-#define RT_LOAD8(p) _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p)))
     for (uint32_t x = 0; x < h->n; x++) {
         const int32_t *k = h->k + (size_t)x * h->ksize;
         const uint8_t *p = blk + (size_t)h->start[x] * c * 16;
@@ -457,7 +468,6 @@ __attribute__((target("avx2"))) static void rt_hblock_avx2(const uint8_t *blk, c
             rt_store16_avx2(out + (ch * cs + x * xs) * 16, lo, hi);
         }
     }
-#undef RT_LOAD8
 }
 
 /* Vertical pass, one output row: as rt_vrow_scalar, 64 then 16 bytes at a time. */
@@ -465,9 +475,6 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) static void
 rt_vrow_avx512(const uint8_t *in, size_t st, const int32_t *k, uint32_t count, uint8_t *out, size_t len)
 {
     const __m512i half = _mm512_set1_epi32(1 << (RT_PREC_BITS - 1)), zero = _mm512_setzero_si512();
-#define RT_LOAD16(p) _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)(p)))
-#define RT_STORE16(p, a) \
-    _mm_storeu_si128((__m128i *)(p), _mm512_cvtusepi32_epi8(_mm512_max_epi32(_mm512_srai_epi32(a, RT_PREC_BITS), zero)))
     size_t i = 0;
     for (; i + 64 <= len; i += 64) {
         __m512i a0 = half, a1 = half, a2 = half, a3 = half;
@@ -491,8 +498,6 @@ rt_vrow_avx512(const uint8_t *in, size_t st, const int32_t *k, uint32_t count, u
             a0 = _mm512_add_epi32(a0, _mm512_mullo_epi32(RT_LOAD16(p), _mm512_set1_epi32(k[t])));
         RT_STORE16(out + i, a0);
     }
-#undef RT_LOAD16
-#undef RT_STORE16
     rt_vrow_scalar(in + i, st, k, count, out + i, len - i);
 }
 
@@ -500,7 +505,6 @@ __attribute__((target("avx2"))) static void rt_vrow_avx2(const uint8_t *in, size
                                                          uint32_t count, uint8_t *out, size_t len)
 {
     const __m256i half = _mm256_set1_epi32(1 << (RT_PREC_BITS - 1));
-#define RT_LOAD8(p) _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i *)(p)))
     size_t i = 0;
     for (; i + 32 <= len; i += 32) {
         __m256i a0 = half, a1 = half, a2 = half, a3 = half;
@@ -515,7 +519,6 @@ __attribute__((target("avx2"))) static void rt_vrow_avx2(const uint8_t *in, size
         rt_store16_avx2(out + i, a0, a1);
         rt_store16_avx2(out + i + 16, a2, a3);
     }
-#undef RT_LOAD8
     rt_vrow_scalar(in + i, st, k, count, out + i, len - i);
 }
 #endif
@@ -609,22 +612,38 @@ static int rt_resize_run(struct rt_resizer *r, const uint8_t *src, uint32_t sw, 
                          uint32_t c, size_t sstride, const struct rt_box *box, uint32_t ow, uint32_t oh, int flip,
                          struct rt_layout *L)
 {
-    struct rt_axis_geom gx = rt_axis_place(sw, box->x, box->w, ow), gy = rt_axis_place(sh, box->y, box->h, oh);
-    struct rt_axis h = {.n = ow, .ksize = rt_axis_ksize(gx)}, v = {.n = oh, .ksize = rt_axis_ksize(gy)};
-    size_t kmax = h.ksize > v.ksize ? h.ksize : v.ksize;
-    size_t hk = (size_t)ow * h.ksize, vk = (size_t)oh * v.ksize;
-    size_t need = (kmax + hk + vk) * 8 + ((size_t)ow + oh) * 2 * sizeof(uint32_t);
-    if (!rt_resize_grow(&r->tab, &r->tab_cap, need))
-        return rt_errf(-ENOMEM, "resize: out of memory (%zu bytes of filter tables)", need);
-    double *dw = (double *)r->tab;
-    h.k = (int32_t *)(dw + kmax);
-    v.k = h.k + hk;
-    h.start = (uint32_t *)(v.k + vk);
-    h.count = h.start + ow;
-    v.start = h.count + ow;
-    v.count = v.start + oh;
-    rt_axis_build(&h, sw, gx, ow, flip, dw);
-    rt_axis_build(&v, sh, gy, oh, 0, dw);
+    struct rt_resize_key key;
+    memset(&key, 0, sizeof key); /* compared whole, padding included: the fields are set one by one */
+    key.sw = sw;
+    key.sh = sh;
+    key.ow = ow;
+    key.oh = oh;
+    key.flip = flip;
+    key.box = *box;
+    if (!r->have_key || memcmp(&key, &r->key, sizeof key) != 0) {
+        r->have_key = 0;
+        struct rt_axis_geom gx = rt_axis_place(sw, box->x, box->w, ow), gy = rt_axis_place(sh, box->y, box->h, oh);
+        struct rt_axis h = {.n = ow, .ksize = rt_axis_ksize(gx)}, v = {.n = oh, .ksize = rt_axis_ksize(gy)};
+        size_t kmax = h.ksize > v.ksize ? h.ksize : v.ksize;
+        size_t hk = (size_t)ow * h.ksize, vk = (size_t)oh * v.ksize;
+        size_t need = (kmax + hk + vk) * 8 + ((size_t)ow + oh) * 2 * sizeof(uint32_t);
+        if (!rt_resize_grow(&r->tab, &r->tab_cap, need))
+            return rt_errf(-ENOMEM, "resize: out of memory (%zu bytes of filter tables)", need);
+        double *dw = (double *)r->tab;
+        h.k = (int32_t *)(dw + kmax);
+        v.k = h.k + hk;
+        h.start = (uint32_t *)(v.k + vk);
+        h.count = h.start + ow;
+        v.start = h.count + ow;
+        v.count = v.start + oh;
+        rt_axis_build(&h, sw, gx, ow, flip, dw);
+        rt_axis_build(&v, sh, gy, oh, 0, dw);
+        r->h = h;
+        r->v = v;
+        r->key = key;
+        r->have_key = 1;
+    }
+    const struct rt_axis h = r->h, v = r->v;
     if (h.last <= h.first || v.last <= v.first)
         return rt_errf(-EINVAL, "resize: box (%g, %g, %g x %g) covers no pixel", box->x, box->y, box->w, box->h);
     if (h.first < win[0] || h.last > win[0] + win[2] || v.first < win[1] || v.last > win[1] + win[3])

@@ -650,7 +650,7 @@ static int bmp_or_tiff(const struct spec *s, uint32_t seed, const char *path, st
     int rc = -1;
 
     e->lossless = 1;
-    e->format = s->kind >= K_TIFF_RGB && s->kind != K_BAD_BMP_TRUNC ? "TIFF" : "BMP";
+    e->format = "BMP";
     switch (s->kind) {
     case K_BMP_24:
     case K_BAD_BMP_TRUNC:
@@ -808,6 +808,7 @@ static int bmp_or_tiff(const struct spec *s, uint32_t seed, const char *path, st
     }
 
     /* TIFF */
+    e->format = "TIFF";
     struct tiffw t = {.w = w, .h = h, .spp = 3, .bps = 8, .photometric = PHOTOMETRIC_RGB,
                       .compression = COMPRESSION_NONE, .px = buf};
     uint16_t cmap[3 * 256];

@@ -217,7 +217,8 @@ static void check_global_order(void)
                         if (!p)
                             continue;
                         const uint64_t base = first / G * A;
-                        const uint64_t want = base + (last == RT_LAST_DROP ? (n - first) / G : (n - first + G - 1) / G) * A;
+                        const uint64_t updates = last == RT_LAST_DROP ? (n - first) / G : (n - first + G - 1) / G;
+                        const uint64_t want = base + updates * A;
                         CHECKF(p->steps == want, "world %u accum %u from %" PRIu64 ": %" PRIu64 " steps, not %" PRIu64,
                                W, A, first, p->steps, want);
                         /* Step k >= base: update u = (k - base) / A, micro-batch m = ((k - base) % A) x W + r,
