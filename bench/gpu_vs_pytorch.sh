@@ -402,14 +402,18 @@ specs=()
 bench_list specs "$MODELS" --models
 models=()
 declare -A mbatch
+# spec_batch OPTION SPEC: SPEC's batch -- the number after ':', else model_batch's for its name.
+spec_batch() {
+    if [[ $2 == *:* ]]; then
+        case ${2#*:} in '' | *[!0-9]* | 0) bench_fail "$1: $2: the batch after : is not a positive integer" ;; esac
+        echo "${2#*:}"
+    else
+        model_batch "${2%%:*}"
+    fi
+}
 for spec in "${specs[@]}"; do
     name=${spec%%:*}
-    if [[ $spec == *:* ]]; then
-        mb=${spec#*:}
-        case $mb in '' | *[!0-9]* | 0) bench_fail "--models: $spec: the batch after : is not a positive integer" ;; esac
-    else
-        mb=$(model_batch "$name")
-    fi
+    mb=$(spec_batch --models "$spec") || exit 2
     [ -z "${mbatch[$name]:-}" ] || bench_fail "--models: $name is listed twice"
     mbatch[$name]=$mb
     models+=("$name")
@@ -423,7 +427,7 @@ case $FOLDER_NAME in
 esac
 FOLDER_S=${FOLDER_NAME##*@}
 bench_posint "$FOLDER_S"
-if [[ $FOLDER_MODEL == *:* ]]; then FOLDER_B=${FOLDER_MODEL#*:}; bench_posint "$FOLDER_B"; else FOLDER_B=$(model_batch "$FOLDER_NAME"); fi
+FOLDER_B=$(spec_batch --folder-model "$FOLDER_MODEL") || exit 2
 torch_workers=()
 bench_list torch_workers "$TORCH_WORKERS" --torch-workers
 bench_posint "${torch_workers[@]}"
@@ -1591,8 +1595,9 @@ if part_on folder; then
     echo
     echo "Loader-fed training, $FOLDER_NAME batch $FOLDER_B $FOLDER_AMP on the $DEVICE ($GPU_NAME), from $fdir:"
     echo "end-to-end images/s over the timed epochs (ringtrain: its --metrics epochs after the first; PyTorch: whole"
-    echo "epochs after an untimed one, each step ending with loss.item()); data wait = time waiting for the next"
-    echo "batch / step time (ringtrain: its epochs' data_wait_frac; PyTorch: time in the DataLoader's next())."
+    echo "epochs after an untimed one, each loss read one step late, as ringtrain reads its own); data wait = time"
+    echo "waiting for the next batch / step time (ringtrain: its epochs' data_wait_frac; PyTorch: time in the"
+    echo "DataLoader's next())."
     echo
     report folder "$t/results.jsonl" "$FOLDER_JSON" "$FOLDER_NAME" "$FOLDER_AMP" "$FOLDER_B" "$GPU_NAME" "$HOST" \
         "$fdir" "$fpacked" "$FOLDER_WORKERS" "$folder_pt_why"

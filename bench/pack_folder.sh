@@ -134,10 +134,10 @@ for i in $(seq "$RUNS"); do
             continue
         fi
         if [ "$m" = ceiling ]; then
-            # Its own rate (decode passes over the files held in memory), as images and seconds.
-            ips=$(sed -n 's/.*"images_per_s":\([0-9.]*\).*/\1/p' "$t/$m.out" | tail -n 1)
+            # Its own rate (decode passes over the files held in memory).
+            ips=$(bench_json_field "$PY" "$t/$m.out" images_per_s)
             [ -n "$ips" ] || { fails=$((fails + 1)); bench_show_failure 1 "$t/$m.err" "$t/$m.out"; continue; }
-            echo "1 $ips 0" >>"$t/$m.txt"
+            echo "$ips" >>"$t/ceiling.ips"
             printf "  %-8s %7.0f images/s  (full-size decode only, from memory)\n" "$m" "$ips"
             continue
         fi
@@ -155,11 +155,12 @@ for i in $(seq "$RUNS"); do
 done
 
 echo
-echo "Medians of $RUNS runs, $nimages images, $(nproc) CPUs (${cpu:-unknown CPU}), pack threads: ${THREADS:-the default}, written to $(df --output=fstype "$out" | tail -n 1) ($out)"
+echo "Medians of $RUNS runs, $nimages images, $(nproc) CPUs (${cpu:-unknown CPU}), pack threads:" \
+    "${THREADS:-the default}, written to $(df --output=fstype "$out" | tail -n 1) ($out)"
 echo
 ceil=""
-if [ $have_ceiling = 1 ] && [ -s "$t/ceiling.txt" ]; then
-    ceil=$(awk '{print $2}' "$t/ceiling.txt" | bench_median)
+if [ $have_ceiling = 1 ] && [ -s "$t/ceiling.ips" ]; then
+    ceil=$(bench_median <"$t/ceiling.ips")
 fi
 echo "| mode | images/s (median) | min - max | seconds (median) | MiB out | records | of the decode ceiling |"
 echo "|---|---:|---:|---:|---:|---:|---:|"
@@ -189,7 +190,7 @@ for m in "${modes[@]}"; do
         "$share"
 done
 if [ -n "$ceil" ]; then
-    awk '{print $2}' "$t/ceiling.txt" | sort -n >"$t/ceiling.ips"
+    sort -n -o "$t/ceiling.ips" "$t/ceiling.ips"
     printf "| decode ceiling (bench/jpeg_ceiling.c, %s threads) | %.0f | %.0f - %.0f | | | | 100 %% |\n" \
         "${THREADS:-$(nproc)}" "$ceil" "$(head -n 1 "$t/ceiling.ips")" "$(tail -n 1 "$t/ceiling.ips")"
 fi

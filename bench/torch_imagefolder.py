@@ -45,8 +45,9 @@ to a training step, PyTorch's usual ImageNet recipe end to end:
   model (bench/torch_train.py's reference models: resnet50 is torchvision's) with
   as many classes as the folder has, channels_last with --amp bf16/fp16,
   torch.autocast around forward + loss, CrossEntropyLoss, SGD lr 0.1 momentum
-  0.9 weight decay 5e-4; batches copied with non_blocking=True; every step
-  ends with loss.item() (as ringtrain's steps wait for their loss).
+  0.9 weight decay 5e-4; batches copied with non_blocking=True; each step's
+  loss read one step late (as ringtrain reads its losses: the host never
+  waits for the step it has just queued).
 
 Timing: the first epoch is untimed (workers starting, cudnn.benchmark's
 search); then whole epochs are timed until at least --seconds have passed and
@@ -151,7 +152,7 @@ def bench_train(a):
     opt = torch_train.make_optimizer(torch, model, 0.1)
     crit = torch.nn.CrossEntropyLoss()
     model.train()
-    state = {"wait": 0.0, "steps": 0, "images": 0, "loss": None}
+    state = {"wait": 0.0, "steps": 0, "loss": None}
 
     def epoch(clock_start=None):
         """One pass (or until --max-seconds after clock_start); True when stopped by it."""
@@ -169,9 +170,10 @@ def bench_train(a):
                 loss = crit(model(x), y)
             opt.zero_grad(set_to_none=True)
             prec.backward_step(loss, opt)
-            state["loss"] = loss.item()
+            prev, state["loss"] = state["loss"], loss.detach()
+            if prev is not None:
+                prev.item()  # the step before's loss: waits for it, while this step stays queued
             state["steps"] += 1
-            state["images"] += x.shape[0]
             if clock_start is not None and time.perf_counter() - clock_start >= a.max_seconds:
                 return True
 
@@ -179,7 +181,7 @@ def bench_train(a):
     epoch()  # untimed: workers start, cudnn.benchmark searches
     prec.sync()
     warm = time.perf_counter() - t_start
-    state.update(wait=0.0, steps=0, images=0)
+    state.update(wait=0.0, steps=0)
     epochs = 0
     t0 = time.perf_counter()
     while True:
@@ -192,14 +194,13 @@ def bench_train(a):
     prec.sync()
     secs = time.perf_counter() - t0
     per_epoch = (len(ds) // a.batch_size) * a.batch_size
-    loss = state["loss"]
-    if loss is None or loss != loss:
-        sys.exit("torch_imagefolder.py: %s: the loss is %s" % (a.model, loss))
+    images = state["steps"] * a.batch_size  # drop_last: every batch is whole
+    loss = torch_train.finite_loss(state["loss"], a.model)
     r = {"mode": "imagefolder_train", "model": a.model, "image_size": a.image_size, "batch_size": a.batch_size,
          "workers": a.workers, "amp": a.amp, "device": a.device, "classes": classes, "dataset_images": len(ds),
-         "warmup_epoch_s": warm, "timed_epochs": state["images"] / float(per_epoch),
-         "cut_at_max_seconds": bool(cut), "steps": state["steps"], "images": state["images"], "seconds": secs,
-         "images_per_s": state["images"] / secs, "data_wait_frac": state["wait"] / secs,
+         "warmup_epoch_s": warm, "timed_epochs": images / float(per_epoch),
+         "cut_at_max_seconds": bool(cut), "steps": state["steps"], "images": images, "seconds": secs,
+         "images_per_s": images / secs, "data_wait_frac": state["wait"] / secs,
          "data_wait_ms_per_step": 1e3 * state["wait"] / max(1, state["steps"]),
          "step_ms": 1e3 * secs / max(1, state["steps"]), "loss": loss, "pin_memory": cuda,
          "persistent_workers": a.workers > 0, "settings": torch_train.torch_settings(torch, prec),
@@ -208,7 +209,7 @@ def bench_train(a):
     print("imagefolder train %s S=%d B=%d num_workers=%d %s: %7.1f images/s end to end, data wait %.1f %% "
           "(%.2f epochs, %d images in %.1f s after a %.1f s warm-up epoch)"
           % (a.model, a.image_size, a.batch_size, a.workers, prec.describe(), r["images_per_s"],
-             100 * r["data_wait_frac"], r["timed_epochs"], r["images"], secs, warm), file=sys.stderr)
+             100 * r["data_wait_frac"], r["timed_epochs"], images, secs, warm), file=sys.stderr)
     print(json.dumps(r), flush=True)
     return 0
 
@@ -265,7 +266,7 @@ def main():
         p.error("--data is required")
     if a.mode == "train":
         try:
-            a.workers = int(a.workers) if a.workers != "all" else 8
+            a.workers = int(a.workers)
         except ValueError:
             a.workers = -1
         if a.workers < 0 or a.batch_size < 1 or a.image_size < 1 or a.seconds <= 0 or a.max_seconds <= 0:
