@@ -763,23 +763,32 @@ static void test_clobber(void)
     CHECK(exists("emptyout/manifest.json"));
 }
 
-/* Disk full, simulated with RLIMIT_FSIZE in a child: a clear error and nothing left behind. */
+/*
+ * Disk full, simulated with RLIMIT_FSIZE in a child: a clear error and
+ * nothing left behind. Shards are written on a thread of their own: with one
+ * shard the failure is found at the end of the pack, with small shards at
+ * the next shard's hand-over, the workers still encoding.
+ */
 static void test_disk_full(void)
 {
-    pid_t pid = fork();
-    if (pid == 0) {
-        struct rlimit rl = {150000, 150000};
-        signal(SIGXFSZ, SIG_IGN);
-        setrlimit(RLIMIT_FSIZE, &rl);
-        struct rt_pack_opts po = {.threads = 2};
-        int rc = pack_rel("c10", "full", &po);
-        fprintf(stderr, "pack under a 150 kB file size limit: rc %d: %s\n", rc, rt_errmsg());
-        _exit(rc < 0 && (rc == -EFBIG || rc == -ENOSPC) && strstr(rt_errmsg(), "write failed") ? 0 : 1);
+    const uint64_t shard_bytes[] = {0, 300000};
+    for (int k = 0; k < 2; k++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            struct rlimit rl = {150000, 150000};
+            signal(SIGXFSZ, SIG_IGN);
+            setrlimit(RLIMIT_FSIZE, &rl);
+            struct rt_pack_opts po = {.threads = 2, .shard_bytes = shard_bytes[k]};
+            int rc = pack_rel("c10", "full", &po);
+            fprintf(stderr, "pack under a 150 kB file size limit, shards of %" PRIu64 " B: rc %d: %s\n",
+                    shard_bytes[k], rc, rt_errmsg());
+            _exit(rc < 0 && (rc == -EFBIG || rc == -ENOSPC) && strstr(rt_errmsg(), "write failed") ? 0 : 1);
+        }
+        int status = 0;
+        waitpid(pid, &status, 0);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        CHECK(!exists("full") && !exists("full.partial"));
     }
-    int status = 0;
-    waitpid(pid, &status, 0);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    CHECK(!exists("full") && !exists("full.partial"));
 }
 
 /*
