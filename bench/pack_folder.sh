@@ -8,6 +8,8 @@
 #   maxside   --codec jpeg --max-side 512   variable-size JPEG records: kept as they
 #                                           are when <= 512 px (after a test decode),
 #                                           else resized and re-encoded
+# A raw mode may name a zstd level, MODE:L (size224:3 is --size 224 --level 3),
+# to set levels side by side in one run.
 #   bench/pack_folder.sh [--bin PATH] [options]
 # The modes are alternated RUNS times (the order rotates every run), the page
 # cache warm, each output removed and synced before the next run; images/s =
@@ -28,7 +30,11 @@
 #   --seed S         the folder's seed (default 0)
 #   --runs R         rounds of all modes (default 3)
 #   --threads T      pack's --threads (default: pack's own, the CPUs it may use)
-#   --modes LIST     which modes, of size64,size224,maxside (default all three)
+#   --modes LIST     which modes, of size64,size224,maxside, size64:L, size224:L
+#                    (default the first three)
+#   --folder DIR     pack this folder of images instead of the generated one (your
+#                    own photos, or bench/make_photo_folder.py's); the ceiling
+#                    decodes its .jpg/.jpeg files only
 #   --out-dir DIR    where the packs are written (default: a scratch folder in
 #                    $TMPDIR or /tmp); its file system counts: writing 209 MiB
 #                    for size224 costs 0.2-0.8 s of system time on ext4 here,
@@ -50,14 +56,20 @@ OUT_DIR=""
 MODES=size64,size224,maxside
 PY=/usr/bin/python3
 
+FOLDER=""
+
 bench_options --bin=RT --dir=DIR --classes=CLASSES --per-class=PER_CLASS --seed=SEED --runs=RUNS \
-    --threads=THREADS --modes=MODES --out-dir=OUT_DIR -- "$@"
+    --threads=THREADS --modes=MODES --out-dir=OUT_DIR --folder=FOLDER -- "$@"
 bench_posint "$CLASSES" "$PER_CLASS" "$RUNS" ${THREADS:+"$THREADS"}
 case $SEED in '' | *[!0-9]*) bench_fail "--seed '$SEED' is not a non-negative integer" ;; esac
 bench_list modes "$MODES" --modes
 # shellcheck disable=SC2154 # modes is set by bench_list
 for m in "${modes[@]}"; do
-    case $m in size64 | size224 | maxside) ;; *) bench_fail "--modes: '$m' is not size64, size224 or maxside" ;; esac
+    case $m in
+    size64 | size224 | maxside) ;;
+    size64:[1-9] | size64:[1-9][0-9] | size224:[1-9] | size224:[1-9][0-9]) ;;
+    *) bench_fail "--modes: '$m' is not size64, size224, maxside, or size64:L / size224:L with a zstd level L" ;;
+    esac
 done
 RT=$(bench_bin "$RT")
 
@@ -72,13 +84,18 @@ bench_need_bin
 
 # --- folder ------------------------------------------------------------------
 folder=$DIR/folder-c$CLASSES-p$PER_CLASS-s$SEED
-mkdir -p "$DIR"
+if [ -n "$FOLDER" ]; then
+    [ -d "$FOLDER" ] || bench_fail "--folder $FOLDER is not a directory"
+    folder=$(cd "$FOLDER" && pwd)
+else
+    mkdir -p "$DIR"
+fi
 if [ ! -d "$folder" ]; then
     echo "making $folder (bench/make_image_folder.py, once; kept for the next run)"
     "$PY" "$top/bench/make_image_folder.py" "$folder" --classes "$CLASSES" --per-class "$PER_CLASS" \
         --seed "$SEED" | sed 's/^/  /'
 fi
-nimages=$(find "$folder" -type f -iname '*.jpeg' | wc -l)
+nimages=$(find "$folder" -type f \( -iname '*.jpeg' -o -iname '*.jpg' \) | wc -l)
 [ "$nimages" -gt 0 ] || bench_fail "$folder holds no JPEGs (an interrupted run?); remove it and run again"
 bench_scratch rt-packf
 out=$t
@@ -98,7 +115,7 @@ fi
 echo "== ringtrain pack throughput on a folder of variable-size JPEGs =="
 bench_machine
 echo "software: $("$RT" --version 2>/dev/null | head -n 1)"
-if [ -f "$folder.summary.txt" ]; then
+if [ -z "$FOLDER" ] && [ -f "$folder.summary.txt" ]; then
     cat "$folder.summary.txt"
 else
     echo "folder:   $folder ($nimages JPEGs)"
@@ -107,12 +124,13 @@ find "$folder" -type f -exec cat {} + >/dev/null
 
 cmd_pack() {
     cmd=("$RT" pack "$folder" --out "$out/$1" --force ${THREADS:+--threads "$THREADS"})
-    case $1 in
+    case ${1%%:*} in
     ceiling) cmd=("$t/jpeg_ceiling" "$folder" --threads "${THREADS:-$(nproc)}" --min-seconds 2) ;;
     size64) cmd+=(--size 64) ;;
     size224) cmd+=(--size 224) ;;
     maxside) cmd+=(--codec jpeg --max-side 512) ;;
     esac
+    case $1 in *:*) cmd+=(--level "${1#*:}") ;; esac
 }
 echo "commands:"
 for m in "${modes[@]}"; do cmd_pack "$m" && echo "  ${cmd[*]}"; done
@@ -181,7 +199,7 @@ for m in "${modes[@]}"; do
     share=n/a
     if [ -n "$ceil" ]; then
         share=$(awk -v a="$med" -v c="$ceil" 'BEGIN { printf "%.0f %%", 100 * a / c }')
-        if [ "$m" = size224 ]; then
+        if [ "$m" = size224 ] && [ -z "$FOLDER" ]; then # the goal is set on the generated folder
             verdict=$(awk -v a="$med" -v c="$ceil" 'BEGIN { printf "%s (%.0f %% of the ceiling; goal >= 70 %%)",
                 (a >= 0.7 * c ? "PASS" : "MISS"), 100 * a / c }')
         fi

@@ -67,7 +67,7 @@ struct rt_pack_progress {
 struct rt_pack_opts {
     enum rt_codec codec;        /* RT_CODEC_RAW (default) or RT_CODEC_JPEG */
     int quality;                /* JPEG quality 1..100; 0 = 90, or pass-through of JPEG input */
-    int level;                  /* zstd level for raw blocks; 0 = 3 */
+    int level;                  /* zstd level for raw blocks; 0 = 1 */
     uint64_t shard_bytes;       /* target stored bytes per shard; 0 = 64 MiB */
     uint32_t block_records;     /* records per block; 0 = about 128 KiB of pixels */
     double val_split;           /* fraction of train moved to val, [0, 1) */

@@ -53,7 +53,13 @@
 #define DEFAULT_SHARD_BYTES ((uint64_t)64 << 20)
 #define DEFAULT_BLOCK_PIXELS (128u << 10)
 #define DEFAULT_QUALITY 90
-#define DEFAULT_LEVEL 3
+/*
+ * zstd level 1. On 224-pixel crops of photographs level 3 stores 4.7 % less (1.149 : 1 against 1.096 : 1) for
+ * three times the CPU (141 against 450 MB/s on one thread: more than decoding the JPEG they came from) and
+ * decompresses slower at load time (1,085 against 1,420 MB/s); pack --size 224 of a folder of photos took 33 %
+ * longer with it.
+ */
+#define DEFAULT_LEVEL 1
 /* Variable-size records: a block of 16 photos at --max-side 512 is about 1 MiB, one read. */
 #define DEFAULT_VAR_BLOCK_RECORDS 16u
 

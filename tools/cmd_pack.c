@@ -62,7 +62,7 @@ static const struct cli_opt pack_opts[] = {
      .help = "JPEG quality 1-100 (default 90; JPEG image folders are kept as they are\n"
              "unless --quality is given)"},
     {.name = "level", .letter = 'l', .arg = "L", .kind = CLI_UINT, F(o.level), .lo = 1, .hi = 22,
-     .help = "zstd level for raw blocks, 1-22 (default 3)"},
+     .help = "zstd level for raw blocks, 1-22 (default 1)"},
     {.name = "shard-size", .letter = 'S', .arg = "BYTES", .kind = CLI_CUSTOM, .custom = parse_shard_size,
      .help = "target shard size, e.g. 64M (default 64M)"},
     {.name = "block-records", .letter = 'b', .arg = "N", .kind = CLI_UINT, F(o.block_records), .lo = 1,
