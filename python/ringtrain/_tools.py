@@ -41,8 +41,9 @@ def pack(input, output, codec="raw", val_split=0.0, quality=0, force=False, labe
     """Pack CIFAR-10/100 (binary, .tar.gz or the python tarball), MNIST IDX or an image folder into shards.
 
     The same as ``ringtrain pack INPUT OUTPUT``. Returns the pack's figures as a dict (records per split,
-    bytes in and out, shards, seconds; for an image folder also files, ignored, skipped, skipped_summary
-    and passthrough). Output appears only when complete.
+    bytes in and out, shards, seconds; for an image folder also files, ignored, skipped, skipped_summary,
+    passthrough, scaled_decode -- JPEGs decoded at 1/2, 1/4, 1/8 -- warned, the JPEGs kept though libjpeg
+    warned, and first_warning, "PATH: warning" or ""). Output appears only when complete.
 
     Image folders (any sizes and formats): size=S or (H, W) stores every image at that size (fit "crop":
     Resize + CenterCrop, "stretch" or "pad"); codec="jpeg", max_side=N keeps each at its own size, at most N

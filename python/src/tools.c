@@ -114,9 +114,17 @@ PyObject *ext_pack(PyObject *self, PyObject *args, PyObject *kw)
         if (ext_dict_put(splits, rt_split_name((enum rt_split)i), PyLong_FromUnsignedLongLong(st.split_records[i])) <
             0)
             Py_CLEAR(splits);
+    /* JPEGs decoded at a reduced scale, by the scale's denominator (as the manifest's files.scaled_decode). */
+    PyObject *scaled = PyDict_New();
+    for (int k = 1; scaled && k < 4; k++)
+        if (ext_dict_put(scaled, k == 1 ? "1/2" : k == 2 ? "1/4" : "1/8", PyLong_FromUnsignedLongLong(st.scaled[k])) <
+            0)
+            Py_CLEAR(scaled);
     PyObject *d = PyDict_New();
-    if (!d) {
+    if (!d || !scaled) {
+        Py_XDECREF(d);
         Py_XDECREF(splits);
+        Py_XDECREF(scaled);
         return NULL;
     }
     if (ext_dict_put(d, "split_records", splits) < 0 ||
@@ -130,7 +138,10 @@ PyObject *ext_pack(PyObject *self, PyObject *args, PyObject *kw)
         ext_dict_put(d, "ignored", PyLong_FromUnsignedLongLong(st.ignored)) < 0 ||
         ext_dict_put(d, "skipped", PyLong_FromUnsignedLongLong(st.skipped)) < 0 ||
         ext_dict_put(d, "skipped_summary", PyUnicode_FromString(st.skipped_summary)) < 0 ||
-        ext_dict_put(d, "passthrough", PyLong_FromUnsignedLongLong(st.passthrough)) < 0)
+        ext_dict_put(d, "passthrough", PyLong_FromUnsignedLongLong(st.passthrough)) < 0 ||
+        ext_dict_put(d, "scaled_decode", scaled) < 0 ||
+        ext_dict_put(d, "warned", PyLong_FromUnsignedLongLong(st.warned)) < 0 ||
+        ext_dict_put(d, "first_warning", PyUnicode_FromString(st.first_warning)) < 0)
         Py_CLEAR(d);
     return d;
 }

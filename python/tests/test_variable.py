@@ -195,10 +195,18 @@ def test_pack_from_python_is_the_command_line_pack(photos, tmp_path):
         assert (tmp_path / "again" / f).read_bytes() == (Path(photos) / f).read_bytes(), f
     assert st["skipped"] == 6 and st["ignored"] == 4 and st["files"] == st["records"] + 6
     assert st["skipped_summary"] == "1 zero-sized, 1 not an image, 3 truncated, 1 unsupported"
+    # The file decoded through a libjpeg warning: kept, counted and named, as `ringtrain pack` prints it.
+    assert st["warned"] == 1 and st["first_warning"].endswith("warned.jpg: Corrupt JPEG data: 3 extraneous bytes "
+                                                              "before marker 0xda"), st["first_warning"]
+    assert st["scaled_decode"] == {"1/2": 0, "1/4": 0, "1/8": 0}  # --max-side decodes whole
     with pytest.raises(ringtrain.Error) as e:
         ringtrain.pack(folder, tmp_path / "strict", size=24)
     assert "--skip-bad" in str(e.value) and not (tmp_path / "strict").exists()
     st = ringtrain.pack(folder, tmp_path / "small", size=(24, 32), fit="pad", skip_bad=True)
+    manifest = json.loads((tmp_path / "small" / "manifest.json").read_text())
+    # The manifest names the scales used; the dict has all three.
+    assert {k: n for k, n in st["scaled_decode"].items() if n} == manifest["files"]["scaled_decode"]
+    assert sum(st["scaled_decode"].values()) > 0
     info = ringtrain.dataset_info(tmp_path / "small")
     assert (info["height"], info["width"]) == (24, 32)
     assert st["records"] == info["splits"]["train"] and info["skipped_files"] == 6
