@@ -11,8 +11,9 @@ times slower on them than on grain.
                           (grace_hopper.jpg, 512x600, python-matplotlib-data)
 
 Each file is a random crop of its photograph (a third to all of each side),
-scaled by 0.8..1.6 (at least 300 pixels a side) with Pillow's BICUBIC and
-saved at quality 75, 85, 90 or 95: sizes from 300 to about 1600 pixels, 4:2:0.
+scaled by 0.8..1.6 (more where the shorter side would be under 300 pixels)
+with Pillow's BICUBIC and saved at quality 75, 85, 90 or 95: sides from 300
+to about 1600 pixels, 4:2:0.
 Two photographs are little variety; they stand for photographic content, not
 for a dataset. Deterministic for a given --seed and Pillow.
 
@@ -54,10 +55,8 @@ def main():
     a = ap.parse_args()
     if a.per_class < 1:
         sys.exit("make_photo_folder.py: --per-class must be at least 1")
-    if os.path.exists(a.root):
-        if not a.force:
-            sys.exit("make_photo_folder.py: %s exists (--force replaces it)" % a.root)
-        shutil.rmtree(a.root)
+    if os.path.exists(a.root) and not a.force:
+        sys.exit("make_photo_folder.py: %s exists (--force replaces it)" % a.root)
     rng = random.Random(a.seed)
     tmp = a.root.rstrip("/") + ".partial"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -68,12 +67,13 @@ def main():
         for i in range(a.per_class):
             cw, ch = rng.randint(w // 3, w), rng.randint(h // 3, h)
             x, y = rng.randint(0, w - cw), rng.randint(0, h - ch)
-            s = rng.uniform(0.8, 1.6)
-            out = im.crop((x, y, x + cw, y + ch)).resize((max(300, int(cw * s)), max(300, int(ch * s))),
-                                                         Image.BICUBIC)
+            s = max(rng.uniform(0.8, 1.6), 300 / min(cw, ch))
+            out = im.crop((x, y, x + cw, y + ch)).resize((round(cw * s), round(ch * s)), Image.BICUBIC)
             path = os.path.join(tmp, "c%d" % c, "%04d.jpg" % i)
             out.save(path, quality=rng.choice([75, 85, 90, 95]))
             total += os.path.getsize(path)
+    # The old folder goes only once the new one is complete.
+    shutil.rmtree(a.root, ignore_errors=True)
     os.rename(tmp, a.root)
     print("%s: %d JPEGs, %.1f MB" % (a.root, 2 * a.per_class, total / 1e6))
 

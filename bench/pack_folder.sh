@@ -8,9 +8,9 @@
 #   maxside   --codec jpeg --max-side 512   variable-size JPEG records: kept as they
 #                                           are when <= 512 px (after a test decode),
 #                                           else resized and re-encoded
+#   bench/pack_folder.sh [--bin PATH] [options]
 # A raw mode may name a zstd level, MODE:L (size224:3 is --size 224 --level 3),
 # to set levels side by side in one run.
-#   bench/pack_folder.sh [--bin PATH] [options]
 # The modes are alternated RUNS times (the order rotates every run), the page
 # cache warm, each output removed and synced before the next run; images/s =
 # the folder's images / the pack's wall-clock seconds.
@@ -34,7 +34,8 @@
 #                    (default the first three)
 #   --folder DIR     pack this folder of images instead of the generated one (your
 #                    own photos, or bench/make_photo_folder.py's); the ceiling
-#                    decodes its .jpg/.jpeg files only
+#                    decodes its .jpg/.jpeg files only; --dir, --classes,
+#                    --per-class and --seed are then not used
 #   --out-dir DIR    where the packs are written (default: a scratch folder in
 #                    $TMPDIR or /tmp); its file system counts: writing 209 MiB
 #                    for size224 costs 0.2-0.8 s of system time on ext4 here,
@@ -67,8 +68,8 @@ bench_list modes "$MODES" --modes
 for m in "${modes[@]}"; do
     case $m in
     size64 | size224 | maxside) ;;
-    size64:[1-9] | size64:[1-9][0-9] | size224:[1-9] | size224:[1-9][0-9]) ;;
-    *) bench_fail "--modes: '$m' is not size64, size224, maxside, or size64:L / size224:L with a zstd level L" ;;
+    size64:[1-9] | size64:1[0-9] | size64:2[0-2] | size224:[1-9] | size224:1[0-9] | size224:2[0-2]) ;;
+    *) bench_fail "--modes: '$m' is not size64, size224, maxside, or size64:L / size224:L (zstd level L, 1-22)" ;;
     esac
 done
 RT=$(bench_bin "$RT")
@@ -86,7 +87,7 @@ bench_need_bin
 folder=$DIR/folder-c$CLASSES-p$PER_CLASS-s$SEED
 if [ -n "$FOLDER" ]; then
     [ -d "$FOLDER" ] || bench_fail "--folder $FOLDER is not a directory"
-    folder=$(cd "$FOLDER" && pwd)
+    folder=$(CDPATH='' cd -- "$FOLDER" && pwd)
 else
     mkdir -p "$DIR"
 fi
@@ -96,6 +97,9 @@ if [ ! -d "$folder" ]; then
         --seed "$SEED" | sed 's/^/  /'
 fi
 nimages=$(find "$folder" -type f \( -iname '*.jpeg' -o -iname '*.jpg' \) | wc -l)
+if [ "$nimages" -eq 0 ] && [ -n "$FOLDER" ]; then
+    bench_fail "--folder $FOLDER holds no .jpg/.jpeg files: the decode ceiling, and this bench, need JPEGs"
+fi
 [ "$nimages" -gt 0 ] || bench_fail "$folder holds no JPEGs (an interrupted run?); remove it and run again"
 bench_scratch rt-packf
 out=$t
@@ -156,7 +160,7 @@ for i in $(seq "$RUNS"); do
             ips=$(bench_json_field "$PY" "$t/$m.out" images_per_s)
             [ -n "$ips" ] || { fails=$((fails + 1)); bench_show_failure 1 "$t/$m.err" "$t/$m.out"; continue; }
             echo "$ips" >>"$t/ceiling.ips"
-            printf "  %-8s %7.0f images/s  (full-size decode only, from memory)\n" "$m" "$ips"
+            printf "  %-10s %7.0f images/s  (full-size decode only, from memory)\n" "$m" "$ips"
             continue
         fi
         # The records pack says it wrote, else the folder's count (a pack that skipped files says so).
@@ -164,7 +168,7 @@ for i in $(seq "$RUNS"); do
         recs=${recs:-$nimages}
         mb=$(du -sk "$out/$m" | awk '{printf "%.1f", $1 / 1024}')
         echo "$wall $recs $mb" >>"$t/$m.txt"
-        printf "  %-8s %7.0f images/s  (%s records in %.2f s, %s MiB out)\n" "$m" \
+        printf "  %-10s %7.0f images/s  (%s records in %.2f s, %s MiB out)\n" "$m" \
             "$(awk -v n="$recs" -v w="$wall" 'BEGIN { print n / w }')" "$recs" "$wall" "$mb"
         # Gone and written back before the next run, so that no run pays for the one before it.
         rm -rf "${out:?}/$m"
@@ -173,7 +177,7 @@ for i in $(seq "$RUNS"); do
 done
 
 echo
-echo "Medians of $RUNS runs, $nimages images, $(nproc) CPUs (${cpu:-unknown CPU}), pack threads:" \
+echo "Medians of $RUNS runs, $nimages JPEGs, $(nproc) CPUs (${cpu:-unknown CPU}), pack threads:" \
     "${THREADS:-the default}, written to $(df --output=fstype "$out" | tail -n 1) ($out)"
 echo
 ceil=""

@@ -127,8 +127,10 @@ PyObject *ext_pack(PyObject *self, PyObject *args, PyObject *kw)
         Py_XDECREF(scaled);
         return NULL;
     }
-    if (ext_dict_put(d, "split_records", splits) < 0 ||
-        ext_dict_put(d, "source", PyUnicode_FromString(st.source)) < 0 ||
+    /* Both dicts put first, each whatever became of the other: a put takes its reference even when it fails. */
+    int bad = ext_dict_put(d, "split_records", splits) < 0;
+    bad |= ext_dict_put(d, "scaled_decode", scaled) < 0;
+    if (bad || ext_dict_put(d, "source", PyUnicode_FromString(st.source)) < 0 ||
         ext_dict_put(d, "records", PyLong_FromUnsignedLongLong(st.records)) < 0 ||
         ext_dict_put(d, "bytes_in", PyLong_FromUnsignedLongLong(st.bytes_in)) < 0 ||
         ext_dict_put(d, "bytes_out", PyLong_FromUnsignedLongLong(st.bytes_out)) < 0 ||
@@ -139,9 +141,9 @@ PyObject *ext_pack(PyObject *self, PyObject *args, PyObject *kw)
         ext_dict_put(d, "skipped", PyLong_FromUnsignedLongLong(st.skipped)) < 0 ||
         ext_dict_put(d, "skipped_summary", PyUnicode_FromString(st.skipped_summary)) < 0 ||
         ext_dict_put(d, "passthrough", PyLong_FromUnsignedLongLong(st.passthrough)) < 0 ||
-        ext_dict_put(d, "scaled_decode", scaled) < 0 ||
         ext_dict_put(d, "warned", PyLong_FromUnsignedLongLong(st.warned)) < 0 ||
-        ext_dict_put(d, "first_warning", PyUnicode_FromString(st.first_warning)) < 0)
+        /* A path, bytes as the file system has them (and maybe cut mid-character): decoded as os.fsdecode does. */
+        ext_dict_put(d, "first_warning", PyUnicode_DecodeFSDefault(st.first_warning)) < 0)
         Py_CLEAR(d);
     return d;
 }

@@ -4,6 +4,7 @@ crop -- the same batches as `ringtrain loadbench --image-size`, whatever the wor
 each record whole at the size `ringtrain inspect --record` writes it; dataset_info reports what pack did."""
 
 import errno
+import os
 import json
 from pathlib import Path
 
@@ -205,8 +206,20 @@ def test_pack_from_python_is_the_command_line_pack(photos, tmp_path):
     st = ringtrain.pack(folder, tmp_path / "small", size=(24, 32), fit="pad", skip_bad=True)
     manifest = json.loads((tmp_path / "small" / "manifest.json").read_text())
     # The manifest names the scales used; the dict has all three.
-    assert {k: n for k, n in st["scaled_decode"].items() if n} == manifest["files"]["scaled_decode"]
     assert sum(st["scaled_decode"].values()) > 0
+    assert {k: n for k, n in st["scaled_decode"].items() if n} == manifest["files"]["scaled_decode"]
     info = ringtrain.dataset_info(tmp_path / "small")
     assert (info["height"], info["width"]) == (24, 32)
     assert st["records"] == info["splits"]["train"] and info["skipped_files"] == 6
+
+
+def test_pack_names_a_warned_file_whose_name_is_not_utf8(photos, tmp_path):
+    """A file name is bytes: first_warning gives it back as os.fsdecode does, and the pack still returns."""
+    src = Path(photos).parent / "photos" / "dogs" / "warned.jpg"
+    name = os.fsencode(str(tmp_path / "in" / "a")) + b"/caf\xe9.jpg"  # Latin-1, not UTF-8
+    os.makedirs(os.fsdecode(os.path.dirname(name)))
+    with open(name, "wb") as f:
+        f.write(src.read_bytes())
+    st = ringtrain.pack(tmp_path / "in", tmp_path / "out", size=16)
+    assert st["records"] == 1 and st["warned"] == 1
+    assert os.fsencode(st["first_warning"]).startswith(name + b": Corrupt JPEG data"), st["first_warning"]
