@@ -220,41 +220,80 @@ struct packer {
 
 /* ---- encoding one block (worker threads) ------------------------------------- */
 
+/* n bytes of whole chunks of L bytes: a[k] += v, b[k] += v^2 for byte k of each chunk (L a constant once inlined). */
+static inline __attribute__((always_inline)) void px_acc(const uint8_t *restrict px, size_t n, size_t L,
+                                                         uint32_t *restrict a, uint32_t *restrict b)
+{
+    for (size_t i = 0; i < n; i += L)
+        for (size_t k = 0; k < L; k++) {
+            const uint16_t v = px[i + k];
+            a[k] += v;
+            b[k] += (uint16_t)(v * v); /* <= 65025: a 16-bit product, which SSE2 multiplies 8 at a time */
+        }
+}
+
+/*
+ * Adds the per-channel sums of v and v^2 of `pixels` interleaved pixels of c
+ * channels (1..4) to sum[] and sq[]. The bytes are taken in chunks of 16
+ * pixels, whose byte k always belongs to channel k % c, into 32-bit sums per
+ * byte position that the compiler vectorises -- 7x the plain strided loop
+ * (0.06 against 0.44 ms for a 500x375 RGB image), which took 17 % of pack
+ * --max-side's time -- emptied into the 64-bit totals every 4096 chunks,
+ * before 4096 * 255^2 can overflow them.
+ */
+static void px_stats(const uint8_t *px, size_t pixels, uint32_t c, uint64_t *sum, uint64_t *sq)
+{
+    const size_t L = 16 * (size_t)c, nb = pixels * c;
+    size_t i = 0;
+
+    while (nb - i >= L) {
+        uint32_t a[16 * RT_MAX_CHANNELS] = {0}, b[16 * RT_MAX_CHANNELS] = {0};
+        const size_t n = RT_MIN((nb - i) / L, (size_t)4096) * L;
+        switch (c) {
+        case 1:
+            px_acc(px + i, n, 16, a, b);
+            break;
+        case 2:
+            px_acc(px + i, n, 32, a, b);
+            break;
+        case 3:
+            px_acc(px + i, n, 48, a, b);
+            break;
+        default:
+            px_acc(px + i, n, L, a, b);
+            break;
+        }
+        for (size_t k = 0; k < L; k++) {
+            sum[k % c] += a[k];
+            sq[k % c] += b[k];
+        }
+        i += n;
+    }
+    for (; i < nb; i++) {
+        const uint32_t v = px[i];
+        sum[i % c] += v;
+        sq[i % c] += v * v;
+    }
+}
+
 /* Adds an HWC image's per-channel sums of v and v^2 to the job's (training split only). */
 static void norm_add_hwc(const struct packer *p, struct block_job *j, const uint8_t *px, size_t pixels)
 {
     if (j->split != RT_SPLIT_TRAIN)
         return;
-    for (uint32_t c = 0; c < p->c; c++) {
-        uint64_t sum = 0, sq = 0;
-        for (size_t i = 0; i < pixels; i++) {
-            uint32_t v = px[i * p->c + c];
-            sum += v;
-            sq += v * v;
-        }
-        j->px_sum[c] += sum;
-        j->px_sq[c] += sq;
-    }
+    px_stats(px, pixels, p->c, j->px_sum, j->px_sq);
     j->px_n += pixels;
 }
 
-/* Adds one CHW record's per-channel sums of v and v^2 to the job's (training split only). */
+/* The same for one CHW record. */
 static void norm_add(const struct packer *p, struct block_job *j, const uint8_t *chw)
 {
     const size_t plane = (size_t)p->h * p->w;
 
     if (j->split != RT_SPLIT_TRAIN)
         return;
-    for (uint32_t c = 0; c < p->c; c++) {
-        const uint8_t *px = chw + c * plane;
-        uint64_t sum = 0, sq = 0;
-        for (size_t i = 0; i < plane; i++) {
-            sum += px[i];
-            sq += (uint32_t)px[i] * px[i];
-        }
-        j->px_sum[c] += sum;
-        j->px_sq[c] += sq;
-    }
+    for (uint32_t c = 0; c < p->c; c++)
+        px_stats(chw + c * plane, plane, 1, &j->px_sum[c], &j->px_sq[c]);
     j->px_n += plane;
 }
 
