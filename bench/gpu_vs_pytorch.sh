@@ -224,7 +224,7 @@
 #             it runs the same pipeline as a dry run of the script.
 #             Time, estimated (no GPU run yet): on the GPU machine's 16 cores
 #             generation ~20-30 s (measured here: ~100 JPEGs/s per core of a
-#             2-core AMD EPYC (Zen 4); 25000 / 1600) and pack ~5-10 s (~310
+#             2-core AMD EPYC (Zen 4); 25000 / 1600) and pack ~4-7 s (~450
 #             images/s per thread here); then per run ringtrain ~35 s (start-up
 #             with cuDNN's search ~5-10, 1 untimed epoch of ~8 s at ~3000
 #             images/s, >= 20 timed) and PyTorch ~40 s per num_workers (import,
