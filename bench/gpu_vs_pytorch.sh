@@ -456,6 +456,8 @@ bench_scratch rt-gvp
 
 # --- the report helper: parses each result line, prints the tables -----------------------------
 bench_report_helper "$t/report.py" <<'EOF'
+import os
+
 WAY = {"rt": "ringtrain", "rt-nd": "ringtrain nondeterministic", "rt-strict": "ringtrain fp32 strict",
        "rt-eager": "ringtrain op by op (--cuda-graph off)",
        "pt": "PyTorch eager", "pt-strict": "PyTorch eager fp32 strict", "ptc": "PyTorch torch.compile",
@@ -493,7 +495,11 @@ HOST_BOUND_IDLE = 0.20
 def add(results, part, way, model, amp, run, path, wall, target, batch="0"):
     """Appends one measurement to results; 0 when it holds what the part needs, 3
     when the way was skipped (torch.compile absent or failing), 1 when it failed.
-    amp: the precision asked for ("default" when none was)."""
+    amp: the precision asked for ("default" when none was). The folder part's runs go to folder_add, with
+    the --metrics file ringtrain wrote beside its output."""
+    if part == "folder":
+        return folder_add(results, way, model, amp, run, path, wall, batch,
+                          os.path.join(os.path.dirname(path), "folder-metrics.jsonl"))
     r = last_json(path)
     label = "%-26s %-10s %-7s" % (WAY[way], model, amp)
     rec = {"part": part, "way": way, "model": model, "amp": amp, "run": int(run), "process_s": float(wall)}
@@ -1037,7 +1043,7 @@ def folder_table(results, out, model, amp, batch, gpu, host, folder, packed, wor
 if __name__ == "__main__":
     main({"add": add, "steps": steps, "speeds": speeds, "results-json": results_json, "compute": compute,
           "loader": loader_table, "headroom": headroom_table, "tta": tta_table, "backends": backends,
-          "folder-add": folder_add, "folder-epochs": folder_epochs, "folder": folder_table})
+          "folder-epochs": folder_epochs, "folder": folder_table})
 EOF
 report() { "$RPY" "$t/report.py" "$@"; }
 
@@ -1487,14 +1493,7 @@ if part_on folder; then
                     --image-size "$FOLDER_S" --batch-size "$FOLDER_B" --workers "${w#fpt-w}" --device "$DEVICE"
                     --amp "$FOLDER_AMP" --seconds "$FOLDER_SECONDS" --min-epochs 2 --max-seconds "$max_s")
             fi
-            bench_run "$t/folder-$w.out" "$t/folder-$w.err"
-            arc=0
-            report folder-add "$t/results.jsonl" "$w" "$FOLDER_NAME" "$FOLDER_AMP" "$i" "$t/folder-$w.out" "$wall" \
-                "$FOLDER_B" "$t/folder-metrics.jsonl" || arc=$?
-            if [ "$arc" -ne 0 ] || [ "$rc" -ne 0 ]; then
-                fails=$((fails + 1))
-                bench_show_failure "$rc" "$t/folder-$w.err" "$t/folder-$w.out"
-            fi
+            measure folder "$w" "$FOLDER_NAME" "$FOLDER_AMP" "$i" "$FOLDER_B" # its ringtrain --metrics: folder-metrics.jsonl
         done
     done
     report speeds "$t/results.jsonl" "$CACHE/speeds.json" "$GPU_NAME" "$FOLDER_B"

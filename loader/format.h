@@ -53,6 +53,8 @@ enum {
     HDR_XXH64 = 120,
 };
 
+static inline uint32_t rt_le16(const uint8_t *p) { return p[0] | (uint32_t)p[1] << 8; }
+
 static inline uint32_t rt_le32(const uint8_t *p)
 {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;

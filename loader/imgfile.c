@@ -140,7 +140,7 @@ static enum rt_img_format sniff(const uint8_t *buf, size_t len)
         if (len < 18)
             return RT_IMG_BMP;
         /* "BM" alone starts plenty of text; the DIB header's size field names the BMP versions. */
-        uint32_t dib = rt_img_le32(buf + 14);
+        uint32_t dib = rt_le32(buf + 14);
         if (dib == 12 || dib == 40 || dib == 52 || dib == 56 || dib == 64 || dib == 108 || dib == 124)
             return RT_IMG_BMP;
     }
@@ -285,11 +285,11 @@ static int webp_orientation(const uint8_t *buf, size_t len)
 {
     size_t end, at = 12;
 
-    if (len < 30 || memcmp(buf + 12, "VP8X", 4) != 0 || rt_img_le32(buf + 16) < 10 || !(buf[20] & 0x08))
+    if (len < 30 || memcmp(buf + 12, "VP8X", 4) != 0 || rt_le32(buf + 16) < 10 || !(buf[20] & 0x08))
         return 1;
-    end = RT_MIN(len, (size_t)rt_img_le32(buf + 4) + 8);
+    end = RT_MIN(len, (size_t)rt_le32(buf + 4) + 8);
     while (at + 8 <= end) {
-        const size_t n = rt_img_le32(buf + at + 4);
+        const size_t n = rt_le32(buf + at + 4);
         if (n > end - at - 8)
             return 1;
         if (memcmp(buf + at, "EXIF", 4) == 0)
@@ -1087,8 +1087,6 @@ int rt_img_decode_part(struct rt_imgdec *d, const uint8_t *buf, size_t len, cons
     }
     if (rc < 0)
         return rc;
-    if (got && f != RT_IMG_JPEG)
-        *got = (struct rt_img_window){0, 0, *w, *h};
     *px = d->buf[0];
     /*
      * Each decoder reports an orientation only where it is to be applied: the EXIF one when asked, a TIFF's
@@ -1099,9 +1097,10 @@ int rt_img_decode_part(struct rt_imgdec *d, const uint8_t *buf, size_t len, cons
             return rc;
         orient(d->buf[0], *w, *h, channels, orientation, d->buf[1], w, h);
         *px = d->buf[1];
-        if (got)
-            *got = (struct rt_img_window){0, 0, *w, *h};
     }
+    /* Whole, as displayed: all but a JPEG decoded as stored, which has said which window it made. */
+    if (got && (f != RT_IMG_JPEG || orientation != 1))
+        *got = (struct rt_img_window){0, 0, *w, *h};
     return 0;
 }
 

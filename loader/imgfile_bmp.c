@@ -87,7 +87,7 @@ static int bmp_header(const uint8_t *buf, size_t len, const char *name, struct b
     if (len < 18)
         return rt_img_bad(why, RT_IMG_TRUNCATED, "%s: truncated BMP: %zu bytes, shorter than its file header", name,
                           len);
-    b->hsize = rt_img_le32(buf + 14);
+    b->hsize = rt_le32(buf + 14);
     if (b->hsize != 12 && b->hsize != 40 && b->hsize != 64 && b->hsize != 108 && b->hsize != 124)
         return rt_img_bad(why, RT_IMG_UNSUPPORTED,
                           "%s: BMP with a %" PRIu32 "-byte header is not decoded here (Pillow refuses it too); "
@@ -98,22 +98,22 @@ static int bmp_header(const uint8_t *buf, size_t len, const char *name, struct b
     const uint8_t *hd = buf + 18; /* the header after its size field */
     pos = 14 + b->hsize;
     if (b->hsize == 12) {
-        b->w = rt_img_le16(hd);
-        b->h = rt_img_le16(hd + 2);
-        b->bits = rt_img_le16(hd + 6);
+        b->w = rt_le16(hd);
+        b->h = rt_le16(hd + 2);
+        b->bits = rt_le16(hd + 6);
         pad = 3;
     } else {
         b->topdown = hd[7] == 0xFF;
-        b->w = rt_img_le32(hd);
-        b->h = b->topdown ? (uint32_t)(0 - rt_img_le32(hd + 4)) : rt_img_le32(hd + 4);
-        b->bits = rt_img_le16(hd + 10);
-        b->comp = rt_img_le32(hd + 12);
-        colors = rt_img_le32(hd + 28);
+        b->w = rt_le32(hd);
+        b->h = b->topdown ? (uint32_t)(0 - rt_le32(hd + 4)) : rt_le32(hd + 4);
+        b->bits = rt_le16(hd + 10);
+        b->comp = rt_le32(hd + 12);
+        colors = rt_le32(hd + 28);
         pad = 4;
     }
     if (b->bits <= 8 && !colors)
         colors = (uint64_t)1 << b->bits;
-    b->off = rt_img_le32(buf + 10);
+    b->off = rt_le32(buf + 10);
     if (b->off == 14 + (size_t)b->hsize && b->bits <= 8)
         b->off += 4 * colors;
 
@@ -129,12 +129,12 @@ static int bmp_header(const uint8_t *buf, size_t len, const char *name, struct b
         uint32_t m[4] = {0, 0, 0, 0};
         if (b->hsize >= 56) {
             for (int k = 0; k < 4; k++)
-                m[k] = rt_img_le32(hd + 36 + 4 * k);
+                m[k] = rt_le32(hd + 36 + 4 * k);
         } else {
             if (len < pos + 12)
                 return rt_img_bad(why, RT_IMG_TRUNCATED, "%s: truncated BMP: bit field masks missing", name);
             for (int k = 0; k < 3; k++)
-                m[k] = rt_img_le32(buf + pos + 4 * k);
+                m[k] = rt_le32(buf + pos + 4 * k);
             pos += 12;
         }
         int ok = 0;
@@ -193,11 +193,11 @@ static void bmp_pixel(const struct bmp *b, const uint8_t *row, uint32_t x, uint8
 {
     uint32_t v;
     switch (b->unpack_bits) {
-    case 1: v = row[x >> 3] >> (7 - (x & 7)) & 1; break;
-    case 4: v = row[x >> 1] >> (x & 1 ? 0 : 4) & 15; break;
-    case 8: v = row[x]; break;
+    case 1:
+    case 4:
+    case 8: v = rt_img_packed(row, x, (int)b->unpack_bits); break;
     case 16: {
-        const uint32_t p = rt_img_le16(row + 2 * (size_t)x);
+        const uint32_t p = rt_le16(row + 2 * (size_t)x);
         if (b->sixteen) {
             rgb[0] = (uint8_t)((p >> 11 & 31) * 255 / 31);
             rgb[1] = (uint8_t)((p >> 5 & 63) * 255 / 63);

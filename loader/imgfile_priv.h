@@ -10,6 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "loader/format.h" /* rt_le16, rt_le32 */
 #include "loader/imgfile.h"
 
 /* Sets *why = reason and the message (printf-style); returns -EBADMSG. */
@@ -29,9 +30,16 @@ void rt_img_rgb_to_gray(const uint8_t *rgb, uint8_t *gray, size_t n);
  */
 void rt_img_cmyk_to_rgb(const uint8_t *cmyk, uint8_t *rgb, size_t n, int ink);
 
-/* Little-endian fields (BMP, RIFF/WebP). */
-static inline uint32_t rt_img_le16(const uint8_t *p) { return p[0] | (uint32_t)p[1] << 8; }
-static inline uint32_t rt_img_le32(const uint8_t *p) { return rt_img_le16(p) | rt_img_le16(p + 2) << 16; }
+/* Sample i of a row of 1-, 2-, 4- or 8-bit samples, the first in the high bits (BMP and TIFF rows). */
+static inline uint32_t rt_img_packed(const uint8_t *row, size_t i, int bits)
+{
+    switch (bits) {
+    case 1: return row[i >> 3] >> (7 - (i & 7)) & 1;
+    case 2: return row[i >> 2] >> (6 - 2 * (i & 3)) & 3;
+    case 4: return row[i >> 1] >> (i & 1 ? 0 : 4) & 15;
+    default: return row[i];
+    }
+}
 
 /*
  * The BMP and TIFF readers. With d == NULL only the header is read and

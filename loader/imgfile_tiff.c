@@ -217,17 +217,11 @@ static int tiff_classify(TIFF *tif, const char *name, struct tiff_layout *t, enu
 /* Sample i of a row of `bps`-bit samples (libtiff has applied FillOrder; 16-bit ones are native). */
 static inline uint32_t sample(const uint8_t *row, size_t i, int bps)
 {
-    switch (bps) {
-    case 1: return row[i >> 3] >> (7 - (i & 7)) & 1;
-    case 2: return row[i >> 2] >> (6 - 2 * (i & 3)) & 3;
-    case 4: return row[i >> 1] >> (i & 1 ? 0 : 4) & 15;
-    case 8: return row[i];
-    default: {
-        uint16_t v;
-        memcpy(&v, row + 2 * i, 2);
-        return v;
-    }
-    }
+    if (bps <= 8)
+        return rt_img_packed(row, i, bps);
+    uint16_t v;
+    memcpy(&v, row + 2 * i, 2);
+    return v;
 }
 
 /*

@@ -151,7 +151,8 @@ struct shard_writer {
  */
 struct shard_file {
     pthread_t thread;
-    int running;
+    int running;            /* handed over, not yet waited for */
+    int threaded;           /* written on `thread` (else already written, by the calling thread) */
     char path[4200];
     uint8_t hdr[RT_SHARD_HEADER_SIZE];
     uint8_t *meta;          /* labels, padding and index, as in the file */
@@ -182,6 +183,7 @@ struct packer {
     uint32_t block_records;
     uint64_t shard_bytes;
     uint64_t rec_bytes;
+    double scale_gap;       /* --size: how much larger than the record a reduced-scale decode stays (jpeg_plan) */
 
     /*
      * Worker pool: a split's blocks stream through a ring of njobs jobs. Workers (the calling thread
@@ -364,6 +366,7 @@ struct image {
  */
 #define SCALE_GAP 3.0
 
+/* SCALE_GAP, or RT_PACK_SCALE_GAP's; read once per pack. */
 static double scale_gap(void)
 {
     const char *e = getenv("RT_PACK_SCALE_GAP");
@@ -397,8 +400,7 @@ static int jpeg_plan(const struct packer *p, struct image *im, struct rt_img_win
     uint32_t rect[4], k = 8;
     struct rt_box box;
     rt_fit_geometry((enum rt_fit)p->o->fit, im->fw, im->fh, p->w, p->h, &box, rect);
-    const double gap = scale_gap();
-    while (k > 1 && !(box.w / k >= gap * rect[2] && box.h / k >= gap * rect[3]))
+    while (k > 1 && !(box.w / k >= p->scale_gap * rect[2] && box.h / k >= p->scale_gap * rect[3]))
         k /= 2;
     im->denom = k;
     if (p->o->fit != RT_FIT_CROP || turned)
@@ -928,7 +930,8 @@ static int flush_wait(struct packer *p, int report)
 
     if (!f->running)
         return 0;
-    pthread_join(f->thread, NULL);
+    if (f->threaded)
+        pthread_join(f->thread, NULL);
     f->running = 0;
     shard_file_free(f);
     if (f->rc < 0)
@@ -1011,18 +1014,12 @@ static int shard_flush(struct packer *p, struct shard_writer *sw)
     sw->nblocks = 0;
     sw->data_len = 0;
 
-    int e = pthread_create(&f->thread, NULL, shard_file_write, f);
-    if (e == 0) {
-        f->running = 1;
+    f->running = 1;
+    f->threaded = pthread_create(&f->thread, NULL, shard_file_write, f) == 0;
+    if (f->threaded)
         return 0;
-    }
-    /* No thread to be had: write it here. */
-    shard_file_write(f);
-    rc = f->rc < 0 ? rt_errf(f->rc, "%s", f->err) : 0;
-    if (rc == 0)
-        refs[f->ref].xxh64 = f->xxh64;
-    shard_file_free(f);
-    return rc;
+    shard_file_write(f); /* no thread to be had: written here, and waited for at once */
+    return flush_wait(p, 1);
 }
 
 /* Adds a finished block to the shard being gathered (taking its stored bytes), writing out a full shard first. */
@@ -1590,6 +1587,7 @@ int rt_pack(const char *input, const char *outdir, const struct rt_pack_opts *op
         goto out;
     }
     p.shard_bytes = opts->shard_bytes ? opts->shard_bytes : DEFAULT_SHARD_BYTES;
+    p.scale_gap = scale_gap();
     p.nworkers = opts->threads > 0 ? opts->threads : rt_cpus_available();
     p.skipped = json_array();
     p.warned = json_array();

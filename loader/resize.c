@@ -125,8 +125,7 @@ struct rt_resizer {
         uint32_t sw, sh, ow, oh;
         int flip;
         struct rt_box box;
-    } key;
-    int have_key;
+    } key;                  /* sw == 0: none (no valid call has an empty image) */
     struct rt_axis h, v;
 };
 
@@ -230,7 +229,19 @@ static int rt_resize_check_src(const uint8_t *src, uint32_t sw, uint32_t sh, uin
 struct rt_axis_geom {
     float in0, in1;
     uint32_t span, off;
+    double scale, filterscale; /* Pillow's, from the above */
+    uint32_t ksize;            /* Pillow's ksize for BILINEAR (support 1) */
 };
+
+static struct rt_axis_geom rt_axis_geom_of(float in0, float in1, uint32_t span, uint32_t off)
+{
+    struct rt_axis_geom g = {in0, in1, span, off, 0, 0, 0};
+    float fspan = in1 - in0;
+    g.scale = (double)fspan / span;
+    g.filterscale = g.scale < 1.0 ? 1.0 : g.scale;
+    g.ksize = (uint32_t)ceil(g.filterscale) * 2 + 1;
+    return g;
+}
 
 static struct rt_axis_geom rt_axis_place(uint32_t insize, double b0, double bw, uint32_t n)
 {
@@ -238,37 +249,23 @@ static struct rt_axis_geom rt_axis_place(uint32_t insize, double b0, double bw, 
     if (rw >= n && rw <= (1 << 24) && fabs(whole - rw) <= 1e-9 * rw) {
         double left = b0 * rw / insize, l = nearbyint(left);
         if (fabs(left - l) <= 1e-7 && l >= 0 && l + n <= rw)
-            return (struct rt_axis_geom){0.0f, (float)insize, (uint32_t)rw, (uint32_t)l};
+            return rt_axis_geom_of(0.0f, (float)insize, (uint32_t)rw, (uint32_t)l);
     }
-    return (struct rt_axis_geom){(float)b0, (float)(b0 + bw), n, 0};
-}
-
-/* Pillow's ksize for BILINEAR (support 1) over this geometry. */
-static uint32_t rt_axis_ksize(struct rt_axis_geom g)
-{
-    float span = g.in1 - g.in0;
-    double scale = (double)span / g.span;
-    double filterscale = scale < 1.0 ? 1.0 : scale;
-    return (uint32_t)ceil(filterscale) * 2 + 1;
+    return rt_axis_geom_of((float)b0, (float)(b0 + bw), n, 0);
 }
 
 /*
  * Pillow 9.4's precompute_coeffs + normalize_coeffs_8bpc for BILINEAR, the
  * same double arithmetic in the same order (the file is built without FMA
  * contraction of these lines: no -march, and this function has no target
- * attribute), for outputs off .. off + n - 1, reversed when flip. `dw`
- * holds ksize doubles.
+ * attribute), for outputs off .. off + ax->n - 1, reversed when flip.
+ * `dw` holds ksize doubles.
  */
-static void rt_axis_build(struct rt_axis *ax, uint32_t insize, struct rt_axis_geom g, uint32_t n, int flip,
-                          double *dw)
+static void rt_axis_build(struct rt_axis *ax, uint32_t insize, struct rt_axis_geom g, int flip, double *dw)
 {
-    float span = g.in1 - g.in0;
-    double scale = (double)span / g.span;
-    double filterscale = scale < 1.0 ? 1.0 : scale;
-    double support = 1.0 * filterscale;
-    double ss = 1.0 / filterscale;
+    const double scale = g.scale, support = 1.0 * g.filterscale, ss = 1.0 / g.filterscale;
+    const uint32_t n = ax->n;
     uint32_t first = UINT32_MAX, last = 0;
-    ax->n = n;
     for (uint32_t i = 0; i < n; i++) {
         uint32_t o = flip ? n - 1 - i : i;
         int xx = (int)(g.off + i);
@@ -298,8 +295,8 @@ static void rt_axis_build(struct rt_axis *ax, uint32_t insize, struct rt_axis_ge
         ax->start[o] = (uint32_t)xmin;
         ax->count[o] = xmax < 0 ? 0 : (uint32_t)xmax;
         if (ax->count[o]) {
-            first = (uint32_t)xmin < first ? (uint32_t)xmin : first;
-            last = (uint32_t)(xmin + xmax) > last ? (uint32_t)(xmin + xmax) : last;
+            first = RT_MIN(first, (uint32_t)xmin);
+            last = RT_MAX(last, (uint32_t)(xmin + xmax));
         }
     }
     if (first > last)
@@ -620,11 +617,11 @@ static int rt_resize_run(struct rt_resizer *r, const uint8_t *src, uint32_t sw, 
     key.oh = oh;
     key.flip = flip;
     key.box = *box;
-    if (!r->have_key || memcmp(&key, &r->key, sizeof key) != 0) {
-        r->have_key = 0;
+    if (memcmp(&key, &r->key, sizeof key) != 0) {
+        r->key.sw = 0; /* the tables are being replaced: valid again only once they are built */
         struct rt_axis_geom gx = rt_axis_place(sw, box->x, box->w, ow), gy = rt_axis_place(sh, box->y, box->h, oh);
-        struct rt_axis h = {.n = ow, .ksize = rt_axis_ksize(gx)}, v = {.n = oh, .ksize = rt_axis_ksize(gy)};
-        size_t kmax = h.ksize > v.ksize ? h.ksize : v.ksize;
+        struct rt_axis h = {.n = ow, .ksize = gx.ksize}, v = {.n = oh, .ksize = gy.ksize};
+        size_t kmax = RT_MAX(h.ksize, v.ksize);
         size_t hk = (size_t)ow * h.ksize, vk = (size_t)oh * v.ksize;
         size_t need = (kmax + hk + vk) * 8 + ((size_t)ow + oh) * 2 * sizeof(uint32_t);
         if (!rt_resize_grow(&r->tab, &r->tab_cap, need))
@@ -636,12 +633,11 @@ static int rt_resize_run(struct rt_resizer *r, const uint8_t *src, uint32_t sw, 
         h.count = h.start + ow;
         v.start = h.count + ow;
         v.count = v.start + oh;
-        rt_axis_build(&h, sw, gx, ow, flip, dw);
-        rt_axis_build(&v, sh, gy, oh, 0, dw);
+        rt_axis_build(&h, sw, gx, flip, dw);
+        rt_axis_build(&v, sh, gy, 0, dw);
         r->h = h;
         r->v = v;
         r->key = key;
-        r->have_key = 1;
     }
     const struct rt_axis h = r->h, v = r->v;
     if (h.last <= h.first || v.last <= v.first)

@@ -179,9 +179,10 @@ static void print_folder_summary(const struct rt_pack_stats *st, const char *out
     if (st->skipped)
         printf("pack: skipped %s of %s: %s (listed with their reasons under \"files\" in %s/manifest.json)\n",
                thousands(st->skipped, a, sizeof(a)), thousands(st->files, b, sizeof(b)), st->skipped_summary, out);
-    if (st->scaled[1] + st->scaled[2] + st->scaled[3]) {
+    const uint64_t scaled = st->scaled[1] + st->scaled[2] + st->scaled[3];
+    if (scaled) {
         printf("pack: %s JPEGs decoded at a reduced scale, as large as --size needs (",
-               thousands(st->scaled[1] + st->scaled[2] + st->scaled[3], a, sizeof(a)));
+               thousands(scaled, a, sizeof(a)));
         for (int k = 1, n = 0; k < 4; k++)
             if (st->scaled[k])
                 printf("%s1/%d: %llu", n++ ? ", " : "", 1 << k, (unsigned long long)st->scaled[k]);

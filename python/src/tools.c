@@ -6,6 +6,7 @@
  * and returns its result as a dict or list.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -69,6 +70,29 @@ PyObject *ext_stage(PyObject *self, PyObject *args, PyObject *kw)
 
 /* ---- pack and synth ------------------------------------------------------------------- */
 
+/* {split name: records} of a pack, or NULL with the exception set. */
+static PyObject *split_records(const struct rt_pack_stats *st)
+{
+    PyObject *o = PyDict_New();
+    for (int i = 0; o && i < RT_SPLIT_COUNT; i++)
+        if (ext_dict_put(o, rt_split_name((enum rt_split)i), PyLong_FromUnsignedLongLong(st->split_records[i])) < 0)
+            Py_CLEAR(o);
+    return o;
+}
+
+/* {"1/2": n, "1/4": n, "1/8": n}: JPEGs decoded at a reduced scale (the manifest's files.scaled_decode names). */
+static PyObject *scaled_decode(const struct rt_pack_stats *st)
+{
+    PyObject *o = PyDict_New();
+    for (int k = 1; o && k < 4; k++) {
+        char name[8];
+        snprintf(name, sizeof name, "1/%d", 1 << k);
+        if (ext_dict_put(o, name, PyLong_FromUnsignedLongLong(st->scaled[k])) < 0)
+            Py_CLEAR(o);
+    }
+    return o;
+}
+
 PyObject *ext_pack(PyObject *self, PyObject *args, PyObject *kw)
 {
     static char *kwlist[] = {"input", "outdir", "codec", "quality", "level", "val_split", "split_seed",
@@ -109,28 +133,10 @@ PyObject *ext_pack(PyObject *self, PyObject *args, PyObject *kw)
     Py_END_ALLOW_THREADS
     if (rc < 0)
         return ext_raise(rc);
-    PyObject *splits = PyDict_New();
-    for (int i = 0; splits && i < RT_SPLIT_COUNT; i++)
-        if (ext_dict_put(splits, rt_split_name((enum rt_split)i), PyLong_FromUnsignedLongLong(st.split_records[i])) <
-            0)
-            Py_CLEAR(splits);
-    /* JPEGs decoded at a reduced scale, by the scale's denominator (as the manifest's files.scaled_decode). */
-    PyObject *scaled = PyDict_New();
-    for (int k = 1; scaled && k < 4; k++)
-        if (ext_dict_put(scaled, k == 1 ? "1/2" : k == 2 ? "1/4" : "1/8", PyLong_FromUnsignedLongLong(st.scaled[k])) <
-            0)
-            Py_CLEAR(scaled);
     PyObject *d = PyDict_New();
-    if (!d || !scaled) {
-        Py_XDECREF(d);
-        Py_XDECREF(splits);
-        Py_XDECREF(scaled);
-        return NULL;
-    }
-    /* Both dicts put first, each whatever became of the other: a put takes its reference even when it fails. */
-    int bad = ext_dict_put(d, "split_records", splits) < 0;
-    bad |= ext_dict_put(d, "scaled_decode", scaled) < 0;
-    if (bad || ext_dict_put(d, "source", PyUnicode_FromString(st.source)) < 0 ||
+    if (!d || ext_dict_put(d, "split_records", split_records(&st)) < 0 ||
+        ext_dict_put(d, "scaled_decode", scaled_decode(&st)) < 0 ||
+        ext_dict_put(d, "source", PyUnicode_FromString(st.source)) < 0 ||
         ext_dict_put(d, "records", PyLong_FromUnsignedLongLong(st.records)) < 0 ||
         ext_dict_put(d, "bytes_in", PyLong_FromUnsignedLongLong(st.bytes_in)) < 0 ||
         ext_dict_put(d, "bytes_out", PyLong_FromUnsignedLongLong(st.bytes_out)) < 0 ||
