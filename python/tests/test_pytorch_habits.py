@@ -119,23 +119,33 @@ def test_an_interrupted_hand_over_loses_no_batch(data, monkeypatch):
 def test_ctrl_c_in_a_tight_loop_leaves_a_working_loader(data):
     import signal
 
+    def settle():
+        """A Python call: a SIGALRM that came in just before the disarm runs its handler here, inside the try."""
+
     with ringtrain.Loader(data, 16, workers=2) as a:
-        old = signal.signal(signal.SIGINT, signal.default_int_handler)
+        old_int = signal.signal(signal.SIGINT, signal.default_int_handler)
+        # the handler before any timer is armed (SIGALRM's default action ends the process), the timer armed and
+        # disarmed inside the try: the interrupt may come at any point of the epoch, never outside the try
+        old_alrm = signal.signal(signal.SIGALRM, lambda *_: signal.raise_signal(signal.SIGINT))
+        interrupted = 0
         try:
             for k in range(40):
-                signal.setitimer(signal.ITIMER_REAL, 0.0005 + 0.0001 * k)
-                signal.signal(signal.SIGALRM, lambda *_: signal.raise_signal(signal.SIGINT))
                 try:
+                    signal.setitimer(signal.ITIMER_REAL, 0.0005 + 0.0001 * k)
                     for _ in a:
                         pass
+                    signal.setitimer(signal.ITIMER_REAL, 0)
+                    settle()
                 except KeyboardInterrupt:
-                    pass
-                signal.setitimer(signal.ITIMER_REAL, 0)
+                    interrupted += 1
                 x, y = next(iter(a))  # never "expected batch (epoch e, step s), got ..."
                 assert x.shape[0] == 16
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGINT, old)
+            signal.signal(signal.SIGALRM, old_alrm)
+            signal.signal(signal.SIGINT, old_int)
+        print(f"{interrupted} of 40 epochs interrupted")
+        assert interrupted >= 10, "the timers should cut most epochs short, or this checks nothing"
 
 
 def test_clear_errors(data):
