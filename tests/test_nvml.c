@@ -341,11 +341,11 @@ static void test_readings_and_prompt_destroy(void)
     CHECK_OK(rt_nvml_summary_json(&w, json, sizeof(json)));
     CHECKF(!strcmp(json, ""), "'%s'", json);
 
-    /* Destroy wakes the thread from its 10 s wait at once. */
+    /* Destroy wakes the thread from its 10 s wait at once (2 s: room for a loaded machine, far from 10 s). */
     const double t0 = now_ms();
     rt_nvml_sampler_destroy(s);
     const double dt = now_ms() - t0;
-    CHECKF(dt < 100, "destroy took %.1f ms with a 10 s period", dt);
+    CHECKF(dt < 2000, "destroy took %.1f ms with a 10 s period", dt);
     CHECK(atomic_load(&seen.count) == 1);
     CHECK(!atomic_load(&seen.wrong_thread));
     CHECKF(fake_inits() == 0, "%d initialisations after destroy", fake_inits());
@@ -387,6 +387,11 @@ static void test_sampling(void)
     rt_nvml_sampler_window(s, &w1);
     const double t1 = now_ms();
     sleep_ms(200);
+    /* Callbacks come before a reading joins the window: before the last window they are at most one ahead of
+     * the windows' total; readings taken between it and destroy have callbacks and no window, however many. */
+    pthread_mutex_lock(&seen.mu);
+    const unsigned n_before = seen.n;
+    pthread_mutex_unlock(&seen.mu);
     rt_nvml_sampler_window(s, &w2);
     const double t2 = now_ms();
     rt_nvml_sampler_destroy(s);
@@ -398,8 +403,9 @@ static void test_sampling(void)
            t2 - t1);
     pthread_mutex_lock(&seen.mu);
     const unsigned n = seen.n;
-    CHECKF(n >= w1.samples + w2.samples && n <= w1.samples + w2.samples + 1,
-           "%u callbacks for windows of %u and %u readings", n, w1.samples, w2.samples);
+    CHECKF(n >= w1.samples + w2.samples && n_before <= w1.samples + w2.samples + 1,
+           "%u callbacks (%u before the last window) for windows of %u and %u readings", n, n_before, w1.samples,
+           w2.samples);
     check_window(&w1, &seen, 0);
     check_window(&w2, &seen, w1.samples);
     /* Each callback a fresh reading, in order, at least ~a period apart on average. */
@@ -459,11 +465,14 @@ static void test_concurrent(void)
     atomic_store(&h.stop, 1);
     pthread_join(t, NULL);
     struct rt_nvml_summary w;
+    /* As in test_sampling: callbacks at most one ahead of the windows before the last one, none behind after. */
+    const unsigned n_before = atomic_load(&seen.count);
     rt_nvml_sampler_window(h.s, &w);
     rt_nvml_sampler_destroy(h.s);
     const unsigned total = h.windowed + w.samples, n = atomic_load(&seen.count);
     CHECKF(h.bad == 0, "%d bad readings or windows", h.bad);
-    CHECKF(total >= 10 && (total == n || total + 1 == n), "%u readings in windows, %u callbacks", total, n);
+    CHECKF(total >= 10 && n >= total && n_before <= total + 1, "%u readings in windows, %u callbacks (%u before)",
+           total, n, n_before);
 }
 
 /* A GPU without power readings: the rest still valid, power left out everywhere. */

@@ -748,6 +748,38 @@ static void *stager_run(void *arg)
 }
 
 /*
+ * Returns once another open file waits in flock() for fd's lock: /proc/locks
+ * lists a blocked request as "-> FLOCK ..." with the file's inode. Without
+ * /proc/locks, or after 30 s, it returns anyway, and the caller's check of
+ * `waited` says what happened. (A fixed sleep here failed when the stager's
+ * thread started late on a loaded machine.)
+ */
+static void wait_for_lock_waiter(int fd)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return;
+    char want[64], line[512];
+    snprintf(want, sizeof(want), ":%llu ", (unsigned long long)st.st_ino);
+    for (int i = 0; i < 3000; i++) {
+        FILE *f = fopen("/proc/locks", "r");
+        if (!f) {
+            struct timespec ts = {0, 300000000L};
+            nanosleep(&ts, NULL);
+            return;
+        }
+        int found = 0;
+        while (!found && fgets(line, sizeof(line), f))
+            found = strstr(line, "-> FLOCK") && strstr(line, want);
+        fclose(f);
+        if (found)
+            return;
+        struct timespec ts = {0, 10000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/*
  * A process that waited for the lock checks sizes only when the holder it
  * waited for recorded, as it let go, that it had checked every byte; a record
  * older than the wait (an earlier run's), or none, means a full check -- which
@@ -769,8 +801,7 @@ static void test_waiter(void)
         int fd = open(lock, O_RDWR);
         CHECK(fd >= 0 && flock(fd, LOCK_EX) == 0);
         CHECK(pthread_create(&s.t, NULL, stager_run, &s) == 0);
-        struct timespec ts = {0, 300000000L};
-        nanosleep(&ts, NULL); /* the stager is waiting by now */
+        wait_for_lock_waiter(fd);
         struct timespec now;
         clock_gettime(CLOCK_REALTIME, &now);
         char text[256];

@@ -162,7 +162,8 @@ check lock_free "$T/kill/$name.lock"
 
 # ---- killed while repairing a damaged shard: the directory must not look complete ---
 flip "$T/kill/$name/train-00008.rts" 100
-"${SLOW[@]}" "$RT" stage "$DS" --to "$T/kill" --block-size 64K >"$T/kill.out" 2>&1 &
+# 100 ms a block: the repair's .partial stays for 1.6 s, not 0.24 s, so a poll on a loaded machine sees it
+env RINGTRAIN_TEST_SLOW_COPY=100 "$RT" stage "$DS" --to "$T/kill" --block-size 64K >"$T/kill.out" 2>&1 &
 victim=$!
 bg+=("$victim")
 check wait_for 20 test -e "$T/kill/$name/train-00008.rts.partial"
@@ -174,7 +175,8 @@ expect_in out "^stage: copied 2 of $NF files"
 same_tree "$DS" "$T/kill/$name"
 
 # ---- a lock held elsewhere: --timeout gives up with a message naming it -------------
-flock "$T/conc/$name.lock" sleep 3 &
+# held until killed (exec: the pid is the lock's holder; opened for reading, so its record is kept)
+bash -c "exec 9<'$T/conc/$name.lock' && flock 9 && exec sleep 60" &
 bg+=($!)
 check wait_for 5 bash -c "! flock -n '$T/conc/$name.lock' true"
 expect_rc 1 "$RT" stage "$DS" --to "$T/conc" --timeout 0.5
