@@ -143,8 +143,8 @@ then pass "safetensors header, names, shapes, offsets and metadata read by a pla
 T4=(--data "$W/cifar" --model wrn-10-1 --epochs 2 --batch-size 40 --lr 0.05 --threads 2 --no-progress
     --label-smoothing 0.1 --grad-accum 2 --schedule onecycle --optimizer sgd --nesterov)
 if "$RT" train "${T4[@]}" --checkpoint-dir "$W/full" >"$W/full.out" 2>&1; then
-    grep -q "= 80 effective, 9 steps/epoch, 2 epochs" "$W/full.out" && grep -q "^done (completed): 18 steps" "$W/full.out" \
-        && pass "768 records in updates of 80 (--grad-accum 2): 9 whole updates an epoch, 18 in all" \
+    grep -q "= 80 effective, 9 steps/epoch, 2 epochs; 48 of the 768 records left out each epoch (drop_last)" "$W/full.out" && grep -q "^done (completed): 18 steps" "$W/full.out" \
+        && pass "768 records in updates of 80 (--grad-accum 2): 9 whole updates an epoch, 18 in all, 48 records left out (banner)" \
         || fail "updates of 80: $(grep -E 'steps/epoch|^done' "$W/full.out")"
     # Killed outright right after the first epoch's checkpoint (a test fault hangs the first update after it):
     # the epoch's checkpoint alone resumes the run exactly.

@@ -72,11 +72,20 @@ static void banner_data(struct train *T)
     if (short_micro)
         snprintf(tail, sizeof(tail), " (its last of %" PRIu64 " micro-batch%s)", short_micro,
                  short_micro == 1 ? "" : "es");
+    /* Training batches are whole (the loader's DROP): what the epoch's micro-batches do not take is left out. */
+    char left[128] = "";
+    if (!c->synthetic) {
+        const uint64_t n = T->info->split[RT_SPLIT_TRAIN].records;
+        const uint64_t used = T->in.batches_per_epoch * c->batch * (uint64_t)T->world;
+        if (n > used)
+            snprintf(left, sizeof(left), "; %" PRIu64 " of the %" PRIu64 " records left out each epoch (drop_last)",
+                     n - used, n);
+    }
     banner_line(T, "batch",
                 "%u per rank x %d ranks x %u accumulation = %u effective, %" PRIu64 " steps/epoch%s, %" PRIu64
-                " epochs",
+                " epochs%s",
                 c->batch, T->world, c->grad_accum, c->batch * (uint32_t)T->world * c->grad_accum,
-                input_updates_per_epoch(T), tail, c->epochs);
+                input_updates_per_epoch(T), tail, c->epochs, left);
     /* A checkpoint of another world size (checkpoint.c, move_world): what changed, what was kept. */
     const struct train_moved *m = &T->moved;
     const uint64_t G = (uint64_t)c->batch * (uint64_t)T->world * c->grad_accum;
