@@ -1029,20 +1029,13 @@ static int shard_add_block(struct packer *p, struct shard_writer *sw, struct blo
 
     if (sw->nblocks > 0 && sw->data_len + j->stored_len > p->shard_bytes && (rc = shard_flush(p, sw)) < 0)
         return rc;
-    if (sw->nblocks == sw->blocks_cap) {
-        const uint32_t ncap = RT_MAX(64u, 2 * sw->blocks_cap);
-        struct rt_block_entry *nb = rt_realloc(sw->blocks, (size_t)ncap * sizeof(*nb), "block index");
-        if (!nb)
-            return -ENOMEM;
-        sw->blocks = nb;
-        uint8_t **nd = rt_realloc(sw->data, (size_t)ncap * sizeof(*nd), "block list");
-        if (!nd)
-            return -ENOMEM;
-        sw->data = nd;
-        sw->blocks_cap = ncap;
-    }
-    if ((rc = grow((void **)&sw->labels, &sw->labels_cap, sw->nrec + j->kept, sizeof(int32_t), "labels")) < 0)
+    /* blocks[] and data[] side by side: grown alike, so one capacity holds for both once both have grown. */
+    uint64_t bcap = sw->blocks_cap, dcap = sw->blocks_cap;
+    if ((rc = grow((void **)&sw->blocks, &bcap, sw->nblocks + 1, sizeof(*sw->blocks), "block index")) < 0 ||
+        (rc = grow((void **)&sw->data, &dcap, sw->nblocks + 1, sizeof(*sw->data), "block list")) < 0 ||
+        (rc = grow((void **)&sw->labels, &sw->labels_cap, sw->nrec + j->kept, sizeof(int32_t), "labels")) < 0)
         return rc;
+    sw->blocks_cap = (uint32_t)RT_MIN(bcap, dcap);
     sw->blocks[sw->nblocks] = (struct rt_block_entry){
         .offset = sw->data_len, .stored_size = j->stored_len, .raw_size = j->raw_size,
         .first_record = (uint32_t)sw->nrec, .record_count = j->kept,
